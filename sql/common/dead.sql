@@ -1,0 +1,35 @@
+-- name: dead_list
+-- Dead-lettered tasks of one queue, oldest death first.
+SELECT id, queue, payload, attempts, last_error, died_at, created_at
+FROM shardq_dead WHERE queue = %(queue)s
+ORDER BY died_at, id
+LIMIT %(limit)s
+
+-- name: dead_ids_page
+-- One keyset page of dead task ids of a queue, for requeueing everything in bounded batches.
+SELECT id FROM shardq_dead
+WHERE queue = %(queue)s AND id > %(after)s::UUID
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: dead_requeue_ids
+-- Move the named dead tasks back into the queue as fresh, due tasks (attempts start over). A dead
+-- task whose dedupe key is live again stays dead rather than run twice; only moved rows are
+-- deleted from shardq_dead, so nothing is lost either way.
+WITH chosen AS (
+    SELECT id, queue, payload, max_attempts, dedupe_key, created_at
+    FROM shardq_dead WHERE queue = %(queue)s AND id = ANY(%(ids)s::UUID[])
+), revived AS (
+    INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts, payload, dedupe_key, created_at)
+    SELECT 'ready', queue, now(), id, 0, max_attempts, payload, dedupe_key, created_at FROM chosen
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+DELETE FROM shardq_dead WHERE id IN (SELECT id FROM revived)
+RETURNING id
+
+-- name: dead_purge_batch
+-- Delete up to limit dead tasks of a queue; called until it deletes nothing.
+DELETE FROM shardq_dead
+WHERE id IN (SELECT id FROM shardq_dead WHERE queue = %(queue)s LIMIT %(limit)s)
+RETURNING id

@@ -1,0 +1,33 @@
+"""shardq: a task queue stored in SQL tables, hash-sharded on CockroachDB, bucketed on PostgreSQL.
+
+Start with :func:`connect`; see the README for the guarantees and the command line.
+"""
+
+from .client import Client, connect
+from .consumer import Consumer, Task
+from .errors import (
+    AmbiguousResult,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidHandler,
+    InvalidInput,
+    LeaseLost,
+    NotMigrated,
+    Permanent,
+    QueuePaused,
+    SerializationConflict,
+    ShardqError,
+    TaskNotFound,
+)
+from .models import EnqueueResult, NewTask, QueueSettings, Stats
+from .reaper import Reaper, ReaperConfig, ReapResult
+from .worker import Worker, WorkerConfig, WorkerStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmbiguousResult", "Client", "Consumer", "DatabaseError", "DatabaseUnavailable", "EnqueueResult",
+    "InvalidHandler", "InvalidInput", "LeaseLost", "NewTask", "NotMigrated", "Permanent", "QueuePaused",
+    "QueueSettings", "Reaper", "ReaperConfig", "ReapResult", "SerializationConflict", "ShardqError", "Stats",
+    "Task", "TaskNotFound", "Worker", "WorkerConfig", "WorkerStats", "connect",
+]

@@ -1,0 +1,112 @@
+"""Operator functions behind the CLI: stats, dead letters, bucket layout.
+
+Each function takes a :class:`TaskStore`, validates its input, and returns a dataclass the CLI
+prints; none of them prints.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from . import validation
+from .errors import InvalidInput
+from .models import DeadTask, QueueStats, ShardLayout, Stats
+from .store import TaskStore
+
+PAGE = 1000
+
+
+def stats(store: TaskStore) -> Stats:
+    """Per-queue ready / scheduled / leased / dead counts and the age of the oldest due task.
+    Every queue in ``shardq_queues`` is listed, also when empty."""
+    layout = store.layout()
+    tasks = store.stats_tasks_by_queue()
+    dead = store.stats_dead_by_queue()
+    names = {q.name for q in store.queue_list()} | set(tasks) | set(dead)
+    queues = {}
+    for name in names:
+        t = tasks.get(name, QueueStats())
+        queues[name] = QueueStats(t.ready, t.scheduled, t.leased, dead.get(name, 0), t.oldest_ready_age_s)
+    return Stats(layout.bucket_count, queues)
+
+
+@dataclass(frozen=True)
+class BucketReport:
+    layout: ShardLayout
+    rows_per_bucket: dict[int, int]
+    dialect: str
+
+    @property
+    def resizing(self) -> bool:
+        return self.layout.resizing_from is not None
+
+    def as_json(self) -> dict:
+        return {
+            "dialect": self.dialect,
+            "bucket_count": self.layout.bucket_count,
+            "shard_column": self.layout.shard_column,
+            "resizing": self.resizing,
+            "resizing_from": self.layout.resizing_from,
+            "rows_per_bucket": {str(b): n for b, n in sorted(self.rows_per_bucket.items())},
+        }
+
+
+def buckets_show(store: TaskStore) -> BucketReport:
+    layout = store.layout()
+    return BucketReport(layout, store.task_count_by_bucket(), store.dialect)
+
+
+def dead_list(store: TaskStore, queue: str, *, limit: int = 100) -> list[DeadTask]:
+    validation.queue_name(queue)
+    validation.positive_int(limit, "limit", maximum=100_000)
+    return store.dead_list(queue, limit)
+
+
+def _parse_ids(ids: list[str]) -> list[uuid.UUID]:
+    parsed = []
+    for text in ids:
+        try:
+            parsed.append(uuid.UUID(str(text)))
+        except ValueError:
+            raise InvalidInput(f"not a task id: {text!r}") from None
+    return parsed
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    requeued: int
+    not_found_or_kept: int
+
+
+def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, all_tasks: bool = False) -> RequeueResult:
+    """Move dead tasks back to the queue (fresh attempts, due now): the given ids, or all of
+    them with ``all_tasks``. A dead task whose dedupe key is live again stays dead."""
+    validation.queue_name(queue)
+    if all_tasks == bool(ids):
+        raise InvalidInput("give either task ids or --all")
+    if not all_tasks:
+        wanted = _parse_ids(ids or [])
+        done = store.dead_requeue_ids(queue, wanted)
+        return RequeueResult(len(done), len(set(wanted)) - len(done))
+    requeued = kept = 0
+    after = uuid.UUID(int=0)
+    while True:
+        page = store.dead_ids_page(queue, after, PAGE)
+        if not page:
+            return RequeueResult(requeued, kept)
+        done = store.dead_requeue_ids(queue, page)
+        requeued += len(done)
+        kept += len(page) - len(done)
+        after = page[-1]
+
+
+def dead_purge(store: TaskStore, queue: str) -> int:
+    """Delete every dead task of ``queue``, in bounded batches. Returns how many."""
+    validation.queue_name(queue)
+    total = 0
+    while True:
+        deleted = store.dead_purge_batch(queue, PAGE)
+        total += deleted
+        if deleted < PAGE:
+            return total

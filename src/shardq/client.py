@@ -1,0 +1,114 @@
+"""The entry point for Python users: one object that knows the database and hands out
+producers, workers and reapers.
+
+>>> import shardq
+>>> client = shardq.connect()                  # SHARDQ_DSN, or the embedded PostgreSQL
+>>> client.migrate()
+>>> client.enqueue("emails", b'{"to": "a@example.com"}', dedupe_key="welcome:42")
+>>> client.work(["emails"], handler=send_email, concurrency=8, until_empty=True)
+
+A :class:`Client` is thread-safe: each thread gets its own database session.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Iterable, Sequence
+
+from . import admin, migrate as migrate_module
+from .config import resolve_dsn
+from .db import Dsn, Session
+from .models import EnqueueResult, NewTask, Stats
+from .producer import Producer
+from .reaper import Reaper, ReaperConfig, ReapResult
+from .store import TaskStore
+from .worker import Handler, Worker, WorkerConfig, WorkerStats
+
+
+class Client:
+    def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq") -> None:
+        self.dsn = resolve_dsn(dsn)
+        self.application_name = application_name
+        self._local = threading.local()
+        self._all: list[Session] = []
+        self._guard = threading.Lock()
+
+    def new_session(self, *, statement_timeout_ms: int | None = None) -> Session:
+        session = Session(self.dsn, application_name=self.application_name, statement_timeout_ms=statement_timeout_ms)
+        with self._guard:
+            self._all.append(session)
+        return session
+
+    @property
+    def store(self) -> TaskStore:
+        """This thread's store (and session)."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = TaskStore(self.new_session())
+            self._local.store = store
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return self.store.dialect
+
+    def close(self) -> None:
+        with self._guard:
+            for session in self._all:
+                session.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------------------------
+    def migrate(self, *, buckets: int = 16) -> migrate_module.MigrationResult:
+        return migrate_module.upgrade(self.dsn, buckets=buckets)
+
+    # -- producing --------------------------------------------------------------------------
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes | str,
+        *,
+        delay: float | None = None,
+        run_at: dt.datetime | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> EnqueueResult:
+        return Producer(self.store).enqueue(
+            queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts
+        )
+
+    def enqueue_many(self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = 1000) -> EnqueueResult:
+        return Producer(self.store).enqueue_many(queue, tasks, batch_size=batch_size)
+
+    # -- consuming --------------------------------------------------------------------------
+    def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, **options) -> Worker:
+        """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields."""
+        config = WorkerConfig(queues=tuple(queues), **options)
+        return Worker(self.new_session, handler, config, on_event=on_event)
+
+    def work(self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options) -> WorkerStats:
+        """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
+        return self.worker(queues, handler, **options).run(install_signal_handlers=install_signal_handlers)
+
+    def reaper(self, **options) -> Reaper:
+        return Reaper(TaskStore(self.new_session()), ReaperConfig(**options))
+
+    def reap_once(self) -> ReapResult:
+        return Reaper(self.store).run_once()
+
+    # -- operating --------------------------------------------------------------------------
+    def stats(self) -> Stats:
+        return admin.stats(self.store)
+
+
+def connect(dsn: str | Dsn | None = None, **options) -> Client:
+    """A :class:`Client` for ``dsn``, ``SHARDQ_DSN``, or the embedded PostgreSQL."""
+    return Client(dsn, **options)

@@ -1,0 +1,174 @@
+"""Claiming tasks: the round-robin walk over buckets, and the handle a handler gets.
+
+A :class:`Consumer` starts at its own bucket offset and walks the buckets (and, within each
+bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready,
+due tasks of one queue in one bucket with ``FOR UPDATE SKIP LOCKED``: consumers never wait on
+each other and never hold the same task at once. Empty buckets cost one short statement each.
+
+The layout (bucket count, CockroachDB's shard column) is re-discovered every
+``layout_refresh_seconds`` and whenever a whole round finds nothing, so a consumer follows an
+online resize without restarting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import validation
+from .errors import LeaseLost
+from .models import ClaimedTask, QueueSettings, ShardLayout
+from .store import Fenced, TaskStore
+
+BATCH_DEFAULT = 100
+LAYOUT_REFRESH_SECONDS = 10.0
+SETTINGS_REFRESH_SECONDS = 30.0
+
+
+@dataclass
+class ClaimRound:
+    """What one call to :meth:`Consumer.claim` found."""
+
+    tasks: list[ClaimedTask] = field(default_factory=list)
+    #: True when the call walked every (bucket, queue) pair once and all were empty
+    round_empty: bool = False
+    statements: int = 0
+
+
+class Consumer:
+    """Claims batches for a set of queues, walking buckets round-robin from ``offset``.
+
+    Options (defaults): ``batch`` tasks per claim statement (100); ``lease_seconds`` overrides
+    each queue's lease setting (None: use the queue's, 30 s by default).
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        queues: Sequence[str],
+        *,
+        batch: int = BATCH_DEFAULT,
+        lease_seconds: float | None = None,
+        offset: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not queues:
+            raise validation.InvalidInput("at least one queue is needed")
+        self.queues = [validation.queue_name(q) for q in queues]
+        self.batch = validation.positive_int(batch, "batch", maximum=validation.BATCH_MAX)
+        self.lease_override = (
+            validation.positive_seconds(lease_seconds, "lease") if lease_seconds is not None else None
+        )
+        self.store = store
+        self._clock = clock
+        self._offset = offset if offset is not None else uuid.uuid4().int
+        self._position = 0
+        self._layout: ShardLayout | None = None
+        self._layout_at = 0.0
+        self._settings: dict[str, QueueSettings] = {}
+        self._settings_at = -SETTINGS_REFRESH_SECONDS
+
+    # -- layout and settings ----------------------------------------------------------------
+    def layout(self, *, refresh: bool = False) -> ShardLayout:
+        now = self._clock()
+        if refresh or self._layout is None or now - self._layout_at >= LAYOUT_REFRESH_SECONDS:
+            self._layout = self.store.layout()
+            self._layout_at = now
+        return self._layout
+
+    def settings(self, queue: str) -> QueueSettings:
+        now = self._clock()
+        if now - self._settings_at >= SETTINGS_REFRESH_SECONDS or queue not in self._settings:
+            known = {s.name: s for s in self.store.queue_list()}
+            self._settings = {q: known.get(q, QueueSettings(q)) for q in self.queues}
+            self._settings_at = now
+        return self._settings[queue]
+
+    def lease_for(self, queue: str) -> float:
+        return self.lease_override or self.settings(queue).lease_seconds
+
+    # -- claiming ---------------------------------------------------------------------------
+    def claim(self, limit: int | None = None) -> ClaimRound:
+        """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
+        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks."""
+        want = min(limit or self.batch, self.batch)
+        layout = self.layout()
+        pairs = layout.visit_count * len(self.queues)
+        result = ClaimRound()
+        for _ in range(pairs):
+            step = (self._offset + self._position) % pairs
+            self._position += 1
+            bucket, queue_index = divmod(step, len(self.queues))
+            queue = self.queues[queue_index]
+            if self.settings(queue).paused_dequeue:
+                continue
+            result.statements += 1
+            tasks = self.store.task_claim_batch(bucket, queue, want, self.lease_for(queue))
+            if tasks:
+                result.tasks = tasks
+                return result
+        result.round_empty = True
+        # An empty round is the cheap moment to notice a resize or new settings.
+        self.layout(refresh=True)
+        self._settings_at = -SETTINGS_REFRESH_SECONDS
+        return result
+
+
+class Task:
+    """What a handler receives.
+
+    Attributes: ``id`` (str), ``queue``, ``payload`` (bytes), ``attempt`` (1-based),
+    ``max_attempts``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
+    long work; it raises :class:`shardq.errors.LeaseLost` if the lease already passed to someone
+    else.
+    """
+
+    __slots__ = ("claimed", "_extend", "lease_expires_at")
+
+    def __init__(self, claimed: ClaimedTask, extend: Callable[[ClaimedTask, float], dt.datetime | None]) -> None:
+        self.claimed = claimed
+        self._extend = extend
+        self.lease_expires_at = claimed.lease_expires_at
+
+    @property
+    def id(self) -> str:
+        return self.claimed.id
+
+    @property
+    def queue(self) -> str:
+        return self.claimed.queue
+
+    @property
+    def payload(self) -> bytes:
+        return self.claimed.payload
+
+    @property
+    def attempt(self) -> int:
+        return self.claimed.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.claimed.max_attempts
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return self.claimed.created_at
+
+    def extend(self, seconds: float) -> dt.datetime:
+        """Renew this task's lease to now + ``seconds`` (server clock). Returns the new expiry."""
+        seconds = validation.positive_seconds(seconds, "lease extension")
+        expires = self._extend(self.claimed, seconds)
+        if expires is None:
+            raise LeaseLost(f"task {self.id}: lease lost before it could be extended")
+        self.lease_expires_at = expires
+        return expires
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id!r}, queue={self.queue!r}, attempt={self.attempt})"
+
+
+def fenced(task: ClaimedTask) -> Fenced:
+    return Fenced(task.key, task.lease_token)

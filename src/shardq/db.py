@@ -1,0 +1,345 @@
+"""The one gateway to the database: connections, statement execution, retries, error translation.
+
+Only this module (and :mod:`shardq.queries`, which reads SQL text) touches psycopg. Everything
+else calls :class:`Session` methods with a statement *name* and a dict of bind values, and gets
+dict rows or shardq errors back.
+
+Guarantees
+    * Every ``psycopg.Error`` leaving a :class:`Session` is a :class:`shardq.errors.DatabaseError`
+      subclass with the original as ``__cause__``; the DSN's password never appears in a message.
+    * Statements run in autocommit, one statement per round trip, unless run through
+      :meth:`Session.transaction`.
+    * SQLSTATE 40001 (serialization failure: CockroachDB's ``restart transaction``, PostgreSQL's
+      serializable conflicts) is retried with exponential backoff and full jitter, at most
+      ``max_retries`` times, then raised as :class:`SerializationConflict`. Every shardq statement
+      is safe to re-run after a 40001: the failed attempt changed nothing.
+    * SQLSTATE 40003 (CockroachDB: result is ambiguous) is *not* retried here: it surfaces as
+      :class:`AmbiguousResult`, because only the caller knows whether re-sending is safe. Claims,
+      acks, retries and extensions are (they are fenced by the lease token: a re-sent ack of a task
+      that was already deleted deletes nothing; a re-sent claim takes a fresh token, and a task the
+      lost claim may have leased comes back through the reaper when that lease expires).
+
+Does not
+    * pool connections: each worker thread or service owns its session;
+    * reconnect silently in the middle of a transaction. After a lost connection the next call
+      opens a new one; the call that saw the loss raises :class:`DatabaseUnavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+
+from . import queries
+from .errors import (
+    AmbiguousResult,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidInput,
+    NotMigrated,
+    SerializationConflict,
+)
+
+log = logging.getLogger("shardq.db")
+
+T = TypeVar("T")
+
+RETRY_LIMIT_DEFAULT = 10
+RETRY_BASE_SECONDS = 0.005
+RETRY_CAP_SECONDS = 1.0
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Dsn:
+    """A validated connection string. ``str()`` and ``repr()`` hide the password."""
+
+    conninfo: str
+    forced_dialect: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Dsn":
+        """Accept ``postgresql://``/``postgres://`` URLs, ``cockroachdb://`` URLs (same syntax,
+        CockroachDB assumed) and libpq ``key=value`` strings."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("DSN must be a non-empty string")
+        text = text.strip()
+        forced = None
+        for prefix in ("cockroachdb+psycopg://", "cockroachdb://"):
+            if text.startswith(prefix):
+                text = "postgresql://" + text[len(prefix) :]
+                forced = "cockroachdb"
+        if "://" in text and not text.startswith(("postgresql://", "postgres://")):
+            scheme = text.split("://", 1)[0]
+            raise InvalidInput(f"unsupported DSN scheme {scheme!r}: use postgresql:// or cockroachdb://")
+        try:
+            params = conninfo_to_dict(text)
+        except psycopg.ProgrammingError as exc:
+            raise InvalidInput(f"malformed DSN: {redact_text(str(exc), text)}") from None
+        params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
+        return cls(make_conninfo(**params), forced)
+
+    @property
+    def redacted(self) -> str:
+        params = conninfo_to_dict(self.conninfo)
+        if "password" in params:
+            params["password"] = "***"
+        return make_conninfo(**params)
+
+    def __str__(self) -> str:
+        return self.redacted
+
+    def __repr__(self) -> str:
+        return f"Dsn({self.redacted!r})"
+
+    def password(self) -> str | None:
+        return conninfo_to_dict(self.conninfo).get("password")
+
+
+def redact_text(message: str, secret_source: str) -> str:
+    """Remove any password found in ``secret_source`` from ``message``."""
+    try:
+        password = conninfo_to_dict(secret_source).get("password")
+    except psycopg.Error:
+        password = None
+    if password:
+        message = message.replace(password, "***")
+    return message
+
+
+def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
+    message = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, dsn.conninfo)
+    password = dsn.password()
+    if password:
+        message = message.replace(password, "***")
+    if isinstance(exc, pgerrors.UndefinedTable):
+        return NotMigrated(f"{NotMigrated.__doc__} ({message})")
+    if isinstance(exc, pgerrors.SerializationFailure):
+        return SerializationConflict(message)
+    if getattr(exc, "sqlstate", None) == "40003":
+        return AmbiguousResult(message)
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not isinstance(
+        exc, pgerrors.QueryCanceled
+    ):
+        return DatabaseUnavailable(message)
+    return DatabaseError(message)
+
+
+def retry_pause(attempt: int, rng: random.Random | None = None) -> float:
+    """Full-jitter backoff before retry ``attempt`` (1-based) of a 40001."""
+    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * (2 ** min(attempt, 20)))
+    return (rng or random).uniform(0.0, ceiling)
+
+
+class Session:
+    """One database connection and the statements run on it. Not thread-safe: one per thread.
+
+    ``shard_column`` fills the ``{shard_col}`` slot of CockroachDB statements; set it with
+    :meth:`set_shard_column` whenever the layout is (re)discovered.
+    """
+
+    def __init__(
+        self,
+        dsn: Dsn,
+        *,
+        application_name: str = "shardq",
+        max_retries: int = RETRY_LIMIT_DEFAULT,
+        statement_timeout_ms: int | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.application_name = application_name
+        self.max_retries = max_retries
+        self.statement_timeout_ms = statement_timeout_ms
+        self._conn: psycopg.Connection | None = None
+        self._dialect: str | None = dsn.forced_dialect
+        self._shard_column: str | None = None
+        self._composed: dict[tuple[str, str | None], Any] = {}
+        self._in_transaction = False
+        #: test hook: called before each attempt of a statement with its name; may raise
+        self.before_statement: Callable[[str], None] | None = None
+
+    # -- connection -------------------------------------------------------------------------
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        self._discard()
+        options = {"application_name": self.application_name}
+        if self.statement_timeout_ms:
+            options["options"] = f"-c statement_timeout={int(self.statement_timeout_ms)}"
+        try:
+            conn = psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
+        except psycopg.Error as exc:
+            raise _translate(exc, self.dsn) from exc
+        detected = "cockroachdb" if conn.info.parameter_status("crdb_version") else "postgresql"
+        self._dialect = detected
+        self._conn = conn
+        return conn
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        self._discard()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def dialect(self) -> str:
+        """``"postgresql"`` or ``"cockroachdb"``, detected from the server on first connect."""
+        if self._dialect is None:
+            self._connection()
+        assert self._dialect is not None
+        return self._dialect
+
+    @property
+    def server_version(self) -> int:
+        return self._connection().info.server_version
+
+    def set_shard_column(self, column: str | None) -> None:
+        if column != self._shard_column:
+            self._shard_column = column
+            self._composed.clear()
+
+    # -- statements ---------------------------------------------------------------------------
+    def _query(self, name: str) -> Any:
+        key = (name, self._shard_column)
+        query = self._composed.get(key)
+        if query is None:
+            statement = queries.statements_for(self.dialect)[name]
+            if statement.templated:
+                if self._shard_column is None:
+                    raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
+                query = sql.SQL(statement.text).format(shard_col=sql.Identifier(self._shard_column))
+            else:
+                query = statement.text
+            self._composed[key] = query
+        return query
+
+    def _run(self, name: str, params: Mapping[str, Any] | None, fetch: bool) -> list[dict[str, Any]]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                conn = self._connection()
+                if self.before_statement is not None:
+                    self.before_statement(name)
+                with conn.cursor() as cur:
+                    cur.execute(self._query(name), params or {})
+                    return cur.fetchall() if fetch and cur.description is not None else []
+            except pgerrors.SerializationFailure as exc:
+                # Inside a transaction the whole body must be re-run, not this statement.
+                if self._in_transaction or attempt > self.max_retries:
+                    raise _translate(exc, self.dsn) from exc
+                pause = retry_pause(attempt)
+                log.debug("statement %s hit 40001 (attempt %d); retrying in %.3fs", name, attempt, pause)
+                time.sleep(pause)
+            except psycopg.Error as exc:
+                if self._conn is not None and (self._conn.closed or self._conn.broken):
+                    self._discard()
+                raise _translate(exc, self.dsn) from exc
+
+    def fetch_all(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run the named statement and return its rows as dicts (retrying 40001)."""
+        return self._run(name, params, fetch=True)
+
+    def fetch_one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = self._run(name, params, fetch=True)
+        return rows[0] if rows else None
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        self._run(name, params, fetch=False)
+
+    def execute_raw(self, query: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run SQL that is not a named statement: DDL composed with ``psycopg.sql`` (migrations,
+        resizing, Spark staging) or admin probes. Same error translation; no 40001 retry."""
+        try:
+            with self._connection().cursor() as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._discard()
+            raise _translate(exc, self.dsn) from exc
+
+    @contextmanager
+    def _transaction_block(self) -> Iterator[None]:
+        conn = self._connection()
+        self._in_transaction = True
+        try:
+            with conn.transaction():
+                yield
+        finally:
+            self._in_transaction = False
+
+    def transaction(self, body: Callable[["Session"], T]) -> T:
+        """Run ``body(self)`` inside one transaction, retrying the whole body on 40001.
+
+        ``body`` may therefore run more than once: it must have no side effects other than
+        writes through this session.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self._transaction_block():
+                    return body(self)
+            except SerializationConflict as exc:
+                if attempt > self.max_retries:
+                    raise
+                time.sleep(retry_pause(attempt))
+                log.debug("transaction hit 40001 (attempt %d): %s", attempt, exc)
+            except psycopg.Error as exc:
+                if isinstance(exc, pgerrors.SerializationFailure) and attempt <= self.max_retries:
+                    time.sleep(retry_pause(attempt))
+                    continue
+                if self._conn is not None and (self._conn.closed or self._conn.broken):
+                    self._discard()
+                raise _translate(exc, self.dsn) from exc
+
+    def copy_rows(self, query: Any, rows: Any) -> None:
+        """``COPY … FROM STDIN`` rows (tuples) through psycopg's copy protocol."""
+        try:
+            with self._connection().cursor() as cur:
+                with cur.copy(query) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+        except psycopg.Error as exc:
+            raise _translate(exc, self.dsn) from exc
+
+
+def identifier(name: str) -> sql.Identifier:
+    """A quoted identifier for composed statements (the only way names enter SQL)."""
+    return sql.Identifier(name)
+
+
+def compose(template: str, **identifiers: str) -> sql.Composed:
+    """Fill ``{slot}`` identifier slots of a fixed SQL template."""
+    return sql.SQL(template).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})
+
+
+def raw_connect(dsn: Dsn) -> psycopg.Connection:
+    """A plain psycopg connection, for tools that bring their own driver layer (Alembic's
+    SQLAlchemy engine). Errors are translated like everywhere else."""
+    try:
+        return psycopg.connect(dsn.conninfo, application_name="shardq-migrate")
+    except psycopg.Error as exc:
+        raise _translate(exc, dsn) from exc

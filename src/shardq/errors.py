@@ -1,0 +1,69 @@
+"""shardq's one error hierarchy.
+
+Every error shardq raises derives from :class:`ShardqError`; the class docstring is the
+default message. Errors about what a caller passed in also derive from ``ValueError``.
+Database errors never leave the package as psycopg types: :mod:`shardq.db` translates
+them and keeps the original as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class ShardqError(Exception):
+    """shardq failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidInput(ShardqError, ValueError):
+    """An argument is not acceptable (queue name, payload, delay, count, DSN ...)."""
+
+
+class InvalidHandler(InvalidInput):
+    """The handler specification does not name an importable callable."""
+
+
+class DatabaseError(ShardqError):
+    """The database refused or failed a statement."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached, or the connection to it was lost."""
+
+
+class SerializationConflict(DatabaseError):
+    """A transaction kept failing with SQLSTATE 40001 after every retry allowed."""
+
+
+class AmbiguousResult(DatabaseError):
+    """The database could not say whether a statement committed (SQLSTATE 40003)."""
+
+
+class NotMigrated(DatabaseError):
+    """The shardq tables do not exist here yet: run `shardq migrate` first."""
+
+
+class QueuePaused(ShardqError):
+    """The queue is paused for this operation."""
+
+
+class TaskNotFound(ShardqError):
+    """No such task."""
+
+
+class LeaseLost(ShardqError):
+    """The task's lease expired and it was handed to someone else (or finished)."""
+
+
+class EmbeddedServerError(ShardqError):
+    """The embedded PostgreSQL server could not be started or stopped."""
+
+
+class Permanent(Exception):
+    """Raise from a handler to send the task to the dead-letter table at once.
+
+    Any other exception from a handler retries the task with backoff until its attempts
+    are used up. ``Permanent`` is deliberately not a :class:`ShardqError`: it is raised by
+    user code, not by shardq.
+    """

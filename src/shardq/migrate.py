@@ -1,0 +1,99 @@
+"""Apply and revert shardq's schema with Alembic (the only place tables are created or changed).
+
+``upgrade`` is idempotent: an up-to-date database is left alone. ``buckets`` only matters when
+the tasks table is first created; on an existing table it is reported as ignored and
+``shardq buckets resize`` is the way to change the count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import validation
+from .db import Dsn, Session
+from .errors import DatabaseError, InvalidInput
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    before: str | None
+    after: str | None
+    dialect: str
+    buckets: int
+    buckets_ignored: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def _script_location() -> str:
+    import shardq.migrations
+
+    return str(Path(shardq.migrations.__file__).parent)
+
+
+def _engine(dsn: Dsn, dialect: str):
+    import sqlalchemy
+
+    from .db import raw_connect
+
+    if dialect == "cockroachdb":
+        try:
+            import sqlalchemy_cockroachdb  # noqa: F401  (registers the dialect)
+        except ImportError:
+            raise InvalidInput(
+                "migrating CockroachDB needs the CockroachDB SQLAlchemy dialect: pip install 'shardq[cockroach]'"
+            ) from None
+        url = "cockroachdb+psycopg://"
+        # CockroachDB runs schema changes atomically only one statement at a time.
+        options = {"isolation_level": "AUTOCOMMIT"}
+    else:
+        url = "postgresql+psycopg://"
+        options = {}
+    return sqlalchemy.create_engine(url, creator=lambda: raw_connect(dsn), poolclass=sqlalchemy.pool.NullPool, **options)
+
+
+def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+
+    with Session(dsn) as probe:
+        dialect = probe.dialect
+        existing = probe.execute_raw(
+            "SELECT 1 AS present FROM information_schema.tables WHERE table_name = 'shardq_tasks'"
+        )
+    engine = _engine(dsn, dialect)
+    try:
+        with engine.connect() as connection:
+            before = MigrationContext.configure(connection).get_current_revision()
+            config = Config()
+            config.set_main_option("script_location", _script_location())
+            config.attributes["connection"] = connection
+            config.attributes["buckets"] = buckets
+            if action == "upgrade":
+                command.upgrade(config, target)
+            else:
+                command.downgrade(config, target)
+            connection.commit()
+            after = MigrationContext.configure(connection).get_current_revision()
+    except DatabaseError:
+        raise
+    except Exception as exc:  # alembic/SQLAlchemy wrap driver errors in their own types
+        raise DatabaseError(f"migration failed: {str(exc).splitlines()[0]}") from exc
+    finally:
+        engine.dispose()
+    return MigrationResult(before, after, dialect, buckets, buckets_ignored=bool(existing) and action == "upgrade")
+
+
+def upgrade(dsn: Dsn, *, buckets: int = 16, target: str = "head") -> MigrationResult:
+    """Bring the schema to ``target`` (default: the newest revision)."""
+    validation.bucket_count(buckets)
+    return _run(dsn, "upgrade", target, buckets)
+
+
+def downgrade(dsn: Dsn, *, target: str = "base") -> MigrationResult:
+    """Revert the schema to ``target`` (default: nothing; every shardq table is dropped)."""
+    return _run(dsn, "downgrade", target, 16)

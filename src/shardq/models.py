@@ -1,0 +1,196 @@
+"""shardq's vocabulary: frozen dataclasses and enums, no I/O.
+
+Rows become objects only here (``from_row``), so the rest of the library never handles
+database tuples.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+
+class TaskState(str, Enum):
+    """Where a task is in its life. Finished tasks are deleted; failed ones move to ``shardq_dead``."""
+
+    READY = "ready"  # claimable once exec_time has passed
+    LEASED = "leased"  # held by a consumer until lease_expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    """The whole primary key of a task row, as hot-path statements address it.
+
+    ``bucket`` is the PostgreSQL bucket column, or on CockroachDB the value the shard column
+    had when the task was claimed (informational there: the key is (state, queue,
+    exec_time, id) and the database derives the shard itself).
+    """
+
+    bucket: int
+    queue: str
+    exec_time: dt.datetime
+    id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTask:
+    """A task a consumer holds under a lease. Handlers see it through :class:`shardq.Task`."""
+
+    key: TaskKey
+    #: how many times the task has been claimed, this claim included (1-based)
+    attempt: int
+    max_attempts: int
+    payload: bytes
+    lease_token: uuid.UUID
+    lease_expires_at: dt.datetime
+    created_at: dt.datetime
+
+    @property
+    def id(self) -> str:
+        return str(self.key.id)
+
+    @property
+    def queue(self) -> str:
+        return self.key.queue
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> "ClaimedTask":
+        return cls(
+            key=TaskKey(row["bucket"], row["queue"], row["exec_time"], row["id"]),
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            payload=bytes(row["payload"]),
+            lease_token=token,
+            lease_expires_at=row["lease_expires_at"],
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """One task to enqueue. ``delay`` (seconds) and ``run_at`` are exclusive; neither means now."""
+
+    payload: bytes
+    delay: float | None = None
+    run_at: dt.datetime | None = None
+    dedupe_key: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What an enqueue did: the ids it inserted and the dedupe keys that were already live."""
+
+    enqueued_ids: tuple[str, ...]
+    duplicate_keys: tuple[str, ...] = ()
+
+    @property
+    def enqueued(self) -> int:
+        return len(self.enqueued_ids)
+
+    @property
+    def duplicates(self) -> int:
+        return len(self.duplicate_keys)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Per-queue settings from ``shardq_queues``; a queue created by enqueue gets the defaults."""
+
+    name: str
+    lease_seconds: float = 30.0
+    max_attempts: int = 25
+    backoff_base: float = 1.0
+    backoff_cap: float = 3600.0
+    paused_enqueue: bool = False
+    paused_dequeue: bool = False
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "QueueSettings":
+        return cls(
+            name=row["name"],
+            lease_seconds=row["lease_seconds"],
+            max_attempts=row["max_attempts"],
+            backoff_base=row["backoff_base"],
+            backoff_cap=row["backoff_cap"],
+            paused_enqueue=row["paused_enqueue"],
+            paused_dequeue=row["paused_dequeue"],
+        )
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """How the tasks table is split into buckets right now.
+
+    ``visit_count`` is how many buckets consumers must walk: during a shrink on
+    PostgreSQL it stays at the old, larger count until the rows of the dropped buckets
+    have moved. ``shard_column`` is CockroachDB's hidden shard column (None on PostgreSQL,
+    where the bucket is the ordinary ``bucket`` column).
+    """
+
+    bucket_count: int
+    shard_column: str | None = None
+    visit_count: int = 0
+    resizing_from: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.visit_count == 0:
+            object.__setattr__(self, "visit_count", self.bucket_count)
+
+
+@dataclass(frozen=True)
+class DeadTask:
+    """A task in ``shardq_dead``."""
+
+    id: str
+    queue: str
+    payload: bytes
+    attempts: int
+    last_error: str | None
+    died_at: dt.datetime
+    created_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "DeadTask":
+        return cls(
+            id=str(row["id"]),
+            queue=row["queue"],
+            payload=bytes(row["payload"]),
+            attempts=row["attempts"],
+            last_error=row["last_error"],
+            died_at=row["died_at"],
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    ready: int = 0
+    scheduled: int = 0
+    leased: int = 0
+    dead: int = 0
+    oldest_ready_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    buckets: int
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "buckets": self.buckets,
+            "queues": {
+                name: {
+                    "ready": q.ready,
+                    "scheduled": q.scheduled,
+                    "leased": q.leased,
+                    "dead": q.dead,
+                    "oldest_ready_age_s": q.oldest_ready_age_s,
+                }
+                for name, q in sorted(self.queues.items())
+            },
+        }

@@ -1,0 +1,88 @@
+"""Enqueueing: one task or many, one statement per batch.
+
+Guarantees
+    * A batch is one ``INSERT … SELECT FROM unnest(…)`` statement: all of it commits or none.
+    * With a dedupe key, a second enqueue while a task with the same (queue, key) is still live
+      (ready or leased) inserts nothing and says so in :class:`EnqueueResult.duplicate_keys`.
+      Once that task is acked or dead-lettered the key is free again.
+    * A queue comes into being on its first enqueue, with default settings.
+
+Does not
+    * deduplicate tasks without a key: re-sending an enqueue whose result was lost (a dropped
+      connection, CockroachDB's 40003) can insert it twice. Give a dedupe key where that matters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Iterable
+
+from . import validation
+from .errors import InvalidInput
+from .models import EnqueueResult, NewTask
+from .store import TaskStore
+
+BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the round trip,
+# small enough to stay well under CockroachDB's advice for multi-row inserts.
+
+
+def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PAYLOAD_MAX_BYTES) -> NewTask:
+    """Validate one task; bare bytes/str become a task with that payload."""
+    if isinstance(task, (bytes, bytearray, memoryview, str)):
+        task = NewTask(payload=validation.payload(task, limit=payload_limit))
+    elif not isinstance(task, NewTask):
+        raise InvalidInput("a task must be a NewTask, bytes or str")
+    if task.delay is not None and task.run_at is not None:
+        raise InvalidInput("give either delay or run_at, not both")
+    return NewTask(
+        payload=validation.payload(task.payload, limit=payload_limit),
+        delay=validation.delay(task.delay) if task.delay is not None else None,
+        run_at=validation.run_at(task.run_at) if task.run_at is not None else None,
+        dedupe_key=validation.dedupe_key(task.dedupe_key),
+        max_attempts=(
+            validation.positive_int(task.max_attempts, "max_attempts", maximum=10_000)
+            if task.max_attempts is not None
+            else None
+        ),
+    )
+
+
+class Producer:
+    """Enqueue tasks through one :class:`TaskStore`. Not thread-safe (one session)."""
+
+    def __init__(self, store: TaskStore, *, payload_limit: int = validation.PAYLOAD_MAX_BYTES) -> None:
+        self.store = store
+        self.payload_limit = payload_limit
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes | str,
+        *,
+        delay: float | None = None,
+        run_at: dt.datetime | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> EnqueueResult:
+        """Enqueue one task. ``delay`` (seconds) or ``run_at`` (aware datetime) schedule it for later."""
+        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts)
+        return self.enqueue_many(queue, [task])
+
+    def enqueue_many(
+        self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = BATCH_SIZE_DEFAULT
+    ) -> EnqueueResult:
+        """Enqueue many tasks, ``batch_size`` per statement. Every task is validated before the
+        first statement runs, so bad input writes nothing."""
+        validation.queue_name(queue)
+        validation.positive_int(batch_size, "batch size", maximum=validation.BATCH_MAX)
+        prepared = [normalise(task, payload_limit=self.payload_limit) for task in tasks]
+        enqueued: list[str] = []
+        duplicates: list[str] = []
+        for start in range(0, len(prepared), batch_size):
+            chunk = prepared[start : start + batch_size]
+            for task, inserted in zip(chunk, self.store.task_insert_many(queue, chunk)):
+                if inserted is not None:
+                    enqueued.append(str(inserted))
+                else:
+                    duplicates.append(task.dedupe_key or "")
+        return EnqueueResult(tuple(enqueued), tuple(duplicates))

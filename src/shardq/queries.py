@@ -1,0 +1,81 @@
+"""Named SQL statements, loaded once from the ``.sql`` files shipped in ``shardq.sql``.
+
+Every statement shardq runs lives in ``sql/``: ``common/`` for statements that are the
+same on both databases, ``postgresql/`` and ``cockroachdb/`` for the ones that differ
+(a dialect file overrides a common statement of the same name). A block starts with
+``-- name: <entity>_<verb>[_qualifier]`` followed by ``-- `` description lines and the
+statement text. Values are always bind parameters (``%(name)s``); the only runtime
+identifier, CockroachDB's discovered shard column, fills a ``{shard_col}`` slot through
+``psycopg.sql.Identifier`` in :mod:`shardq.db`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+DIALECTS = ("postgresql", "cockroachdb")
+
+_BLOCK_HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One named statement: its name, what it is for, and its SQL text."""
+
+    name: str
+    description: str
+    text: str
+
+    @property
+    def templated(self) -> bool:
+        """True when the text has identifier slots (``{shard_col}``) to fill."""
+        return "{shard_col}" in self.text
+
+
+def parse(source: str) -> dict[str, Statement]:
+    """Split the text of one ``.sql`` file into its named statements."""
+    statements: dict[str, Statement] = {}
+    headers = list(_BLOCK_HEADER.finditer(source))
+    for index, header in enumerate(headers):
+        end = headers[index + 1].start() if index + 1 < len(headers) else len(source)
+        body = source[header.end() : end].strip("\n")
+        description_lines: list[str] = []
+        sql_lines: list[str] = []
+        for line in body.splitlines():
+            if not sql_lines and line.startswith("--"):
+                description_lines.append(line.removeprefix("--").strip())
+            else:
+                sql_lines.append(line)
+        name = header.group(1)
+        if name in statements:
+            raise ValueError(f"statement {name!r} is defined twice in one file")
+        text = "\n".join(sql_lines).strip().rstrip(";")
+        if not text:
+            raise ValueError(f"statement {name!r} has no SQL")
+        statements[name] = Statement(name, " ".join(description_lines), text)
+    return statements
+
+
+def _read_folder(folder: str) -> dict[str, Statement]:
+    found: dict[str, Statement] = {}
+    root = resources.files("shardq.sql").joinpath(folder)
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            for name, statement in parse(entry.read_text(encoding="utf-8")).items():
+                if name in found:
+                    raise ValueError(f"statement {name!r} is defined in two files of {folder}/")
+                found[name] = statement
+    return found
+
+
+@cache
+def statements_for(dialect: str) -> dict[str, Statement]:
+    """All statements for ``dialect``: the common ones, overridden by the dialect's own."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    merged = dict(_read_folder("common"))
+    merged.update(_read_folder(dialect))
+    return merged

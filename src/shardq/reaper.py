@@ -1,0 +1,141 @@
+"""The reaper: returns expired leases to the queue, or to the dead-letter table.
+
+A lease expires when its worker died, hung, or lost its connection. ``run_once`` walks every
+bucket and, per bucket, in batches of at most ``batch``: finds tasks whose lease has expired,
+decides each with :func:`shardq.backoff.decide_failure` (the expired attempt counts), and applies
+the decisions with one fenced statement per kind — back to ready at now + exponential backoff with
+full jitter, or to ``shardq_dead`` when the attempt was the last one. On PostgreSQL it then settles
+the bucket's expired lease records (see migration 0001 for why they exist).
+
+Guarantees
+    * Safe with any number of reapers and consumers at once: every change is fenced by the lease
+      token *and* re-checks that the lease is still expired, so a task that was acked, extended or
+      already reaped meanwhile is left alone, and a task is never reaped twice for one lease.
+    * Bounded work per statement (``batch`` rows) and a cost that follows the number of expired
+      leases, not the size of the table.
+
+Does not
+    * know whether the expired worker is really gone: a handler that outlives its lease may still
+      be running when its task is handed to another worker (that worker's outcome will be refused).
+
+Options (defaults): ``interval`` seconds between runs in :meth:`Reaper.run_forever` (5.0, jittered
+±20 %), ``batch`` tasks per statement (500).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass
+
+from . import backoff, validation
+from .errors import DatabaseUnavailable
+from .models import QueueSettings
+from .store import ExpiredLease, Fenced, TaskStore
+
+log = logging.getLogger("shardq.reaper")
+
+REAP_INTERVAL_DEFAULT = 5.0
+REAP_BATCH_DEFAULT = 500
+# Upper bound on batches per bucket per run, so one run always finishes even while workers keep
+# expiring leases faster than it reaps; the next run continues.
+MAX_BATCHES_PER_BUCKET = 100
+
+
+@dataclass(frozen=True)
+class ReaperConfig:
+    interval: float = REAP_INTERVAL_DEFAULT
+    batch: int = REAP_BATCH_DEFAULT
+
+    def validate(self) -> "ReaperConfig":
+        validation.positive_seconds(self.interval, "reap interval")
+        validation.positive_int(self.batch, "reap batch", maximum=validation.BATCH_MAX)
+        return self
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    retried: int = 0
+    dead: int = 0
+    buckets: int = 0
+    leases_dropped: int = 0
+
+    @property
+    def reaped(self) -> int:
+        return self.retried + self.dead
+
+
+class Reaper:
+    """Reaps expired leases through one :class:`TaskStore`."""
+
+    def __init__(self, store: TaskStore, config: ReaperConfig | None = None, *, rng: random.Random | None = None) -> None:
+        self.store = store
+        self.config = (config or ReaperConfig()).validate()
+        self.rng = rng or random.Random()
+
+    def run_once(self) -> ReapResult:
+        """One pass over every bucket; returns what it did."""
+        layout = self.store.layout()
+        settings = {s.name: s for s in self.store.queue_list()}
+        retried = dead = dropped = 0
+        for bucket in range(layout.visit_count):
+            for _ in range(MAX_BATCHES_PER_BUCKET):
+                expired = self.store.task_reap_candidates(bucket, self.config.batch)
+                r, d = self._apply(expired, settings)
+                retried, dead = retried + r, dead + d
+                if len(expired) < self.config.batch:
+                    break
+            if self.store.uses_lease_records:
+                dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
+        result = ReapResult(retried, dead, layout.visit_count, dropped)
+        if result.reaped:
+            log.info("reaped %d expired leases: %d back to ready, %d dead", result.reaped, retried, dead)
+        return result
+
+    def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings]) -> tuple[int, int]:
+        retry: list[tuple[ExpiredLease, float]] = []
+        bury: list[ExpiredLease] = []
+        for lease in expired:
+            queue = settings.get(lease.key.queue) or QueueSettings(lease.key.queue)
+            decision = backoff.decide_failure(
+                lease.attempts,
+                lease.max_attempts,
+                permanent=False,
+                base=queue.backoff_base,
+                cap=queue.backoff_cap,
+                rng=self.rng,
+            )
+            if decision.outcome is backoff.Outcome.DEAD:
+                bury.append(lease)
+            else:
+                retry.append((lease, decision.delay_seconds))
+        retried = dead = 0
+        if retry:
+            retried = len(
+                self.store.task_retry_many(
+                    [Fenced(l.key, l.token) for l, _ in retry],
+                    [delay for _, delay in retry],
+                    [f"lease expired (attempt {l.attempts})" for l, _ in retry],
+                    require_expired=True,
+                )
+            )
+        if bury:
+            dead = len(
+                self.store.task_bury_many(
+                    [Fenced(l.key, l.token) for l in bury],
+                    [f"lease expired on the last attempt ({l.attempts} of {l.max_attempts})" for l in bury],
+                    require_expired=True,
+                )
+            )
+        return retried, dead
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Call :meth:`run_once` every ``interval`` (±20 % jitter) until ``stop`` is set. Only
+        schedules; a lost database connection is logged and retried next interval."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except DatabaseUnavailable as exc:
+                log.warning("reaper run failed (%s); retrying next interval", exc)
+            stop.wait(self.config.interval * self.rng.uniform(0.8, 1.2))

@@ -1,0 +1,99 @@
+"""Checks on caller input, shared by the library and the CLI (which only adds exit codes).
+
+Everything here raises :class:`shardq.errors.InvalidInput` before any statement runs, so a
+rejected call writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+
+from .errors import InvalidInput
+
+QUEUE_NAME_MAX = 128
+# Names are shown in logs, metrics labels and CLI tables: keep them to a plain charset.
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+PAYLOAD_MAX_BYTES = 1024 * 1024  # 1 MiB: a queue carries references, not blobs
+DEDUPE_KEY_MAX = 512
+DELAY_MAX_SECONDS = 10 * 365 * 24 * 3600.0
+BUCKETS_MIN, BUCKETS_MAX = 2, 2048  # CockroachDB's own range for bucket_count
+BATCH_MAX = 10_000
+
+
+def queue_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("queue name must be a non-empty string")
+    if len(name) > QUEUE_NAME_MAX:
+        raise InvalidInput(f"queue name longer than {QUEUE_NAME_MAX} characters")
+    if not _QUEUE_NAME.match(name):
+        raise InvalidInput(
+            f"queue name {name!r} may hold only letters, digits and _ . : - (and must start with a letter or digit)"
+        )
+    return name
+
+
+def payload(data: object, *, limit: int = PAYLOAD_MAX_BYTES) -> bytes:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInput("payload must be bytes or str")
+    data = bytes(data)
+    if len(data) > limit:
+        raise InvalidInput(f"payload of {len(data)} bytes exceeds the {limit}-byte cap")
+    return data
+
+
+def delay(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidInput("delay must be a number of seconds")
+    value = float(seconds)
+    if not math.isfinite(value) or value < 0 or value > DELAY_MAX_SECONDS:
+        raise InvalidInput(f"delay must be between 0 and {DELAY_MAX_SECONDS:.0f} seconds")
+    return value
+
+
+def run_at(when: object) -> dt.datetime:
+    if not isinstance(when, dt.datetime):
+        raise InvalidInput("run_at must be a datetime")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise InvalidInput("run_at must be timezone-aware")
+    return when
+
+
+def dedupe_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("dedupe key must be a non-empty string")
+    if len(key) > DEDUPE_KEY_MAX:
+        raise InvalidInput(f"dedupe key longer than {DEDUPE_KEY_MAX} characters")
+    if "\x00" in key:
+        raise InvalidInput("dedupe key may not contain NUL")
+    return key
+
+
+def positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{what} must be a positive whole number")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"{what} must be at most {maximum}")
+    return value
+
+
+def positive_seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{what} must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > DELAY_MAX_SECONDS:
+        raise InvalidInput(f"{what} must be a positive number of seconds")
+    return seconds
+
+
+def bucket_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("bucket count must be a whole number")
+    if not BUCKETS_MIN <= value <= BUCKETS_MAX:
+        raise InvalidInput(f"bucket count must be between {BUCKETS_MIN} and {BUCKETS_MAX}")
+    return value

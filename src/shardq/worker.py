@@ -1,0 +1,486 @@
+"""A worker process's runtime: claim in batches, run handlers on threads, settle in batches.
+
+Threads
+    * the **fetcher** (the thread that calls :meth:`Worker.run`) claims batches while fewer than
+      ``concurrency + prefetch`` tasks are in flight, and sleeps with a growing, capped, jittered
+      interval while whole rounds come back empty;
+    * ``concurrency`` **handler** threads run the handler, one task at a time each;
+    * the **settler** acks finished tasks in batches (one statement per batch), retries or
+      dead-letters failed ones, hands back released ones and, with ``heartbeat``, renews the
+      leases of running tasks.
+
+Outcomes
+    The handler gets a :class:`shardq.consumer.Task`. Returning acks it (the row is deleted).
+    Raising :class:`shardq.Permanent` dead-letters it at once; any other exception retries it
+    after exponential backoff with full jitter, or dead-letters it when that was its last attempt.
+
+Guarantees
+    * At-least-once: a task is deleted only after its handler returned. A task whose lease expired
+      and was handed to another worker cannot be acked, retried or extended by this one (every
+      statement is fenced by the lease token); such a stale ack changes nothing and is counted and
+      logged as ``lease_lost``.
+    * Graceful stop (SIGTERM, SIGINT, :meth:`Worker.stop`, or ``until_empty``): no new claims;
+      claimed tasks that have not started are handed back at once (ready again, attempt refunded,
+      no wait for lease expiry); running handlers get ``grace_seconds`` to finish; any still running
+      then are handed back too before the process leaves.
+    * A task whose lease ran out while it waited in this worker's prefetch buffer is handed back
+      instead of being started (it may already be running elsewhere).
+
+Does not
+    * kill a handler thread: Python cannot. A handler that outlives its lease keeps running, but
+      its outcome is discarded if the task was reaped; use ``task.extend()`` or ``heartbeat``.
+
+Options (defaults): ``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds``
+per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
+``heartbeat`` False, ``until_empty`` False.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import signal
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import backoff, validation
+from .consumer import Consumer, Task, fenced
+from .db import Session
+from .errors import DatabaseError, DatabaseUnavailable, Permanent
+from .models import ClaimedTask
+from .store import Fenced, TaskStore
+
+log = logging.getLogger("shardq.worker")
+
+Handler = Callable[[Task], object]
+
+ERROR_TEXT_MAX = 4000  # last_error is for people; keep the row small
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...]
+    concurrency: int = 4
+    batch: int = 100
+    prefetch: int | None = None
+    lease_seconds: float | None = None
+    grace_seconds: float = 30.0
+    idle_min: float = 0.05
+    idle_max: float = 1.0
+    ack_batch: int = 1000
+    heartbeat: bool = False
+    until_empty: bool = False
+
+    def validate(self) -> "WorkerConfig":
+        if not self.queues:
+            raise validation.InvalidInput("at least one queue is needed")
+        for q in self.queues:
+            validation.queue_name(q)
+        validation.positive_int(self.concurrency, "concurrency", maximum=1024)
+        validation.positive_int(self.batch, "batch", maximum=validation.BATCH_MAX)
+        if self.prefetch is not None and (not isinstance(self.prefetch, int) or self.prefetch < 0):
+            raise validation.InvalidInput("prefetch must be a whole number >= 0")
+        if self.lease_seconds is not None:
+            validation.positive_seconds(self.lease_seconds, "lease")
+        if self.grace_seconds < 0:
+            raise validation.InvalidInput("grace period must be >= 0 seconds")
+        if not 0 < self.idle_min <= self.idle_max:
+            raise validation.InvalidInput("idle sleep bounds must satisfy 0 < min <= max")
+        validation.positive_int(self.ack_batch, "ack batch", maximum=validation.BATCH_MAX)
+        return self
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker run. ``lease_lost`` counts outcomes the database refused because
+    the lease had already passed to someone else."""
+
+    claimed: int = 0
+    acked: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    lease_lost: int = 0
+    handler_errors: int = 0
+    claim_statements: int = 0
+    empty_rounds: int = 0
+    per_bucket_claims: Counter = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass
+class _InFlight:
+    claimed: ClaimedTask
+    local_deadline: float
+    running: bool = False
+
+
+@dataclass
+class _Outcome:
+    kind: str  # "ack" | "fail" | "release"
+    claimed: ClaimedTask
+    error: str | None = None
+    permanent: bool = False
+
+
+class Worker:
+    """Runs ``handler`` over tasks of ``config.queues`` until stopped.
+
+    ``session_factory`` makes a new :class:`~shardq.db.Session` for each thread that needs one
+    (the fetcher, the settler, and handler threads that call ``task.extend``).
+    ``on_event`` (optional) is called with (event name, task or None, details dict) for each
+    claim, ack, retry, dead letter, release and lost lease: the hook metrics and logs hang on.
+    """
+
+    def __init__(
+        self,
+        session_factory: Callable[[], Session],
+        handler: Handler,
+        config: WorkerConfig,
+        *,
+        on_event: Callable[[str, ClaimedTask | None, dict], None] | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.handler = handler
+        self.session_factory = session_factory
+        self.stats = WorkerStats()
+        self.on_event = on_event
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self._work: queue_module.Queue[_InFlight | None] = queue_module.Queue()
+        self._outcomes: queue_module.Queue[_Outcome | None] = queue_module.Queue()
+        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        self._outstanding: dict[uuid.UUID, int] = {}
+        self._lock = threading.Condition()
+        self._local = threading.local()
+        self._sessions: list[Session] = []
+        self._consumer: Consumer | None = None
+        self.stopped = threading.Event()
+
+    # -- control ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask for a graceful stop; :meth:`run` returns once it is done."""
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._stop.is_set():
+            log.warning("second signal %s: handing back running tasks without waiting", signum)
+            self._force.set()
+        else:
+            log.info("signal %s: stopping gracefully", signum)
+        self.stop()
+
+    # -- sessions ---------------------------------------------------------------------------
+    def _store(self) -> TaskStore:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            session = self.session_factory()
+            self._sessions.append(session)
+            store = TaskStore(session)
+            if self._consumer is not None:
+                store.layout()  # point CockroachDB statements at the shard column
+            self._local.store = store
+        return store
+
+    def _emit(self, event: str, task: ClaimedTask | None = None, **details: object) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event, task, details)
+            except Exception:  # a broken metrics hook must not break the worker
+                log.exception("on_event hook failed for %s", event)
+
+    # -- main -------------------------------------------------------------------------------
+    def run(self, *, install_signal_handlers: bool = True) -> WorkerStats:
+        """Work until stopped; return the counters. Installs SIGTERM/SIGINT handlers when called
+        from the main thread and ``install_signal_handlers`` is true."""
+        previous = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        store = self._store()
+        self._consumer = Consumer(
+            store, self.config.queues, batch=self.config.batch, lease_seconds=self.config.lease_seconds
+        )
+        handlers = [
+            threading.Thread(target=self._handler_loop, name=f"shardq-handler-{i}", daemon=True)
+            for i in range(self.config.concurrency)
+        ]
+        settler = threading.Thread(target=self._settle_loop, name="shardq-settler", daemon=True)
+        for thread in handlers:
+            thread.start()
+        settler.start()
+        try:
+            self._fetch_loop(self._consumer)
+        finally:
+            self._shutdown(handlers, settler)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for session in self._sessions:
+                session.close()
+            self.stopped.set()
+        return self.stats
+
+    def _capacity(self) -> int:
+        prefetch = self.config.batch if self.config.prefetch is None else self.config.prefetch
+        return self.config.concurrency + prefetch - len(self._inflight)
+
+    def _fetch_loop(self, consumer: Consumer) -> None:
+        empty_rounds = 0
+        failures = 0
+        while not self._stop.is_set():
+            with self._lock:
+                capacity = self._capacity()
+                if capacity <= 0:
+                    self._lock.wait(0.5)
+                    continue
+            try:
+                found = consumer.claim(limit=capacity)
+                failures = 0
+            except DatabaseUnavailable as exc:
+                failures += 1
+                pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
+                log.warning("claim failed (%s); retrying in %.1fs", exc, pause)
+                self._stop.wait(pause)
+                continue
+            self.stats.add(claim_statements=found.statements)
+            if found.tasks:
+                empty_rounds = 0
+                self._accept(found.tasks, consumer)
+                continue
+            if not found.round_empty:
+                continue
+            self.stats.add(empty_rounds=1)
+            with self._lock:
+                idle = not self._inflight
+            if self.config.until_empty and idle:
+                log.info("a full round found nothing due and nothing is in flight: done")
+                return
+            empty_rounds += 1
+            pause = backoff.idle_sleep(empty_rounds, minimum=self.config.idle_min, maximum=self.config.idle_max)
+            if self.config.until_empty and not idle:
+                with self._lock:
+                    self._lock.wait(pause)
+            else:
+                self._stop.wait(pause)
+
+    def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
+        lease = consumer.lease_for(tasks[0].queue)
+        deadline = time.monotonic() + lease
+        with self._lock:
+            self._outstanding[tasks[0].lease_token] = len(tasks)
+            entries = []
+            for claimed in tasks:
+                entry = _InFlight(claimed, deadline)
+                self._inflight[claimed.key.id] = entry
+                entries.append(entry)
+        self.stats.add(claimed=len(tasks))
+        self.stats.per_bucket_claims[tasks[0].key.bucket] += len(tasks)
+        for entry in entries:
+            self._emit("claimed", entry.claimed)
+            self._work.put(entry)
+
+    # -- handlers ---------------------------------------------------------------------------
+    def _extend(self, claimed: ClaimedTask, seconds: float):
+        expiry = self._store().task_extend_many([fenced(claimed)], seconds)
+        expires = expiry.get(claimed.key.id)
+        if expires is not None:
+            with self._lock:
+                entry = self._inflight.get(claimed.key.id)
+                if entry is not None:
+                    entry.local_deadline = time.monotonic() + seconds
+        return expires
+
+    def _handler_loop(self) -> None:
+        while True:
+            entry = self._work.get()
+            if entry is None:
+                return
+            if self._stop.is_set() or time.monotonic() >= entry.local_deadline:
+                # Not started: hand it back now rather than run a task that may be elsewhere.
+                self._outcomes.put(_Outcome("release", entry.claimed))
+                continue
+            with self._lock:
+                entry.running = True
+            task = Task(entry.claimed, self._extend)
+            try:
+                self.handler(task)
+            except Permanent as exc:
+                self._outcomes.put(_Outcome("fail", entry.claimed, _describe(exc), permanent=True))
+            except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
+                self.stats.add(handler_errors=1)
+                self._outcomes.put(_Outcome("fail", entry.claimed, _describe(exc)))
+            else:
+                self._outcomes.put(_Outcome("ack", entry.claimed))
+
+    # -- settling ---------------------------------------------------------------------------
+    def _settle_loop(self) -> None:
+        store = None
+        pending: list[_Outcome] = []
+        closing: set[uuid.UUID] = set()
+        finished = False
+        next_beat = time.monotonic()
+        failures = 0
+        while not finished or pending or closing:
+            if not finished:
+                try:
+                    item = self._outcomes.get(timeout=0.05) if not pending else self._outcomes.get_nowait()
+                    if item is None:
+                        finished = True
+                    else:
+                        pending.append(item)
+                    while len(pending) < self.config.ack_batch:
+                        item = self._outcomes.get_nowait()
+                        if item is None:
+                            finished = True
+                            break
+                        pending.append(item)
+                except queue_module.Empty:
+                    pass
+            try:
+                store = store or self._store()
+                if pending or closing:
+                    self._settle(store, pending, closing)
+                    pending, closing = [], set()
+                if self.config.heartbeat and time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self._heartbeat(store)
+                failures = 0
+            except DatabaseUnavailable as exc:
+                failures += 1
+                pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
+                log.warning("settling %d outcomes failed (%s); retrying in %.1fs", len(pending), exc, pause)
+                time.sleep(pause)
+            except DatabaseError as exc:
+                # The leases will expire and the reaper returns these tasks: at-least-once holds.
+                log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(pending), exc)
+                self._forget(pending)
+                pending, closing = [], set()
+
+    def _settle(self, store: TaskStore, outcomes: list[_Outcome], closing: set[uuid.UUID]) -> None:
+        acks = [o for o in outcomes if o.kind == "ack"]
+        fails = [o for o in outcomes if o.kind == "fail"]
+        releases = [o for o in outcomes if o.kind == "release"]
+        if releases:
+            done = store.task_release_many([fenced(o.claimed) for o in releases])
+            self._count(releases, done, "released")
+        if fails:
+            self._settle_failures(store, fails)
+        closed = closing | self._settled_tokens(outcomes)
+        if acks or (closed and store.uses_lease_records):
+            done = store.task_ack_many([fenced(o.claimed) for o in acks], closed)
+            self._count(acks, done, "acked")
+        self._forget(outcomes)
+
+    def _settle_failures(self, store: TaskStore, fails: list[_Outcome]) -> None:
+        retry: list[tuple[_Outcome, float]] = []
+        bury: list[_Outcome] = []
+        for outcome in fails:
+            settings = self._consumer.settings(outcome.claimed.queue) if self._consumer else None
+            decision = backoff.decide_failure(
+                outcome.claimed.attempt,
+                outcome.claimed.max_attempts,
+                permanent=outcome.permanent,
+                base=settings.backoff_base if settings else 1.0,
+                cap=settings.backoff_cap if settings else 3600.0,
+            )
+            if decision.outcome is backoff.Outcome.DEAD:
+                bury.append(outcome)
+            else:
+                retry.append((outcome, decision.delay_seconds))
+        if retry:
+            done = store.task_retry_many(
+                [fenced(o.claimed) for o, _ in retry],
+                [delay for _, delay in retry],
+                [o.error for o, _ in retry],
+                require_expired=False,
+            )
+            self._count([o for o, _ in retry], done, "retried")
+        if bury:
+            done = store.task_bury_many([fenced(o.claimed) for o in bury], [o.error for o in bury], require_expired=False)
+            self._count(bury, done, "dead")
+
+    def _count(self, outcomes: list[_Outcome], done: set[uuid.UUID], event: str) -> None:
+        lost = [o for o in outcomes if o.claimed.key.id not in done]
+        self.stats.add(**{event: len(outcomes) - len(lost), "lease_lost": len(lost)})
+        for o in outcomes:
+            if o.claimed.key.id in done:
+                self._emit(event, o.claimed)
+        for o in lost:
+            log.warning(
+                "task %s (queue %s, attempt %d): lease lost before %s; the outcome changed nothing",
+                o.claimed.id, o.claimed.queue, o.claimed.attempt, event,
+            )
+            self._emit("lease_lost", o.claimed, outcome=event)
+
+    def _settled_tokens(self, outcomes: list[_Outcome]) -> set[uuid.UUID]:
+        closed = set()
+        with self._lock:
+            for o in outcomes:
+                token = o.claimed.lease_token
+                left = self._outstanding.get(token)
+                if left is None:
+                    continue
+                if left <= 1:
+                    del self._outstanding[token]
+                    closed.add(token)
+                else:
+                    self._outstanding[token] = left - 1
+        return closed
+
+    def _forget(self, outcomes: list[_Outcome]) -> None:
+        with self._lock:
+            for o in outcomes:
+                self._inflight.pop(o.claimed.key.id, None)
+            self._lock.notify_all()
+
+    def _heartbeat(self, store: TaskStore) -> float:
+        """Renew leases of running tasks; returns seconds until the next beat (a third of the
+        shortest lease, so two beats can be missed before a lease runs out)."""
+        with self._lock:
+            running = [e.claimed for e in self._inflight.values() if e.running]
+        leases = {c.queue: self._consumer.lease_for(c.queue) for c in running} if self._consumer else {}
+        for queue_name, lease in leases.items():
+            items = [fenced(c) for c in running if c.queue == queue_name]
+            renewed = store.task_extend_many(items, lease)
+            with self._lock:
+                for c in running:
+                    if c.key.id in renewed and c.key.id in self._inflight:
+                        self._inflight[c.key.id].local_deadline = time.monotonic() + lease
+        shortest = min(leases.values(), default=30.0)
+        return max(0.5, shortest / 3.0)
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def _shutdown(self, handlers: list[threading.Thread], settler: threading.Thread) -> None:
+        self._stop.set()
+        # Unstarted tasks: the handler threads hand them back as they pull them (stop is set).
+        for _ in handlers:
+            self._work.put(None)
+        deadline = time.monotonic() + self.config.grace_seconds
+        for thread in handlers:
+            while thread.is_alive() and not self._force.is_set() and time.monotonic() < deadline:
+                thread.join(timeout=0.1)
+        with self._lock:
+            stuck = [e.claimed for e in self._inflight.values() if e.running]
+        still_running = [t for t in handlers if t.is_alive()]
+        if still_running:
+            log.warning("%d handlers still running after the grace period; handing their tasks back", len(still_running))
+            for claimed in stuck:
+                self._outcomes.put(_Outcome("release", claimed))
+        self._outcomes.put(None)
+        settler.join(timeout=max(5.0, self.config.grace_seconds))
+
+
+def _describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[:ERROR_TEXT_MAX]
