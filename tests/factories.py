@@ -1,0 +1,125 @@
+"""Factories that put tasks into exact states, for tests. Direct SQL is fine here (and only here)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+from shardq.client import Client
+from shardq.db import Dsn, Session
+from shardq.models import ClaimedTask, TaskKey
+from shardq.store import Fenced, TaskStore
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class TestDatabase:
+    __test__ = False  # not a test class
+
+    def __init__(self, dsn: Dsn, dialect: str, drop: tuple[str, str] | None = None) -> None:
+        self.dsn = dsn
+        self.dialect = dialect
+        self._drop = drop
+        self.client = Client(dsn, application_name="shardq-test")
+        self.session = self.client.new_session()
+        self.store = TaskStore(self.session)
+        self.layout = self.store.layout()
+
+    def close(self) -> None:
+        self.client.close()
+        if self._drop:
+            url, name = self._drop
+            with Session(Dsn.parse(url) if not url.startswith("cockroachdb") else Dsn.parse(url)) as s:
+                if self.dialect == "postgresql":
+                    s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                else:
+                    s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" CASCADE')
+
+    def sql(self, query: str, params: dict | None = None) -> list[dict]:
+        return self.session.execute_raw(query, params or {})
+
+    def make_task(
+        self,
+        queue: str = "q",
+        *,
+        payload: bytes = b"payload",
+        state: str = "ready",
+        exec_time: dt.datetime | None = None,
+        attempts: int = 0,
+        max_attempts: int = 25,
+        lease_expires_at: dt.datetime | None = None,
+        lease_token: uuid.UUID | None = None,
+        dedupe_key: str | None = None,
+        bucket: int | None = None,
+    ) -> ClaimedTask:
+        """Insert one task row exactly as described (a leased task gets a token and, on
+        PostgreSQL, its lease record). Returns it as a consumer would hold it."""
+        task_id = uuid.uuid4()
+        exec_time = exec_time or utcnow() - dt.timedelta(seconds=1)
+        if state == "leased":
+            lease_token = lease_token or uuid.uuid4()
+            lease_expires_at = lease_expires_at or utcnow() + dt.timedelta(seconds=30)
+        self.client.store.queue_ensure(queue)
+        params = dict(
+            queue=queue, state=state, exec_time=exec_time, id=task_id, attempts=attempts,
+            max_attempts=max_attempts, lease_expires_at=lease_expires_at, lease_token=lease_token,
+            payload=payload, dedupe_key=dedupe_key,
+        )
+        if self.dialect == "postgresql":
+            params["bucket"] = bucket if bucket is not None else task_id.int % self.layout.bucket_count
+            row = self.sql(
+                "INSERT INTO shardq_tasks (bucket, queue, exec_time, id, state, attempts, max_attempts,"
+                " lease_expires_at, lease_token, payload, dedupe_key) VALUES (%(bucket)s, %(queue)s,"
+                " %(exec_time)s, %(id)s, %(state)s, %(attempts)s, %(max_attempts)s, %(lease_expires_at)s,"
+                " %(lease_token)s, %(payload)s, %(dedupe_key)s) RETURNING bucket, created_at",
+                params,
+            )[0]
+            if state == "leased":
+                self.sql(
+                    "INSERT INTO shardq_leases (token, bucket, queue, expires_at, exec_times, ids)"
+                    " VALUES (%(token)s, %(bucket)s, %(queue)s, %(expires)s, ARRAY[%(exec_time)s::timestamptz],"
+                    " ARRAY[%(id)s::uuid])",
+                    dict(token=lease_token, bucket=row["bucket"], queue=queue, expires=lease_expires_at,
+                         exec_time=exec_time, id=task_id),
+                )
+        else:
+            shard = self.layout.shard_column
+            row = self.sql(
+                "INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts,"
+                " lease_expires_at, lease_token, payload, dedupe_key) VALUES (%(state)s, %(queue)s,"
+                " %(exec_time)s, %(id)s, %(attempts)s, %(max_attempts)s, %(lease_expires_at)s,"
+                " %(lease_token)s, %(payload)s, %(dedupe_key)s) RETURNING created_at",
+                params,
+            )[0]
+            row["bucket"] = self.sql(
+                f'SELECT "{shard}" AS b FROM shardq_tasks WHERE state = %(state)s AND queue = %(queue)s'
+                " AND exec_time = %(exec_time)s AND id = %(id)s", params
+            )[0]["b"]
+        return ClaimedTask(
+            key=TaskKey(int(row["bucket"]), queue, exec_time, task_id),
+            attempt=attempts,
+            max_attempts=max_attempts,
+            payload=payload,
+            lease_token=lease_token or uuid.uuid4(),
+            lease_expires_at=lease_expires_at or exec_time,
+            created_at=row["created_at"],
+        )
+
+    def task_row(self, task_id) -> dict | None:
+        rows = self.sql("SELECT * FROM shardq_tasks WHERE id = %(id)s", {"id": uuid.UUID(str(task_id))})
+        return rows[0] if rows else None
+
+    def dead_row(self, task_id) -> dict | None:
+        rows = self.sql("SELECT * FROM shardq_dead WHERE id = %(id)s", {"id": uuid.UUID(str(task_id))})
+        return rows[0] if rows else None
+
+    def count(self, table: str = "shardq_tasks") -> int:
+        assert table in ("shardq_tasks", "shardq_dead", "shardq_leases", "shardq_queues")
+        return self.sql(f"SELECT count(*) AS n FROM {table}")[0]["n"]
+
+
+def fenced(task: ClaimedTask) -> Fenced:
+    return Fenced(task.key, task.lease_token)
