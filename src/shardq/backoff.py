@@ -60,7 +60,8 @@ def decide_failure(
     just spent (``attempts`` counts it) was the last one."""
     if permanent or attempts >= max_attempts:
         return Decision(Outcome.DEAD)
-    return Decision(Outcome.RETRY, retry_delay(attempts, base=base, cap=cap, rng=rng))
+    # A lease always charges an attempt; max() only guards rows edited by hand.
+    return Decision(Outcome.RETRY, retry_delay(max(attempts, 1), base=base, cap=cap, rng=rng))
 
 
 def idle_sleep(empty_rounds: int, *, minimum: float, maximum: float, rng: random.Random | None = None) -> float:

@@ -83,6 +83,8 @@ class TaskStore:
             "task_claim_batch",
             {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token},
         )
+        # RETURNING follows no order; hand tasks out earliest exec_time first, as claimed.
+        rows.sort(key=lambda row: row["exec_time"])
         return [ClaimedTask.from_row(row, token) for row in rows]
 
     def task_ack_many(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> set[uuid.UUID]:

@@ -1,0 +1,35 @@
+# shardq's single entry point. `make demo` runs the main job on the embedded database;
+# `make test` runs the test suite CI runs. Both set up everything they need first.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+EXTRAS ?= dev
+
+.PHONY: setup test test-full demo bench bench-quick lint clean
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+setup: $(VENV)/.installed-$(EXTRAS)
+
+# The CI suite: every behaviour, CLI and migration test against the embedded PostgreSQL
+# (CockroachDB variants run too where SHARDQ_TEST_COCKROACH_URL or a Docker engine exists).
+test: setup
+	$(BIN)/pytest -q -m "not slow"
+
+# Everything, including the long crash/fuzz suites.
+test-full: setup
+	$(BIN)/pytest -q
+
+demo: setup
+	$(BIN)/python -m shardq.demo
+
+lint: setup
+	$(BIN)/ruff check src cli tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,189 @@
+"""The `shardq` command, driven as a real subprocess against a real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SHARDQ = str(Path(sys.executable).with_name("shardq"))
+
+HANDLERS = textwrap.dedent(
+    """
+    import os
+    import shardq
+
+    def record(task):
+        with open(os.environ["SHARDQ_TEST_OUT"] + f".{os.getpid()}", "a") as out:
+            out.write(task.id + "\\n")
+
+    def fail_forever(task):
+        raise shardq.Permanent("payload is poison: " + task.payload.decode())
+    """
+)
+
+
+@pytest.fixture
+def shardq_cli(pg_db, tmp_path):
+    (tmp_path / "handlers_for_test.py").write_text(HANDLERS)
+    env = {**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo, "SHARDQ_TEST_OUT": str(tmp_path / "seen")}
+
+    def run(*args: str, stdin: str | None = None, check: bool = True, env_extra: dict | None = None):
+        result = subprocess.run(
+            [SHARDQ, *args], input=stdin, capture_output=True, text=True, cwd=tmp_path,
+            env={**env, **(env_extra or {})}, timeout=300,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"shardq {' '.join(args)} -> {result.returncode}: {result.stderr}")
+        return result
+
+    run.db = pg_db
+    run.tmp = tmp_path
+    return run
+
+
+def seen_ids(tmp: Path) -> list[str]:
+    ids = []
+    for path in tmp.glob("seen.*"):
+        ids += path.read_text().split()
+    return ids
+
+
+def test_enqueue_then_stats_json_follows_the_contract(shardq_cli):
+    assert shardq_cli("enqueue", "emails", "hello").stdout.strip() == "enqueued 1"
+    assert shardq_cli("enqueue", "emails", "--delay", "3600", "later").stdout.strip() == "enqueued 1"
+    data = json.loads(shardq_cli("stats", "--json").stdout)
+    assert data["buckets"] == 4
+    q = data["queues"]["emails"]
+    assert {k: q[k] for k in ("ready", "scheduled", "leased", "dead")} == {"ready": 1, "scheduled": 1, "leased": 0, "dead": 0}
+    assert isinstance(q["oldest_ready_age_s"], float)
+
+
+def test_enqueue_lines_reads_one_task_per_line(shardq_cli):
+    out = shardq_cli("enqueue", "q", "--lines", stdin="a\nb\nc\n").stdout
+    assert out.strip() == "enqueued 3"
+
+
+def test_enqueue_with_a_live_dedupe_key_says_it_skipped(shardq_cli):
+    shardq_cli("enqueue", "q", "x", "--dedupe-key", "k")
+    assert "duplicates skipped: 1" in shardq_cli("enqueue", "q", "x", "--dedupe-key", "k").stdout
+
+
+def test_work_until_empty_processes_everything_and_exits_zero(shardq_cli):
+    shardq_cli("enqueue", "q", "--lines", stdin="".join(f"{i}\n" for i in range(300)))
+    result = shardq_cli("work", "q", "--handler", "handlers_for_test:record", "--until-empty", "--concurrency", "2")
+    assert "processed 300" in result.stdout
+    assert len(set(seen_ids(shardq_cli.tmp))) == 300
+    assert json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]["ready"] == 0
+
+
+def test_dead_letters_can_be_listed_requeued_and_purged(shardq_cli):
+    shardq_cli("enqueue", "q", "--lines", stdin="a\nb\n")
+    out = shardq_cli("work", "q", "--handler", "handlers_for_test:fail_forever", "--until-empty").stdout
+    assert "dead 2" in out
+    listed = json.loads(shardq_cli("dead", "list", "q", "--json").stdout)
+    assert {t["payload"] for t in listed} == {"a", "b"}
+    assert all("poison" in t["last_error"] for t in listed)
+    assert shardq_cli("dead", "requeue", "q", listed[0]["id"]).stdout.strip() == "requeued 1"
+    assert json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]["ready"] == 1
+    assert shardq_cli("dead", "requeue", "q", "--all").stdout.strip() == "requeued 1"
+    shardq_cli("work", "q", "--handler", "handlers_for_test:fail_forever", "--until-empty")
+    assert shardq_cli("dead", "purge", "q").stdout.strip() == "purged 2"
+    assert json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]["dead"] == 0
+
+
+def test_reap_once_reports_what_it_did(shardq_cli):
+    assert shardq_cli("reap", "--once").stdout.strip() == "reaped 0: 0 back to ready, 0 dead"
+
+
+def test_buckets_show_json(shardq_cli):
+    shardq_cli("enqueue", "q", "--lines", stdin="".join(f"{i}\n" for i in range(100)))
+    data = json.loads(shardq_cli("buckets", "show", "--json").stdout)
+    assert data["bucket_count"] == 4 and data["resizing"] is False
+    assert sum(data["rows_per_bucket"].values()) == 100
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("enqueue", "bad name!", "x"),
+        ("enqueue", "q", "x", "--delay", "-3"),
+        ("enqueue", "q", "x", "--lines"),
+        ("work", "q", "--handler", "no_such_module:f"),
+        ("work", "q", "--handler", "not a spec"),
+        ("work", "q", "--handler", "handlers_for_test:record", "--batch", "0"),
+        ("work", "q", "--handler", "handlers_for_test:record", "--lease", "0"),
+        ("migrate", "--buckets", "1"),
+        ("dead", "requeue", "q", "not-a-uuid"),
+        ("dead", "requeue", "q"),
+        ("stats", "--bogus"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_no_traceback(shardq_cli, args):
+    result = shardq_cli(*args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip()
+
+
+def test_malformed_dsn_exits_2(shardq_cli):
+    result = shardq_cli("--dsn", "mysql://nope", "stats", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_database_exits_1_without_traceback_or_password(shardq_cli):
+    result = shardq_cli("--dsn", "postgresql://app:s3cr3t-pw@127.0.0.1:1/x", "stats", check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "s3cr3t-pw" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_debug_flag_shows_the_traceback(shardq_cli):
+    result = shardq_cli("--debug", "enqueue", "bad name!", "x", check=False)
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_embedded_database_commands(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_DSN"}
+    env["SHARDQ_HOME"] = str(tmp_path / "home")
+
+    def run(*args):
+        return subprocess.run([SHARDQ, *args], capture_output=True, text=True, env=env, timeout=180)
+
+    assert run("db", "status").stdout.startswith("stopped")
+    url = run("db", "start").stdout.strip()
+    assert url.startswith("postgresql://postgres@127.0.0.1:")
+    try:
+        assert run("db", "url").stdout.strip() == url
+        assert run("db", "status").stdout.startswith("running")
+        assert "migrated" in run("migrate").stdout
+        assert run("enqueue", "q", "x").stdout.strip() == "enqueued 1"
+    finally:
+        assert run("db", "stop").stdout.strip() == "stopped"
+    assert run("db", "status").stdout.startswith("stopped")
+
+
+def test_hundred_thousand_tasks_drain_with_four_worker_processes(shardq_cli):
+    shardq_cli.db.client.enqueue_many("bulk", [str(i).encode() for i in range(100_000)], batch_size=5000)
+    workers = [
+        subprocess.Popen(
+            [SHARDQ, "work", "bulk", "--handler", "handlers_for_test:record", "--until-empty", "--batch", "200"],
+            cwd=shardq_cli.tmp, env={**os.environ, "SHARDQ_DSN": shardq_cli.db.dsn.conninfo,
+                                     "SHARDQ_TEST_OUT": str(shardq_cli.tmp / "seen")},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(4)
+    ]
+    for worker in workers:
+        out, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err
+    ids = seen_ids(shardq_cli.tmp)
+    assert len(set(ids)) == 100_000
+    stats = json.loads(shardq_cli("stats", "--json").stdout)["queues"]["bulk"]
+    assert (stats["ready"], stats["scheduled"], stats["leased"], stats["dead"]) == (0, 0, 0, 0)

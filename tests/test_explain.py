@@ -1,0 +1,83 @@
+"""Query-plan guards: the hot statements touch one bucket's span, never the whole table.
+
+PostgreSQL here; the CockroachDB equivalents are in test_cockroach.py and run where a cluster is
+reachable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+
+import pytest
+
+from shardq.queries import statements_for
+
+from .factories import utcnow
+
+
+@pytest.fixture
+def seeded(pg_db):
+    pg_db.client.enqueue_many("q", [b"x"] * 20_000, batch_size=5000)
+    pg_db.client.enqueue_many("other", [b"y"] * 5_000, batch_size=5000)
+    for _ in range(50):
+        pg_db.make_task(state="leased", lease_expires_at=utcnow() - dt.timedelta(seconds=5))
+    # Lease records of claims still in flight elsewhere (one per claimed batch).
+    pg_db.sql(
+        "INSERT INTO shardq_leases (token, bucket, queue, expires_at, exec_times, ids)"
+        " SELECT gen_random_uuid(), g %% 4, 'q', now() + interval '1 minute', ARRAY[now()], ARRAY[gen_random_uuid()]"
+        " FROM generate_series(1, 5000) AS g"
+    )
+    pg_db.sql("ANALYZE")
+    return pg_db
+
+
+def plan(db, name: str, params: dict) -> dict:
+    text = statements_for("postgresql")[name].text
+    rows = db.sql("EXPLAIN (FORMAT JSON) " + text, params)
+    data = rows[0]["QUERY PLAN"]
+    return (json.loads(data) if isinstance(data, str) else data)[0]["Plan"]
+
+
+def nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from nodes(child)
+
+
+def scans_of(tree: dict, relation: str) -> list[dict]:
+    return [n for n in nodes(tree) if n.get("Relation Name") == relation and "Scan" in n["Node Type"]]
+
+
+def test_claim_scans_one_bucket_span_of_the_primary_key(seeded):
+    tree = plan(seeded, "task_claim_batch", dict(bucket=2, queue="q", limit=100, lease_seconds=30, token=uuid.uuid4()))
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
+    picking = [s for s in scans if "exec_time <=" in s.get("Index Cond", "")]
+    assert picking, scans
+    cond = picking[0]["Index Cond"]
+    assert re.search(r"bucket = '?2'?", cond) and "queue =" in cond
+    assert picking[0]["Index Name"] == "shardq_tasks_pkey"
+
+
+def test_reap_candidates_use_the_bucket_lease_index_and_whole_key_lookups(seeded):
+    tree = plan(seeded, "task_reap_candidates", dict(bucket=1, limit=500))
+    lease_scans = scans_of(tree, "shardq_leases")
+    assert lease_scans and all(s["Node Type"] != "Seq Scan" for s in lease_scans)
+    conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in lease_scans)
+    assert re.search(r"bucket = '?1'?", conditions)
+    task_scans = scans_of(tree, "shardq_tasks")
+    assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)
+    assert all(s.get("Index Name") == "shardq_tasks_pkey" for s in task_scans)
+
+
+def test_ack_deletes_by_whole_key(seeded):
+    tree = plan(
+        seeded,
+        "task_ack_many",
+        dict(buckets=[1], queues=["q"], exec_times=[utcnow()], ids=[uuid.uuid4()], tokens=[uuid.uuid4()], closed_tokens=[]),
+    )
+    task_scans = scans_of(tree, "shardq_tasks")
+    assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)

@@ -1,0 +1,43 @@
+"""Migrations: idempotent upgrade, working downgrade, the bucket count at creation."""
+
+from __future__ import annotations
+
+from shardq import migrate
+from shardq.db import Dsn, Session
+
+
+def test_upgrade_is_idempotent_and_downgrade_round_trips(pg_server):
+    admin = Dsn.parse(pg_server.url("postgres"))
+    with Session(admin) as s:
+        s.execute_raw("DROP DATABASE IF EXISTS mig_roundtrip")
+        s.execute_raw("CREATE DATABASE mig_roundtrip")
+    dsn = Dsn.parse(pg_server.url("mig_roundtrip"))
+    first = migrate.upgrade(dsn, buckets=8)
+    assert first.changed and first.before is None
+    again = migrate.upgrade(dsn, buckets=32)
+    assert not again.changed and again.buckets_ignored
+    with Session(dsn) as s:
+        assert s.fetch_one("layout_get")["bucket_count"] == 8
+    down = migrate.downgrade(dsn)
+    assert down.after is None
+    with Session(dsn) as s:
+        tables = s.execute_raw("SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'shardq_%%'")
+        assert tables == []
+    assert migrate.upgrade(dsn, buckets=4).after == first.after
+    with Session(dsn) as s:
+        assert s.fetch_one("layout_get")["bucket_count"] == 4
+
+
+def test_operations_before_migrating_say_to_migrate(pg_server):
+    import pytest
+
+    from shardq import NotMigrated
+    from shardq.client import Client
+
+    admin = Dsn.parse(pg_server.url("postgres"))
+    with Session(admin) as s:
+        s.execute_raw("DROP DATABASE IF EXISTS mig_empty")
+        s.execute_raw("CREATE DATABASE mig_empty")
+    with Client(pg_server.url("mig_empty")) as client:
+        with pytest.raises(NotMigrated, match="shardq migrate"):
+            client.enqueue("q", b"x")
