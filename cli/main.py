@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin_commands, db_commands, queue_commands  # noqa: F401  (register commands)
+from . import admin_commands, db_commands, queue_commands, queue_settings_commands  # noqa: F401  (register commands)
 from .app import cli
 
 

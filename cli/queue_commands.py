@@ -17,8 +17,11 @@ from .app import cli, client_from
 @click.option("--delay", type=float, default=None, metavar="SECONDS", help="Run no earlier than this many seconds from now.")
 @click.option("--dedupe-key", default=None, metavar="KEY", help="Skip if a live task of the queue has this key.")
 @click.option("--max-attempts", type=int, default=None, help="Attempts before dead-lettering (default: the queue's).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
+@click.option("--key", "exclusive_key", default=None, metavar="KEY",
+              help="Exclusive key: at most one task of the queue with this key runs at a time.")
 @click.pass_context
-def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts) -> None:
+def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
     from shardq.models import NewTask
@@ -33,11 +36,22 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts) -> None
         payloads = [payload.encode("utf-8")]
     else:
         payloads = [sys.stdin.buffer.read()]
-    tasks = [NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts) for p in payloads]
+    tasks = [
+        NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts, priority=priority,
+                exclusive_key=exclusive_key)
+        for p in payloads
+    ]
     result = client_from(ctx).enqueue_many(queue, tasks)
     message = f"enqueued {result.enqueued}"
+    notes = []
     if result.duplicates:
-        message += f" (duplicates skipped: {result.duplicates})"
+        notes.append(f"duplicates skipped: {result.duplicates}")
+    if result.backlogged_ids:
+        notes.append(f"waiting in the key's backlog: {len(result.backlogged_ids)}")
+    if result.superseded:
+        notes.append(f"older backlog entries replaced: {result.superseded}")
+    if notes:
+        message += " (" + "; ".join(notes) + ")"
     click.echo(message)
 
 
@@ -89,3 +103,19 @@ def reap(ctx, once, interval) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     reaper.run_forever(stop)
+
+
+@cli.command("cancel")
+@click.argument("ids", nargs=-1, required=True)
+@click.pass_context
+def cancel(ctx, ids) -> None:
+    """Cancel tasks by ID (ready, scheduled, waiting or running: a running task's outcome is then ignored)."""
+    from shardq import admin
+
+    result = admin.cancel(client_from(ctx).store, list(ids))
+    message = f"cancelled {len(result.cancelled)}"
+    if result.not_found:
+        message += f" (not found: {', '.join(result.not_found)})"
+    click.echo(message)
+    if result.not_found and not result.cancelled:
+        ctx.exit(1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from shardq.client import Client
 from shardq.db import Dsn, Session
-from shardq.models import ClaimedTask, TaskKey
+from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
 from shardq.store import Fenced, TaskStore
 
 
@@ -54,6 +54,8 @@ class TestDatabase:
         lease_token: uuid.UUID | None = None,
         dedupe_key: str | None = None,
         bucket: int | None = None,
+        priority: int = 0,
+        exclusive_key: str | None = None,
     ) -> ClaimedTask:
         """Insert one task row exactly as described (a leased task gets a token and, on
         PostgreSQL, its lease record). Returns it as a consumer would hold it."""
@@ -63,49 +65,55 @@ class TestDatabase:
             lease_token = lease_token or uuid.uuid4()
             lease_expires_at = lease_expires_at or utcnow() + dt.timedelta(seconds=30)
         self.client.store.queue_ensure(queue)
+        rank = {"scheduled": RANK_SCHEDULED, "backlog": RANK_BACKLOG}.get(state, priority)
         params = dict(
-            queue=queue, state=state, exec_time=exec_time, id=task_id, attempts=attempts,
+            queue=queue, state=state, rank=rank, priority=priority, exclusive_key=exclusive_key,
+            backlogged=state == "backlog", exec_time=exec_time, id=task_id, attempts=attempts,
             max_attempts=max_attempts, lease_expires_at=lease_expires_at, lease_token=lease_token,
             payload=payload, dedupe_key=dedupe_key,
         )
         if self.dialect == "postgresql":
             params["bucket"] = bucket if bucket is not None else task_id.int % self.layout.bucket_count
             row = self.sql(
-                "INSERT INTO shardq_tasks (bucket, queue, exec_time, id, state, attempts, max_attempts,"
-                " lease_expires_at, lease_token, payload, dedupe_key) VALUES (%(bucket)s, %(queue)s,"
-                " %(exec_time)s, %(id)s, %(state)s, %(attempts)s, %(max_attempts)s, %(lease_expires_at)s,"
+                "INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, priority, exclusive_key,"
+                " backlogged, attempts, max_attempts, lease_expires_at, lease_token, payload, dedupe_key)"
+                " VALUES (%(bucket)s, %(queue)s, %(rank)s, %(exec_time)s, %(id)s, %(state)s, %(priority)s,"
+                " %(exclusive_key)s, %(backlogged)s, %(attempts)s, %(max_attempts)s, %(lease_expires_at)s,"
                 " %(lease_token)s, %(payload)s, %(dedupe_key)s) RETURNING bucket, created_at",
                 params,
             )[0]
             if state == "leased":
                 self.sql(
-                    "INSERT INTO shardq_leases (token, bucket, queue, expires_at, exec_times, ids)"
-                    " VALUES (%(token)s, %(bucket)s, %(queue)s, %(expires)s, ARRAY[%(exec_time)s::timestamptz],"
-                    " ARRAY[%(id)s::uuid])",
+                    "INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)"
+                    " VALUES (%(token)s, %(bucket)s, %(queue)s, %(expires)s, ARRAY[%(rank)s::int8],"
+                    " ARRAY[%(exec_time)s::timestamptz], ARRAY[%(id)s::uuid])",
                     dict(token=lease_token, bucket=row["bucket"], queue=queue, expires=lease_expires_at,
-                         exec_time=exec_time, id=task_id),
+                         rank=rank, exec_time=exec_time, id=task_id),
                 )
         else:
             shard = self.layout.shard_column
             row = self.sql(
-                "INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts,"
-                " lease_expires_at, lease_token, payload, dedupe_key) VALUES (%(state)s, %(queue)s,"
-                " %(exec_time)s, %(id)s, %(attempts)s, %(max_attempts)s, %(lease_expires_at)s,"
-                " %(lease_token)s, %(payload)s, %(dedupe_key)s) RETURNING created_at",
+                "INSERT INTO shardq_tasks (state, queue, rank, exec_time, id, priority, exclusive_key, backlogged,"
+                " attempts, max_attempts, lease_expires_at, lease_token, payload, dedupe_key) VALUES (%(state)s,"
+                " %(queue)s, %(rank)s, %(exec_time)s, %(id)s, %(priority)s, %(exclusive_key)s, %(backlogged)s,"
+                " %(attempts)s, %(max_attempts)s, %(lease_expires_at)s, %(lease_token)s, %(payload)s,"
+                " %(dedupe_key)s) RETURNING created_at",
                 params,
             )[0]
             row["bucket"] = self.sql(
                 f'SELECT "{shard}" AS b FROM shardq_tasks WHERE state = %(state)s AND queue = %(queue)s'
-                " AND exec_time = %(exec_time)s AND id = %(id)s", params
+                " AND rank = %(rank)s AND exec_time = %(exec_time)s AND id = %(id)s", params
             )[0]["b"]
         return ClaimedTask(
-            key=TaskKey(int(row["bucket"]), queue, exec_time, task_id),
+            key=TaskKey(int(row["bucket"]), queue, rank, exec_time, task_id),
             attempt=attempts,
             max_attempts=max_attempts,
             payload=payload,
             lease_token=lease_token or uuid.uuid4(),
             lease_expires_at=lease_expires_at or exec_time,
             created_at=row["created_at"],
+            priority=priority,
+            exclusive_key=exclusive_key,
         )
 
     def task_row(self, task_id) -> dict | None:

@@ -41,7 +41,7 @@ def test_claim_respects_the_batch_limit(db):
 
 def test_claim_skips_leased_and_scheduled_tasks(db):
     db.make_task(state="leased")
-    db.make_task(exec_time=utcnow() + dt.timedelta(hours=1))
+    db.make_task(state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     ready = db.make_task()
     claimed = []
     consumer = Consumer(db.store, ["q"])
@@ -132,7 +132,7 @@ def test_retry_puts_the_task_back_later_with_its_error(db):
     task = db.make_task(state="leased", attempts=1)
     assert db.store.task_retry_many([fenced(task)], [120.0], ["boom"], require_expired=False) == {task.key.id}
     row = db.task_row(task.id)
-    assert row["state"] == "ready" and row["last_error"] == "boom" and row["lease_token"] is None
+    assert row["state"] == "scheduled" and row["last_error"] == "boom" and row["lease_token"] is None
     assert dt.timedelta(seconds=110) < row["exec_time"] - utcnow() <= dt.timedelta(seconds=121)
     assert row["attempts"] == 1
 

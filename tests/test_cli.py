@@ -187,3 +187,32 @@ def test_hundred_thousand_tasks_drain_with_four_worker_processes(shardq_cli):
     assert len(set(ids)) == 100_000
     stats = json.loads(shardq_cli("stats", "--json").stdout)["queues"]["bulk"]
     assert (stats["ready"], stats["scheduled"], stats["leased"], stats["dead"]) == (0, 0, 0, 0)
+
+
+def test_enqueue_with_priority_and_exclusive_key(shardq_cli):
+    assert shardq_cli("enqueue", "q", "a", "--key", "acct", "--priority", "3").stdout.strip() == "enqueued 1"
+    out = shardq_cli("enqueue", "q", "b", "--key", "acct").stdout.strip()
+    assert out == "enqueued 1 (waiting in the key's backlog: 1)"
+    stats = json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]
+    assert stats["ready"] == 1 and stats["backlog"] == 1
+
+
+def test_queue_settings_pause_and_resume(shardq_cli):
+    shardq_cli("queue", "set", "q", "--lease", "90", "--max-attempts", "4", "--jitter", "0.5")
+    [settings] = json.loads(shardq_cli("queue", "show", "q", "--json").stdout)
+    assert settings["lease_seconds"] == 90 and settings["max_attempts"] == 4 and settings["retry_jitter"] == 0.5
+    shardq_cli("queue", "pause", "q", "--enqueue")
+    refused = shardq_cli("enqueue", "q", "x", check=False)
+    assert refused.returncode == 1 and "paused" in refused.stderr and "Traceback" not in refused.stderr
+    shardq_cli("queue", "resume", "q")
+    assert shardq_cli("enqueue", "q", "x").stdout.strip() == "enqueued 1"
+    assert shardq_cli("queue", "set", "q", "--jitter", "3", check=False).returncode == 2
+    assert shardq_cli("queue", "show", "nope", check=False).returncode == 1
+
+
+def test_cancel_by_id(shardq_cli):
+    shardq_cli("enqueue", "q", "x")
+    [row] = shardq_cli.db.sql("SELECT id FROM shardq_tasks")
+    assert shardq_cli("cancel", str(row["id"])).stdout.strip() == "cancelled 1"
+    missing = shardq_cli("cancel", str(row["id"]), check=False)
+    assert missing.returncode == 1 and "not found" in missing.stdout

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from shardq.models import RANK_BACKLOG, RANK_SCHEDULED
 from shardq.queries import statements_for
 
 from .factories import utcnow
@@ -26,8 +27,9 @@ def seeded(pg_db):
         pg_db.make_task(state="leased", lease_expires_at=utcnow() - dt.timedelta(seconds=5))
     # Lease records of claims still in flight elsewhere (one per claimed batch).
     pg_db.sql(
-        "INSERT INTO shardq_leases (token, bucket, queue, expires_at, exec_times, ids)"
-        " SELECT gen_random_uuid(), g %% 4, 'q', now() + interval '1 minute', ARRAY[now()], ARRAY[gen_random_uuid()]"
+        "INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)"
+        " SELECT gen_random_uuid(), g %% 4, 'q', now() + interval '1 minute', ARRAY[0::int8], ARRAY[now()],"
+        " ARRAY[gen_random_uuid()]"
         " FROM generate_series(1, 5000) AS g"
     )
     pg_db.sql("ANALYZE")
@@ -52,10 +54,15 @@ def scans_of(tree: dict, relation: str) -> list[dict]:
 
 
 def test_claim_scans_one_bucket_span_of_the_primary_key(seeded):
-    tree = plan(seeded, "task_claim_batch", dict(bucket=2, queue="q", limit=100, lease_seconds=30, token=uuid.uuid4()))
+    tree = plan(
+        seeded,
+        "task_claim_batch",
+        dict(bucket=2, queue="q", limit=100, lease_seconds=30, token=uuid.uuid4(), backlog_rank=RANK_BACKLOG),
+    )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
-    picking = [s for s in scans if "exec_time <=" in s.get("Index Cond", "")]
+    assert any(s["Node Type"] == "Tid Scan" for s in scans)  # the UPDATE reaches locked rows by ctid
+    picking = [s for s in scans if "rank <" in s.get("Index Cond", "")]
     assert picking, scans
     cond = picking[0]["Index Cond"]
     assert re.search(r"bucket = '?2'?", cond) and "queue =" in cond
@@ -70,14 +77,28 @@ def test_reap_candidates_use_the_bucket_lease_index_and_whole_key_lookups(seeded
     assert re.search(r"bucket = '?1'?", conditions)
     task_scans = scans_of(tree, "shardq_tasks")
     assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)
-    assert all(s.get("Index Name") == "shardq_tasks_pkey" for s in task_scans)
+    assert all(s.get("Index Name") in ("shardq_tasks_pkey", "shardq_tasks_id") for s in task_scans)
 
 
 def test_ack_deletes_by_whole_key(seeded):
     tree = plan(
         seeded,
         "task_ack_many",
-        dict(buckets=[1], queues=["q"], exec_times=[utcnow()], ids=[uuid.uuid4()], tokens=[uuid.uuid4()], closed_tokens=[]),
+        dict(buckets=[1], queues=["q"], ranks=[0], exec_times=[utcnow()], ids=[uuid.uuid4()], tokens=[uuid.uuid4()],
+             closed_tokens=[]),
     )
     task_scans = scans_of(tree, "shardq_tasks")
     assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)
+
+
+def test_promotion_scans_only_due_scheduled_rows(seeded):
+    seeded.client.enqueue_many("q", [b"later"] * 2000, batch_size=2000)  # due now: ready
+    from shardq.models import NewTask
+
+    seeded.client.enqueue_many("q", [NewTask(b"x", delay=3600)] * 5000, batch_size=5000)
+    seeded.sql("ANALYZE")
+    tree = plan(seeded, "task_promote_due", dict(bucket=1, queue="q", limit=500, scheduled_rank=RANK_SCHEDULED))
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
+    conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
+    assert "rank = " in conditions and "exec_time <= now()" in conditions

@@ -6,13 +6,19 @@ Create Date: 2026-11-22
 
 Key order is the whole design, and it differs between the two databases:
 
-* CockroachDB: ``PRIMARY KEY (state, queue, exec_time, id) USING HASH``. The state is in the key so
-  that a claim's span (shard = n, state = 'ready', queue = q, exec_time <= now()) holds only
-  claimable rows and ``LIMIT … SKIP LOCKED`` is a hard limit; with the state outside the key
+* ``rank`` orders claims and keeps everything that is not claimable out of the claim's span:
+  a ready task's rank is its ``priority`` (lower first; ``exec_time`` orders within it); a task
+  scheduled for later has rank ``RANK_SCHEDULED`` (the largest INT8) and one waiting in an
+  exclusive key's backlog ``RANK_BACKLOG`` (one less), both beyond every priority. Due scheduled
+  tasks are promoted (state 'ready', rank = priority) by consumers and the reaper; the promotion's
+  own span (rank = RANK_SCHEDULED, exec_time <= now()) is contiguous too. So neither the number of
+  tasks scheduled for later nor the priorities in use change what a claim scans.
+* CockroachDB: ``PRIMARY KEY (state, queue, rank, exec_time, id) USING HASH``. The state is in the
+  key so that a claim's span (shard = n, state = 'ready', queue = q) holds only claimable rows and ``LIMIT … SKIP LOCKED`` is a hard limit; with the state outside the key
   CockroachDB's SKIP LOCKED locks every row its batch scans (cockroachdb#121917). The reaper's
   span (state = 'leased') holds only leased rows. Every column stays in the default column family:
   SKIP LOCKED refuses tables with several families.
-* PostgreSQL: ``PRIMARY KEY (bucket, queue, exec_time, id)`` with ``bucket`` an ordinary column the
+* PostgreSQL: ``PRIMARY KEY (bucket, queue, rank, exec_time, id)`` with ``bucket`` an ordinary column the
   database fills at insert (a DEFAULT, so Spark and plain SQL inserts need not know about it) and
   the state a plain column. PostgreSQL's SKIP LOCKED stops at the limit and never locks rows its
   filter rejects, and leased rows are few, so the filter is cheap, while keeping the state out of
@@ -52,8 +58,12 @@ def upgrade() -> None:
             CREATE TABLE IF NOT EXISTS shardq_tasks (
                 state STRING NOT NULL,
                 queue STRING NOT NULL,
+                rank INT8 NOT NULL,
                 exec_time TIMESTAMPTZ NOT NULL,
                 id UUID NOT NULL,
+                priority INT8 NOT NULL DEFAULT 0,
+                exclusive_key STRING NULL,
+                backlogged BOOL NOT NULL DEFAULT false,
                 attempts INT4 NOT NULL DEFAULT 0,
                 max_attempts INT4 NOT NULL DEFAULT 25,
                 lease_expires_at TIMESTAMPTZ NULL,
@@ -62,7 +72,7 @@ def upgrade() -> None:
                 dedupe_key STRING NULL,
                 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
                 last_error STRING NULL,
-                PRIMARY KEY (state, queue, exec_time, id) USING HASH WITH (bucket_count = {buckets})
+                PRIMARY KEY (state, queue, rank, exec_time, id) USING HASH WITH (bucket_count = {buckets})
             )
             """
         )
@@ -72,9 +82,13 @@ def upgrade() -> None:
             CREATE TABLE IF NOT EXISTS shardq_tasks (
                 bucket INT4 NOT NULL DEFAULT floor(random() * {buckets})::INT4,
                 queue TEXT NOT NULL,
+                rank INT8 NOT NULL,
                 exec_time TIMESTAMPTZ NOT NULL,
                 id UUID NOT NULL,
                 state TEXT NOT NULL,
+                priority INT8 NOT NULL DEFAULT 0,
+                exclusive_key TEXT NULL,
+                backlogged BOOL NOT NULL DEFAULT false,
                 attempts INT4 NOT NULL DEFAULT 0,
                 max_attempts INT4 NOT NULL DEFAULT 25,
                 lease_expires_at TIMESTAMPTZ NULL,
@@ -83,7 +97,7 @@ def upgrade() -> None:
                 dedupe_key TEXT NULL,
                 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
                 last_error TEXT NULL,
-                PRIMARY KEY (bucket, queue, exec_time, id)
+                PRIMARY KEY (bucket, queue, rank, exec_time, id)
             ) WITH (fillfactor = 80)
             """
         )
@@ -94,6 +108,7 @@ def upgrade() -> None:
                 bucket INT4 NOT NULL,
                 queue TEXT NOT NULL,
                 expires_at TIMESTAMPTZ NOT NULL,
+                ranks INT8[] NOT NULL,
                 exec_times TIMESTAMPTZ[] NOT NULL,
                 ids UUID[] NOT NULL
             )
@@ -118,6 +133,20 @@ def upgrade() -> None:
         "CREATE UNIQUE INDEX IF NOT EXISTS shardq_tasks_dedupe ON shardq_tasks (queue, dedupe_key) "
         "WHERE dedupe_key IS NOT NULL"
     )
+    # Lookup by id alone (cancel, inspection); ids are random, so this spreads on CockroachDB too.
+    op.execute("CREATE UNIQUE INDEX IF NOT EXISTS shardq_tasks_id ON shardq_tasks (id)")
+    # Exclusive keys: at most one task per (queue, key) outside the backlog, so at most one can be
+    # leased. The predicate names `backlogged`, which a claim never changes, not `state`, which it
+    # does: on PostgreSQL a column in any index predicate would make every claim a non-HOT update.
+    op.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS shardq_tasks_exclusive ON shardq_tasks (queue, exclusive_key) "
+        "WHERE exclusive_key IS NOT NULL AND NOT backlogged"
+    )
+    # The backlog of each exclusive key, in release order.
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS shardq_tasks_backlog ON shardq_tasks (queue, exclusive_key, priority, exec_time) "
+        "WHERE backlogged"
+    )
     text = "STRING" if _is_cockroach() else "TEXT"
     blob = "BYTES" if _is_cockroach() else "BYTEA"
     op.execute(
@@ -129,6 +158,8 @@ def upgrade() -> None:
             attempts INT4 NOT NULL,
             max_attempts INT4 NOT NULL,
             dedupe_key {text} NULL,
+            priority INT8 NOT NULL DEFAULT 0,
+            exclusive_key {text} NULL,
             created_at TIMESTAMPTZ NOT NULL,
             died_at TIMESTAMPTZ NOT NULL DEFAULT now(),
             last_error {text} NULL
@@ -144,6 +175,8 @@ def upgrade() -> None:
             max_attempts INT4 NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
             backoff_base FLOAT8 NOT NULL DEFAULT 1 CHECK (backoff_base > 0),
             backoff_cap FLOAT8 NOT NULL DEFAULT 3600 CHECK (backoff_cap > 0),
+            retry_jitter FLOAT8 NOT NULL DEFAULT 1 CHECK (retry_jitter BETWEEN 0 AND 1),
+            exclusive_latest_only BOOL NOT NULL DEFAULT false,
             paused_enqueue BOOL NOT NULL DEFAULT false,
             paused_dequeue BOOL NOT NULL DEFAULT false,
             created_at TIMESTAMPTZ NOT NULL DEFAULT now()

@@ -14,15 +14,18 @@ LIMIT %(limit)s
 
 -- name: dead_requeue_ids
 -- Move the named dead tasks back into the queue as fresh, due tasks (attempts start over). A dead
--- task whose dedupe key is live again stays dead rather than run twice; only moved rows are
--- deleted from shardq_dead, so nothing is lost either way.
+-- task whose dedupe key is live again, or whose exclusive key is busy, stays dead rather than run
+-- twice or alongside; only moved rows are deleted from shardq_dead, so nothing is lost either way.
 WITH chosen AS (
-    SELECT id, queue, payload, max_attempts, dedupe_key, created_at
+    SELECT id, queue, payload, max_attempts, dedupe_key, created_at, priority, exclusive_key
     FROM shardq_dead WHERE queue = %(queue)s AND id = ANY(%(ids)s::UUID[])
 ), revived AS (
-    INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts, payload, dedupe_key, created_at)
-    SELECT 'ready', queue, now(), id, 0, max_attempts, payload, dedupe_key, created_at FROM chosen
-    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, exclusive_key, attempts, max_attempts,
+                              payload, dedupe_key, created_at)
+    SELECT 'ready', priority, queue, now(), id, priority, exclusive_key, 0, max_attempts, payload, dedupe_key,
+           created_at
+    FROM chosen
+    ON CONFLICT DO NOTHING
     RETURNING id
 )
 DELETE FROM shardq_dead WHERE id IN (SELECT id FROM revived)

@@ -1,22 +1,74 @@
 -- name: task_insert_many
 -- Enqueue a batch into one queue in one statement (parallel arrays through unnest); creates the
--- queue on first use. A row whose dedupe key is already live is skipped: RETURNING lists only the
--- ids actually inserted, so the caller can tell enqueued from duplicate. The bucket (PostgreSQL
--- column default) or shard (CockroachDB hidden column) is assigned by the database.
-WITH new_queue AS (
+-- queue on first use. A task due now is 'ready' with rank = its priority; one due later is
+-- 'scheduled' with rank = scheduled_rank. A row that hits any unique index is skipped: a live dedupe
+-- key (a duplicate), or an exclusive key that already has an active task (the caller then puts it
+-- in the backlog). RETURNING lists the ids actually inserted; when the queue is paused for enqueue
+-- nothing is inserted and one row with paused = true says so. The bucket (PostgreSQL column
+-- default) or shard (CockroachDB hidden column) is assigned by the database.
+WITH settings AS (
+    SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
+           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
+), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
+), incoming AS (
+    SELECT n.id, n.payload, n.max_attempts, n.dedupe_key, n.priority, n.exclusive_key,
+           coalesce(n.run_at, now() + n.delay * INTERVAL '1 second') AS due
+    FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],
+                %(max_attempts)s::INT4[], %(dedupe_keys)s::TEXT[], %(priorities)s::INT8[],
+                %(exclusive_keys)s::TEXT[])
+         AS n(id, payload, delay, run_at, max_attempts, dedupe_key, priority, exclusive_key)
+), inserted AS (
+    INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, exclusive_key, attempts, max_attempts,
+                              payload, dedupe_key)
+    SELECT CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+           CASE WHEN i.due > now() THEN %(scheduled_rank)s ELSE i.priority END,
+           %(queue)s, i.due, i.id, i.priority, i.exclusive_key, 0,
+           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key
+    FROM incoming AS i
+    WHERE NOT (SELECT paused FROM settings)
+    ON CONFLICT DO NOTHING
+    RETURNING id
 )
-INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts, payload, dedupe_key)
-SELECT 'ready',
-       %(queue)s,
-       coalesce(n.run_at, now() + n.delay * INTERVAL '1 second'),
-       n.id,
-       0,
+SELECT id, false AS paused FROM inserted
+UNION ALL
+SELECT NULL, true FROM settings WHERE paused
+
+-- name: task_insert_backlog_many
+-- Put tasks whose exclusive key is busy into that key's backlog (run only under exclusive_keys_lock).
+-- A live dedupe key still makes a row a duplicate (skipped).
+INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, exclusive_key, backlogged, attempts,
+                          max_attempts, payload, dedupe_key)
+SELECT 'backlog', %(backlog_rank)s, %(queue)s, coalesce(n.run_at, now() + n.delay * INTERVAL '1 second'), n.id,
+       n.priority, n.exclusive_key, true, 0,
        coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25),
-       n.payload,
-       n.dedupe_key
+       n.payload, n.dedupe_key
 FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],
-            %(max_attempts)s::INT4[], %(dedupe_keys)s::TEXT[])
-     AS n(id, payload, delay, run_at, max_attempts, dedupe_key)
-ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+            %(max_attempts)s::INT4[], %(dedupe_keys)s::TEXT[], %(priorities)s::INT8[], %(exclusive_keys)s::TEXT[])
+     AS n(id, payload, delay, run_at, max_attempts, dedupe_key, priority, exclusive_key)
+ON CONFLICT DO NOTHING
 RETURNING id
+
+-- name: task_exclusive_active
+-- Which of these exclusive keys of a queue have an active (non-backlog) task right now.
+SELECT exclusive_key FROM shardq_tasks
+WHERE queue = %(queue)s AND exclusive_key = ANY(%(keys)s::TEXT[]) AND NOT backlogged
+
+-- name: task_backlog_supersede
+-- Latest-only queues: drop older backlog entries of these keys, keeping the ones just added.
+DELETE FROM shardq_tasks
+WHERE backlogged AND queue = %(queue)s AND exclusive_key = ANY(%(keys)s::TEXT[]) AND id <> ALL(%(keep)s::UUID[])
+RETURNING id
+
+-- name: task_cancel_many
+-- Delete tasks by id whatever their state (ready, scheduled, backlog or leased: a leased task's
+-- worker then finds its token gone and its outcome changes nothing). Returns what was removed so
+-- the caller can release exclusive keys.
+DELETE FROM shardq_tasks
+WHERE id = ANY(%(ids)s::UUID[])
+RETURNING id, queue, state, exclusive_key, backlogged
+
+-- name: task_exclusive_keys_by_id
+-- The exclusive keys of the named tasks (those that have one), so they can be locked first.
+SELECT id, queue, exclusive_key FROM shardq_tasks
+WHERE id = ANY(%(ids)s::UUID[]) AND exclusive_key IS NOT NULL

@@ -1,18 +1,23 @@
--- PostgreSQL: the bucket is an ordinary column leading the key (bucket, queue, exec_time, id);
--- the state is a plain column so that claiming a task is a HOT update of its row (no index
--- touched). Hot-path statements address rows by the whole key plus the lease token.
+-- PostgreSQL: the key is (bucket, queue, rank, exec_time, id); the bucket is an ordinary column
+-- leading the key, the state a plain column, so claiming a task is a HOT update of its row (no
+-- index touched). Hot-path statements address rows by the whole key plus the lease token.
+-- rank: a ready task's priority; %(scheduled_rank)s / %(backlog_rank)s for tasks waiting for their
+-- time or their exclusive key (see migration 0001).
 
 -- name: task_claim_batch
--- Lease up to limit due, ready tasks of one queue in one bucket, earliest exec_time first.
--- SKIP LOCKED lives in a MATERIALIZED CTE so the planner cannot turn it into a nested loop that
--- locks more rows than the limit; the UPDATE re-checks state = 'ready'. The same statement records
--- the batch in shardq_leases (one row per claim, not per task) so the reaper can find expired
--- leases without an index on the state column.
+-- Lease up to limit ready tasks of one queue in one bucket, lowest rank (priority) first, then
+-- earliest exec_time. The span (bucket, queue, rank < backlog_rank) holds only ready and leased
+-- rows, and leased rows are few. SKIP LOCKED lives in a MATERIALIZED CTE so the planner cannot turn
+-- it into a nested loop that locks more rows than the limit; the UPDATE then reaches the locked rows
+-- by their physical address (ctid, stable while we hold the row lock: a TID scan, whatever the
+-- planner thinks of the batch size) and re-checks state = 'ready'.
+-- The same statement records the batch in shardq_leases (one row per claim, not per task) so the
+-- reaper can find expired leases without an index on the state column.
 WITH picked AS MATERIALIZED (
-    SELECT bucket, queue, exec_time, id
+    SELECT ctid
     FROM shardq_tasks
-    WHERE bucket = %(bucket)s AND queue = %(queue)s AND exec_time <= now() AND state = 'ready'
-    ORDER BY exec_time
+    WHERE bucket = %(bucket)s AND queue = %(queue)s AND rank < %(backlog_rank)s AND state = 'ready'
+    ORDER BY rank, exec_time
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -21,29 +26,45 @@ WITH picked AS MATERIALIZED (
         attempts = t.attempts + 1,
         lease_expires_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second',
         lease_token = %(token)s::UUID
-    FROM picked AS p
-    WHERE t.bucket = p.bucket AND t.queue = p.queue AND t.exec_time = p.exec_time AND t.id = p.id
-      AND t.state = 'ready'
-    RETURNING t.bucket, t.queue, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
-              t.lease_expires_at, t.created_at
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.state = 'ready'
+    RETURNING t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
+              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key
 ), lease AS (
-    INSERT INTO shardq_leases (token, bucket, queue, expires_at, exec_times, ids)
-    SELECT %(token)s::UUID, %(bucket)s, %(queue)s, max(lease_expires_at), array_agg(exec_time), array_agg(id)
+    INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)
+    SELECT %(token)s::UUID, %(bucket)s, %(queue)s, max(lease_expires_at), array_agg(rank), array_agg(exec_time),
+           array_agg(id)
     FROM claimed
     HAVING count(*) > 0
 )
-SELECT bucket, queue, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at
+SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
+       priority, exclusive_key
 FROM claimed
+
+-- name: task_promote_due
+-- Make due scheduled tasks of one queue in one bucket ready (rank = their priority). The span
+-- (bucket, queue, rank = scheduled_rank, exec_time <= now()) is contiguous.
+WITH due AS MATERIALIZED (
+    SELECT ctid
+    FROM shardq_tasks
+    WHERE bucket = %(bucket)s AND queue = %(queue)s AND rank = %(scheduled_rank)s AND exec_time <= now()
+    ORDER BY exec_time
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE shardq_tasks AS t
+SET state = 'ready', rank = t.priority
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND t.state = 'scheduled'
+RETURNING t.id
 
 -- name: task_ack_many
 -- Delete finished tasks by whole key and lease token (a stale token deletes nothing), and drop the
 -- lease records of claims whose every task is now settled.
 WITH done AS (
     DELETE FROM shardq_tasks AS t
-    USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-                 %(tokens)s::UUID[]) AS k(bucket, queue, exec_time, id, token)
-    WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.exec_time = k.exec_time AND t.id = k.id
-      AND t.lease_token = k.token AND t.state = 'leased'
+    USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
+                 %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+    WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+      AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
     RETURNING t.id
 ), closed AS (
     DELETE FROM shardq_leases WHERE token = ANY(%(closed_tokens)s::UUID[])
@@ -51,19 +72,21 @@ WITH done AS (
 SELECT id FROM done
 
 -- name: task_retry_many
--- Put leased tasks back to ready at now() + delay, keeping the error text, fenced by token. With
--- require_expired (the reaper) a task whose lease was extended meanwhile is left alone.
+-- Put leased tasks back at now() + delay (scheduled, or ready at once for a zero delay), keeping the
+-- error text, fenced by token. With require_expired (the reaper) a task whose lease was extended
+-- meanwhile is left alone.
 UPDATE shardq_tasks AS t
-SET state = 'ready',
+SET state = CASE WHEN k.delay > 0 THEN 'scheduled' ELSE 'ready' END,
+    rank = CASE WHEN k.delay > 0 THEN %(scheduled_rank)s ELSE t.priority END,
     exec_time = now() + k.delay * INTERVAL '1 second',
     lease_token = NULL,
     lease_expires_at = NULL,
     last_error = k.error
-FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(errors)s::TEXT[])
-     AS k(bucket, queue, exec_time, id, token, delay, error)
-WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.exec_time = k.exec_time AND t.id = k.id
-  AND t.lease_token = k.token AND t.state = 'leased'
+FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
+            %(ids)s::UUID[], %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(errors)s::TEXT[])
+     AS k(bucket, queue, rank, exec_time, id, token, delay, error)
+WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
   AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
 RETURNING t.id
 
@@ -72,15 +95,18 @@ RETURNING t.id
 -- reaper), in one statement so a task is never in both tables or in neither.
 WITH gone AS (
     DELETE FROM shardq_tasks AS t
-    USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-                 %(tokens)s::UUID[], %(errors)s::TEXT[]) AS k(bucket, queue, exec_time, id, token, error)
-    WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.exec_time = k.exec_time AND t.id = k.id
-      AND t.lease_token = k.token AND t.state = 'leased'
+    USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
+                 %(ids)s::UUID[], %(tokens)s::UUID[], %(errors)s::TEXT[])
+          AS k(bucket, queue, rank, exec_time, id, token, error)
+    WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+      AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
       AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
-    RETURNING t.id, t.queue, t.payload, t.attempts, t.max_attempts, t.dedupe_key, t.created_at, k.error
+    RETURNING t.id, t.queue, t.payload, t.attempts, t.max_attempts, t.dedupe_key, t.created_at, t.priority,
+              t.exclusive_key, k.error
 )
-INSERT INTO shardq_dead (id, queue, payload, attempts, max_attempts, dedupe_key, created_at, last_error)
-SELECT id, queue, payload, attempts, max_attempts, dedupe_key, created_at, error FROM gone
+INSERT INTO shardq_dead (id, queue, payload, attempts, max_attempts, dedupe_key, created_at, priority,
+                         exclusive_key, last_error)
+SELECT id, queue, payload, attempts, max_attempts, dedupe_key, created_at, priority, exclusive_key, error FROM gone
 ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, attempts = excluded.attempts,
     last_error = excluded.last_error, died_at = excluded.died_at
 RETURNING id
@@ -90,30 +116,30 @@ RETURNING id
 -- attempt they were charged at claim time is given back.
 UPDATE shardq_tasks AS t
 SET state = 'ready', attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
-FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[]) AS k(bucket, queue, exec_time, id, token)
-WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.exec_time = k.exec_time AND t.id = k.id
-  AND t.lease_token = k.token AND t.state = 'leased'
+FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
+            %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
 RETURNING t.id
 
 -- name: task_extend_many
 -- Renew leases to now() + seconds, fenced by token; tasks missing from the result have lost theirs.
 UPDATE shardq_tasks AS t
 SET lease_expires_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second'
-FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[]) AS k(bucket, queue, exec_time, id, token)
-WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.exec_time = k.exec_time AND t.id = k.id
-  AND t.lease_token = k.token AND t.state = 'leased'
+FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
+            %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
 RETURNING t.id, t.lease_expires_at
 
 -- name: task_reap_candidates
 -- Tasks of one bucket whose lease has expired, found through the bucket's expired lease records
 -- (bounded: the reaper's cost follows expired leases, not table size).
-SELECT t.bucket, t.queue, t.exec_time, t.id, t.attempts, t.max_attempts, t.lease_token
+SELECT t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.lease_token, t.exclusive_key
 FROM shardq_leases AS l
-CROSS JOIN LATERAL unnest(l.exec_times, l.ids) AS k(exec_time, id)
+CROSS JOIN LATERAL unnest(l.ranks, l.exec_times, l.ids) AS k(rank, exec_time, id)
 JOIN shardq_tasks AS t
-  ON t.bucket = l.bucket AND t.queue = l.queue AND t.exec_time = k.exec_time AND t.id = k.id
+  ON t.bucket = l.bucket AND t.queue = l.queue AND t.rank = k.rank AND t.exec_time = k.exec_time AND t.id = k.id
 WHERE l.bucket = %(bucket)s AND l.expires_at <= now()
   AND t.lease_token = l.token AND t.state = 'leased' AND t.lease_expires_at <= now()
 LIMIT %(limit)s
@@ -124,9 +150,10 @@ LIMIT %(limit)s
 WITH due AS (
     SELECT l.token,
            (SELECT max(t.lease_expires_at)
-              FROM unnest(l.exec_times, l.ids) AS k(exec_time, id)
+              FROM unnest(l.ranks, l.exec_times, l.ids) AS k(rank, exec_time, id)
               JOIN shardq_tasks AS t
-                ON t.bucket = l.bucket AND t.queue = l.queue AND t.exec_time = k.exec_time AND t.id = k.id
+                ON t.bucket = l.bucket AND t.queue = l.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+               AND t.id = k.id
              WHERE t.lease_token = l.token AND t.state = 'leased') AS still_until
     FROM shardq_leases AS l
     WHERE l.bucket = %(bucket)s AND l.expires_at <= now()
@@ -151,3 +178,33 @@ SELECT bucket, count(*) AS tasks FROM shardq_tasks GROUP BY bucket ORDER BY buck
 -- name: layout_get
 -- The bucket count consumers must honour, and the count a resize is moving away from.
 SELECT bucket_count, resizing_from FROM shardq_buckets
+
+-- name: exclusive_keys_lock
+-- Serialise everything that adds to or releases an exclusive key's backlog (transaction-scoped
+-- advisory locks, taken in a fixed order so two transactions never deadlock). Under READ COMMITTED
+-- each later statement of the transaction then sees the other side's committed work, so a backlog
+-- entry can never be added just as its key is released and be left waiting forever.
+SELECT count(*) AS locked
+FROM (SELECT pg_advisory_xact_lock(h)
+      FROM (SELECT DISTINCT hashtextextended(k.queue || chr(31) || k.key, 0) AS h
+            FROM unnest(%(queues)s::TEXT[], %(keys)s::TEXT[]) AS k(queue, key)
+            ORDER BY 1) AS hashes) AS taken
+
+-- name: task_backlog_release
+-- For each (queue, exclusive key) whose active task just left, promote the first backlog entry
+-- (lowest priority, earliest exec_time) to ready, or to scheduled if its time has not come.
+WITH heads AS (
+    SELECT DISTINCT ON (t.queue, t.exclusive_key) t.bucket, t.queue, t.rank, t.exec_time, t.id
+    FROM shardq_tasks AS t
+    JOIN unnest(%(queues)s::TEXT[], %(keys)s::TEXT[]) AS k(queue, key)
+      ON t.queue = k.queue AND t.exclusive_key = k.key
+    WHERE t.backlogged
+    ORDER BY t.queue, t.exclusive_key, t.priority, t.exec_time, t.id
+)
+UPDATE shardq_tasks AS t
+SET backlogged = false,
+    state = CASE WHEN t.exec_time > now() THEN 'scheduled' ELSE 'ready' END,
+    rank = CASE WHEN t.exec_time > now() THEN %(scheduled_rank)s ELSE t.priority END
+FROM heads AS h
+WHERE t.bucket = h.bucket AND t.queue = h.queue AND t.rank = h.rank AND t.exec_time = h.exec_time AND t.id = h.id
+RETURNING t.id

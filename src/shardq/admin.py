@@ -27,7 +27,7 @@ def stats(store: TaskStore) -> Stats:
     queues = {}
     for name in names:
         t = tasks.get(name, QueueStats())
-        queues[name] = QueueStats(t.ready, t.scheduled, t.leased, dead.get(name, 0), t.oldest_ready_age_s)
+        queues[name] = QueueStats(t.ready, t.scheduled, t.leased, dead.get(name, 0), t.oldest_ready_age_s, t.backlog)
     return Stats(layout.bucket_count, queues)
 
 
@@ -110,3 +110,75 @@ def dead_purge(store: TaskStore, queue: str) -> int:
         total += deleted
         if deleted < PAGE:
             return total
+
+
+# -- cancelling ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CancelResult:
+    cancelled: tuple[str, ...]
+    not_found: tuple[str, ...]
+    #: backlog entries promoted because the task cancelled held their exclusive key
+    promoted: int = 0
+
+
+def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
+    """Cancel tasks by id, whatever their state. A leased task is deleted under its worker, whose
+    later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
+    the active task of an exclusive key releases the key's backlog."""
+    from . import exclusive
+
+    wanted = _parse_ids(ids)
+    if not wanted:
+        raise InvalidInput("give at least one task id")
+    # Lock the keys of every task named (a key never changes; whether the task is active may),
+    # then delete, then release the keys whose active task was deleted.
+    keyed = store.task_exclusive_keys_by_id(wanted)
+    removed: set[uuid.UUID] = set()
+
+    def remove() -> set[uuid.UUID]:
+        gone = store.task_cancel_many(wanted)
+        removed.clear()  # may run again on a 40001 retry
+        removed.update(t.id for t in gone)
+        return {t.id for t in gone if t.exclusive_key and not t.backlogged}
+
+    _, promoted = exclusive.remove_and_release(store, list(keyed.values()), remove, keyed)
+    return CancelResult(
+        tuple(str(i) for i in wanted if i in removed),
+        tuple(str(i) for i in wanted if i not in removed),
+        len(promoted),
+    )
+
+
+# -- queue settings ------------------------------------------------------------------------------
+
+def queue_show(store: TaskStore, queue: str | None = None):
+    """Settings of one queue (None if unknown) or of all queues."""
+    if queue is None:
+        return store.queue_list()
+    validation.queue_name(queue)
+    return store.queue_get(queue)
+
+
+def queue_set(store: TaskStore, queue: str, **changes: object):
+    """Change a queue's settings (creating the queue with defaults first if needed). Options:
+    ``lease_seconds``, ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
+    ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
+    ``paused_dequeue`` (bool). None leaves a setting unchanged."""
+    validation.queue_name(queue)
+    checks = {
+        "lease_seconds": lambda v: validation.positive_seconds(v, "lease"),
+        "max_attempts": lambda v: validation.positive_int(v, "max attempts", maximum=10_000),
+        "backoff_base": lambda v: validation.positive_seconds(v, "backoff base"),
+        "backoff_cap": lambda v: validation.positive_seconds(v, "backoff cap"),
+        "retry_jitter": lambda v: validation.fraction(v, "retry jitter"),
+        "exclusive_latest_only": bool,
+        "paused_enqueue": bool,
+        "paused_dequeue": bool,
+    }
+    unknown = set(changes) - set(checks)
+    if unknown:
+        raise InvalidInput(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
+    clean = {name: checks[name](value) for name, value in changes.items() if value is not None}
+    store.queue_ensure(queue)
+    return store.queue_update(queue, **clean)

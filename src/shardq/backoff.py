@@ -29,9 +29,13 @@ def full_jitter(delay: float, rng: random.Random | None = None) -> float:
     return (rng or random).uniform(0.0, delay)
 
 
-def retry_delay(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with full jitter for retry number ``attempt``."""
-    return full_jitter(exponential_delay(attempt, base=base, cap=cap), rng)
+def retry_delay(
+    attempt: int, *, base: float, cap: float, jitter: float = 1.0, rng: random.Random | None = None
+) -> float:
+    """Exponential backoff for retry number ``attempt``, of which the share ``jitter`` is drawn at
+    random: 1.0 (the default) is full jitter, uniform over ``[0, delay]``; 0.0 is no jitter."""
+    delay = exponential_delay(attempt, base=base, cap=cap)
+    return delay * (1.0 - jitter) + full_jitter(delay * jitter, rng)
 
 
 class Outcome(Enum):
@@ -54,6 +58,7 @@ def decide_failure(
     permanent: bool,
     base: float,
     cap: float,
+    jitter: float = 1.0,
     rng: random.Random | None = None,
 ) -> Decision:
     """Retry with backoff, or dead-letter when the failure is permanent or the attempt
@@ -61,7 +66,7 @@ def decide_failure(
     if permanent or attempts >= max_attempts:
         return Decision(Outcome.DEAD)
     # A lease always charges an attempt; max() only guards rows edited by hand.
-    return Decision(Outcome.RETRY, retry_delay(max(attempts, 1), base=base, cap=cap, rng=rng))
+    return Decision(Outcome.RETRY, retry_delay(max(attempts, 1), base=base, cap=cap, jitter=jitter, rng=rng))
 
 
 def idle_sleep(empty_rounds: int, *, minimum: float, maximum: float, rng: random.Random | None = None) -> float:

@@ -80,9 +80,12 @@ class Client:
         run_at: dt.datetime | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
+        priority: int = 0,
+        exclusive_key: str | None = None,
     ) -> EnqueueResult:
         return Producer(self.store).enqueue(
-            queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts
+            queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts,
+            priority=priority, exclusive_key=exclusive_key,
         )
 
     def enqueue_many(self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = 1000) -> EnqueueResult:
@@ -107,6 +110,26 @@ class Client:
     # -- operating --------------------------------------------------------------------------
     def stats(self) -> Stats:
         return admin.stats(self.store)
+
+    def cancel(self, *ids: str) -> admin.CancelResult:
+        """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
+        return admin.cancel(self.store, list(ids))
+
+    def queue_settings(self, queue: str):
+        return admin.queue_show(self.store, queue)
+
+    def set_queue(self, queue: str, **changes):
+        """Change queue settings: lease_seconds, max_attempts, backoff_base, backoff_cap,
+        retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue."""
+        return admin.queue_set(self.store, queue, **changes)
+
+    def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):
+        return admin.queue_set(self.store, queue, paused_enqueue=True if enqueue else None,
+                               paused_dequeue=True if dequeue else None)
+
+    def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):
+        return admin.queue_set(self.store, queue, paused_enqueue=False if enqueue else None,
+                               paused_dequeue=False if dequeue else None)
 
 
 def connect(dsn: str | Dsn | None = None, **options) -> Client:

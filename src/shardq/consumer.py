@@ -1,9 +1,11 @@
 """Claiming tasks: the round-robin walk over buckets, and the handle a handler gets.
 
 A :class:`Consumer` starts at its own bucket offset and walks the buckets (and, within each
-bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready,
-due tasks of one queue in one bucket with ``FOR UPDATE SKIP LOCKED``: consumers never wait on
-each other and never hold the same task at once. Empty buckets cost one short statement each.
+bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready tasks
+of one queue in one bucket, lowest priority first, with ``FOR UPDATE SKIP LOCKED``: consumers never
+wait on each other and never hold the same task at once. Empty buckets cost one short statement
+each. When a step comes back short, the consumer also promotes that bucket's due scheduled tasks
+(at most every ``PROMOTE_INTERVAL_SECONDS`` per bucket and queue) and claims again.
 
 The layout (bucket count, CockroachDB's shard column) is re-discovered every
 ``layout_refresh_seconds`` and whenever a whole round finds nothing, so a consumer follows an
@@ -26,6 +28,10 @@ from .store import Fenced, TaskStore
 BATCH_DEFAULT = 100
 LAYOUT_REFRESH_SECONDS = 10.0
 SETTINGS_REFRESH_SECONDS = 30.0
+# How often one consumer promotes due scheduled tasks of one (bucket, queue) when its claim there
+# comes back short. Many consumers share the pairs, so a due task waits about this long at most.
+PROMOTE_INTERVAL_SECONDS = 0.25
+PROMOTE_BATCH = 500
 
 
 @dataclass
@@ -70,6 +76,7 @@ class Consumer:
         self._layout_at = 0.0
         self._settings: dict[str, QueueSettings] = {}
         self._settings_at = -SETTINGS_REFRESH_SECONDS
+        self._promoted_at: dict[tuple[int, str], float] = {}
 
     # -- layout and settings ----------------------------------------------------------------
     def layout(self, *, refresh: bool = False) -> ShardLayout:
@@ -91,6 +98,15 @@ class Consumer:
         return self.lease_override or self.settings(queue).lease_seconds
 
     # -- claiming ---------------------------------------------------------------------------
+    def _promote(self, bucket: int, queue: str, result: ClaimRound) -> bool:
+        """Promote due scheduled tasks of (bucket, queue) unless this consumer did so recently."""
+        now = self._clock()
+        if now - self._promoted_at.get((bucket, queue), -PROMOTE_INTERVAL_SECONDS) < PROMOTE_INTERVAL_SECONDS:
+            return False
+        self._promoted_at[(bucket, queue)] = now
+        result.statements += 1
+        return self.store.task_promote_due(bucket, queue, PROMOTE_BATCH) > 0
+
     def claim(self, limit: int | None = None) -> ClaimRound:
         """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
         tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks."""
@@ -107,6 +123,9 @@ class Consumer:
                 continue
             result.statements += 1
             tasks = self.store.task_claim_batch(bucket, queue, want, self.lease_for(queue))
+            if len(tasks) < want and self._promote(bucket, queue, result):
+                tasks += self.store.task_claim_batch(bucket, queue, want - len(tasks), self.lease_for(queue))
+                result.statements += 1
             if tasks:
                 result.tasks = tasks
                 return result
@@ -121,7 +140,7 @@ class Task:
     """What a handler receives.
 
     Attributes: ``id`` (str), ``queue``, ``payload`` (bytes), ``attempt`` (1-based),
-    ``max_attempts``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
+    ``max_attempts``, ``priority``, ``exclusive_key``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
     long work; it raises :class:`shardq.errors.LeaseLost` if the lease already passed to someone
     else.
     """
@@ -152,6 +171,14 @@ class Task:
     @property
     def max_attempts(self) -> int:
         return self.claimed.max_attempts
+
+    @property
+    def priority(self) -> int:
+        return self.claimed.priority
+
+    @property
+    def exclusive_key(self) -> str | None:
+        return self.claimed.exclusive_key
 
     @property
     def created_at(self) -> dt.datetime:

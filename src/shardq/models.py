@@ -16,21 +16,32 @@ from typing import Any, Mapping
 class TaskState(str, Enum):
     """Where a task is in its life. Finished tasks are deleted; failed ones move to ``shardq_dead``."""
 
-    READY = "ready"  # claimable once exec_time has passed
+    READY = "ready"  # due and claimable, ordered by (priority, exec_time)
+    SCHEDULED = "scheduled"  # waiting for exec_time (a delay, or a retry's backoff)
     LEASED = "leased"  # held by a consumer until lease_expires_at
+    BACKLOG = "backlog"  # waiting for its exclusive key to be released
+
+
+# Ranks beyond every priority keep scheduled and backlogged tasks out of a claim's span
+# (see migration 0001). Priorities must stay inside [PRIORITY_MIN, PRIORITY_MAX].
+RANK_SCHEDULED = 2**63 - 1
+RANK_BACKLOG = 2**63 - 2
+PRIORITY_MIN = -(2**62)
+PRIORITY_MAX = 2**62
 
 
 @dataclass(frozen=True, slots=True)
 class TaskKey:
     """The whole primary key of a task row, as hot-path statements address it.
 
-    ``bucket`` is the PostgreSQL bucket column, or on CockroachDB the value the shard column
-    had when the task was claimed (informational there: the key is (state, queue,
-    exec_time, id) and the database derives the shard itself).
+    ``bucket`` is the PostgreSQL bucket column, or on CockroachDB the bucket the task was claimed
+    from (informational there: the key is (state, queue, rank, exec_time, id) and the database
+    derives the shard itself).
     """
 
     bucket: int
     queue: str
+    rank: int
     exec_time: dt.datetime
     id: uuid.UUID
 
@@ -47,6 +58,8 @@ class ClaimedTask:
     lease_token: uuid.UUID
     lease_expires_at: dt.datetime
     created_at: dt.datetime
+    priority: int = 0
+    exclusive_key: str | None = None
 
     @property
     def id(self) -> str:
@@ -59,13 +72,15 @@ class ClaimedTask:
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> "ClaimedTask":
         return cls(
-            key=TaskKey(row["bucket"], row["queue"], row["exec_time"], row["id"]),
+            key=TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
             attempt=row["attempts"],
             max_attempts=row["max_attempts"],
             payload=bytes(row["payload"]),
             lease_token=token,
             lease_expires_at=row["lease_expires_at"],
             created_at=row["created_at"],
+            priority=row["priority"],
+            exclusive_key=row["exclusive_key"],
         )
 
 
@@ -78,14 +93,20 @@ class NewTask:
     run_at: dt.datetime | None = None
     dedupe_key: str | None = None
     max_attempts: int | None = None
+    priority: int = 0
+    exclusive_key: str | None = None
 
 
 @dataclass(frozen=True)
 class EnqueueResult:
-    """What an enqueue did: the ids it inserted and the dedupe keys that were already live."""
+    """What an enqueue did: the ids it inserted (``backlogged_ids``: those of them that wait in an
+    exclusive key's backlog), the dedupe keys that were already live, and how many older backlog
+    entries a latest-only queue dropped for the new ones."""
 
     enqueued_ids: tuple[str, ...]
     duplicate_keys: tuple[str, ...] = ()
+    backlogged_ids: tuple[str, ...] = ()
+    superseded: int = 0
 
     @property
     def enqueued(self) -> int:
@@ -105,6 +126,10 @@ class QueueSettings:
     max_attempts: int = 25
     backoff_base: float = 1.0
     backoff_cap: float = 3600.0
+    #: share of the backoff drawn at random: 1.0 = full jitter, 0.0 = none
+    retry_jitter: float = 1.0
+    #: an exclusive key's backlog keeps only the newest entry
+    exclusive_latest_only: bool = False
     paused_enqueue: bool = False
     paused_dequeue: bool = False
 
@@ -116,9 +141,24 @@ class QueueSettings:
             max_attempts=row["max_attempts"],
             backoff_base=row["backoff_base"],
             backoff_cap=row["backoff_cap"],
+            retry_jitter=row["retry_jitter"],
+            exclusive_latest_only=row["exclusive_latest_only"],
             paused_enqueue=row["paused_enqueue"],
             paused_dequeue=row["paused_dequeue"],
         )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "lease_seconds": self.lease_seconds,
+            "max_attempts": self.max_attempts,
+            "backoff_base": self.backoff_base,
+            "backoff_cap": self.backoff_cap,
+            "retry_jitter": self.retry_jitter,
+            "exclusive_latest_only": self.exclusive_latest_only,
+            "paused_enqueue": self.paused_enqueue,
+            "paused_dequeue": self.paused_dequeue,
+        }
 
 
 @dataclass(frozen=True)
@@ -173,6 +213,7 @@ class QueueStats:
     leased: int = 0
     dead: int = 0
     oldest_ready_age_s: float | None = None
+    backlog: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,6 +231,7 @@ class Stats:
                     "leased": q.leased,
                     "dead": q.dead,
                     "oldest_ready_age_s": q.oldest_ready_age_s,
+                    "backlog": q.backlog,
                 }
                 for name, q in sorted(self.queues.items())
             },

@@ -6,6 +6,10 @@ Guarantees
       (ready or leased) inserts nothing and says so in :class:`EnqueueResult.duplicate_keys`.
       Once that task is acked or dead-lettered the key is free again.
     * A queue comes into being on its first enqueue, with default settings.
+    * A queue paused for enqueue refuses with :class:`shardq.errors.QueuePaused` and writes nothing
+      (of a multi-batch call, earlier batches stay enqueued; the error says how many).
+    * Tasks with an exclusive key whose key is busy go to the key's backlog
+      (:class:`EnqueueResult.backlogged_ids`); see :mod:`shardq.exclusive`.
 
 Does not
     * deduplicate tasks without a key: re-sending an enqueue whose result was lost (a dropped
@@ -15,10 +19,11 @@ Does not
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Iterable
 
-from . import validation
-from .errors import InvalidInput
+from . import exclusive, validation
+from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask
 from .store import TaskStore
 
@@ -44,6 +49,8 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
             if task.max_attempts is not None
             else None
         ),
+        priority=validation.priority(task.priority),
+        exclusive_key=validation.exclusive_key(task.exclusive_key),
     )
 
 
@@ -63,9 +70,13 @@ class Producer:
         run_at: dt.datetime | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
+        priority: int = 0,
+        exclusive_key: str | None = None,
     ) -> EnqueueResult:
-        """Enqueue one task. ``delay`` (seconds) or ``run_at`` (aware datetime) schedule it for later."""
-        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts)
+        """Enqueue one task. ``delay`` (seconds) or ``run_at`` (aware datetime) schedule it for
+        later; ``priority`` orders it (lower first); ``exclusive_key`` serialises it with the
+        queue's other tasks of that key (see :mod:`shardq.exclusive`)."""
+        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts, priority, exclusive_key)
         return self.enqueue_many(queue, [task])
 
     def enqueue_many(
@@ -78,11 +89,26 @@ class Producer:
         prepared = [normalise(task, payload_limit=self.payload_limit) for task in tasks]
         enqueued: list[str] = []
         duplicates: list[str] = []
+        backlogged: list[str] = []
+        superseded = 0
         for start in range(0, len(prepared), batch_size):
             chunk = prepared[start : start + batch_size]
-            for task, inserted in zip(chunk, self.store.task_insert_many(queue, chunk)):
-                if inserted is not None:
-                    enqueued.append(str(inserted))
+            ids = [uuid.uuid4() for _ in chunk]
+            if any(t.exclusive_key is not None for t in chunk):
+                outcome = exclusive.enqueue(self.store, queue, chunk, ids)
+                inserted, paused = outcome.inserted, outcome.paused
+                backlogged += [str(i) for i in ids if i in outcome.backlogged]
+                superseded += outcome.superseded
+            else:
+                inserted, paused = self.store.task_insert_many(queue, chunk, ids)
+            if paused:
+                raise QueuePaused(
+                    f"queue {queue!r} is paused for enqueue"
+                    + (f" ({len(enqueued)} tasks of earlier batches were enqueued)" if enqueued else "")
+                )
+            for task, task_id in zip(chunk, ids):
+                if task_id in inserted:
+                    enqueued.append(str(task_id))
                 else:
                     duplicates.append(task.dedupe_key or "")
-        return EnqueueResult(tuple(enqueued), tuple(duplicates))
+        return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)

@@ -29,7 +29,7 @@ import random
 import threading
 from dataclasses import dataclass
 
-from . import backoff, validation
+from . import backoff, exclusive, validation
 from .errors import DatabaseUnavailable
 from .models import QueueSettings
 from .store import ExpiredLease, Fenced, TaskStore
@@ -88,6 +88,12 @@ class Reaper:
                     break
             if self.store.uses_lease_records:
                 dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
+            # Backstop for queues no consumer is polling right now: due scheduled tasks become
+            # ready (and so visible in stats and to the next consumer) within one reaper interval.
+            for queue in settings:
+                for _ in range(MAX_BATCHES_PER_BUCKET):
+                    if self.store.task_promote_due(bucket, queue, self.config.batch) < self.config.batch:
+                        break
         result = ReapResult(retried, dead, layout.visit_count, dropped)
         if result.reaped:
             log.info("reaped %d expired leases: %d back to ready, %d dead", result.reaped, retried, dead)
@@ -104,6 +110,7 @@ class Reaper:
                 permanent=False,
                 base=queue.backoff_base,
                 cap=queue.backoff_cap,
+                jitter=queue.retry_jitter,
                 rng=self.rng,
             )
             if decision.outcome is backoff.Outcome.DEAD:
@@ -120,14 +127,18 @@ class Reaper:
                     require_expired=True,
                 )
             )
-        if bury:
-            dead = len(
-                self.store.task_bury_many(
-                    [Fenced(l.key, l.token) for l in bury],
-                    [f"lease expired on the last attempt ({l.attempts} of {l.max_attempts})" for l in bury],
-                    require_expired=True,
-                )
-            )
+        for group in ([l for l in bury if l.exclusive_key is None], [l for l in bury if l.exclusive_key is not None]):
+            if not group:
+                continue
+            items = [Fenced(l.key, l.token) for l in group]
+            errors = [f"lease expired on the last attempt ({l.attempts} of {l.max_attempts})" for l in group]
+            remove = lambda items=items, errors=errors: self.store.task_bury_many(items, errors, require_expired=True)  # noqa: E731
+            if group[0].exclusive_key is None:
+                dead += len(remove())
+            else:
+                key_of = {l.key.id: (l.key.queue, l.exclusive_key) for l in group}
+                removed, _ = exclusive.remove_and_release(self.store, list(key_of.values()), remove, key_of)
+                dead += len(removed)
         return retried, dead
 
     def run_forever(self, stop: threading.Event) -> None:

@@ -9,8 +9,20 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .db import Session
-from .models import ClaimedTask, DeadTask, NewTask, QueueSettings, QueueStats, ShardLayout, TaskKey
+from .models import (
+    RANK_BACKLOG,
+    RANK_SCHEDULED,
+    ClaimedTask,
+    DeadTask,
+    NewTask,
+    QueueSettings,
+    QueueStats,
+    ShardLayout,
+    TaskKey,
+)
 from .shards import discover_layout
+
+_RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +39,41 @@ class ExpiredLease:
     attempts: int
     max_attempts: int
     token: uuid.UUID
+    exclusive_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledTask:
+    id: uuid.UUID
+    queue: str
+    state: str
+    exclusive_key: str | None
+    backlogged: bool
 
 
 def _key_arrays(items: Sequence[Fenced]) -> dict[str, list]:
     return {
         "buckets": [f.key.bucket for f in items],
         "queues": [f.key.queue for f in items],
+        "ranks": [f.key.rank for f in items],
         "exec_times": [f.key.exec_time for f in items],
         "ids": [f.key.id for f in items],
         "tokens": [f.token for f in items],
+        **_RANKS,
+    }
+
+
+def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> dict[str, list]:
+    return {
+        "ids": list(ids),
+        "payloads": [t.payload for t in tasks],
+        "delays": [t.delay or 0.0 for t in tasks],
+        "run_ats": [t.run_at for t in tasks],
+        "max_attempts": [t.max_attempts for t in tasks],
+        "dedupe_keys": [t.dedupe_key for t in tasks],
+        "priorities": [t.priority for t in tasks],
+        "exclusive_keys": [t.exclusive_key for t in tasks],
+        **_RANKS,
     }
 
 
@@ -59,33 +97,63 @@ class TaskStore:
         return discover_layout(self.session)
 
     # -- producer ---------------------------------------------------------------------------
-    def task_insert_many(self, queue: str, tasks: Sequence[NewTask]) -> list[uuid.UUID]:
-        ids = [uuid.uuid4() for _ in tasks]
-        rows = self.session.fetch_all(
-            "task_insert_many",
-            {
-                "queue": queue,
-                "ids": ids,
-                "payloads": [t.payload for t in tasks],
-                "delays": [t.delay or 0.0 for t in tasks],
-                "run_ats": [t.run_at for t in tasks],
-                "max_attempts": [t.max_attempts for t in tasks],
-                "dedupe_keys": [t.dedupe_key for t in tasks],
-            },
+    def task_insert_many(
+        self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
+    ) -> tuple[set[uuid.UUID], bool]:
+        """Insert; returns (ids inserted, queue paused for enqueue)."""
+        rows = self.session.fetch_all("task_insert_many", {"queue": queue, **_task_arrays(tasks, ids)})
+        paused = any(row["paused"] for row in rows)
+        return {row["id"] for row in rows if row["id"] is not None}, paused
+
+    def task_insert_backlog_many(self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        rows = self.session.fetch_all("task_insert_backlog_many", {"queue": queue, **_task_arrays(tasks, ids)})
+        return {row["id"] for row in rows}
+
+    def task_exclusive_active(self, queue: str, keys: Sequence[str]) -> set[str]:
+        rows = self.session.fetch_all("task_exclusive_active", {"queue": queue, "keys": list(keys)})
+        return {row["exclusive_key"] for row in rows}
+
+    def task_backlog_supersede(self, queue: str, keys: Sequence[str], keep: Sequence[uuid.UUID]) -> int:
+        rows = self.session.fetch_all("task_backlog_supersede", {"queue": queue, "keys": list(keys), "keep": list(keep)})
+        return len(rows)
+
+    def exclusive_keys_lock(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Take the per-key locks (PostgreSQL; a no-op statement on CockroachDB) for this transaction."""
+        self.session.fetch_all(
+            "exclusive_keys_lock", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
         )
-        inserted = {row["id"] for row in rows}
-        return [i if i in inserted else None for i in ids]  # type: ignore[misc]
+
+    def task_backlog_release(self, pairs: Sequence[tuple[str, str]]) -> set[uuid.UUID]:
+        rows = self.session.fetch_all(
+            "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **_RANKS}
+        )
+        return {row["id"] for row in rows}
+
+    def task_exclusive_keys_by_id(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
+        rows = self.session.fetch_all("task_exclusive_keys_by_id", {"ids": list(ids)})
+        return {row["id"]: (row["queue"], row["exclusive_key"]) for row in rows}
+
+    def task_cancel_many(self, ids: Sequence[uuid.UUID]) -> list[CancelledTask]:
+        rows = self.session.fetch_all("task_cancel_many", {"ids": list(ids)})
+        return [
+            CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"]) for row in rows
+        ]
 
     # -- consumer ---------------------------------------------------------------------------
     def task_claim_batch(self, bucket: int, queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
         token = uuid.uuid4()
         rows = self.session.fetch_all(
             "task_claim_batch",
-            {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token},
+            {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token, **_RANKS},
         )
-        # RETURNING follows no order; hand tasks out earliest exec_time first, as claimed.
-        rows.sort(key=lambda row: row["exec_time"])
+        # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
+        rows.sort(key=lambda row: (row["rank"], row["exec_time"]))
         return [ClaimedTask.from_row(row, token) for row in rows]
+
+    def task_promote_due(self, bucket: int, queue: str, limit: int) -> int:
+        """Make due scheduled tasks ready; returns how many."""
+        params = {"bucket": bucket, "queue": queue, "limit": limit, **_RANKS}
+        return len(self.session.fetch_all("task_promote_due", params))
 
     def task_ack_many(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> set[uuid.UUID]:
         params = _key_arrays(items)
@@ -119,10 +187,11 @@ class TaskStore:
         rows = self.session.fetch_all("task_reap_candidates", {"bucket": bucket, "limit": limit})
         return [
             ExpiredLease(
-                TaskKey(row["bucket"], row["queue"], row["exec_time"], row["id"]),
+                TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
                 row["attempts"],
                 row["max_attempts"],
                 row["lease_token"],
+                row["exclusive_key"],
             )
             for row in rows
         ]
@@ -142,6 +211,13 @@ class TaskStore:
     def queue_list(self) -> list[QueueSettings]:
         return [QueueSettings.from_row(row) for row in self.session.fetch_all("queue_list")]
 
+    def queue_update(self, queue: str, **changes: object) -> QueueSettings | None:
+        fields = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
+                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue")
+        params = {name: changes.get(name) for name in fields}
+        row = self.session.fetch_one("queue_update", {"queue": queue, **params})
+        return QueueSettings.from_row(row) if row else None
+
     # -- introspection and dead letters -----------------------------------------------------
     def stats_tasks_by_queue(self) -> dict[str, QueueStats]:
         return {
@@ -150,6 +226,7 @@ class TaskStore:
                 scheduled=row["scheduled"],
                 leased=row["leased"],
                 oldest_ready_age_s=row["oldest_ready_age_s"],
+                backlog=row["backlog"],
             )
             for row in self.session.fetch_all("stats_tasks_by_queue")
         }

@@ -97,3 +97,31 @@ def bucket_count(value: object) -> int:
     if not BUCKETS_MIN <= value <= BUCKETS_MAX:
         raise InvalidInput(f"bucket count must be between {BUCKETS_MIN} and {BUCKETS_MAX}")
     return value
+
+
+def priority(value: object) -> int:
+    from .models import PRIORITY_MAX, PRIORITY_MIN
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("priority must be a whole number (lower runs first)")
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InvalidInput(f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}")
+    return value
+
+
+def exclusive_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("exclusive key must be a non-empty string")
+    if len(key) > DEDUPE_KEY_MAX:
+        raise InvalidInput(f"exclusive key longer than {DEDUPE_KEY_MAX} characters")
+    if "\x00" in key:
+        raise InvalidInput("exclusive key may not contain NUL")
+    return key
+
+
+def fraction(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidInput(f"{what} must be between 0 and 1")
+    return float(value)

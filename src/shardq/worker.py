@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import backoff, validation
+from . import backoff, exclusive, validation
 from .consumer import Consumer, Task, fenced
 from .db import Session
 from .errors import DatabaseError, DatabaseUnavailable, Permanent
@@ -368,7 +368,8 @@ class Worker:
                 pending, closing = [], set()
 
     def _settle(self, store: TaskStore, outcomes: list[_Outcome], closing: set[uuid.UUID]) -> None:
-        acks = [o for o in outcomes if o.kind == "ack"]
+        acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is None]
+        keyed_acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is not None]
         fails = [o for o in outcomes if o.kind == "fail"]
         releases = [o for o in outcomes if o.kind == "release"]
         if releases:
@@ -376,11 +377,23 @@ class Worker:
             self._count(releases, done, "released")
         if fails:
             self._settle_failures(store, fails)
+        if keyed_acks:
+            done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
+            self._count(keyed_acks, done, "acked")
         closed = closing | self._settled_tokens(outcomes)
         if acks or (closed and store.uses_lease_records):
             done = store.task_ack_many([fenced(o.claimed) for o in acks], closed)
             self._count(acks, done, "acked")
         self._forget(outcomes)
+
+    @staticmethod
+    def _remove_keyed(store: TaskStore, outcomes: list[_Outcome], remove) -> set[uuid.UUID]:
+        """Ack or bury tasks that hold exclusive keys, releasing each key's backlog in the same
+        transaction (see shardq.exclusive)."""
+        items = [fenced(o.claimed) for o in outcomes]
+        key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key) for o in outcomes}
+        removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
+        return removed
 
     def _settle_failures(self, store: TaskStore, fails: list[_Outcome]) -> None:
         retry: list[tuple[_Outcome, float]] = []
@@ -393,6 +406,7 @@ class Worker:
                 permanent=outcome.permanent,
                 base=settings.backoff_base if settings else 1.0,
                 cap=settings.backoff_cap if settings else 3600.0,
+                jitter=settings.retry_jitter if settings else 1.0,
             )
             if decision.outcome is backoff.Outcome.DEAD:
                 bury.append(outcome)
@@ -406,9 +420,17 @@ class Worker:
                 require_expired=False,
             )
             self._count([o for o, _ in retry], done, "retried")
-        if bury:
-            done = store.task_bury_many([fenced(o.claimed) for o in bury], [o.error for o in bury], require_expired=False)
-            self._count(bury, done, "dead")
+        plain = [o for o in bury if o.claimed.exclusive_key is None]
+        keyed = [o for o in bury if o.claimed.exclusive_key is not None]
+        if plain:
+            done = store.task_bury_many([fenced(o.claimed) for o in plain], [o.error for o in plain], require_expired=False)
+            self._count(plain, done, "dead")
+        if keyed:
+            errors = [o.error for o in keyed]
+            done = self._remove_keyed(
+                store, keyed, lambda items: store.task_bury_many(items, errors, require_expired=False)
+            )
+            self._count(keyed, done, "dead")
 
     def _count(self, outcomes: list[_Outcome], done: set[uuid.UUID], event: str) -> None:
         lost = [o for o in outcomes if o.claimed.key.id not in done]

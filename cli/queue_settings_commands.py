@@ -1,0 +1,96 @@
+"""`shardq queue show|set|pause|resume`: per-queue settings."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .app import cli, client_from
+
+
+def _print(settings) -> None:
+    click.echo(
+        f"{settings.name}: lease {settings.lease_seconds:g}s, max attempts {settings.max_attempts}, "
+        f"backoff {settings.backoff_base:g}s..{settings.backoff_cap:g}s (jitter {settings.retry_jitter:g}), "
+        f"latest-only backlog {'on' if settings.exclusive_latest_only else 'off'}, "
+        f"enqueue {'paused' if settings.paused_enqueue else 'open'}, "
+        f"dequeue {'paused' if settings.paused_dequeue else 'open'}"
+    )
+
+
+@cli.group("queue")
+def queue() -> None:
+    """Show and change per-queue settings, pause and resume queues."""
+
+
+@queue.command("show")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def queue_show(ctx, name, as_json) -> None:
+    """Settings of queue NAME, or of every queue."""
+    from shardq import admin
+    from shardq.errors import ShardqError
+
+    found = admin.queue_show(client_from(ctx).store, name)
+    if name is not None and found is None:
+        raise ShardqError(f"no queue named {name!r}")
+    items = [found] if name is not None else found
+    if as_json:
+        click.echo(json.dumps([s.as_json() for s in items], indent=2))
+        return
+    for settings in items:
+        _print(settings)
+
+
+@queue.command("set")
+@click.argument("name")
+@click.option("--lease", "lease_seconds", type=float, help="Lease per claim, seconds.")
+@click.option("--max-attempts", type=int, help="Attempts before dead-lettering (new tasks).")
+@click.option("--backoff-base", type=float, help="First retry delay, seconds (doubles each attempt).")
+@click.option("--backoff-cap", type=float, help="Longest retry delay, seconds.")
+@click.option("--jitter", "retry_jitter", type=float, help="Share of the delay drawn at random, 0..1 (1 = full jitter).")
+@click.option("--latest-only/--keep-all", "exclusive_latest_only", default=None,
+              help="Keep only the newest backlog entry per exclusive key.")
+@click.pass_context
+def queue_set(ctx, name, **changes) -> None:
+    """Change settings of queue NAME (created with defaults if new)."""
+    from shardq import admin
+
+    _print(admin.queue_set(client_from(ctx).store, name, **changes))
+
+
+def _pause_options(function):
+    function = click.option("--enqueue", "enqueue_only", is_flag=True, help="Only enqueue.")(function)
+    return click.option("--dequeue", "dequeue_only", is_flag=True, help="Only dequeue (claims).")(function)
+
+
+def _flags(enqueue_only: bool, dequeue_only: bool, value: bool) -> dict:
+    both = not enqueue_only and not dequeue_only
+    return {
+        "paused_enqueue": value if (both or enqueue_only) else None,
+        "paused_dequeue": value if (both or dequeue_only) else None,
+    }
+
+
+@queue.command("pause")
+@click.argument("name")
+@_pause_options
+@click.pass_context
+def queue_pause(ctx, name, enqueue_only, dequeue_only) -> None:
+    """Pause enqueue and/or dequeue of queue NAME (both by default)."""
+    from shardq import admin
+
+    _print(admin.queue_set(client_from(ctx).store, name, **_flags(enqueue_only, dequeue_only, True)))
+
+
+@queue.command("resume")
+@click.argument("name")
+@_pause_options
+@click.pass_context
+def queue_resume(ctx, name, enqueue_only, dequeue_only) -> None:
+    """Resume enqueue and/or dequeue of queue NAME (both by default)."""
+    from shardq import admin
+
+    _print(admin.queue_set(client_from(ctx).store, name, **_flags(enqueue_only, dequeue_only, False)))

@@ -1,0 +1,91 @@
+"""Exclusive keys: at most one task per (queue, key) is leased at any moment.
+
+A task may carry an ``exclusive_key``. Of all live tasks of a queue with the same key, exactly one
+is *active* (ready, scheduled or leased); the others wait in the key's *backlog* (state
+'backlog'), outside every claim's span, so a claim never blocks on a busy key: it simply never
+sees the waiting tasks and takes other keys' tasks instead (Timestone's exclusive queues). A unique
+index over active tasks enforces "one active task per key" in the database itself.
+
+When the active task leaves for good — acked, dead-lettered (a permanent failure, its last attempt,
+or a lease that expired on the last attempt) or cancelled — the first backlog entry (lowest
+priority, then earliest exec_time) becomes active in the same transaction. A task that fails and is
+retried stays the key's active task, so the key's tasks run one after another in order; a task
+whose lease expires is handed back by the reaper and stays active too.
+
+Concurrency: everything that adds to a backlog or releases a key runs in one transaction that
+first takes the keys' locks (PostgreSQL advisory locks in a fixed order; CockroachDB relies on
+serializable isolation and shardq.db's 40001 retry). Without that, an enqueue could park a task
+behind a key that a concurrent ack is releasing, and the task would wait forever.
+
+Latest-only queues (``exclusive_latest_only``, CMB's version 4): a new backlog entry replaces the
+key's older ones, so only the newest waiting task per key survives.
+
+The cost is paid only by tasks that carry a key: the claim statement and key-less acks are
+unchanged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .models import NewTask
+from .store import TaskStore
+
+
+@dataclass(frozen=True)
+class ExclusiveEnqueue:
+    inserted: set[uuid.UUID]
+    backlogged: set[uuid.UUID]
+    superseded: int
+    paused: bool
+
+
+def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
+    """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
+    into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
+    pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
+
+    def body(_session) -> ExclusiveEnqueue:
+        store.exclusive_keys_lock(pairs)
+        inserted, paused = store.task_insert_many(queue, tasks, ids)
+        if paused:
+            return ExclusiveEnqueue(set(), set(), 0, True)
+        waiting = [(t, i) for t, i in zip(tasks, ids) if i not in inserted and t.exclusive_key is not None]
+        backlogged: set[uuid.UUID] = set()
+        superseded = 0
+        if waiting:
+            backlogged = store.task_insert_backlog_many(queue, [t for t, _ in waiting], [i for _, i in waiting])
+            settings = store.queue_get(queue)
+            if settings is not None and settings.exclusive_latest_only and backlogged:
+                newest: dict[str, uuid.UUID] = {}
+                for task, task_id in waiting:
+                    if task_id in backlogged:
+                        newest[task.exclusive_key] = task_id  # later in the batch wins
+                superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
+                backlogged = {i for i in backlogged if i in set(newest.values())}
+        return ExclusiveEnqueue(inserted | backlogged, backlogged, superseded, False)
+
+    return store.session.transaction(body)
+
+
+def remove_and_release(
+    store: TaskStore,
+    keys: Sequence[tuple[str, str]],
+    remove: Callable[[], set[uuid.UUID]],
+    key_of: dict[uuid.UUID, tuple[str, str]],
+) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """Run ``remove`` (an ack, bury or cancel of active keyed tasks; returns the ids it removed)
+    and promote the next backlog entry of every key whose active task it removed, in one
+    transaction under the keys' locks. Returns (removed ids, promoted ids)."""
+    ordered = sorted(set(keys))
+
+    def body(_session) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+        store.exclusive_keys_lock(ordered)
+        removed = remove()
+        released = sorted({key_of[i] for i in removed if i in key_of})
+        promoted = store.task_backlog_release(released) if released else set()
+        return removed, promoted
+
+    return store.session.transaction(body)
