@@ -61,36 +61,24 @@ def queue_set(ctx, name, **changes) -> None:
     _print(admin.queue_set(client_from(ctx).store, name, **changes))
 
 
-def _pause_options(function):
-    function = click.option("--enqueue", "enqueue_only", is_flag=True, help="Only enqueue.")(function)
-    return click.option("--dequeue", "dequeue_only", is_flag=True, help="Only dequeue (claims).")(function)
+def _pause_command(name: str, paused: bool, summary: str):
+    @queue.command(name, help=summary)
+    @click.argument("queue_name", metavar="NAME")
+    @click.option("--enqueue", "enqueue_only", is_flag=True, help="Only enqueue.")
+    @click.option("--dequeue", "dequeue_only", is_flag=True, help="Only dequeue (claims).")
+    @click.pass_context
+    def command(ctx, queue_name, enqueue_only, dequeue_only) -> None:
+        from shardq import admin
+
+        both = not enqueue_only and not dequeue_only
+        flags = {
+            "paused_enqueue": paused if (both or enqueue_only) else None,
+            "paused_dequeue": paused if (both or dequeue_only) else None,
+        }
+        _print(admin.queue_set(client_from(ctx).store, queue_name, **flags))
+
+    return command
 
 
-def _flags(enqueue_only: bool, dequeue_only: bool, value: bool) -> dict:
-    both = not enqueue_only and not dequeue_only
-    return {
-        "paused_enqueue": value if (both or enqueue_only) else None,
-        "paused_dequeue": value if (both or dequeue_only) else None,
-    }
-
-
-@queue.command("pause")
-@click.argument("name")
-@_pause_options
-@click.pass_context
-def queue_pause(ctx, name, enqueue_only, dequeue_only) -> None:
-    """Pause enqueue and/or dequeue of queue NAME (both by default)."""
-    from shardq import admin
-
-    _print(admin.queue_set(client_from(ctx).store, name, **_flags(enqueue_only, dequeue_only, True)))
-
-
-@queue.command("resume")
-@click.argument("name")
-@_pause_options
-@click.pass_context
-def queue_resume(ctx, name, enqueue_only, dequeue_only) -> None:
-    """Resume enqueue and/or dequeue of queue NAME (both by default)."""
-    from shardq import admin
-
-    _print(admin.queue_set(client_from(ctx).store, name, **_flags(enqueue_only, dequeue_only, False)))
+queue_pause = _pause_command("pause", True, "Pause enqueue and/or dequeue of queue NAME (both by default).")
+queue_resume = _pause_command("resume", False, "Resume enqueue and/or dequeue of queue NAME (both by default).")

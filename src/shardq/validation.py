@@ -62,16 +62,20 @@ def run_at(when: object) -> dt.datetime:
     return when
 
 
-def dedupe_key(key: object) -> str | None:
+def _task_key(key: object, what: str) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key:
-        raise InvalidInput("dedupe key must be a non-empty string")
+        raise InvalidInput(f"{what} must be a non-empty string")
     if len(key) > DEDUPE_KEY_MAX:
-        raise InvalidInput(f"dedupe key longer than {DEDUPE_KEY_MAX} characters")
+        raise InvalidInput(f"{what} longer than {DEDUPE_KEY_MAX} characters")
     if "\x00" in key:
-        raise InvalidInput("dedupe key may not contain NUL")
+        raise InvalidInput(f"{what} may not contain NUL")
     return key
+
+
+def dedupe_key(key: object) -> str | None:
+    return _task_key(key, "dedupe key")
 
 
 def positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
@@ -110,15 +114,7 @@ def priority(value: object) -> int:
 
 
 def exclusive_key(key: object) -> str | None:
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key:
-        raise InvalidInput("exclusive key must be a non-empty string")
-    if len(key) > DEDUPE_KEY_MAX:
-        raise InvalidInput(f"exclusive key longer than {DEDUPE_KEY_MAX} characters")
-    if "\x00" in key:
-        raise InvalidInput("exclusive key may not contain NUL")
-    return key
+    return _task_key(key, "exclusive key")
 
 
 def fraction(value: object, what: str) -> float:
