@@ -160,7 +160,9 @@ class Worker:
         self._work: queue_module.Queue[_InFlight | None] = queue_module.Queue()
         self._outcomes: queue_module.Queue[_Outcome | None] = queue_module.Queue()
         self._inflight: dict[uuid.UUID, _InFlight] = {}
-        self._outstanding: dict[uuid.UUID, int] = {}
+        # lease token -> ids of that claim not settled yet (a set, so re-settling after a lost
+        # connection cannot close a claim early)
+        self._outstanding: dict[uuid.UUID, set[uuid.UUID]] = {}
         self._lock = threading.Condition()
         self._local = threading.local()
         self._sessions: list[Session] = []
@@ -279,7 +281,7 @@ class Worker:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
         with self._lock:
-            self._outstanding[tasks[0].lease_token] = len(tasks)
+            self._outstanding[tasks[0].lease_token] = {t.key.id for t in tasks}
             entries = []
             for claimed in tasks:
                 entry = _InFlight(claimed, deadline)
@@ -328,11 +330,10 @@ class Worker:
     def _settle_loop(self) -> None:
         store = None
         pending: list[_Outcome] = []
-        closing: set[uuid.UUID] = set()
         finished = False
         next_beat = time.monotonic()
         failures = 0
-        while not finished or pending or closing:
+        while not finished or pending:
             if not finished:
                 try:
                     item = self._outcomes.get(timeout=0.05) if not pending else self._outcomes.get_nowait()
@@ -350,9 +351,9 @@ class Worker:
                     pass
             try:
                 store = store or self._store()
-                if pending or closing:
-                    self._settle(store, pending, closing)
-                    pending, closing = [], set()
+                if pending:
+                    self._settle(store, pending)
+                    pending = []
                 if self.config.heartbeat and time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self._heartbeat(store)
                 failures = 0
@@ -365,9 +366,9 @@ class Worker:
                 # The leases will expire and the reaper returns these tasks: at-least-once holds.
                 log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(pending), exc)
                 self._forget(pending)
-                pending, closing = [], set()
+                pending = []
 
-    def _settle(self, store: TaskStore, outcomes: list[_Outcome], closing: set[uuid.UUID]) -> None:
+    def _settle(self, store: TaskStore, outcomes: list[_Outcome]) -> None:
         acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is None]
         keyed_acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is not None]
         fails = [o for o in outcomes if o.kind == "fail"]
@@ -380,7 +381,7 @@ class Worker:
         if keyed_acks:
             done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
             self._count(keyed_acks, done, "acked")
-        closed = closing | self._settled_tokens(outcomes)
+        closed = self._settled_tokens(outcomes)
         if acks or (closed and store.uses_lease_records):
             done = store.task_ack_many([fenced(o.claimed) for o in acks], closed)
             self._count(acks, done, "acked")
@@ -453,11 +454,10 @@ class Worker:
                 left = self._outstanding.get(token)
                 if left is None:
                     continue
-                if left <= 1:
+                left.discard(o.claimed.key.id)
+                if not left:
                     del self._outstanding[token]
                     closed.add(token)
-                else:
-                    self._outstanding[token] = left - 1
         return closed
 
     def _forget(self, outcomes: list[_Outcome]) -> None:
