@@ -108,6 +108,63 @@ def buckets_show(ctx, as_json) -> None:
     layout = report.layout
     click.echo(f"{report.dialect}: {layout.bucket_count} buckets"
                + (f", shard column {layout.shard_column}" if layout.shard_column else "")
-               + (f", resizing from {layout.resizing_from}" if report.resizing else ""))
+               + (f", resizing from {layout.resizing_from}" if layout.resizing_from is not None else ""))
+    for job in report.schema_jobs:
+        done = "" if job.fraction_completed is None else f" {job.fraction_completed:.0%}"
+        click.echo(f"  resize in progress: job {job.job_id} {job.status}{done}: {job.description}")
     for bucket in range(layout.visit_count):
         click.echo(f"  bucket {bucket:4d}: {report.rows_per_bucket.get(bucket, 0)} rows")
+
+
+@buckets.command("resize")
+@click.argument("count", type=int)
+@click.option("--batch", type=int, default=1000, show_default=True,
+              help="Rows moved per statement (PostgreSQL shrink).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (no progress display).")
+@click.pass_context
+def buckets_resize(ctx, count, batch, as_json) -> None:
+    """Change the bucket count to COUNT (2..2048) while producers and consumers keep running.
+
+    PostgreSQL: a shrink returns once every task has left the dropped buckets, which includes
+    waiting for tasks leased there to be acked or to expire. Interrupting it is safe; run the
+    command again to finish. CockroachDB: ALTER PRIMARY KEY with the new bucket count, waiting for
+    its schema-change job.
+    """
+    import sys
+
+    from shardq import resize
+
+    client = client_from(ctx)
+    if as_json:
+        result = resize.resize_buckets(client.new_session, count, batch=batch)
+        _echo_json(result.as_json())
+        return
+    if sys.stdout.isatty():
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, transient=True) as bar:
+            task = bar.add_task("resizing", total=None)
+
+            def show(progress) -> None:
+                total = None
+                completed = progress.fraction
+                if progress.fraction is not None:
+                    total = 1.0
+                elif progress.ready_left or progress.leased_left or progress.moved:
+                    total = progress.moved + progress.ready_left + progress.leased_left
+                    completed = progress.moved
+                bar.update(task, description=f"{progress.phase}: {progress.detail}", total=total, completed=completed)
+
+            result = resize.resize_buckets(client.new_session, count, batch=batch, on_progress=show)
+    else:
+        last = [None]
+
+        def show(progress) -> None:
+            line = f"{progress.phase}: {progress.detail}"
+            if progress.phase != "done" and line != last[0]:
+                click.echo(line)
+                last[0] = line
+
+        result = resize.resize_buckets(client.new_session, count, batch=batch, on_progress=show)
+    click.echo(result.message)

@@ -27,6 +27,9 @@ from shardq import migrate
 from .factories import TestDatabase
 
 TEST_BUCKETS = 4
+# The oldest line shardq supports is 23.1; the container runs a 24.1 patch that testcontainers'
+# own tests use.
+COCKROACH_IMAGE = "cockroachdb/cockroach:v24.1.1"
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +60,11 @@ def _cockroach_root_url() -> str | None:
 
 @pytest.fixture(scope="session")
 def cockroach_root():
+    """A root URL of a CockroachDB test cluster, or a skip saying why there is none."""
+    try:
+        import sqlalchemy_cockroachdb  # noqa: F401  (migrations need the dialect)
+    except ImportError:
+        pytest.skip("CockroachDB: the migration dialect is missing (pip install 'shardq[cockroach]')")
     url = _cockroach_root_url()
     if url:
         yield url
@@ -68,10 +76,13 @@ def cockroach_root():
     except Exception:
         pytest.skip("CockroachDB: no SHARDQ_TEST_COCKROACH_URL and no Docker engine answers")
     try:
+        # testcontainers >= 4.15 moved the module; the old path still works with a DeprecationWarning.
         from testcontainers.community.cockroachdb import CockroachDBContainer  # type: ignore
     except ImportError:
         from testcontainers.cockroachdb import CockroachDBContainer  # type: ignore
-    container = CockroachDBContainer("cockroachdb/cockroach:v24.1.1", dialect="cockroachdb+psycopg")
+    # The module's defaults start a *secure* node (user cockroach, password arthropod, database
+    # roach, sslmode=require): libpq encrypts without verifying the self-signed certificate.
+    container = CockroachDBContainer(COCKROACH_IMAGE, dialect="cockroachdb+psycopg")
     with container:
         yield container.get_connection_url().replace("cockroachdb+psycopg://", "cockroachdb://")
 
@@ -84,13 +95,15 @@ def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
 
 
 def _fresh_cockroach(root_url: str) -> TestDatabase:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
     name = f"t_{uuid.uuid4().hex[:12]}"
     root = Dsn.parse(root_url)
     with Session(root) as session:
         session.execute_raw(f'CREATE DATABASE "{name}"')
-    params = dict(p.split("=", 1) for p in root.conninfo.split() if "=" in p)
+    params = conninfo_to_dict(root.conninfo)
     params["dbname"] = name
-    dsn = Dsn(" ".join(f"{k}={v}" for k, v in params.items()), "cockroachdb")
+    dsn = Dsn(make_conninfo(**params), "cockroachdb")
     migrate.upgrade(dsn, buckets=TEST_BUCKETS)
     return TestDatabase(dsn, "cockroachdb", drop=(root_url, name))
 
@@ -102,6 +115,14 @@ def db(request, pg_server, pg_template):
         database = _fresh_postgres(pg_server, pg_template)
     else:
         database = _fresh_cockroach(request.getfixturevalue("cockroach_root"))
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def crdb_db(request):
+    """A fresh CockroachDB database only (CockroachDB-specific plans, retries and resizing)."""
+    database = _fresh_cockroach(request.getfixturevalue("cockroach_root"))
     yield database
     database.close()
 

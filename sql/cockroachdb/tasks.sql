@@ -152,3 +152,10 @@ SET backlogged = false,
 FROM heads AS h
 WHERE t.state = h.state AND t.queue = h.queue AND t.rank = h.rank AND t.exec_time = h.exec_time AND t.id = h.id
 RETURNING t.id
+
+-- name: task_count_by_bucket_current
+-- Rows per bucket from a current read: the fallback when the layout is younger than the historical
+-- read's timestamp (right after a resize, the new shard column did not exist ~5 s ago).
+SELECT {shard_col} AS bucket, count(*) AS tasks
+FROM shardq_tasks
+GROUP BY 1 ORDER BY 1

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import validation
 from .errors import InvalidInput
-from .models import DeadTask, QueueStats, ShardLayout, Stats
+from .models import DeadTask, QueueStats, SchemaJob, ShardLayout, Stats
 from .store import TaskStore
 
 PAGE = 1000
@@ -33,13 +33,18 @@ def stats(store: TaskStore) -> Stats:
 
 @dataclass(frozen=True)
 class BucketReport:
+    """``shardq buckets show``: the layout, rows per bucket, and whether a resize is running
+    (PostgreSQL: a shrink still moving rows, ``resizing_from`` set; CockroachDB: an unfinished
+    schema-change job of ``shardq_tasks``, listed in ``schema_jobs``)."""
+
     layout: ShardLayout
     rows_per_bucket: dict[int, int]
     dialect: str
+    schema_jobs: tuple[SchemaJob, ...] = ()
 
     @property
     def resizing(self) -> bool:
-        return self.layout.resizing_from is not None
+        return self.layout.resizing_from is not None or bool(self.schema_jobs)
 
     def as_json(self) -> dict:
         return {
@@ -48,13 +53,15 @@ class BucketReport:
             "shard_column": self.layout.shard_column,
             "resizing": self.resizing,
             "resizing_from": self.layout.resizing_from,
+            "schema_jobs": [job.as_json() for job in self.schema_jobs],
             "rows_per_bucket": {str(b): n for b, n in sorted(self.rows_per_bucket.items())},
         }
 
 
 def buckets_show(store: TaskStore) -> BucketReport:
     layout = store.layout()
-    return BucketReport(layout, store.task_count_by_bucket(), store.dialect)
+    jobs = tuple(store.schema_jobs(layout.table_id))
+    return BucketReport(layout, store.task_count_by_bucket(), store.dialect, jobs)
 
 
 def dead_list(store: TaskStore, queue: str, *, limit: int = 100) -> list[DeadTask]:

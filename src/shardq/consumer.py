@@ -8,25 +8,37 @@ each. When a step comes back short, the consumer also promotes that bucket's due
 (at most every ``PROMOTE_INTERVAL_SECONDS`` per bucket and queue) and claims again.
 
 The layout (bucket count, CockroachDB's shard column) is re-discovered every
-``layout_refresh_seconds`` and whenever a whole round finds nothing, so a consumer follows an
-online resize without restarting.
+``LAYOUT_REFRESH_SECONDS`` (5 s), whenever a whole round finds nothing, and at once when a claim
+fails because the shard column it used was dropped (a CockroachDB resize), so a consumer follows
+an online resize without restarting. A round after which the layout turned out to have changed
+does not count as empty: the buckets it did not walk may hold tasks.
+
+A claim whose outcome is unknown (CockroachDB's 40003) or that kept failing with 40001 is counted
+as empty for its bucket and the walk goes on: if it did commit, its tasks stay leased under a
+token nobody holds and the reaper returns them when the lease expires (see :mod:`shardq.db`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import validation
-from .errors import LeaseLost
+from .errors import AmbiguousResult, LeaseLost, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
 from .store import Fenced, TaskStore
 
+log = logging.getLogger("shardq.consumer")
+
 BATCH_DEFAULT = 100
-LAYOUT_REFRESH_SECONDS = 10.0
+# Short enough that after a resize a busy consumer (one that never has an empty round) reaches
+# new buckets within seconds, and on CockroachDB stops filtering on a stale shard column that
+# the resize could not drop; one catalog read per consumer per interval.
+LAYOUT_REFRESH_SECONDS = 5.0
 SETTINGS_REFRESH_SECONDS = 30.0
 # How often one consumer promotes due scheduled tasks of one (bucket, queue) when its claim there
 # comes back short. Many consumers share the pairs, so a due task waits about this long at most.
@@ -114,6 +126,7 @@ class Consumer:
         layout = self.layout()
         pairs = layout.visit_count * len(self.queues)
         result = ClaimRound()
+        failed = False
         for _ in range(pairs):
             step = (self._offset + self._position) % pairs
             self._position += 1
@@ -122,17 +135,27 @@ class Consumer:
             if self.settings(queue).paused_dequeue:
                 continue
             result.statements += 1
-            tasks = self.store.task_claim_batch(bucket, queue, want, self.lease_for(queue))
-            if len(tasks) < want and self._promote(bucket, queue, result):
-                tasks += self.store.task_claim_batch(bucket, queue, want - len(tasks), self.lease_for(queue))
-                result.statements += 1
+            try:
+                tasks = self.store.task_claim_batch(bucket, queue, want, self.lease_for(queue))
+                if len(tasks) < want and self._promote(bucket, queue, result):
+                    tasks += self.store.task_claim_batch(bucket, queue, want - len(tasks), self.lease_for(queue))
+                    result.statements += 1
+            except ShardLayoutChanged as exc:
+                log.info("layout changed under a claim (%s); re-discovering", exc)
+                self.layout(refresh=True)
+                return result  # not an empty round: the new layout has not been walked yet
+            except (AmbiguousResult, SerializationConflict) as exc:
+                log.warning("claim in bucket %d of queue %s failed (%s); moving on", bucket, queue, exc)
+                failed = True
+                continue
             if tasks:
                 result.tasks = tasks
                 return result
-        result.round_empty = True
         # An empty round is the cheap moment to notice a resize or new settings.
-        self.layout(refresh=True)
+        refreshed = self.layout(refresh=True)
         self._settings_at = -SETTINGS_REFRESH_SECONDS
+        unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
+        result.round_empty = unchanged and not failed
         return result
 
 

@@ -11,13 +11,45 @@ Guarantees
       :meth:`Session.transaction`.
     * SQLSTATE 40001 (serialization failure: CockroachDB's ``restart transaction``, PostgreSQL's
       serializable conflicts) is retried with exponential backoff and full jitter, at most
-      ``max_retries`` times, then raised as :class:`SerializationConflict`. Every shardq statement
-      is safe to re-run after a 40001: the failed attempt changed nothing.
-    * SQLSTATE 40003 (CockroachDB: result is ambiguous) is *not* retried here: it surfaces as
-      :class:`AmbiguousResult`, because only the caller knows whether re-sending is safe. Claims,
-      acks, retries and extensions are (they are fenced by the lease token: a re-sent ack of a task
-      that was already deleted deletes nothing; a re-sent claim takes a fresh token, and a task the
-      lost claim may have leased comes back through the reaper when that lease expires).
+      ``max_retries`` times, then raised as :class:`SerializationConflict`. A statement outside a
+      transaction is re-sent alone; inside :meth:`Session.transaction` the whole body is re-run
+      (CockroachDB aborts the transaction, so re-sending one statement would be wrong). Every shardq
+      statement is safe to re-run after a 40001: the failed attempt changed nothing.
+    * SQLSTATE 40003 (CockroachDB: "result is ambiguous", only possible on a statement outside a
+      transaction or on COMMIT) means the statement may or may not have committed. It is re-sent
+      only for statements the caller marks ``resend_ambiguous`` (the lease-fenced ones, see below);
+      otherwise it surfaces as :class:`AmbiguousResult`.
+
+Why the lease token makes re-sent acks (and lost claims) safe
+    A claim writes a fresh random ``lease_token`` into every row it leases and hands the token to
+    the worker. Ack, retry, dead-letter, release and extend name each row by its whole key *and*
+    that token (``… AND t.lease_token = k.token AND t.state = 'leased'``), and all but extend
+    change the row so that it stops matching: ack and dead-letter delete it, retry and release set
+    ``state = 'ready'`` and clear the token (on CockroachDB they also rewrite the key). So when the
+    first attempt did commit, the re-sent statement matches no row and changes nothing; the ids
+    missing from its result are counted as ``lease_lost``, which is harmless. A re-sent extend
+    matches again and sets the expiry to now + lease once more: what was asked for. If the lease
+    expired and another consumer claimed the task meanwhile, that claim wrote a different token,
+    so no re-send can touch the new holder's lease.
+
+    A claim is *not* re-sent after 40003: it would lease another batch under another token. The
+    consumer treats the ambiguous claim as empty. If it did commit, its tasks stay leased under a
+    token nobody holds until ``lease_expires_at``; the reaper then returns them to ``ready`` (the
+    attempt counts), so nothing is lost and nothing runs twice at once. An enqueue without a dedupe
+    key is not re-sent either (it could insert twice); the caller sees :class:`AmbiguousResult`.
+
+CockroachDB result buffer (``results_buffer_size``)
+    The server retries a 40001 of an autocommit statement by itself only while the statement's
+    results still fit in the connection's result buffer (``sql.defaults.results_buffer.size``:
+    16 KiB up to 24.1, 512 KiB from 24.1's later patches on; cockroachdb#124049). A claim returns
+    payloads, so a batch of 100 tasks with 200-byte payloads already passes 16 KiB. shardq does
+    not cap batch × payload (payloads are the user's); it sets the buffer deliberately on every
+    CockroachDB connection to :data:`CRDB_RESULTS_BUFFER_BYTES` through the ``options`` startup
+    parameter (``-c results_buffer_size=…``). libpq refuses a top-level ``results_buffer_size``
+    keyword (cockroachdb#34423), and servers before cockroachdb#124437 (v24.2) ignore it inside
+    ``options`` with a log warning, so on 23.x raise the cluster setting instead (see
+    docs/cockroachdb.md). Either way correctness does not depend on it: a claim whose result
+    outgrew the buffer gets its 40001 here and is retried by this module.
 
 Does not
     * pool connections: each worker thread or service owns its session;
@@ -46,8 +78,10 @@ from .errors import (
     DatabaseError,
     DatabaseUnavailable,
     InvalidInput,
+    LockTimeout,
     NotMigrated,
     SerializationConflict,
+    ShardLayoutChanged,
 )
 
 log = logging.getLogger("shardq.db")
@@ -58,6 +92,9 @@ RETRY_LIMIT_DEFAULT = 10
 RETRY_BASE_SECONDS = 0.005
 RETRY_CAP_SECONDS = 1.0
 CONNECT_TIMEOUT_SECONDS = 10
+#: results_buffer_size asked for on CockroachDB connections: CockroachDB's own default from 24.1 on
+#: (cockroachdb#124049), so claims of a few hundred small tasks stay retryable by the server.
+CRDB_RESULTS_BUFFER_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -126,6 +163,8 @@ def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
         return NotMigrated(f"{NotMigrated.__doc__} ({message})")
     if isinstance(exc, pgerrors.SerializationFailure):
         return SerializationConflict(message)
+    if isinstance(exc, pgerrors.LockNotAvailable):
+        return LockTimeout(message)
     if getattr(exc, "sqlstate", None) == "40003":
         return AmbiguousResult(message)
     if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not isinstance(
@@ -173,17 +212,31 @@ class Session:
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         self._discard()
-        options = {"application_name": self.application_name}
-        if self.statement_timeout_ms:
-            options["options"] = f"-c statement_timeout={int(self.statement_timeout_ms)}"
-        try:
-            conn = psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
-        except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
+        conn = self._open(cockroach=self._dialect == "cockroachdb")
         detected = "cockroachdb" if conn.info.parameter_status("crdb_version") else "postgresql"
+        if detected == "cockroachdb" and self._dialect != "cockroachdb":
+            # Learnt only now (a postgresql:// URL): reopen once, with the CockroachDB-only startup
+            # options (PostgreSQL would refuse them, so they cannot be sent blind).
+            conn.close()
+            conn = self._open(cockroach=True)
         self._dialect = detected
         self._conn = conn
         return conn
+
+    def _open(self, *, cockroach: bool) -> psycopg.Connection:
+        settings = []
+        if self.statement_timeout_ms:
+            settings.append(f"-c statement_timeout={int(self.statement_timeout_ms)}")
+        if cockroach:
+            settings.append(f"-c results_buffer_size={CRDB_RESULTS_BUFFER_BYTES}")
+        options = {"application_name": self.application_name}
+        if settings:
+            given = conninfo_to_dict(self.dsn.conninfo).get("options")
+            options["options"] = " ".join(([given] if given else []) + settings)
+        try:
+            return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
+        except psycopg.Error as exc:
+            raise _translate(exc, self.dsn) from exc
 
     def _discard(self) -> None:
         if self._conn is not None:
@@ -214,6 +267,10 @@ class Session:
     def server_version(self) -> int:
         return self._connection().info.server_version
 
+    def parameter_status(self, name: str) -> str | None:
+        """A server parameter reported at connect time (e.g. CockroachDB's ``crdb_version``)."""
+        return self._connection().info.parameter_status(name)
+
     def set_shard_column(self, column: str | None) -> None:
         if column != self._shard_column:
             self._shard_column = column
@@ -234,7 +291,9 @@ class Session:
             self._composed[key] = query
         return query
 
-    def _run(self, name: str, params: Mapping[str, Any] | None, fetch: bool) -> list[dict[str, Any]]:
+    def _run(
+        self, name: str, params: Mapping[str, Any] | None, fetch: bool, resend_ambiguous: bool = False
+    ) -> list[dict[str, Any]]:
         attempt = 0
         while True:
             attempt += 1
@@ -252,14 +311,30 @@ class Session:
                 pause = retry_pause(attempt)
                 log.debug("statement %s hit 40001 (attempt %d); retrying in %.3fs", name, attempt, pause)
                 time.sleep(pause)
+            except pgerrors.StatementCompletionUnknown as exc:
+                # 40003: see "Why the lease token makes re-sent acks safe" in the module docstring.
+                if not resend_ambiguous or self._in_transaction or attempt > self.max_retries:
+                    raise _translate(exc, self.dsn) from exc
+                log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
+                time.sleep(retry_pause(attempt))
+            except pgerrors.UndefinedColumn as exc:
+                if self._shard_column is not None and queries.statements_for(self.dialect)[name].templated:
+                    # The shard column this session filters on is gone: a resize dropped it.
+                    raise ShardLayoutChanged(
+                        f"{name}: shard column {self._shard_column} no longer exists; re-discover the layout"
+                    ) from exc
+                raise _translate(exc, self.dsn) from exc
             except psycopg.Error as exc:
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     self._discard()
                 raise _translate(exc, self.dsn) from exc
 
-    def fetch_all(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run the named statement and return its rows as dicts (retrying 40001)."""
-        return self._run(name, params, fetch=True)
+    def fetch_all(
+        self, name: str, params: Mapping[str, Any] | None = None, *, resend_ambiguous: bool = False
+    ) -> list[dict[str, Any]]:
+        """Run the named statement and return its rows as dicts (retrying 40001; re-sending after
+        40003 only with ``resend_ambiguous``, for statements that are safe to repeat)."""
+        return self._run(name, params, fetch=True, resend_ambiguous=resend_ambiguous)
 
     def fetch_one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         rows = self._run(name, params, fetch=True)
@@ -267,6 +342,29 @@ class Session:
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         self._run(name, params, fetch=False)
+
+    def execute_ddl(
+        self,
+        name: str,
+        *,
+        identifiers: Mapping[str, str] | None = None,
+        literals: Mapping[str, int] | None = None,
+    ) -> None:
+        """Run a named DDL statement whose ``{slots}`` take identifiers or integer literals.
+
+        DDL takes no bind parameters (neither database plans a utility statement with them), so
+        this is the one place a value enters SQL text: only ``int`` values, rendered by
+        ``psycopg.sql.Literal``; names go through ``psycopg.sql.Identifier``. No 40001 retry here:
+        CockroachDB retries an autocommit schema change itself, and inside
+        :meth:`transaction` the body is retried as a whole.
+        """
+        slots: dict[str, Any] = {k: sql.Identifier(v) for k, v in (identifiers or {}).items()}
+        for key, value in (literals or {}).items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInput(f"DDL literal {key} must be a whole number")
+            slots[key] = sql.Literal(value)
+        statement = queries.statements_for(self.dialect)[name]
+        self.execute_raw(sql.SQL(statement.text).format(**slots))
 
     def execute_raw(self, query: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Run SQL that is not a named statement: DDL composed with ``psycopg.sql`` (migrations,

@@ -44,6 +44,19 @@ class NotMigrated(DatabaseError):
     """The shardq tables do not exist here yet: run `shardq migrate` first."""
 
 
+class ShardLayoutChanged(DatabaseError):
+    """The bucket layout changed under a statement (CockroachDB: the shard column it filtered on
+    was dropped by a resize); re-discover the layout and run it again."""
+
+
+class LockTimeout(DatabaseError):
+    """A statement gave up waiting for a lock (lock_timeout)."""
+
+
+class ResizeInProgress(ShardqError):
+    """Another bucket resize (or schema change of shardq_tasks) is running; wait for it to finish."""
+
+
 class QueuePaused(ShardqError):
     """The queue is paused for this operation."""
 

@@ -168,13 +168,15 @@ class ShardLayout:
     ``visit_count`` is how many buckets consumers must walk: during a shrink on
     PostgreSQL it stays at the old, larger count until the rows of the dropped buckets
     have moved. ``shard_column`` is CockroachDB's hidden shard column (None on PostgreSQL,
-    where the bucket is the ordinary ``bucket`` column).
+    where the bucket is the ordinary ``bucket`` column), ``table_id`` CockroachDB's descriptor id
+    of ``shardq_tasks`` (to find its schema-change jobs).
     """
 
     bucket_count: int
     shard_column: str | None = None
     visit_count: int = 0
     resizing_from: int | None = None
+    table_id: int | None = None
 
     def __post_init__(self) -> None:
         if self.visit_count == 0:
@@ -235,4 +237,81 @@ class Stats:
                 }
                 for name, q in sorted(self.queues.items())
             },
+        }
+
+
+@dataclass(frozen=True)
+class SchemaJob:
+    """An unfinished CockroachDB schema-change job of ``shardq_tasks`` (a resize in progress)."""
+
+    job_id: int
+    job_type: str
+    status: str
+    fraction_completed: float | None
+    running_status: str | None
+    description: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "job_type": self.job_type,
+            "status": self.status,
+            "fraction_completed": self.fraction_completed,
+            "running_status": self.running_status,
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class ResizeProgress:
+    """One progress report of a running resize.
+
+    ``phase``: ``"switching"`` (new count being recorded), ``"moving"`` (PostgreSQL: rows moving
+    out of dropped buckets), ``"waiting"`` (PostgreSQL: only leased or locked rows left there;
+    waiting for workers to settle them), ``"schema-change"`` (CockroachDB: the ALTER PRIMARY KEY
+    job), ``"dropping-column"`` (CockroachDB) and ``"done"``. ``moved`` counts rows moved so far,
+    ``ready_left``/``leased_left`` what is still in dropped buckets; ``fraction`` is the
+    CockroachDB job's own estimate (0..1) when it gives one.
+    """
+
+    phase: str
+    detail: str = ""
+    moved: int = 0
+    ready_left: int = 0
+    leased_left: int = 0
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class ResizeResult:
+    """What ``shardq buckets resize`` did. ``changed`` is False for a no-op (same count);
+    ``complete`` is False when a PostgreSQL shrink was stopped before the dropped buckets were
+    empty (run the resize again to finish). ``stale_column_kept`` says why CockroachDB's old shard
+    column could not be dropped (None when it was dropped or there was none)."""
+
+    dialect: str
+    before: int
+    after: int
+    changed: bool
+    message: str
+    complete: bool = True
+    moved: int = 0
+    shard_column_before: str | None = None
+    shard_column_after: str | None = None
+    stale_column_dropped: bool = False
+    stale_column_kept: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dialect": self.dialect,
+            "before": self.before,
+            "after": self.after,
+            "changed": self.changed,
+            "complete": self.complete,
+            "moved": self.moved,
+            "message": self.message,
+            "shard_column_before": self.shard_column_before,
+            "shard_column_after": self.shard_column_after,
+            "stale_column_dropped": self.stale_column_dropped,
+            "stale_column_kept": self.stale_column_kept,
         }

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 
 from . import backoff, exclusive, validation
-from .errors import DatabaseUnavailable
+from .errors import DatabaseUnavailable, ShardLayoutChanged
 from .models import QueueSettings
 from .store import ExpiredLease, Fenced, TaskStore
 
@@ -147,6 +147,7 @@ class Reaper:
         while not stop.is_set():
             try:
                 self.run_once()
-            except DatabaseUnavailable as exc:
+            except (DatabaseUnavailable, ShardLayoutChanged) as exc:
+                # A resize that dropped the shard column mid-run: the next run re-discovers it.
                 log.warning("reaper run failed (%s); retrying next interval", exc)
             stop.wait(self.config.interval * self.rng.uniform(0.8, 1.2))

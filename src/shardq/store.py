@@ -8,7 +8,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from . import cockroach
 from .db import Session
+from .errors import NotMigrated, ShardLayoutChanged
 from .models import (
     RANK_BACKLOG,
     RANK_SCHEDULED,
@@ -17,6 +19,7 @@ from .models import (
     NewTask,
     QueueSettings,
     QueueStats,
+    SchemaJob,
     ShardLayout,
     TaskKey,
 )
@@ -158,29 +161,32 @@ class TaskStore:
     def task_ack_many(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> set[uuid.UUID]:
         params = _key_arrays(items)
         params["closed_tokens"] = list(closed_tokens)
-        return {row["id"] for row in self.session.fetch_all("task_ack_many", params)}
+        # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.db).
+        return {row["id"] for row in self.session.fetch_all("task_ack_many", params, resend_ambiguous=True)}
 
     def task_retry_many(
         self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *, require_expired: bool
     ) -> set[uuid.UUID]:
         params = _key_arrays(items)
         params.update(delays=list(delays), errors=list(errors), require_expired=require_expired)
-        return {row["id"] for row in self.session.fetch_all("task_retry_many", params)}
+        return {row["id"] for row in self.session.fetch_all("task_retry_many", params, resend_ambiguous=True)}
 
     def task_bury_many(
         self, items: Sequence[Fenced], errors: Sequence[str | None], *, require_expired: bool
     ) -> set[uuid.UUID]:
         params = _key_arrays(items)
         params.update(errors=list(errors), require_expired=require_expired)
-        return {row["id"] for row in self.session.fetch_all("task_bury_many", params)}
+        return {row["id"] for row in self.session.fetch_all("task_bury_many", params, resend_ambiguous=True)}
 
     def task_release_many(self, items: Sequence[Fenced]) -> set[uuid.UUID]:
-        return {row["id"] for row in self.session.fetch_all("task_release_many", _key_arrays(items))}
+        rows = self.session.fetch_all("task_release_many", _key_arrays(items), resend_ambiguous=True)
+        return {row["id"] for row in rows}
 
     def task_extend_many(self, items: Sequence[Fenced], lease_seconds: float) -> dict[uuid.UUID, object]:
         params = _key_arrays(items)
         params["lease_seconds"] = lease_seconds
-        return {row["id"]: row["lease_expires_at"] for row in self.session.fetch_all("task_extend_many", params)}
+        rows = self.session.fetch_all("task_extend_many", params, resend_ambiguous=True)
+        return {row["id"]: row["lease_expires_at"] for row in rows}
 
     # -- reaper -----------------------------------------------------------------------------
     def task_reap_candidates(self, bucket: int, limit: int) -> list[ExpiredLease]:
@@ -235,7 +241,20 @@ class TaskStore:
         return {row["queue"]: row["dead"] for row in self.session.fetch_all("stats_dead_by_queue")}
 
     def task_count_by_bucket(self) -> dict[int, int]:
-        return {int(row["bucket"]): row["tasks"] for row in self.session.fetch_all("task_count_by_bucket")}
+        """Rows per bucket. On CockroachDB a historical read (no waiting on claimers); when the
+        current layout is younger than that read's timestamp (a resize or the table itself less
+        than ~5 s old) it falls back to a current read."""
+        try:
+            rows = self.session.fetch_all("task_count_by_bucket")
+        except (ShardLayoutChanged, NotMigrated):
+            if self.dialect != "cockroachdb":
+                raise
+            rows = self.session.fetch_all("task_count_by_bucket_current")
+        return {int(row["bucket"]): row["tasks"] for row in rows}
+
+    def schema_jobs(self, table_id: int | None = None) -> list[SchemaJob]:
+        """CockroachDB: unfinished schema-change jobs of shardq_tasks (a resize in progress)."""
+        return cockroach.schema_jobs(self.session, table_id) if self.dialect == "cockroachdb" else []
 
     def dead_list(self, queue: str, limit: int) -> list[DeadTask]:
         return [DeadTask.from_row(r) for r in self.session.fetch_all("dead_list", {"queue": queue, "limit": limit})]

@@ -1,0 +1,29 @@
+-- CockroachDB: resizing is ALTER PRIMARY KEY to the same columns with another bucket_count, run alone
+-- in autocommit (shardq.cockroach.resize). Docs: docs/cockroachdb.md maps each statement to the
+-- documented fact it relies on.
+
+-- name: table_primary_key_alter
+-- Rebuild the primary index with bucket_count buckets: an online schema change (a backfill job) that
+-- reads and writes keep using meanwhile; all nodes switch when it completes. Same columns and
+-- directions, so no copy of the old key is kept as a secondary index. Must run alone: no other schema
+-- change of the table in the same transaction or while it runs. DDL takes no bind parameters:
+-- {bucket_count} is an integer literal filled by Session.execute_ddl after validation (2..2048).
+ALTER TABLE shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, exec_time, id)
+    USING HASH WITH (bucket_count = {bucket_count})
+
+-- name: table_schema_jobs_running
+-- Unfinished schema-change jobs of shardq_tasks (what SHOW JOBS shows, filtered by the table's
+-- descriptor id, which only crdb_internal.jobs carries). GC jobs are left out on purpose: they wait
+-- for gc.ttlseconds (hours) and block nothing.
+SELECT job_id, job_type, status, running_status, fraction_completed, description
+FROM crdb_internal.jobs
+WHERE job_type IN ('SCHEMA CHANGE', 'NEW SCHEMA CHANGE')
+  AND status NOT IN ('succeeded', 'failed', 'canceled', 'revert-failed')
+  AND %(table_id)s::INT8 = ANY(descriptor_ids)
+ORDER BY created
+
+-- name: shard_column_drop
+-- Drop the shard column the previous primary key left behind, so a consumer still filtering on it
+-- fails (and re-discovers) instead of scanning the whole table. Whether the server allows it is not
+-- documented; a refusal is reported and harmless. {column} is an identifier.
+ALTER TABLE shardq_tasks DROP COLUMN {column}

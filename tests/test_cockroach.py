@@ -1,0 +1,182 @@
+"""CockroachDB-only behaviour: plans, retries, layout discovery and resizing.
+
+These need a CockroachDB (``SHARDQ_TEST_COCKROACH_URL``, or a Docker engine for testcontainers)
+and skip with the reason otherwise. The behavioural suite runs against CockroachDB through the
+``db`` fixture; this file holds what only CockroachDB has. docs/cockroachdb.md lists which
+documented fact each test checks.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from shardq import admin, cockroach, queries
+from shardq.consumer import Consumer
+from shardq.db import CRDB_RESULTS_BUFFER_BYTES, Session
+from shardq.errors import InvalidInput, SerializationConflict, ShardLayoutChanged
+from shardq.models import ShardLayout
+from shardq.resize import resize_buckets
+from shardq.store import TaskStore
+
+from .factories import fenced
+
+pytestmark = pytest.mark.cockroach
+
+
+def explain(db, name: str, params: dict, layout: ShardLayout | None = None) -> str:
+    """EXPLAIN of a named statement with its values inlined (client-side), so the plan is the one
+    for those constants."""
+    layout = layout or db.layout
+    text = queries.statements_for("cockroachdb")[name].text
+    query = sql.SQL(text).format(shard_col=sql.Identifier(layout.shard_column))
+    with psycopg.connect(db.dsn.conninfo, autocommit=True) as conn:
+        inlined = psycopg.ClientCursor(conn).mogrify(query, params)
+        return "\n".join(str(row[0]) for row in conn.execute("EXPLAIN " + inlined).fetchall())
+
+
+def claim_params(bucket: int) -> dict:
+    return {"bucket": bucket, "queue": "q", "limit": 10, "lease_seconds": 30.0, "token": uuid.uuid4()}
+
+
+def hidden_columns(db) -> set[str]:
+    return {r["column_name"] for r in db.sql("SELECT column_name FROM [SHOW COLUMNS FROM shardq_tasks] WHERE is_hidden")}
+
+
+def test_the_server_is_a_supported_version(crdb_db):
+    found = cockroach.version(crdb_db.session)
+    assert found is not None and found[:2] >= cockroach.MIN_VERSION
+
+
+def test_the_layout_is_discovered_from_the_primary_key(crdb_db):
+    layout = crdb_db.layout
+    assert layout.bucket_count == 4
+    assert re.fullmatch(r"crdb_internal_\w+_shard_4", layout.shard_column)
+    assert layout.shard_column in hidden_columns(crdb_db)
+    assert layout.table_id is not None
+
+
+def test_a_claim_scans_one_bucket_span_of_ready_tasks_and_never_the_whole_table(crdb_db):
+    crdb_db.client.enqueue_many("q", [b"x"] * 200)
+    plan = explain(crdb_db, "task_claim_batch", claim_params(1))
+    assert "FULL SCAN" not in plan, plan
+    spans = re.findall(r"spans: (.*)", plan)
+    assert spans and all(s.startswith("[/1/'ready'/'q'") for s in spans), plan
+    assert "skip locked" in plan, plan
+
+
+def test_the_reaper_scans_one_bucket_span_of_leased_tasks(crdb_db):
+    plan = explain(crdb_db, "task_reap_candidates", {"bucket": 2, "limit": 500})
+    assert "FULL SCAN" not in plan, plan
+    spans = re.findall(r"spans: (.*)", plan)
+    assert spans and all(s.startswith("[/2/'leased'") for s in spans), plan
+
+
+def test_every_connection_asks_for_a_larger_result_buffer(crdb_db):
+    found = cockroach.version(crdb_db.session)
+    if found < (24, 2, 0):
+        pytest.skip("servers before v24.2 ignore results_buffer_size inside `options` (cockroachdb#124437)")
+    value = str(next(iter(crdb_db.sql("SHOW results_buffer_size")[0].values())))
+    assert value.replace(" ", "") in {str(CRDB_RESULTS_BUFFER_BYTES), "512KiB"}
+
+
+def test_injected_retry_errors_in_a_transaction_are_retried_and_bounded(crdb_db):
+    # Every statement of an explicit transaction fails with 40001 until the transaction's epoch has
+    # moved on 3 times, which a plain ROLLBACK-and-retry loop never does: each attempt must fail,
+    # be rolled back (nothing written), and the loop must stop after max_retries.
+    runs = []
+    with Session(crdb_db.dsn, max_retries=2) as session:
+        session.execute_raw("SET inject_retry_errors_enabled = true")
+
+        def body(s: Session) -> None:
+            runs.append(1)
+            s.execute("queue_ensure", {"queue": "injected"})
+
+        with pytest.raises(SerializationConflict):
+            session.transaction(body)
+    assert len(runs) == 3
+    assert crdb_db.store.queue_get("injected") is None
+
+
+def test_autocommit_statements_succeed_under_injected_retry_errors(crdb_db):
+    crdb_db.client.enqueue_many("q", [b"x"] * 20)
+    with Session(crdb_db.dsn) as session:
+        session.execute_raw("SET inject_retry_errors_enabled = true")
+        store = TaskStore(session)
+        layout = store.layout()
+        claimed = [t for b in range(layout.bucket_count) for t in store.task_claim_batch(b, "q", 100, 30.0)]
+        assert len(store.task_ack_many([fenced(t) for t in claimed])) == 20
+    assert len(claimed) == 20 and all(t.attempt == 1 for t in claimed)
+    assert crdb_db.count() == 0
+
+
+def test_buckets_show_counts_rows_right_after_migration(crdb_db):
+    # The table is younger than the historical read's timestamp: the count falls back to a
+    # current read instead of failing.
+    crdb_db.client.enqueue_many("q", [b"x"] * 30)
+    report = admin.buckets_show(crdb_db.store)
+    assert report.layout.shard_column == crdb_db.layout.shard_column
+    assert sum(report.rows_per_bucket.values()) == 30
+    assert not report.resizing
+
+
+def test_resize_rejects_bad_counts_and_treats_the_same_count_as_a_noop(crdb_db):
+    with pytest.raises(InvalidInput):
+        resize_buckets(crdb_db.client.new_session, 4096)
+    same = resize_buckets(crdb_db.client.new_session, 4)
+    assert not same.changed and "already 4" in same.message
+    assert crdb_db.store.layout().shard_column == crdb_db.layout.shard_column
+
+
+def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_task(crdb_db):
+    client = crdb_db.client
+    client.enqueue_many("q", [f"t{i}".encode() for i in range(60)])
+    consumer = Consumer(TaskStore(client.new_session()), ["q"], batch=10, lease_seconds=300, offset=0)
+    held = consumer.claim().tasks
+    assert held
+    before = consumer.layout()
+
+    reports = []
+    result = resize_buckets(client.new_session, 8, on_progress=reports.append, poll=0.2)
+    assert (result.before, result.after, result.changed) == (4, 8, True)
+    assert any(r.phase == "schema-change" for r in reports)
+    after = TaskStore(client.new_session()).layout()
+    assert after.bucket_count == 8 and after.shard_column.endswith("_shard_8")
+    assert result.shard_column_before == before.shard_column != after.shard_column
+    if result.stale_column_dropped:
+        assert before.shard_column not in hidden_columns(crdb_db)
+    else:
+        assert result.stale_column_kept  # the refusal is reported, not hidden
+
+    # Tasks leased before the resize are settled by key and token; no shard column involved.
+    assert len(crdb_db.store.task_ack_many([fenced(t) for t in held])) == len(held)
+    # The consumer that cached the old layout follows the new one and claims the rest.
+    rest = []
+    for _ in range(100):
+        found = consumer.claim()
+        rest += found.tasks
+        if found.round_empty:
+            break
+    assert len(held) + len(rest) == 60
+    assert consumer.layout().shard_column == after.shard_column
+
+    plan = explain(crdb_db, "task_claim_batch", claim_params(5), layout=after)
+    assert "FULL SCAN" not in plan and re.search(r"spans: \[/5/'ready'/'q'", plan), plan
+    report = admin.buckets_show(crdb_db.store)
+    assert report.layout.bucket_count == 8 and not report.resizing
+    assert sum(report.rows_per_bucket.values()) == len(rest)
+
+
+def test_a_claim_on_a_dropped_shard_column_raises_shard_layout_changed(crdb_db):
+    old = crdb_db.layout.shard_column
+    result = resize_buckets(crdb_db.client.new_session, 8, poll=0.2)
+    if not result.stale_column_dropped:
+        pytest.skip(f"this server keeps the old shard column: {result.stale_column_kept}")
+    with Session(crdb_db.dsn) as session:
+        session.set_shard_column(old)
+        with pytest.raises(ShardLayoutChanged):
+            TaskStore(session).task_claim_batch(0, "q", 1, 30.0)
