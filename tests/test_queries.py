@@ -27,8 +27,17 @@ def test_parse_rejects_duplicate_and_empty_blocks():
         queries.parse("-- name: a\n-- only words\n")
 
 
-def used_names() -> set[str]:
-    pattern = re.compile(r'(?:fetch_all|fetch_one|execute)\(\s*"([a-z0-9_]+)"')
+# DDL takes no bind parameters: these statements get integer literals or identifiers through
+# Session.execute_ddl (psycopg.sql.Literal / Identifier), and are never run any other way.
+DDL_SLOTS = {
+    "bucket_default_set": {"bucket_count"},
+    "table_primary_key_alter": {"bucket_count"},
+    "shard_column_drop": {"column"},
+}
+
+
+def used_names(call: str = "fetch_all|fetch_one|execute|execute_ddl") -> set[str]:
+    pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
     found = set()
     for path in SRC.rglob("*.py"):
         found |= set(pattern.findall(path.read_text()))
@@ -38,7 +47,13 @@ def used_names() -> set[str]:
 @pytest.mark.parametrize("dialect", queries.DIALECTS)
 def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
     defined = set(queries.statements_for(dialect))
-    dialect_only = {"postgresql": {"shard_column_get", "shard_bucket_count_get"}, "cockroachdb": {"layout_get", "lease_sweep"}}
+    dialect_only = {
+        "postgresql": {"shard_layout_get", "table_schema_jobs_running", "task_count_by_bucket_current",
+                       "table_primary_key_alter", "shard_column_drop"},
+        "cockroachdb": {"layout_get", "lease_sweep", "resize_lock_try", "resize_lock_release",
+                        "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
+                        "task_move_out_batch", "task_count_beyond", "lease_delete_beyond"},
+    }
     missing = used_names() - defined - dialect_only[dialect]
     assert not missing
 
@@ -51,6 +66,12 @@ def test_every_defined_statement_is_used_somewhere():
 def test_no_statement_builds_sql_from_python_values():
     for dialect in queries.DIALECTS:
         for statement in queries.statements_for(dialect).values():
-            # only the {shard_col} identifier slot is ever formatted into a statement
+            # only the {shard_col} identifier slot is ever formatted into a statement, plus the
+            # DDL slots Session.execute_ddl fills with validated integers or identifiers
             slots = set(re.findall(r"\{([a-z_]+)\}", statement.text))
-            assert slots <= {"shard_col"}, statement.name
+            assert slots <= {"shard_col"} | DDL_SLOTS.get(statement.name, set()), statement.name
+
+
+def test_ddl_statements_run_only_through_execute_ddl():
+    assert used_names("execute_ddl") == set(DDL_SLOTS)
+    assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|execute")

@@ -124,7 +124,7 @@ class _JobWatcher:
                     jobs = schema_jobs(session, self._table_id)
                     if jobs:
                         _report(self._on_progress, _job_progress(jobs))
-        except Exception as exc:  # progress is a courtesy: never let it break the resize
+        except Exception as exc:  # noqa: BLE001 - progress is a courtesy: never let it break the resize
             log.warning("could not watch the schema-change job: %s", exc)
 
 

@@ -124,7 +124,7 @@ class PostgresResize:
     def _unlock(self) -> None:
         try:
             self.session.fetch_one("resize_lock_release")
-        except Exception as exc:  # the lock dies with the connection anyway
+        except Exception as exc:  # noqa: BLE001 - the lock dies with the connection anyway
             log.debug("could not release the resize lock explicitly: %s", exc)
 
     def _run_locked(self) -> ResizeResult:
