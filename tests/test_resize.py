@@ -53,7 +53,7 @@ def test_resize_rejects_counts_outside_2_to_2048_before_changing_anything(pg_db,
 
 
 def test_resize_to_the_current_count_is_a_noop_that_says_so(pg_db):
-    result = resize_buckets(pg_db.client.new_session, 4)
+    result = pg_db.client.resize_buckets(4)
     assert not result.changed and result.complete
     assert "already 4 buckets" in result.message
     assert buckets_row(pg_db) == (4, None)

@@ -12,14 +12,17 @@ from .errors import (
     InvalidHandler,
     InvalidInput,
     LeaseLost,
+    LockTimeout,
     NotMigrated,
     Permanent,
     QueuePaused,
+    ResizeInProgress,
     SerializationConflict,
+    ShardLayoutChanged,
     ShardqError,
     TaskNotFound,
 )
-from .models import EnqueueResult, NewTask, QueueSettings, Stats
+from .models import EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .worker import Worker, WorkerConfig, WorkerStats
 
@@ -27,7 +30,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousResult", "Client", "Consumer", "DatabaseError", "DatabaseUnavailable", "EnqueueResult",
-    "InvalidHandler", "InvalidInput", "LeaseLost", "NewTask", "NotMigrated", "Permanent", "QueuePaused",
-    "QueueSettings", "Reaper", "ReaperConfig", "ReapResult", "SerializationConflict", "ShardqError", "Stats",
+    "InvalidHandler", "InvalidInput", "LeaseLost", "LockTimeout", "NewTask", "NotMigrated", "Permanent",
+    "QueuePaused", "QueueSettings", "Reaper", "ReaperConfig", "ReapResult", "ResizeInProgress", "ResizeResult",
+    "SerializationConflict", "ShardLayoutChanged", "ShardqError", "Stats",
     "Task", "TaskNotFound", "Worker", "WorkerConfig", "WorkerStats", "connect",
 ]

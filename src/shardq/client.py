@@ -16,10 +16,10 @@ import datetime as dt
 import threading
 from typing import Iterable, Sequence
 
-from . import admin, migrate as migrate_module
+from . import admin, migrate as migrate_module, resize as resize_module
 from .config import resolve_dsn
 from .db import Dsn, Session
-from .models import EnqueueResult, NewTask, Stats
+from .models import EnqueueResult, NewTask, ResizeResult, Stats
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
@@ -130,6 +130,11 @@ class Client:
     def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):
         return admin.queue_set(self.store, queue, paused_enqueue=False if enqueue else None,
                                paused_dequeue=False if dequeue else None)
+
+    def resize_buckets(self, buckets: int, **options) -> ResizeResult:
+        """Change the bucket count online while producers and consumers keep running; see
+        :func:`shardq.resize.resize_buckets` for what is guaranteed and the options."""
+        return resize_module.resize_buckets(self.new_session, buckets, **options)
 
 
 def connect(dsn: str | Dsn | None = None, **options) -> Client:
