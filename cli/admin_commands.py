@@ -151,8 +151,8 @@ def buckets_resize(ctx, count, batch, as_json) -> None:
                 completed = progress.fraction
                 if progress.fraction is not None:
                     total = 1.0
-                elif progress.ready_left or progress.leased_left or progress.moved:
-                    total = progress.moved + progress.ready_left + progress.leased_left
+                elif progress.movable_left or progress.leased_left or progress.moved:
+                    total = progress.moved + progress.movable_left + progress.leased_left
                     completed = progress.moved
                 bar.update(task, description=f"{progress.phase}: {progress.detail}", total=total, completed=completed)
 

@@ -14,6 +14,8 @@ unchanged against each.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -33,12 +35,18 @@ COCKROACH_IMAGE = "cockroachdb/cockroach:v24.1.1"
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory):
-    root = Path(tmp_path_factory.mktemp("shardq-home"))
+def pg_server():
+    # Not under pytest's basetemp: pytest keeps only the three newest basetemp directories of a user
+    # and deletes older ones when a session starts, so a concurrent pytest run (another checkout,
+    # another suite) would delete the data directory under this session's running server.
+    root = Path(tempfile.mkdtemp(prefix="shardq-test-home-"))
     server = EmbeddedServer(root)
-    server.start()
-    yield server
-    server.stop()
+    try:
+        server.start()
+        yield server
+        server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

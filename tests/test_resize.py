@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import threading
 
 import psycopg
 import pytest
 from click.testing import CliRunner
 
+from shardq import exclusive
 from shardq.cli.main import cli
 from shardq.consumer import Consumer
 from shardq.errors import InvalidInput, ResizeInProgress
+from shardq.models import NewTask
 from shardq.producer import Producer
 from shardq.reaper import Reaper
 from shardq.resize import PostgresResize, resize_buckets
@@ -96,6 +99,45 @@ def test_shrink_moves_ready_rows_at_once_and_leased_rows_only_after_they_are_set
     assert pg_db.store.layout().visit_count == 4
     assert max(rows_by_bucket(pg_db)) < 4
     assert pg_db.count() == 6
+
+
+def test_shrink_moves_scheduled_and_backlogged_tasks_too(pg_db):
+    resize_buckets(pg_db.client.new_session, 8)
+    scheduled = pg_db.make_task(bucket=6, state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
+    active = pg_db.make_task(bucket=1, state="leased", exclusive_key="k")
+    waiting = pg_db.make_task(bucket=7, state="backlog", exclusive_key="k")
+    with pg_db.client.new_session() as session:
+        shrink = PostgresResize(session, 4)
+        shrink.extent = shrink.switch()
+        assert shrink.drain_pass()
+    assert bucket_of(pg_db, scheduled) < 4 and bucket_of(pg_db, waiting) < 4
+    assert pg_db.task_row(waiting.id)["state"] == "backlog"
+    # The moved backlog entry is still found when its key is released.
+    removed, promoted = exclusive.remove_and_release(
+        pg_db.store, [("q", "k")], lambda: pg_db.store.task_ack_many([fenced(active)]), {active.key.id: ("q", "k")}
+    )
+    assert removed == {active.key.id} and promoted == {waiting.key.id}
+    assert pg_db.task_row(waiting.id)["state"] == "ready"
+
+
+def test_a_backlog_entry_moves_only_while_nobody_holds_its_key(pg_db):
+    resize_buckets(pg_db.client.new_session, 8)
+    pg_db.make_task(bucket=1, state="leased", exclusive_key="k")
+    waiting = pg_db.make_task(bucket=5, state="backlog", exclusive_key="k")
+    free = pg_db.make_task(bucket=5, state="backlog", exclusive_key="other")
+    with pg_db.client.new_session() as session, pg_db.client.new_session() as holder:
+        shrink = PostgresResize(session, 4)
+        shrink.extent = shrink.switch()
+
+        def while_key_is_held(s):
+            TaskStore(s).exclusive_keys_lock([("q", "k")])  # what an ack releasing "k" holds
+            assert not shrink.drain_pass()
+            return bucket_of(pg_db, waiting), bucket_of(pg_db, free)
+
+        assert holder.transaction(while_key_is_held)[0] == 5
+        assert bucket_of(pg_db, free) < 4
+        assert shrink.drain_pass()
+    assert bucket_of(pg_db, waiting) < 4
 
 
 def test_a_task_retried_into_a_dropped_bucket_is_moved_on_the_next_pass(pg_db):
@@ -221,15 +263,20 @@ def test_consumers_keep_claiming_from_dropped_buckets_until_the_shrink_is_done(p
 
 
 def test_resize_16_to_32_to_8_under_load_processes_every_task_once(pg_db):
-    """Three workers, a producer and a reaper run throughout; every enqueued task is handled
-    exactly once (leases are long, so no lease expires) and claims go on during the shrink."""
+    """Three workers, a producer and a reaper run throughout, over ready, scheduled and
+    exclusive-key (backlogged) tasks; every enqueued task is handled exactly once (leases are long,
+    so no lease expires) and claims go on during the shrink."""
     client = pg_db.client
     assert resize_buckets(client.new_session, 16).after == 16
 
     cond = threading.Condition()
     enqueued: set[str] = set()
     processed: list[str] = []
-    enqueued.update(client.enqueue_many("live", [f"pre-{i}".encode() for i in range(1500)]).enqueued_ids)
+    preload = [NewTask(f"pre-{i}".encode()) for i in range(1300)]
+    preload += [NewTask(f"key-{i}".encode(), exclusive_key=f"k{i % 20}") for i in range(200)]  # 180 wait in backlogs
+    preload += [NewTask(f"later-{i}".encode(), delay=0.5) for i in range(100)]  # scheduled, promoted meanwhile
+    enqueued.update(client.enqueue_many("live", preload).enqueued_ids)
+    assert len(enqueued) == 1600
 
     def handler(task) -> None:
         with cond:
@@ -349,18 +396,24 @@ def test_cli_show_reports_a_shrink_in_progress(pg_db):
     assert report["resizing"] is True and report["resizing_from"] == 8
 
 
-def test_cockroach_resize_ddl_renders_a_literal_count_and_a_quoted_column(pg_db):
+def test_cockroach_resize_ddl_keeps_the_migrations_key_and_takes_a_literal_count(pg_db):
     # Rendered with the same psycopg.sql pieces Session.execute_ddl uses (no CockroachDB needed).
+    # ALTER PRIMARY KEY must name exactly the key columns the migration created, or the resize
+    # would change the key (and keep a copy of the old one as a secondary index).
+    from pathlib import Path
+
     from psycopg import sql
 
     from shardq import queries
 
+    migration = (Path(__file__).resolve().parents[1] / "migrations" / "versions" / "0001_initial.py").read_text()
+    created = re.search(r"PRIMARY KEY \(([^)]*)\) USING HASH", migration).group(1)
     statements = queries.statements_for("cockroachdb")
     with psycopg.connect(pg_db.dsn.conninfo) as conn:
         alter = sql.SQL(statements["table_primary_key_alter"].text).format(bucket_count=sql.Literal(32))
         drop = sql.SQL(statements["shard_column_drop"].text).format(column=sql.Identifier("crdb_internal_x_shard_16"))
+        assert f"USING COLUMNS ({created})" in alter.as_string(conn)
         assert "USING HASH WITH (bucket_count = 32)" in alter.as_string(conn)
-        assert "USING COLUMNS (state, queue, exec_time, id)" in alter.as_string(conn)
         assert drop.as_string(conn).endswith('DROP COLUMN "crdb_internal_x_shard_16"')
 
 

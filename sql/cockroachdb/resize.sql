@@ -3,12 +3,12 @@
 -- documented fact it relies on.
 
 -- name: table_primary_key_alter
--- Rebuild the primary index with bucket_count buckets: an online schema change (a backfill job) that
+-- Rebuild the primary index with bucket_count buckets (the same key columns as migration 0001): an online schema change (a backfill job) that
 -- reads and writes keep using meanwhile; all nodes switch when it completes. Same columns and
 -- directions, so no copy of the old key is kept as a secondary index. Must run alone: no other schema
 -- change of the table in the same transaction or while it runs. DDL takes no bind parameters:
 -- {bucket_count} is an integer literal filled by Session.execute_ddl after validation (2..2048).
-ALTER TABLE shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, exec_time, id)
+ALTER TABLE shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, rank, exec_time, id)
     USING HASH WITH (bucket_count = {bucket_count})
 
 -- name: table_schema_jobs_running

@@ -1,9 +1,9 @@
 -- PostgreSQL: online bucket resizing (shardq.resize). The count lives in shardq_buckets; the bucket
 -- column's DEFAULT spreads new rows over it. A grow only changes both. A shrink changes both, keeps
 -- resizing_from = the old extent so consumers and reapers go on visiting every bucket that may still
--- hold rows, moves ready rows out of the dropped buckets in bounded batches, waits for leased rows
--- there to be settled (acks address rows by their whole key, bucket included, so leased rows stay
--- put), and only then clears resizing_from.
+-- hold rows, moves the rows that are not leased out of the dropped buckets in bounded batches, waits
+-- for leased rows there to be settled (acks address rows by their whole key, bucket included, so
+-- leased rows stay put), and only then clears resizing_from.
 
 -- name: resize_lock_try
 -- Take the session-level advisory lock that serialises resizes (the constant is shardq's own key;
@@ -35,26 +35,32 @@ SET bucket_count = %(bucket_count)s, resizing_from = %(resizing_from)s, changed_
 ALTER TABLE shardq_tasks ALTER COLUMN bucket SET DEFAULT floor(random() * {bucket_count})::INT4
 
 -- name: task_move_out_batch
--- Move up to limit ready tasks (due or scheduled) of one dropped bucket to a random remaining bucket.
--- SKIP LOCKED: rows a claim is taking right now are skipped (and vice versa; a claim that meets a
--- moved row re-checks bucket = b on the new version and drops it). Leased rows are never moved.
+-- Move up to limit tasks that are not leased (ready, scheduled, or waiting in an exclusive key's
+-- backlog) out of one dropped bucket to a random remaining bucket. SKIP LOCKED: rows a claim or a
+-- promotion is taking right now are skipped (and vice versa: a locking read that meets a moved row
+-- re-checks bucket = b on the new version and drops it). Leased rows are never moved.
+-- A backlog row is moved only while this statement holds its key's lock (the same advisory lock as
+-- exclusive_keys_lock, tried, never waited for): releasing a key addresses the backlog head by its
+-- whole key, bucket included, and must not race a move of that row.
 WITH picked AS MATERIALIZED (
-    SELECT bucket, queue, exec_time, id
+    SELECT ctid
     FROM shardq_tasks
-    WHERE bucket = %(bucket)s AND state = 'ready'
+    WHERE bucket = %(bucket)s AND state <> 'leased'
+      AND CASE WHEN backlogged
+               THEN pg_try_advisory_xact_lock(hashtextextended(queue || chr(31) || exclusive_key, 0))
+               ELSE true END
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE shardq_tasks AS t
 SET bucket = floor(random() * %(bucket_count)s)::INT4
-FROM picked AS p
-WHERE t.bucket = p.bucket AND t.queue = p.queue AND t.exec_time = p.exec_time AND t.id = p.id
-  AND t.state = 'ready'
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.state <> 'leased'
 RETURNING t.id
 
 -- name: task_count_beyond
--- Rows still in buckets >= bucket_count (a range scan of the primary key), by state.
-SELECT count(*) FILTER (WHERE state = 'ready') AS ready,
+-- Rows still in buckets >= bucket_count (a range scan of the primary key): movable ones (not leased)
+-- and leased ones.
+SELECT count(*) FILTER (WHERE state <> 'leased') AS movable,
        count(*) FILTER (WHERE state = 'leased') AS leased
 FROM shardq_tasks
 WHERE bucket >= %(bucket_count)s

@@ -270,14 +270,14 @@ class ResizeProgress:
     out of dropped buckets), ``"waiting"`` (PostgreSQL: only leased or locked rows left there;
     waiting for workers to settle them), ``"schema-change"`` (CockroachDB: the ALTER PRIMARY KEY
     job), ``"dropping-column"`` (CockroachDB) and ``"done"``. ``moved`` counts rows moved so far,
-    ``ready_left``/``leased_left`` what is still in dropped buckets; ``fraction`` is the
-    CockroachDB job's own estimate (0..1) when it gives one.
+    ``movable_left`` (ready, scheduled or backlogged) and ``leased_left`` what is still in dropped
+    buckets; ``fraction`` is the CockroachDB job's own estimate (0..1) when it gives one.
     """
 
     phase: str
     detail: str = ""
     moved: int = 0
-    ready_left: int = 0
+    movable_left: int = 0
     leased_left: int = 0
     fraction: float | None = None
 

@@ -9,14 +9,17 @@ PostgreSQL (the bucket is an ordinary column; the count lives in ``shardq_bucket
       buckets from their next layout refresh (every ``layout_refresh_seconds`` = 5 s, and after
       every empty round); until then a task that lands in a new bucket waits for that refresh.
     * **Shrink**: the same transaction also records ``resizing_from`` = the old extent, so
-      consumers and reapers keep visiting every bucket that may still hold rows. Then ready rows of
-      the dropped buckets move to random remaining buckets in batches of ``batch`` (one statement
-      each, ``SKIP LOCKED``, so claims are never blocked and never see a row twice). Leased rows are
-      not moved: acks, retries and extensions address a row by its whole key, bucket included. Once
-      a worker settles them (a retry or release puts them back to ready in the same bucket, and the
-      next pass moves them; the reaper does the same for expired leases) and the dropped buckets are
-      empty, a last transaction drops their lease records and clears ``resizing_from``. The shrink
-      therefore takes at least as long as the longest lease held in a dropped bucket.
+      consumers and reapers keep visiting every bucket that may still hold rows. Then every row of
+      the dropped buckets that is not leased (ready, scheduled, or in an exclusive key's backlog)
+      moves to a random remaining bucket, in batches of ``batch`` (one statement each,
+      ``SKIP LOCKED``, so claims and promotions are never blocked and never see a row twice; a
+      backlog row moves only under its key's lock, so it cannot race that key's release). Leased
+      rows are not moved: acks, retries and extensions address a row by its whole key, bucket
+      included. Once a worker settles them (a retry or release puts them back in the same bucket,
+      and the next pass moves them; the reaper does the same for expired leases) and the dropped
+      buckets are empty, a last transaction drops their lease records and clears
+      ``resizing_from``. The shrink therefore takes at least as long as the longest lease held in a
+      dropped bucket.
     * The switch transaction takes a brief ACCESS EXCLUSIVE lock for the ALTER (claims pause while
       it commits); it waits at most ``LOCK_TIMEOUT_MS`` for the lock and retries, so a long
       statement elsewhere cannot queue every claim behind it for long.
@@ -146,7 +149,7 @@ class PostgresResize:
                     f"consumers still visit all {self.extent}; run the resize again to finish"
                 )
                 return ResizeResult("postgresql", before, self.target, True, message, complete=False, moved=self.moved)
-        message = f"resized from {before} to {self.target} buckets; moved {self.moved} ready tasks out of dropped buckets"
+        message = f"resized from {before} to {self.target} buckets; moved {self.moved} tasks out of dropped buckets"
         return ResizeResult("postgresql", before, self.target, True, message, moved=self.moved)
 
     # -- step 1: record the new count and default ------------------------------------------
@@ -189,14 +192,15 @@ class PostgresResize:
                     break
         self.moved += moved
         left = self.session.fetch_one("task_count_beyond", {"bucket_count": self.target})
-        if left["ready"] == 0 and left["leased"] == 0 and self.finish():
+        if left["movable"] == 0 and left["leased"] == 0 and self.finish():
             self._report(ResizeProgress("done", f"buckets {self.target}..{self.extent - 1} are empty", self.moved))
             return True
         phase = "moving" if moved else "waiting"
         detail = (
-            f"{left['ready']} ready and {left['leased']} leased tasks left in buckets {self.target}..{self.extent - 1}"
+            f"{left['movable']} waiting and {left['leased']} leased tasks left in buckets "
+            f"{self.target}..{self.extent - 1}"
         )
-        self._report(ResizeProgress(phase, detail, self.moved, left["ready"], left["leased"]))
+        self._report(ResizeProgress(phase, detail, self.moved, left["movable"], left["leased"]))
         return False
 
     def finish(self) -> bool:
@@ -207,7 +211,7 @@ class PostgresResize:
         def body(session: Session) -> bool:
             session.fetch_one("buckets_lock_get")
             left = session.fetch_one("task_count_beyond", {"bucket_count": target})
-            if left["ready"] or left["leased"]:
+            if left["movable"] or left["leased"]:
                 return False
             session.execute("lease_delete_beyond", {"bucket_count": target})
             session.execute("buckets_update", {"bucket_count": target, "resizing_from": None})
