@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= dev
 
-.PHONY: setup test test-full demo bench bench-quick lint clean
+.PHONY: setup test test-full test-cockroach demo bench bench-quick lint clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ setup: $(VENV)/.installed-$(EXTRAS)
 # (CockroachDB variants run too where SHARDQ_TEST_COCKROACH_URL or a Docker engine exists).
 test: setup
 	$(BIN)/pytest -q -m "not slow"
+
+# The CockroachDB suite: set SHARDQ_TEST_COCKROACH_URL (or have a Docker engine for testcontainers).
+test-cockroach:
+	$(MAKE) setup EXTRAS=dev,cockroach
+	$(BIN)/pytest -q -m cockroach
 
 # Everything, including the long crash/fuzz suites.
 test-full: setup
