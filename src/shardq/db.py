@@ -142,6 +142,11 @@ class Dsn:
     def password(self) -> str | None:
         return conninfo_to_dict(self.conninfo).get("password")
 
+    def params(self) -> dict[str, str]:
+        """The connection parameters (libpq keywords: host, port, dbname, user, password, …),
+        for clients that need them separately (the Spark JDBC URL)."""
+        return {key: str(value) for key, value in conninfo_to_dict(self.conninfo).items()}
+
 
 def redact_text(message: str, secret_source: str) -> str:
     """Remove any password found in ``secret_source`` from ``message``."""
@@ -184,7 +189,8 @@ class Session:
     """One database connection and the statements run on it. Not thread-safe: one per thread.
 
     ``shard_column`` fills the ``{shard_col}`` slot of CockroachDB statements; set it with
-    :meth:`set_shard_column` whenever the layout is (re)discovered.
+    :meth:`set_shard_column` whenever the layout is (re)discovered. Other slots are filled per
+    call through the ``identifiers`` argument of :meth:`fetch_all`/:meth:`fetch_one`/:meth:`execute`.
     """
 
     def __init__(
@@ -277,22 +283,39 @@ class Session:
             self._composed.clear()
 
     # -- statements ---------------------------------------------------------------------------
-    def _query(self, name: str) -> Any:
+    def _query(self, name: str, identifiers: Mapping[str, str] | None = None) -> Any:
+        if identifiers:
+            # Caller-named identifiers (e.g. a per-run staging table) change from call to call:
+            # compose every time rather than grow the cache.
+            return self._compose(name, identifiers)
         key = (name, self._shard_column)
         query = self._composed.get(key)
         if query is None:
-            statement = queries.statements_for(self.dialect)[name]
-            if statement.templated:
-                if self._shard_column is None:
-                    raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
-                query = sql.SQL(statement.text).format(shard_col=sql.Identifier(self._shard_column))
-            else:
-                query = statement.text
+            query = self._compose(name, {})
             self._composed[key] = query
         return query
 
+    def _compose(self, name: str, identifiers: Mapping[str, str]) -> Any:
+        statement = queries.statements_for(self.dialect)[name]
+        if not statement.templated:
+            return statement.text
+        names = dict(identifiers)
+        if "shard_col" in statement.slots:
+            if self._shard_column is None:
+                raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
+            names["shard_col"] = self._shard_column
+        missing = statement.slots - names.keys()
+        if missing:
+            raise DatabaseError(f"statement {name} needs identifiers {sorted(missing)}")
+        return sql.SQL(statement.text).format(**{slot: sql.Identifier(names[slot]) for slot in statement.slots})
+
     def _run(
-        self, name: str, params: Mapping[str, Any] | None, fetch: bool, resend_ambiguous: bool = False
+        self,
+        name: str,
+        params: Mapping[str, Any] | None,
+        fetch: bool,
+        resend_ambiguous: bool = False,
+        identifiers: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         attempt = 0
         while True:
@@ -302,7 +325,7 @@ class Session:
                 if self.before_statement is not None:
                     self.before_statement(name)
                 with conn.cursor() as cur:
-                    cur.execute(self._query(name), params or {})
+                    cur.execute(self._query(name, identifiers), params or {})
                     return cur.fetchall() if fetch and cur.description is not None else []
             except pgerrors.SerializationFailure as exc:
                 # Inside a transaction the whole body must be re-run, not this statement.
@@ -318,7 +341,7 @@ class Session:
                 log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
                 time.sleep(retry_pause(attempt))
             except pgerrors.UndefinedColumn as exc:
-                if self._shard_column is not None and queries.statements_for(self.dialect)[name].templated:
+                if self._shard_column is not None and "shard_col" in queries.statements_for(self.dialect)[name].slots:
                     # The shard column this session filters on is gone: a resize dropped it.
                     raise ShardLayoutChanged(
                         f"{name}: shard column {self._shard_column} no longer exists; re-discover the layout"
@@ -330,18 +353,30 @@ class Session:
                 raise _translate(exc, self.dsn) from exc
 
     def fetch_all(
-        self, name: str, params: Mapping[str, Any] | None = None, *, resend_ambiguous: bool = False
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        resend_ambiguous: bool = False,
+        identifiers: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """Run the named statement and return its rows as dicts (retrying 40001; re-sending after
-        40003 only with ``resend_ambiguous``, for statements that are safe to repeat)."""
-        return self._run(name, params, fetch=True, resend_ambiguous=resend_ambiguous)
+        40003 only with ``resend_ambiguous``, for statements that are safe to repeat).
 
-    def fetch_one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        rows = self._run(name, params, fetch=True)
+        ``identifiers`` fills the statement's ``{slot}`` placeholders (other than the session's
+        ``{shard_col}``) with quoted identifiers, e.g. ``{"stage": "shardq_stage_…"}``."""
+        return self._run(name, params, True, resend_ambiguous, identifiers)
+
+    def fetch_one(
+        self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
+    ) -> dict[str, Any] | None:
+        rows = self._run(name, params, True, identifiers=identifiers)
         return rows[0] if rows else None
 
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> None:
-        self._run(name, params, fetch=False)
+    def execute(
+        self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
+    ) -> None:
+        self._run(name, params, False, identifiers=identifiers)
 
     def execute_ddl(
         self,

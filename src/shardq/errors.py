@@ -80,3 +80,11 @@ class Permanent(Exception):
     are used up. ``Permanent`` is deliberately not a :class:`ShardqError`: it is raised by
     user code, not by shardq.
     """
+
+
+class SparkSetupError(ShardqError):
+    """Spark cannot run the bulk enqueue here: pyspark, Java 17+ or the PostgreSQL JDBC driver is missing."""
+
+
+class InvalidTaskFrame(InvalidInput):
+    """The DataFrame does not fit the task column mapping (a missing column, a wrong type, or a bad value)."""

@@ -4,9 +4,10 @@ Every statement shardq runs lives in ``sql/``: ``common/`` for statements that a
 same on both databases, ``postgresql/`` and ``cockroachdb/`` for the ones that differ
 (a dialect file overrides a common statement of the same name). A block starts with
 ``-- name: <entity>_<verb>[_qualifier]`` followed by ``-- `` description lines and the
-statement text. Values are always bind parameters (``%(name)s``); the only runtime
-identifier, CockroachDB's discovered shard column, fills a ``{shard_col}`` slot through
-``psycopg.sql.Identifier`` in :mod:`shardq.db`.
+statement text. Values are always bind parameters (``%(name)s``); runtime identifiers fill
+``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.db`: CockroachDB's
+discovered shard column (``{shard_col}``), and names a caller passes explicitly (for example a Spark
+staging table, ``{stage}``). Literal braces in a statement must be doubled.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from importlib import resources
 DIALECTS = ("postgresql", "cockroachdb")
 
 _BLOCK_HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
+# A {slot} that is not part of a doubled {{literal}} brace.
+_SLOT = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,14 @@ class Statement:
     text: str
 
     @property
+    def slots(self) -> frozenset[str]:
+        """The identifier slots (``{name}``) the text has to be composed with."""
+        return frozenset(_SLOT.findall(self.text))
+
+    @property
     def templated(self) -> bool:
-        """True when the text has identifier slots (``{shard_col}``) to fill."""
-        return "{shard_col}" in self.text
+        """True when the text has identifier slots to fill."""
+        return bool(self.slots)
 
 
 def parse(source: str) -> dict[str, Statement]:

@@ -1,0 +1,18 @@
+-- CockroachDB staging tables for the Spark bulk enqueue (shardq.spark).
+
+-- name: spark_stage_create
+-- A per-attempt staging table. Its primary key leads with the chunk, so each chunk merge reads one
+-- span; chunks are hash-spread, so writes have no hot range. rid only makes rows unique (Spark
+-- never writes it). No UNLOGGED or TEMP tables: CockroachDB has neither for this (temp tables are
+-- per session, and Spark writes from its own connections).
+CREATE TABLE {stage} (
+    chunk INT4 NOT NULL,
+    rid UUID NOT NULL DEFAULT gen_random_uuid(),
+    id STRING NOT NULL,
+    payload BYTES,
+    run_at TIMESTAMPTZ,
+    delay FLOAT8,
+    dedupe_key STRING,
+    max_attempts INT4,
+    PRIMARY KEY (chunk, rid)
+)

@@ -1,0 +1,97 @@
+-- Spark bulk enqueue (shardq.spark): run and chunk ledger, staging tables, the chunked merge.
+-- A staging table's name is per attempt and fills the {stage} identifier slot (psycopg.sql.Identifier).
+
+-- name: spark_run_register
+-- Record a run and the number of chunks its rows are hashed into, unless it is known already: a
+-- re-run keeps the chunking of the first attempt.
+INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES (%(run_id)s, %(queue)s, %(chunks)s)
+ON CONFLICT (run_id) DO NOTHING
+
+-- name: spark_run_get
+-- One run's pinned queue and chunk count, or no row.
+SELECT run_id, queue, chunks, created_at FROM shardq_spark_runs WHERE run_id = %(run_id)s
+
+-- name: spark_run_progress
+-- How many chunks of a run have been merged, and how many tasks they inserted.
+SELECT count(*) AS chunks, coalesce(sum(rows_merged), 0)::INT8 AS tasks
+FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+
+-- name: spark_chunks_merged
+-- The chunks of a run merged already (a re-run skips them without opening a transaction).
+SELECT chunk FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+
+-- name: spark_chunk_claim
+-- First statement of a chunk's merge transaction: take the chunk's ledger row. No row back means
+-- another attempt merged (or is merging) this chunk: the caller rolls back and moves on. A
+-- concurrent attempt on the same chunk waits on this row's key until the first one commits.
+INSERT INTO shardq_spark_chunks (run_id, chunk, rows_merged) VALUES (%(run_id)s, %(chunk)s, 0)
+ON CONFLICT (run_id, chunk) DO NOTHING
+RETURNING chunk
+
+-- name: spark_chunk_merge
+-- Insert one chunk of a staging table into the queue, in the transaction that claimed the chunk.
+-- Same rules as task_insert_many: creates the queue on first use, skips rows whose dedupe key is
+-- live, lets the database fill the bucket (PostgreSQL default) or shard (CockroachDB). Staging may
+-- hold a row several times (retried or speculative Spark tasks): DISTINCT ON (id) keeps one.
+-- Spark binds NULL for every absent value, so the defaults are applied here.
+WITH new_queue AS (
+    INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
+), merged AS (
+    INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts, payload, dedupe_key)
+    SELECT DISTINCT ON (s.id)
+           'ready',
+           %(queue)s,
+           coalesce(s.run_at, now() + coalesce(s.delay, 0) * INTERVAL '1 second'),
+           s.id::UUID,
+           0,
+           coalesce(s.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25),
+           s.payload,
+           s.dedupe_key
+    FROM {stage} AS s
+    WHERE s.chunk = %(chunk)s
+    ORDER BY s.id
+    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) AS merged FROM merged
+
+-- name: spark_chunk_record
+-- Last statement of a chunk's merge transaction: how many tasks it inserted.
+UPDATE shardq_spark_chunks SET rows_merged = %(merged)s WHERE run_id = %(run_id)s AND chunk = %(chunk)s
+
+-- name: spark_stage_register
+-- Note a staging table before creating it, so a crashed attempt's table can always be found.
+INSERT INTO shardq_spark_stages (stage, run_id) VALUES (%(stage)s, %(run_id)s)
+
+-- name: spark_stage_drop
+-- Drop a staging table (done with, or left behind by a crashed attempt).
+DROP TABLE IF EXISTS {stage}
+
+-- name: spark_stage_forget
+-- Remove a dropped staging table from the list.
+DELETE FROM shardq_spark_stages WHERE stage = %(stage)s
+
+-- name: spark_stages_stale
+-- Staging tables older than max_age_seconds: attempts that crashed or were killed.
+SELECT stage, run_id, created_at FROM shardq_spark_stages
+WHERE created_at <= now() - %(max_age_seconds)s::FLOAT8 * INTERVAL '1 second'
+ORDER BY created_at
+LIMIT %(limit)s
+
+-- name: spark_stage_rows
+-- Rows in a staging table (duplicates included).
+SELECT count(*) AS n FROM {stage}
+
+-- name: spark_runs_expire
+-- Forget up to limit runs older than max_age_seconds, with their chunk ledger. A run forgotten
+-- this way is no longer protected: running it again enqueues its tasks again.
+WITH old AS (
+    SELECT run_id FROM shardq_spark_runs
+    WHERE created_at <= now() - %(max_age_seconds)s::FLOAT8 * INTERVAL '1 second'
+    ORDER BY created_at
+    LIMIT %(limit)s
+), chunks AS (
+    DELETE FROM shardq_spark_chunks WHERE run_id IN (SELECT run_id FROM old)
+)
+DELETE FROM shardq_spark_runs WHERE run_id IN (SELECT run_id FROM old)
+RETURNING run_id

@@ -1,0 +1,74 @@
+"""Bulk enqueue from Spark: write a DataFrame of tasks into a shardq queue through JDBC, safely
+re-runnable (``pip install 'shardq[spark]'``; needs Java 17+ and the PostgreSQL JDBC driver).
+
+>>> from shardq.spark import TaskColumns, enqueue_dataframe, spark_session
+>>> spark = spark_session()                       # local[2], JDBC driver found for you
+>>> df = spark.read.parquet("s3://…/emails/2026-11-23")
+>>> enqueue_dataframe(df, "emails", run_id="emails-2026-11-23",
+...                   columns=TaskColumns(payload="body", dedupe_key="message_id"))
+
+Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQL)
+    Spark's JDBC writer can only ``INSERT``; a job that fails half-way leaves the partitions it
+    had committed behind, a retried or speculative task writes its rows again, and the tasks
+    table forgets a task once it is acked. So Spark never writes into ``shardq_tasks``:
+
+    1. **Run.** The caller names the logical job with a ``run_id`` that stays the same on every
+       re-run. ``shardq_spark_runs`` pins the run's queue and its number of chunks on the first
+       attempt.
+    2. **Deterministic ids** (:mod:`shardq.spark.frame`): each row's task id is a hash of the run,
+       the queue and either its dedupe key or its content plus an occurrence number among
+       identical rows, computed with Spark built-ins only; its chunk is ``xxhash64(id) mod
+       chunks``. The same input always gives the same (id, chunk, task) rows.
+    3. **Staging.** Each attempt creates its own staging table ``shardq_stage_<run>_<nonce>``
+       (registered in ``shardq_spark_stages`` first) with no key or constraint, and Spark
+       appends to it (``reWriteBatchedInserts=true``, batches of ``k·128`` rows, a bounded
+       number of partitions/connections, autocommit): duplicate rows from retried tasks are
+       harmless there. Rows of chunks merged by an earlier attempt are not even written. The
+       schema of every table is owned by the migrations and by this module; Spark creates none.
+    4. **Chunked merge.** After ``save()`` returned (only then is every row in staging at least
+       once), the driver merges chunk by chunk, ``merge_workers`` at a time. Each chunk is one
+       transaction: take the chunk's row in ``shardq_spark_chunks`` (``ON CONFLICT DO NOTHING``;
+       no row means merged already: skip), insert the chunk's distinct ids into
+       ``shardq_tasks`` with the same dedupe ``ON CONFLICT`` clause as ``task_insert_many`` (the
+       database fills the bucket / shard, the queue is created on first use), record the count,
+       commit. On CockroachDB a 40001 re-runs the whole chunk transaction
+       (:meth:`shardq.db.Session.transaction`); the merge SQL is the same on both databases.
+    5. **Cleanup.** The attempt drops its staging table whether it succeeded or failed. A killed
+       attempt leaves it behind; every job start (and ``shardq spark-gc``) drops staging tables
+       older than a day.
+
+Guarantees
+    * Re-running a run over the same input enqueues every task exactly once in total, whatever
+      happened before: a failed or killed write, a retried or speculative Spark task, a crash in
+      the middle of the merge, consumers acking some of the run's tasks in between, two attempts
+      running at once.
+    * A row whose dedupe key is live in the queue is skipped, exactly as with ``enqueue_many``.
+
+Does not
+    * make a non-deterministic input deterministic: ``cache()``/``checkpoint()`` it, or the re-run
+      may see other rows (rows of chunks merged earlier are then simply not enqueued again);
+    * protect a run after its ledger rows were forgotten (``shardq spark-gc --forget-runs-after``).
+
+Modules: :mod:`.jdbc` (Java, driver jar, JDBC URL, SparkSession), :mod:`.frame` (column mapping,
+ids, checks), :mod:`.ledger` (statements, merge), :mod:`.job` (the job, gc, file inputs).
+"""
+
+from .frame import TaskColumns
+from .jdbc import JdbcDriver, find_java, find_jdbc_driver, jdbc_target, spark_session
+from .job import (
+    GcResult,
+    SparkEnqueueResult,
+    WriteOptions,
+    derive_run_id,
+    enqueue_dataframe,
+    gc,
+    input_format,
+    read_input,
+    run_progress,
+)
+
+__all__ = [
+    "GcResult", "JdbcDriver", "SparkEnqueueResult", "TaskColumns", "WriteOptions", "derive_run_id",
+    "enqueue_dataframe", "find_java", "find_jdbc_driver", "gc", "input_format", "jdbc_target", "read_input",
+    "run_progress", "spark_session",
+]

@@ -1,0 +1,214 @@
+"""From a user's DataFrame to the rows Spark writes into a staging table (a pure transform).
+
+The mapping from DataFrame columns to task fields is :class:`TaskColumns`; each task field has one
+:class:`Field` entry in :data:`FIELDS` (its staging column, the Spark types it accepts, the type
+it is cast to, and the checks its values must pass). Adding a task field later (a priority, an
+exclusive key) is one attribute on :class:`TaskColumns`, one :class:`Field`, one staging column in
+``sql/*/spark.sql`` and one line in the merge statement; nothing else changes.
+
+Ids are derived only from the row's content and the run (Spark built-ins, so no Python runs on the
+executors, and a retried or speculative task recomputes exactly the same ids):
+
+* ``content = sha256(hex(payload) ␟ unix_micros(run_at) ␟ delay ␟ max_attempts)`` — every field
+  that ends up in the task, rendered independently of the session time zone;
+* ``row_key = "k:" || dedupe_key`` when the row has one, else
+  ``"c:" || content || "#" || n`` where ``n`` numbers identical rows 1…k (``row_number`` over
+  ``content``; which of k identical rows gets which number does not matter, they are equal);
+* ``id = uuid(sha256(run_id ␟ queue ␟ row_key))`` and ``chunk = pmod(xxhash64(id), chunks)``.
+
+So the same input under the same ``run_id`` always yields the same set of (id, chunk, task)
+rows, whatever Spark's partitioning. ``uuid()``, ``rand()`` and ``monotonically_increasing_id()``
+are never used: a recomputed partition would change them.
+
+Value checks run inside the Spark job (``raise_error``), before anything reaches the queue: a
+NULL payload, a payload over the size cap, an empty or over-long dedupe key, a negative delay, a
+max_attempts outside 1…10000. The job then fails with :class:`shardq.errors.InvalidTaskFrame`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields as dc_fields
+from typing import Callable
+
+from .. import validation
+from ..errors import InvalidTaskFrame
+
+SEPARATOR = "\x1f"
+# Marks the messages of the checks below, so a failed Spark job can be told apart from others.
+CHECK_MARKER = "shardq-invalid-task:"
+
+
+@dataclass(frozen=True)
+class TaskColumns:
+    """Which DataFrame column feeds which task field; ``None`` leaves the field unmapped.
+
+    ``payload`` (binary, or string stored as UTF-8; required), ``run_at`` (timestamp with time
+    zone, i.e. Spark's ``TimestampType``), ``delay`` (seconds from the moment the chunk is merged,
+    any numeric type), ``dedupe_key`` (string; a live task of the queue with the same key makes
+    the row a no-op, and rows sharing a key collapse into one task), ``max_attempts`` (integer;
+    default: the queue's setting). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
+    due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".
+    """
+
+    payload: str = "payload"
+    run_at: str | None = None
+    delay: str | None = None
+    dedupe_key: str | None = None
+    max_attempts: str | None = None
+
+    def mapped(self) -> dict[str, str]:
+        """Task field -> DataFrame column, for the mapped fields."""
+        return {f.name: getattr(self, f.name) for f in dc_fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One task field as it travels through staging."""
+
+    name: str  # the task field and its staging column
+    accepts: tuple[str, ...]  # Spark type names (DataType.typeName()) accepted in the input
+    cast_to: str  # Spark SQL type it is cast to before the write
+    #: (column) -> list of (bad-value condition, message) pairs checked on every row
+    checks: Callable[[object], list[tuple[object, str]]]
+    #: (column) -> string column feeding the content hash ('' for NULL)
+    fingerprint: Callable[[object], object]
+
+
+_INTEGERS = ("byte", "short", "integer", "long")
+_NUMBERS = _INTEGERS + ("float", "double", "decimal")
+
+
+def _fields(payload_limit: int) -> dict[str, Field]:
+    from pyspark.sql import functions as F
+
+    def empty_if_null(expr):
+        return F.coalesce(expr, F.lit(""))
+
+    return {
+        "payload": Field(
+            "payload", ("binary", "string"), "binary",
+            lambda c: [
+                (c.isNull(), "payload is NULL"),
+                (F.length(c) > payload_limit, f"payload longer than {payload_limit} bytes"),
+            ],
+            lambda c: empty_if_null(F.hex(c)),
+        ),
+        "run_at": Field(
+            "run_at", ("timestamp",), "timestamp",
+            lambda c: [],
+            lambda c: empty_if_null(F.unix_micros(c).cast("string")),
+        ),
+        "delay": Field(
+            "delay", _NUMBERS, "double",
+            lambda c: [
+                (c < 0, "delay is negative"),
+                (c > validation.DELAY_MAX_SECONDS, f"delay over {validation.DELAY_MAX_SECONDS:.0f} seconds"),
+                (F.isnan(c), "delay is NaN"),
+            ],
+            lambda c: empty_if_null(c.cast("string")),
+        ),
+        "dedupe_key": Field(
+            "dedupe_key", ("string",), "string",
+            lambda c: [
+                (F.length(c) == 0, "dedupe key is empty"),
+                (F.length(c) > validation.DEDUPE_KEY_MAX, f"dedupe key longer than {validation.DEDUPE_KEY_MAX}"),
+                (F.instr(c, "\x00") > 0, "dedupe key contains NUL"),
+            ],
+            lambda c: empty_if_null(c),
+        ),
+        "max_attempts": Field(
+            "max_attempts", _INTEGERS, "int",
+            lambda c: [(c < 1, "max_attempts below 1"), (c > 10_000, "max_attempts above 10000")],
+            lambda c: empty_if_null(c.cast("string")),
+        ),
+    }
+
+
+def check_columns(schema, columns: TaskColumns) -> dict[str, str]:
+    """Check that every mapped column exists with an accepted type; return field -> column.
+
+    Raises :class:`InvalidTaskFrame` naming the column, its type and what is accepted."""
+    if not isinstance(columns, TaskColumns):
+        raise InvalidTaskFrame("columns must be a TaskColumns")
+    mapped = columns.mapped()
+    if "payload" not in mapped:
+        raise InvalidTaskFrame("a payload column is required")
+    if "run_at" in mapped and "delay" in mapped:
+        raise InvalidTaskFrame("map either a run_at column or a delay column, not both")
+    by_name = {f.name: f for f in schema.fields}
+    spec = _fields(validation.PAYLOAD_MAX_BYTES)
+    for field_name, column in mapped.items():
+        if column not in by_name:
+            available = ", ".join(sorted(by_name)) or "none"
+            raise InvalidTaskFrame(f"{field_name} column {column!r} is not in the DataFrame (columns: {available})")
+        kind = by_name[column].dataType.typeName()
+        if kind == "timestamp_ntz" and field_name == "run_at":
+            raise InvalidTaskFrame(
+                f"run_at column {column!r} is TIMESTAMP_NTZ (no time zone): cast it to timestamp first"
+            )
+        if kind not in spec[field_name].accepts:
+            raise InvalidTaskFrame(
+                f"{field_name} column {column!r} has type {kind}; accepted: {', '.join(spec[field_name].accepts)}"
+            )
+    return mapped
+
+
+def stage_frame(
+    df,
+    *,
+    queue: str,
+    run_id: str,
+    chunks: int,
+    columns: TaskColumns,
+    skip_chunks: frozenset[int] = frozenset(),
+    payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+):
+    """The staging rows for ``df``: ``chunk``, ``id`` and one column per mapped task field, cast
+    to the staging types and checked. Rows of ``skip_chunks`` (merged by an earlier attempt) are
+    left out. Lazy: nothing runs until the frame is written."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    mapped = check_columns(df.schema, columns)
+    spec = _fields(payload_limit)
+    values = {name: F.col(column).cast(spec[name].cast_to) for name, column in mapped.items()}
+    for name, value in list(values.items()):
+        guarded = value
+        for bad, message in reversed(spec[name].checks(value)):
+            guarded = F.when(bad, F.raise_error(F.lit(f"{CHECK_MARKER} {message} (column {mapped[name]!r})"))).otherwise(
+                guarded
+            )
+        values[name] = guarded
+    frame = df.select(*[value.alias(name) for name, value in values.items()])
+
+    content_parts = [spec[name].fingerprint(F.col(name)) for name in ("payload", "run_at", "delay", "max_attempts")
+                     if name in mapped]
+    frame = frame.withColumn("_content", F.sha2(F.concat_ws(SEPARATOR, *content_parts), 256))
+    occurrence = F.row_number().over(Window.partitionBy("_content").orderBy("_content"))
+    content_key = F.concat(F.lit("c:"), F.col("_content"), F.lit("#"), occurrence.cast("string"))
+    if "dedupe_key" in mapped:
+        row_key = F.when(F.col("dedupe_key").isNotNull(), F.concat(F.lit("k:"), F.col("dedupe_key"))).otherwise(
+            content_key
+        )
+    else:
+        row_key = content_key
+    digest = F.sha2(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), row_key), 256)
+    uuid_text = F.concat_ws(
+        "-", *(F.substring(digest, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12)))
+    )
+    frame = frame.withColumn("id", uuid_text)
+    frame = frame.withColumn("chunk", F.pmod(F.xxhash64("id"), F.lit(chunks)).cast("int"))
+    if skip_chunks:
+        frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
+    return frame.select("chunk", "id", *mapped.keys())
+
+
+def is_check_failure(exc: BaseException) -> str | None:
+    """The message of a failed value check inside ``exc`` (a Spark job error), if it is one."""
+    text = str(exc)
+    start = text.find(CHECK_MARKER)
+    if start < 0:
+        return None
+    line = text[start + len(CHECK_MARKER):].splitlines()[0]
+    # Spark quotes the raise_error message; cut at the closing quote if there is one.
+    return line.split("'", 1)[0].split('"', 1)[0].strip() if "(column" not in line else line[: line.index(")") + 1].strip()

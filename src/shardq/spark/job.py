@@ -1,0 +1,319 @@
+"""One Spark bulk enqueue: register the run, stage, write through JDBC, merge, clean up."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import validation
+from ..config import resolve_dsn
+from ..db import Dsn, Session
+from ..errors import InvalidInput, InvalidTaskFrame, SparkSetupError
+from . import frame as frame_module
+from .frame import TaskColumns
+from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
+from .ledger import MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
+
+log = logging.getLogger("shardq.spark")
+
+RUN_ID_MAX = 200
+CHUNKS_DEFAULT = {"postgresql": 64, "cockroachdb": 256}
+# CockroachDB advises multi-row INSERTs of a few thousand rows at most; PostgreSQL merges faster
+# in fewer, larger chunks (each chunk is one transaction, one index range scan of staging).
+STAGE_TTL_SECONDS_DEFAULT = 24 * 3600.0
+LEDGER_TTL_SECONDS_DEFAULT = 30 * 24 * 3600.0
+FORMATS = ("parquet", "csv", "json")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How the job writes. Defaults suit a 2–8 core machine and one database.
+
+    ``partitions`` (4): Spark write partitions, i.e. concurrent JDBC connections; the DataFrame
+    is repartitioned to exactly this many. ``batch_size`` (1024): rows per JDBC batch, a multiple
+    of 128 (pgjdbc rewrites a batch into INSERTs of at most 128 rows, and splits any remainder
+    into smaller odd-sized statements). ``chunks`` (None: 64 on PostgreSQL, 256 on CockroachDB):
+    how many merge transactions the run is split into; pinned by the first attempt of a run.
+    ``merge_workers`` (2): chunks merged concurrently. ``stage_ttl_seconds`` (1 day): staging
+    tables older than this, left by crashed attempts, are dropped when a job starts.
+    """
+
+    partitions: int = 4
+    batch_size: int = 1024
+    chunks: int | None = None
+    merge_workers: int = 2
+    stage_ttl_seconds: float = STAGE_TTL_SECONDS_DEFAULT
+
+    def validate(self) -> "WriteOptions":
+        validation.positive_int(self.partitions, "partitions", maximum=256)
+        validation.positive_int(self.batch_size, "batch size", maximum=1_048_576)
+        if self.batch_size % 128:
+            raise InvalidInput("batch size must be a multiple of 128 (pgjdbc sends 128-row INSERTs)")
+        if self.chunks is not None:
+            validation.positive_int(self.chunks, "chunks", maximum=65_536)
+        validation.positive_int(self.merge_workers, "merge workers", maximum=64)
+        validation.positive_seconds(self.stage_ttl_seconds, "staging table TTL")
+        return self
+
+
+@dataclass(frozen=True)
+class SparkEnqueueResult:
+    """What one attempt did. ``enqueued`` counts tasks this attempt inserted; ``run_tasks`` counts
+    them over every attempt of the run. ``skipped_chunks`` were merged by earlier attempts."""
+
+    run_id: str
+    queue: str
+    chunks: int
+    merged_chunks: int
+    skipped_chunks: int
+    enqueued: int
+    run_tasks: int
+    staged_rows: int
+    write_seconds: float
+    merge_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.write_seconds + self.merge_seconds
+
+    def as_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"seconds": self.seconds}
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: phase ``"write"`` (0/1 then 1/1) and ``"merge"`` (chunks)."""
+
+
+def _run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not run_id.strip():
+        raise InvalidInput("run id must be a non-empty string")
+    if len(run_id) > RUN_ID_MAX:
+        raise InvalidInput(f"run id longer than {RUN_ID_MAX} characters")
+    return run_id
+
+
+def enqueue_dataframe(
+    df,
+    queue: str,
+    *,
+    run_id: str,
+    dsn: str | Dsn | None = None,
+    columns: TaskColumns = TaskColumns(),
+    options: WriteOptions = WriteOptions(),
+    progress: Progress | None = None,
+    on_chunk: Callable[[int, int | None], None] | None = None,
+) -> SparkEnqueueResult:
+    """Enqueue every row of ``df`` into ``queue`` as a task, exactly once per ``run_id``.
+
+    ``run_id`` names the logical job and must be the same on every re-run of it (e.g. the
+    scheduler's run key); the input must be the same rows again (``cache()`` or ``checkpoint()``
+    a non-deterministic source). The first attempt pins the queue and the chunk count; an attempt
+    with the same ``run_id`` and another queue is refused. A run whose chunks are all merged does
+    no Spark work at all.
+
+    ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook, and a
+    finer progress signal). Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
+    ``columns``, :class:`SparkSetupError` when the JDBC driver is not on the session's classpath,
+    :class:`shardq.errors.DatabaseError` subclasses for database failures; after any failure,
+    running the same call again is safe.
+    """
+    validation.queue_name(queue)
+    run_id = _run_id(run_id)
+    options = options.validate()
+    frame_module.check_columns(df.schema, columns)  # fail before touching the database
+    check_driver_loadable(df.sparkSession)
+    dsn = resolve_dsn(dsn)
+    target = jdbc_target(dsn)
+    report = progress or (lambda phase, done, total: None)
+
+    def new_session() -> Session:
+        return Session(dsn, application_name="shardq-spark")
+
+    with new_session() as session:
+        ledger = SparkLedger(session)
+        collect_stale_stages(ledger, options.stage_ttl_seconds)
+        chunks = options.chunks or CHUNKS_DEFAULT.get(session.dialect, 64)
+        run = ledger.run_register(run_id, queue, chunks)
+        if run.queue != queue:
+            raise InvalidInput(f"run id {run_id!r} belongs to queue {run.queue!r}, not {queue!r}")
+        done_before = ledger.chunks_merged(run_id)
+        todo = [c for c in range(run.chunks) if c not in done_before]
+        staged = 0
+        write_seconds = merge_seconds = 0.0
+        outcome = MergeOutcome(0, len(done_before), 0)
+        if todo:
+            stage = stage_name(run_id)
+            ledger.stage_create(stage, run_id)
+            try:
+                started = time.perf_counter()
+                report("write", 0, 1)
+                rows = frame_module.stage_frame(
+                    df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
+                    skip_chunks=frozenset(done_before),
+                )
+                _write(rows, stage, target, options)
+                ledger.stage_ready_for_merge(stage)
+                write_seconds = time.perf_counter() - started
+                report("write", 1, 1)
+                started = time.perf_counter()
+                merged = len(done_before)
+                report("merge", merged, run.chunks)
+                merged_so_far = [merged]
+
+                def chunk_done(chunk: int, tasks: int | None) -> None:
+                    merged_so_far[0] += 1  # called under merge_chunks' lock
+                    report("merge", merged_so_far[0], run.chunks)
+                    if on_chunk is not None:
+                        on_chunk(chunk, tasks)
+
+                outcome = merge_chunks(run, stage, todo, new_session, workers=options.merge_workers,
+                                       on_chunk=chunk_done)
+                outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before), outcome.tasks)
+                merge_seconds = time.perf_counter() - started
+                staged = ledger.stage_rows(stage)
+            finally:
+                _drop_quietly(ledger, stage)
+        _, run_tasks = ledger.run_progress(run_id)
+    return SparkEnqueueResult(
+        run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
+        skipped_chunks=outcome.skipped_chunks, enqueued=outcome.tasks, run_tasks=run_tasks,
+        staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds,
+    )
+
+
+def _write(rows, stage: str, target, options: WriteOptions) -> None:
+    """Append ``rows`` to the existing staging table (Spark issues no DDL in append mode)."""
+    writer = (
+        rows.repartition(options.partitions, "chunk")
+        .write.format("jdbc")
+        .option("url", target.url)
+        .option("driver", DRIVER_CLASS)  # needed when the jar comes through spark.jars
+        .option("dbtable", stage)
+        .option("batchsize", str(options.batch_size))
+        # Autocommit: no long transaction per partition (CockroachDB's advice for bulk inserts).
+        # A failed or duplicated task attempt leaves at worst duplicate rows, which the merge drops.
+        .option("isolationLevel", "NONE")
+        .option("numPartitions", str(options.partitions))
+        .mode("append")
+    )
+    if target.user:
+        writer = writer.option("user", target.user)
+    if target.password:
+        writer = writer.option("password", target.password)
+    try:
+        writer.save()
+    except Exception as exc:
+        check = frame_module.is_check_failure(exc)
+        if check:
+            raise InvalidTaskFrame(check) from None
+        text = str(exc)
+        if "No suitable driver" in text or f"ClassNotFoundException: {DRIVER_CLASS}" in text:
+            raise SparkSetupError(f"{DRIVER_CLASS} is not available to Spark's executors") from None
+        raise
+
+
+def _drop_quietly(ledger: SparkLedger, stage: str) -> None:
+    try:
+        ledger.stage_drop(stage)
+    except Exception as exc:  # the failure that got us here matters more; gc drops it later
+        log.warning("could not drop staging table %s (shardq spark-gc will): %s", stage, exc)
+
+
+def collect_stale_stages(ledger: SparkLedger, max_age_seconds: float) -> int:
+    """Drop staging tables older than ``max_age_seconds`` (attempts that crashed or were killed)."""
+    dropped = 0
+    for stage in ledger.stages_stale(max_age_seconds):
+        ledger.stage_drop(stage)
+        dropped += 1
+    if dropped:
+        log.info("dropped %d stale staging table(s)", dropped)
+    return dropped
+
+
+@dataclass(frozen=True)
+class GcResult:
+    stages_dropped: int
+    runs_forgotten: int
+
+
+def gc(
+    dsn: str | Dsn | None = None,
+    *,
+    stage_max_age_seconds: float = STAGE_TTL_SECONDS_DEFAULT,
+    ledger_max_age_seconds: float | None = None,
+) -> GcResult:
+    """Drop staging tables older than ``stage_max_age_seconds``; with ``ledger_max_age_seconds``,
+    also forget runs older than that (a forgotten run, run again, enqueues its tasks again: keep
+    ledger rows as long as re-runs are possible; 30 days is a sensible floor)."""
+    if stage_max_age_seconds < 0 or (ledger_max_age_seconds is not None and ledger_max_age_seconds < 0):
+        raise InvalidInput("ages must be >= 0 seconds")
+    with Session(resolve_dsn(dsn), application_name="shardq-spark-gc") as session:
+        ledger = SparkLedger(session)
+        stages = collect_stale_stages(ledger, stage_max_age_seconds)
+        runs = 0
+        if ledger_max_age_seconds is not None:
+            while True:
+                forgotten = ledger.runs_expire(ledger_max_age_seconds)
+                runs += forgotten
+                if forgotten < 1000:
+                    break
+    return GcResult(stages, runs)
+
+
+def run_progress(run_id: str, dsn: str | Dsn | None = None) -> tuple[int, int]:
+    """(chunks merged, tasks enqueued) of a run so far, over all its attempts."""
+    with Session(resolve_dsn(dsn), application_name="shardq-spark") as session:
+        return SparkLedger(session).run_progress(_run_id(run_id))
+
+
+# -- file inputs (the CLI) ------------------------------------------------------------------
+def input_format(path: str | os.PathLike, fmt: str | None) -> str:
+    """``fmt``, or the format named by the path's extension (``.parquet``, ``.csv``, ``.json``/
+    ``.jsonl``), or parquet (Spark's own directories of part files)."""
+    if fmt:
+        if fmt not in FORMATS:
+            raise InvalidInput(f"format must be one of {', '.join(FORMATS)}")
+        return fmt
+    suffix = Path(path).suffix.lower().lstrip(".")
+    return {"jsonl": "json", "ndjson": "json"}.get(suffix, suffix) if suffix in FORMATS + ("jsonl", "ndjson") else "parquet"
+
+
+def _input_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    # Spark ignores files starting with _ or . (markers such as _SUCCESS, checksums).
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
+
+
+def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskColumns) -> str:
+    """A run id for a file input: sha256 over the queue, the format, the column mapping, the
+    input's absolute path and, for each of its files, the relative name, size and modification
+    time (not the content: hashing the data would cost a full extra read). Re-running over the
+    unchanged input gives the same id, so it is a re-run; touching or rewriting a file makes it a
+    new run."""
+    root = Path(path).expanduser().resolve()
+    if not root.exists():
+        raise InvalidInput(f"input {str(root)!r} does not exist")
+    digest = hashlib.sha256()
+    for part in (queue, fmt, repr(sorted(columns.mapped().items())), str(root)):
+        digest.update(part.encode("utf-8") + b"\x00")
+    for file in _input_files(root):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(root) if file != root else file.name}|{stat.st_size}|{stat.st_mtime_ns}\x00".encode())
+    return f"input-{digest.hexdigest()[:32]}"
+
+
+def read_input(spark, path: str | os.PathLike, fmt: str):
+    """Read a parquet, CSV (with a header row; types inferred) or JSON-lines input."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise InvalidInput(f"input {str(root)!r} does not exist")
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    return reader.load(str(root.resolve()))

@@ -1,0 +1,182 @@
+"""The database side of a Spark bulk enqueue: run and chunk ledger, staging tables, chunked merge.
+
+Only named statements (``sql/*/spark.sql``) through :class:`shardq.db.Session`; the staging
+table's name enters SQL only through the ``{stage}`` identifier slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue as queue_module
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from ..db import Session
+from ..errors import DatabaseError
+
+log = logging.getLogger("shardq.spark")
+
+STAGE_PREFIX = "shardq_stage_"
+_STAGE_NAME = re.compile(r"^shardq_stage_[0-9a-f]{12}_[0-9a-f]{8}$")
+
+
+def stage_name(run_id: str, nonce: str | None = None) -> str:
+    """``shardq_stage_<sha256(run_id)[:12]>_<8 random hex>``: one table per attempt, so attempts
+    that overlap never see each other's rows."""
+    digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
+    return f"{STAGE_PREFIX}{digest}_{nonce or secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    queue: str
+    chunks: int
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    """What one attempt's merge did: chunks it merged, chunks another attempt had merged, tasks
+    inserted (rows whose dedupe key was live are not counted)."""
+
+    merged_chunks: int
+    skipped_chunks: int
+    tasks: int
+
+
+class SparkLedger:
+    """Statement wrappers for one session."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # -- runs -------------------------------------------------------------------------------
+    def run_register(self, run_id: str, queue: str, chunks: int) -> Run:
+        """The run as first registered (a re-run keeps its queue and chunk count)."""
+        self.session.execute("spark_run_register", {"run_id": run_id, "queue": queue, "chunks": chunks})
+        row = self.session.fetch_one("spark_run_get", {"run_id": run_id})
+        if row is None:  # expired between the two statements: register again
+            return self.run_register(run_id, queue, chunks)
+        return Run(row["run_id"], row["queue"], int(row["chunks"]))
+
+    def run_get(self, run_id: str) -> Run | None:
+        row = self.session.fetch_one("spark_run_get", {"run_id": run_id})
+        return Run(row["run_id"], row["queue"], int(row["chunks"])) if row else None
+
+    def run_progress(self, run_id: str) -> tuple[int, int]:
+        """(chunks merged, tasks inserted) over every attempt of the run."""
+        row = self.session.fetch_one("spark_run_progress", {"run_id": run_id})
+        return (int(row["chunks"]), int(row["tasks"])) if row else (0, 0)
+
+    def chunks_merged(self, run_id: str) -> set[int]:
+        return {int(r["chunk"]) for r in self.session.fetch_all("spark_chunks_merged", {"run_id": run_id})}
+
+    def runs_expire(self, max_age_seconds: float, limit: int = 1000) -> int:
+        rows = self.session.fetch_all("spark_runs_expire", {"max_age_seconds": max_age_seconds, "limit": limit})
+        return len(rows)
+
+    # -- staging tables ---------------------------------------------------------------------
+    def stage_create(self, stage: str, run_id: str) -> None:
+        """Register, then create, a staging table (registered first, so it can never be lost)."""
+        self.session.execute("spark_stage_register", {"stage": stage, "run_id": run_id})
+        self.session.execute("spark_stage_create", identifiers={"stage": stage})
+
+    def stage_ready_for_merge(self, stage: str) -> None:
+        """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
+        already leads with it)."""
+        if self.session.dialect == "postgresql":
+            self.session.execute("spark_stage_index", identifiers={"stage": stage})
+
+    def stage_rows(self, stage: str) -> int:
+        return int(self.session.fetch_one("spark_stage_rows", identifiers={"stage": stage})["n"])
+
+    def stage_drop(self, stage: str) -> None:
+        if not _STAGE_NAME.match(stage):
+            raise DatabaseError(f"refusing to drop {stage!r}: not a shardq staging table name")
+        self.session.execute("spark_stage_drop", identifiers={"stage": stage})
+        self.session.execute("spark_stage_forget", {"stage": stage})
+
+    def stages_stale(self, max_age_seconds: float, limit: int = 1000) -> list[str]:
+        rows = self.session.fetch_all("spark_stages_stale", {"max_age_seconds": max_age_seconds, "limit": limit})
+        return [r["stage"] for r in rows]
+
+    # -- merge ------------------------------------------------------------------------------
+    def chunk_merge(self, run: Run, stage: str, chunk: int) -> int | None:
+        """Merge one chunk in one transaction with its ledger row; ``None`` when the chunk was
+        merged already (by this or another attempt). The body runs again after a 40001
+        (CockroachDB), which is safe: the failed attempt left nothing behind."""
+
+        def body(session: Session) -> int | None:
+            params = {"run_id": run.run_id, "chunk": chunk}
+            if session.fetch_one("spark_chunk_claim", params) is None:
+                return None
+            row = session.fetch_one(
+                "spark_chunk_merge", {"queue": run.queue, "chunk": chunk}, identifiers={"stage": stage}
+            )
+            merged = int(row["merged"]) if row else 0
+            session.execute("spark_chunk_record", {**params, "merged": merged})
+            return merged
+
+        return self.session.transaction(body)
+
+
+def merge_chunks(
+    run: Run,
+    stage: str,
+    chunks: Iterable[int],
+    session_factory: Callable[[], Session],
+    *,
+    workers: int = 2,
+    on_chunk: Callable[[int, int | None], None] | None = None,
+) -> MergeOutcome:
+    """Merge ``chunks`` of ``stage`` with ``workers`` threads, each on its own session.
+
+    ``on_chunk(chunk, tasks or None)`` is called after each chunk's transaction committed (None:
+    merged earlier); if it raises, the other workers stop after their current chunk and the
+    exception propagates (the chunks committed so far stay merged)."""
+    todo: queue_module.SimpleQueue[int] = queue_module.SimpleQueue()
+    total = 0
+    for chunk in chunks:
+        todo.put(chunk)
+        total += 1
+    stop = threading.Event()
+    lock = threading.Lock()
+    counts = {"merged": 0, "skipped": 0, "tasks": 0}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        with session_factory() as session:
+            ledger = SparkLedger(session)
+            while not stop.is_set():
+                try:
+                    chunk = todo.get_nowait()
+                except queue_module.Empty:
+                    return
+                try:
+                    merged = ledger.chunk_merge(run, stage, chunk)
+                    with lock:
+                        if merged is None:
+                            counts["skipped"] += 1
+                        else:
+                            counts["merged"] += 1
+                            counts["tasks"] += merged
+                        if on_chunk is not None:
+                            on_chunk(chunk, merged)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                    errors.append(exc)
+                    stop.set()
+                    return
+
+    threads = [threading.Thread(target=work, name=f"shardq-merge-{i}", daemon=True)
+               for i in range(max(1, min(workers, total)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return MergeOutcome(counts["merged"], counts["skipped"], counts["tasks"])
