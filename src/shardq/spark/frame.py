@@ -9,12 +9,17 @@ exclusive key) is one attribute on :class:`TaskColumns`, one :class:`Field`, one
 Ids are derived only from the row's content and the run (Spark built-ins, so no Python runs on the
 executors, and a retried or speculative task recomputes exactly the same ids):
 
-* ``content = sha256(hex(payload) ␟ unix_micros(run_at) ␟ delay ␟ max_attempts)`` — every field
-  that ends up in the task, rendered independently of the session time zone;
-* ``row_key = "k:" || dedupe_key`` when the row has one, else
-  ``"c:" || content || "#" || n`` where ``n`` numbers identical rows 1…k (``row_number`` over
-  ``content``; which of k identical rows gets which number does not matter, they are equal);
-* ``id = uuid(sha256(run_id ␟ queue ␟ row_key))`` and ``chunk = pmod(xxhash64(id), chunks)``.
+* ``content = md5(unix_micros(run_at) ␟ delay ␟ max_attempts ␟ payload bytes)`` — every field
+  that ends up in the task, rendered independently of the session time zone (the numbers never
+  contain the separator and the payload comes last, so the encoding is unambiguous);
+* ``row_key = "k:" || dedupe_key`` when the row has one, else ``"r:" || row_key column`` when
+  :attr:`TaskColumns.row_key` is mapped, else ``"c:" || hex(content) || "#" || n`` where ``n``
+  numbers identical rows 1…k (``row_number`` over ``content``, the job's one shuffle; which of
+  k identical rows gets which number does not matter, they are equal);
+* ``id = md5(run_id ␟ queue ␟ row_key)`` as a UUID and ``chunk = pmod(xxhash64(id), chunks)``.
+
+MD5 is used as a fast 128-bit hash, not for secrecy: ids only have to be distinct within a run
+and queue (2^-128 per pair).
 
 So the same input under the same ``run_id`` always yields the same set of (id, chunk, task)
 rows, whatever Spark's partitioning. ``uuid()``, ``rand()`` and ``monotonically_increasing_id()``
@@ -48,6 +53,11 @@ class TaskColumns:
     the row a no-op, and rows sharing a key collapse into one task), ``max_attempts`` (integer;
     default: the queue's setting). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
     due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".
+
+    ``row_key`` (optional, not a task field) names a column that identifies each row of the input
+    (an order id, a file offset): ids are then derived from it instead of from the row's content
+    and its occurrence among identical rows, which saves the job a shuffle. Rows sharing a row
+    key become one task. It must be stable across re-runs like the rest of the input.
     """
 
     payload: str = "payload"
@@ -55,6 +65,7 @@ class TaskColumns:
     delay: str | None = None
     dedupe_key: str | None = None
     max_attempts: str | None = None
+    row_key: str | None = None
 
     def mapped(self) -> dict[str, str]:
         """Task field -> DataFrame column, for the mapped fields."""
@@ -75,6 +86,8 @@ class Field:
 
 
 _INTEGERS = ("byte", "short", "integer", "long")
+#: task fields that have a staging column (row_key only shapes the id)
+STAGED = ("payload", "run_at", "delay", "dedupe_key", "max_attempts")
 _NUMBERS = _INTEGERS + ("float", "double", "decimal")
 
 
@@ -120,6 +133,11 @@ def _fields(payload_limit: int) -> dict[str, Field]:
             "max_attempts", _INTEGERS, "int",
             lambda c: [(c < 1, "max_attempts below 1"), (c > 10_000, "max_attempts above 10000")],
             lambda c: empty_if_null(c.cast("string")),
+        ),
+        "row_key": Field(
+            "row_key", ("string",) + _INTEGERS, "string",
+            lambda c: [(c.isNull(), "row key is NULL")],
+            lambda c: c,
         ),
     }
 
@@ -181,26 +199,28 @@ def stage_frame(
         values[name] = guarded
     frame = df.select(*[value.alias(name) for name, value in values.items()])
 
-    content_parts = [spec[name].fingerprint(F.col(name)) for name in ("payload", "run_at", "delay", "max_attempts")
-                     if name in mapped]
-    frame = frame.withColumn("_content", F.sha2(F.concat_ws(SEPARATOR, *content_parts), 256))
-    occurrence = F.row_number().over(Window.partitionBy("_content").orderBy("_content"))
-    content_key = F.concat(F.lit("c:"), F.col("_content"), F.lit("#"), occurrence.cast("string"))
+    if "row_key" in mapped:
+        row_key = F.concat(F.lit("r:"), F.col("row_key"))
+    else:
+        # Only the fixed-format fields go into the text part (they never contain the separator);
+        # the payload comes last, as bytes, so the encoding is unambiguous.
+        fixed = [spec[name].fingerprint(F.col(name)) if name in mapped else F.lit("")
+                 for name in ("run_at", "delay", "max_attempts")]
+        content = F.unhex(F.md5(F.concat(F.concat_ws(SEPARATOR, *fixed, F.lit("")).cast("binary"), F.col("payload"))))
+        frame = frame.withColumn("_content", content)
+        # Identical rows are distinct tasks: number them 1..k (which one gets which number does
+        # not matter, they are equal). This window is the one shuffle of the job.
+        occurrence = F.row_number().over(Window.partitionBy("_content").orderBy("_content"))
+        row_key = F.concat(F.lit("c:"), F.hex("_content"), F.lit("#"), occurrence.cast("string"))
     if "dedupe_key" in mapped:
         row_key = F.when(F.col("dedupe_key").isNotNull(), F.concat(F.lit("k:"), F.col("dedupe_key"))).otherwise(
-            content_key
+            row_key
         )
-    else:
-        row_key = content_key
-    digest = F.sha2(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), row_key), 256)
-    uuid_text = F.concat_ws(
-        "-", *(F.substring(digest, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12)))
-    )
-    frame = frame.withColumn("id", uuid_text)
+    frame = frame.withColumn("id", F.md5(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), row_key)))
     frame = frame.withColumn("chunk", F.pmod(F.xxhash64("id"), F.lit(chunks)).cast("int"))
     if skip_chunks:
         frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
-    return frame.select("chunk", "id", *mapped.keys())
+    return frame.select("chunk", "id", *(name for name in mapped if name in STAGED))
 
 
 def is_check_failure(exc: BaseException) -> str | None:

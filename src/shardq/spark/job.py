@@ -189,7 +189,10 @@ def enqueue_dataframe(
 def _write(rows, stage: str, target, options: WriteOptions) -> None:
     """Append ``rows`` to the existing staging table (Spark issues no DDL in append mode)."""
     writer = (
+        # Each partition holds whole chunks and writes them one after the other, so a chunk's
+        # rows sit on few pages of staging and its merge reads little.
         rows.repartition(options.partitions, "chunk")
+        .sortWithinPartitions("chunk")
         .write.format("jdbc")
         .option("url", target.url)
         .option("driver", DRIVER_CLASS)  # needed when the jar comes through spark.jars

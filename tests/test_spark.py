@@ -1,0 +1,279 @@
+"""Spark bulk enqueue against the embedded PostgreSQL (local[2] Spark, one session for the module).
+
+Skips cleanly when pyspark, Java 17+ or the PostgreSQL JDBC driver is missing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from shardq.errors import InvalidInput, InvalidTaskFrame, SparkSetupError
+from shardq.store import Fenced
+
+pytestmark = pytest.mark.spark
+
+pyspark = pytest.importorskip("pyspark")
+
+from shardq.spark import (  # noqa: E402
+    TaskColumns,
+    WriteOptions,
+    derive_run_id,
+    enqueue_dataframe,
+    find_jdbc_driver,
+    gc,
+    jdbc_target,
+)
+from shardq.spark import jdbc as jdbc_module  # noqa: E402
+from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name  # noqa: E402
+from shardq.spark import frame as frame_module  # noqa: E402
+
+SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    try:
+        jdbc_module.find_java()
+        driver = find_jdbc_driver(reachable=lambda: False)
+    except SparkSetupError as exc:
+        pytest.skip(str(exc))
+    session = jdbc_module.spark_session(
+        master="local[2,2]",  # two threads, one retry per task
+        driver=driver,
+        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
+
+
+def _frame(spark, n: int, *, copies: int = 1, prefix: str = "task"):
+    from pyspark.sql import functions as F
+
+    return spark.range(n * copies).select(
+        F.concat(F.lit(prefix + "-"), (F.col("id") % n).cast("string")).alias("payload")
+    )
+
+
+def _payloads(db, queue: str) -> list[bytes]:
+    rows = db.sql("SELECT payload FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    return sorted(bytes(r["payload"]) for r in rows)
+
+
+def _stages(db) -> list[str]:
+    return [r["t"] for r in db.sql(
+        "SELECT table_name AS t FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'"
+    )]
+
+
+def test_enqueue_dataframe_inserts_every_row_once_with_its_payload(spark, pg_db):
+    df = _frame(spark, 300, copies=2)  # every payload twice: identical rows are distinct tasks
+    result = enqueue_dataframe(df, "bulk", run_id="r1", dsn=pg_db.dsn, options=SMALL)
+    assert (result.enqueued, result.run_tasks, result.merged_chunks, result.chunks) == (600, 600, 8, 8)
+    assert _payloads(pg_db, "bulk") == sorted(f"task-{i % 300}".encode() for i in range(600))
+    assert pg_db.count("shardq_queues") == 1
+    row = pg_db.sql("SELECT state, attempts, max_attempts, exec_time <= now() AS due FROM shardq_tasks LIMIT 1")[0]
+    assert row == {"state": "ready", "attempts": 0, "max_attempts": 25, "due": True}
+    assert _stages(pg_db) == []  # the attempt dropped its staging table
+    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_stages")[0]["n"] == 0
+
+
+def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType, TimestampType
+
+    later = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    schema = StructType([
+        StructField("body", BinaryType()), StructField("when", TimestampType()),
+        StructField("key", StringType()), StructField("tries", IntegerType()),
+    ])
+    rows = [(b"\x00\xffraw", later, "k1", 3), (b"plain", None, None, None), (b"dup-key", None, "k1", None)]
+    df = spark.createDataFrame(rows, schema)
+    columns = TaskColumns(payload="body", run_at="when", dedupe_key="key", max_attempts="tries")
+    result = enqueue_dataframe(df, "typed", run_id="typed", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    assert result.enqueued == 2  # rows sharing dedupe key k1 become one task
+    got = {bytes(r["payload"]): r for r in pg_db.sql(
+        "SELECT payload, exec_time, dedupe_key, max_attempts FROM shardq_tasks WHERE queue = 'typed'")}
+    keyed = got.get(b"\x00\xffraw") or got[b"dup-key"]
+    assert keyed["dedupe_key"] == "k1"
+    assert got[b"plain"]["max_attempts"] == 25 and got[b"plain"]["dedupe_key"] is None
+    if b"\x00\xffraw" in got:
+        assert got[b"\x00\xffraw"]["exec_time"] == later and got[b"\x00\xffraw"]["max_attempts"] == 3
+
+
+def test_delay_column_schedules_tasks_and_live_dedupe_keys_are_skipped(spark, pg_db):
+    pg_db.client.enqueue("sched", b"already", dedupe_key="taken")
+    df = spark.createDataFrame([("a", 3600.0, "taken"), ("b", 3600.0, "free")], "p string, d double, k string")
+    columns = TaskColumns(payload="p", delay="d", dedupe_key="k")
+    result = enqueue_dataframe(df, "sched", run_id="sched", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    assert result.enqueued == 1
+    row = pg_db.sql("SELECT exec_time > now() + interval '59 minutes' AS later FROM shardq_tasks WHERE payload = 'b'")
+    assert row == [{"later": True}]
+    assert _payloads(pg_db, "sched") == [b"already", b"b"]
+
+
+def test_rerun_after_a_failed_write_enqueues_each_task_once(spark, pg_db):
+    from pyspark.sql import functions as F
+
+    good = _frame(spark, 400)
+    # The same rows, but one row's check fails inside the Spark job after other partitions wrote.
+    bad = good.withColumn("payload", F.when(F.col("payload") == "task-399", F.lit(None)).otherwise(F.col("payload")))
+    with pytest.raises(InvalidTaskFrame, match="payload is NULL"):
+        enqueue_dataframe(bad, "rw", run_id="rw", dsn=pg_db.dsn, options=SMALL)
+    assert pg_db.count() == 0 and _stages(pg_db) == []
+    result = enqueue_dataframe(good, "rw", run_id="rw", dsn=pg_db.dsn, options=SMALL)
+    assert result.enqueued == 400
+    assert _payloads(pg_db, "rw") == sorted(f"task-{i}".encode() for i in range(400))
+
+
+def test_rerun_after_crash_mid_merge_and_acks_in_between_leaves_each_task_once(spark, pg_db):
+    df = _frame(spark, 500, copies=2)  # 1000 tasks, payloads in pairs
+    merged = []
+
+    def crash_after_three(chunk, tasks):
+        merged.append(chunk)
+        if len(merged) == 3:
+            raise RuntimeError("driver killed")
+
+    options = WriteOptions(partitions=2, chunks=8, merge_workers=1)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options, on_chunk=crash_after_three)
+    first = pg_db.count()
+    assert 0 < first < 1000
+    # Consumers ack some of the first attempt's tasks before the re-run.
+    claimed = pg_db.store.task_claim_batch(0, "crash", 50, 30) + pg_db.store.task_claim_batch(1, "crash", 50, 30)
+    acked = pg_db.store.task_ack_many([Fenced(t.key, t.lease_token) for t in claimed])
+    assert acked
+    result = enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options)
+    assert result.skipped_chunks == 3 and result.merged_chunks == 5
+    assert result.run_tasks == 1000
+    assert pg_db.count() == 1000 - len(acked)
+    remaining = _payloads(pg_db, "crash")
+    acked_payloads = sorted(t.payload for t in claimed)
+    assert sorted(remaining + acked_payloads) == sorted(f"task-{i % 500}".encode() for i in range(1000))
+    again = enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options)
+    assert (again.enqueued, again.merged_chunks, again.staged_rows) == (0, 0, 0)
+    assert pg_db.count() == 1000 - len(acked)
+
+
+def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(spark, pg_db):
+    """What a retried or speculative Spark task leaves behind: the same rows twice in staging,
+    and two attempts merging the same chunks at once."""
+    from shardq.db import Session
+    from shardq.spark.job import _write
+
+    df = _frame(spark, 200)
+    ledger = SparkLedger(pg_db.session)
+    run = ledger.run_register("dup", "dup", 4)
+    stage = stage_name("dup")
+    ledger.stage_create(stage, "dup")
+    rows = frame_module.stage_frame(df, queue="dup", run_id="dup", chunks=4, columns=TaskColumns())
+    _write(rows, stage, jdbc_target(pg_db.dsn), SMALL)
+    _write(rows, stage, jdbc_target(pg_db.dsn), SMALL)
+    ledger.stage_ready_for_merge(stage)
+    assert ledger.stage_rows(stage) == 400
+    outcomes = [merge_chunks(run, stage, range(4), lambda: Session(pg_db.dsn), workers=2) for _ in range(2)]
+    assert outcomes[0].tasks == 200 and outcomes[1].tasks == 0 and outcomes[1].skipped_chunks == 4
+    assert _payloads(pg_db, "dup") == sorted(f"task-{i}".encode() for i in range(200))
+    ledger.stage_drop(stage)
+
+
+def test_ids_do_not_depend_on_partitioning(spark, pg_db):
+    df = _frame(spark, 100, copies=3)
+    ids = []
+    for parts in (1, 5):
+        staged = frame_module.stage_frame(df.repartition(parts), queue="q", run_id="same", chunks=8,
+                                          columns=TaskColumns())
+        ids.append(sorted((r["id"], r["chunk"]) for r in staged.collect()))
+    assert ids[0] == ids[1] and len(set(ids[0])) == 300
+
+
+def test_run_id_is_pinned_to_its_queue(spark, pg_db):
+    df = _frame(spark, 10)
+    enqueue_dataframe(df, "one", run_id="pinned", dsn=pg_db.dsn, options=SMALL)
+    with pytest.raises(InvalidInput, match="belongs to queue 'one'"):
+        enqueue_dataframe(df, "two", run_id="pinned", dsn=pg_db.dsn, options=SMALL)
+
+
+def test_missing_column_wrong_type_and_bad_options_are_clear_errors(spark, pg_db):
+    df = spark.createDataFrame([(1, "x")], "n int, s string")
+    with pytest.raises(InvalidTaskFrame, match=r"payload column 'payload' is not in the DataFrame \(columns: n, s\)"):
+        enqueue_dataframe(df, "q", run_id="e1", dsn=pg_db.dsn)
+    with pytest.raises(InvalidTaskFrame, match="payload column 'n' has type integer"):
+        enqueue_dataframe(df, "q", run_id="e2", dsn=pg_db.dsn, columns=TaskColumns(payload="n"))
+    with pytest.raises(InvalidTaskFrame, match="max_attempts column 's' has type string"):
+        enqueue_dataframe(df, "q", run_id="e3", dsn=pg_db.dsn, columns=TaskColumns(payload="s", max_attempts="s"))
+    ntz = spark.sql("SELECT 'p' AS payload, TIMESTAMP_NTZ'2030-01-01 00:00:00' AS at")
+    with pytest.raises(InvalidTaskFrame, match="TIMESTAMP_NTZ"):
+        enqueue_dataframe(ntz, "q", run_id="e4", dsn=pg_db.dsn, columns=TaskColumns(run_at="at"))
+    with pytest.raises(InvalidInput, match="multiple of 128"):
+        enqueue_dataframe(df, "q", run_id="e5", dsn=pg_db.dsn, columns=TaskColumns(payload="s"),
+                          options=WriteOptions(batch_size=1000))
+    bad_value = spark.createDataFrame([("p", -1)], "payload string, tries int")
+    with pytest.raises(InvalidTaskFrame, match="max_attempts below 1"):
+        enqueue_dataframe(bad_value, "q", run_id="e6", dsn=pg_db.dsn, columns=TaskColumns(max_attempts="tries"),
+                          options=SMALL)
+    assert pg_db.count() == 0
+
+
+def test_missing_jdbc_driver_is_a_setup_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("SHARDQ_JDBC_JAR", raising=False)
+    monkeypatch.setenv("MAVEN_REPO_LOCAL", str(tmp_path))
+    with pytest.raises(SparkSetupError, match="libpostgresql-jdbc-java.*~/.m2.*Maven Central"):
+        find_jdbc_driver(debian_jar=tmp_path / "none.jar", reachable=lambda: False)
+    with pytest.raises(SparkSetupError, match="does not exist"):
+        find_jdbc_driver(tmp_path / "missing.jar")
+    assert find_jdbc_driver(debian_jar=tmp_path / "none.jar", reachable=lambda: True).packages.startswith(
+        "org.postgresql:postgresql:")
+    jar = tmp_path / "org/postgresql/postgresql/42.7.9/postgresql-42.7.9.jar"
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"")
+    newer = tmp_path / "org/postgresql/postgresql/42.7.10/postgresql-42.7.10.jar"
+    newer.parent.mkdir(parents=True)
+    newer.write_bytes(b"")
+    assert find_jdbc_driver(debian_jar=tmp_path / "none.jar").jar == newer
+
+
+def test_session_without_the_driver_is_refused_before_anything_is_written(spark, pg_db, monkeypatch):
+    monkeypatch.setattr(jdbc_module, "DRIVER_CLASS", "org.example.NoSuchDriver")
+    with pytest.raises(SparkSetupError, match="not on this SparkSession's classpath"):
+        jdbc_module.check_driver_loadable(spark)
+
+
+def test_missing_java_is_a_setup_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SparkSetupError, match="Java not found"):
+        jdbc_module.find_java()
+
+
+def test_gc_drops_stale_staging_tables(spark, pg_db):
+    ledger = SparkLedger(pg_db.session)
+    stage = stage_name("left-behind")
+    ledger.stage_create(stage, "left-behind")
+    assert gc(pg_db.dsn).stages_dropped == 0  # younger than a day
+    assert gc(pg_db.dsn, stage_max_age_seconds=0).stages_dropped == 1
+    assert _stages(pg_db) == []
+
+
+def test_jdbc_url_carries_batch_rewrite_and_rejects_unix_sockets():
+    from shardq.db import Dsn
+
+    target = jdbc_target(Dsn.parse("postgresql://u:secret@127.0.0.1:5433/db?sslmode=require"))
+    assert target.url.startswith("jdbc:postgresql://127.0.0.1:5433/db?reWriteBatchedInserts=true&")
+    assert "sslmode=require" in target.url and "secret" not in repr(target)
+    with pytest.raises(InvalidInput, match="TCP"):
+        jdbc_target(Dsn.parse("host=/var/run/postgresql dbname=x"))
+
+
+def test_derived_run_id_follows_input_files(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "part-0.csv").write_text("payload\na\n")
+    (data / "_SUCCESS").write_text("")
+    first = derive_run_id("q", data, "csv", TaskColumns())
+    assert derive_run_id("q", data, "csv", TaskColumns()) == first
+    assert derive_run_id("other", data, "csv", TaskColumns()) != first
+    (data / "part-0.csv").write_text("payload\nab\n")
+    assert derive_run_id("q", data, "csv", TaskColumns()) != first
