@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from . import admin_commands, db_commands, queue_commands, queue_settings_commands  # noqa: F401  (register commands)
+from . import (  # noqa: F401  (register commands)
+    admin_commands,
+    db_commands,
+    demo_commands,
+    queue_commands,
+    queue_settings_commands,
+    spark_commands,
+)
 from .app import cli
 
 

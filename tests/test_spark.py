@@ -277,3 +277,33 @@ def test_derived_run_id_follows_input_files(tmp_path):
     assert derive_run_id("other", data, "csv", TaskColumns()) != first
     (data / "part-0.csv").write_text("payload\nab\n")
     assert derive_run_id("q", data, "csv", TaskColumns()) != first
+
+
+def test_cli_spark_enqueue_twice_over_the_same_input_is_a_rerun(spark, pg_db, tmp_path):
+    from click.testing import CliRunner
+
+    from shardq.cli.main import cli
+
+    data = tmp_path / "tasks.csv"
+    data.write_text("body,key\n" + "".join(f"job-{i},{'k' if i == 0 else ''}\n" for i in range(50)))
+    args = ["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "csvq", "--input", str(data), "--payload-column", "body",
+            "--dedupe-column", "key", "--partitions", "2", "--chunks", "4"]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    assert "enqueued 50 into csvq" in first.output
+    second = CliRunner().invoke(cli, args)
+    assert second.exit_code == 0, second.output
+    assert "enqueued 0 into csvq" in second.output and "4 merged before" in second.output
+    assert pg_db.count() == 50
+    missing = CliRunner().invoke(cli, args[:6] + ["--payload-column", "nope"])
+    assert missing.exit_code == 2 and "payload column 'nope' is not in the DataFrame" in missing.output
+
+
+def test_demo_pipeline_processes_every_task_despite_a_killed_worker(spark, pg_db):
+    from shardq.demo import run_demo
+
+    report = run_demo(tasks=3000, workers=2, dsn=pg_db.dsn, timeout_seconds=120)
+    assert report.passed, report.problems
+    assert report.killed_worker is not None
+    assert (report.never_started, report.left_in_queue, report.dead) == (0, 0, 0)
+    assert report.latency_p50 is not None and report.enqueue_rate > 0 and report.drain_rate > 0

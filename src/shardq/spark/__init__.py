@@ -61,6 +61,7 @@ from .job import (
     WriteOptions,
     derive_run_id,
     enqueue_dataframe,
+    enqueue_file,
     gc,
     input_format,
     read_input,
@@ -69,6 +70,6 @@ from .job import (
 
 __all__ = [
     "GcResult", "JdbcDriver", "SparkEnqueueResult", "TaskColumns", "WriteOptions", "derive_run_id",
-    "enqueue_dataframe", "find_java", "find_jdbc_driver", "gc", "input_format", "jdbc_target", "read_input",
+    "enqueue_dataframe", "enqueue_file", "find_java", "find_jdbc_driver", "gc", "input_format", "jdbc_target", "read_input",
     "run_progress", "spark_session",
 ]

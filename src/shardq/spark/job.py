@@ -320,3 +320,33 @@ def read_input(spark, path: str | os.PathLike, fmt: str):
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.load(str(root.resolve()))
+
+
+def enqueue_file(
+    queue: str,
+    path: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    columns: TaskColumns = TaskColumns(),
+    options: WriteOptions = WriteOptions(),
+    run_id: str | None = None,
+    dsn: str | Dsn | None = None,
+    master: str = "local[2]",
+    jdbc_jar: str | None = None,
+    progress: Progress | None = None,
+) -> SparkEnqueueResult:
+    """Start a local SparkSession, read ``path`` and :func:`enqueue_dataframe` it (the CLI's
+    ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
+    the same command over the same, unchanged input again is a re-run."""
+    from .jdbc import find_jdbc_driver, spark_session
+
+    validation.queue_name(queue)
+    fmt = input_format(path, fmt)
+    run_id = run_id or derive_run_id(queue, path, fmt, columns)
+    options = options.validate()
+    report = progress or (lambda phase, done, total: None)
+    report("start", 0, 1)
+    spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-enqueue-{queue}")
+    report("start", 1, 1)
+    df = read_input(spark, path, fmt)
+    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress)
