@@ -38,8 +38,7 @@ def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, ru
                   max_attempts_column, row_key_column, run_id, partitions, batch_size, chunks, merge_workers,
                   master, jdbc_jar, as_json) -> None:
     """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id."""
-    from shardq.spark import TaskColumns, WriteOptions
-    from shardq.spark import enqueue_file
+    from shardq.spark import TaskColumns, WriteOptions, enqueue_file
 
     columns = TaskColumns(payload=payload_column, run_at=run_at_column, delay=delay_column,
                           dedupe_key=dedupe_column, max_attempts=max_attempts_column, row_key=row_key_column)
@@ -64,7 +63,13 @@ class _progress:
     """A rich progress display fed by the job's ``progress(phase, done, total)`` callback."""
 
     def __enter__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.bar = Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), transient=False)

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from shardq import migrate  # noqa: E402
-from shardq.db import Dsn, Session  # noqa: E402
-from shardq.spark import TaskColumns, WriteOptions, enqueue_dataframe, jdbc_target, spark_session  # noqa: E402
-from shardq.spark.jdbc import DRIVER_CLASS  # noqa: E402
+from shardq import migrate
+from shardq.db import Dsn, Session
+from shardq.spark import TaskColumns, WriteOptions, enqueue_dataframe, jdbc_target, spark_session
+from shardq.spark.jdbc import DRIVER_CLASS
 
 PLAIN_TABLE = "shardq_lt_plain"
 

@@ -5,19 +5,19 @@ Skips cleanly when pyspark, Java 17+ or the PostgreSQL JDBC driver is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import uuid
 
 import pytest
 
-from shardq.errors import InvalidInput, InvalidTaskFrame, SparkSetupError
+from shardq.errors import DatabaseUnavailable, InvalidInput, InvalidTaskFrame, SparkSetupError
 from shardq.store import Fenced
 
 pytestmark = pytest.mark.spark
 
 pyspark = pytest.importorskip("pyspark")
 
-from shardq.spark import (  # noqa: E402
+from shardq.spark import (
     TaskColumns,
     WriteOptions,
     derive_run_id,
@@ -26,9 +26,9 @@ from shardq.spark import (  # noqa: E402
     gc,
     jdbc_target,
 )
-from shardq.spark import jdbc as jdbc_module  # noqa: E402
-from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name  # noqa: E402
-from shardq.spark import frame as frame_module  # noqa: E402
+from shardq.spark import frame as frame_module
+from shardq.spark import jdbc as jdbc_module
+from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
 
 SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
 
@@ -81,9 +81,16 @@ def test_enqueue_dataframe_inserts_every_row_once_with_its_payload(spark, pg_db)
 
 
 def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
-    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType, TimestampType
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
-    later = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    later = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     schema = StructType([
         StructField("body", BinaryType()), StructField("when", TimestampType()),
         StructField("key", StringType()), StructField("tries", IntegerType()),
@@ -166,17 +173,20 @@ def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(
     df = _frame(spark, 200)
     ledger = SparkLedger(pg_db.session)
     run = ledger.run_register("dup", "dup", 4)
-    stage = stage_name("dup")
-    ledger.stage_create(stage, "dup")
+    stage = ledger.stage_create(stage_name("dup"), "dup")
     rows = frame_module.stage_frame(df, queue="dup", run_id="dup", chunks=4, columns=TaskColumns())
-    _write(rows, stage, jdbc_target(pg_db.dsn), SMALL)
-    _write(rows, stage, jdbc_target(pg_db.dsn), SMALL)
-    ledger.stage_ready_for_merge(stage)
-    assert ledger.stage_rows(stage) == 400
+    _write(rows, stage.name, jdbc_target(pg_db.dsn), SMALL)
+    _write(rows, stage.name, jdbc_target(pg_db.dsn), SMALL)
+    ledger.stage_ready_for_merge(stage.name)
+    assert ledger.stage_rows(stage.name) == 400
     outcomes = [merge_chunks(run, stage, range(4), lambda: Session(pg_db.dsn), workers=2) for _ in range(2)]
     assert outcomes[0].tasks == 200 and outcomes[1].tasks == 0 and outcomes[1].skipped_chunks == 4
     assert _payloads(pg_db, "dup") == sorted(f"task-{i}".encode() for i in range(200))
-    ledger.stage_drop(stage)
+    restarted = dataclasses.replace(stage, server_started=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    with pytest.raises(DatabaseUnavailable, match="restarted"):
+        SparkLedger(pg_db.session).chunk_merge(dataclasses.replace(run, run_id="other"), restarted, 0)
+    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = 'other'")[0]["n"] == 0
+    ledger.stage_drop(stage.name)
 
 
 def test_ids_do_not_depend_on_partitioning(spark, pg_db):
@@ -250,8 +260,7 @@ def test_missing_java_is_a_setup_error(monkeypatch, tmp_path):
 
 def test_gc_drops_stale_staging_tables(spark, pg_db):
     ledger = SparkLedger(pg_db.session)
-    stage = stage_name("left-behind")
-    ledger.stage_create(stage, "left-behind")
+    ledger.stage_create(stage_name("left-behind"), "left-behind")
     assert gc(pg_db.dsn).stages_dropped == 0  # younger than a day
     assert gc(pg_db.dsn, stage_max_age_seconds=0).stages_dropped == 1
     assert _stages(pg_db) == []
@@ -281,7 +290,6 @@ def test_derived_run_id_follows_input_files(tmp_path):
 
 def test_cli_spark_enqueue_twice_over_the_same_input_is_a_rerun(spark, pg_db, tmp_path):
     from click.testing import CliRunner
-
     from shardq.cli.main import cli
 
     data = tmp_path / "tasks.csv"

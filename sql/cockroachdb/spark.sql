@@ -16,3 +16,8 @@ CREATE TABLE {stage} (
     max_attempts INT4,
     PRIMARY KEY (chunk, rid)
 )
+
+-- name: spark_server_started
+-- Staging is an ordinary (replicated, durable) table on CockroachDB, so no restart can empty it:
+-- nothing to compare.
+SELECT NULL::TIMESTAMPTZ AS started

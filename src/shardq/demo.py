@@ -35,9 +35,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from . import migrate as migrate_module
 from . import validation
@@ -133,27 +133,39 @@ def run_demo(
     validation.positive_int(workers, "workers", maximum=64)
     if kill_one and workers < 2:
         raise validation.InvalidInput("killing a worker needs at least 2 workers")
-    from .spark import WriteOptions, enqueue_dataframe, spark_session
-
     report_progress = progress or (lambda phase, done, total: None)
     dsn = resolve_dsn(dsn)
     migrate_module.upgrade(dsn)
     queue = f"demo-{uuid.uuid4().hex[:8]}"
     report = DemoReport(tasks=tasks, workers=workers, queue=queue)
     results = Path(tempfile.mkdtemp(prefix="shardq-demo-"))
+    try:
+        with open(results / "processes.log", "ab") as logs:
+            _pipeline(report, dsn, results, logs, kill_one, report_progress, timeout_seconds)
+    finally:
+        if report.passed:
+            shutil.rmtree(results, ignore_errors=True)
+        else:
+            report.problems.append(f"records and process logs kept in {results}")
+    return report
+
+
+def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs, kill_one: bool, report_progress: Progress,
+              timeout_seconds: float | None) -> None:
+    from .spark import WriteOptions, enqueue_dataframe, spark_session
+
+    tasks, queue = report.tasks, report.queue
     env = dict(os.environ, SHARDQ_DSN=dsn.conninfo, **{RESULTS_ENV: str(results)})
-    logs = open(results / "processes.log", "ab")
     processes: list[subprocess.Popen] = []  # the workers
     services: list[subprocess.Popen] = []  # the reaper
     deadline = time.monotonic() + (timeout_seconds or max(150.0, tasks / 1000))
     try:
         worker_args = ("work", queue, "--handler", "shardq.demo:record_start", "--concurrency", "4",
                        "--batch", "100", "--lease", str(LEASE_SECONDS), "--grace", "5")
-        for _ in range(workers):
+        for _ in range(report.workers):
             processes.append(subprocess.Popen(_cli(*worker_args), env=env, stdout=logs, stderr=logs))
-        reaper = subprocess.Popen(_cli("reap", "--interval", str(REAP_INTERVAL_SECONDS)), env=env,
-                                  stdout=logs, stderr=logs)
-        services.append(reaper)
+        services.append(subprocess.Popen(_cli("reap", "--interval", str(REAP_INTERVAL_SECONDS)), env=env,
+                                         stdout=logs, stderr=logs))
 
         report_progress("spark", 0, 1)
         spark = spark_session(master="local[2]", app_name="shardq-demo")
@@ -175,26 +187,23 @@ def run_demo(
                 stats = store.stats_tasks_by_queue().get(queue)
                 left = (stats.ready + stats.scheduled + stats.leased) if stats else 0
                 dead = store.stats_dead_by_queue().get(queue, 0)
-                done = tasks - left
-                report_progress("drain", done, tasks)
-                if kill_one and report.killed_worker is None and done >= KILL_AT_FRACTION * tasks:
+                report_progress("drain", tasks - left, tasks)
+                if kill_one and report.killed_worker is None and tasks - left >= KILL_AT_FRACTION * tasks:
                     victim = processes[0]
                     victim.send_signal(signal.SIGKILL)
                     victim.wait()
                     report.killed_worker = victim.pid
                     report_progress("kill", victim.pid, 0)
                 if left == 0:
-                    drained_at = time.time()
                     break
                 if time.monotonic() > deadline:
                     report.problems.append(f"timed out with {left} tasks left")
-                    drained_at = time.time()
                     break
                 if all(p.poll() is not None for p in processes):
                     report.problems.append("every worker exited early (see processes.log)")
-                    drained_at = time.time()
                     break
                 time.sleep(0.25)
+            drained_at = time.time()
             report.left_in_queue = left
             report.dead = dead
         _stop(processes + services)
@@ -205,14 +214,8 @@ def run_demo(
             report.problems.append(f"{report.left_in_queue} task(s) left in the queue")
         if report.never_started:
             report.problems.append(f"{report.never_started} task(s) never started")
-        return report
     finally:
         _stop(processes + services)
-        logs.close()
-        if report.passed:
-            shutil.rmtree(results, ignore_errors=True)
-        else:
-            report.problems.append(f"records and process logs kept in {results}")
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:

@@ -32,8 +32,9 @@ max_attempts outside 1…10000. The job then fails with :class:`shardq.errors.In
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields as dc_fields
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import fields as dc_fields
 
 from .. import validation
 from ..errors import InvalidTaskFrame

@@ -20,9 +20,9 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import quote
 
 from ..db import Dsn
@@ -112,7 +112,8 @@ def find_java() -> Path:
             )
         candidate = Path(found)
     try:
-        banner = subprocess.run([str(candidate), "-version"], capture_output=True, text=True, timeout=30).stderr
+        banner = subprocess.run([str(candidate), "-version"], capture_output=True, text=True, timeout=30,
+                                check=False).stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SparkSetupError(f"{candidate} -version failed: {exc}") from None
     match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
@@ -209,7 +210,7 @@ def spark_session(
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
-    except Exception as exc:  # the JVM failed to start: report it in one line
+    except Exception as exc:
         raise SparkSetupError(f"Spark could not start: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}") from exc
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -220,14 +221,14 @@ def check_driver_loadable(spark) -> None:
     (Skipped for sessions without a local JVM, e.g. Spark Connect: the write reports it then.)"""
     try:
         jvm = spark.sparkContext._jvm
-    except Exception:  # Spark Connect has no sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect has no sparkContext
         return
     if jvm is None:
         return
     loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
     try:
         jvm.java.lang.Class.forName(DRIVER_CLASS, False, loader)
-    except Exception:
+    except Exception:  # noqa: BLE001 - py4j raises its own error types
         raise SparkSetupError(
             f"{DRIVER_CLASS} is not on this SparkSession's classpath: start it with spark.jars=<driver jar> "
             f"(shardq.spark.spark_session does), or {SETUP_HINT}"

@@ -6,9 +6,9 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import validation
 from ..config import resolve_dsn
@@ -17,7 +17,7 @@ from ..errors import InvalidInput, InvalidTaskFrame, SparkSetupError
 from . import frame as frame_module
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
-from .ledger import MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
+from .ledger import MergeOutcome, SparkLedger, merge_chunks, stage_name
 
 log = logging.getLogger("shardq.spark")
 
@@ -34,8 +34,9 @@ FORMATS = ("parquet", "csv", "json")
 class WriteOptions:
     """How the job writes. Defaults suit a 2–8 core machine and one database.
 
-    ``partitions`` (4): Spark write partitions, i.e. concurrent JDBC connections; the DataFrame
-    is repartitioned to exactly this many. ``batch_size`` (1024): rows per JDBC batch, a multiple
+    ``partitions`` (4): at most this many Spark write tasks, i.e. concurrent JDBC connections
+    (the staging rows are coalesced, never shuffled again; with the content-derived ids they come
+    out of the id shuffle with ``spark.sql.shuffle.partitions`` partitions, so this is the number). ``batch_size`` (1024): rows per JDBC batch, a multiple
     of 128 (pgjdbc rewrites a batch into INSERTs of at most 128 rows, and splits any remainder
     into smaller odd-sized statements). ``chunks`` (None: 64 on PostgreSQL, 256 on CockroachDB):
     how many merge transactions the run is split into; pinned by the first attempt of a run.
@@ -49,7 +50,7 @@ class WriteOptions:
     merge_workers: int = 2
     stage_ttl_seconds: float = STAGE_TTL_SECONDS_DEFAULT
 
-    def validate(self) -> "WriteOptions":
+    def validate(self) -> WriteOptions:
         validation.positive_int(self.partitions, "partitions", maximum=256)
         validation.positive_int(self.batch_size, "batch size", maximum=1_048_576)
         if self.batch_size % 128:
@@ -103,8 +104,8 @@ def enqueue_dataframe(
     *,
     run_id: str,
     dsn: str | Dsn | None = None,
-    columns: TaskColumns = TaskColumns(),
-    options: WriteOptions = WriteOptions(),
+    columns: TaskColumns | None = None,
+    options: WriteOptions | None = None,
     progress: Progress | None = None,
     on_chunk: Callable[[int, int | None], None] | None = None,
 ) -> SparkEnqueueResult:
@@ -116,7 +117,8 @@ def enqueue_dataframe(
     with the same ``run_id`` and another queue is refused. A run whose chunks are all merged does
     no Spark work at all.
 
-    ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook, and a
+    ``columns`` defaults to ``TaskColumns()`` (a ``payload`` column only), ``options`` to
+    ``WriteOptions()``. ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook, and a
     finer progress signal). Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
     ``columns``, :class:`SparkSetupError` when the JDBC driver is not on the session's classpath,
     :class:`shardq.errors.DatabaseError` subclasses for database failures; after any failure,
@@ -124,7 +126,8 @@ def enqueue_dataframe(
     """
     validation.queue_name(queue)
     run_id = _run_id(run_id)
-    options = options.validate()
+    columns = columns or TaskColumns()
+    options = (options or WriteOptions()).validate()
     frame_module.check_columns(df.schema, columns)  # fail before touching the database
     check_driver_loadable(df.sparkSession)
     dsn = resolve_dsn(dsn)
@@ -147,8 +150,7 @@ def enqueue_dataframe(
         write_seconds = merge_seconds = 0.0
         outcome = MergeOutcome(0, len(done_before), 0)
         if todo:
-            stage = stage_name(run_id)
-            ledger.stage_create(stage, run_id)
+            stage = ledger.stage_create(stage_name(run_id), run_id)
             try:
                 started = time.perf_counter()
                 report("write", 0, 1)
@@ -156,8 +158,8 @@ def enqueue_dataframe(
                     df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
                     skip_chunks=frozenset(done_before),
                 )
-                _write(rows, stage, target, options)
-                ledger.stage_ready_for_merge(stage)
+                _write(rows, stage.name, target, options)
+                ledger.stage_ready_for_merge(stage.name)
                 write_seconds = time.perf_counter() - started
                 report("write", 1, 1)
                 started = time.perf_counter()
@@ -175,9 +177,9 @@ def enqueue_dataframe(
                                        on_chunk=chunk_done)
                 outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before), outcome.tasks)
                 merge_seconds = time.perf_counter() - started
-                staged = ledger.stage_rows(stage)
+                staged = ledger.stage_rows(stage.name)
             finally:
-                _drop_quietly(ledger, stage)
+                _drop_quietly(ledger, stage.name)
         _, run_tasks = ledger.run_progress(run_id)
     return SparkEnqueueResult(
         run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
@@ -188,12 +190,12 @@ def enqueue_dataframe(
 
 def _write(rows, stage: str, target, options: WriteOptions) -> None:
     """Append ``rows`` to the existing staging table (Spark issues no DDL in append mode)."""
+    # At most `partitions` write tasks (each one JDBC connection), without another shuffle: a
+    # repartition (or a sort by chunk, which would keep each chunk's rows on fewer pages of
+    # staging) cost more in Spark than it saved in the merge.
+    rows = rows.coalesce(options.partitions)
     writer = (
-        # Each partition holds whole chunks and writes them one after the other, so a chunk's
-        # rows sit on few pages of staging and its merge reads little.
-        rows.repartition(options.partitions, "chunk")
-        .sortWithinPartitions("chunk")
-        .write.format("jdbc")
+        rows.write.format("jdbc")
         .option("url", target.url)
         .option("driver", DRIVER_CLASS)  # needed when the jar comes through spark.jars
         .option("dbtable", stage)
@@ -223,7 +225,7 @@ def _write(rows, stage: str, target, options: WriteOptions) -> None:
 def _drop_quietly(ledger: SparkLedger, stage: str) -> None:
     try:
         ledger.stage_drop(stage)
-    except Exception as exc:  # the failure that got us here matters more; gc drops it later
+    except Exception as exc:  # noqa: BLE001 - the failure that got us here matters more; gc drops it later
         log.warning("could not drop staging table %s (shardq spark-gc will): %s", stage, exc)
 
 
@@ -327,8 +329,8 @@ def enqueue_file(
     path: str | os.PathLike,
     *,
     fmt: str | None = None,
-    columns: TaskColumns = TaskColumns(),
-    options: WriteOptions = WriteOptions(),
+    columns: TaskColumns | None = None,
+    options: WriteOptions | None = None,
     run_id: str | None = None,
     dsn: str | Dsn | None = None,
     master: str = "local[2]",
@@ -341,9 +343,10 @@ def enqueue_file(
     from .jdbc import find_jdbc_driver, spark_session
 
     validation.queue_name(queue)
+    columns = columns or TaskColumns()
+    options = (options or WriteOptions()).validate()
     fmt = input_format(path, fmt)
     run_id = run_id or derive_run_id(queue, path, fmt, columns)
-    options = options.validate()
     report = progress or (lambda phase, done, total: None)
     report("start", 0, 1)
     spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-enqueue-{queue}")

@@ -12,11 +12,11 @@ import queue as queue_module
 import re
 import secrets
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from ..db import Session
-from ..errors import DatabaseError
+from ..errors import DatabaseError, DatabaseUnavailable
 
 log = logging.getLogger("shardq.spark")
 
@@ -36,6 +36,15 @@ class Run:
     run_id: str
     queue: str
     chunks: int
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A staging table and when the server last started before it was created (PostgreSQL keeps
+    it UNLOGGED: crash recovery would empty it)."""
+
+    name: str
+    server_started: object = None
 
 
 @dataclass(frozen=True)
@@ -80,10 +89,16 @@ class SparkLedger:
         return len(rows)
 
     # -- staging tables ---------------------------------------------------------------------
-    def stage_create(self, stage: str, run_id: str) -> None:
+    def stage_create(self, stage: str, run_id: str) -> Stage:
         """Register, then create, a staging table (registered first, so it can never be lost)."""
         self.session.execute("spark_stage_register", {"stage": stage, "run_id": run_id})
+        started = self.server_started()
         self.session.execute("spark_stage_create", identifiers={"stage": stage})
+        return Stage(stage, started)
+
+    def server_started(self) -> object:
+        row = self.session.fetch_one("spark_server_started")
+        return row["started"] if row else None
 
     def stage_ready_for_merge(self, stage: str) -> None:
         """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
@@ -105,17 +120,24 @@ class SparkLedger:
         return [r["stage"] for r in rows]
 
     # -- merge ------------------------------------------------------------------------------
-    def chunk_merge(self, run: Run, stage: str, chunk: int) -> int | None:
+    def chunk_merge(self, run: Run, stage: Stage, chunk: int) -> int | None:
         """Merge one chunk in one transaction with its ledger row; ``None`` when the chunk was
         merged already (by this or another attempt). The body runs again after a 40001
-        (CockroachDB), which is safe: the failed attempt left nothing behind."""
+        (CockroachDB), which is safe: the failed attempt left nothing behind. Raises
+        :class:`DatabaseUnavailable` if the server restarted since the staging table was created
+        (its rows may be gone; the chunk is not marked merged)."""
 
         def body(session: Session) -> int | None:
+            if SparkLedger(session).server_started() != stage.server_started:
+                raise DatabaseUnavailable(
+                    "the database restarted after the Spark write, which may have emptied the staging "
+                    "table: run the job again (chunks merged so far stay merged)"
+                )
             params = {"run_id": run.run_id, "chunk": chunk}
             if session.fetch_one("spark_chunk_claim", params) is None:
                 return None
             row = session.fetch_one(
-                "spark_chunk_merge", {"queue": run.queue, "chunk": chunk}, identifiers={"stage": stage}
+                "spark_chunk_merge", {"queue": run.queue, "chunk": chunk}, identifiers={"stage": stage.name}
             )
             merged = int(row["merged"]) if row else 0
             session.execute("spark_chunk_record", {**params, "merged": merged})
@@ -126,7 +148,7 @@ class SparkLedger:
 
 def merge_chunks(
     run: Run,
-    stage: str,
+    stage: Stage,
     chunks: Iterable[int],
     session_factory: Callable[[], Session],
     *,
