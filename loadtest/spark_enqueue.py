@@ -12,6 +12,9 @@ first JDBC write in a fresh JVM is 30-40 % slower):
 * **shardq**: :func:`shardq.spark.enqueue_dataframe`, end to end: ids, staging write, index,
   chunked merge into ``shardq_tasks`` with the ledger, staging drop.
 
+``--row-key`` adds a unique ``n`` column to the input (written to the plain table too) and maps it
+as :attr:`shardq.spark.TaskColumns.row_key`, so ids need no shuffle.
+
 The goal (issue 5) is shardq >= 0.7 x plain. Without ``--dsn`` a scratch database is created in
 the embedded PostgreSQL and dropped at the end. Figures are ratios for this machine, not
 capacity: PostgreSQL, Spark and this script share its cores.
@@ -57,7 +60,8 @@ def plain_write(df, dsn: Dsn, options: WriteOptions) -> float:
     target = jdbc_target(dsn)
     with Session(dsn) as session:
         session.execute_raw(f"DROP TABLE IF EXISTS {PLAIN_TABLE}")
-        session.execute_raw(f"CREATE TABLE {PLAIN_TABLE} (payload BYTEA)")
+        extra = ", n BIGINT" if "n" in df.columns else ""
+        session.execute_raw(f"CREATE TABLE {PLAIN_TABLE} (payload BYTEA{extra})")
     started = time.perf_counter()
     writer = (
         df.coalesce(options.partitions).write.format("jdbc")
@@ -72,22 +76,24 @@ def plain_write(df, dsn: Dsn, options: WriteOptions) -> float:
 
 
 def shardq_write(df, dsn: Dsn, options: WriteOptions) -> tuple[float, dict]:
+    columns = TaskColumns(payload="payload", row_key="n" if "n" in df.columns else None)
     with Session(dsn) as session:
         session.execute_raw("TRUNCATE shardq_tasks")
         session.execute_raw("CHECKPOINT")
     started = time.perf_counter()
     result = enqueue_dataframe(df, "loadtest", run_id=f"lt-{uuid.uuid4().hex}", dsn=dsn,
-                               columns=TaskColumns(payload="payload"), options=options)
+                               columns=columns, options=options)
     return time.perf_counter() - started, result.as_json()
 
 
-def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark) -> dict:
+def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, row_key: bool = False) -> dict:
     from pyspark.sql import functions as F
 
     migrate.upgrade(dsn)
     df = spark.range(rows).select(
-        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload")  # 32 bytes
-    ).select(F.concat("payload", "payload").alias("payload")).cache()  # 64 bytes
+        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n")  # 32 bytes
+    ).select(F.concat("payload", "payload").alias("payload"), "n")  # 64 bytes
+    df = (df if row_key else df.select("payload")).cache()
     df.count()
     warm = df.limit(20_000)
     plain_write(warm, dsn, options)
@@ -104,7 +110,7 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark) -> d
     plain_rate = rows / statistics.median(plain)
     ours_rate = rows / statistics.median(ours)
     return {
-        "rows": rows, "rounds": rounds, "partitions": options.partitions, "batch_size": options.batch_size,
+        "rows": rows, "rounds": rounds, "row_key": row_key, "partitions": options.partitions, "batch_size": options.batch_size,
         "chunks": options.chunks, "merge_workers": options.merge_workers,
         "plain_seconds": plain, "shardq_seconds": ours,
         "plain_rows_per_s": round(plain_rate), "shardq_rows_per_s": round(ours_rate),
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=None)
     parser.add_argument("--merge-workers", type=int, default=WriteOptions.merge_workers)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--row-key", action="store_true",
+                        help="Give each row a key column (ids from it, no shuffle); the plain table gets it too")
     parser.add_argument("--dsn", default=None, help="A database to use (default: a scratch one in the embedded server)")
     parser.add_argument("--out", type=Path, default=None, help="Write the figures as JSON here")
     args = parser.parse_args(argv)
@@ -133,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         dsn, drop = scratch_database()
     spark = spark_session(master=args.master, conf={"spark.driver.memory": "2g"})
     try:
-        figures = measure(args.rows, args.rounds, dsn, options, spark)
+        figures = measure(args.rows, args.rounds, dsn, options, spark, row_key=args.row_key)
     finally:
         spark.stop()
         if drop:
