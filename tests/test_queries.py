@@ -33,6 +33,15 @@ DDL_SLOTS = {
     "bucket_default_set": {"bucket_count"},
     "table_primary_key_alter": {"bucket_count"},
     "shard_column_drop": {"column"},
+    "spark_stage_create": {"stage"},
+    "spark_stage_index": {"stage"},
+    "spark_stage_drop": {"stage"},
+}
+# Statements with bind parameters that also name a per-call table: Session.fetch_*/execute fill
+# the slot with psycopg.sql.Identifier through their `identifiers` argument.
+IDENTIFIER_SLOTS = {
+    "spark_chunk_merge": {"stage"},
+    "spark_stage_rows": {"stage"},
 }
 
 
@@ -52,7 +61,7 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
                        "table_primary_key_alter", "shard_column_drop"},
         "cockroachdb": {"layout_get", "lease_sweep", "resize_lock_try", "resize_lock_release",
                         "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
-                        "task_move_out_batch", "task_count_beyond", "lease_delete_beyond"},
+                        "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index"},
     }
     missing = used_names() - defined - dialect_only[dialect]
     assert not missing
@@ -67,9 +76,11 @@ def test_no_statement_builds_sql_from_python_values():
     for dialect in queries.DIALECTS:
         for statement in queries.statements_for(dialect).values():
             # only the {shard_col} identifier slot is ever formatted into a statement, plus the
-            # DDL slots Session.execute_ddl fills with validated integers or identifiers
+            # DDL slots Session.execute_ddl fills with validated integers or identifiers and the
+            # identifier slots of IDENTIFIER_SLOTS
             slots = set(re.findall(r"\{([a-z_]+)\}", statement.text))
-            assert slots <= {"shard_col"} | DDL_SLOTS.get(statement.name, set()), statement.name
+            allowed = {"shard_col"} | DDL_SLOTS.get(statement.name, set()) | IDENTIFIER_SLOTS.get(statement.name, set())
+            assert slots <= allowed, statement.name
 
 
 def test_ddl_statements_run_only_through_execute_ddl():

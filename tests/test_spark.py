@@ -10,7 +10,7 @@ import datetime as dt
 
 import pytest
 
-from shardq.errors import DatabaseUnavailable, InvalidInput, InvalidTaskFrame, SparkSetupError
+from shardq.errors import DatabaseUnavailable, InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
 from shardq.store import Fenced
 
 pytestmark = pytest.mark.spark
@@ -93,20 +93,22 @@ def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
     later = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     schema = StructType([
         StructField("body", BinaryType()), StructField("when", TimestampType()),
-        StructField("key", StringType()), StructField("tries", IntegerType()),
+        StructField("key", StringType()), StructField("tries", IntegerType()), StructField("prio", IntegerType()),
     ])
-    rows = [(b"\x00\xffraw", later, "k1", 3), (b"plain", None, None, None), (b"dup-key", None, "k1", None)]
+    rows = [(b"\x00\xffraw", later, "k1", 3, 7), (b"plain", None, None, None, -5), (b"dup-key", None, "k1", None, None)]
     df = spark.createDataFrame(rows, schema)
-    columns = TaskColumns(payload="body", run_at="when", dedupe_key="key", max_attempts="tries")
+    columns = TaskColumns(payload="body", run_at="when", dedupe_key="key", max_attempts="tries", priority="prio")
     result = enqueue_dataframe(df, "typed", run_id="typed", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 2  # rows sharing dedupe key k1 become one task
     got = {bytes(r["payload"]): r for r in pg_db.sql(
-        "SELECT payload, exec_time, dedupe_key, max_attempts FROM shardq_tasks WHERE queue = 'typed'")}
+        "SELECT payload, state, exec_time, dedupe_key, max_attempts, priority FROM shardq_tasks WHERE queue = 'typed'")}
     keyed = got.get(b"\x00\xffraw") or got[b"dup-key"]
     assert keyed["dedupe_key"] == "k1"
-    assert got[b"plain"]["max_attempts"] == 25 and got[b"plain"]["dedupe_key"] is None
+    plain = got[b"plain"]
+    assert (plain["state"], plain["max_attempts"], plain["priority"], plain["dedupe_key"]) == ("ready", 25, -5, None)
     if b"\x00\xffraw" in got:
-        assert got[b"\x00\xffraw"]["exec_time"] == later and got[b"\x00\xffraw"]["max_attempts"] == 3
+        raw = got[b"\x00\xffraw"]
+        assert (raw["state"], raw["exec_time"], raw["max_attempts"], raw["priority"]) == ("scheduled", later, 3, 7)
 
 
 def test_delay_column_schedules_tasks_and_live_dedupe_keys_are_skipped(spark, pg_db):
@@ -118,6 +120,16 @@ def test_delay_column_schedules_tasks_and_live_dedupe_keys_are_skipped(spark, pg
     row = pg_db.sql("SELECT exec_time > now() + interval '59 minutes' AS later FROM shardq_tasks WHERE payload = 'b'")
     assert row == [{"later": True}]
     assert _payloads(pg_db, "sched") == [b"already", b"b"]
+
+
+def test_paused_queue_refuses_and_the_rerun_after_resuming_enqueues_everything(spark, pg_db):
+    df = _frame(spark, 40)
+    enqueue_dataframe(df.limit(1), "paused", run_id="first", dsn=pg_db.dsn, options=SMALL)
+    pg_db.sql("UPDATE shardq_queues SET paused_enqueue = true WHERE name = 'paused'")
+    with pytest.raises(QueuePaused):
+        enqueue_dataframe(df, "paused", run_id="p", dsn=pg_db.dsn, options=SMALL)
+    pg_db.sql("UPDATE shardq_queues SET paused_enqueue = false WHERE name = 'paused'")
+    assert enqueue_dataframe(df, "paused", run_id="p", dsn=pg_db.dsn, options=SMALL).enqueued == 40
 
 
 def test_rerun_after_a_failed_write_enqueues_each_task_once(spark, pg_db):

@@ -14,6 +14,7 @@ CREATE TABLE {stage} (
     delay FLOAT8,
     dedupe_key STRING,
     max_attempts INT4,
+    priority INT8,
     PRIMARY KEY (chunk, rid)
 )
 

@@ -30,30 +30,36 @@ RETURNING chunk
 
 -- name: spark_chunk_merge
 -- Insert one chunk of a staging table into the queue, in the transaction that claimed the chunk.
--- Same rules as task_insert_many: creates the queue on first use, skips rows whose dedupe key is
--- live, lets the database fill the bucket (PostgreSQL default) or shard (CockroachDB). Staging may
--- hold a row several times (retried or speculative Spark tasks): DISTINCT ON (id) keeps one.
--- Spark binds NULL for every absent value, so the defaults are applied here.
-WITH new_queue AS (
+-- Same rules as task_insert_many: creates the queue on first use; a task due now is 'ready' with
+-- rank = its priority, one due later 'scheduled' with rank = scheduled_rank; a row that hits any
+-- unique index is skipped (a live dedupe key; an id staged twice by a retried or speculative Spark
+-- task, since ON CONFLICT DO NOTHING also skips duplicates within the statement); the database
+-- fills the bucket (PostgreSQL default) or shard (CockroachDB). When the queue is paused for
+-- enqueue nothing is inserted and paused = true: the caller rolls the chunk back. Spark binds
+-- NULL for every absent value, so the defaults are applied here.
+WITH settings AS (
+    SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
+           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
+), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
-), merged AS (
-    INSERT INTO shardq_tasks (state, queue, exec_time, id, attempts, max_attempts, payload, dedupe_key)
-    SELECT DISTINCT ON (s.id)
-           'ready',
-           %(queue)s,
-           coalesce(s.run_at, now() + coalesce(s.delay, 0) * INTERVAL '1 second'),
-           s.id::UUID,
-           0,
-           coalesce(s.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25),
-           s.payload,
-           s.dedupe_key
+), incoming AS (
+    SELECT s.id::UUID AS id, s.payload, s.max_attempts, s.dedupe_key, coalesce(s.priority, 0) AS priority,
+           coalesce(s.run_at, now() + coalesce(s.delay, 0) * INTERVAL '1 second') AS due
     FROM {stage} AS s
     WHERE s.chunk = %(chunk)s
-    ORDER BY s.id
-    ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+), merged AS (
+    INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
+                              dedupe_key)
+    SELECT CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+           CASE WHEN i.due > now() THEN %(scheduled_rank)s ELSE i.priority END,
+           %(queue)s, i.due, i.id, i.priority, 0,
+           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key
+    FROM incoming AS i
+    WHERE NOT (SELECT paused FROM settings)
+    ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT count(*) AS merged FROM merged
+SELECT (SELECT count(*) FROM merged) AS merged, (SELECT paused FROM settings) AS paused
 
 -- name: spark_chunk_record
 -- Last statement of a chunk's merge transaction: how many tasks it inserted.

@@ -14,7 +14,8 @@ CREATE UNLOGGED TABLE {stage} (
     run_at TIMESTAMPTZ,
     delay FLOAT8,
     dedupe_key TEXT,
-    max_attempts INT4
+    max_attempts INT4,
+    priority INT8
 )
 
 -- name: spark_stage_index

@@ -4,12 +4,14 @@ The mapping from DataFrame columns to task fields is :class:`TaskColumns`; each 
 :class:`Field` entry in :data:`FIELDS` (its staging column, the Spark types it accepts, the type
 it is cast to, and the checks its values must pass). Adding a task field later (a priority, an
 exclusive key) is one attribute on :class:`TaskColumns`, one :class:`Field`, one staging column in
-``sql/*/spark.sql`` and one line in the merge statement; nothing else changes.
+``sql/*/spark.sql`` and one line in the merge statement; nothing else changes. Exclusive keys are
+not mapped yet: a task whose key is busy must go to the key's backlog under the key lock
+(:mod:`shardq.exclusive`), which the set-based merge does not do.
 
 Ids are derived only from the row's content and the run (Spark built-ins, so no Python runs on the
 executors, and a retried or speculative task recomputes exactly the same ids):
 
-* ``content = md5(unix_micros(run_at) ␟ delay ␟ max_attempts ␟ payload bytes)`` — every field
+* ``content = md5(unix_micros(run_at) ␟ delay ␟ max_attempts ␟ priority ␟ payload bytes)`` — every field
   that ends up in the task, rendered independently of the session time zone (the numbers never
   contain the separator and the payload comes last, so the encoding is unambiguous);
 * ``row_key = "k:" || dedupe_key`` when the row has one, else ``"r:" || row_key column`` when
@@ -38,6 +40,7 @@ from dataclasses import fields as dc_fields
 
 from .. import validation
 from ..errors import InvalidTaskFrame
+from ..models import PRIORITY_MAX, PRIORITY_MIN
 
 SEPARATOR = "\x1f"
 # Marks the messages of the checks below, so a failed Spark job can be told apart from others.
@@ -52,7 +55,7 @@ class TaskColumns:
     zone, i.e. Spark's ``TimestampType``), ``delay`` (seconds from the moment the chunk is merged,
     any numeric type), ``dedupe_key`` (string; a live task of the queue with the same key makes
     the row a no-op, and rows sharing a key collapse into one task), ``max_attempts`` (integer;
-    default: the queue's setting). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
+    default: the queue's setting), ``priority`` (integer, lower runs first; default 0). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
     due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".
 
     ``row_key`` (optional, not a task field) names a column that identifies each row of the input
@@ -66,6 +69,7 @@ class TaskColumns:
     delay: str | None = None
     dedupe_key: str | None = None
     max_attempts: str | None = None
+    priority: str | None = None
     row_key: str | None = None
 
     def mapped(self) -> dict[str, str]:
@@ -88,7 +92,7 @@ class Field:
 
 _INTEGERS = ("byte", "short", "integer", "long")
 #: task fields that have a staging column (row_key only shapes the id)
-STAGED = ("payload", "run_at", "delay", "dedupe_key", "max_attempts")
+STAGED = ("payload", "run_at", "delay", "dedupe_key", "max_attempts", "priority")
 _NUMBERS = _INTEGERS + ("float", "double", "decimal")
 
 
@@ -133,6 +137,12 @@ def _fields(payload_limit: int) -> dict[str, Field]:
         "max_attempts": Field(
             "max_attempts", _INTEGERS, "int",
             lambda c: [(c < 1, "max_attempts below 1"), (c > 10_000, "max_attempts above 10000")],
+            lambda c: empty_if_null(c.cast("string")),
+        ),
+        "priority": Field(
+            "priority", _INTEGERS, "long",
+            lambda c: [(c < PRIORITY_MIN, f"priority below {PRIORITY_MIN}"),
+                       (c > PRIORITY_MAX, f"priority above {PRIORITY_MAX}")],
             lambda c: empty_if_null(c.cast("string")),
         ),
         "row_key": Field(
@@ -206,7 +216,7 @@ def stage_frame(
         # Only the fixed-format fields go into the text part (they never contain the separator);
         # the payload comes last, as bytes, so the encoding is unambiguous.
         fixed = [spec[name].fingerprint(F.col(name)) if name in mapped else F.lit("")
-                 for name in ("run_at", "delay", "max_attempts")]
+                 for name in ("run_at", "delay", "max_attempts", "priority")]
         content = F.unhex(F.md5(F.concat(F.concat_ws(SEPARATOR, *fixed, F.lit("")).cast("binary"), F.col("payload"))))
         frame = frame.withColumn("_content", content)
         # Identical rows are distinct tasks: number them 1..k (which one gets which number does

@@ -13,7 +13,8 @@ from pathlib import Path
 from .. import validation
 from ..config import resolve_dsn
 from ..db import Dsn, Session
-from ..errors import InvalidInput, InvalidTaskFrame, SparkSetupError
+from ..errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
+from ..store import TaskStore
 from . import frame as frame_module
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
@@ -144,6 +145,9 @@ def enqueue_dataframe(
         run = ledger.run_register(run_id, queue, chunks)
         if run.queue != queue:
             raise InvalidInput(f"run id {run_id!r} belongs to queue {run.queue!r}, not {queue!r}")
+        settings = TaskStore(session).queue_get(queue)
+        if settings is not None and settings.paused_enqueue:
+            raise QueuePaused(f"queue {queue!r} is paused for enqueue")
         done_before = ledger.chunks_merged(run_id)
         todo = [c for c in range(run.chunks) if c not in done_before]
         staged = 0

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..db import Session
-from ..errors import DatabaseError, DatabaseUnavailable
+from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
+from ..models import RANK_SCHEDULED
 
 log = logging.getLogger("shardq.spark")
 
@@ -125,7 +126,8 @@ class SparkLedger:
         merged already (by this or another attempt). The body runs again after a 40001
         (CockroachDB), which is safe: the failed attempt left nothing behind. Raises
         :class:`DatabaseUnavailable` if the server restarted since the staging table was created
-        (its rows may be gone; the chunk is not marked merged)."""
+        (its rows may be gone; the chunk is not marked merged), :class:`QueuePaused` if the queue
+        is paused for enqueue (likewise)."""
 
         def body(session: Session) -> int | None:
             if SparkLedger(session).server_started() != stage.server_started:
@@ -137,8 +139,13 @@ class SparkLedger:
             if session.fetch_one("spark_chunk_claim", params) is None:
                 return None
             row = session.fetch_one(
-                "spark_chunk_merge", {"queue": run.queue, "chunk": chunk}, identifiers={"stage": stage.name}
+                "spark_chunk_merge",
+                {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                identifiers={"stage": stage.name},
             )
+            if row and row["paused"]:
+                # Raising rolls the claim back too: the chunk stays unmerged for the re-run.
+                raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
             merged = int(row["merged"]) if row else 0
             session.execute("spark_chunk_record", {**params, "merged": merged})
             return merged
