@@ -30,8 +30,10 @@ test-cockroach:
 test-full: setup
 	$(BIN)/pytest -q
 
-demo: setup
-	$(BIN)/python -m shardq.demo
+# Installs Java 17 and the PostgreSQL JDBC driver with apt when missing (as root or with sudo) and
+# the `spark` extra, then runs `shardq demo` (ARGS="--tasks 20000" for a shorter run).
+demo:
+	PYTHON=$(PYTHON) ./scripts/demo.sh $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check src cli tests

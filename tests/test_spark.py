@@ -10,7 +10,13 @@ import datetime as dt
 
 import pytest
 
-from shardq.errors import DatabaseUnavailable, InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
+from shardq.errors import (
+    DatabaseUnavailable,
+    InvalidInput,
+    InvalidTaskFrame,
+    QueuePaused,
+    SparkSetupError,
+)
 from shardq.store import Fenced
 
 pytestmark = pytest.mark.spark
