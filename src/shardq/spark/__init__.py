@@ -30,9 +30,9 @@ Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQ
        transaction: take the chunk's row in ``shardq_spark_chunks`` (``ON CONFLICT DO NOTHING``;
        no row means merged already: skip), insert the chunk's rows into ``shardq_tasks`` with
        the same rules as ``task_insert_many`` (ready or scheduled by due time, rank from the
-       priority, ``ON CONFLICT DO NOTHING`` over every unique index, so a live dedupe key or an
-       id staged twice is skipped; the database fills the bucket / shard; the queue is created on
-       first use; a queue paused for enqueue rolls the chunk back), record the count, commit. On CockroachDB a 40001 re-runs the whole chunk transaction
+       priority, a live dedupe key skips the row, the database fills the bucket / shard, the
+       queue is created on first use, a queue paused for enqueue rolls the chunk back; an id
+       staged twice is inserted once), record the count, commit. On CockroachDB a 40001 re-runs the whole chunk transaction
        (:meth:`shardq.db.Session.transaction`); the merge SQL is the same on both databases.
     5. **Cleanup.** The attempt drops its staging table whether it succeeded or failed. A killed
        attempt leaves it behind; every job start (and ``shardq spark-gc``) drops staging tables
