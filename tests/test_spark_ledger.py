@@ -44,29 +44,29 @@ def test_identifier_slots_are_quoted_and_required(pg_db):
     ledger.stage_drop(stage)
 
 
-def test_chunk_merge_skips_duplicates_and_live_dedupe_keys_and_runs_once(pg_db):
-    pg_db.client.enqueue("m", b"live", dedupe_key="taken")
-    ledger = SparkLedger(pg_db.session)
+def test_chunk_merge_skips_duplicates_and_live_dedupe_keys_and_runs_once(db):
+    db.client.enqueue("m", b"live", dedupe_key="taken")
+    ledger = SparkLedger(db.session)
     run = ledger.run_register("run", "m", 2)
     stage = ledger.stage_create(stage_name("run"), "run")
     ids = _ids(4)
     rows = [(0, ids[0], b"a", None), (0, ids[1], b"b", "taken"), (1, ids[2], b"c", "free"), (1, ids[3], b"d", None)]
-    _fill(pg_db, stage.name, rows + rows[:1] + rows[2:])  # a retried Spark task wrote some rows twice
+    _fill(db, stage.name, rows + rows[:1] + rows[2:])  # a retried Spark task wrote some rows twice
     ledger.stage_ready_for_merge(stage.name)
     assert [ledger.chunk_merge(run, stage, c) for c in (0, 1)] == [1, 2]
     assert [ledger.chunk_merge(run, stage, c) for c in (0, 1)] == [None, None]
-    payloads = sorted(bytes(r["payload"]) for r in pg_db.sql("SELECT payload FROM shardq_tasks"))
+    payloads = sorted(bytes(r["payload"]) for r in db.sql("SELECT payload FROM shardq_tasks"))
     assert payloads == [b"a", b"c", b"d", b"live"]
     assert ledger.run_progress("run") == (2, 3)
     ledger.stage_drop(stage.name)
 
 
-def test_merge_workers_share_chunks_and_a_failing_callback_stops_the_merge(pg_db):
-    ledger = SparkLedger(pg_db.session)
+def test_merge_workers_share_chunks_and_a_failing_callback_stops_the_merge(db):
+    ledger = SparkLedger(db.session)
     run = ledger.run_register("par", "p", 8)
     stage = ledger.stage_create(stage_name("par"), "par")
     ids = _ids(80)
-    _fill(pg_db, stage.name, [(i % 8, ids[i], b"x%d" % i, None) for i in range(80)])
+    _fill(db, stage.name, [(i % 8, ids[i], b"x%d" % i, None) for i in range(80)])
     ledger.stage_ready_for_merge(stage.name)
     seen = []
 
@@ -76,11 +76,11 @@ def test_merge_workers_share_chunks_and_a_failing_callback_stops_the_merge(pg_db
             raise RuntimeError("stop")
 
     with pytest.raises(RuntimeError, match="stop"):
-        merge_chunks(run, stage, range(8), lambda: Session(pg_db.dsn), workers=1, on_chunk=stop_after_two)
-    assert pg_db.count() == 20
-    outcome = merge_chunks(run, stage, range(8), lambda: Session(pg_db.dsn), workers=2)
+        merge_chunks(run, stage, range(8), lambda: Session(db.dsn), workers=1, on_chunk=stop_after_two)
+    assert db.count() == 20
+    outcome = merge_chunks(run, stage, range(8), lambda: Session(db.dsn), workers=2)
     assert (outcome.merged_chunks, outcome.skipped_chunks, outcome.tasks) == (6, 2, 60)
-    assert pg_db.count() == 80
+    assert db.count() == 80
     ledger.stage_drop(stage.name)
 
 
@@ -104,3 +104,19 @@ def test_migration_0002_downgrade_drops_ledger_and_leftover_staging_tables(pg_db
     assert stage not in tables and "shardq_spark_runs" not in tables and "shardq_tasks" in tables
     migrate.upgrade(pg_db.dsn)
     assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_runs")[0]["n"] == 0
+
+
+def test_chunk_merge_is_retried_whole_after_serialization_failures_on_cockroachdb(db):
+    if db.dialect != "cockroachdb":
+        pytest.skip("CockroachDB's inject_retry_errors_enabled drives the 40001 path")
+    ledger = SparkLedger(db.session)
+    run = ledger.run_register("retry", "r", 1)
+    stage = ledger.stage_create(stage_name("retry"), "retry")
+    _fill(db, stage.name, [(0, task_id, b"p", None) for task_id in _ids(5)])
+    db.sql("SET inject_retry_errors_enabled = 'true'")
+    try:
+        assert ledger.chunk_merge(run, stage, 0) == 5
+    finally:
+        db.sql("SET inject_retry_errors_enabled = 'false'")
+    assert db.count() == 5 and ledger.run_progress("retry") == (1, 5)
+    ledger.stage_drop(stage.name)

@@ -119,9 +119,11 @@ def enqueue_dataframe(
     no Spark work at all.
 
     ``columns`` defaults to ``TaskColumns()`` (a ``payload`` column only), ``options`` to
-    ``WriteOptions()``. ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook, and a
-    finer progress signal). Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
+    ``WriteOptions()``. ``progress(phase, done, total)`` reports the ``"write"`` and ``"merge"``
+    phases; ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook,
+    and a finer progress signal). Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
     ``columns``, :class:`SparkSetupError` when the JDBC driver is not on the session's classpath,
+    :class:`shardq.errors.QueuePaused` when the queue is paused for enqueue,
     :class:`shardq.errors.DatabaseError` subclasses for database failures; after any failure,
     running the same call again is safe.
     """
@@ -179,7 +181,8 @@ def enqueue_dataframe(
 
                 outcome = merge_chunks(run, stage, todo, new_session, workers=options.merge_workers,
                                        on_chunk=chunk_done)
-                outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before), outcome.tasks)
+                outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before),
+                                       outcome.tasks)
                 merge_seconds = time.perf_counter() - started
                 staged = ledger.stage_rows(stage.name)
             finally:
