@@ -94,7 +94,7 @@ class SparkLedger:
         """Register, then create, a staging table (registered first, so it can never be lost)."""
         self.session.execute("spark_stage_register", {"stage": stage, "run_id": run_id})
         started = self.server_started()
-        self.session.execute("spark_stage_create", identifiers={"stage": stage})
+        self.session.execute_ddl("spark_stage_create", identifiers={"stage": stage})
         return Stage(stage, started)
 
     def server_started(self) -> object:
@@ -105,7 +105,7 @@ class SparkLedger:
         """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
         already leads with it)."""
         if self.session.dialect == "postgresql":
-            self.session.execute("spark_stage_index", identifiers={"stage": stage})
+            self.session.execute_ddl("spark_stage_index", identifiers={"stage": stage})
 
     def stage_rows(self, stage: str) -> int:
         return int(self.session.fetch_one("spark_stage_rows", identifiers={"stage": stage})["n"])
@@ -113,7 +113,7 @@ class SparkLedger:
     def stage_drop(self, stage: str) -> None:
         if not _STAGE_NAME.match(stage):
             raise DatabaseError(f"refusing to drop {stage!r}: not a shardq staging table name")
-        self.session.execute("spark_stage_drop", identifiers={"stage": stage})
+        self.session.execute_ddl("spark_stage_drop", identifiers={"stage": stage})
         self.session.execute("spark_stage_forget", {"stage": stage})
 
     def stages_stale(self, max_age_seconds: float, limit: int = 1000) -> list[str]:
