@@ -4,9 +4,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev
+EXTRAS ?= dev,spark
 
-.PHONY: setup test test-full test-cockroach demo bench bench-quick lint clean
+.PHONY: system-deps setup test test-full test-cockroach demo bench bench-quick lint clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,13 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 
 setup: $(VENV)/.installed-$(EXTRAS)
 
+# Java 17+ and the PostgreSQL JDBC driver for the Spark tests and the demo (apt, when missing).
+system-deps:
+	./scripts/system-deps.sh
+
 # The CI suite: every behaviour, CLI and migration test against the embedded PostgreSQL
 # (CockroachDB variants run too where SHARDQ_TEST_COCKROACH_URL or a Docker engine exists).
-test: setup
+test: system-deps setup
 	$(BIN)/pytest -q -m "not slow"
 
 # The CockroachDB suite: set SHARDQ_TEST_COCKROACH_URL (or have a Docker engine for testcontainers).
@@ -27,7 +31,7 @@ test-cockroach:
 	$(BIN)/pytest -q -m cockroach
 
 # Everything, including the long crash/fuzz suites.
-test-full: setup
+test-full: system-deps setup
 	$(BIN)/pytest -q
 
 # Installs Java 17 and the PostgreSQL JDBC driver with apt when missing (as root or with sudo) and

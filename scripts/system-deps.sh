@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# What shardq's Spark job needs from the system, installed with apt when missing (as root or with
+# sudo): Java 17+ and the PostgreSQL JDBC driver (/usr/share/java/postgresql.jar). Skips whatever
+# is already there, or set JAVA_HOME / SHARDQ_JDBC_JAR to use your own.
+set -euo pipefail
+
+java_major() {
+    local java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+    command -v "$java" >/dev/null 2>&1 || { echo 0; return; }
+    "$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1
+}
+
+packages=()
+if [ "$(java_major)" -lt 17 ]; then packages+=(openjdk-17-jre-headless); fi
+if [ -z "${SHARDQ_JDBC_JAR:-}" ] && [ ! -f /usr/share/java/postgresql.jar ]; then
+    packages+=(libpostgresql-jdbc-java)
+fi
+if [ "${#packages[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+        echo "system-deps.sh: please install ${packages[*]} (apt), or set JAVA_HOME / SHARDQ_JDBC_JAR" >&2
+        exit 1
+    fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"
+fi
