@@ -13,27 +13,74 @@ def _echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-@cli.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def stats(ctx, as_json) -> None:
-    """Per-queue counts: ready, scheduled, leased, dead, and the oldest due task's age."""
-    from rich.console import Console
-    from rich.table import Table
+def _stats_options(function):
+    """Options shared by `stats` and `top`."""
+    for option in reversed([
+        click.option("--window", "window_minutes", type=int, default=5, show_default=True, metavar="MINUTES",
+                     help="Rates over the current minute and this many full minutes before it."),
+        click.option("--bucket-cap", type=int, default=10_000, show_default=True, metavar="N",
+                     help="Rows counted at most per queue, bucket and state; a count that reaches it shows as >=N."),
+        click.option("--current", is_flag=True,
+                     help="CockroachDB: read the current state instead of a follower read (~5 s old, never blocks claimers)."),
+    ]):
+        function = option(function)
+    return function
 
+
+def _fetcher(ctx, window_minutes: int, bucket_cap: int, current: bool):
     from shardq import admin
+    from shardq.stats import StatsOptions
 
-    result = admin.stats(client_from(ctx).store)
-    if as_json:
-        _echo_json(result.as_json())
+    options = StatsOptions(bucket_cap=bucket_cap, window_minutes=window_minutes, follower_read=not current).validate()
+    store = client_from(ctx).store
+    return lambda: admin.stats(store, options)
+
+
+@cli.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --watch: one JSON object per line).")
+@click.option("--per-bucket", is_flag=True, help="JSON: add each queue's depth per bucket.")
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="SECONDS")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, metavar="N", help="With --watch: stop after N snapshots.")
+@_stats_options
+@click.pass_context
+def stats(ctx, as_json, per_bucket, watch, interval, iterations, window_minutes, bucket_cap, current) -> None:
+    """Per queue: ready, scheduled, leased, dead, oldest due task's age, enqueue / completion /
+    failure rates and estimated lead time. Bounded work at any table size: counts that reach the
+    per-bucket cap show as >=N (see `shardq.stats`)."""
+    from shardq import dashboard
+
+    fetch = _fetcher(ctx, window_minutes, bucket_cap, current)
+    if as_json and watch:
+        for snapshot in dashboard.iterate(fetch, interval=interval, iterations=iterations):
+            click.echo(json.dumps(snapshot.as_json(per_bucket=per_bucket), sort_keys=True, default=str))
         return
-    table = Table(title=f"shardq — {result.buckets} buckets")
-    for column in ("queue", "ready", "scheduled", "leased", "dead", "oldest ready (s)"):
-        table.add_column(column, justify="left" if column == "queue" else "right")
-    for name, q in sorted(result.queues.items()):
-        age = "-" if q.oldest_ready_age_s is None else f"{q.oldest_ready_age_s:.1f}"
-        table.add_row(name, str(q.ready), str(q.scheduled), str(q.leased), str(q.dead), age)
-    Console().print(table)
+    if as_json:
+        _echo_json(fetch().as_json(per_bucket=per_bucket))
+        return
+    if watch:
+        dashboard.run_live(fetch, lambda s, error: dashboard.stats_view(s), interval=interval,
+                           iterations=iterations, keys=False)
+        return
+    dashboard.make_console().print(dashboard.stats_view(fetch()))
+
+
+@cli.command("top")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="SECONDS",
+              help="Seconds between refreshes.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, metavar="N", help="Stop after N frames.")
+@_stats_options
+@click.pass_context
+def top(ctx, interval, iterations, window_minutes, bucket_cap, current) -> None:
+    """A live dashboard of every queue (depth, rates, failures, lead time, handler time) and of
+    the depth per bucket, so skew shows. Press q or Ctrl-C to leave."""
+    from shardq import dashboard
+
+    fetch = _fetcher(ctx, window_minutes, bucket_cap, current)
+    dashboard.run_live(
+        fetch, lambda s, error: dashboard.dashboard(s, interval=interval, error=error),
+        interval=interval, iterations=iterations,
+    )
 
 
 @cli.group("dead")

@@ -49,12 +49,14 @@ class ShardqGroup(click.Group):
               help="Database URL (postgresql:// or cockroachdb://). Default: $SHARDQ_DSN, else the embedded PostgreSQL.")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True, help="info: retries, dead letters, reaper runs; debug: every task event.")
 @click.pass_context
-def cli(ctx: click.Context, dsn: str | None, debug: bool, log_json: bool) -> None:
+def cli(ctx: click.Context, dsn: str | None, debug: bool, log_json: bool, log_level: str) -> None:
     """shardq: a task queue stored in SQL tables."""
     from shardq.logs import configure_logging
 
-    configure_logging(debug=debug, json_lines=log_json)
+    configure_logging(debug=debug, json_lines=log_json, level=log_level)
     ctx.obj = {"dsn": dsn, "debug": debug}
 
 

@@ -64,8 +64,13 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--grace", type=float, default=30.0, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
 @click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
 @click.option("--until-empty", is_flag=True, help="Exit 0 once a full round finds nothing due and nothing is in flight.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
+              help="Address the metrics endpoint listens on.")
 @click.pass_context
-def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty) -> None:
+def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
+         metrics_host) -> None:
     """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
     from shardq.handlers import load_handler
     from shardq.runner import run_worker
@@ -78,6 +83,9 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty),
         progress=sys.stdout.isatty(),
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        on_metrics=lambda url: click.echo(f"metrics: {url}", err=True),
     )
     click.echo(
         f"processed {stats.acked}, retried {stats.retried}, dead {stats.dead}, "

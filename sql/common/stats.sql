@@ -1,16 +1,59 @@
--- name: stats_tasks_by_queue
--- Per-queue counts by state and the age of the oldest due task (a scheduled task that is due but
--- not promoted yet counts as ready: it is claimable as soon as a consumer passes).
+-- Introspection. Depth is counted from the tasks table with bounded scans: every count has a LIMIT
+-- (the per-bucket cap), so a stats call costs at most cap rows per (queue, bucket, state) whatever
+-- the table's size, and a count that reaches the cap is reported as "at least". Rates come from
+-- shardq_stats, per-minute counters the producer, workers and reaper add to (migration 0004).
+
+-- name: stats_now
+-- The statement time of the stats snapshot (the transaction's now(): on CockroachDB's follower read
+-- that is the historical read time) and the minute it falls in.
+SELECT now() AS as_of, date_trunc('minute', now()) AS minute
+
+-- name: stats_dead_count
+-- Dead letters of one queue, counted up to cap through the (queue, died_at) index.
+SELECT count(*) AS dead FROM (SELECT 1 FROM shardq_dead WHERE queue = %(queue)s LIMIT %(cap)s) AS d
+
+-- name: stats_window
+-- Activity per queue over the current minute and the minutes full minutes before it, summed over
+-- writer slots.
 SELECT queue,
-       count(*) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND exec_time <= now())) AS ready,
-       count(*) FILTER (WHERE state = 'scheduled' AND exec_time > now()) AS scheduled,
-       count(*) FILTER (WHERE state = 'leased') AS leased,
-       count(*) FILTER (WHERE state = 'backlog') AS backlog,
-       extract(epoch FROM now() - min(exec_time) FILTER (WHERE state IN ('ready', 'scheduled') AND exec_time <= now()))::FLOAT8
-           AS oldest_ready_age_s
-FROM shardq_tasks
+       sum(enqueued)::INT8 AS enqueued,
+       sum(acked)::INT8 AS acked,
+       sum(retried)::INT8 AS retried,
+       sum(expired)::INT8 AS expired,
+       sum(dead)::INT8 AS dead,
+       sum(handled)::INT8 AS handled,
+       sum(handler_seconds)::FLOAT8 AS handler_seconds,
+       sum(capacity_seconds)::FLOAT8 AS capacity_seconds
+FROM shardq_stats
+WHERE minute >= date_trunc('minute', now()) - %(minutes)s::INT8 * INTERVAL '1 minute'
 GROUP BY queue
 
--- name: stats_dead_by_queue
--- Dead-letter counts per queue.
-SELECT queue, count(*) AS dead FROM shardq_dead GROUP BY queue
+-- name: stats_add_many
+-- Add one writer's counts (one row per queue, queues unique) to the current minute's row of its
+-- slot. Called once per flush by workers and once per run by the reaper, never per task.
+INSERT INTO shardq_stats AS s
+    (queue, minute, slot, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds)
+SELECT k.queue, date_trunc('minute', now()), %(slot)s::INT4, k.enqueued, k.acked, k.retried, k.expired, k.dead,
+       k.handled, k.handler_seconds, k.capacity_seconds
+FROM unnest(%(queues)s::TEXT[], %(enqueued)s::INT8[], %(acked)s::INT8[], %(retried)s::INT8[], %(expired)s::INT8[],
+            %(dead)s::INT8[], %(handled)s::INT8[], %(handler_seconds)s::FLOAT8[], %(capacity_seconds)s::FLOAT8[])
+     AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds)
+ON CONFLICT (queue, minute, slot) DO UPDATE SET
+    enqueued = s.enqueued + excluded.enqueued,
+    acked = s.acked + excluded.acked,
+    retried = s.retried + excluded.retried,
+    expired = s.expired + excluded.expired,
+    dead = s.dead + excluded.dead,
+    handled = s.handled + excluded.handled,
+    handler_seconds = s.handler_seconds + excluded.handler_seconds,
+    capacity_seconds = s.capacity_seconds + excluded.capacity_seconds
+
+-- name: stats_prune
+-- Delete up to limit counter rows older than keep_seconds; called until it deletes fewer.
+DELETE FROM shardq_stats
+WHERE (queue, minute, slot) IN (
+    SELECT queue, minute, slot FROM shardq_stats
+    WHERE minute < now() - %(keep_seconds)s::FLOAT8 * INTERVAL '1 second'
+    LIMIT %(limit)s
+)
+RETURNING slot

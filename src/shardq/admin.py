@@ -11,24 +11,18 @@ from dataclasses import dataclass
 
 from . import validation
 from .errors import InvalidInput
-from .models import DeadTask, QueueStats, SchemaJob, ShardLayout, Stats
+from .models import DeadTask, SchemaJob, ShardLayout, Stats
+from .stats import StatsOptions, collect
 from .store import TaskStore
 
 PAGE = 1000
 
 
-def stats(store: TaskStore) -> Stats:
-    """Per-queue ready / scheduled / leased / dead counts and the age of the oldest due task.
-    Every queue in ``shardq_queues`` is listed, also when empty."""
-    layout = store.layout()
-    tasks = store.stats_tasks_by_queue()
-    dead = store.stats_dead_by_queue()
-    names = {q.name for q in store.queue_list()} | set(tasks) | set(dead)
-    queues = {}
-    for name in names:
-        t = tasks.get(name, QueueStats())
-        queues[name] = QueueStats(t.ready, t.scheduled, t.leased, dead.get(name, 0), t.oldest_ready_age_s, t.backlog)
-    return Stats(layout.bucket_count, queues)
+def stats(store: TaskStore, options: StatsOptions | None = None) -> Stats:
+    """Per-queue depth (ready, scheduled, leased, backlog, dead), the oldest due task's age, rates and lead
+    time, read with bounded work whatever the table's size (see :mod:`shardq.stats` for what is
+    exact and what is estimated). Every queue in ``shardq_queues`` is listed, also when empty."""
+    return collect(store, options)
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,21 @@ A :class:`Client` is thread-safe: each thread gets its own database session.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from typing import Iterable, Sequence
 
 from . import admin, migrate as migrate_module, resize as resize_module
 from .config import resolve_dsn
 from .db import Dsn, Session
+from .errors import DatabaseError
 from .models import EnqueueResult, NewTask, ResizeResult, Stats
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
 from .worker import Handler, Worker, WorkerConfig, WorkerStats
+
+log = logging.getLogger("shardq.client")
 
 
 class Client:
@@ -32,6 +36,7 @@ class Client:
         self.application_name = application_name
         self._local = threading.local()
         self._all: list[Session] = []
+        self._stores: list[TaskStore] = []
         self._guard = threading.Lock()
 
     def new_session(self, *, statement_timeout_ms: int | None = None) -> Session:
@@ -47,6 +52,8 @@ class Client:
         if store is None:
             store = TaskStore(self.new_session())
             self._local.store = store
+            with self._guard:
+                self._stores.append(store)
         return store
 
     @property
@@ -54,7 +61,15 @@ class Client:
         return self.store.dialect
 
     def close(self) -> None:
+        """Close every session (no thread may use the client meanwhile), after writing the
+        enqueue counts still held in memory (see :meth:`TaskStore.task_insert_many`)."""
         with self._guard:
+            for store in self._stores:
+                try:
+                    store.flush_enqueue_counts()
+                except DatabaseError as exc:  # counters only; closing must not fail on them
+                    log.debug("could not record enqueue counts at close: %s", exc)
+            self._stores.clear()
             for session in self._all:
                 session.close()
             self._all.clear()
@@ -92,10 +107,11 @@ class Client:
         return Producer(self.store).enqueue_many(queue, tasks, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
-    def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, **options) -> Worker:
-        """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields."""
+    def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, events=None, **options) -> Worker:
+        """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields;
+        ``on_event``/``events`` are the worker's event hook and the events it wants."""
         config = WorkerConfig(queues=tuple(queues), **options)
-        return Worker(self.new_session, handler, config, on_event=on_event)
+        return Worker(self.new_session, handler, config, on_event=on_event, events=events)
 
     def work(self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options) -> WorkerStats:
         """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
@@ -108,8 +124,15 @@ class Client:
         return Reaper(self.store).run_once()
 
     # -- operating --------------------------------------------------------------------------
-    def stats(self) -> Stats:
-        return admin.stats(self.store)
+    def stats(self, **options) -> Stats:
+        """A stats snapshot (see :mod:`shardq.stats`); ``options`` are
+        :class:`shardq.stats.StatsOptions` fields. Unlike the command line, this reads the current
+        state by default on CockroachDB too (``follower_read=False``): a program asking usually
+        wants what it just did to show; pass ``follower_read=True`` for the cheaper historical read."""
+        from .stats import StatsOptions
+
+        options.setdefault("follower_read", False)
+        return admin.stats(self.store, StatsOptions(**options))
 
     def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""

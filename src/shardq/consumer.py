@@ -54,6 +54,8 @@ class ClaimRound:
     #: True when the call walked every (bucket, queue) pair once and all were empty
     round_empty: bool = False
     statements: int = 0
+    #: one (bucket, queue, seconds, tasks found) per claim statement, for metrics
+    polls: list[tuple[int, str, float, int]] = field(default_factory=list)
 
 
 class Consumer:
@@ -119,6 +121,13 @@ class Consumer:
         result.statements += 1
         return self.store.task_promote_due(bucket, queue, PROMOTE_BATCH) > 0
 
+    def _claim(self, bucket: int, queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
+        """One claim statement, timed into ``result.polls``."""
+        started = time.perf_counter()
+        tasks = self.store.task_claim_batch(bucket, queue, limit, lease)
+        result.polls.append((bucket, queue, time.perf_counter() - started, len(tasks)))
+        return tasks
+
     def claim(self, limit: int | None = None) -> ClaimRound:
         """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
         tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks."""
@@ -136,9 +145,10 @@ class Consumer:
                 continue
             result.statements += 1
             try:
-                tasks = self.store.task_claim_batch(bucket, queue, want, self.lease_for(queue))
+                lease = self.lease_for(queue)
+                tasks = self._claim(bucket, queue, want, lease, result)
                 if len(tasks) < want and self._promote(bucket, queue, result):
-                    tasks += self.store.task_claim_batch(bucket, queue, want - len(tasks), self.lease_for(queue))
+                    tasks += self._claim(bucket, queue, want - len(tasks), lease, result)
                     result.statements += 1
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)

@@ -11,6 +11,13 @@ Guarantees
     * Tasks with an exclusive key whose key is busy go to the key's backlog
       (:class:`EnqueueResult.backlogged_ids`); see :mod:`shardq.exclusive`.
 
+Counts
+    Enqueues are added to the activity counters behind ``shardq stats``' enqueue rate in memory
+    and written at once for a queue the store has not counted yet, then at most once a second
+    (one small statement, see :meth:`TaskStore.count_enqueued`). Counts still held when the
+    process ends without :meth:`shardq.Client.close` (at most a second's worth) are lost; the
+    tasks are not.
+
 Does not
     * deduplicate tasks without a key: re-sending an enqueue whose result was lost (a dropped
       connection, CockroachDB's 40003) can insert it twice. Give a dedupe key where that matters.
@@ -101,6 +108,7 @@ class Producer:
                 superseded += outcome.superseded
             else:
                 inserted, paused = self.store.task_insert_many(queue, chunk, ids)
+            self.store.count_enqueued(queue, len(inserted))
             if paused:
                 raise QueuePaused(
                     f"queue {queue!r} is paused for enqueue"

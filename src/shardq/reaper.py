@@ -18,6 +18,12 @@ Does not
     * know whether the expired worker is really gone: a handler that outlives its lease may still
       be running when its task is handed to another worker (that worker's outcome will be refused).
 
+Logs and counters
+    Each reaped task is logged at DEBUG on ``shardq.reaper`` with ``extra`` fields ``event``
+    (``expired``: back to ready; ``dead``), ``task_id``, ``queue``, ``bucket``, ``attempt``; a run
+    that reaped anything logs one INFO line. A run adds its counts to ``shardq_stats`` (one
+    statement) and prunes counter rows older than an hour.
+
 Options (defaults): ``interval`` seconds between runs in :meth:`Reaper.run_forever` (5.0, jittered
 ±20 %), ``batch`` tasks per statement (500).
 """
@@ -30,7 +36,8 @@ import threading
 from dataclasses import dataclass
 
 from . import backoff, exclusive, validation
-from .errors import DatabaseUnavailable, ShardLayoutChanged
+from . import stats as stats_module
+from .errors import DatabaseError, DatabaseUnavailable, ShardLayoutChanged
 from .models import QueueSettings
 from .store import ExpiredLease, Fenced, TaskStore
 
@@ -73,6 +80,7 @@ class Reaper:
         self.store = store
         self.config = (config or ReaperConfig()).validate()
         self.rng = rng or random.Random()
+        self._tally = stats_module.ActivityTally()
 
     def run_once(self) -> ReapResult:
         """One pass over every bucket; returns what it did."""
@@ -97,6 +105,11 @@ class Reaper:
         result = ReapResult(retried, dead, layout.visit_count, dropped)
         if result.reaped:
             log.info("reaped %d expired leases: %d back to ready, %d dead", result.reaped, retried, dead)
+        self._tally.flush(self.store)
+        try:
+            stats_module.prune(self.store)
+        except DatabaseError as exc:  # housekeeping: the next run tries again
+            log.debug("pruning old queue activity rows failed: %s", exc)
         return result
 
     def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings]) -> tuple[int, int]:
@@ -119,14 +132,13 @@ class Reaper:
                 retry.append((lease, decision.delay_seconds))
         retried = dead = 0
         if retry:
-            retried = len(
-                self.store.task_retry_many(
-                    [Fenced(l.key, l.token) for l, _ in retry],
-                    [delay for _, delay in retry],
-                    [f"lease expired (attempt {l.attempts})" for l, _ in retry],
-                    require_expired=True,
-                )
+            done = self.store.task_retry_many(
+                [Fenced(l.key, l.token) for l, _ in retry],
+                [delay for _, delay in retry],
+                [f"lease expired (attempt {l.attempts})" for l, _ in retry],
+                require_expired=True,
             )
+            retried = self._record([l for l, _ in retry], done, "expired")
         for group in ([l for l in bury if l.exclusive_key is None], [l for l in bury if l.exclusive_key is not None]):
             if not group:
                 continue
@@ -134,12 +146,31 @@ class Reaper:
             errors = [f"lease expired on the last attempt ({l.attempts} of {l.max_attempts})" for l in group]
             remove = lambda items=items, errors=errors: self.store.task_bury_many(items, errors, require_expired=True)  # noqa: E731
             if group[0].exclusive_key is None:
-                dead += len(remove())
+                done = remove()
             else:
                 key_of = {l.key.id: (l.key.queue, l.exclusive_key) for l in group}
-                removed, _ = exclusive.remove_and_release(self.store, list(key_of.values()), remove, key_of)
-                dead += len(removed)
+                done, _ = exclusive.remove_and_release(self.store, list(key_of.values()), remove, key_of)
+            dead += self._record(group, done, "dead")
         return retried, dead
+
+    def _record(self, leases: list[ExpiredLease], done: set, event: str) -> int:
+        """Count (and at DEBUG, log) the leases a statement actually changed."""
+        debug = log.isEnabledFor(logging.DEBUG)
+        count = 0
+        for lease in leases:
+            if lease.key.id not in done:
+                continue
+            count += 1
+            activity = self._tally.of(lease.key.queue)
+            setattr(activity, event, getattr(activity, event) + 1)
+            if debug:
+                log.debug(
+                    "task %s %s (queue %s, bucket %s, attempt %d)", lease.key.id, event, lease.key.queue,
+                    lease.key.bucket, lease.attempts,
+                    extra={"event": event, "task_id": str(lease.key.id), "queue": lease.key.queue,
+                           "bucket": lease.key.bucket, "attempt": lease.attempts},
+                )
+        return count
 
     def run_forever(self, stop: threading.Event) -> None:
         """Call :meth:`run_once` every ``interval`` (±20 % jitter) until ``stop`` is set. Only

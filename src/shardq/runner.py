@@ -1,12 +1,16 @@
-"""Running a worker from the command line: the worker plus an optional live progress line."""
+"""Running a worker from the command line: the worker, an optional live progress line, and an
+optional Prometheus endpoint."""
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .client import Client
 from .worker import Handler, WorkerStats
+
+log = logging.getLogger("shardq.runner")
 
 
 def run_worker(
@@ -16,12 +20,38 @@ def run_worker(
     options: dict,
     *,
     progress: bool = False,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
+    on_metrics: Callable[[str], None] | None = None,
 ) -> WorkerStats:
     """Run a worker in this thread until it stops; with ``progress`` show a live count of
-    processed tasks and the rate (rich), refreshed twice a second."""
-    worker = client.worker(queues, handler, **options)
-    if not progress:
-        return worker.run()
+    processed tasks (rich), refreshed twice a second.
+
+    With ``metrics_port`` (0: any free port) the worker's Prometheus metrics
+    (:mod:`shardq.metrics`) are served on ``metrics_host:metrics_port`` for as long as it runs;
+    ``on_metrics`` is called with the endpoint's URL once it listens."""
+    on_event = events = None
+    server = None
+    if metrics_port is not None:
+        from .metrics import WorkerMetrics
+
+        metrics = WorkerMetrics(queues=queues)
+        server = metrics.serve(metrics_port, metrics_host)
+        on_event, events = metrics.on_event, metrics.EVENTS
+        log.info("serving metrics on %s", server.url)
+        if on_metrics is not None:
+            on_metrics(server.url)
+    try:
+        worker = client.worker(queues, handler, on_event=on_event, events=events, **options)
+        if not progress:
+            return worker.run()
+        return _run_with_progress(worker)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run_with_progress(worker) -> WorkerStats:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     done = threading.Event()

@@ -4,28 +4,45 @@ and out. The producer, consumer, reaper and admin code talk to the database only
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import cockroach
 from .db import Session
-from .errors import NotMigrated, ShardLayoutChanged
+from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import (
+    Activity,
     RANK_BACKLOG,
     RANK_SCHEDULED,
     ClaimedTask,
     DeadTask,
     NewTask,
     QueueSettings,
-    QueueStats,
     SchemaJob,
     ShardLayout,
     TaskKey,
 )
 from .shards import discover_layout
 
+log = logging.getLogger("shardq.store")
+
 _RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+
+
+#: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
+#: wait on each other's row lock; readers sum them.
+STATS_SLOTS = 8
+#: A producer adds its enqueues to the counters at once for a queue it has not counted yet, then at
+#: most this often (one small statement; counting with every enqueue statement measured 2-12 %
+#: slower single-row enqueues).
+ENQUEUE_COUNT_SECONDS = 1.0
+#: The oldest ready task of a (queue, bucket) is looked for among this many priorities (one index
+#: descent each); with more priorities in use in one bucket its age is a lower bound.
+STATS_PRIORITIES_MAX = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +97,32 @@ def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> dict[str
     }
 
 
-class TaskStore:
-    """Statement wrappers bound to one :class:`~shardq.db.Session`."""
+def _depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
+               leased: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
+    known = [t for t in oldest if t is not None]
+    return {
+        "queue": queue, "bucket": bucket,
+        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": leased, "backlog": backlog,
+        "oldest_ready": min(known) if known else None,
+        "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
+        "leased_capped": leased_capped, "backlog_capped": backlog >= cap,
+    }
 
-    def __init__(self, session: Session) -> None:
+
+class TaskStore:
+    """Statement wrappers bound to one :class:`~shardq.db.Session`.
+
+    It remembers how many tasks were enqueued through it that the activity counters do not know
+    of yet (see :meth:`count_enqueued`); :meth:`flush_enqueue_counts` writes them out.
+    """
+
+    def __init__(self, session: Session, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
+        self._clock = clock
+        # queue -> tasks enqueued but not yet in shardq_stats; and when they were last written
+        self._uncounted: dict[str, int] = {}
+        self._counted_queues: set[str] = set()
+        self._counted_at = clock()
 
     @property
     def dialect(self) -> str:
@@ -141,6 +179,35 @@ class TaskStore:
         return [
             CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"]) for row in rows
         ]
+
+    def count_enqueued(self, queue: str, count: int) -> None:
+        """Note ``count`` tasks enqueued into ``queue`` for the activity counters. They are written
+        at once for a queue this store has not counted before, else at most every
+        :data:`ENQUEUE_COUNT_SECONDS` (one statement for all queues). Call it outside a
+        transaction. Never raises for the counters' sake: a failed write keeps the counts."""
+        if count:
+            self._uncounted[queue] = self._uncounted.get(queue, 0) + count
+        if not self._uncounted:
+            return
+        if queue in self._counted_queues and self._clock() - self._counted_at < ENQUEUE_COUNT_SECONDS:
+            return
+        self.flush_enqueue_counts()
+
+    def flush_enqueue_counts(self) -> bool:
+        """Write the enqueue counts held here to ``shardq_stats`` (one statement). Returns False,
+        keeping them, when the database refused."""
+        pending = {q: Activity(enqueued=n) for q, n in self._uncounted.items() if n}
+        self._counted_at = self._clock()
+        if not pending:
+            return True
+        try:
+            self.stats_add_many(random.randrange(STATS_SLOTS), pending)
+        except DatabaseError as exc:
+            log.debug("could not record enqueue counts (kept for the next try): %s", exc)
+            return False
+        self._counted_queues |= set(pending)
+        self._uncounted = {}
+        return True
 
     # -- consumer ---------------------------------------------------------------------------
     def task_claim_batch(self, bucket: int, queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
@@ -225,20 +292,106 @@ class TaskStore:
         return QueueSettings.from_row(row) if row else None
 
     # -- introspection and dead letters -----------------------------------------------------
-    def stats_tasks_by_queue(self) -> dict[str, QueueStats]:
-        return {
-            row["queue"]: QueueStats(
-                ready=row["ready"],
-                scheduled=row["scheduled"],
-                leased=row["leased"],
-                oldest_ready_age_s=row["oldest_ready_age_s"],
-                backlog=row["backlog"],
+    def stats_snapshot(self, *, historical: bool) -> None:
+        """Start the stats transaction's snapshot: one consistent, read-only view (PostgreSQL), or
+        on CockroachDB with ``historical`` a follower read. Must be the transaction's first
+        statement."""
+        if historical and self.dialect == "cockroachdb":
+            self.session.execute("stats_snapshot_historical")
+        else:
+            self.session.execute("stats_snapshot_begin")
+
+    def stats_now(self) -> dict[str, Any]:
+        row = self.session.fetch_one("stats_now")
+        assert row is not None
+        return row
+
+    def stats_depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> list[dict[str, Any]]:
+        """One row per (queue, bucket): ``ready`` (scheduled tasks already due included: they are
+        claimable as soon as a consumer passes), ``scheduled``, ``leased``, ``backlog``,
+        ``oldest_ready`` (exec_time of the oldest due ready or scheduled task), and
+        ``<count>_capped`` flags telling which counts stopped at a limit (the true number is
+        higher). Each count reads at most ``cap`` rows (``ready``: twice that); the oldest ready
+        task is looked for among the first :data:`STATS_PRIORITIES_MAX` priorities in use."""
+        if not queues or not buckets:
+            return []
+        if self.dialect == "postgresql":
+            return self._stats_depth_postgresql(queues, buckets, cap)
+        # CockroachDB: one statement per (queue, bucket), each a handful of capped single-shard
+        # spans with bound values (no correlated subquery for the optimizer to get wrong), and one
+        # short scan per priority in use for the oldest ready task.
+        rows = []
+        for queue in queues:
+            for bucket in buckets:
+                row = self.session.fetch_one(
+                    "stats_depth_one", {"queue": queue, "bucket": bucket, "cap": cap, **_RANKS}
+                )
+                assert row is not None
+                heads = []
+                after = -(2**63)
+                for _ in range(STATS_PRIORITIES_MAX):
+                    head = self.session.fetch_one(
+                        "stats_ready_head_after", {"queue": queue, "bucket": bucket, "after": after}
+                    )
+                    if head is None:
+                        break
+                    heads.append(head["exec_time"])
+                    after = head["rank"]
+                rows.append(_depth_row(
+                    queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
+                    scheduled=row["scheduled"], leased=row["leased"], leased_capped=row["leased"] >= cap,
+                    backlog=row["backlog"], oldest=[*heads, row["oldest_due_scheduled"]],
+                ))
+        return rows
+
+    def _stats_depth_postgresql(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> list[dict[str, Any]]:
+        # Leased tasks through the lease records; the active span minus those is the ready ones.
+        limit = cap * len(buckets)
+        leased_rows = self.session.fetch_all("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
+        leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
+        leased_capped = sum(leased.values()) >= limit
+        rows = self.session.fetch_all(
+            "stats_depth_many",
+            {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX,
+             **_RANKS},
+        )
+        out = []
+        for row in rows:
+            n_leased = leased.get((row["queue"], int(row["bucket"])), 0)
+            depth = _depth_row(
+                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
+                due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
+                leased_capped=leased_capped, backlog=row["backlog"],
+                oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
             )
-            for row in self.session.fetch_all("stats_tasks_by_queue")
+            depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap
+            out.append(depth)
+        return out
+
+    def stats_dead_count(self, queue: str, cap: int) -> int:
+        row = self.session.fetch_one("stats_dead_count", {"queue": queue, "cap": cap})
+        return row["dead"] if row else 0
+
+    def stats_window(self, minutes: int) -> dict[str, Activity]:
+        """Activity per queue in the current minute and the ``minutes`` full minutes before it."""
+        return {
+            row["queue"]: Activity.from_row(row)
+            for row in self.session.fetch_all("stats_window", {"minutes": minutes})
         }
 
-    def stats_dead_by_queue(self) -> dict[str, int]:
-        return {row["queue"]: row["dead"] for row in self.session.fetch_all("stats_dead_by_queue")}
+    def stats_add_many(self, slot: int, activity: Mapping[str, Activity]) -> None:
+        """Add each queue's activity to the current minute's counters in ``slot``."""
+        queues = [q for q, a in activity.items() if not a.is_empty()]
+        if not queues:
+            return
+        params: dict[str, Any] = {"slot": slot, "queues": queues}
+        for name in Activity.FIELDS:
+            params[name] = [getattr(activity[q], name) for q in queues]
+        self.session.execute("stats_add_many", params)
+
+    def stats_prune(self, keep_seconds: float, limit: int) -> int:
+        rows = self.session.fetch_all("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})
+        return len(rows)
 
     def task_count_by_bucket(self) -> dict[int, int]:
         """Rows per bucket. On CockroachDB a historical read (no waiting on claimers); when the

@@ -30,9 +30,27 @@ Does not
     * kill a handler thread: Python cannot. A handler that outlives its lease keeps running, but
       its outcome is discarded if the task was reaped; use ``task.extend()`` or ``heartbeat``.
 
+Introspection
+    * ``on_event(event, task, details)`` is called for every ``claimed``, ``handled`` (details:
+      ``seconds``, ``outcome``), ``acked``, ``retried``, ``dead``, ``released`` and
+      ``lease_lost`` task, and once per claim call with ``claim`` (task None; details ``polls``:
+      one (bucket, queue, seconds, tasks found) per claim statement), and once per settled batch
+      with ``settled`` (task None; details ``counts``: {(event, queue): n} of the acked, retried,
+      dead, released and lease_lost tasks in it). :mod:`shardq.metrics` hangs Prometheus metrics
+      on it. It runs on the worker's own threads: keep it cheap. ``events`` (optional) names the
+      events the hook wants; per-task events nobody wants are then not even built.
+    * Every such task event is also logged on ``shardq.worker`` with ``extra`` fields ``event``,
+      ``task_id``, ``queue``, ``bucket``, ``attempt``: ``claimed``/``handled``/``acked``/
+      ``released`` at DEBUG, ``retried``/``dead`` at INFO, ``lease_lost`` at WARNING. When no hook
+      wants them and DEBUG is off, the per-task DEBUG events are skipped before any call (the
+      settler re-reads the level every loop), so they cost an attribute check per task.
+    * Acks, retries, dead letters, handler time and offered handler capacity are gathered in
+      memory and added to ``shardq_stats`` every ``stats_interval`` seconds (one statement per
+      flush, not per task) for ``shardq stats``' rates and lead time.
+
 Options (defaults): ``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds``
 per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
-``heartbeat`` False, ``until_empty`` False.
+``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s.
 """
 
 from __future__ import annotations
@@ -46,9 +64,10 @@ import traceback
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from . import backoff, exclusive, validation
+from . import stats as stats_module
 from .consumer import Consumer, Task, fenced
 from .db import Session
 from .errors import DatabaseError, DatabaseUnavailable, Permanent
@@ -60,6 +79,18 @@ log = logging.getLogger("shardq.worker")
 Handler = Callable[[Task], object]
 
 ERROR_TEXT_MAX = 4000  # last_error is for people; keep the row small
+# Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
+STATS_PRUNE_SECONDS = 60.0
+
+_EVENT_LEVELS = {
+    "claimed": logging.DEBUG,
+    "handled": logging.DEBUG,
+    "acked": logging.DEBUG,
+    "released": logging.DEBUG,
+    "retried": logging.INFO,
+    "dead": logging.INFO,
+    "lease_lost": logging.WARNING,
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +106,7 @@ class WorkerConfig:
     ack_batch: int = 1000
     heartbeat: bool = False
     until_empty: bool = False
+    stats_interval: float = 2.0
 
     def validate(self) -> "WorkerConfig":
         if not self.queues:
@@ -92,6 +124,7 @@ class WorkerConfig:
         if not 0 < self.idle_min <= self.idle_max:
             raise validation.InvalidInput("idle sleep bounds must satisfy 0 < min <= max")
         validation.positive_int(self.ack_batch, "ack batch", maximum=validation.BATCH_MAX)
+        validation.positive_seconds(self.stats_interval, "stats interval")
         return self
 
 
@@ -131,6 +164,8 @@ class _Outcome:
     claimed: ClaimedTask
     error: str | None = None
     permanent: bool = False
+    #: how long the handler ran (None: it did not run)
+    seconds: float | None = None
 
 
 class Worker:
@@ -139,7 +174,8 @@ class Worker:
     ``session_factory`` makes a new :class:`~shardq.db.Session` for each thread that needs one
     (the fetcher, the settler, and handler threads that call ``task.extend``).
     ``on_event`` (optional) is called with (event name, task or None, details dict) for each
-    claim, ack, retry, dead letter, release and lost lease: the hook metrics and logs hang on.
+    claim, handler run, ack, retry, dead letter, release and lost lease: the hook metrics hang on
+    (see the module documentation for the events).
     """
 
     def __init__(
@@ -149,12 +185,14 @@ class Worker:
         config: WorkerConfig,
         *,
         on_event: Callable[[str, ClaimedTask | None, dict], None] | None = None,
+        events: Collection[str] | None = None,
     ) -> None:
         self.config = config.validate()
         self.handler = handler
         self.session_factory = session_factory
         self.stats = WorkerStats()
         self.on_event = on_event
+        self._hook_events = frozenset(events) if events is not None else None
         self._stop = threading.Event()
         self._force = threading.Event()
         self._work: queue_module.Queue[_InFlight | None] = queue_module.Queue()
@@ -167,6 +205,13 @@ class Worker:
         self._local = threading.local()
         self._sessions: list[Session] = []
         self._consumer: Consumer | None = None
+        self._tally = stats_module.ActivityTally()  # the settler's; flushed to shardq_stats
+        self._settled_counts: dict[tuple[str, str], int] = {}  # the settler's; one "settled" event per batch
+        # Whether the per-task DEBUG events have a listener (a hook that wants them, or DEBUG
+        # logging); refreshed by the settler every loop so the hot paths test one attribute
+        # instead of calling into logging per task.
+        self._trace_claimed = self._trace_handled = self._trace_outcomes = False
+        self._refresh_tracing()
         self.stopped = threading.Event()
 
     # -- control ----------------------------------------------------------------------------
@@ -196,8 +241,21 @@ class Worker:
             self._local.store = store
         return store
 
+    def _wants(self, event: str) -> bool:
+        return self.on_event is not None and (self._hook_events is None or event in self._hook_events)
+
+    def _refresh_tracing(self) -> None:
+        debug = log.isEnabledFor(logging.DEBUG)
+        self._trace_claimed = debug or self._wants("claimed")
+        self._trace_handled = debug or self._wants("handled")
+        self._trace_outcomes = debug or any(self._wants(e) for e in ("acked", "released"))
+
     def _emit(self, event: str, task: ClaimedTask | None = None, **details: object) -> None:
-        if self.on_event is not None:
+        if task is not None:
+            level = _EVENT_LEVELS.get(event, logging.DEBUG)
+            if log.isEnabledFor(level):
+                _log_task_event(level, event, task, details)
+        if self._wants(event):
             try:
                 self.on_event(event, task, details)
             except Exception:  # a broken metrics hook must not break the worker
@@ -257,6 +315,8 @@ class Worker:
                 self._stop.wait(pause)
                 continue
             self.stats.add(claim_statements=found.statements)
+            if self._wants("claim"):
+                self._emit("claim", None, polls=found.polls, tasks=len(found.tasks))
             if found.tasks:
                 empty_rounds = 0
                 self._accept(found.tasks, consumer)
@@ -289,8 +349,10 @@ class Worker:
                 entries.append(entry)
         self.stats.add(claimed=len(tasks))
         self.stats.per_bucket_claims[tasks[0].key.bucket] += len(tasks)
+        traced = self._trace_claimed
         for entry in entries:
-            self._emit("claimed", entry.claimed)
+            if traced:
+                self._emit("claimed", entry.claimed)
             self._work.put(entry)
 
     # -- handlers ---------------------------------------------------------------------------
@@ -316,15 +378,20 @@ class Worker:
             with self._lock:
                 entry.running = True
             task = Task(entry.claimed, self._extend)
+            started = time.perf_counter()
             try:
                 self.handler(task)
             except Permanent as exc:
-                self._outcomes.put(_Outcome("fail", entry.claimed, _describe(exc), permanent=True))
+                outcome = _Outcome("fail", entry.claimed, _describe(exc), permanent=True)
             except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                 self.stats.add(handler_errors=1)
-                self._outcomes.put(_Outcome("fail", entry.claimed, _describe(exc)))
+                outcome = _Outcome("fail", entry.claimed, _describe(exc))
             else:
-                self._outcomes.put(_Outcome("ack", entry.claimed))
+                outcome = _Outcome("ack", entry.claimed)
+            outcome.seconds = time.perf_counter() - started
+            if self._trace_handled:
+                self._emit("handled", entry.claimed, seconds=outcome.seconds, outcome=outcome.kind)
+            self._outcomes.put(outcome)
 
     # -- settling ---------------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -332,8 +399,10 @@ class Worker:
         pending: list[_Outcome] = []
         finished = False
         next_beat = time.monotonic()
+        last_flush = next_prune = time.monotonic()
         failures = 0
         while not finished or pending:
+            self._refresh_tracing()
             if not finished:
                 try:
                     item = self._outcomes.get(timeout=0.05) if not pending else self._outcomes.get_nowait()
@@ -356,6 +425,11 @@ class Worker:
                     pending = []
                 if self.config.heartbeat and time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self._heartbeat(store)
+                if time.monotonic() - last_flush >= self.config.stats_interval:
+                    last_flush = self._flush_stats(store, last_flush)
+                    if last_flush >= next_prune:
+                        next_prune = last_flush + STATS_PRUNE_SECONDS
+                        self._prune_stats(store)
                 failures = 0
             except DatabaseUnavailable as exc:
                 failures += 1
@@ -367,12 +441,38 @@ class Worker:
                 log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(pending), exc)
                 self._forget(pending)
                 pending = []
+        if store is not None:
+            self._flush_stats(store, last_flush)
+
+    @staticmethod
+    def _prune_stats(store: TaskStore) -> None:
+        try:
+            stats_module.prune(store)
+        except DatabaseError as exc:  # housekeeping: the next prune tries again
+            log.debug("pruning old queue activity rows failed: %s", exc)
+
+    def _flush_stats(self, store: TaskStore, since: float) -> float:
+        """Add what was settled since the last flush, and the handler capacity offered meanwhile,
+        to ``shardq_stats``. Returns the time of this flush."""
+        now = time.monotonic()
+        offered = self.config.concurrency * (now - since)
+        for queue_name in self.config.queues:
+            self._tally.of(queue_name).capacity_seconds += offered
+        self._tally.flush(store)
+        return now
 
     def _settle(self, store: TaskStore, outcomes: list[_Outcome]) -> None:
         acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is None]
         keyed_acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is not None]
         fails = [o for o in outcomes if o.kind == "fail"]
         releases = [o for o in outcomes if o.kind == "release"]
+        self._settled_counts = {}
+        for o in outcomes:
+            if o.seconds is not None:
+                activity = self._tally.of(o.claimed.queue)
+                activity.handled += 1
+                activity.handler_seconds += o.seconds
+                o.seconds = None  # counted once, even if this batch is settled again
         if releases:
             done = store.task_release_many([fenced(o.claimed) for o in releases])
             self._count(releases, done, "released")
@@ -386,6 +486,9 @@ class Worker:
             done = store.task_ack_many([fenced(o.claimed) for o in acks], closed)
             self._count(acks, done, "acked")
         self._forget(outcomes)
+        if self._settled_counts and self._wants("settled"):
+            self._emit("settled", None, counts=self._settled_counts)
+        self._settled_counts = {}
 
     @staticmethod
     def _remove_keyed(store: TaskStore, outcomes: list[_Outcome], remove) -> set[uuid.UUID]:
@@ -436,14 +539,24 @@ class Worker:
     def _count(self, outcomes: list[_Outcome], done: set[uuid.UUID], event: str) -> None:
         lost = [o for o in outcomes if o.claimed.key.id not in done]
         self.stats.add(**{event: len(outcomes) - len(lost), "lease_lost": len(lost)})
+        recorded = event in ("acked", "retried", "dead")
+        per_task = self._trace_outcomes or event in ("retried", "dead")  # the others log at DEBUG only
+        counts = self._settled_counts
         for o in outcomes:
             if o.claimed.key.id in done:
-                self._emit(event, o.claimed)
+                queue_name = o.claimed.queue
+                counts[(event, queue_name)] = counts.get((event, queue_name), 0) + 1
+                if recorded:
+                    activity = self._tally.of(queue_name)
+                    setattr(activity, event, getattr(activity, event) + 1)
+                if not per_task:
+                    continue
+                if o.error is None:
+                    self._emit(event, o.claimed)
+                else:
+                    self._emit(event, o.claimed, last_error=o.error)
         for o in lost:
-            log.warning(
-                "task %s (queue %s, attempt %d): lease lost before %s; the outcome changed nothing",
-                o.claimed.id, o.claimed.queue, o.claimed.attempt, event,
-            )
+            counts[("lease_lost", o.claimed.queue)] = counts.get(("lease_lost", o.claimed.queue), 0) + 1
             self._emit("lease_lost", o.claimed, outcome=event)
 
     def _settled_tokens(self, outcomes: list[_Outcome]) -> set[uuid.UUID]:
@@ -501,6 +614,22 @@ class Worker:
                 self._outcomes.put(_Outcome("release", claimed))
         self._outcomes.put(None)
         settler.join(timeout=max(5.0, self.config.grace_seconds))
+
+
+def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) -> None:
+    """One log line per task event, with its context as ``extra`` fields (JSON logs show them)."""
+    extra = {"event": event, "task_id": task.id, "queue": task.queue, "bucket": task.key.bucket,
+             "attempt": task.attempt, **details}
+    if event == "lease_lost":
+        message = "task %s (queue %s, bucket %s, attempt %d): lease lost before %s; the outcome changed nothing"
+        args = (task.id, task.queue, task.key.bucket, task.attempt, details.get("outcome"))
+    else:
+        message = "task %s %s (queue %s, bucket %s, attempt %d)"
+        args = (task.id, event, task.queue, task.key.bucket, task.attempt)
+        if "last_error" in details:
+            message += ": %s"
+            args += (str(details["last_error"]).splitlines()[-1] if details["last_error"] else "",)
+    log.log(level, message, *args, extra=extra)
 
 
 def _describe(exc: BaseException) -> str:

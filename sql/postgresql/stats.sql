@@ -1,0 +1,79 @@
+-- PostgreSQL: the bucket leads the key (bucket, queue, exec_time, id) and the state is a plain
+-- column, so ready and scheduled counts are capped range scans of one (bucket, queue) in exec_time
+-- order (the few leased rows interleaved there are skipped by the state filter), and leased tasks
+-- are found through shardq_leases (one record per claimed batch), never by scanning for a state.
+
+-- name: stats_snapshot_begin
+-- First statement of the stats transaction: every count reads one snapshot.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: stats_depth_many
+-- Per (queue, bucket), each count capped at cap: tasks in the active span (rank < backlog_rank:
+-- ready and leased rows, ranked by priority; a claim leaves the key alone), scheduled tasks already
+-- due (not promoted yet: they count as ready) and not yet due, and backlog entries. The counts need
+-- no state filter, so they are index-only scans of the primary key that stop at the LIMIT
+-- (measured at 10M rows: 67 ms for 16 x 10,000 entries, against 491 ms with a state filter, which
+-- turns every entry into a heap visit); the caller subtracts the leased tasks found through the
+-- lease records. ORDER BY keeps them plain index scans: a bitmap scan would collect the whole
+-- range before the LIMIT applies. oldest_ready is the earliest exec_time among the first ready row
+-- of each priority (a loose index scan over at most rank_cap priorities) and the first due
+-- scheduled row; ranks says how many priorities were visited.
+SELECT q.name AS queue, b.bucket, c.active, c.due_scheduled, c.scheduled, c.backlog, c.oldest_due_scheduled,
+       h.oldest_ready, h.ranks
+FROM unnest(%(queues)s::TEXT[]) AS q(name)
+CROSS JOIN unnest(%(buckets)s::INT4[]) AS b(bucket)
+CROSS JOIN LATERAL (
+    SELECT
+        (SELECT count(*) FROM (
+            SELECT 1 FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank < %(backlog_rank)s
+            ORDER BY t.rank, t.exec_time LIMIT %(cap)s) AS x) AS active,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(scheduled_rank)s AND t.exec_time <= now()
+            ORDER BY t.exec_time LIMIT %(cap)s) AS x) AS due_scheduled,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(scheduled_rank)s AND t.exec_time > now()
+            ORDER BY t.exec_time LIMIT %(cap)s) AS x) AS scheduled,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(backlog_rank)s
+            ORDER BY t.exec_time LIMIT %(cap)s) AS x) AS backlog,
+        (SELECT t.exec_time FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(scheduled_rank)s AND t.exec_time <= now()
+            ORDER BY t.exec_time LIMIT 1) AS oldest_due_scheduled
+) AS c
+CROSS JOIN LATERAL (
+    WITH RECURSIVE heads (rank, exec_time, n) AS (
+        SELECT f.rank, f.exec_time, 1
+        FROM (SELECT t.rank, t.exec_time FROM shardq_tasks AS t
+              WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank < %(backlog_rank)s AND t.state = 'ready'
+              ORDER BY t.rank, t.exec_time LIMIT 1) AS f
+        UNION ALL
+        SELECT nx.rank, nx.exec_time, h.n + 1
+        FROM heads AS h
+        CROSS JOIN LATERAL (
+            SELECT t.rank, t.exec_time FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank > h.rank AND t.rank < %(backlog_rank)s
+              AND t.state = 'ready'
+            ORDER BY t.rank, t.exec_time LIMIT 1) AS nx
+        WHERE h.n < %(rank_cap)s
+    )
+    SELECT min(exec_time) AS oldest_ready, count(*) AS ranks FROM heads
+) AS h
+
+-- name: stats_leased_by_bucket
+-- Leased tasks per (queue, bucket), found through the lease records (whose size follows what is in
+-- flight, not the table), at most limit in all.
+SELECT x.queue, x.bucket, count(*) AS leased
+FROM (
+    SELECT l.queue, l.bucket
+    FROM shardq_leases AS l
+    CROSS JOIN LATERAL unnest(l.ranks, l.exec_times, l.ids) AS k(rank, exec_time, id)
+    JOIN shardq_tasks AS t
+      ON t.bucket = l.bucket AND t.queue = l.queue AND t.rank = k.rank AND t.exec_time = k.exec_time AND t.id = k.id
+    WHERE l.bucket = ANY(%(buckets)s::INT4[]) AND t.lease_token = l.token AND t.state = 'leased'
+    LIMIT %(limit)s
+) AS x
+GROUP BY x.queue, x.bucket
