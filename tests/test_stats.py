@@ -40,8 +40,8 @@ def test_each_state_is_counted_exactly_per_queue(db):
     for _ in range(3):
         db.make_task("a", exec_time=now - dt.timedelta(seconds=5))
     db.make_task("a", exec_time=now - dt.timedelta(seconds=120))
-    db.make_task("a", exec_time=now + dt.timedelta(hours=1))
-    db.make_task("a", exec_time=now + dt.timedelta(days=2))
+    db.make_task("a", state="scheduled", exec_time=now + dt.timedelta(hours=1))
+    db.make_task("a", state="scheduled", exec_time=now + dt.timedelta(days=2))
     db.make_task("a", state="leased")
     bury(db, db.make_task("a", state="leased"))
     db.make_task("b", state="leased", lease_expires_at=now - dt.timedelta(seconds=10))  # expired: still leased
@@ -54,6 +54,38 @@ def test_each_state_is_counted_exactly_per_queue(db):
     assert b.oldest_ready_age_s is None
 
 
+def test_a_due_scheduled_task_not_promoted_yet_counts_as_ready_and_for_the_lag(db):
+    now = utcnow()
+    db.make_task("q", state="scheduled", exec_time=now - dt.timedelta(seconds=300))
+    db.make_task("q", state="scheduled", exec_time=now + dt.timedelta(seconds=300))
+    db.make_task("q", exec_time=now - dt.timedelta(seconds=10))
+    q = snapshot(db).queues["q"]
+    assert (q.ready, q.scheduled) == (2, 1)
+    assert 299 <= q.oldest_ready_age_s <= 360
+
+
+def test_backlog_entries_are_counted_apart_and_do_not_count_as_ready(db):
+    db.make_task("q", exclusive_key="k")
+    for _ in range(3):
+        db.make_task("q", state="backlog", exclusive_key="k")
+    q = snapshot(db).queues["q"]
+    assert (q.ready, q.backlog) == (1, 3)
+    assert q.due_depth == 1
+    assert sum(d.backlog for d in q.per_bucket.values()) == 3
+
+
+def test_the_oldest_ready_task_is_found_behind_other_priorities(db):
+    now = utcnow()
+    bucket = 1 if db.dialect == "postgresql" else None
+    for priority in (-5, 0, 3):
+        db.make_task("q", priority=priority, exec_time=now - dt.timedelta(seconds=5), bucket=bucket)
+    db.make_task("q", priority=7, exec_time=now - dt.timedelta(seconds=900), bucket=bucket)
+    db.make_task("q", priority=-9, state="leased", exec_time=now - dt.timedelta(seconds=5000), bucket=bucket)
+    q = snapshot(db).queues["q"]
+    assert (q.ready, q.leased) == (4, 1)
+    assert 899 <= q.oldest_ready_age_s <= 960  # the leased one is not waiting
+
+
 def test_a_known_queue_without_tasks_is_listed_with_zeros(db):
     db.client.store.queue_ensure("idle")
     idle = snapshot(db).queues["idle"]
@@ -63,7 +95,7 @@ def test_a_known_queue_without_tasks_is_listed_with_zeros(db):
 
 def test_per_bucket_depth_matches_where_the_tasks_are(db):
     made = [db.make_task("q") for _ in range(12)] + [db.make_task("q", state="leased") for _ in range(3)]
-    made_later = [db.make_task("q", exec_time=utcnow() + dt.timedelta(hours=1)) for _ in range(2)]
+    made_later = [db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1)) for _ in range(2)]
     stats = snapshot(db)
     q = stats.queues["q"]
     ready = Counter(t.key.bucket for t in made[:12])
@@ -79,7 +111,7 @@ def test_per_bucket_depth_matches_where_the_tasks_are(db):
 
 def test_a_count_that_reaches_the_bucket_cap_is_reported_as_at_least(db):
     tasks = [db.make_task("q") for _ in range(20)]
-    db.make_task("q", exec_time=utcnow() + dt.timedelta(hours=1))
+    db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     per_bucket = Counter(t.key.bucket for t in tasks)
     assert max(per_bucket.values()) >= 3  # 20 tasks over 4 buckets
     q = snapshot(db, bucket_cap=3).queues["q"]
@@ -115,15 +147,15 @@ def test_options_are_validated():
 
 
 # -- rates and activity -------------------------------------------------------------------------
-def test_enqueues_are_counted_per_queue_by_the_enqueue_statements(db):
+def test_enqueues_are_counted_per_queue(db):
     db.client.enqueue_many("q", [b"x"] * 7, batch_size=3)
     db.client.enqueue("q", b"keyed", dedupe_key="k")
     db.client.enqueue("q", b"keyed again", dedupe_key="k")  # a duplicate inserts nothing, counts nothing
-    db.client.enqueue("other", b"y")
-    # The first statement per queue is counted at once, the next ones at most once a second (or
-    # when the client closes); flush_enqueue_counts is what close does.
+    # A queue's first enqueue is counted at once, the next ones at most once a second (or when the
+    # client closes); flush_enqueue_counts is what close does.
     assert snapshot(db).queues["q"].activity.enqueued == 3
     db.client.store.flush_enqueue_counts()
+    db.client.enqueue("other", b"y")
     stats = snapshot(db)
     assert stats.queues["q"].activity.enqueued == 8
     assert stats.queues["other"].activity.enqueued == 1
@@ -247,7 +279,7 @@ def cli_run(db, *args):
 
 def test_stats_json_keeps_the_contract_keys_and_adds_more_beside_them(db):
     db.make_task("q")
-    db.make_task("q", exec_time=utcnow() + dt.timedelta(hours=1))
+    db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     data = json.loads(cli_run(db, "stats", "--json", "--current"))
     assert data["buckets"] == 4
     q = data["queues"]["q"]
@@ -257,7 +289,9 @@ def test_stats_json_keeps_the_contract_keys_and_adds_more_beside_them(db):
     for extra in ("enqueue_rate", "completion_rate", "failure_rate", "lead_time_s", "lead_time_by_duration_s",
                   "mean_handler_s", "accuracy"):
         assert extra in q
-    assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "dead": "exact"}
+    assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "backlog": "exact",
+                             "dead": "exact"}
+    assert q["backlog"] == 0
     assert "per_bucket" not in q
     assert {"as_of", "bucket_cap", "buckets_counted", "window_s"} <= set(data)
 
@@ -379,7 +413,10 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
     pg_db.client.enqueue_many("q", [b"x"] * 8000, batch_size=4000)
     pg_db.sql("ANALYZE shardq_tasks")
     text = statements_for("postgresql")["stats_depth_many"].text
-    params = {"queues": ["q", "absent"], "buckets": [0, 1, 2, 3], "cap": 100}
+    from shardq.models import RANK_BACKLOG, RANK_SCHEDULED
+
+    params = {"queues": ["q", "absent"], "buckets": [0, 1, 2, 3], "cap": 100, "rank_cap": 32,
+              "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
     rows = pg_db.sql("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params)
     data = rows[0]["QUERY PLAN"]
     tree = (json.loads(data) if isinstance(data, str) else data)[0]["Plan"]
@@ -390,7 +427,7 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
     assert [n for n in scans if "Filter" not in n] and all(
         n["Node Type"] == "Index Only Scan" for n in scans if "Filter" not in n)
     rows_read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
-    # 2 queues x 4 buckets x (100 due + 0 scheduled + 1 oldest) at most, out of 8000 rows
+    # 2 queues x 4 buckets x (100 active + 1 head of the one priority in use) at most, of 8000 rows
     assert rows_read <= 2 * 4 * 101
     depth = pg_db.sql(text, params)
-    assert sum(r["due"] for r in depth if r["queue"] == "q") == 400
+    assert sum(r["active"] for r in depth if r["queue"] == "q") == 400
