@@ -18,9 +18,10 @@ session that answers the worker's statements from memory (no database), and repo
 CPU time per task: the Python cost of the per-task hooks, free of database and machine noise.
 Variant arguments ``metrics`` / ``debug-log`` turn the Prometheus hook / DEBUG logging on.
 
-``--enqueue-ab OLD.sql`` instead times the enqueue statement of ``OLD.sql`` against the current
-one in a single process, alternating them statement by statement on one database (batches of 1
-and of 1000 rows), which isolates the statement's own cost from the machine's noise.
+``--enqueue-ab`` instead times enqueues through two stores in one process, alternating call by call
+on one database (batches of 1 and of 1000 rows): one counts its enqueues for the activity
+counters as shipped, the other has counting switched off — the enqueue path's own cost, isolated
+from the machine's noise.
 
 Example (what the report in docs/introspection.md quotes)::
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shlex
 import statistics
 import subprocess
@@ -91,22 +91,22 @@ class FakeSession:
     def close(self):
         pass
 
-    def fetch_one(self, name, params=None):
+    def fetch_one(self, name, params=None, **options):
         rows = self.fetch_all(name, params)
         return rows[0] if rows else None
 
-    def execute(self, name, params=None):
+    def execute(self, name, params=None, **options):
         self.fetch_all(name, params)
 
-    def fetch_all(self, name, params=None):
+    def fetch_all(self, name, params=None, **options):
         if name == "layout_get":
             return [{"bucket_count": 16, "resizing_from": None}]
         if name == "task_claim_batch":
             n = min(params["limit"], SHARED.left)
             SHARED.left -= n
-            return [{"bucket": params["bucket"], "queue": params["queue"], "exec_time": NOW, "id": uuid.uuid4(),
-                     "attempts": 1, "max_attempts": 25, "payload": b"x", "lease_expires_at": NOW,
-                     "created_at": NOW} for _ in range(n)]
+            return [{"bucket": params["bucket"], "queue": params["queue"], "rank": 0, "exec_time": NOW,
+                     "id": uuid.uuid4(), "attempts": 1, "max_attempts": 25, "payload": b"x", "lease_expires_at": NOW,
+                     "created_at": NOW, "priority": 0, "exclusive_key": None} for _ in range(n)]
         if name in ("task_ack_many", "task_release_many"):
             return [{"id": i} for i in params["ids"]]
         return []
@@ -135,7 +135,7 @@ def worker_cpu(variants, args) -> None:
         order = variants if round_no % 2 == 0 else list(reversed(variants))
         for name, python, extra in order:
             out = subprocess.run([python, "-c", WORKER_CPU_SNIPPET, str(args.worker_cpu), *extra], check=True,
-                                 capture_output=True, text=True).stdout.split()
+                                 capture_output=True, text=True, timeout=600).stdout.split()
             per_task_us = float(out[0]) / args.worker_cpu * 1e6
             results[name].append(per_task_us)
             print(f"round {round_no} {name:16s} cpu/task={per_task_us:.2f} us  wall={float(out[1]):.2f} s", flush=True)
@@ -213,23 +213,18 @@ def run_once(server_url_for, python: str, extra: list[str], args) -> dict[str, f
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def enqueue_ab(old_sql: Path, args) -> None:
-    """Three ways to enqueue, alternated statement by statement on one connection: ``old`` (the
-    statement of OLD.sql, no counter), ``every`` (the counter upsert in every statement), ``now``
-    (what the store does: the counted form once a second per queue, the plain one otherwise)."""
+def enqueue_ab(args) -> None:
+    """Enqueue through a store that counts (as shipped) and one whose counting is switched off,
+    alternating call by call."""
     import uuid as uuid_module
 
     from shardq import migrate
+    from shardq.client import Client
     from shardq.db import Dsn
     from shardq.embedded import EmbeddedServer
-    from shardq.queries import parse, statements_for
-    from shardq.store import ENQUEUE_COUNT_SECONDS
+    from shardq.producer import Producer
+    from shardq.store import TaskStore
 
-    texts = {
-        "old": parse(old_sql.read_text())["task_insert_many"].text,
-        "every": statements_for("postgresql")["task_insert_many_counted"].text,
-    }
-    plain = statements_for("postgresql")["task_insert_many"].text
     server = EmbeddedServer(Path(args.home))
     server.start()
     name = f"bench_{uuid_module.uuid4().hex[:10]}"
@@ -237,36 +232,27 @@ def enqueue_ab(old_sql: Path, args) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         migrate.upgrade(Dsn.parse(server.url(name)), buckets=args.buckets)
-        with psycopg.connect(server.url(name), autocommit=True) as conn:
-            for batch, rounds in ((1, args.single), (1000, max(20, args.tasks // 1000))):
-                times: dict[str, list[float]] = {"old": [], "every": [], "now": []}
-                last_counted = 0.0
-                for i in range(rounds):
-                    order = list(times)
-                    random.Random(i).shuffle(order)
-                    for label in order:
-                        text = texts.get(label)
-                        if label == "now":
-                            due = time.monotonic() - last_counted >= ENQUEUE_COUNT_SECONDS
-                            text = texts["every"] if due else plain
-                            if due:
-                                last_counted = time.monotonic()
-                        params = {
-                            "queue": "ab", "ids": [uuid_module.uuid4() for _ in range(batch)],
-                            "payloads": [b"x"] * batch, "delays": [0.0] * batch, "run_ats": [None] * batch,
-                            "max_attempts": [None] * batch, "dedupe_keys": [None] * batch,
-                            "stats_slot": random.randrange(8), "stats_pending": 0,
-                        }
-                        started = time.perf_counter()
-                        conn.execute(text, params).fetchall()
-                        times[label].append(time.perf_counter() - started)
-                base_median, base_total = statistics.median(times["old"]), sum(times["old"])
-                line = [f"batch {batch:5d} x {rounds}:"]
-                for label, values in times.items():
-                    line.append(f"{label} median {statistics.median(values) * 1e3:.3f} ms "
-                                f"({statistics.median(values) / base_median:.3f}), total {sum(values):.2f} s "
-                                f"({sum(values) / base_total:.3f})")
-                print("  ".join(line), flush=True)
+        client = Client(server.url(name))
+        counting = Producer(TaskStore(client.new_session()))
+        silent_store = TaskStore(client.new_session())
+        silent_store.count_enqueued = lambda queue, count: None  # type: ignore[method-assign]
+        producers = {"uncounted": Producer(silent_store), "counted": counting}
+        for batch, rounds in ((1, args.single), (1000, max(20, args.tasks // 1000))):
+            times: dict[str, list[float]] = {label: [] for label in producers}
+            for i in range(rounds):
+                order = list(producers.items()) if i % 2 == 0 else list(reversed(producers.items()))
+                for label, producer in order:
+                    started = time.perf_counter()
+                    producer.enqueue_many("ab", [b"x"] * batch, batch_size=1000)
+                    times[label].append(time.perf_counter() - started)
+            base_median, base_total = statistics.median(times["uncounted"]), sum(times["uncounted"])
+            line = [f"batch {batch:5d} x {rounds}:"]
+            for label, values in times.items():
+                line.append(f"{label} median {statistics.median(values) * 1e3:.3f} ms "
+                            f"({statistics.median(values) / base_median:.3f}), total {sum(values):.2f} s "
+                            f"({sum(values) / base_total:.3f})")
+            print("  ".join(line), flush=True)
+        client.close()
     finally:
         with psycopg.connect(server.url("postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -277,8 +263,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="PYTHON [WORK ARGS]"')
     parser.add_argument("--worker-cpu", type=int, default=None, metavar="N",
                         help="time one in-process worker over N tasks against a fake session instead")
-    parser.add_argument("--enqueue-ab", type=Path, default=None, metavar="OLD.sql",
-                        help="time OLD.sql's task_insert_many against the current one instead")
+    parser.add_argument("--enqueue-ab", action="store_true",
+                        help="time enqueues with and without the activity counting instead")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=3000, help="single-statement enqueues per producer")
@@ -290,7 +276,7 @@ def main() -> None:
     parser.add_argument("--home", default="/tmp/shardq-bench-home", help="embedded server's SHARDQ_HOME")
     args = parser.parse_args()
     if args.enqueue_ab:
-        enqueue_ab(args.enqueue_ab, args)
+        enqueue_ab(args)
         return
     if not args.variant:
         parser.error("give --variant at least once, or --enqueue-ab")

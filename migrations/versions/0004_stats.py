@@ -9,8 +9,8 @@ bounded, per-bucket scans (see :mod:`shardq.stats`), so it is right whatever wro
 Rates need history, which the tasks table cannot give (finished tasks are deleted), so the writers
 add what they did to one row per (queue, minute, slot):
 
-* the producer, inside its enqueue statement (the first per queue, then at most once a second,
-  carrying the counts of the statements in between: one row upsert a second, not per statement);
+* the producer, from memory: at once for a queue it has not counted yet, then at most once a
+  second (one small statement, whatever the enqueue rate);
 * each worker, from memory, every couple of seconds (one statement per flush, whatever the
   throughput) — acks, retries, dead letters, handler time, and the handler capacity it offered;
 * the reaper, once per run (expired leases and the dead letters they caused).

@@ -33,8 +33,8 @@ Depth, per (queue, bucket), from the tasks table itself
     counted (it reads the first row of each bucket's due range), a lower bound when sampled.
 
 Rates, from ``shardq_stats`` (per-minute counters, migration 0004)
-    The producer adds to them inside its enqueue statement (the first per queue, then at most
-    once a second with the counts held in between); workers add acks, retries, dead
+    The producer adds its enqueues from memory (at once for a queue it has not counted yet, then
+    at most once a second, one small statement); workers add acks, retries, dead
     letters, handler time and offered handler capacity from memory every ``stats_interval``
     seconds (2 s), one statement per flush; the reaper adds expired leases once per run. Rates are
     averages over the window: the current minute plus ``window_minutes`` (5) full minutes before
