@@ -23,12 +23,13 @@ on one database (batches of 1 and of 1000 rows): one counts its enqueues for the
 counters as shipped, the other has counting switched off — the enqueue path's own cost, isolated
 from the machine's noise.
 
-Example (what the report in docs/introspection.md quotes)::
+Example (what docs/introspection.md quotes; install both versions the same way, not editable:
+an editable install's import hooks alone add ~0.1 s of CPU per worker process)::
 
-    .venv/bin/python tools/bench_introspection.py \
-        --variant before=/tmp/venv-main/bin/python \
-        --variant after=.venv/bin/python \
-        --variant after+metrics=".venv/bin/python --metrics-port 0" --rounds 3
+    python tools/bench_introspection.py \
+        --variant before=/tmp/venv-before/bin/python \
+        --variant after=/tmp/venv-after/bin/python \
+        --variant after+metrics="/tmp/venv-after/bin/python --metrics-port 0" --rounds 6
 
 Prints one line per run and the median per variant. Only ratios mean anything: the machine is
 shared.

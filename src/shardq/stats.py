@@ -48,8 +48,8 @@ Lead time (see :class:`shardq.models.QueueStats`)
     when the window has no completions / no timings, and lower bounds when the backlog is.
 
 Measured on the embedded PostgreSQL with 10,000,000 ready tasks in 16 buckets: the full
-``GROUP BY queue`` this replaces took 4.6-5.9 s per call; :func:`collect` takes 73 ms with the
-default cap (16 x 10,000 index entries), 18 ms with a cap of 1,000 (docs/introspection.md).
+``GROUP BY queue`` this replaces took 2.7-5.9 s per call; :func:`collect` takes 41 ms with the
+default cap (16 x 10,000 index entries), 13 ms with a cap of 1,000 (docs/introspection.md).
 """
 
 from __future__ import annotations
