@@ -1,7 +1,7 @@
 """Per-minute activity counters for `shardq stats` / `shardq top`: rates, failures, handler time.
 
 Revision ID: 0004_stats
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-23
 
 Depth (ready, scheduled, leased, dead) is *not* kept here: it is counted from the tasks table with
@@ -24,7 +24,7 @@ stays at most (queues x 60 x slots) rows.
 from alembic import op
 
 revision = "0004_stats"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
