@@ -1,6 +1,6 @@
 """Per-minute activity counters for `shardq stats` / `shardq top`: rates, failures, handler time.
 
-Revision ID: 0004_stats
+Revision ID: 0003_stats
 Revises: 0002
 Create Date: 2026-11-23
 
@@ -23,7 +23,7 @@ stays at most (queues x 60 x slots) rows.
 
 from alembic import op
 
-revision = "0004_stats"
+revision = "0003_stats"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
