@@ -39,11 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import admin
 from . import migrate as migrate_module
 from . import validation
 from .config import resolve_dsn
 from .db import Dsn, Session
 from .errors import ShardqError
+
 from .store import TaskStore
 
 TASKS_DEFAULT = 200_000  # about a minute end to end on a 2-core machine (Spark start included)
@@ -184,9 +186,10 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs, kill_one: bool,
         with Session(dsn, application_name="shardq-demo") as session:
             store = TaskStore(session)
             while True:
-                stats = store.stats_tasks_by_queue().get(queue)
-                left = (stats.ready + stats.scheduled + stats.leased) if stats else 0
-                dead = store.stats_dead_by_queue().get(queue, 0)
+                # bounded per-bucket counts: a lower bound while deep, exact once small (see shardq.stats)
+                stats = admin.stats(store).queues.get(queue)
+                left = (stats.ready + stats.scheduled + stats.leased + stats.backlog) if stats else 0
+                dead = stats.dead if stats else 0
                 report_progress("drain", tasks - left, tasks)
                 if kill_one and report.killed_worker is None and tasks - left >= KILL_AT_FRACTION * tasks:
                     victim = processes[0]

@@ -32,7 +32,7 @@ Depth, per (queue, bucket), from the tasks table itself
     count as :attr:`Accuracy.ESTIMATE`. The oldest due task's age is exact when all buckets were
     counted (it reads the first row of each bucket's due range), a lower bound when sampled.
 
-Rates, from ``shardq_stats`` (per-minute counters, migration 0004)
+Rates, from ``shardq_stats`` (per-minute counters, migration 0003)
     The producer adds its enqueues from memory (at once for a queue it has not counted yet, then
     at most once a second, one small statement); workers add acks, retries, dead
     letters, handler time and offered handler capacity from memory every ``stats_interval``
