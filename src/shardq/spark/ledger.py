@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..db import Session
 from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
 from ..models import RANK_SCHEDULED
+from ..store import TaskStore
 
 log = logging.getLogger("shardq.spark")
 
@@ -180,6 +181,7 @@ def merge_chunks(
     def work() -> None:
         with session_factory() as session:
             ledger = SparkLedger(session)
+            counter = TaskStore(session)  # enqueue-rate counters (shardq stats), flushed in batches
             while not stop.is_set():
                 try:
                     chunk = todo.get_nowait()
@@ -195,10 +197,13 @@ def merge_chunks(
                             counts["tasks"] += merged
                         if on_chunk is not None:
                             on_chunk(chunk, merged)
+                    if merged:
+                        counter.count_enqueued(run.queue, merged)
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                     errors.append(exc)
                     stop.set()
                     return
+            counter.flush_enqueue_counts()
 
     threads = [threading.Thread(target=work, name=f"shardq-merge-{i}", daemon=True)
                for i in range(max(1, min(workers, total)))]
