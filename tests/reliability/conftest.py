@@ -1,0 +1,43 @@
+"""Shared pieces of the reliability suites: the figures collector and the report hook."""
+
+from __future__ import annotations
+
+import pytest
+
+from .report import FIGURES, write_if_requested
+
+
+@pytest.fixture
+def figures():
+    return FIGURES
+
+
+def pytest_runtest_logreport(report):
+    if "tests/reliability/" not in report.nodeid.replace("\\", "/"):
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        FIGURES.outcomes[report.outcome] += 1
+        if report.outcome == "failed":
+            message = str(report.longrepr.reprcrash.message if hasattr(report.longrepr, "reprcrash") else report.longrepr)
+            FIGURES.failures.append((report.nodeid, message.strip().splitlines()[0][:300] if message.strip() else "failed"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = write_if_requested()
+    if path is not None:
+        session.config.get_terminal_writer().line(f"reliability report written to {path}")
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """An embedded PostgreSQL owned by one test (which may stop and start it), migrated with four
+    buckets. Yields (server, dsn text)."""
+    from shardq import migrate
+    from shardq.db import Dsn
+    from shardq.embedded import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "pg-home")
+    url = server.start()
+    migrate.upgrade(Dsn.parse(url), buckets=4)
+    yield server, url
+    server.stop()

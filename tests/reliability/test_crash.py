@@ -1,0 +1,162 @@
+"""Crash suite: real ``shardq work`` and ``shardq reap`` processes SIGKILLed at chosen and random
+moments, over many rounds, against the real (embedded) PostgreSQL.
+
+Promise under test: at-least-once, nothing lost, nothing stuck, nothing dead-lettered without
+cause, and a task runs more than once only when a lease genuinely expired.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from shardq import NewTask
+
+from .harness import HANDLER, Processes, account, lease_lost_reports, read_executions, wait_until
+
+# Worker kill moments, cycled over the rounds so every one of them is hit.
+MOMENTS = ["handler", "claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "random"]
+REAPER_MOMENTS = ["reap-during", "reap-after"]
+LEASE_SECONDS = 1.0
+ROUND_DEADLINE = 120.0
+
+
+def _hook(moment: str, rng: random.Random) -> str | None:
+    if moment == "random":
+        return None  # killed by the test at a random instant once it is working
+    n = {"handler": rng.randint(1, 12), "claim-during": rng.randint(1, 3), "claim-after": rng.randint(1, 3)}.get(
+        moment, rng.randint(1, 4)
+    )
+    return f"{moment}:{n}"
+
+
+def _worker_args(queue: str, rng: random.Random) -> list[str]:
+    return ["work", queue, "--handler", HANDLER, "--concurrency", str(rng.randint(2, 3)),
+            "--batch", str(rng.randint(3, 8)), "--lease", str(LEASE_SECONDS)]
+
+
+def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> dict:
+    queue = f"crash-{number}"
+    out = tmp_path / f"round{number}"
+    db.client.set_queue(queue, backoff_base=0.05, backoff_cap=0.25)
+    payloads = [b"poison" if rng.random() < 0.05 else b"ok" for _ in range(tasks)]
+    result = db.client.enqueue_many(queue, [NewTask(p) for p in payloads])
+    enqueued = {task_id: p == b"poison" for task_id, p in zip(result.enqueued_ids, payloads)}
+
+    procs = Processes(db.dsn.conninfo, out)
+    plan = [MOMENTS[(2 * number + i) % len(MOMENTS)] for i in range(2)]
+    random_kill_at: dict[int, float] = {}
+    live = []
+    for moment in plan:
+        proc = procs.start("worker", _worker_args(queue, rng), kill_hook=_hook(moment, rng))
+        proc.moment = moment
+        live.append(proc)
+    reaper_moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
+    reaper = procs.start("reaper", ["reap", "--interval", "0.1"], kill_hook=f"{reaper_moment}:1")
+    reaper.moment = reaper_moment
+    test_reaper = db.client.reaper()
+    started = time.monotonic()
+    next_reap = started
+    while True:
+        now = time.monotonic()
+        remaining = db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})[0]["n"]
+        if remaining == 0 or now - started > ROUND_DEADLINE:
+            break
+        if now >= next_reap:  # the test's own reaper; the reaper process races it
+            test_reaper.run_once()
+            next_reap = now + 0.5
+        for proc in list(live):
+            if proc.poll() is not None:
+                live.remove(proc)
+            elif proc.moment == "random":
+                if proc.pid not in random_kill_at and (out / f"rec.{proc.pid}").exists():
+                    random_kill_at[proc.pid] = now + rng.uniform(0.0, 0.5)
+                if now >= random_kill_at.get(proc.pid, float("inf")):
+                    procs.kill(proc)
+                    live.remove(proc)
+        while len(live) < 2:  # replacements carry no kill hook
+            proc = procs.start("worker", _worker_args(queue, rng))
+            proc.moment = None
+            live.append(proc)
+        time.sleep(0.05)
+    seconds = time.monotonic() - started
+    procs.terminate_all()
+    test_reaper.store.session.close()
+
+    rows = db.sql("SELECT id::text AS id, state FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    dead = {r["id"] for r in db.sql("SELECT id::text AS id FROM shardq_dead WHERE queue = %(q)s", {"q": queue})}
+    killed = procs.killed_pids()
+    lost_logged = lease_lost_reports(procs.logs())
+    accounting = account(
+        enqueued, read_executions(out), remaining={r["id"] for r in rows}, dead=dead,
+        killed_pids=killed, lease_lost=lost_logged,
+    )
+    exit_codes = Counter(p.popen.returncode for p in procs.all)
+    unclean = [(p.role, p.popen.returncode, p.log.read_text(errors="replace")[-400:])
+               for p in procs.all if p.popen.returncode not in (0, -9)]
+    moments = [p.moment or "?" for p in procs.all if p.died_of_sigkill]
+    return {
+        "round": number,
+        "moments": moments,
+        "kills": len(killed),
+        "tasks": accounting.tasks,
+        "processed": accounting.processed,
+        "lost": len(accounting.lost),
+        "stuck": len(accounting.stuck),
+        "dead_expected": accounting.dead_expected,
+        "dead_unexpected": len(accounting.dead_unexpected),
+        "duplicates": len(accounting.duplicates),
+        "unexplained": len(accounting.unexplained),
+        "duplicate_list": [{"explanation": d.explanation, "text": d.describe()} for d in accounting.duplicates],
+        "lease_lost": len(lost_logged),
+        "exit_codes": dict(exit_codes),
+        "seconds": seconds,
+        "_problems": accounting.problems() + ([f"unclean exits: {unclean}"] if unclean else []),
+    }
+
+
+def drain_lease_records(db) -> int:
+    """Reap until every lease record of the dead workers has expired and been swept; returns how
+    many records are left (0 expected)."""
+    reaper = db.client.reaper()
+
+    def swept():
+        reaper.run_once()
+        return db.count("shardq_leases") == 0
+
+    try:
+        wait_until(swept, timeout=30, interval=0.2, what="lease records to be swept")
+    except AssertionError:
+        pass
+    finally:
+        reaper.store.session.close()
+    return db.count("shardq_leases")
+
+
+@pytest.mark.parametrize(
+    "rounds,tasks",
+    [pytest.param(3, 60, id="fast"), pytest.param(30, 150, id="full", marks=pytest.mark.slow)],
+)
+def test_killed_workers_and_reapers_lose_nothing_and_duplicate_only_after_expired_leases(
+    pg_db, tmp_path, figures, rounds, tasks
+):
+    seed = uuid.uuid4().int % 10_000
+    rng = random.Random(seed)
+    problems = []
+    records = []
+    for number in range(rounds):
+        record = run_round(pg_db, tmp_path, number, rng, tasks=tasks)
+        problems += [f"round {number} (seed {seed}): {p}" for p in record.pop("_problems")]
+        records.append(record)
+    stale = drain_lease_records(pg_db)
+    for record in records:
+        record["stale_leases"] = stale
+        figures.add("crash", **record)
+    assert not problems, "\n".join(problems)
+    assert stale == 0
+    total_kills = sum(r["kills"] for r in records)
+    assert total_kills >= rounds, "the kill hooks did not fire: the suite tested nothing"
