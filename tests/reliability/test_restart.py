@@ -16,6 +16,9 @@ import pytest
 
 from shardq import Client, DatabaseError, NewTask, backoff
 
+from shardq.db import Dsn
+
+from ..factories import TestDatabase
 from .harness import HANDLER, Processes, lease_lost_reports, read_executions, wait_until
 
 QUEUE = "restart"
@@ -133,3 +136,58 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     assert not unexplained, [(r.task_id, r.attempt, r.pid) for r in unexplained]
     assert reaper.popen.returncode == 0
 
+
+def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running(own_server, tmp_path, figures):
+    """One claim leases a, b, b, b. a finishes while the database is down, so its ack is retried
+    several times; the worker then dies holding the b's. Their lease record must survive the
+    retried ack, or the reaper (which finds expired leases through those records) never returns
+    them: they would stay leased forever."""
+    server, url = own_server
+    factory = TestDatabase(Dsn.parse(url), "postgresql")
+    client = factory.client
+    # All four in one bucket, so one claim statement leases them under one token, a first.
+    factory.make_task("q", payload=b"a", bucket=0, priority=-1)
+    for _ in range(3):
+        factory.make_task("q", payload=b"b", bucket=0)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    out = tmp_path / "records"
+    procs = Processes(url, out, extra_env={"SHARDQ_REL_HOLD": str(gates)})
+    worker = procs.start("worker", ["work", "q", "--handler", "tests.reliability.crash_handlers:hold",
+                                    "--concurrency", "2", "--batch", "4", "--lease", "6"])
+    try:
+        wait_until(lambda: len(read_executions(out)) == 2, 60, what="a and one b to start")
+        server.stop()
+        (gates / "a").touch()
+        wait_until(lambda: worker.log.read_text().count("settling 1 outcomes failed") >= 3, 60,
+                   what="the ack of a to fail three times")
+        server.start()
+        session = client.store.session
+
+        def a_acked():
+            try:
+                return session.execute_raw("SELECT count(*) AS n FROM shardq_tasks WHERE payload = 'a'")[0]["n"] == 0
+            except DatabaseError:
+                return False  # the first statement after the restart finds its connection gone
+
+        wait_until(a_acked, 60, what="the ack of a to go through after the restart")
+        procs.kill(worker)  # dies holding the three b's
+        reaper = client.reaper()
+
+        def returned():
+            reaper.run_once()
+            rows = session.execute_raw("SELECT state FROM shardq_tasks")
+            return len(rows) == 3 and all(r["state"] in ("ready", "scheduled") for r in rows)
+
+        stuck = False
+        try:
+            wait_until(returned, 30, interval=0.2, what="the reaper to return the dead worker's tasks")
+        except AssertionError:
+            stuck = True
+        figures.add("restart", scenario="ack retried through an outage, then the worker is killed", restarts=1,
+                    batches_ok=2, batches_raised=0, raised_committed=0, raised_absent=0, half_applied=0, tasks=4,
+                    lost=0, stuck=3 if stuck else 0, exit_codes={worker.popen.returncode: 1})
+        assert not stuck, "the tasks of the dead worker stayed leased: their lease record was dropped early"
+    finally:
+        procs.terminate_all()
+        factory.close()
