@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import validation
-from .errors import AmbiguousResult, LeaseLost, SerializationConflict, ShardLayoutChanged
+from .errors import AmbiguousResult, DatabaseError, LeaseLost, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
 from .store import Fenced, TaskStore
 
@@ -147,9 +147,15 @@ class Consumer:
             try:
                 lease = self.lease_for(queue)
                 tasks = self._claim(bucket, queue, want, lease, result)
-                if len(tasks) < want and self._promote(bucket, queue, result):
-                    tasks += self._claim(bucket, queue, want - len(tasks), lease, result)
-                    result.statements += 1
+                try:
+                    if len(tasks) < want and self._promote(bucket, queue, result):
+                        tasks += self._claim(bucket, queue, want - len(tasks), lease, result)
+                        result.statements += 1
+                except DatabaseError:
+                    if not tasks:
+                        raise
+                    # The first statement already leased these: hand them out rather than strand
+                    # them under a lease nobody holds. The next call meets the error if it persists.
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
                 self.layout(refresh=True)
