@@ -68,9 +68,11 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
               help="Address the metrics endpoint listens on.")
+@click.option("--statement-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
+              help="The server cancels a statement after this long (then retried with backoff); 0: no limit.")
 @click.pass_context
 def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host) -> None:
+         metrics_host, statement_timeout) -> None:
     """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
     from shardq.handlers import load_handler
     from shardq.runner import run_worker
@@ -81,7 +83,7 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
         list(queues),
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
-             heartbeat=heartbeat, until_empty=until_empty),
+             heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
@@ -96,13 +98,15 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
 @cli.command("reap")
 @click.option("--once", is_flag=True, help="One pass over every bucket, then exit.")
 @click.option("--interval", type=float, default=5.0, show_default=True, metavar="SECONDS", help="Pause between passes.")
+@click.option("--statement-timeout", type=float, default=30.0, show_default=True, metavar="SECONDS",
+              help="The server cancels a statement after this long (the pass is retried with backoff); 0: no limit.")
 @click.pass_context
-def reap(ctx, once, interval) -> None:
+def reap(ctx, once, interval, statement_timeout) -> None:
     """Return expired leases to their queues (or to the dead letters)."""
     import signal
 
     client = client_from(ctx)
-    reaper = client.reaper(interval=interval)
+    reaper = client.reaper(interval=interval, statement_timeout=statement_timeout or None)
     if once:
         result = reaper.run_once()
         click.echo(f"reaped {result.reaped}: {result.retried} back to ready, {result.dead} dead")

@@ -20,6 +20,7 @@ from .errors import (
     SerializationConflict,
     ShardLayoutChanged,
     ShardqError,
+    StatementTimeout,
     TaskNotFound,
 )
 from .models import EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
@@ -32,6 +33,6 @@ __all__ = [
     "AmbiguousResult", "Client", "Consumer", "DatabaseError", "DatabaseUnavailable", "EnqueueResult",
     "InvalidHandler", "InvalidInput", "LeaseLost", "LockTimeout", "NewTask", "NotMigrated", "Permanent",
     "QueuePaused", "QueueSettings", "Reaper", "ReaperConfig", "ReapResult", "ResizeInProgress", "ResizeResult",
-    "SerializationConflict", "ShardLayoutChanged", "ShardqError", "Stats",
+    "SerializationConflict", "ShardLayoutChanged", "ShardqError", "StatementTimeout", "Stats",
     "Task", "TaskNotFound", "Worker", "WorkerConfig", "WorkerStats", "connect",
 ]

@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Iterable, Sequence
 
-from . import admin, migrate as migrate_module, resize as resize_module
+from . import admin, migrate as migrate_module, resize as resize_module, validation
 from .config import resolve_dsn
 from .db import Dsn, Session
 from .errors import DatabaseError
@@ -109,16 +109,23 @@ class Client:
     # -- consuming --------------------------------------------------------------------------
     def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, events=None, **options) -> Worker:
         """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields;
-        ``on_event``/``events`` are the worker's event hook and the events it wants."""
-        config = WorkerConfig(queues=tuple(queues), **options)
-        return Worker(self.new_session, handler, config, on_event=on_event, events=events)
+        ``on_event``/``events`` are the worker's event hook and the events it wants. Its sessions
+        carry ``statement_timeout`` (default 10 s)."""
+        config = WorkerConfig(queues=tuple(queues), **options).validate()
+        timeout_ms = validation.milliseconds(config.statement_timeout)
+        return Worker(lambda: self.new_session(statement_timeout_ms=timeout_ms), handler, config, on_event=on_event,
+                      events=events)
 
     def work(self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options) -> WorkerStats:
         """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
         return self.worker(queues, handler, **options).run(install_signal_handlers=install_signal_handlers)
 
     def reaper(self, **options) -> Reaper:
-        return Reaper(TaskStore(self.new_session()), ReaperConfig(**options))
+        """A :class:`Reaper` on its own session; ``options`` are :class:`ReaperConfig` fields. Its
+        session carries ``statement_timeout`` (default 30 s)."""
+        config = ReaperConfig(**options).validate()
+        session = self.new_session(statement_timeout_ms=validation.milliseconds(config.statement_timeout))
+        return Reaper(TaskStore(session), config)
 
     def reap_once(self) -> ReapResult:
         return Reaper(self.store).run_once()

@@ -19,6 +19,8 @@ Guarantees
       transaction or on COMMIT) means the statement may or may not have committed. It is re-sent
       only for statements the caller marks ``resend_ambiguous`` (the lease-fenced ones, see below);
       otherwise it surfaces as :class:`AmbiguousResult`.
+    * A statement the server cancels (``statement_timeout_ms``, or an operator's cancel) raises
+      :class:`StatementTimeout`; it changed nothing.
 
 Why the lease token makes re-sent acks (and lost claims) safe
     A claim writes a fresh random ``lease_token`` into every row it leases and hands the token to
@@ -82,6 +84,7 @@ from .errors import (
     NotMigrated,
     SerializationConflict,
     ShardLayoutChanged,
+    StatementTimeout,
 )
 
 log = logging.getLogger("shardq.db")
@@ -172,6 +175,8 @@ def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
         return LockTimeout(message)
     if getattr(exc, "sqlstate", None) == "40003":
         return AmbiguousResult(message)
+    if isinstance(exc, pgerrors.QueryCanceled):
+        return StatementTimeout(message)
     if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not isinstance(
         exc, pgerrors.QueryCanceled
     ):

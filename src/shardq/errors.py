@@ -27,17 +27,35 @@ class InvalidHandler(InvalidInput):
 class DatabaseError(ShardqError):
     """The database refused or failed a statement."""
 
+    #: True for failures that say nothing about the statement itself (a lost connection, a
+    #: timeout, a conflict): the same statement may well succeed later. Workers and reapers retry
+    #: these with backoff. Whether re-sending is *safe* is another matter (see AmbiguousResult).
+    transient = False
+
 
 class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached, or the connection to it was lost."""
+
+    transient = True
+
+
+class StatementTimeout(DatabaseError):
+    """The database cancelled the statement: it ran past the session's statement timeout (or an
+    operator cancelled it). Nothing it would have changed was changed."""
+
+    transient = True
 
 
 class SerializationConflict(DatabaseError):
     """A transaction kept failing with SQLSTATE 40001 after every retry allowed."""
 
+    transient = True
+
 
 class AmbiguousResult(DatabaseError):
     """The database could not say whether a statement committed (SQLSTATE 40003)."""
+
+    transient = True
 
 
 class NotMigrated(DatabaseError):
@@ -48,9 +66,13 @@ class ShardLayoutChanged(DatabaseError):
     """The bucket layout changed under a statement (CockroachDB: the shard column it filtered on
     was dropped by a resize); re-discover the layout and run it again."""
 
+    transient = True
+
 
 class LockTimeout(DatabaseError):
     """A statement gave up waiting for a lock (lock_timeout)."""
+
+    transient = True
 
 
 class ResizeInProgress(ShardqError):

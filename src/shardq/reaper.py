@@ -25,7 +25,13 @@ Logs and counters
     statement) and prunes counter rows older than an hour.
 
 Options (defaults): ``interval`` seconds between runs in :meth:`Reaper.run_forever` (5.0, jittered
-±20 %), ``batch`` tasks per statement (500).
+±20 %), ``batch`` tasks per statement (500), ``statement_timeout`` seconds (30; the server cancels a
+statement of the session :meth:`shardq.Client.reaper` makes after this long; ``None``: no limit; a
+Reaper built on your own store uses that store's session as it is).
+
+``run_forever`` never dies of a database error: a failed pass (lost connection, cancelled
+statement, anything the database refused) is logged and retried with exponential backoff from
+``interval`` up to ``RETRY_PAUSE_MAX`` seconds, jittered, until a pass succeeds.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 
 from . import backoff, exclusive, validation
 from . import stats as stats_module
-from .errors import DatabaseError, DatabaseUnavailable, ShardLayoutChanged
+from .errors import DatabaseError
 from .models import QueueSettings
 from .store import ExpiredLease, Fenced, TaskStore
 
@@ -48,16 +54,20 @@ REAP_BATCH_DEFAULT = 500
 # Upper bound on batches per bucket per run, so one run always finishes even while workers keep
 # expiring leases faster than it reaps; the next run continues.
 MAX_BATCHES_PER_BUCKET = 100
+REAP_STATEMENT_TIMEOUT_DEFAULT = 30.0  # bounded batches take milliseconds; this only catches a stall
+RETRY_PAUSE_MAX = 60.0  # longest pause between failed passes of run_forever
 
 
 @dataclass(frozen=True)
 class ReaperConfig:
     interval: float = REAP_INTERVAL_DEFAULT
     batch: int = REAP_BATCH_DEFAULT
+    statement_timeout: float | None = REAP_STATEMENT_TIMEOUT_DEFAULT
 
     def validate(self) -> "ReaperConfig":
         validation.positive_seconds(self.interval, "reap interval")
         validation.positive_int(self.batch, "reap batch", maximum=validation.BATCH_MAX)
+        validation.statement_timeout(self.statement_timeout)
         return self
 
 
@@ -174,11 +184,18 @@ class Reaper:
 
     def run_forever(self, stop: threading.Event) -> None:
         """Call :meth:`run_once` every ``interval`` (±20 % jitter) until ``stop`` is set. Only
-        schedules; a lost database connection is logged and retried next interval."""
+        schedules; a failed pass is logged and retried with backoff (see the module docstring)."""
+        failures = 0
         while not stop.is_set():
             try:
                 self.run_once()
-            except (DatabaseUnavailable, ShardLayoutChanged) as exc:
-                # A resize that dropped the shard column mid-run: the next run re-discovers it.
-                log.warning("reaper run failed (%s); retrying next interval", exc)
+                failures = 0
+            except DatabaseError as exc:  # e.g. a resize dropped the shard column: the next run re-discovers it
+                failures += 1
+                ceiling = max(self.config.interval, RETRY_PAUSE_MAX)
+                pause = backoff.idle_sleep(failures, minimum=self.config.interval, maximum=ceiling, rng=self.rng)
+                log.log(logging.WARNING if exc.transient else logging.ERROR,
+                        "reaper run failed (%s); retrying in %.1fs", exc, pause)
+                stop.wait(pause)
+                continue
             stop.wait(self.config.interval * self.rng.uniform(0.8, 1.2))

@@ -20,6 +20,7 @@ DEDUPE_KEY_MAX = 512
 DELAY_MAX_SECONDS = 10 * 365 * 24 * 3600.0
 BUCKETS_MIN, BUCKETS_MAX = 2, 2048  # CockroachDB's own range for bucket_count
 BATCH_MAX = 10_000
+STATEMENT_TIMEOUT_MAX_SECONDS = 86_400.0  # PostgreSQL's own limit is ~24.8 days; a day is plenty
 
 
 def queue_name(name: object) -> str:
@@ -121,3 +122,20 @@ def fraction(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         raise InvalidInput(f"{what} must be between 0 and 1")
     return float(value)
+
+
+def statement_timeout(value: object) -> float | None:
+    """None (no limit) or a positive number of seconds, at most a day, at least 1 ms."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput("statement timeout must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or not 0.001 <= seconds <= STATEMENT_TIMEOUT_MAX_SECONDS:
+        raise InvalidInput(f"statement timeout must be between 0.001 and {STATEMENT_TIMEOUT_MAX_SECONDS:.0f} seconds")
+    return seconds
+
+
+def milliseconds(seconds: float | None) -> int | None:
+    """A validated timeout in whole milliseconds (None stays None)."""
+    return None if seconds is None else max(1, round(seconds * 1000))

@@ -50,7 +50,11 @@ Introspection
 
 Options (defaults): ``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds``
 per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
-``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s.
+``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s, ``statement_timeout`` 10 s
+(the server cancels any statement of the sessions :meth:`shardq.Client.worker` makes after this
+long; a cancelled claim or settle is retried with backoff like a lost connection, so a locked table
+or a sick database stalls the worker instead of hanging it; ``None``: no limit. A Worker built on
+your own ``session_factory`` uses that factory's sessions as they are).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from . import backoff, exclusive, validation
 from . import stats as stats_module
 from .consumer import Consumer, Task, fenced
 from .db import Session
-from .errors import DatabaseError, DatabaseUnavailable, Permanent
+from .errors import DatabaseError, Permanent
 from .models import ClaimedTask
 from .store import Fenced, TaskStore
 
@@ -91,6 +95,9 @@ _EVENT_LEVELS = {
     "dead": logging.INFO,
     "lease_lost": logging.WARNING,
 }
+# Far above any healthy claim or ack (milliseconds), far below a lease: long enough not to fire in
+# normal operation, short enough that a blocked statement fails while its tasks are still leased.
+STATEMENT_TIMEOUT_DEFAULT = 10.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,7 @@ class WorkerConfig:
     heartbeat: bool = False
     until_empty: bool = False
     stats_interval: float = 2.0
+    statement_timeout: float | None = STATEMENT_TIMEOUT_DEFAULT
 
     def validate(self) -> "WorkerConfig":
         if not self.queues:
@@ -125,6 +133,7 @@ class WorkerConfig:
             raise validation.InvalidInput("idle sleep bounds must satisfy 0 < min <= max")
         validation.positive_int(self.ack_batch, "ack batch", maximum=validation.BATCH_MAX)
         validation.positive_seconds(self.stats_interval, "stats interval")
+        validation.statement_timeout(self.statement_timeout)
         return self
 
 
@@ -308,7 +317,9 @@ class Worker:
             try:
                 found = consumer.claim(limit=capacity)
                 failures = 0
-            except DatabaseUnavailable as exc:
+            except DatabaseError as exc:
+                if not exc.transient:
+                    raise
                 failures += 1
                 pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
                 log.warning("claim failed (%s); retrying in %.1fs", exc, pause)
@@ -431,12 +442,13 @@ class Worker:
                         next_prune = last_flush + STATS_PRUNE_SECONDS
                         self._prune_stats(store)
                 failures = 0
-            except DatabaseUnavailable as exc:
-                failures += 1
-                pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
-                log.warning("settling %d outcomes failed (%s); retrying in %.1fs", len(pending), exc, pause)
-                time.sleep(pause)
             except DatabaseError as exc:
+                if exc.transient:  # lost connection, statement timeout: the same settle may work later
+                    failures += 1
+                    pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
+                    log.warning("settling %d outcomes failed (%s); retrying in %.1fs", len(pending), exc, pause)
+                    time.sleep(pause)
+                    continue
                 # The leases will expire and the reaper returns these tasks: at-least-once holds.
                 log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(pending), exc)
                 self._forget(pending)
