@@ -610,7 +610,15 @@ class Worker:
     # -- shutdown ---------------------------------------------------------------------------
     def _shutdown(self, handlers: list[threading.Thread], settler: threading.Thread) -> None:
         self._stop.set()
-        # Unstarted tasks: the handler threads hand them back as they pull them (stop is set).
+        # Unstarted tasks go back now, even while every handler thread is busy (a handler thread
+        # that pulls one first sees the stop and hands it back itself).
+        while True:
+            try:
+                entry = self._work.get_nowait()
+            except queue_module.Empty:
+                break
+            if entry is not None:
+                self._outcomes.put(_Outcome("release", entry.claimed))
         for _ in handlers:
             self._work.put(None)
         deadline = time.monotonic() + self.config.grace_seconds
