@@ -247,3 +247,57 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
     assert not thread.is_alive()
     assert cuts >= 3
     assert set(seen) == ids and remaining == 0
+
+
+def test_a_handler_that_hangs_past_its_lease_cannot_settle_the_task_someone_else_now_holds(pg_db, figures):
+    task_id = pg_db.client.enqueue("q", b"x").enqueued_ids[0]
+    pg_db.client.set_queue("q", backoff_base=0.001, backoff_cap=0.001)
+    first_started, first_release = threading.Event(), threading.Event()
+    second_started, second_release = threading.Event(), threading.Event()
+    runs: list[tuple[str, int]] = []
+
+    def hung(task):
+        runs.append(("hung", task.attempt))
+        first_started.set()
+        first_release.wait(60)
+
+    def healthy(task):
+        runs.append(("healthy", task.attempt))
+        second_started.set()
+        second_release.wait(60)
+
+    # prefetch 0: the hung worker claims nothing more while its only handler is stuck
+    hung_worker = pg_db.client.worker(["q"], hung, concurrency=1, batch=1, prefetch=0, lease_seconds=1)
+    healthy_worker = pg_db.client.worker(["q"], healthy, concurrency=1, batch=1, prefetch=0, lease_seconds=30)
+    threads = [threading.Thread(target=w.run, kwargs={"install_signal_handlers": False}, daemon=True)
+               for w in (hung_worker, healthy_worker)]
+    reaper = pg_db.client.reaper()
+    try:
+        threads[0].start()
+        assert first_started.wait(30)
+        wait_until(lambda: reaper.run_once().retried == 1, 30, interval=0.1, what="the expired lease to be reaped")
+        threads[1].start()
+        assert second_started.wait(30), "the reaped task was not handed to the healthy worker"
+        first_release.set()  # the hung handler returns now: its ack must change nothing
+        wait_until(lambda: hung_worker.stats.lease_lost == 1, 30, what="the stale ack to be refused")
+        row = pg_db.task_row(task_id)
+        held_by_other = row is not None and row["state"] == "leased" and row["attempts"] == 2
+        second_release.set()
+        wait_until(lambda: healthy_worker.stats.acked == 1, 30, what="the healthy worker's ack")
+    finally:
+        first_release.set()
+        second_release.set()
+        for worker in (hung_worker, healthy_worker):
+            worker.stop()
+        for thread in threads:
+            if thread.is_alive() or thread.ident:
+                thread.join(30)
+        reaper.store.session.close()
+    figures.add("timeouts", scenario="handler hung past its 1 s lease; reaped; run by another worker",
+                text=f"executions {runs}; hung worker acked {hung_worker.stats.acked}, lease_lost "
+                     f"{hung_worker.stats.lease_lost}; other worker acked {healthy_worker.stats.acked}; "
+                     f"row kept while the other held it: {held_by_other}")
+    assert runs == [("hung", 1), ("healthy", 2)]
+    assert held_by_other, "the stale ack deleted a task another worker was running"
+    assert hung_worker.stats.acked == 0 and hung_worker.stats.lease_lost == 1
+    assert pg_db.task_row(task_id) is None and pg_db.count("shardq_dead") == 0
