@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from .report import FIGURES, write_if_requested
@@ -29,15 +33,19 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture
-def own_server(tmp_path):
+def own_server():
     """An embedded PostgreSQL owned by one test (which may stop and start it), migrated with four
     buckets. Yields (server, dsn text)."""
     from shardq import migrate
     from shardq.db import Dsn
     from shardq.embedded import EmbeddedServer
 
-    server = EmbeddedServer(tmp_path / "pg-home")
+    # Outside pytest's basetemp, like the session server (see tests/conftest.py): pytest rotates
+    # and re-permissions that tree when another run starts.
+    root = Path(tempfile.mkdtemp(prefix="shardq-reliability-home-"))
+    server = EmbeddedServer(root)
     url = server.start()
     migrate.upgrade(Dsn.parse(url), buckets=4)
     yield server, url
     server.stop()
+    shutil.rmtree(root, ignore_errors=True)
