@@ -63,10 +63,12 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, TypeVar
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -125,7 +127,8 @@ class Dsn:
         try:
             params = conninfo_to_dict(text)
         except psycopg.ProgrammingError as exc:
-            raise InvalidInput(f"malformed DSN: {redact_text(str(exc), text)}") from None
+            detail = redact_text(str(exc), text).strip()  # redact first: a password may hold a line break
+            raise InvalidInput(f"malformed DSN: {detail.splitlines()[0] if detail else 'unparsable'}") from None
         params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
         return cls(make_conninfo(**params), forced)
 
@@ -151,19 +154,41 @@ class Dsn:
         return {key: str(value) for key, value in conninfo_to_dict(self.conninfo).items()}
 
 
-def redact_text(message: str, secret_source: str) -> str:
-    """Remove any password found in ``secret_source`` from ``message``."""
+_URL_AUTHORITY = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*://([^/]*)")
+_PASSWORD_PARAM = re.compile(r"(?:^|[\s?&])password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&#]*)")
+
+
+def _password_candidates(text: str) -> set[str]:
+    """Every string in ``text`` that may be a password, also when libpq cannot parse ``text``
+    (its messages about a malformed DSN quote the offending part, password and all)."""
+    found = set()
     try:
-        password = conninfo_to_dict(secret_source).get("password")
+        password = conninfo_to_dict(text).get("password")
     except psycopg.Error:
         password = None
     if password:
+        found.add(password)
+    authority = _URL_AUTHORITY.match(text)
+    if authority and "@" in authority.group(1):
+        # libpq ends the user info at the first "@"; a lenient reader at the last: redact both.
+        for userinfo in (authority.group(1).split("@", 1)[0], authority.group(1).rsplit("@", 1)[0]):
+            if ":" in userinfo:
+                found.add(userinfo.split(":", 1)[1])
+    found.update(m.group(1).strip("'") for m in _PASSWORD_PARAM.finditer(text))
+    found |= {unquote(p) for p in found}
+    return {p for p in found if p}
+
+
+def redact_text(message: str, secret_source: str) -> str:
+    """Remove any password found in ``secret_source`` (a DSN, well-formed or not) from ``message``."""
+    for password in sorted(_password_candidates(secret_source), key=len, reverse=True):
         message = message.replace(password, "***")
     return message
 
 
 def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
-    message = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, dsn.conninfo)
+    message = redact_text(str(exc), dsn.conninfo).strip()
+    message = message.splitlines()[0] if message else type(exc).__name__
     password = dsn.password()
     if password:
         message = message.replace(password, "***")
