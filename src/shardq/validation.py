@@ -14,7 +14,7 @@ from .errors import InvalidInput
 
 QUEUE_NAME_MAX = 128
 # Names are shown in logs, metrics labels and CLI tables: keep them to a plain charset.
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")  # whole string: fullmatch, not match+$
 PAYLOAD_MAX_BYTES = 1024 * 1024  # 1 MiB: a queue carries references, not blobs
 DEDUPE_KEY_MAX = 512
 DELAY_MAX_SECONDS = 10 * 365 * 24 * 3600.0
@@ -28,7 +28,7 @@ def queue_name(name: object) -> str:
         raise InvalidInput("queue name must be a non-empty string")
     if len(name) > QUEUE_NAME_MAX:
         raise InvalidInput(f"queue name longer than {QUEUE_NAME_MAX} characters")
-    if not _QUEUE_NAME.match(name):
+    if not _QUEUE_NAME.fullmatch(name):
         raise InvalidInput(
             f"queue name {name!r} may hold only letters, digits and _ . : - (and must start with a letter or digit)"
         )
