@@ -173,9 +173,9 @@ def queue_set(store: TaskStore, queue: str, **changes: object):
         "backoff_base": lambda v: validation.positive_seconds(v, "backoff base"),
         "backoff_cap": lambda v: validation.positive_seconds(v, "backoff cap"),
         "retry_jitter": lambda v: validation.fraction(v, "retry jitter"),
-        "exclusive_latest_only": bool,
-        "paused_enqueue": bool,
-        "paused_dequeue": bool,
+        "exclusive_latest_only": lambda v: validation.flag(v, "exclusive_latest_only"),
+        "paused_enqueue": lambda v: validation.flag(v, "paused_enqueue"),
+        "paused_dequeue": lambda v: validation.flag(v, "paused_dequeue"),
     }
     unknown = set(changes) - set(checks)
     if unknown:

@@ -96,6 +96,13 @@ def positive_seconds(value: object, what: str) -> float:
     return seconds
 
 
+def flag(value: object, what: str) -> bool:
+    """A real bool: ``"no"`` or ``0`` would otherwise switch a setting by truthiness."""
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{what} must be True or False")
+    return value
+
+
 def bucket_count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput("bucket count must be a whole number")
