@@ -111,6 +111,8 @@ class Client:
         """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields;
         ``on_event``/``events`` are the worker's event hook and the events it wants. Its sessions
         carry ``statement_timeout`` (default 10 s)."""
+        if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
+            raise validation.InvalidInput("queues must be a list of queue names (not one string)")
         config = WorkerConfig(queues=tuple(queues), **options).validate()
         timeout_ms = validation.milliseconds(config.statement_timeout)
         return Worker(lambda: self.new_session(statement_timeout_ms=timeout_ms), handler, config, on_event=on_event,

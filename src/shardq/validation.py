@@ -96,6 +96,15 @@ def positive_seconds(value: object, what: str) -> float:
     return seconds
 
 
+def non_negative_seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{what} must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or seconds > DELAY_MAX_SECONDS:
+        raise InvalidInput(f"{what} must be a number of seconds >= 0")
+    return seconds
+
+
 def flag(value: object, what: str) -> bool:
     """A real bool: ``"no"`` or ``0`` would otherwise switch a setting by truthiness."""
     if not isinstance(value, bool):

@@ -117,19 +117,21 @@ class WorkerConfig:
     statement_timeout: float | None = STATEMENT_TIMEOUT_DEFAULT
 
     def validate(self) -> "WorkerConfig":
-        if not self.queues:
-            raise validation.InvalidInput("at least one queue is needed")
+        if not isinstance(self.queues, (tuple, list)) or not self.queues:
+            raise validation.InvalidInput("queues must be a non-empty list of queue names")
         for q in self.queues:
             validation.queue_name(q)
         validation.positive_int(self.concurrency, "concurrency", maximum=1024)
         validation.positive_int(self.batch, "batch", maximum=validation.BATCH_MAX)
-        if self.prefetch is not None and (not isinstance(self.prefetch, int) or self.prefetch < 0):
+        if self.prefetch is not None and (
+            isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0
+        ):
             raise validation.InvalidInput("prefetch must be a whole number >= 0")
         if self.lease_seconds is not None:
             validation.positive_seconds(self.lease_seconds, "lease")
-        if self.grace_seconds < 0:
-            raise validation.InvalidInput("grace period must be >= 0 seconds")
-        if not 0 < self.idle_min <= self.idle_max:
+        validation.non_negative_seconds(self.grace_seconds, "grace period")
+        idle_min = validation.positive_seconds(self.idle_min, "idle sleep minimum")
+        if idle_min > validation.positive_seconds(self.idle_max, "idle sleep maximum"):
             raise validation.InvalidInput("idle sleep bounds must satisfy 0 < min <= max")
         validation.positive_int(self.ack_batch, "ack batch", maximum=validation.BATCH_MAX)
         validation.positive_seconds(self.stats_interval, "stats interval")
