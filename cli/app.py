@@ -34,6 +34,28 @@ class ShardqGroup(click.Group):
         except Exception as exc:  # anything unforeseen still gets one line, not a traceback
             self._fail(ctx, exc, 1, prefix="internal error: ")
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D401
+        """As click's, except that usage errors (unknown option, bad value, missing argument) also
+        print one line on stderr instead of click's usage block; the exit code stays 2."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # bare `shardq` or `shardq dead`: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"shardq: {_first_line(exc.format_message())}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"shardq: {_first_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("shardq: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
     @staticmethod
     def _fail(ctx: click.Context, exc: BaseException, code: int, prefix: str = "") -> None:
         debug = bool((ctx.obj or {}).get("debug")) if isinstance(ctx.obj, dict) else False
@@ -42,6 +64,14 @@ class ShardqGroup(click.Group):
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         click.echo(f"shardq: {prefix}{message}", err=True)
         ctx.exit(code)
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0] if text else "invalid usage"
 
 
 @click.group(cls=ShardqGroup, context_settings={"help_option_names": ["-h", "--help"]})
