@@ -130,4 +130,6 @@ def cancel(ctx, ids) -> None:
         message += f" (not found: {', '.join(result.not_found)})"
     click.echo(message)
     if result.not_found and not result.cancelled:
-        ctx.exit(1)
+        from shardq.errors import TaskNotFound
+
+        raise TaskNotFound(f"no task cancelled; not found: {', '.join(result.not_found)}")
