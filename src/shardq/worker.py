@@ -354,7 +354,9 @@ class Worker:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
         with self._lock:
-            self._outstanding[tasks[0].lease_token] = {t.key.id for t in tasks}
+            # One claim round may run two claim statements (see Consumer.claim): one set per token.
+            for claimed in tasks:
+                self._outstanding.setdefault(claimed.lease_token, set()).add(claimed.key.id)
             entries = []
             for claimed in tasks:
                 entry = _InFlight(claimed, deadline)

@@ -135,8 +135,10 @@ def render(figures: Figures = FIGURES) -> str:
     if reapers:
         out += ["", "### Reapers killed mid-statement", ""]
         out += _table(
-            ["scenario", "kills", "expired leases", "lost", "stuck", "reaped twice", "in both tables"],
-            [[r["scenario"], r["kills"], r["leases"], r["lost"], r["stuck"], r["double"], r["both"]] for r in reapers],
+            ["scenario", "kills", "expired leases", "lost", "stuck", "charged twice", "in both tables",
+             "duplicates (unexplained)", "lease records left"],
+            [[r["scenario"], r["kills"], r["leases"], r["lost"], r["stuck"], r["double"], r["both"],
+              f"{r['duplicates']} ({r['unexplained']})", r["stale"]] for r in reapers],
         )
     if restart:
         out += ["", "## Database restart (`tests/reliability/test_restart.py`)", "",

@@ -160,3 +160,65 @@ def test_killed_workers_and_reapers_lose_nothing_and_duplicate_only_after_expire
     assert stale == 0
     total_kills = sum(r["kills"] for r in records)
     assert total_kills >= rounds, "the kill hooks did not fire: the suite tested nothing"
+
+
+@pytest.mark.parametrize(
+    "tasks,kills",
+    [pytest.param(400, 2, id="fast"), pytest.param(2000, 12, id="full", marks=pytest.mark.slow)],
+)
+def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly_once(
+    pg_db, tmp_path, figures, tasks, kills
+):
+    queue = "reap-crash"
+    pg_db.client.set_queue(queue, backoff_base=0.05, backoff_cap=0.25)
+    ids = set(pg_db.client.enqueue_many(queue, [b"ok"] * tasks).enqueued_ids)
+    out = tmp_path / "records"
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    procs = Processes(pg_db.dsn.conninfo, out, extra_env={"SHARDQ_REL_HOLD": str(gates), "SHARDQ_REL_SLEEP_MS": "0"})
+
+    def count(state: str) -> int:
+        return pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state = %(s)s", {"s": state})[0]["n"]
+
+    # A real worker leases everything (its one handler blocks), then dies: every lease will expire.
+    holder = procs.start("worker", ["work", queue, "--handler", "tests.reliability.crash_handlers:hold",
+                                    "--concurrency", "1", "--batch", str(tasks), "--lease", "1"])
+    wait_until(lambda: count("leased") == tasks, 120, what="the worker to lease every task")
+    procs.kill(holder)
+    killed = 0
+    double = both = 0
+    for number in range(kills):
+        if count("leased") == 0:
+            break
+        moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
+        reaper = procs.start("reaper", ["reap", "--interval", "0.05"], kill_hook=f"{moment}:1")
+        reaper.moment = moment
+        wait_until(lambda: reaper.poll() is not None or count("leased") == 0, 60, what="the reaper to die mid-reap")
+        if reaper.poll() is None:
+            procs.kill(reaper)
+        killed += reaper.died_of_sigkill and not reaper.killed_by_test
+        # After every kill: each task is in exactly one place, and none was charged twice.
+        rows = pg_db.sql("SELECT state, attempts FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+        both += pg_db.sql("SELECT count(*) AS n FROM shardq_tasks t JOIN shardq_dead d USING (id)")[0]["n"]
+        double += sum(1 for r in rows if r["attempts"] != 1)
+        assert len(rows) == tasks
+    reaper = pg_db.client.reaper()
+    wait_until(lambda: reaper.run_once() is not None and count("leased") == 0, 30, interval=0.1,
+               what="the test's reaper to return the rest")
+    reaper.store.session.close()
+    procs.start("worker", ["work", queue, "--handler", HANDLER, "--concurrency", "4", "--batch", "200",
+                           "--until-empty"]).popen.wait(300)
+    # The drain worker settled every claim it made, the reaper swept the dead worker's: nothing may
+    # be left in the lease records (a leftover costs the reaper a sweep per lease period).
+    stale = pg_db.count("shardq_leases")
+    rows = pg_db.sql("SELECT id::text AS id FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    runs = read_executions(out)
+    accounting = account({i: False for i in ids}, runs, remaining={r["id"] for r in rows}, dead=set(),
+                         killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
+    figures.add("reaper-crash", scenario=f"{tasks} expired leases, reapers SIGKILLed mid-reap", kills=killed,
+                leases=tasks, lost=len(accounting.lost), stuck=len(accounting.stuck), double=double, both=both, stale=stale,
+                duplicates=len(accounting.duplicates), unexplained=len(accounting.unexplained))
+    assert killed >= 1, "no reaper died mid-reap: the hooks did not fire"
+    assert both == 0 and double == 0
+    assert not accounting.problems(), accounting.problems()
+    assert accounting.processed == tasks and stale == 0
