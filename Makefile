@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= dev,spark
 
-.PHONY: system-deps setup test test-full test-cockroach demo bench bench-quick lint clean
+.PHONY: system-deps setup test test-full test-cockroach reliability demo bench bench-quick lint clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test-cockroach:
 # Everything, including the long crash/fuzz suites.
 test-full: system-deps setup
 	$(BIN)/pytest -q
+
+# The reliability suites in full (crash, database restart, timeouts, shutdown, fuzzing, secrets;
+# the slow ones included), regenerating their report, docs/reliability.md.
+reliability: system-deps setup
+	SHARDQ_RELIABILITY_REPORT=docs/reliability.md $(BIN)/pytest -q tests/reliability
 
 # Installs Java 17 and the PostgreSQL JDBC driver with apt when missing (as root or with sudo) and
 # the `spark` extra, then runs `shardq demo` (ARGS="--tasks 20000" for a shorter run).

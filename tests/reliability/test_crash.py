@@ -139,7 +139,7 @@ def drain_lease_records(db) -> int:
 
 @pytest.mark.parametrize(
     "rounds,tasks",
-    [pytest.param(3, 60, id="fast"), pytest.param(30, 150, id="full", marks=pytest.mark.slow)],
+    [pytest.param(4, 40, id="fast"), pytest.param(35, 150, id="full", marks=pytest.mark.slow)],
 )
 def test_killed_workers_and_reapers_lose_nothing_and_duplicate_only_after_expired_leases(
     pg_db, tmp_path, figures, rounds, tasks
