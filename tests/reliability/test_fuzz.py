@@ -10,7 +10,6 @@ Properties, for every generated input:
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib.util
 import math
 import os
@@ -21,8 +20,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import shardq
-from shardq import InvalidHandler, InvalidInput, NewTask, ReaperConfig, WorkerConfig, admin, migrate, validation
+from shardq import InvalidHandler, InvalidInput, NewTask, ReaperConfig, WorkerConfig, admin, migrate
 from shardq.cli.main import cli
 from shardq.db import Dsn
 from shardq.handlers import load_handler
