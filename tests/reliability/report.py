@@ -125,7 +125,8 @@ def render(figures: Figures = FIGURES) -> str:
         if reasons:
             out += ["", "Duplicate executions, by explanation (one example each):", ""]
             out += _table(["explanation", "count", "example"], [[k, n, examples[k]] for k, n in reasons.most_common()])
-        out += ["", "<details><summary>Per round</summary>", ""]
+        seeds = sorted({r.get("seed") for r in crash if r.get("seed") is not None})
+        out += ["", "<details><summary>Per round (random seeds: " + ", ".join(map(str, seeds)) + ")</summary>", ""]
         out += _table(
             ["round", "moments (kills)", "tasks", "processed", "lost", "stuck", "duplicates", "seconds"],
             [[r["round"], ", ".join(r["moments"]) or "-", r["tasks"], r["processed"], r["lost"], r["stuck"],
@@ -182,6 +183,16 @@ def render(figures: Figures = FIGURES) -> str:
     if secrets:
         out += ["", "## Secrets (`tests/reliability/test_secrets.py`)", ""]
         out += _table(["check", "outputs scanned", "leaks"], [[r["check"], r["outputs"], r["leaks"]] for r in secrets])
+    out += [
+        "",
+        "## Not covered here",
+        "",
+        "- CockroachDB: no server can run on this machine, so every scenario ran on the embedded PostgreSQL.",
+        "- A database that hangs instead of failing (stopped process, black-holed network): the statement",
+        "  timeout is enforced by the server, so a silent server is only noticed through TCP; not exercised.",
+        "- Disk full, storage corruption, failover to a replica.",
+        "- Clock jumps: leases are compared on the database clock only, which these tests do not move.",
+    ]
     out += ["", "## Failures", ""]
     if f.failures:
         out += [f"- `{name}`: {line}" for name, line in f.failures]

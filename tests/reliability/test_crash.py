@@ -155,6 +155,7 @@ def test_killed_workers_and_reapers_lose_nothing_and_duplicate_only_after_expire
     stale = drain_lease_records(pg_db)
     for record in records:
         record["stale_leases"] = stale
+        record["seed"] = seed
         figures.add("crash", **record)
     assert not problems, "\n".join(problems)
     assert stale == 0
