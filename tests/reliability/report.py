@@ -83,8 +83,8 @@ def render(figures: Figures = FIGURES) -> str:
             ["crash rounds (workers and reapers SIGKILLed)", len(crash)],
             ["processes killed (SIGKILL)", kills],
             ["tasks enqueued in crash rounds", sum(r["tasks"] for r in crash)],
-            ["tasks lost (all suites)", sum(r.get("lost", 0) for s in (crash, restart, timeouts) for r in s)],
-            ["tasks stuck (all suites)", sum(r.get("stuck", 0) for s in (crash, restart, timeouts) for r in s)],
+            ["tasks lost (all suites)", sum(r.get("lost", 0) for s in (crash, reapers, restart, timeouts) for r in s)],
+            ["tasks stuck (all suites)", sum(r.get("stuck", 0) for s in (crash, reapers, restart, timeouts) for r in s)],
             ["dead-lettered without cause", sum(r.get("dead_unexpected", 0) for r in crash)],
             ["duplicate executions (all explained by expired leases?)",
              f"{dup_total} ({'yes' if not unexplained else f'NO: {unexplained} unexplained'})"],
@@ -128,8 +128,8 @@ def render(figures: Figures = FIGURES) -> str:
         seeds = sorted({r.get("seed") for r in crash if r.get("seed") is not None})
         out += ["", "<details><summary>Per round (random seeds: " + ", ".join(map(str, seeds)) + ")</summary>", ""]
         out += _table(
-            ["round", "moments (kills)", "tasks", "processed", "lost", "stuck", "duplicates", "seconds"],
-            [[r["round"], ", ".join(r["moments"]) or "-", r["tasks"], r["processed"], r["lost"], r["stuck"],
+            ["run", "round", "moments (kills)", "tasks", "processed", "lost", "stuck", "duplicates", "seconds"],
+            [[r.get("variant", ""), r["round"], ", ".join(r["moments"]) or "-", r["tasks"], r["processed"], r["lost"], r["stuck"],
               r["duplicates"], f"{r['seconds']:.1f}"] for r in crash],
         )
         out += ["", "</details>"]
@@ -158,8 +158,8 @@ def render(figures: Figures = FIGURES) -> str:
     if shutdown:
         out += ["", "## Graceful shutdown (`tests/reliability/test_shutdown.py`)", ""]
         out += _table(
-            ["scenario", "claimed", "running at SIGTERM", "finished", "handed back at once", "attempts refunded",
-             "exit code"],
+            ["scenario", "claimed", "running at SIGTERM", "finished", "handed back (worker's count)",
+             "left ready with attempts refunded", "exit code"],
             [[r["scenario"], r["claimed"], r["running"], r["finished"], r["handed_back"], r["refunded"], r["exit_code"]]
              for r in shutdown],
         )

@@ -85,7 +85,8 @@ def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both
             found = _leaks(result.stdout + result.stderr)
             if found:
                 leaks.append((args, found, (result.stdout + result.stderr)[-500:]))
-    figures.add("secrets", check="CLI stdout/stderr with --debug/--log-json, successes and failures, --dsn and SHARDQ_DSN",
+    figures.add("secrets", check="CLI stdout/stderr with --debug/--log-json, successes and failures, "
+                + ("each with --dsn and with SHARDQ_DSN" if both_ways else "--dsn or SHARDQ_DSN (fast)"),
                 outputs=outputs, leaks=len(leaks))
     assert not leaks, leaks
     assert 0 in codes and 1 in codes and 2 in codes  # the runs did succeed and fail

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import signal
 
+import re
+
 from .harness import HANDLER, Processes, read_executions, wait_until
 
 HOLD = "tests.reliability.crash_handlers:hold"
+
+
+def _handed_back(output: str) -> int:
+    """The worker's own count of tasks it handed back (its summary line)."""
+    found = re.search(r"handed back (\d+)", output)
+    return int(found.group(1)) if found else -1
 
 
 def _states(db) -> dict[str, int]:
@@ -45,7 +53,7 @@ def test_sigterm_hands_back_unstarted_tasks_at_once_and_lets_running_ones_finish
     refunded = sum(1 for r in rows if r["attempts"] == 0 and r["lease_token"] is None and r["state"] == "ready")
     output = worker.log.read_text()
     figures.add("shutdown", scenario="SIGTERM with 3 handlers blocked (lease 300 s, grace 60 s)",
-                claimed=claimed, running=3, finished=finished, handed_back=len(rows), refunded=refunded,
+                claimed=claimed, running=3, finished=finished, handed_back=_handed_back(output), refunded=refunded,
                 exit_code=exit_code)
     assert running_alive, "the worker left before its running handlers finished"
     assert exit_code == 0, output
@@ -72,10 +80,11 @@ def test_sigterm_during_a_drain_leaves_no_task_leased_or_half_run(pg_db, tmp_pat
     cut_short = [r for rs in runs.values() for r in rs if r.finished is None]
     rows = pg_db.sql("SELECT state, attempts FROM shardq_tasks")
     states = {r["state"] for r in rows}
+    output = worker.log.read_text()
     figures.add("shutdown", scenario="SIGTERM during a drain (100 ms handlers, concurrency 4)",
-                claimed=len(runs) + sum(1 for r in rows if r["attempts"] == 0) - (total - len(runs) - len(rows)),
-                running="-", finished=len(runs) - len(cut_short), handed_back=len(rows),
-                refunded=sum(1 for r in rows if r["attempts"] == 0), exit_code=exit_code)
+                claimed=len(runs) + max(0, _handed_back(output)), running="-", finished=len(runs) - len(cut_short),
+                handed_back=_handed_back(output), refunded=sum(1 for r in rows if r["attempts"] == 0),
+                exit_code=exit_code)
     assert exit_code == 0, worker.log.read_text()
     assert not cut_short, "a handler was cut short by a graceful stop"
     assert len(rows) + len(runs) == total  # every task either ran (and was acked) or waits, untouched
@@ -100,6 +109,8 @@ def test_a_second_grace_expiry_hands_running_tasks_back_too(pg_db, tmp_path, fig
     rows = pg_db.sql("SELECT state, attempts, lease_token FROM shardq_tasks")
     refunded = sum(1 for r in rows if r["state"] == "ready" and r["attempts"] == 0 and r["lease_token"] is None)
     figures.add("shutdown", scenario="SIGTERM with handlers blocked past a 0.5 s grace period",
-                claimed=5, running=2, finished=0, handed_back=len(rows), refunded=refunded, exit_code=exit_code)
+                claimed=5 - sum(1 for r in rows if r["attempts"] == 0) + _handed_back(worker.log.read_text()),
+                running=2, finished=0, handed_back=_handed_back(worker.log.read_text()), refunded=refunded,
+                exit_code=exit_code)
     assert exit_code == 0, worker.log.read_text()
     assert len(rows) == 5 and refunded == 5  # running ones handed back too, not left to lease expiry
