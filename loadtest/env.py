@@ -63,6 +63,23 @@ class Bench:
         migrate.upgrade(Dsn.parse(url), buckets=buckets)
         return url
 
+    def server_cpu(self) -> float:
+        """CPU seconds used so far by the server: live backends and auxiliary processes, plus
+        the children the postmaster has already reaped (closed connections)."""
+        pid = self.server._pid()
+        if pid is None:
+            return 0.0
+        total = _proc_cpu(pid, children=True)
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == pid:  # ppid
+                    total += (int(fields[11]) + int(fields[12])) / _TICKS
+        return total
+
     def close(self) -> None:
         for name in list(self.created):
             try:
@@ -73,6 +90,21 @@ class Bench:
             self.server.stop()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int, *, children: bool = False) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14), 0-based here
+    total = int(fields[11]) + int(fields[12])
+    if children:
+        total += int(fields[13]) + int(fields[14])
+    return total / _TICKS
 
 
 def vacuum_analyze(url: str) -> None:

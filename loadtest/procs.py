@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import queue as queue_module
+import resource
 import struct
 import time
 import traceback
@@ -51,11 +52,13 @@ class Control:
         self.stop_flag = stop
         self.counters = counters
         self._results = results
+        self.cpu_at_start: float | None = None
 
     def ready(self) -> float:
         """Signal set-up done; block until the parent starts the cell. Returns the start time."""
         self._ready.release()
         self._go.wait()
+        self.cpu_at_start = _cpu()
         return time.time()
 
     def stopping(self) -> bool:
@@ -108,11 +111,18 @@ class Recorder:
         return out
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _entry(target: str, spec: dict, ctl: Control) -> None:
     module, _, name = target.partition(":")
     try:
         function = getattr(importlib.import_module(module), name)
         result = function(spec, ctl) or {}
+        if ctl.cpu_at_start is not None:
+            result["cpu_seconds"] = _cpu() - ctl.cpu_at_start
     except BaseException as exc:  # report, never hang the parent
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         try:
@@ -130,6 +140,18 @@ class CellResult:
     capped: bool = False
     killed: list[int] = field(default_factory=list)
     samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, executions)
+    server_cpu_seconds: float | None = None  # every PostgreSQL process, during the cell
+
+    def cpu_per_task_ms(self) -> dict:
+        """CPU milliseconds per executed task: the roles' own (client) and the database's. On a
+        shared machine these move far less than rates do."""
+        done = self.total()
+        client = sum(r.get("cpu_seconds", 0.0) for r in self.roles)
+        out = {"client": client * 1e3 / done if done else None}
+        if self.server_cpu_seconds is not None and done:
+            out["server"] = self.server_cpu_seconds * 1e3 / done
+            out["total"] = out["client"] + out["server"]
+        return out
 
     def errors(self) -> list[str]:
         return [r["error"] for r in self.roles if "error" in r]
@@ -168,6 +190,7 @@ def run_cell(
     during: Callable[[float, list[int]], None] | None = None,
     tick: float = 0.02,
     sample_every: float = 0.25,
+    server_cpu: Callable[[], float] | None = None,
 ) -> CellResult:
     """Run ``roles`` (``(module:function, spec)`` pairs) to completion.
 
@@ -206,6 +229,7 @@ def run_cell(
             _drain(results, collected, wait=0.2)
             detail = "; ".join(r["error"] for r in collected if "error" in r)
             raise RuntimeError(f"a role died or hung during set-up (exit codes {dead}) {detail}")
+    cpu_before = server_cpu() if server_cpu else None
     started = time.time()
     go.set()
     t0 = time.monotonic()
@@ -233,6 +257,7 @@ def run_cell(
         time.sleep(tick)
     ended = time.time()
     samples.append((time.monotonic() - t0, sum(counters)))
+    cpu_spent = server_cpu() - cpu_before if server_cpu and cpu_before is not None else None
     stop.value = 1
     grace_until = time.monotonic() + STOP_GRACE
     killed = []
@@ -247,7 +272,7 @@ def run_cell(
         p.join(5)
     _drain(results, collected, wait=0.5)
     collected.sort(key=lambda r: r.get("index", 0))
-    return CellResult(collected, started, ended, capped, killed, samples)
+    return CellResult(collected, started, ended, capped, killed, samples, cpu_spent)
 
 
 def _drain(results, collected: list[dict], wait: float = 0.0) -> None:

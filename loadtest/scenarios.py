@@ -86,6 +86,7 @@ def _cell_summary(cell: CellResult, **extra) -> dict:
         "killed_roles": cell.killed,
         "errors": cell.errors(),
         "samples": cell.samples,
+        "cpu_ms_per_task": cell.cpu_per_task_ms(),
         "roles": [{k: v for k, v in r.items() if k not in ("latencies", "created_latencies", "starts")} for r in cell.roles],
     }
     out.update(extra)
@@ -120,7 +121,7 @@ def burn_one(bench: Bench, name: str, sizes: Sizes) -> dict:
         checkpoint(url)
         load_before = loadavg()
         spec = _worker_spec(url, drain=True, options=contender.options)
-        cell = run_cell([(contender.worker, spec)] * PROCESSES, cap=sizes.burn_cap)
+        cell = run_cell([(contender.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
         left = contender.pending(url)
         return _cell_summary(
             cell,
@@ -210,7 +211,8 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
             _, roles = _steady_roles(name, url, sizes.steady_rate)
             vacuum_analyze(url)
             load_before = loadavg()
-            cell = run_cell(roles, duration=sizes.steady_seconds, cap=sizes.steady_seconds + 5)
+            cell = run_cell(roles, duration=sizes.steady_seconds, cap=sizes.steady_seconds + 5,
+                            server_cpu=bench.server_cpu)
             producer = cell.roles[-1] if cell.roles and "sent" in cell.roles[-1] else {}
             workers = CellResult(cell.roles[:-1], cell.started, cell.ended)
             lat = workers.latencies(after=warm)
@@ -284,7 +286,8 @@ def _depth_cell(bench: Bench, name: str, depth: int, sizes: Sizes, log) -> tuple
             topped += deficit
 
     spec = _worker_spec(url, drain=False, options=contender.options)
-    cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up)
+    cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
+                    server_cpu=bench.server_cpu)
     topper.close()
     rate = _window_rate(cell.samples, 0.2)
     log(f"depth {name} {depth:,}: {rate:,.0f} tasks/s")
