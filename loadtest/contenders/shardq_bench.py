@@ -20,8 +20,8 @@ QUEUE = "bench"
 # Direct inserts for the depth and reaper cells only: a million rows through the API would
 # spend the cell's time budget on enqueueing, which the enqueue cell measures on its own.
 FILL = """
-INSERT INTO shardq_tasks (queue, exec_time, id, state, attempts, max_attempts, payload)
-SELECT %(queue)s, now() - INTERVAL '1 hour' + g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', 0, 25,
+INSERT INTO shardq_tasks (queue, rank, exec_time, id, state, priority, attempts, max_attempts, payload)
+SELECT %(queue)s, 0, now() - INTERVAL '1 hour' + g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', 0, 0, 25,
        '\\x00'::BYTEA
 FROM generate_series(1, %(n)s) AS g
 """
