@@ -4,8 +4,11 @@ fencing of stale acks, and hand-back on stop — behaviour the load-test optimis
 from __future__ import annotations
 
 import threading
+import uuid
 
+import shardq
 from shardq import Permanent
+from shardq.store import WholeClaim
 
 
 def _enqueue(client, queue: str, n: int) -> set[str]:
@@ -59,6 +62,58 @@ def test_mixed_outcomes_in_one_claim_are_each_settled_their_own_way(db):
     for task_id in dead:
         assert db.task_row(task_id) is None and db.dead_row(task_id) is not None
     assert db.count("shardq_tasks") == 5
+    if db.dialect == "postgresql":
+        assert db.count("shardq_leases") == 0
+
+
+def test_ack_of_a_whole_claim_spares_a_task_whose_lease_passed_to_someone_else(db):
+    _enqueue(db.client, "q", 12)
+    stolen: list[str] = []
+
+    def handler(task) -> None:
+        if not stolen:
+            stolen.append(task.id)
+            # What the reaper plus another worker would do: the row now carries another token.
+            db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
+                   {"t": uuid.uuid4(), "id": uuid.UUID(task.id)})
+
+    worker = db.client.worker(["q"], handler, concurrency=1, batch=12)
+    done = threading.Event()
+
+    def stop_when_settled(event, task, details) -> None:
+        if worker.stats.acked + worker.stats.lease_lost >= 12:
+            done.set()
+
+    worker.on_event = stop_when_settled
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    assert done.wait(30)
+    worker.stop()
+    thread.join(30)
+    stats = worker.stats
+    assert stats.acked == 11 and stats.lease_lost == 1
+    assert db.task_row(stolen[0]) is not None  # still there, for its new holder
+
+
+def test_task_ack_claims_reports_only_the_ids_it_could_not_delete(db):
+    db.client.enqueue_many("q", [shardq.NewTask(b"x", priority=p % 3) for p in range(10)])
+    store = db.store
+    claimed = []
+    for bucket in range(db.layout.visit_count):
+        claimed += store.task_claim_batch(bucket, "q", 10, 30.0)
+    assert len(claimed) == 10
+    by_token: dict = {}
+    for task in claimed:
+        by_token.setdefault(task.lease_token, []).append(task)
+    victim = claimed[0]
+    db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": victim.key.id})
+    whole = [
+        WholeClaim(tasks[0].key.bucket, tasks[0].queue, min((t.key.rank, t.key.exec_time) for t in tasks),
+                   max((t.key.rank, t.key.exec_time) for t in tasks), token, [t.key for t in tasks])
+        for token, tasks in by_token.items()
+    ]
+    assert store.task_ack_claims(whole) == {victim.key.id}
+    assert db.count("shardq_tasks") == 1
     if db.dialect == "postgresql":
         assert db.count("shardq_leases") == 0
 

@@ -54,6 +54,20 @@ class Fenced:
 
 
 @dataclass(frozen=True, slots=True)
+class WholeClaim:
+    """Every task still held under one claim's lease token, all finished successfully. A claim
+    takes tasks of one bucket and queue in key order, so they lie between ``first`` and ``last``,
+    the smallest and largest (rank, exec_time) among them."""
+
+    bucket: int
+    queue: str
+    first: tuple
+    last: tuple
+    token: uuid.UUID
+    keys: Sequence[TaskKey]
+
+
+@dataclass(frozen=True, slots=True)
 class ExpiredLease:
     key: TaskKey
     attempts: int
@@ -230,6 +244,37 @@ class TaskStore:
         params["closed_tokens"] = list(closed_tokens)
         # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.db).
         return {row["id"] for row in self.session.fetch_all("task_ack_many", params, resend_ambiguous=True)}
+
+    def task_ack_claims(self, claims: Sequence[WholeClaim]) -> set[uuid.UUID]:
+        """Ack whole claims (every task still held under each token finished); returns the ids
+        that were *not* deleted because their lease had passed to someone else. On PostgreSQL
+        one statement deletes each claim's rows by key range and token (no per-task arrays) and
+        drops the lease records; CockroachDB takes the per-key path of :meth:`task_ack_many`."""
+        if not claims:
+            return set()
+        if not self.uses_lease_records:
+            items = [Fenced(key, c.token) for c in claims for key in c.keys]
+            done = self.task_ack_many(items, [c.token for c in claims])
+            return {f.key.id for f in items if f.key.id not in done}
+        params = {
+            "buckets": [c.bucket for c in claims],
+            "queues": [c.queue for c in claims],
+            "first_ranks": [c.first[0] for c in claims],
+            "first_execs": [c.first[1] for c in claims],
+            "last_ranks": [c.last[0] for c in claims],
+            "last_execs": [c.last[1] for c in claims],
+            "tokens": [c.token for c in claims],
+            "expected": [len(c.keys) for c in claims],
+        }
+        # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.db).
+        rows = self.session.fetch_all("task_ack_claims", params, resend_ambiguous=True)
+        lost: set[uuid.UUID] = set()
+        by_token = {c.token: c for c in claims}
+        for row in rows:
+            if row["ids"] is not None:  # fewer deleted than held: name the ones left behind
+                deleted = set(row["ids"])
+                lost.update(k.id for k in by_token[row["token"]].keys if k.id not in deleted)
+        return lost
 
     def task_retry_many(
         self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *, require_expired: bool

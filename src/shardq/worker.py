@@ -72,7 +72,7 @@ from .consumer import Consumer, Task, fenced
 from .db import Session
 from .errors import DatabaseError, DatabaseUnavailable, Permanent
 from .models import ClaimedTask
-from .store import TaskStore
+from .store import TaskStore, WholeClaim
 
 log = logging.getLogger("shardq.worker")
 
@@ -573,10 +573,10 @@ class Worker:
                 return False
 
     def _plan(self, outcomes: list[_Outcome]) -> _Batch:
-        """Decide, once, the statements that settle ``outcomes``: hand-backs, failures, acks by
-        key (which also drop the lease records of claims this batch closes). Claim counts and
-        handler times are counted here, so a batch re-run after a lost connection never counts
-        an outcome twice."""
+        """Decide, once, the statements that settle ``outcomes``: hand-backs, failures, acks of
+        whole claims by key range, the remaining acks by key (which also drop the lease records
+        of claims this batch closes). Claim counts and handler times are counted here, so a
+        batch re-run after a lost connection never counts an outcome twice."""
         acks: list[_Outcome] = []
         keyed_acks: list[_Outcome] = []
         fails: list[_Outcome] = []
@@ -592,7 +592,7 @@ class Worker:
                 activity = self._tally.of(o.claimed.queue)
                 activity.handled += 1
                 activity.handler_seconds += o.seconds
-        partial, closed = acks, self._close_claims(outcomes)
+        whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
         steps: list[Callable[[TaskStore], None]] = []
         if releases:
             def release(store: TaskStore) -> None:
@@ -606,6 +606,8 @@ class Worker:
                 done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
                 self._count(keyed_acks, done, "acked")
             steps.append(ack_keyed)
+        if whole:
+            steps.append(lambda store: self._count(whole_acks, None, "acked", lost=store.task_ack_claims(whole)))
         if partial or closed:
             def ack_by_key(store: TaskStore) -> None:
                 if partial or store.uses_lease_records:
@@ -623,12 +625,17 @@ class Worker:
             self._emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
 
-    def _close_claims(self, outcomes: list[_Outcome]) -> set[uuid.UUID]:
-        """Count ``outcomes`` against their claims; returns the tokens of the claims they close
-        (lease records to drop)."""
+    def _close_claims(self, outcomes: list[_Outcome], acks: list[_Outcome]):
+        """Count ``outcomes`` against their claims. Returns the claims they close whose every
+        remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
+        those acks), the other plain acks, and the tokens of the other claims they close (lease
+        records to drop)."""
+        per_token = Counter(o.claimed.lease_token for o in outcomes)
+        acked = per_token if len(acks) == len(outcomes) else Counter(o.claimed.lease_token for o in acks)
+        whole_claims: dict[uuid.UUID, _Claim] = {}
         closed: set[uuid.UUID] = set()
         with self._lock:
-            for token, n in Counter(o.claimed.lease_token for o in outcomes).items():
+            for token, n in per_token.items():
                 claim = self._outstanding.get(token)
                 if claim is None:
                     continue
@@ -636,8 +643,27 @@ class Worker:
                     claim.left -= n
                     continue
                 del self._outstanding[token]
-                closed.add(token)
-        return closed
+                if not claim.keyed and acked.get(token, 0) >= claim.left:
+                    whole_claims[token] = claim
+                else:
+                    closed.add(token)
+        if not whole_claims:
+            return [], [], acks, closed
+        keys: dict[uuid.UUID, list] = {token: [] for token in whole_claims}
+        whole_acks: list[_Outcome] = []
+        partial: list[_Outcome] = []
+        for o in acks:
+            group = keys.get(o.claimed.lease_token)
+            if group is None:
+                partial.append(o)
+            else:
+                group.append(o.claimed.key)
+                whole_acks.append(o)
+        whole = [
+            WholeClaim(c.bucket, c.queue, c.first, c.last, token, keys[token])
+            for token, c in whole_claims.items()
+        ]
+        return whole, whole_acks, partial, closed
 
     @staticmethod
     def _remove_keyed(store: TaskStore, outcomes: list[_Outcome], remove) -> set[uuid.UUID]:
@@ -686,26 +712,33 @@ class Worker:
             )
             self._count(keyed, done, "dead")
 
-    def _count(self, outcomes: list[_Outcome], done: set[uuid.UUID], event: str) -> None:
-        lost = [o for o in outcomes if o.claimed.key.id not in done]
-        self.stats.add(**{event: len(outcomes) - len(lost), "lease_lost": len(lost)})
-        recorded = event in ("acked", "retried", "dead")
-        per_task = self._trace_outcomes or event in ("retried", "dead")  # the others log at DEBUG only
+    def _count(
+        self, outcomes: list[_Outcome], done: set[uuid.UUID] | None, event: str, *, lost: set[uuid.UUID] | None = None
+    ) -> None:
+        """Count (and report) the outcomes the database applied — those in ``done``, or, when
+        ``lost`` is given instead, all but those — and the ones it refused because the lease had
+        passed to someone else."""
+        if lost is not None:
+            refused = [o for o in outcomes if o.claimed.key.id in lost] if lost else []
+            applied = [o for o in outcomes if o.claimed.key.id not in lost] if lost else outcomes
+        else:
+            applied, refused = [], []
+            for o in outcomes:
+                (applied if o.claimed.key.id in done else refused).append(o)
+        self.stats.add(**{event: len(applied), "lease_lost": len(refused)})
         counts = self._settled_counts
-        for o in outcomes:
-            if o.claimed.key.id in done:
-                queue_name = o.claimed.queue
-                counts[(event, queue_name)] = counts.get((event, queue_name), 0) + 1
-                if recorded:
-                    activity = self._tally.of(queue_name)
-                    setattr(activity, event, getattr(activity, event) + 1)
-                if not per_task:
-                    continue
+        for queue_name, n in Counter(o.claimed.queue for o in applied).items():
+            counts[(event, queue_name)] = counts.get((event, queue_name), 0) + n
+            if event in ("acked", "retried", "dead"):
+                activity = self._tally.of(queue_name)
+                setattr(activity, event, getattr(activity, event) + n)
+        if self._trace_outcomes or event in ("retried", "dead"):  # the others log at DEBUG only
+            for o in applied:
                 if o.error is None:
                     self._emit(event, o.claimed)
                 else:
                     self._emit(event, o.claimed, last_error=o.error)
-        for o in lost:
+        for o in refused:
             counts[("lease_lost", o.claimed.queue)] = counts.get(("lease_lost", o.claimed.queue), 0) + 1
             self._emit("lease_lost", o.claimed, outcome=event)
 
