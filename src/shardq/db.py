@@ -316,6 +316,7 @@ class Session:
         fetch: bool,
         resend_ambiguous: bool = False,
         identifiers: Mapping[str, str] | None = None,
+        binary: bool = False,
     ) -> list[dict[str, Any]]:
         attempt = 0
         while True:
@@ -324,7 +325,7 @@ class Session:
                 conn = self._connection()
                 if self.before_statement is not None:
                     self.before_statement(name)
-                with conn.cursor() as cur:
+                with conn.cursor(binary=binary) as cur:
                     cur.execute(self._query(name, identifiers), params or {})
                     return cur.fetchall() if fetch and cur.description is not None else []
             except pgerrors.SerializationFailure as exc:
@@ -359,13 +360,16 @@ class Session:
         *,
         resend_ambiguous: bool = False,
         identifiers: Mapping[str, str] | None = None,
+        binary: bool = False,
     ) -> list[dict[str, Any]]:
         """Run the named statement and return its rows as dicts (retrying 40001; re-sending after
         40003 only with ``resend_ambiguous``, for statements that are safe to repeat).
 
         ``identifiers`` fills the statement's ``{slot}`` placeholders (other than the session's
-        ``{shard_col}``) with quoted identifiers, e.g. ``{"stage": "shardq_stage_…"}``."""
-        return self._run(name, params, True, resend_ambiguous, identifiers)
+        ``{shard_col}``) with quoted identifiers, e.g. ``{"stage": "shardq_stage_…"}``. With
+        ``binary`` the server sends results in its binary format: the same Python values, about
+        half the client CPU to decode (the claim, which returns a whole batch, uses it)."""
+        return self._run(name, params, True, resend_ambiguous, identifiers, binary)
 
     def fetch_one(
         self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None

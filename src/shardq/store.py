@@ -229,6 +229,7 @@ class TaskStore:
         rows = self.session.fetch_all(
             "task_claim_batch",
             {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token, **_RANKS},
+            binary=True,
         )
         # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
         rows.sort(key=lambda row: (row["rank"], row["exec_time"]))

@@ -396,21 +396,21 @@ class Worker:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
         entries = [_InFlight(claimed, deadline) for claimed in tasks]
-        claims: dict[uuid.UUID, _Claim] = {}  # one round may hold two claims (after a promotion)
-        for claimed in tasks:
-            key = claimed.key
-            at = (key.rank, key.exec_time)
-            claim = claims.get(claimed.lease_token)
-            if claim is None:
-                claims[claimed.lease_token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
-                continue
-            claim.left += 1
-            if at < claim.first:
-                claim.first = at
-            elif at > claim.last:
-                claim.last = at
-            if claimed.exclusive_key is not None:
-                claim.keyed = True
+        # A round holds one claim, or two after a promotion; TaskStore.task_claim_batch hands
+        # each out sorted in key order, so its first and last task bound its key range.
+        claims: dict[uuid.UUID, _Claim] = {}
+        first = tasks[0]
+        if first.lease_token == tasks[-1].lease_token:
+            groups = [tasks]
+        else:
+            split = next(i for i, t in enumerate(tasks) if t.lease_token != first.lease_token)
+            groups = [tasks[:split], tasks[split:]]
+        for group in groups:
+            head, tail = group[0].key, group[-1].key
+            claims[group[0].lease_token] = _Claim(
+                head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time), len(group),
+                any(t.exclusive_key is not None for t in group),
+            )
         with self._lock:
             self._outstanding.update(claims)
             inflight = self._inflight
