@@ -68,9 +68,11 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
               help="Address the metrics endpoint listens on.")
+@click.option("--listen/--no-listen", default=True, show_default=True,
+              help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
 @click.pass_context
 def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host) -> None:
+         metrics_host, listen) -> None:
     """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
     from shardq.handlers import load_handler
     from shardq.runner import run_worker
@@ -81,7 +83,7 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
         list(queues),
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
-             heartbeat=heartbeat, until_empty=until_empty),
+             heartbeat=heartbeat, until_empty=until_empty, listen=listen),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

@@ -319,6 +319,19 @@ class TaskStore:
         row = self.session.fetch_one("lease_sweep", {"bucket": bucket, "limit": limit})
         return (row["dropped"], row["pushed"]) if row else (0, 0)
 
+    # -- wake-ups (PostgreSQL) --------------------------------------------------------------
+    def queue_notify(self, queue: str) -> None:
+        """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
+        self.session.execute("queue_notify", {"queue": queue})
+
+    def notify_listen(self) -> None:
+        """Subscribe this store's session to queue wake-ups, for as long as it lives."""
+        self.session.listen("notify_listen")
+
+    def notifications(self, timeout: float) -> list[str]:
+        """Queue names of wake-ups received (waiting up to ``timeout`` for the first)."""
+        return self.session.notifications(timeout)
+
     # -- queues -----------------------------------------------------------------------------
     def queue_ensure(self, queue: str) -> None:
         self.session.execute("queue_ensure", {"queue": queue})

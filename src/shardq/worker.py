@@ -50,7 +50,9 @@ Introspection
 
 Options (defaults): ``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds``
 per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
-``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s.
+``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s, ``listen`` True (on
+PostgreSQL an idle fetcher waits for a producer's wake-up instead of sleeping, still polling at the
+idle interval; see :mod:`shardq.notify`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
-from . import backoff, exclusive, validation
+from . import backoff, exclusive, notify, validation
 from . import stats as stats_module
 from .consumer import Consumer, Task, fenced
 from .db import Session
@@ -112,6 +114,7 @@ class WorkerConfig:
     heartbeat: bool = False
     until_empty: bool = False
     stats_interval: float = 2.0
+    listen: bool = True
 
     def validate(self) -> "WorkerConfig":
         if not self.queues:
@@ -354,6 +357,11 @@ class Worker:
     def _fetch_loop(self, consumer: Consumer) -> None:
         empty_rounds = 0
         failures = 0
+        listener = None
+        if self.config.listen and not self.config.until_empty:
+            listener = notify.Listener(consumer.store, self.config.queues)
+            if not listener.start():
+                listener = None
         while not self._stop.is_set():
             want = self._want()
             if want <= 0:
@@ -389,6 +397,8 @@ class Worker:
             if self.config.until_empty and not idle:
                 self._wake.clear()
                 self._wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
+            elif listener is not None:
+                listener.wait(pause, self._stop)  # a producer's wake-up ends the pause early
             else:
                 self._stop.wait(pause)
 
