@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"errors": {}}
     try:
         results["meta"] = {
-            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "quick": args.quick,
             "scenarios": args.chosen,
             "sizes": sizes_dict(sizes),

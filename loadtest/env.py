@@ -31,7 +31,7 @@ class Bench:
     created: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls) -> "Bench":
+    def start(cls) -> Bench:
         root = Path(tempfile.mkdtemp(prefix="shardq-loadtest-"))
         server = EmbeddedServer(root)
         server.start()

@@ -21,8 +21,8 @@ import resource
 import struct
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 STOP_GRACE = 15.0
 READY_TIMEOUT = 120.0
@@ -72,8 +72,17 @@ class Control:
 class Recorder:
     """Per-process execution record. ``hit`` is called once per task execution, at its start."""
 
-    __slots__ = ("counters", "index", "count", "first", "last", "latencies", "created_latencies", "starts",
-                 "keep_latency")
+    __slots__ = (
+        "count",
+        "counters",
+        "created_latencies",
+        "first",
+        "index",
+        "keep_latency",
+        "last",
+        "latencies",
+        "starts",
+    )
 
     def __init__(self, ctl: Control, *, latency: bool = False) -> None:
         self.counters = ctl.counters

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from .contenders import BATCH, CONTENDERS, raw, shardq_bench
+from .contenders import BATCH, CONTENDERS, shardq_bench
 from .env import Bench, checkpoint, loadavg, table_stats, vacuum_analyze
 from .procs import CellResult, run_cell
 
@@ -38,7 +38,7 @@ class Sizes:
     peers: tuple[str, ...] = ("pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-defaults", "procrastinate-tuned")
     steady_rate: int = 2000
     steady_seconds: float = 15.0
-    steady_contenders: tuple[str, ...] = ("shardq", "shardq+listen", "pgqueuer-tuned", "procrastinate-tuned")
+    steady_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-tuned", "procrastinate-tuned")
     idle_samples: int = 10
     depth_small: int = 10_000
     depth_large: int = 1_000_000
@@ -52,14 +52,14 @@ class Sizes:
     spark_rows: int = 200_000
 
     @classmethod
-    def quick(cls) -> "Sizes":
+    def quick(cls) -> Sizes:
         return cls(
             burn_tasks=20_000,
             burn_cap=8.0,
             burn_reps=1,
             peers=("pgqueuer-tuned", "procrastinate-tuned"),
             steady_seconds=4.0,
-            steady_contenders=("shardq", "shardq+listen"),
+            steady_contenders=("shardq", "shardq+poll"),
             idle_samples=3,
             depth_small=10_000,
             depth_large=100_000,
@@ -184,17 +184,17 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
 
 # -- steady state ---------------------------------------------------------------------------
 def _steady_roles(name: str, url: str, rate: int, *, idle: bool = False, samples: int = 0):
-    listen = name.endswith("+listen")
-    contender = CONTENDERS[name.removesuffix("+listen")]
+    poll = name.endswith("+poll")  # shardq with LISTEN/NOTIFY off: polling only
+    contender = CONTENDERS[name.removesuffix("+poll")]
     spec = _worker_spec(url, drain=False, latency=True, options=dict(contender.options))
     producer_spec = {"url": url, "rate": rate}
-    if listen:
-        spec["options"]["listen"] = True
-        producer_spec["producer_options"] = {"notify": True}
+    if poll:
+        spec["options"]["listen"] = False
+        producer_spec["notify"] = False
     producer = contender.producer
     if idle:
         producer = f"{contender.module}:idle_producer" if contender.module.endswith("shardq_bench") else None
-        producer_spec = {**producer_spec, "samples": samples, "gap": (0.3, 0.8) if listen else (1.2, 2.2)}
+        producer_spec = {**producer_spec, "samples": samples, "gap": (1.2, 2.2) if poll else (0.3, 0.8)}
     return contender, [(contender.worker, spec)] * PROCESSES + [(producer, producer_spec)]
 
 
@@ -205,7 +205,7 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
     out = {}
     warm = 1.0
     for name in sizes.steady_contenders:
-        contender = CONTENDERS[name.removesuffix("+listen")]
+        contender = CONTENDERS[name.removesuffix("+poll")]
         url = contender.setup(bench, name.replace("+", "_"))
         try:
             _, roles = _steady_roles(name, url, sizes.steady_rate)
@@ -244,9 +244,9 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
 # -- idle latency ---------------------------------------------------------------------------
 def idle(bench: Bench, sizes: Sizes, log) -> dict:
     """4 idle shardq workers; single tasks enqueued one at a time, spaced so the workers have
-    backed off to their longest poll interval (polling) or are parked on LISTEN (listen)."""
+    backed off to their longest poll interval (polling only) or are parked on LISTEN (default)."""
     out = {}
-    for name in ("shardq", "shardq+listen"):
+    for name in ("shardq+poll", "shardq"):
         url = bench.shardq_database("idle")
         try:
             _, roles = _steady_roles(name, url, 1, idle=True, samples=sizes.idle_samples)

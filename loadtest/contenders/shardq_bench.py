@@ -94,8 +94,8 @@ def worker(spec: dict, ctl: Control) -> dict:
 
 
 def producer(spec: dict, ctl: Control) -> dict:
-    client = shardq.connect(spec["url"])
-    producer = Producer(client.store, **spec.get("producer_options", {}))
+    client = shardq.connect(spec["url"], notify=spec.get("notify", True))
+    producer = Producer(client.store, notifier=client.notifier)
     producer.enqueue_many(QUEUE, [])  # validate and connect before the clock
     client.store.layout()
     return paced(spec, ctl, lambda payloads: producer.enqueue_many(QUEUE, payloads))
@@ -104,8 +104,8 @@ def producer(spec: dict, ctl: Control) -> dict:
 def idle_producer(spec: dict, ctl: Control) -> dict:
     """Role: ``samples`` single enqueues, each after a pause drawn from ``gap`` (seconds) so the
     workers are idle (backed off, or parked on LISTEN) when it arrives."""
-    client = shardq.connect(spec["url"])
-    producer = Producer(client.store, **spec.get("producer_options", {}))
+    client = shardq.connect(spec["url"], notify=spec.get("notify", True))
+    producer = Producer(client.store, notifier=client.notifier)
     producer.enqueue_many(QUEUE, [])
     client.store.layout()
     rng = random.Random(spec.get("seed", 7))
