@@ -9,6 +9,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import cockroach
@@ -31,6 +32,7 @@ from .shards import discover_layout
 log = logging.getLogger("shardq.store")
 
 _RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+_claim_order = itemgetter("rank", "exec_time")
 
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
@@ -232,8 +234,34 @@ class TaskStore:
             binary=True,
         )
         # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
-        rows.sort(key=lambda row: (row["rank"], row["exec_time"]))
+        rows.sort(key=_claim_order)
         return [ClaimedTask.from_row(row, token) for row in rows]
+
+    @property
+    def claims_whole_rounds(self) -> bool:
+        """True on PostgreSQL: one statement claims over a whole round of buckets
+        (:meth:`task_claim_round`). CockroachDB claims one bucket per statement: its SKIP LOCKED
+        scan must stay within one span of the key (see sql/cockroachdb/tasks.sql)."""
+        return self.dialect == "postgresql"
+
+    def task_claim_round(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
+        """Lease up to ``limit`` ready tasks of ``queue``, bucket by bucket in the order of
+        ``buckets`` (PostgreSQL). Each bucket's tasks share a lease token of their own. Returned
+        in claim order: rank (priority), then exec_time."""
+        tokens = [uuid.uuid4() for _ in buckets]
+        rows = self.session.fetch_all(
+            "task_claim_round",
+            {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
+             "lease_seconds": lease_seconds, **_RANKS},
+            binary=True,
+        )
+        rows.sort(key=_claim_order)
+        return [ClaimedTask.from_row(row, row["lease_token"]) for row in rows]
+
+    def task_promote_due_round(self, buckets: Sequence[int], queue: str, limit: int) -> int:
+        """Make due scheduled tasks of ``queue`` in ``buckets`` ready (PostgreSQL); returns how many."""
+        params = {"buckets": list(buckets), "queue": queue, "limit": limit, **_RANKS}
+        return len(self.session.fetch_all("task_promote_due_round", params))
 
     def task_promote_due(self, bucket: int, queue: str, limit: int) -> int:
         """Make due scheduled tasks ready; returns how many."""

@@ -406,21 +406,24 @@ class Worker:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
         entries = [_InFlight(claimed, deadline) for claimed in tasks]
-        # A round holds one claim, or two after a promotion; TaskStore.task_claim_batch hands
-        # each out sorted in key order, so its first and last task bound its key range.
+        # One lease token per claimed bucket. The store hands tasks out sorted in key order, so
+        # each token's first and last task bound its rows' key range.
         claims: dict[uuid.UUID, _Claim] = {}
-        first = tasks[0]
-        if first.lease_token == tasks[-1].lease_token:
-            groups = [tasks]
-        else:
-            split = next(i for i, t in enumerate(tasks) if t.lease_token != first.lease_token)
-            groups = [tasks[:split], tasks[split:]]
-        for group in groups:
-            head, tail = group[0].key, group[-1].key
-            claims[group[0].lease_token] = _Claim(
-                head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time), len(group),
-                any(t.exclusive_key is not None for t in group),
-            )
+        last: dict[uuid.UUID, ClaimedTask] = {}
+        for claimed in tasks:
+            token = claimed.lease_token
+            claim = claims.get(token)
+            if claim is None:
+                key = claimed.key
+                at = (key.rank, key.exec_time)
+                claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
+            else:
+                claim.left += 1
+                if claimed.exclusive_key is not None:
+                    claim.keyed = True
+            last[token] = claimed
+        for token, claimed in last.items():
+            claims[token].last = (claimed.key.rank, claimed.key.exec_time)
         with self._lock:
             self._outstanding.update(claims)
             inflight = self._inflight
@@ -428,7 +431,8 @@ class Worker:
                 inflight[entry.claimed.key.id] = entry
         self._claimed_total += len(tasks)  # before the puts, so "waiting" never looks negative
         self.stats.add(claimed=len(tasks))
-        self.stats.per_bucket_claims[tasks[0].key.bucket] += len(tasks)
+        for claim in claims.values():
+            self.stats.per_bucket_claims[claim.bucket] += claim.left
         if self._trace_claimed:
             for entry in entries:
                 self._emit("claimed", entry.claimed)
