@@ -398,7 +398,11 @@ class Worker:
                 self._wake.clear()
                 self._wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
             elif listener is not None:
-                listener.wait(pause, self._stop)  # a producer's wake-up ends the pause early
+                # A producer's wake-up ends the pause early. It also says tasks are flowing, so
+                # the back-off restarts from idle_min: a worker that lost the race for the woken
+                # tasks keeps polling briskly instead of leaning on the next (throttled) wake-up.
+                if listener.wait(pause, self._stop):
+                    empty_rounds = 0
             else:
                 self._stop.wait(pause)
 
