@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.headline(results))
     print()
-    for goal, target, measured, ok in report.goals(results):
+    for goal, target, measured, ok, _note in report.goals(results):
         print(f"  {'MET ' if ok else 'MISS' if ok is False else '    '} {goal}: {measured} (target {target})")
     return 0
 

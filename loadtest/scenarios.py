@@ -4,8 +4,8 @@ JSON-able dict; none asserts anything (goals are judged by the report, as ratios
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+import json
 import os
 import random
 import shutil
@@ -49,27 +49,28 @@ class Sizes:
     enqueue_bulk: int = 100_000
     chaos_tasks: int = 30_000
     chaos_lease: float = 2.0
-    spark_rows: int = 200_000
+    spark_rows: int = 1_000_000
+    spark_rounds: int = 2
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(
             burn_tasks=20_000,
-            burn_cap=8.0,
+            burn_cap=5.0,
             burn_reps=1,
-            peers=("pgqueuer-tuned", "procrastinate-tuned"),
+            peers=("pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-tuned"),
             steady_seconds=4.0,
             steady_contenders=("shardq", "shardq+poll"),
             idle_samples=3,
             depth_small=10_000,
-            depth_large=100_000,
-            depth_seconds=2.5,
+            depth_large=50_000,
+            depth_seconds=2.0,
             reaper_reps=2,
-            enqueue_single=500,
-            enqueue_bulk=20_000,
+            enqueue_single=300,
+            enqueue_bulk=10_000,
             chaos_tasks=6_000,
             chaos_lease=1.0,
-            spark_rows=20_000,
+            spark_rows=0,
         )
 
 
@@ -164,6 +165,16 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
         **{name: r["rate"] for name, r in peers.items()},
     }
     ratios = [p["ratio"] for p in pairs if p["ratio"]]
+
+    def cpu(cells: list[dict]) -> float | None:
+        values = [c["cpu_ms_per_task"].get("total") for c in cells if c["cpu_ms_per_task"].get("total")]
+        return statistics.median(values) * 1e3 if values else None
+
+    cpu_us = {
+        "raw-bound": cpu([p["raw-bound"] for p in pairs]),
+        "shardq": cpu([p["shardq"] for p in pairs]),
+        **{name: cpu([r]) for name, r in peers.items()},
+    }
     return {
         "tasks": sizes.burn_tasks,
         "processes": PROCESSES,
@@ -178,6 +189,7 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
             "max": max(ratios, default=None),
         },
         "raw_spread": (max(raw_rates) - min(raw_rates)) / raw_median if len(raw_rates) > 1 else None,
+        "cpu_us_per_task": cpu_us,
         "notes": {name: CONTENDERS[name].note for name in summary},
     }
 
@@ -385,23 +397,38 @@ def enqueue(bench: Bench, sizes: Sizes, log) -> dict:
 
 
 def spark(bench: Bench, sizes: Sizes, log) -> dict:
-    """Hook for ``loadtest/spark_enqueue.py`` (written alongside the Spark writer): if present,
-    ``run(url, rows=N)`` gets a migrated shardq database and returns a dict with at least
-    ``jdbc_rows_per_s`` (Spark → shardq) and ``plain_rows_per_s`` (Spark appending the same rows
-    to a plain table)."""
-    if importlib.util.find_spec("loadtest.spark_enqueue") is None:
+    """Spark JDBC enqueue vs Spark appending the same rows to a plain table, measured by
+    ``loadtest/spark_enqueue.py`` (written with the Spark writer) in its own process against a
+    scratch database of this server. Skipped when that script, pyspark or Java is missing, and in
+    ``--quick`` (the JVM's start-up alone takes most of the budget)."""
+    script = Path(__file__).resolve().parent / "spark_enqueue.py"
+    if not sizes.spark_rows:
+        return {"skipped": "not in --quick mode (run the full load test)"}
+    if not script.exists():
         return {"skipped": "loadtest/spark_enqueue.py is not in this tree"}
-    module = importlib.import_module("loadtest.spark_enqueue")
-    url = bench.shardq_database("spark")
+    if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
+        return {"skipped": "needs pyspark and Java: pip install -e '.[spark]' and a JRE (see docs/spark.md)"}
+    url = bench.database("spark")
+    out = Path(tempfile.mkdtemp(prefix="loadtest-spark-")) / "spark.json"
     try:
-        result = dict(module.run(url, rows=sizes.spark_rows))
-    except Exception as exc:  # Java or the JDBC driver missing, etc.: report, keep going
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        proc = subprocess.run(
+            [sys.executable, str(script), "--rows", str(sizes.spark_rows), "--rounds", str(sizes.spark_rounds),
+             "--dsn", url, "--out", str(out)],
+            capture_output=True, text=True, timeout=900, cwd=REPO,
+        )
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            return {"error": f"spark_enqueue.py exited {proc.returncode}: {' | '.join(tail)}"}
+        figures = json.loads(out.read_text())
+    except subprocess.TimeoutExpired:
+        return {"error": "spark_enqueue.py timed out after 900 s"}
     finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
         bench.drop(url)
-    if result.get("plain_rows_per_s"):
-        result["ratio"] = result.get("jdbc_rows_per_s", 0) / result["plain_rows_per_s"]
-    log(f"spark: {result}")
+    result = {k: figures[k] for k in ("rows", "rounds", "plain_rows_per_s", "shardq_rows_per_s", "ratio",
+                                      "plain_seconds", "shardq_seconds") if k in figures}
+    log(f"spark: shardq {result.get('shardq_rows_per_s', 0):,} rows/s vs plain {result.get('plain_rows_per_s', 0):,} "
+        f"rows/s: {result.get('ratio')}")
     return result
 
 
