@@ -1,13 +1,18 @@
 """A worker process's runtime: claim in batches, run handlers on threads, settle in batches.
 
 Threads
-    * the **fetcher** (the thread that calls :meth:`Worker.run`) claims batches while fewer than
-      ``concurrency + prefetch`` tasks are in flight, and sleeps with a growing, capped, jittered
-      interval while whole rounds come back empty;
+    * the **fetcher** (the thread that calls :meth:`Worker.run`) claims the next batch once at
+      most ``concurrency - 1`` claimed tasks (or ``prefetch - batch``, if larger) still wait for
+      a handler, keeping at most ``concurrency + prefetch`` tasks waiting or running; while whole
+      rounds come back empty it sleeps with a growing, capped, jittered interval (or, with
+      ``listen``, waits for a producer's wake-up for at most that long);
     * ``concurrency`` **handler** threads run the handler, one task at a time each;
-    * the **settler** acks finished tasks in batches (one statement per batch), retries or
-      dead-letters failed ones, hands back released ones and, with ``heartbeat``, renews the
-      leases of running tasks.
+    * the **settler** collects outcomes until the claims they belong to are complete (at most
+      ``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key
+      range and token (PostgreSQL), other acks in one statement by key, retries or dead-letters
+      failed tasks, hands back released ones and, with ``heartbeat``, renews the leases of
+      running tasks. Finished tasks awaiting their ack do not hold up the next claim, but all
+      leases held stay under ``concurrency + prefetch + ack_batch``.
 
 Outcomes
     The handler gets a :class:`shardq.consumer.Task`. Returning acks it (the row is deleted).
