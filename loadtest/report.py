@@ -90,11 +90,16 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         reaper = depth.get("reaper", {})
         if str(small) in reaper and str(large) in reaper:
             a, b = reaper[str(small)]["median_seconds"], reaper[str(large)]["median_seconds"]
-            rows.append((f"reaper: run_once at {large:,} / at {small:,} rows (same expired leases)",
-                         f"≤ {GOALS['reaper_ratio']}", f"{b / a:.2f} ({a * 1e3:.0f} → {b * 1e3:.0f} ms)",
-                         b / a <= GOALS["reaper_ratio"],
-                         f"nothing expired: {reaper[str(small)]['idle_median_seconds'] * 1e3:.0f} → "
-                         f"{reaper[str(large)]['idle_median_seconds'] * 1e3:.0f} ms"))
+            ba, bb = reaper[str(small)].get("candidate_blocks"), reaper[str(large)].get("candidate_blocks")
+            note = (f"run_once {a * 1e3:.0f} → {b * 1e3:.0f} ms ({b / a:.2f}; wall time on a shared machine), "
+                    f"nothing expired {reaper[str(small)]['idle_median_seconds'] * 1e3:.0f} → "
+                    f"{reaper[str(large)]['idle_median_seconds'] * 1e3:.0f} ms")
+            if ba and bb:
+                measured, met = f"{bb / ba:.2f} (buffers {ba:,.0f} → {bb:,.0f})", bb / ba <= GOALS["reaper_ratio"]
+            else:
+                measured, met = f"{b / a:.2f}", b / a <= GOALS["reaper_ratio"]
+            rows.append((f"reaper: work at {large:,} / at {small:,} rows, same 1,000 expired leases",
+                         f"≤ {GOALS['reaper_ratio']}", measured, met, note))
     spark = (results.get("enqueue") or {}).get("spark") or {}
     if "ratio" in spark:
         rows.append(("Spark JDBC → shardq / plain-table append", f"≥ {GOALS['spark_ratio']}", _f(spark["ratio"], 2),
@@ -300,14 +305,16 @@ def _depth_section(depth, plots) -> list[str]:
     rows = []
     for name, cells in depth["depth"].items():
         rows.append([name, _f(cells[str(small)]["window_rate"]), _f(cells[str(large)]["window_rate"]),
-                     _f(cells.get("large_over_small"), 2)])
+                     _f(cells.get("large_over_small"), 2),
+                     f"{_f(cells[str(small)].get('cpu_us_per_task'))} / {_f(cells[str(large)].get('cpu_us_per_task'))}"])
     out = [
         "## Depth",
         "",
         "4 processes claim and finish no-op tasks for a fixed time while the parent tops the table up to its "
-        "depth; rate over the last 80 % of the cell.",
+        "depth (its inserts count in the server CPU); rate over the last 80 % of each window; windows alternate "
+        "between the two tables, median per depth.",
         "",
-        _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio"], rows),
+        _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task"], rows),
         "",
     ]
     reaper = depth.get("reaper") or {}
@@ -315,15 +322,16 @@ def _depth_section(depth, plots) -> list[str]:
         rrows = []
         for size, r in reaper.items():
             rrows.append([f"{int(size):,}", _f(r["table"].get("live")), _f(r["runs"][-1]["reaped"]),
-                          _f(r["median_seconds"] * 1e3, 1), _f(r["idle_median_seconds"] * 1e3, 1)])
+                          _f(r["median_seconds"] * 1e3, 1), _f(r["idle_median_seconds"] * 1e3, 1),
+                          _f(r.get("candidate_blocks"))])
         out += [
             "### Reaper cost",
             "",
             "`Reaper.run_once()` over every bucket with ~1,000 expired leases (claimed with a 50 ms lease), "
             "and with none.",
             "",
-            _table(["tasks in table", "live rows", "expired leases reaped", "run_once ms", "run_once ms, nothing expired"],
-                   rrows),
+            _table(["tasks in table", "live rows", "expired leases reaped", "run_once ms", "run_once ms, nothing expired",
+                    "buffers touched finding them"], rrows),
             "",
         ]
     out += [f"![{k}]({k}.png)" for k in ("depth", "reaper") if k in plots] + [""]

@@ -43,8 +43,9 @@ class Sizes:
     depth_small: int = 10_000
     depth_large: int = 1_000_000
     depth_seconds: float = 6.0
+    depth_reps: int = 2
     reaper_expired: int = 1_000
-    reaper_reps: int = 3
+    reaper_reps: int = 5
     enqueue_single: int = 3_000
     enqueue_bulk: int = 100_000
     chaos_tasks: int = 30_000
@@ -65,7 +66,8 @@ class Sizes:
             depth_small=10_000,
             depth_large=50_000,
             depth_seconds=2.0,
-            reaper_reps=2,
+            depth_reps=1,
+            reaper_reps=3,
             enqueue_single=300,
             enqueue_bulk=10_000,
             chaos_tasks=6_000,
@@ -278,13 +280,11 @@ def idle(bench: Bench, sizes: Sizes, log) -> dict:
 
 
 # -- depth and reaper -----------------------------------------------------------------------
-def _depth_cell(bench: Bench, name: str, depth: int, sizes: Sizes, log) -> tuple[dict, str]:
+def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -> dict:
+    """One timed window: 4 processes claim and finish tasks while the parent tops the table up
+    to ``depth``; rate over the last 80 % of the window."""
     contender = CONTENDERS[name]
-    url = contender.setup(bench, f"depth_{name}")
     impl = contender.impl()
-    t0 = time.perf_counter()
-    impl.fill(url, depth)
-    fill_seconds = time.perf_counter() - t0
     vacuum_analyze(url)
     checkpoint(url)
     topper = psycopg.connect(url, autocommit=True)
@@ -298,12 +298,13 @@ def _depth_cell(bench: Bench, name: str, depth: int, sizes: Sizes, log) -> tuple
             topped += deficit
 
     spec = _worker_spec(url, drain=False, options=contender.options)
-    cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
-                    server_cpu=bench.server_cpu)
-    topper.close()
-    rate = _window_rate(cell.samples, 0.2)
-    log(f"depth {name} {depth:,}: {rate:,.0f} tasks/s")
-    return _cell_summary(cell, contender=name, depth=depth, window_rate=rate, fill_seconds=fill_seconds), url
+    try:
+        cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
+                        server_cpu=bench.server_cpu)
+    finally:
+        topper.close()
+    return _cell_summary(cell, contender=name, depth=depth, window_rate=_window_rate(cell.samples, 0.2),
+                         load_before=loadavg())
 
 
 def _window_rate(samples: list[tuple[float, int]], skip_fraction: float) -> float:
@@ -317,23 +318,45 @@ def _window_rate(samples: list[tuple[float, int]], skip_fraction: float) -> floa
 
 def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
     """Claim throughput with ``depth_small`` vs ``depth_large`` ready tasks (kept topped up while
-    4 processes drain), for raw and shardq; then, on shardq's tables, the time of one
-    ``Reaper.run_once`` with ``reaper_expired`` expired leases among them."""
+    4 processes drain), for raw and shardq: both tables are filled first, then timed windows
+    alternate between them ``depth_reps`` times (median per depth). Then, on shardq's two tables,
+    the time of one ``Reaper.run_once`` with ``reaper_expired`` expired leases among them."""
     depth: dict = {}
     reaper: dict = {}
     for name in ("raw-bound", "shardq"):
-        depth[name] = {}
-        for size in (sizes.depth_small, sizes.depth_large):
-            result, url = _depth_cell(bench, name, size, sizes, log)
-            depth[name][str(size)] = result
-            try:
-                if name == "shardq":
+        contender = CONTENDERS[name]
+        urls: dict[int, str] = {}
+        fills: dict[int, float] = {}
+        try:
+            for size in (sizes.depth_small, sizes.depth_large):
+                urls[size] = contender.setup(bench, f"depth_{name}")
+                t0 = time.perf_counter()
+                contender.impl().fill(urls[size], size)
+                fills[size] = time.perf_counter() - t0
+            windows: dict[int, list[dict]] = {size: [] for size in urls}
+            for _ in range(sizes.depth_reps):
+                for size, url in urls.items():
+                    window = _depth_window(bench, name, url, size, sizes)
+                    windows[size].append(window)
+                    log(f"depth {name} {size:,}: {window['window_rate']:,.0f} tasks/s")
+            depth[name] = {}
+            for size, cells in windows.items():
+                depth[name][str(size)] = {
+                    "window_rate": statistics.median(c["window_rate"] for c in cells),
+                    "windows": cells,
+                    "fill_seconds": fills[size],
+                    "cpu_us_per_task": statistics.median(
+                        c["cpu_ms_per_task"].get("total", 0.0) for c in cells) * 1e3,
+                }
+            small = depth[name][str(sizes.depth_small)]["window_rate"]
+            large = depth[name][str(sizes.depth_large)]["window_rate"]
+            depth[name]["large_over_small"] = large / small if small else None
+            if name == "shardq":
+                for size, url in urls.items():
                     reaper[str(size)] = reaper_cost(url, sizes, log)
-            finally:
+        finally:
+            for url in urls.values():
                 bench.drop(url)
-        small = depth[name][str(sizes.depth_small)]["window_rate"]
-        large = depth[name][str(sizes.depth_large)]["window_rate"]
-        depth[name]["large_over_small"] = large / small if small else None
     return {"depth": depth, "reaper": reaper, "sizes": [sizes.depth_small, sizes.depth_large]}
 
 
@@ -361,9 +384,11 @@ def reaper_cost(url: str, sizes: Sizes, log) -> dict:
             if found.round_empty:
                 break
         time.sleep(0.1)
+        blocks = _reap_candidate_blocks(url, store.layout().visit_count)
         t0 = time.perf_counter()
         result = reaper.run_once()
-        runs.append({"seconds": time.perf_counter() - t0, "reaped": result.reaped, "held": held})
+        runs.append({"seconds": time.perf_counter() - t0, "reaped": result.reaped, "held": held,
+                     "candidate_blocks": blocks})
     client.close()
     rows = table_stats(url, "shardq_tasks")
     median = statistics.median(r["seconds"] for r in runs)
@@ -372,8 +397,25 @@ def reaper_cost(url: str, sizes: Sizes, log) -> dict:
         "runs": runs,
         "median_seconds": median,
         "idle_median_seconds": statistics.median(idle_runs),
+        "candidate_blocks": statistics.median(r["candidate_blocks"] for r in runs),
         "table": rows,
     }
+
+
+def _reap_candidate_blocks(url: str, buckets: int) -> int:
+    """Buffers the reaper's candidate search touches over every bucket (EXPLAIN ANALYZE of the
+    read-only statement): a count, so unlike milliseconds it does not move with the machine's
+    load, and it shows whether the work follows expired leases or table size."""
+    from shardq.queries import statements_for
+
+    text = statements_for("postgresql")["task_reap_candidates"].text
+    total = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        for bucket in range(buckets):
+            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text,
+                                {"bucket": bucket, "limit": 500}).fetchone()[0][0]["Plan"]
+            total += plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    return total
 
 
 # -- enqueue --------------------------------------------------------------------------------
