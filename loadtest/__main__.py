@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"— {name}")
             try:
                 results[name] = SCENARIOS[name](bench, sizes, log)
-            except Exception as exc:  # one broken scenario must not lose the others
+            except Exception as exc:  # noqa: BLE001 - one broken scenario must not lose the others
                 import traceback
 
                 traceback.print_exc()

@@ -132,7 +132,7 @@ def _entry(target: str, spec: dict, ctl: Control) -> None:
         result = function(spec, ctl) or {}
         if ctl.cpu_at_start is not None:
             result["cpu_seconds"] = _cpu() - ctl.cpu_at_start
-    except BaseException as exc:  # report, never hang the parent
+    except BaseException as exc:  # noqa: BLE001 - report it, never hang the parent
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         try:
             ctl._ready.release()  # a role that died during set-up must not block the start

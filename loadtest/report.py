@@ -107,8 +107,8 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
     chaos = results.get("chaos")
     if chaos and "lost" in chaos:
         rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
-                     f"{chaos['recovered']} tasks recovered in {_f(chaos['recovery_seconds'], 1)} s, "
-                     f"{chaos['duplicates']} ran twice"))
+                     (f"{chaos['recovered']} tasks recovered in {_f(chaos['recovery_seconds'], 1)} s, "
+                     f"{chaos['duplicates']} ran twice")))
     return rows
 
 
@@ -157,18 +157,18 @@ def write(results: dict, out: Path) -> Path:
     parts = [
         "# shardq load test",
         "",
-        f"Run {meta['started']} ({'quick' if meta['quick'] else 'full'} mode, {meta['seconds']:.0f} s). "
+        (f"Run {meta['started']} ({'quick' if meta['quick'] else 'full'} mode, {meta['seconds']:.0f} s). "
         f"{m['nproc']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB; "
         f"PostgreSQL {v['postgresql']} (embedded), Python {v['python']}, shardq {v['shardq']}, psycopg {v['psycopg']}, "
-        f"pgqueuer {v['pgqueuer']} (asyncpg {v['asyncpg']}), procrastinate {v['procrastinate']}.",
-        f"Load average at start {_load(m.get('loadavg_at_start'))}, at end {_load(meta.get('loadavg_at_end'))}: "
-        "the machine is shared, so compare ratios within this run, not absolute figures across runs.",
+        f"pgqueuer {v['pgqueuer']} (asyncpg {v['asyncpg']}), procrastinate {v['procrastinate']}."),
+        (f"Load average at start {_load(m.get('loadavg_at_start'))}, at end {_load(meta.get('loadavg_at_end'))}: "
+        "the machine is shared, so compare ratios within this run, not absolute figures across runs."),
         "",
-        "Same server, a fresh database per contender per cell, `VACUUM ANALYZE` before timing, "
+        ("Same server, a fresh database per contender per cell, `VACUUM ANALYZE` before timing, "
         f"{results.get('burn-down', {}).get('processes', 4)} worker processes and batch "
         f"{results.get('burn-down', {}).get('batch', 100)} for every contender (procrastinate claims one job "
         "per fetch by design). Process start-up is never timed: every process connects, then waits for a "
-        "common start signal.",
+        "common start signal."),
         "",
         "## Headline",
         "",
@@ -179,9 +179,9 @@ def write(results: dict, out: Path) -> Path:
         _table(["goal", "target", "measured", "met", "note"],
                [[g, t, m_, "yes" if ok else ("no" if ok is False else "–"), n] for g, t, m_, ok, n in goals(results)]),
         "",
-        "CPU µs/task is the worker processes' own CPU (rusage) plus every PostgreSQL process's CPU during "
+        ("CPU µs/task is the worker processes' own CPU (rusage) plus every PostgreSQL process's CPU during "
         "the cell (/proc), per task executed. On a shared machine it moves far less than tasks/s does, and on "
-        "a quiet one a CPU-bound drain approaches (cores × 10⁶) / (CPU µs/task) tasks/s.",
+        "a quiet one a CPU-bound drain approaches (cores × 10⁶) / (CPU µs/task) tasks/s."),
         "",
     ]
     parts += _burn_section(results.get("burn-down"), plots)
@@ -232,15 +232,15 @@ def _burn_section(burn, plots) -> list[str]:
     out = [
         "## Burn-down",
         "",
-        f"{burn['tasks']:,} no-op tasks pre-inserted with each system's bulk enqueue, then drained. "
+        (f"{burn['tasks']:,} no-op tasks pre-inserted with each system's bulk enqueue, then drained. "
         "tasks/s = executed / (last execution start − release). A cell that does not drain within its cap "
-        "reports the rate over what it did.",
+        "reports the rate over what it did."),
         "",
         _table(["contender", "tasks/s (median)", "× raw", "drained", "each run", "bulk enqueue tasks/s", "settings"], rows),
         "",
-        f"shardq / raw bound, paired within each repetition: median {_f(paired['median'], 2)} "
+        (f"shardq / raw bound, paired within each repetition: median {_f(paired['median'], 2)} "
         f"(min {_f(paired['min'], 2)}, max {_f(paired['max'], 2)}); raw bound spread between repetitions "
-        f"{_f((burn.get('raw_spread') or 0) * 100, 0)} % (noise).",
+        f"{_f((burn.get('raw_spread') or 0) * 100, 0)} % (noise)."),
         "",
     ]
     out += [f"![{k}]({k}.png)" for k in ("burn_down", "burn_progress") if k in plots] + [""]
@@ -266,9 +266,9 @@ def _steady_section(steady, plots) -> list[str]:
     out = [
         "## Steady state",
         "",
-        "One producer process sends the tasks due every 5 ms (one enqueue call each) at the offered rate while "
+        ("One producer process sends the tasks due every 5 ms (one enqueue call each) at the offered rate while "
         "4 worker processes run; latency = handler start − producer clock at send (same machine clock). "
-        "The last column measures from the row's `created_at` (database clock) instead. First second left out.",
+        "The last column measures from the row's `created_at` (database clock) instead. First second left out."),
         "",
         _table(["contender", "offered/s", "executed/s", "backlog at end", "p50 ms", "p95 ms", "p99 ms", "max ms",
                 "p99 from created_at ms"], rows),
@@ -290,8 +290,8 @@ def _idle_section(idle, plots) -> list[str]:
     return [
         "## Idle queue",
         "",
-        "4 idle worker processes; single tasks enqueued one at a time, spaced so that polling workers have backed "
-        "off to their longest interval (1 s) or listening workers are parked on LISTEN.",
+        ("4 idle worker processes; single tasks enqueued one at a time, spaced so that polling workers have backed "
+        "off to their longest interval (1 s) or listening workers are parked on LISTEN."),
         "",
         _table(["worker", "samples", "p50 ms", "worst ms", "each (ms)"], rows),
         "",
@@ -310,9 +310,9 @@ def _depth_section(depth, plots) -> list[str]:
     out = [
         "## Depth",
         "",
-        "4 processes claim and finish no-op tasks for a fixed time while the parent tops the table up to its "
+        ("4 processes claim and finish no-op tasks for a fixed time while the parent tops the table up to its "
         "depth (its inserts count in the server CPU); rate over the last 80 % of each window; windows alternate "
-        "between the two tables, median per depth.",
+        "between the two tables, median per depth."),
         "",
         _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task"], rows),
         "",
@@ -327,8 +327,8 @@ def _depth_section(depth, plots) -> list[str]:
         out += [
             "### Reaper cost",
             "",
-            "`Reaper.run_once()` over every bucket with ~1,000 expired leases (claimed with a 50 ms lease), "
-            "and with none.",
+            ("`Reaper.run_once()` over every bucket with ~1,000 expired leases (claimed with a 50 ms lease), "
+            "and with none."),
             "",
             _table(["tasks in table", "live rows", "expired leases reaped", "run_once ms", "run_once ms, nothing expired",
                     "buffers touched finding them"], rrows),
@@ -363,16 +363,16 @@ def _chaos_section(chaos, plots) -> list[str]:
     out = [
         "## Chaos: SIGKILL a worker mid-drain",
         "",
-        f"4 `shardq work` processes (lease {chaos['lease_seconds']} s) and `shardq reap --interval "
-        f"{chaos['reap_interval']}` drain {chaos['tasks']:,} tasks; one worker is SIGKILLed once a third is done.",
+        (f"4 `shardq work` processes (lease {chaos['lease_seconds']} s) and `shardq reap --interval "
+        f"{chaos['reap_interval']}` drain {chaos['tasks']:,} tasks; one worker is SIGKILLed once a third is done."),
         "",
         _table(["killed after s", "recovered tasks", "first recovery s", "all recovered s", "duplicate executions",
                 "lost", "drain s"],
                [[_f(chaos["killed_after_seconds"], 2), chaos["recovered"], _f(chaos["first_recovery_seconds"], 2),
                  _f(chaos["recovery_seconds"], 2), chaos["duplicates"], chaos["lost"], _f(chaos["drain_seconds"], 1)]]),
         "",
-        "Recovery is bounded by lease + reaper interval + the first retry's backoff (full jitter over 1 s). "
-        "Duplicates are tasks the killed worker had started but not yet acknowledged (at-least-once).",
+        ("Recovery is bounded by lease + reaper interval + the first retry's backoff (full jitter over 1 s). "
+        "Duplicates are tasks the killed worker had started but not yet acknowledged (at-least-once)."),
         "",
     ]
     if "chaos" in plots:

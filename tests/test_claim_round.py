@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+
+import pytest
 
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, NewTask
 
-from .test_explain import nodes, plan, scans_of, seeded  # noqa: F401  (fixture)
+from .factories import utcnow
+from .test_explain import nodes, plan, scans_of
+
+
+@pytest.fixture
+def seeded(pg_db):
+    """Enough rows, expired leases and lease records that the planner's choices are real ones."""
+    pg_db.client.enqueue_many("q", [b"x"] * 20_000, batch_size=5000)
+    pg_db.client.enqueue_many("other", [b"y"] * 5_000, batch_size=5000)
+    for _ in range(50):
+        pg_db.make_task(state="leased", lease_expires_at=utcnow() - dt.timedelta(seconds=5))
+    pg_db.sql("ANALYZE")
+    return pg_db
 
 
 def test_a_round_claim_walks_buckets_in_order_with_a_token_and_lease_record_per_bucket(pg_db):
@@ -33,8 +48,8 @@ def test_a_round_claim_scans_each_bucket_span_of_the_primary_key(seeded):
     tree = plan(
         seeded,
         "task_claim_round",
-        dict(buckets=[2, 3, 0, 1], tokens=[uuid.uuid4() for _ in range(4)], queue="q", limit=100, lease_seconds=30,
-             backlog_rank=RANK_BACKLOG),
+        {"buckets": [2, 3, 0, 1], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 100, "lease_seconds": 30,
+             "backlog_rank": RANK_BACKLOG},
     )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
@@ -51,7 +66,7 @@ def test_a_round_promotion_scans_only_due_scheduled_rows(seeded):
     seeded.client.enqueue_many("q", [NewTask(b"x", delay=3600)] * 5000, batch_size=5000)
     seeded.sql("ANALYZE")
     tree = plan(seeded, "task_promote_due_round",
-                dict(buckets=[1, 2, 3, 0], queue="q", limit=500, scheduled_rank=RANK_SCHEDULED))
+                {"buckets": [1, 2, 3, 0], "queue": "q", "limit": 500, "scheduled_rank": RANK_SCHEDULED})
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
     conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
@@ -65,8 +80,8 @@ def test_a_whole_claim_ack_scans_the_claims_key_range(seeded):
     tree = plan(
         seeded,
         "task_ack_claims",
-        dict(buckets=[1], queues=["q"], first_ranks=[first[0]], first_execs=[first[1]], last_ranks=[last[0]],
-             last_execs=[last[1]], tokens=[claimed[0].lease_token], expected=[len(claimed)]),
+        {"buckets": [1], "queues": ["q"], "first_ranks": [first[0]], "first_execs": [first[1]], "last_ranks": [last[0]],
+             "last_execs": [last[1]], "tokens": [claimed[0].lease_token], "expected": [len(claimed)]},
     )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)

@@ -66,12 +66,12 @@ def worker(spec: dict, ctl: Control) -> dict:
         def handler(task) -> None:
             rec.hit()
 
-    options = dict(
-        concurrency=spec.get("concurrency", 4),
-        batch=spec["batch"],
-        until_empty=spec.get("drain", True),
-        grace_seconds=5.0,
-    )
+    options = {
+        "concurrency": spec.get("concurrency", 4),
+        "batch": spec["batch"],
+        "until_empty": spec.get("drain", True),
+        "grace_seconds": 5.0,
+    }
     options.update(spec.get("options", {}))
     client = shardq.connect(spec["url"])
     worker = client.worker([QUEUE], handler, **options)
