@@ -70,9 +70,11 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="Address the metrics endpoint listens on.")
 @click.option("--statement-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
               help="The server cancels a statement after this long (then retried with backoff); 0: no limit.")
+@click.option("--listen/--no-listen", default=True, show_default=True,
+              help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
 @click.pass_context
 def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host, statement_timeout) -> None:
+         metrics_host, statement_timeout, listen) -> None:
     """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
     from shardq.handlers import load_handler
     from shardq.runner import run_worker
@@ -83,7 +85,8 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
         list(queues),
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
-             heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None),
+             heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
+             listen=listen),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

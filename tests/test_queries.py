@@ -45,7 +45,7 @@ IDENTIFIER_SLOTS = {
 }
 
 
-def used_names(call: str = "fetch_all|fetch_one|execute|execute_ddl") -> set[str]:
+def used_names(call: str = "fetch_all|fetch_one|execute|execute_ddl|listen") -> set[str]:
     pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
     found = set()
     for path in SRC.rglob("*.py"):
@@ -60,7 +60,8 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
         "postgresql": {"shard_layout_get", "table_schema_jobs_running", "task_count_by_bucket_current",
                        "table_primary_key_alter", "shard_column_drop",
                        "stats_depth_one", "stats_ready_head_after", "stats_snapshot_historical"},
-        "cockroachdb": {"layout_get", "lease_sweep", "resize_lock_try", "resize_lock_release",
+        "cockroachdb": {"layout_get", "lease_sweep", "task_ack_claims", "queue_notify", "notify_listen",
+                        "task_claim_round", "task_promote_due_round", "resize_lock_try", "resize_lock_release",
                         "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
                         "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",
                         "stats_depth_many", "stats_leased_by_bucket"},
@@ -87,4 +88,4 @@ def test_no_statement_builds_sql_from_python_values():
 
 def test_ddl_statements_run_only_through_execute_ddl():
     assert used_names("execute_ddl") == set(DDL_SLOTS)
-    assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|execute")
+    assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|execute|listen")

@@ -40,6 +40,46 @@ SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, leas
        priority, exclusive_key
 FROM claimed
 
+-- name: task_claim_round
+-- One claim statement for a whole round over the buckets (PostgreSQL): walk them in the order
+-- given and lease up to limit ready tasks of one queue, each bucket's in (rank, exec_time) order,
+-- until limit tasks are leased. The nested loop runs each bucket's LIMITed SKIP LOCKED scan (the
+-- same span as task_claim_batch) only while the outer LIMIT still wants rows, and LockRows locks a
+-- row only when it is pulled, so no more rows are locked than returned. A shallow queue (tasks
+-- trickling into every bucket) then costs one statement per round instead of one per bucket.
+-- Tasks of each bucket get that bucket's token (tokens[i] for buckets[i]) and one lease record,
+-- so settling and reaping stay per bucket.
+WITH picked AS MATERIALIZED (
+    SELECT p.ctid
+    FROM unnest(%(buckets)s::INT4[]) AS w(bucket)
+    CROSS JOIN LATERAL (
+        SELECT ctid
+        FROM shardq_tasks
+        WHERE bucket = w.bucket AND queue = %(queue)s AND rank < %(backlog_rank)s AND state = 'ready'
+        ORDER BY rank, exec_time
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE shardq_tasks AS t
+    SET state = 'leased',
+        attempts = t.attempts + 1,
+        lease_expires_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second',
+        lease_token = (%(tokens)s::UUID[])[array_position(%(buckets)s::INT4[], t.bucket)]
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.state = 'ready'
+    RETURNING t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
+              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key, t.lease_token
+), lease AS (
+    INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)
+    SELECT lease_token, bucket, %(queue)s, max(lease_expires_at), array_agg(rank), array_agg(exec_time), array_agg(id)
+    FROM claimed
+    GROUP BY lease_token, bucket
+)
+SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
+       priority, exclusive_key, lease_token
+FROM claimed
+
 -- name: task_promote_due
 -- Make due scheduled tasks of one queue in one bucket ready (rank = their priority). The span
 -- (bucket, queue, rank = scheduled_rank, exec_time <= now()) is contiguous.
@@ -50,6 +90,27 @@ WITH due AS MATERIALIZED (
     ORDER BY exec_time
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+)
+UPDATE shardq_tasks AS t
+SET state = 'ready', rank = t.priority
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND t.state = 'scheduled'
+RETURNING t.id
+
+-- name: task_promote_due_round
+-- task_promote_due for several buckets in one statement (PostgreSQL): up to limit due scheduled
+-- tasks of one queue, bucket by bucket in the order given, become ready.
+WITH due AS MATERIALIZED (
+    SELECT p.ctid
+    FROM unnest(%(buckets)s::INT4[]) AS w(bucket)
+    CROSS JOIN LATERAL (
+        SELECT ctid
+        FROM shardq_tasks
+        WHERE bucket = w.bucket AND queue = %(queue)s AND rank = %(scheduled_rank)s AND exec_time <= now()
+        ORDER BY exec_time
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+    LIMIT %(limit)s
 )
 UPDATE shardq_tasks AS t
 SET state = 'ready', rank = t.priority
@@ -70,6 +131,33 @@ WITH done AS (
     DELETE FROM shardq_leases WHERE token = ANY(%(closed_tokens)s::UUID[])
 )
 SELECT id FROM done
+
+-- name: task_ack_claims
+-- Delete every task still leased under each of whole claims that finished successfully, and drop
+-- their lease records. A claim leased the first ready tasks of one bucket and queue in key order,
+-- so its rows lie between its first and last (rank, exec_time); the token picks them out of that
+-- range (rows of other claims interleave only where consumers raced for the same bucket). No
+-- per-task arrays travel, and one range scan per claim replaces a lookup per task. Per claim: how
+-- many rows went, and their ids only when fewer than expected (some lease had been lost).
+WITH g AS MATERIALIZED (
+    SELECT * FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(first_ranks)s::INT8[],
+                         %(first_execs)s::TIMESTAMPTZ[], %(last_ranks)s::INT8[], %(last_execs)s::TIMESTAMPTZ[],
+                         %(tokens)s::UUID[], %(expected)s::INT4[])
+           AS g(bucket, queue, first_rank, first_exec, last_rank, last_exec, token, expected)
+), done AS (
+    DELETE FROM shardq_tasks AS t
+    USING g
+    WHERE t.bucket = g.bucket AND t.queue = g.queue
+      AND (t.rank, t.exec_time) >= (g.first_rank, g.first_exec) AND (t.rank, t.exec_time) <= (g.last_rank, g.last_exec)
+      AND t.lease_token = g.token AND t.state = 'leased'
+    RETURNING t.lease_token, t.id
+), closed AS (
+    DELETE FROM shardq_leases WHERE token = ANY(%(tokens)s::UUID[])
+)
+SELECT g.token, count(d.id) AS acked,
+       CASE WHEN count(d.id) < g.expected THEN array_remove(array_agg(d.id), NULL) END AS ids
+FROM g LEFT JOIN done AS d ON d.lease_token = g.token
+GROUP BY g.token, g.expected
 
 -- name: task_retry_many
 -- Put leased tasks back at now() + delay (scheduled, or ready at once for a zero delay), keeping the

@@ -22,6 +22,7 @@ from .config import resolve_dsn
 from .db import Dsn, Session
 from .errors import DatabaseError
 from .models import EnqueueResult, NewTask, ResizeResult, Stats
+from .notify import Notifier
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
@@ -31,9 +32,12 @@ log = logging.getLogger("shardq.client")
 
 
 class Client:
-    def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq") -> None:
+    def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq", notify: bool = True) -> None:
+        """``notify``: after enqueues, wake idle workers over LISTEN/NOTIFY (PostgreSQL only,
+        throttled; see :mod:`shardq.notify`)."""
         self.dsn = resolve_dsn(dsn)
         self.application_name = application_name
+        self.notifier = Notifier() if notify else None
         self._local = threading.local()
         self._all: list[Session] = []
         self._stores: list[TaskStore] = []
@@ -98,13 +102,13 @@ class Client:
         priority: int = 0,
         exclusive_key: str | None = None,
     ) -> EnqueueResult:
-        return Producer(self.store).enqueue(
+        return Producer(self.store, notifier=self.notifier).enqueue(
             queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts,
             priority=priority, exclusive_key=exclusive_key,
         )
 
     def enqueue_many(self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = 1000) -> EnqueueResult:
-        return Producer(self.store).enqueue_many(queue, tasks, batch_size=batch_size)
+        return Producer(self.store, notifier=self.notifier).enqueue_many(queue, tasks, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
     def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, events=None, **options) -> Worker:

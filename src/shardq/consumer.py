@@ -4,7 +4,9 @@ A :class:`Consumer` starts at its own bucket offset and walks the buckets (and, 
 bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready tasks
 of one queue in one bucket, lowest priority first, with ``FOR UPDATE SKIP LOCKED``: consumers never
 wait on each other and never hold the same task at once. Empty buckets cost one short statement
-each. When a step comes back short, the consumer also promotes that bucket's due scheduled tasks
+each. On PostgreSQL one statement does a whole round for a queue (bucket after bucket, the same
+per-bucket scans, until ``batch`` tasks are leased), so a queue whose tasks trickle into every
+bucket costs one statement per round, not one per bucket. When a step comes back short, the consumer also promotes that bucket's due scheduled tasks
 (at most every ``PROMOTE_INTERVAL_SECONDS`` per bucket and queue) and claims again.
 
 The layout (bucket count, CockroachDB's shard column) is re-discovered every
@@ -24,6 +26,7 @@ import datetime as dt
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -54,8 +57,10 @@ class ClaimRound:
     #: True when the call walked every (bucket, queue) pair once and all were empty
     round_empty: bool = False
     statements: int = 0
-    #: one (bucket, queue, seconds, tasks found) per claim statement, for metrics
-    polls: list[tuple[int, str, float, int]] = field(default_factory=list)
+    #: one (bucket, queue, seconds, tasks found) per claim statement, for metrics; a PostgreSQL
+    #: round claim gives one per bucket it took tasks from, its seconds on the first only (None
+    #: on the others)
+    polls: list[tuple[int, str, float | None, int]] = field(default_factory=list)
 
 
 class Consumer:
@@ -127,12 +132,38 @@ class Consumer:
         tasks = self.store.task_claim_batch(bucket, queue, limit, lease)
         result.polls.append((bucket, queue, time.perf_counter() - started, len(tasks)))
         return tasks
+    def _claim_round(self, buckets: list[int], queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
+        """One round-claim statement, timed into ``result.polls``: one entry per bucket it took
+        tasks from (the statement's time on the first; None on the others), or one empty poll."""
+        started = time.perf_counter()
+        tasks = self.store.task_claim_round(buckets, queue, limit, lease)
+        seconds: float | None = time.perf_counter() - started
+        found = Counter(t.key.bucket for t in tasks)
+        for bucket in buckets:
+            if bucket in found:
+                result.polls.append((bucket, queue, seconds, found[bucket]))
+                seconds = None
+        if not tasks:
+            result.polls.append((buckets[0], queue, seconds, 0))
+        return tasks
+
+    def _promote_round(self, buckets: list[int], queue: str, result: ClaimRound) -> bool:
+        """Promote due scheduled tasks of ``queue`` in every bucket, unless done recently."""
+        now = self._clock()
+        if now - self._promoted_at.get((-1, queue), -PROMOTE_INTERVAL_SECONDS) < PROMOTE_INTERVAL_SECONDS:
+            return False
+        self._promoted_at[(-1, queue)] = now
+        result.statements += 1
+        return self.store.task_promote_due_round(buckets, queue, PROMOTE_BATCH) > 0
 
     def claim(self, limit: int | None = None) -> ClaimRound:
         """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
-        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks."""
+        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks.
+        On PostgreSQL one statement per queue walks all the buckets (see :meth:`_claim_rounds`)."""
         want = min(limit or self.batch, self.batch)
         layout = self.layout()
+        if self.store.claims_whole_rounds:
+            return self._claim_rounds(layout, want)
         pairs = layout.visit_count * len(self.queues)
         result = ClaimRound()
         failed = False
@@ -168,6 +199,46 @@ class Consumer:
                 result.tasks = tasks
                 return result
         # An empty round is the cheap moment to notice a resize or new settings.
+        refreshed = self.layout(refresh=True)
+        self._settings_at = -SETTINGS_REFRESH_SECONDS
+        unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
+        result.round_empty = unchanged and not failed
+        return result
+
+
+    def _claim_rounds(self, layout: ShardLayout, want: int) -> ClaimRound:
+        """PostgreSQL: per queue, one statement claims over every bucket, starting one bucket
+        further than the previous call (so each bucket gets its turn to be drained first); a
+        queue whose claim comes back short has its due scheduled tasks promoted (at most every
+        ``PROMOTE_INTERVAL_SECONDS``) and is claimed again."""
+        result = ClaimRound()
+        failed = False
+        count = layout.visit_count
+        start = self._offset + self._position
+        self._position += 1
+        buckets = [(start + i) % count for i in range(count)]
+        for step in range(len(self.queues)):
+            queue = self.queues[(start + step) % len(self.queues)]
+            if self.settings(queue).paused_dequeue:
+                continue
+            lease = self.lease_for(queue)
+            result.statements += 1
+            try:
+                tasks = self._claim_round(buckets, queue, want, lease, result)
+                if len(tasks) < want and self._promote_round(buckets, queue, result):
+                    tasks += self._claim_round(buckets, queue, want - len(tasks), lease, result)
+                    result.statements += 1
+            except ShardLayoutChanged as exc:
+                log.info("layout changed under a claim (%s); re-discovering", exc)
+                self.layout(refresh=True)
+                return result
+            except (AmbiguousResult, SerializationConflict) as exc:
+                log.warning("claim round of queue %s failed (%s); moving on", queue, exc)
+                failed = True
+                continue
+            if tasks:
+                result.tasks = tasks
+                return result
         refreshed = self.layout(refresh=True)
         self._settings_at = -SETTINGS_REFRESH_SECONDS
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)

@@ -116,7 +116,8 @@ class WorkerMetrics:
             self._child(self.handler_seconds, task.queue).observe(details["seconds"])  # type: ignore[union-attr]
         elif event == "claim":
             for bucket, queue, seconds, found in details.get("polls", ()):
-                self._child(self.claim_seconds, queue).observe(seconds)
+                if seconds is not None:  # None: more buckets of one round-claim statement
+                    self._child(self.claim_seconds, queue).observe(seconds)
                 if found:
                     self._child(self.claimed, queue).inc(found)
                     self._child(self.bucket_claims, bucket).inc(found)

@@ -32,6 +32,7 @@ from typing import Iterable
 from . import exclusive, validation
 from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask
+from .notify import Notifier
 from .store import TaskStore
 
 BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the round trip,
@@ -61,12 +62,25 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
     )
 
 
+def _due_now(task: NewTask) -> bool:
+    return not task.delay and task.run_at is None
+
+
 class Producer:
     """Enqueue tasks through one :class:`TaskStore`. Not thread-safe (one session)."""
 
-    def __init__(self, store: TaskStore, *, payload_limit: int = validation.PAYLOAD_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+        notifier: Notifier | None = None,
+    ) -> None:
+        """``notifier`` (optional): after each statement that inserted tasks due now, wake idle
+        workers of the queue over LISTEN/NOTIFY, throttled (see :mod:`shardq.notify`)."""
         self.store = store
         self.payload_limit = payload_limit
+        self.notifier = notifier
 
     def enqueue(
         self,
@@ -119,4 +133,6 @@ class Producer:
                     enqueued.append(str(task_id))
                 else:
                     duplicates.append(task.dedupe_key or "")
+            if self.notifier is not None and inserted and any(_due_now(t) for t in chunk):
+                self.notifier.after_enqueue(self.store, queue)  # after the commit: autocommit
         return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)

@@ -9,6 +9,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import cockroach
@@ -31,6 +32,7 @@ from .shards import discover_layout
 log = logging.getLogger("shardq.store")
 
 _RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+_claim_order = itemgetter("rank", "exec_time")
 
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
@@ -51,6 +53,20 @@ class Fenced:
 
     key: TaskKey
     token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class WholeClaim:
+    """Every task still held under one claim's lease token, all finished successfully. A claim
+    takes tasks of one bucket and queue in key order, so they lie between ``first`` and ``last``,
+    the smallest and largest (rank, exec_time) among them."""
+
+    bucket: int
+    queue: str
+    first: tuple
+    last: tuple
+    token: uuid.UUID
+    keys: Sequence[TaskKey]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +231,37 @@ class TaskStore:
         rows = self.session.fetch_all(
             "task_claim_batch",
             {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token, **_RANKS},
+            binary=True,
         )
         # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
-        rows.sort(key=lambda row: (row["rank"], row["exec_time"]))
+        rows.sort(key=_claim_order)
         return [ClaimedTask.from_row(row, token) for row in rows]
+
+    @property
+    def claims_whole_rounds(self) -> bool:
+        """True on PostgreSQL: one statement claims over a whole round of buckets
+        (:meth:`task_claim_round`). CockroachDB claims one bucket per statement: its SKIP LOCKED
+        scan must stay within one span of the key (see sql/cockroachdb/tasks.sql)."""
+        return self.dialect == "postgresql"
+
+    def task_claim_round(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
+        """Lease up to ``limit`` ready tasks of ``queue``, bucket by bucket in the order of
+        ``buckets`` (PostgreSQL). Each bucket's tasks share a lease token of their own. Returned
+        in claim order: rank (priority), then exec_time."""
+        tokens = [uuid.uuid4() for _ in buckets]
+        rows = self.session.fetch_all(
+            "task_claim_round",
+            {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
+             "lease_seconds": lease_seconds, **_RANKS},
+            binary=True,
+        )
+        rows.sort(key=_claim_order)
+        return [ClaimedTask.from_row(row, row["lease_token"]) for row in rows]
+
+    def task_promote_due_round(self, buckets: Sequence[int], queue: str, limit: int) -> int:
+        """Make due scheduled tasks of ``queue`` in ``buckets`` ready (PostgreSQL); returns how many."""
+        params = {"buckets": list(buckets), "queue": queue, "limit": limit, **_RANKS}
+        return len(self.session.fetch_all("task_promote_due_round", params))
 
     def task_promote_due(self, bucket: int, queue: str, limit: int) -> int:
         """Make due scheduled tasks ready; returns how many."""
@@ -230,6 +273,37 @@ class TaskStore:
         params["closed_tokens"] = list(closed_tokens)
         # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.db).
         return {row["id"] for row in self.session.fetch_all("task_ack_many", params, resend_ambiguous=True)}
+
+    def task_ack_claims(self, claims: Sequence[WholeClaim]) -> set[uuid.UUID]:
+        """Ack whole claims (every task still held under each token finished); returns the ids
+        that were *not* deleted because their lease had passed to someone else. On PostgreSQL
+        one statement deletes each claim's rows by key range and token (no per-task arrays) and
+        drops the lease records; CockroachDB takes the per-key path of :meth:`task_ack_many`."""
+        if not claims:
+            return set()
+        if not self.uses_lease_records:
+            items = [Fenced(key, c.token) for c in claims for key in c.keys]
+            done = self.task_ack_many(items, [c.token for c in claims])
+            return {f.key.id for f in items if f.key.id not in done}
+        params = {
+            "buckets": [c.bucket for c in claims],
+            "queues": [c.queue for c in claims],
+            "first_ranks": [c.first[0] for c in claims],
+            "first_execs": [c.first[1] for c in claims],
+            "last_ranks": [c.last[0] for c in claims],
+            "last_execs": [c.last[1] for c in claims],
+            "tokens": [c.token for c in claims],
+            "expected": [len(c.keys) for c in claims],
+        }
+        # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.db).
+        rows = self.session.fetch_all("task_ack_claims", params, resend_ambiguous=True)
+        lost: set[uuid.UUID] = set()
+        by_token = {c.token: c for c in claims}
+        for row in rows:
+            if row["ids"] is not None:  # fewer deleted than held: name the ones left behind
+                deleted = set(row["ids"])
+                lost.update(k.id for k in by_token[row["token"]].keys if k.id not in deleted)
+        return lost
 
     def task_retry_many(
         self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *, require_expired: bool
@@ -272,6 +346,19 @@ class TaskStore:
     def lease_sweep(self, bucket: int, limit: int) -> tuple[int, int]:
         row = self.session.fetch_one("lease_sweep", {"bucket": bucket, "limit": limit})
         return (row["dropped"], row["pushed"]) if row else (0, 0)
+
+    # -- wake-ups (PostgreSQL) --------------------------------------------------------------
+    def queue_notify(self, queue: str) -> None:
+        """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
+        self.session.execute("queue_notify", {"queue": queue})
+
+    def notify_listen(self) -> None:
+        """Subscribe this store's session to queue wake-ups, for as long as it lives."""
+        self.session.listen("notify_listen")
+
+    def notifications(self, timeout: float) -> list[str]:
+        """Queue names of wake-ups received (waiting up to ``timeout`` for the first)."""
+        return self.session.notifications(timeout)
 
     # -- queues -----------------------------------------------------------------------------
     def queue_ensure(self, queue: str) -> None:

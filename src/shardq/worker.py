@@ -1,13 +1,18 @@
 """A worker process's runtime: claim in batches, run handlers on threads, settle in batches.
 
 Threads
-    * the **fetcher** (the thread that calls :meth:`Worker.run`) claims batches while fewer than
-      ``concurrency + prefetch`` tasks are in flight, and sleeps with a growing, capped, jittered
-      interval while whole rounds come back empty;
+    * the **fetcher** (the thread that calls :meth:`Worker.run`) claims the next batch once at
+      most ``concurrency - 1`` claimed tasks (or ``prefetch - batch``, if larger) still wait for
+      a handler, keeping at most ``concurrency + prefetch`` tasks waiting or running; while whole
+      rounds come back empty it sleeps with a growing, capped, jittered interval (or, with
+      ``listen``, waits for a producer's wake-up for at most that long);
     * ``concurrency`` **handler** threads run the handler, one task at a time each;
-    * the **settler** acks finished tasks in batches (one statement per batch), retries or
-      dead-letters failed ones, hands back released ones and, with ``heartbeat``, renews the
-      leases of running tasks.
+    * the **settler** collects outcomes until the claims they belong to are complete (at most
+      ``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key
+      range and token (PostgreSQL), other acks in one statement by key, retries or dead-letters
+      failed tasks, hands back released ones and, with ``heartbeat``, renews the leases of
+      running tasks. Finished tasks awaiting their ack do not hold up the next claim, but all
+      leases held stay under ``concurrency + prefetch + ack_batch``.
 
 Outcomes
     The handler gets a :class:`shardq.consumer.Task`. Returning acks it (the row is deleted).
@@ -54,7 +59,9 @@ per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, 
 (the server cancels any statement of the sessions :meth:`shardq.Client.worker` makes after this
 long; a cancelled claim or settle is retried with backoff like a lost connection, so a locked table
 or a sick database stalls the worker instead of hanging it; ``None``: no limit. A Worker built on
-your own ``session_factory`` uses that factory's sessions as they are).
+your own ``session_factory`` uses that factory's sessions as they are), ``listen`` True (on
+PostgreSQL an idle fetcher waits for a producer's wake-up instead of sleeping, still polling at the
+idle interval; see :mod:`shardq.notify`).
 """
 
 from __future__ import annotations
@@ -70,13 +77,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
-from . import backoff, exclusive, validation
+from . import backoff, exclusive, notify, validation
 from . import stats as stats_module
 from .consumer import Consumer, Task, fenced
 from .db import Session
 from .errors import DatabaseError, Permanent
 from .models import ClaimedTask
-from .store import Fenced, TaskStore
+from .store import TaskStore, WholeClaim
 
 log = logging.getLogger("shardq.worker")
 
@@ -98,6 +105,11 @@ _EVENT_LEVELS = {
 # Far above any healthy claim or ack (milliseconds), far below a lease: long enough not to fire in
 # normal operation, short enough that a blocked statement fails while its tasks are still leased.
 STATEMENT_TIMEOUT_DEFAULT = 10.0
+# How long the settler keeps collecting outcomes of tasks still in progress before it settles
+# what it has: one ack statement per claimed batch instead of one per handful of tasks. A finished
+# task's row stays leased (and its lease record open) at most this much longer; no task's start
+# is delayed by it.
+ACK_LINGER_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,7 @@ class WorkerConfig:
     until_empty: bool = False
     stats_interval: float = 2.0
     statement_timeout: float | None = STATEMENT_TIMEOUT_DEFAULT
+    listen: bool = True
 
     def validate(self) -> "WorkerConfig":
         if not isinstance(self.queues, (tuple, list)) or not self.queues:
@@ -162,14 +175,35 @@ class WorkerStats:
                 setattr(self, name, getattr(self, name) + value)
 
 
-@dataclass
+@dataclass(slots=True)
 class _InFlight:
     claimed: ClaimedTask
     local_deadline: float
     running: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
+class _Claim:
+    """The tasks one claim statement leased under one token: where their rows are (one bucket and
+    queue, between the first and last (rank, exec_time) in key order) and how many are unsettled."""
+
+    bucket: int
+    queue: str
+    first: tuple
+    last: tuple
+    left: int
+    keyed: bool  # some task holds an exclusive key: its ack must release the key's backlog
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Outcomes taken together, and the statements still to run to settle them."""
+
+    outcomes: list
+    steps: list
+
+
+@dataclass(slots=True)
 class _Outcome:
     kind: str  # "ack" | "fail" | "release"
     claimed: ClaimedTask
@@ -206,13 +240,27 @@ class Worker:
         self._hook_events = frozenset(events) if events is not None else None
         self._stop = threading.Event()
         self._force = threading.Event()
-        self._work: queue_module.Queue[_InFlight | None] = queue_module.Queue()
-        self._outcomes: queue_module.Queue[_Outcome | None] = queue_module.Queue()
+        # SimpleQueue (C, no task accounting) rather than Queue: one put and one get per task
+        # are the whole hand-off cost between the fetcher, the handlers and the settler.
+        self._work: queue_module.SimpleQueue[_InFlight | None] = queue_module.SimpleQueue()
+        self._outcomes: queue_module.SimpleQueue[_Outcome | None] = queue_module.SimpleQueue()
         self._inflight: dict[uuid.UUID, _InFlight] = {}
-        # lease token -> ids of that claim not settled yet (a set, so re-settling after a lost
-        # connection cannot close a claim early)
-        self._outstanding: dict[uuid.UUID, set[uuid.UUID]] = {}
-        self._lock = threading.Condition()
+        # lease token -> that claim's unsettled count. Outcomes are counted once, when the
+        # settler plans a batch, so re-running a batch after a lost connection cannot close a
+        # claim early.
+        self._outstanding: dict[uuid.UUID, _Claim] = {}
+        self._lock = threading.Lock()  # guards _inflight, _outstanding and local deadlines
+        # Wakes the fetcher: the buffer ran low, a settle freed room, or a stop was asked.
+        self._wake = threading.Event()
+        # Progress counters without a lock: each is written by one thread only (the fetcher owns
+        # _claimed_total, handler thread i owns slot i of the two lists).
+        self._claimed_total = 0
+        self._started = [0] * config.concurrency
+        self._finished = [0] * config.concurrency
+        self._prefetch = config.batch if config.prefetch is None else config.prefetch
+        # Claim again once this few claimed tasks wait for a handler, so claims are (nearly) full
+        # batches instead of topping the buffer up a few tasks at a time.
+        self._low_water = max(config.concurrency - 1, self._prefetch - config.batch)
         self._local = threading.local()
         self._sessions: list[Session] = []
         self._consumer: Consumer | None = None
@@ -229,8 +277,7 @@ class Worker:
     def stop(self) -> None:
         """Ask for a graceful stop; :meth:`run` returns once it is done."""
         self._stop.set()
-        with self._lock:
-            self._lock.notify_all()
+        self._wake.set()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self._stop.is_set():
@@ -285,7 +332,7 @@ class Worker:
             store, self.config.queues, batch=self.config.batch, lease_seconds=self.config.lease_seconds
         )
         handlers = [
-            threading.Thread(target=self._handler_loop, name=f"shardq-handler-{i}", daemon=True)
+            threading.Thread(target=self._handler_loop, args=(i,), name=f"shardq-handler-{i}", daemon=True)
             for i in range(self.config.concurrency)
         ]
         settler = threading.Thread(target=self._settle_loop, name="shardq-settler", daemon=True)
@@ -303,21 +350,43 @@ class Worker:
             self.stopped.set()
         return self.stats
 
-    def _capacity(self) -> int:
-        prefetch = self.config.batch if self.config.prefetch is None else self.config.prefetch
-        return self.config.concurrency + prefetch - len(self._inflight)
+    def _in_progress(self) -> int:
+        """Claimed tasks whose handler has not finished yet (waiting or running)."""
+        return self._claimed_total - sum(self._finished)
+
+    def _want(self) -> int:
+        """How many tasks to claim now (0: not yet). Room is counted in handler slots plus the
+        prefetch buffer; tasks that finished and only await their ack take none (acks overlap
+        the next claim), but all leases held stay under ``concurrency + prefetch + ack_batch``."""
+        config = self.config
+        started = sum(self._started)
+        waiting = self._claimed_total - started
+        if waiting > self._low_water:
+            return 0
+        running = started - sum(self._finished)
+        room = min(
+            config.concurrency + self._prefetch - waiting - running,
+            config.concurrency + self._prefetch + config.ack_batch - len(self._inflight),
+        )
+        return max(0, min(room, config.batch))
 
     def _fetch_loop(self, consumer: Consumer) -> None:
         empty_rounds = 0
         failures = 0
+        listener = None
+        if self.config.listen and not self.config.until_empty:
+            listener = notify.Listener(consumer.store, self.config.queues)
+            if not listener.start():
+                listener = None
         while not self._stop.is_set():
-            with self._lock:
-                capacity = self._capacity()
-                if capacity <= 0:
-                    self._lock.wait(0.5)
-                    continue
+            want = self._want()
+            if want <= 0:
+                self._wake.clear()
+                if self._want() <= 0:  # re-check: a wake-up may have come just before the clear
+                    self._wake.wait(0.5)
+                continue
             try:
-                found = consumer.claim(limit=capacity)
+                found = consumer.claim(limit=want)
                 failures = 0
             except DatabaseError as exc:
                 if not exc.transient:
@@ -337,38 +406,61 @@ class Worker:
             if not found.round_empty:
                 continue
             self.stats.add(empty_rounds=1)
-            with self._lock:
-                idle = not self._inflight
+            idle = not self._inflight
             if self.config.until_empty and idle:
                 log.info("a full round found nothing due and nothing is in flight: done")
                 return
             empty_rounds += 1
             pause = backoff.idle_sleep(empty_rounds, minimum=self.config.idle_min, maximum=self.config.idle_max)
             if self.config.until_empty and not idle:
-                with self._lock:
-                    self._lock.wait(pause)
+                self._wake.clear()
+                self._wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
+            elif listener is not None:
+                # A producer's wake-up ends the pause early. It also says tasks are flowing, so
+                # the back-off restarts from idle_min: a worker that lost the race for the woken
+                # tasks keeps polling briskly instead of leaning on the next (throttled) wake-up.
+                if listener.wait(pause, self._stop):
+                    empty_rounds = 0
             else:
                 self._stop.wait(pause)
 
     def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
+        entries = [_InFlight(claimed, deadline) for claimed in tasks]
+        # One lease token per claimed bucket. The store hands tasks out sorted in key order, so
+        # each token's first and last task bound its rows' key range.
+        claims: dict[uuid.UUID, _Claim] = {}
+        last: dict[uuid.UUID, ClaimedTask] = {}
+        for claimed in tasks:
+            token = claimed.lease_token
+            claim = claims.get(token)
+            if claim is None:
+                key = claimed.key
+                at = (key.rank, key.exec_time)
+                claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
+            else:
+                claim.left += 1
+                if claimed.exclusive_key is not None:
+                    claim.keyed = True
+            last[token] = claimed
+        for token, claimed in last.items():
+            claims[token].last = (claimed.key.rank, claimed.key.exec_time)
         with self._lock:
-            # One claim round may run two claim statements (see Consumer.claim): one set per token.
-            for claimed in tasks:
-                self._outstanding.setdefault(claimed.lease_token, set()).add(claimed.key.id)
-            entries = []
-            for claimed in tasks:
-                entry = _InFlight(claimed, deadline)
-                self._inflight[claimed.key.id] = entry
-                entries.append(entry)
+            self._outstanding.update(claims)
+            inflight = self._inflight
+            for entry in entries:
+                inflight[entry.claimed.key.id] = entry
+        self._claimed_total += len(tasks)  # before the puts, so "waiting" never looks negative
         self.stats.add(claimed=len(tasks))
-        self.stats.per_bucket_claims[tasks[0].key.bucket] += len(tasks)
-        traced = self._trace_claimed
-        for entry in entries:
-            if traced:
+        for claim in claims.values():
+            self.stats.per_bucket_claims[claim.bucket] += claim.left
+        if self._trace_claimed:
+            for entry in entries:
                 self._emit("claimed", entry.claimed)
-            self._work.put(entry)
+        put = self._work.put
+        for entry in entries:
+            put(entry)
 
     # -- handlers ---------------------------------------------------------------------------
     def _extend(self, claimed: ClaimedTask, seconds: float):
@@ -381,21 +473,26 @@ class Worker:
                     entry.local_deadline = time.monotonic() + seconds
         return expires
 
-    def _handler_loop(self) -> None:
+    def _handler_loop(self, slot: int) -> None:
+        work, put, wake, stop = self._work, self._outcomes.put, self._wake, self._stop
+        started, finished, low_water = self._started, self._finished, self._low_water
+        handler, extend, monotonic = self.handler, self._extend, time.monotonic
         while True:
-            entry = self._work.get()
+            entry = work.get()
             if entry is None:
                 return
-            if self._stop.is_set() or time.monotonic() >= entry.local_deadline:
+            started[slot] += 1
+            if not wake.is_set() and work.qsize() <= low_water:
+                wake.set()  # the buffer ran low: time for the fetcher's next claim
+            if stop.is_set() or monotonic() >= entry.local_deadline:
                 # Not started: hand it back now rather than run a task that may be elsewhere.
-                self._outcomes.put(_Outcome("release", entry.claimed))
+                put(_Outcome("release", entry.claimed))
+                finished[slot] += 1
                 continue
-            with self._lock:
-                entry.running = True
-            task = Task(entry.claimed, self._extend)
-            started = time.perf_counter()
+            entry.running = True  # one attribute store (atomic); heartbeat reads it under the lock
+            t0 = time.perf_counter()
             try:
-                self.handler(task)
+                handler(Task(entry.claimed, extend))
             except Permanent as exc:
                 outcome = _Outcome("fail", entry.claimed, _describe(exc), permanent=True)
             except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
@@ -403,41 +500,32 @@ class Worker:
                 outcome = _Outcome("fail", entry.claimed, _describe(exc))
             else:
                 outcome = _Outcome("ack", entry.claimed)
-            outcome.seconds = time.perf_counter() - started
+            outcome.seconds = time.perf_counter() - t0
             if self._trace_handled:
                 self._emit("handled", entry.claimed, seconds=outcome.seconds, outcome=outcome.kind)
-            self._outcomes.put(outcome)
+            put(outcome)
+            finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
 
     # -- settling ---------------------------------------------------------------------------
     def _settle_loop(self) -> None:
         store = None
-        pending: list[_Outcome] = []
+        batch: _Batch | None = None
         finished = False
         next_beat = time.monotonic()
         last_flush = next_prune = time.monotonic()
         failures = 0
-        while not finished or pending:
+        while not finished or batch is not None:
             self._refresh_tracing()
-            if not finished:
-                try:
-                    item = self._outcomes.get(timeout=0.05) if not pending else self._outcomes.get_nowait()
-                    if item is None:
-                        finished = True
-                    else:
-                        pending.append(item)
-                    while len(pending) < self.config.ack_batch:
-                        item = self._outcomes.get_nowait()
-                        if item is None:
-                            finished = True
-                            break
-                        pending.append(item)
-                except queue_module.Empty:
-                    pass
+            if batch is None and not finished:
+                pending: list[_Outcome] = []
+                finished = self._collect(pending)
+                if pending:
+                    batch = self._plan(pending)
             try:
                 store = store or self._store()
-                if pending:
-                    self._settle(store, pending)
-                    pending = []
+                if batch is not None:
+                    self._apply(store, batch)
+                    batch = None
                 if self.config.heartbeat and time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self._heartbeat(store)
                 if time.monotonic() - last_flush >= self.config.stats_interval:
@@ -450,13 +538,17 @@ class Worker:
                 if exc.transient:  # lost connection, statement timeout: the same settle may work later
                     failures += 1
                     pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
-                    log.warning("settling %d outcomes failed (%s); retrying in %.1fs", len(pending), exc, pause)
+                    count = len(batch.outcomes) if batch else 0
+                    log.warning("settling %d outcomes failed (%s); retrying in %.1fs", count, exc, pause)
                     time.sleep(pause)
                     continue
                 # The leases will expire and the reaper returns these tasks: at-least-once holds.
-                log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(pending), exc)
-                self._forget(pending)
-                pending = []
+                if batch is not None:
+                    log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(batch.outcomes), exc)
+                    self._forget(batch.outcomes)
+                    batch = None
+                else:
+                    log.error("lease renewal failed: %s", exc)
         if store is not None:
             self._flush_stats(store, last_flush)
 
@@ -477,34 +569,137 @@ class Worker:
         self._tally.flush(store)
         return now
 
-    def _settle(self, store: TaskStore, outcomes: list[_Outcome]) -> None:
-        acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is None]
-        keyed_acks = [o for o in outcomes if o.kind == "ack" and o.claimed.exclusive_key is not None]
-        fails = [o for o in outcomes if o.kind == "fail"]
-        releases = [o for o in outcomes if o.kind == "release"]
+    def _collect(self, pending: list[_Outcome]) -> bool:
+        """Gather outcomes into ``pending`` so that one statement settles many: wait up to 50 ms
+        for the first, then keep taking them until ``ack_batch`` are pending, every claim they
+        belong to is complete, nothing is in progress any more, a stop was asked, or
+        ``ACK_LINGER_SECONDS`` passed. Returns True once the end-of-work marker was taken."""
+        outcomes = self._outcomes
+        try:
+            item = outcomes.get(timeout=0.05)
+        except queue_module.Empty:
+            return False
+        linger_until = time.monotonic() + ACK_LINGER_SECONDS
+        seen: Counter = Counter()  # outcomes per claim token in pending
+        claims = self._outstanding
+        while True:
+            if item is None:
+                return True
+            pending.append(item)
+            seen[item.claimed.lease_token] += 1
+            if len(pending) >= self.config.ack_batch:
+                return False
+            try:
+                item = outcomes.get_nowait()
+                continue
+            except queue_module.Empty:
+                pass
+            if self._stop.is_set() or self._in_progress() == 0:
+                return False
+            # Settle whole claims together: stop as soon as every claim seen is complete (only
+            # this thread lowers a claim's count, so the read is stable).
+            if all(getattr(claims.get(token), "left", 0) <= n for token, n in seen.items()):
+                return False
+            remaining = linger_until - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                item = outcomes.get(timeout=remaining)
+            except queue_module.Empty:
+                return False
+
+    def _plan(self, outcomes: list[_Outcome]) -> _Batch:
+        """Decide, once, the statements that settle ``outcomes``: hand-backs, failures, acks of
+        whole claims by key range, the remaining acks by key (which also drop the lease records
+        of claims this batch closes). Claim counts and handler times are counted here, so a
+        batch re-run after a lost connection never counts an outcome twice."""
+        acks: list[_Outcome] = []
+        keyed_acks: list[_Outcome] = []
+        fails: list[_Outcome] = []
+        releases: list[_Outcome] = []
+        for o in outcomes:
+            if o.kind == "ack":
+                (acks if o.claimed.exclusive_key is None else keyed_acks).append(o)
+            else:
+                (fails if o.kind == "fail" else releases).append(o)
         self._settled_counts = {}
         for o in outcomes:
             if o.seconds is not None:
                 activity = self._tally.of(o.claimed.queue)
                 activity.handled += 1
                 activity.handler_seconds += o.seconds
-                o.seconds = None  # counted once, even if this batch is settled again
+        whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
+        steps: list[Callable[[TaskStore], None]] = []
         if releases:
-            done = store.task_release_many([fenced(o.claimed) for o in releases])
-            self._count(releases, done, "released")
+            def release(store: TaskStore) -> None:
+                done = store.task_release_many([fenced(o.claimed) for o in releases])
+                self._count(releases, done, "released")
+            steps.append(release)
         if fails:
-            self._settle_failures(store, fails)
+            steps.append(lambda store: self._settle_failures(store, fails))
         if keyed_acks:
-            done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
-            self._count(keyed_acks, done, "acked")
-        closed = self._settled_tokens(outcomes)
-        if acks or (closed and store.uses_lease_records):
-            done = store.task_ack_many([fenced(o.claimed) for o in acks], closed)
-            self._count(acks, done, "acked")
-        self._forget(outcomes)
+            def ack_keyed(store: TaskStore) -> None:
+                done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
+                self._count(keyed_acks, done, "acked")
+            steps.append(ack_keyed)
+        if whole:
+            steps.append(lambda store: self._count(whole_acks, None, "acked", lost=store.task_ack_claims(whole)))
+        if partial or closed:
+            def ack_by_key(store: TaskStore) -> None:
+                if partial or store.uses_lease_records:
+                    done = store.task_ack_many([fenced(o.claimed) for o in partial], closed)
+                    self._count(partial, done, "acked")
+            steps.append(ack_by_key)
+        return _Batch(outcomes, steps)
+
+    def _apply(self, store: TaskStore, batch: _Batch) -> None:
+        while batch.steps:
+            batch.steps[0](store)
+            batch.steps.pop(0)
+        self._forget(batch.outcomes)
         if self._settled_counts and self._wants("settled"):
             self._emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
+
+    def _close_claims(self, outcomes: list[_Outcome], acks: list[_Outcome]):
+        """Count ``outcomes`` against their claims. Returns the claims they close whose every
+        remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
+        those acks), the other plain acks, and the tokens of the other claims they close (lease
+        records to drop)."""
+        per_token = Counter(o.claimed.lease_token for o in outcomes)
+        acked = per_token if len(acks) == len(outcomes) else Counter(o.claimed.lease_token for o in acks)
+        whole_claims: dict[uuid.UUID, _Claim] = {}
+        closed: set[uuid.UUID] = set()
+        with self._lock:
+            for token, n in per_token.items():
+                claim = self._outstanding.get(token)
+                if claim is None:
+                    continue
+                if claim.left > n:
+                    claim.left -= n
+                    continue
+                del self._outstanding[token]
+                if not claim.keyed and acked.get(token, 0) >= claim.left:
+                    whole_claims[token] = claim
+                else:
+                    closed.add(token)
+        if not whole_claims:
+            return [], [], acks, closed
+        keys: dict[uuid.UUID, list] = {token: [] for token in whole_claims}
+        whole_acks: list[_Outcome] = []
+        partial: list[_Outcome] = []
+        for o in acks:
+            group = keys.get(o.claimed.lease_token)
+            if group is None:
+                partial.append(o)
+            else:
+                group.append(o.claimed.key)
+                whole_acks.append(o)
+        whole = [
+            WholeClaim(c.bucket, c.queue, c.first, c.last, token, keys[token])
+            for token, c in whole_claims.items()
+        ]
+        return whole, whole_acks, partial, closed
 
     @staticmethod
     def _remove_keyed(store: TaskStore, outcomes: list[_Outcome], remove) -> set[uuid.UUID]:
@@ -539,7 +734,8 @@ class Worker:
                 [o.error for o, _ in retry],
                 require_expired=False,
             )
-            self._count([o for o, _ in retry], done, "retried")
+            retried = [o for o, _ in retry]
+            self._count(retried, done, "retried")
         plain = [o for o in bury if o.claimed.exclusive_key is None]
         keyed = [o for o in bury if o.claimed.exclusive_key is not None]
         if plain:
@@ -552,48 +748,41 @@ class Worker:
             )
             self._count(keyed, done, "dead")
 
-    def _count(self, outcomes: list[_Outcome], done: set[uuid.UUID], event: str) -> None:
-        lost = [o for o in outcomes if o.claimed.key.id not in done]
-        self.stats.add(**{event: len(outcomes) - len(lost), "lease_lost": len(lost)})
-        recorded = event in ("acked", "retried", "dead")
-        per_task = self._trace_outcomes or event in ("retried", "dead")  # the others log at DEBUG only
+    def _count(
+        self, outcomes: list[_Outcome], done: set[uuid.UUID] | None, event: str, *, lost: set[uuid.UUID] | None = None
+    ) -> None:
+        """Count (and report) the outcomes the database applied — those in ``done``, or, when
+        ``lost`` is given instead, all but those — and the ones it refused because the lease had
+        passed to someone else."""
+        if lost is not None:
+            refused = [o for o in outcomes if o.claimed.key.id in lost] if lost else []
+            applied = [o for o in outcomes if o.claimed.key.id not in lost] if lost else outcomes
+        else:
+            applied, refused = [], []
+            for o in outcomes:
+                (applied if o.claimed.key.id in done else refused).append(o)
+        self.stats.add(**{event: len(applied), "lease_lost": len(refused)})
         counts = self._settled_counts
-        for o in outcomes:
-            if o.claimed.key.id in done:
-                queue_name = o.claimed.queue
-                counts[(event, queue_name)] = counts.get((event, queue_name), 0) + 1
-                if recorded:
-                    activity = self._tally.of(queue_name)
-                    setattr(activity, event, getattr(activity, event) + 1)
-                if not per_task:
-                    continue
+        for queue_name, n in Counter(o.claimed.queue for o in applied).items():
+            counts[(event, queue_name)] = counts.get((event, queue_name), 0) + n
+            if event in ("acked", "retried", "dead"):
+                activity = self._tally.of(queue_name)
+                setattr(activity, event, getattr(activity, event) + n)
+        if self._trace_outcomes or event in ("retried", "dead"):  # the others log at DEBUG only
+            for o in applied:
                 if o.error is None:
                     self._emit(event, o.claimed)
                 else:
                     self._emit(event, o.claimed, last_error=o.error)
-        for o in lost:
+        for o in refused:
             counts[("lease_lost", o.claimed.queue)] = counts.get(("lease_lost", o.claimed.queue), 0) + 1
             self._emit("lease_lost", o.claimed, outcome=event)
-
-    def _settled_tokens(self, outcomes: list[_Outcome]) -> set[uuid.UUID]:
-        closed = set()
-        with self._lock:
-            for o in outcomes:
-                token = o.claimed.lease_token
-                left = self._outstanding.get(token)
-                if left is None:
-                    continue
-                left.discard(o.claimed.key.id)
-                if not left:
-                    del self._outstanding[token]
-                    closed.add(token)
-        return closed
 
     def _forget(self, outcomes: list[_Outcome]) -> None:
         with self._lock:
             for o in outcomes:
                 self._inflight.pop(o.claimed.key.id, None)
-            self._lock.notify_all()
+        self._wake.set()  # room for more leases, or nothing in flight any more (until_empty)
 
     def _heartbeat(self, store: TaskStore) -> float:
         """Renew leases of running tasks; returns seconds until the next beat (a third of the

@@ -1,0 +1,119 @@
+"""shardq, driven through its public API: ``Client.enqueue_many`` / ``Producer`` to enqueue and
+the real :class:`shardq.worker.Worker` (fetcher, handler threads, settler) to drain, with a no-op
+handler. The chaos cell drives ``shardq work`` itself (see :mod:`loadtest.handlers`)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import psycopg
+
+import shardq
+from shardq.producer import Producer
+from shardq.store import TaskStore
+
+from ..procs import Control, Recorder, paced, stamp, unstamp, watch_stop
+
+QUEUE = "bench"
+
+# Direct inserts for the depth and reaper cells only: a million rows through the API would
+# spend the cell's time budget on enqueueing, which the enqueue cell measures on its own.
+FILL = """
+INSERT INTO shardq_tasks (queue, rank, exec_time, id, state, priority, attempts, max_attempts, payload)
+SELECT %(queue)s, 0, now() - INTERVAL '1 hour' + g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', 0, 0, 25,
+       '\\x00'::BYTEA
+FROM generate_series(1, %(n)s) AS g
+"""
+
+
+def enqueue_many(url: str, n: int, chunk: int = 1000, payload: bytes = b"x" * 16) -> float:
+    with shardq.connect(url) as client:
+        client.store.queue_ensure(QUEUE)
+        t0 = time.perf_counter()
+        client.enqueue_many(QUEUE, [payload] * n, batch_size=chunk)
+        return time.perf_counter() - t0
+
+
+def enqueue_single(url: str, n: int, payload: bytes = b"x" * 16) -> float:
+    with shardq.connect(url) as client:
+        producer = Producer(client.store)
+        producer.enqueue(QUEUE, payload)  # connect and create the queue outside the clock
+        t0 = time.perf_counter()
+        for _ in range(n):
+            producer.enqueue(QUEUE, payload)
+        return time.perf_counter() - t0
+
+
+def fill(url: str, n: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO shardq_queues (name) VALUES (%s) ON CONFLICT DO NOTHING", (QUEUE,))
+        fill_with(conn, n)
+
+
+def fill_with(conn: psycopg.Connection, n: int) -> None:
+    conn.execute(FILL, {"queue": QUEUE, "n": n})
+
+
+def worker(spec: dict, ctl: Control) -> dict:
+    """Role: one shardq Worker (``concurrency`` handler threads, ``batch`` per claim)."""
+    latency = spec.get("latency", False)
+    rec = Recorder(ctl, latency=latency)
+    if latency:
+        def handler(task) -> None:
+            rec.hit(unstamp(task.payload)[0], task.created_at.timestamp())
+    else:
+        def handler(task) -> None:
+            rec.hit()
+
+    options = {
+        "concurrency": spec.get("concurrency", 4),
+        "batch": spec["batch"],
+        "until_empty": spec.get("drain", True),
+        "grace_seconds": 5.0,
+    }
+    options.update(spec.get("options", {}))
+    client = shardq.connect(spec["url"])
+    worker = client.worker([QUEUE], handler, **options)
+    # Connect, discover the layout and read the settings before the clock starts.
+    store = TaskStore(client.new_session())
+    store.layout()
+    store.queue_list()
+    store.session.close()
+    ctl.ready()
+    watch_stop(ctl, worker.stop)
+    stats = worker.run(install_signal_handlers=False)
+    client.close()
+    return rec.result(
+        statements=stats.claim_statements,
+        claimed=stats.claimed,
+        acked=stats.acked,
+        empty_rounds=stats.empty_rounds,
+        lease_lost=stats.lease_lost,
+    )
+
+
+def producer(spec: dict, ctl: Control) -> dict:
+    client = shardq.connect(spec["url"], notify=spec.get("notify", True))
+    producer = Producer(client.store, notifier=client.notifier)
+    producer.enqueue_many(QUEUE, [])  # validate and connect before the clock
+    client.store.layout()
+    return paced(spec, ctl, lambda payloads: producer.enqueue_many(QUEUE, payloads))
+
+
+def idle_producer(spec: dict, ctl: Control) -> dict:
+    """Role: ``samples`` single enqueues, each after a pause drawn from ``gap`` (seconds) so the
+    workers are idle (backed off, or parked on LISTEN) when it arrives."""
+    client = shardq.connect(spec["url"], notify=spec.get("notify", True))
+    producer = Producer(client.store, notifier=client.notifier)
+    producer.enqueue_many(QUEUE, [])
+    client.store.layout()
+    rng = random.Random(spec.get("seed", 7))
+    ctl.ready()
+    for seq in range(spec["samples"]):
+        time.sleep(rng.uniform(*spec["gap"]))
+        if ctl.stopping():
+            break
+        producer.enqueue(QUEUE, stamp(seq))
+        ctl.counters[ctl.index] = seq + 1
+    return {"sent": spec["samples"]}

@@ -1,0 +1,192 @@
+"""The benchmark's database and machine: one embedded PostgreSQL in a temporary SHARDQ_HOME,
+a fresh database per contender per scenario, and the facts a report must carry (machine,
+versions, background load)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from shardq import migrate
+from shardq.db import Dsn
+from shardq.embedded import EmbeddedServer
+
+BUCKETS = 16  # shardq's default bucket count; the raw bound uses the same
+
+
+@dataclass
+class Bench:
+    """One embedded server for a whole run. ``database()`` hands out fresh databases."""
+
+    root: Path
+    server: EmbeddedServer
+    created: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls) -> Bench:
+        root = Path(tempfile.mkdtemp(prefix="shardq-loadtest-"))
+        server = EmbeddedServer(root)
+        server.start()
+        return cls(root, server)
+
+    def url(self, database: str) -> str:
+        return self.server.url(database)
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.url("postgres"), autocommit=True)
+
+    def database(self, label: str) -> str:
+        """A new, empty database; returns its URL."""
+        name = f"lt_{label}_{uuid.uuid4().hex[:6]}".lower().replace("-", "_")
+        with self.admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')  # name built here from a fixed charset
+        self.created.append(name)
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        with self.admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if name in self.created:
+            self.created.remove(name)
+
+    def shardq_database(self, label: str, buckets: int = BUCKETS) -> str:
+        url = self.database(label)
+        migrate.upgrade(Dsn.parse(url), buckets=buckets)
+        return url
+
+    def server_cpu(self) -> float:
+        """CPU seconds used so far by the server: live backends and auxiliary processes, plus
+        the children the postmaster has already reaped (closed connections)."""
+        pid = self.server._pid()
+        if pid is None:
+            return 0.0
+        total = _proc_cpu(pid, children=True)
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == pid:  # ppid
+                    total += (int(fields[11]) + int(fields[12])) / _TICKS
+        return total
+
+    def close(self) -> None:
+        for name in list(self.created):
+            try:
+                self.drop(self.url(name))
+            except psycopg.Error:
+                pass
+        try:
+            self.server.stop()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int, *, children: bool = False) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14), 0-based here
+    total = int(fields[11]) + int(fields[12])
+    if children:
+        total += int(fields[13]) + int(fields[14])
+    return total / _TICKS
+
+
+def vacuum_analyze(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+def checkpoint(url: str) -> None:
+    """Flush dirty pages so a checkpoint does not land inside the next timed phase."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
+def table_stats(url: str, table: str) -> dict:
+    """Dead tuples and size of one table (what the checklist asks to record)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_user_tables WHERE relname = %s",
+            (table,),
+        ).fetchone()
+    if row is None:
+        return {}
+    return {"live": row[0], "dead": row[1], "bytes": row[2]}
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def loadavg() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def machine(url: str) -> dict:
+    with psycopg.connect(url, autocommit=True) as conn:
+        pg_version = conn.execute("SHOW server_version").fetchone()[0]
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                (["shared_buffers", "max_connections", "synchronous_commit", "fsync", "autovacuum_naptime"],),
+            ).fetchall()
+        )
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "cpu_model": _cpu_model(),
+        "kernel": platform.release(),
+        "loadavg_at_start": loadavg(),
+        "versions": {
+            "postgresql": pg_version,
+            "python": platform.python_version(),
+            "shardq": _version("shardq"),
+            "psycopg": _version("psycopg"),
+            "pgqueuer": _version("pgqueuer"),
+            "asyncpg": _version("asyncpg"),
+            "procrastinate": _version("procrastinate"),
+        },
+        "postgresql_settings": settings,
+    }

@@ -1,0 +1,486 @@
+"""Turn a run's results (the dict ``python -m loadtest`` saves as ``results.json``) into
+``report.md`` and PNG plots. Goals are judged here, as ratios within the run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+GOALS = {
+    "burn_vs_raw": 0.80,
+    "burn_vs_pgqueuer": 4.0,
+    "steady_p99_ms": 50.0,
+    "idle_poll_ms": 1000.0,
+    "idle_listen_ms": 100.0,
+    "depth_ratio": 0.9,
+    "reaper_ratio": 1.5,  # at most this much slower among 100x the rows: cost follows expired leases
+    "spark_ratio": 0.7,
+}
+
+
+def _f(value, digits: int = 0, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, (int, float)):
+        return f"{value:,.{digits}f}{suffix}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
+    """(goal, target, measured, met, note) rows; the note says, from this run's own figures, what
+    bounds a goal that is missed (or how close a met one is)."""
+    rows: list[tuple[str, str, str, bool | None, str]] = []
+    burn = results.get("burn-down")
+    if burn and "rates" in burn:
+        paired = burn["shardq_over_raw_paired"]
+        cpu = burn.get("cpu_us_per_task", {})
+        cpu_note = ""
+        if cpu.get("shardq") and cpu.get("raw-bound"):
+            cpu_note = (f"CPU per task: shardq {cpu['shardq']:.0f} µs vs raw {cpu['raw-bound']:.0f} µs "
+                        f"(CPU-bound ratio {cpu['raw-bound'] / cpu['shardq']:.2f}); paired runs "
+                        f"{_f(paired['min'], 2)}–{_f(paired['max'], 2)}")
+        rows.append(("burn-down: shardq / raw bound (paired median)", f"≥ {GOALS['burn_vs_raw']:.2f}",
+                     _f(paired["median"], 2), paired["median"] is not None and paired["median"] >= GOALS["burn_vs_raw"],
+                     cpu_note))
+        for name in ("pgqueuer-defaults", "pgqueuer-tuned"):
+            rate = burn["rates"].get(name)
+            if rate:
+                ratio = burn["rates"]["shardq"] / rate
+                bound = burn["rates"]["raw-bound"] / rate
+                note = f"the raw bound itself is {bound:.1f}× {name} here"
+                if cpu.get(name) and cpu.get("shardq"):
+                    note += f"; CPU per task {cpu[name]:.0f} vs shardq {cpu['shardq']:.0f} µs"
+                rows.append((f"burn-down: shardq / {name}", f"≥ {GOALS['burn_vs_pgqueuer']:.1f}", _f(ratio, 1),
+                             ratio >= GOALS["burn_vs_pgqueuer"], note))
+    steady = results.get("steady")
+    if steady:
+        for name in ("shardq", "shardq+poll"):
+            cell = steady.get(name)
+            if cell and cell.get("latency"):
+                p99 = cell["latency"]["p99_ms"]
+                kept_up = cell["achieved_rate"] >= 0.95 * cell["offered_rate"]
+                load = cell.get("load_before")
+                note = f"load average {load[0]:.1f} at the start" if load else ""
+                rows.append((f"steady 2,000/s, 4 processes: {name} p99", f"≤ {GOALS['steady_p99_ms']:.0f} ms",
+                             f"{p99:.1f} ms ({cell['achieved_rate']:,.0f}/s)", p99 <= GOALS["steady_p99_ms"] and kept_up,
+                             note))
+    idle = results.get("idle")
+    if idle:
+        for name, target in (("shardq+poll", GOALS["idle_poll_ms"]), ("shardq", GOALS["idle_listen_ms"])):
+            cell = idle.get(name)
+            if cell and cell.get("latency"):
+                worst = cell["latency"]["max_ms"]
+                rows.append((f"idle queue: {name} worst start", f"≤ {target:.0f} ms", f"{worst:.0f} ms", worst <= target,
+                             f"{cell['latency']['n']} samples"))
+    depth = results.get("depth")
+    if depth:
+        small, large = depth["sizes"]
+        for name in ("shardq", "raw-bound"):
+            ratio = depth["depth"].get(name, {}).get("large_over_small")
+            rows.append((f"depth: {name} claim rate at {large:,} / at {small:,} ready",
+                         f"≥ {GOALS['depth_ratio']}" if name == "shardq" else "(reference)",
+                         _f(ratio, 2), (ratio is not None and ratio >= GOALS["depth_ratio"]) if name == "shardq" else None,
+                         "" if large >= 1_000_000 else "quick mode: the goal is defined at 1,000,000"))
+        reaper = depth.get("reaper", {})
+        if str(small) in reaper and str(large) in reaper:
+            a, b = reaper[str(small)]["median_seconds"], reaper[str(large)]["median_seconds"]
+            ba, bb = reaper[str(small)].get("candidate_blocks"), reaper[str(large)].get("candidate_blocks")
+            note = (f"run_once {a * 1e3:.0f} → {b * 1e3:.0f} ms ({b / a:.2f}; wall time on a shared machine), "
+                    f"nothing expired {reaper[str(small)]['idle_median_seconds'] * 1e3:.0f} → "
+                    f"{reaper[str(large)]['idle_median_seconds'] * 1e3:.0f} ms")
+            if ba and bb:
+                measured, met = f"{bb / ba:.2f} (buffers {ba:,.0f} → {bb:,.0f})", bb / ba <= GOALS["reaper_ratio"]
+            else:
+                measured, met = f"{b / a:.2f}", b / a <= GOALS["reaper_ratio"]
+            rows.append((f"reaper: work at {large:,} / at {small:,} rows, same 1,000 expired leases",
+                         f"≤ {GOALS['reaper_ratio']}", measured, met, note))
+    spark = (results.get("enqueue") or {}).get("spark") or {}
+    if "ratio" in spark:
+        rows.append(("Spark JDBC → shardq / plain-table append", f"≥ {GOALS['spark_ratio']}", _f(spark["ratio"], 2),
+                     spark["ratio"] >= GOALS["spark_ratio"], f"{spark.get('rows', 0):,} rows, loadtest/spark_enqueue.py"))
+    chaos = results.get("chaos")
+    if chaos and "lost" in chaos:
+        rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
+                     (f"{chaos['recovered']} tasks recovered in {_f(chaos['recovery_seconds'], 1)} s, "
+                     f"{chaos['duplicates']} ran twice")))
+    return rows
+
+
+def headline(results: dict) -> str:
+    burn = results.get("burn-down") or {}
+    steady = results.get("steady") or {}
+    rows = []
+    names = list(burn.get("rates", {}))
+    for name in steady:
+        base = name.removesuffix("+poll")
+        if name not in names and base not in names:
+            names.append(name)
+    for name in names:
+        rate = burn.get("rates", {}).get(name)
+        ratio = burn.get("ratio_to_raw", {}).get(name)
+        cell = steady.get(name) or {}
+        lat = cell.get("latency") or {}
+        cpu = burn.get("cpu_us_per_task", {}).get(name)
+        rows.append([
+            f"**{name}**" if name == "shardq" else name,
+            _f(rate),
+            _f(ratio, 2),
+            _f(cpu),
+            _f(cell.get("achieved_rate")) if cell else "–",
+            _f(lat.get("p50_ms"), 1),
+            _f(lat.get("p99_ms"), 1),
+        ])
+        if name == "shardq" and "shardq+poll" in steady:
+            c = steady["shardq+poll"]
+            lat = c.get("latency") or {}
+            rows.append(["shardq, polling only (--no-listen)", "–", "–", "–", _f(c.get("achieved_rate")),
+                         _f(lat.get("p50_ms"), 1), _f(lat.get("p99_ms"), 1)])
+    return _table(
+        ["contender", "burn-down tasks/s", "× raw bound", "CPU µs/task (client+server)",
+         "steady tasks/s (2,000 offered)", "enqueue→start p50 ms", "p99 ms"],
+        rows,
+    )
+
+
+def write(results: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = _plots(results, out)
+    meta = results["meta"]
+    m = meta["machine"]
+    v = m["versions"]
+    parts = [
+        "# shardq load test",
+        "",
+        (f"Run {meta['started']} ({'quick' if meta['quick'] else 'full'} mode, {meta['seconds']:.0f} s). "
+        f"{m['nproc']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB; "
+        f"PostgreSQL {v['postgresql']} (embedded), Python {v['python']}, shardq {v['shardq']}, psycopg {v['psycopg']}, "
+        f"pgqueuer {v['pgqueuer']} (asyncpg {v['asyncpg']}), procrastinate {v['procrastinate']}."),
+        (f"Load average at start {_load(m.get('loadavg_at_start'))}, at end {_load(meta.get('loadavg_at_end'))}: "
+        "the machine is shared, so compare ratios within this run, not absolute figures across runs."),
+        "",
+        ("Same server, a fresh database per contender per cell, `VACUUM ANALYZE` before timing, "
+        f"{results.get('burn-down', {}).get('processes', 4)} worker processes and batch "
+        f"{results.get('burn-down', {}).get('batch', 100)} for every contender (procrastinate claims one job "
+        "per fetch by design). Process start-up is never timed: every process connects, then waits for a "
+        "common start signal."),
+        "",
+        "## Headline",
+        "",
+        headline(results),
+        "",
+        "## Goals",
+        "",
+        _table(["goal", "target", "measured", "met", "note"],
+               [[g, t, m_, "yes" if ok else ("no" if ok is False else "–"), n] for g, t, m_, ok, n in goals(results)]),
+        "",
+        ("CPU µs/task is the worker processes' own CPU (rusage) plus every PostgreSQL process's CPU during "
+        "the cell (/proc), per task executed. On a shared machine it moves far less than tasks/s does, and on "
+        "a quiet one a CPU-bound drain approaches (cores × 10⁶) / (CPU µs/task) tasks/s."),
+        "",
+    ]
+    parts += _burn_section(results.get("burn-down"), plots)
+    parts += _steady_section(results.get("steady"), plots)
+    parts += _idle_section(results.get("idle"), plots)
+    parts += _depth_section(results.get("depth"), plots)
+    parts += _enqueue_section(results.get("enqueue"), plots)
+    parts += _chaos_section(results.get("chaos"), plots)
+    errors = results.get("errors") or {}
+    if errors:
+        parts += ["## Scenarios that failed", ""] + [f"- {k}: `{v}`" for k, v in errors.items()] + [""]
+    parts += [
+        "## Reproduce",
+        "",
+        "```",
+        "pip install -e '.[dev,bench]'",
+        "python -m loadtest            # full run, ~15-20 min",
+        "python -m loadtest --quick    # < 2 min",
+        "python -m loadtest --scenarios burn-down,steady",
+        "```",
+        "",
+        "Raw numbers: `results.json` next to this file.",
+        "",
+    ]
+    path = out / "report.md"
+    path.write_text("\n".join(parts))
+    return path
+
+
+def _load(values) -> str:
+    return "/".join(f"{x:.1f}" for x in values) if values else "–"
+
+
+def _burn_section(burn, plots) -> list[str]:
+    if not burn or "rates" not in burn:
+        return []
+    rows = []
+    for name, rate in burn["rates"].items():
+        cells = [p[name] for p in burn["pairs"]] if name in ("raw-bound", "shardq") else [burn["peers"][name]]
+        rows.append([
+            name, _f(rate), _f(burn["ratio_to_raw"][name], 2),
+            "yes" if all(c["drained"] for c in cells) else "no (capped)",
+            ", ".join(_f(c["rate"]) for c in cells),
+            _f(statistics_median([c["bulk_enqueue_rate"] for c in cells])),
+            burn["notes"].get(name, ""),
+        ])
+    paired = burn["shardq_over_raw_paired"]
+    out = [
+        "## Burn-down",
+        "",
+        (f"{burn['tasks']:,} no-op tasks pre-inserted with each system's bulk enqueue, then drained. "
+        "tasks/s = executed / (last execution start − release). A cell that does not drain within its cap "
+        "reports the rate over what it did."),
+        "",
+        _table(["contender", "tasks/s (median)", "× raw", "drained", "each run", "bulk enqueue tasks/s", "settings"], rows),
+        "",
+        (f"shardq / raw bound, paired within each repetition: median {_f(paired['median'], 2)} "
+        f"(min {_f(paired['min'], 2)}, max {_f(paired['max'], 2)}); raw bound spread between repetitions "
+        f"{_f((burn.get('raw_spread') or 0) * 100, 0)} % (noise)."),
+        "",
+    ]
+    out += [f"![{k}]({k}.png)" for k in ("burn_down", "burn_progress") if k in plots] + [""]
+    return out
+
+
+def statistics_median(values):
+    import statistics
+
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _steady_section(steady, plots) -> list[str]:
+    if not steady:
+        return []
+    rows = []
+    for name, c in steady.items():
+        lat, db = c.get("latency") or {}, c.get("latency_db_clock") or {}
+        rows.append([name, _f(c["offered_rate"]), _f(c["achieved_rate"]), _f(c.get("backlog")),
+                     _f(lat.get("p50_ms"), 1), _f(lat.get("p95_ms"), 1), _f(lat.get("p99_ms"), 1),
+                     _f(lat.get("max_ms"), 1), _f(db.get("p99_ms"), 1)])
+    out = [
+        "## Steady state",
+        "",
+        ("One producer process sends the tasks due every 5 ms (one enqueue call each) at the offered rate while "
+        "4 worker processes run; latency = handler start − producer clock at send (same machine clock). "
+        "The last column measures from the row's `created_at` (database clock) instead. First second left out."),
+        "",
+        _table(["contender", "offered/s", "executed/s", "backlog at end", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                "p99 from created_at ms"], rows),
+        "",
+    ]
+    if "steady_latency" in plots:
+        out += ["![steady latency](steady_latency.png)", ""]
+    return out
+
+
+def _idle_section(idle, plots) -> list[str]:
+    if not idle:
+        return []
+    rows = []
+    for name, c in idle.items():
+        lat = c.get("latency") or {}
+        rows.append([name, lat.get("n", 0), _f(lat.get("p50_ms")), _f(lat.get("max_ms")),
+                     ", ".join(_f(v) for v in c.get("values_ms", []))])
+    return [
+        "## Idle queue",
+        "",
+        ("4 idle worker processes; single tasks enqueued one at a time, spaced so that polling workers have backed "
+        "off to their longest interval (1 s) or listening workers are parked on LISTEN."),
+        "",
+        _table(["worker", "samples", "p50 ms", "worst ms", "each (ms)"], rows),
+        "",
+    ]
+
+
+def _depth_section(depth, plots) -> list[str]:
+    if not depth:
+        return []
+    small, large = depth["sizes"]
+    rows = []
+    for name, cells in depth["depth"].items():
+        rows.append([name, _f(cells[str(small)]["window_rate"]), _f(cells[str(large)]["window_rate"]),
+                     _f(cells.get("large_over_small"), 2),
+                     f"{_f(cells[str(small)].get('cpu_us_per_task'))} / {_f(cells[str(large)].get('cpu_us_per_task'))}"])
+    out = [
+        "## Depth",
+        "",
+        ("4 processes claim and finish no-op tasks for a fixed time while the parent tops the table up to its "
+        "depth (its inserts count in the server CPU); rate over the last 80 % of each window; windows alternate "
+        "between the two tables, median per depth."),
+        "",
+        _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task"], rows),
+        "",
+    ]
+    reaper = depth.get("reaper") or {}
+    if reaper:
+        rrows = []
+        for size, r in reaper.items():
+            rrows.append([f"{int(size):,}", _f(r["table"].get("live")), _f(r["runs"][-1]["reaped"]),
+                          _f(r["median_seconds"] * 1e3, 1), _f(r["idle_median_seconds"] * 1e3, 1),
+                          _f(r.get("candidate_blocks"))])
+        out += [
+            "### Reaper cost",
+            "",
+            ("`Reaper.run_once()` over every bucket with ~1,000 expired leases (claimed with a 50 ms lease), "
+            "and with none."),
+            "",
+            _table(["tasks in table", "live rows", "expired leases reaped", "run_once ms", "run_once ms, nothing expired",
+                    "buffers touched finding them"], rrows),
+            "",
+        ]
+    out += [f"![{k}]({k}.png)" for k in ("depth", "reaper") if k in plots] + [""]
+    return out
+
+
+def _enqueue_section(enqueue, plots) -> list[str]:
+    if not enqueue:
+        return []
+    rows = [[k, _f(v["single_rate"]), _f(v["bulk_rate"])] for k, v in enqueue.items() if "single_rate" in v]
+    out = [
+        "## Enqueue",
+        "",
+        "One process; *single* = one statement per task; *bulk* = the system's batch API, 1,000 tasks per call.",
+        "",
+        _table(["system", "single tasks/s", "bulk tasks/s"], rows),
+        "",
+    ]
+    spark = enqueue.get("spark") or {}
+    out += ["Spark JDBC: " + ", ".join(f"{k} = {v}" for k, v in spark.items()), ""]
+    if "enqueue" in plots:
+        out += ["![enqueue](enqueue.png)", ""]
+    return out
+
+
+def _chaos_section(chaos, plots) -> list[str]:
+    if not chaos or "tasks" not in chaos:
+        return []
+    out = [
+        "## Chaos: SIGKILL a worker mid-drain",
+        "",
+        (f"4 `shardq work` processes (lease {chaos['lease_seconds']} s) and `shardq reap --interval "
+        f"{chaos['reap_interval']}` drain {chaos['tasks']:,} tasks; one worker is SIGKILLed once a third is done."),
+        "",
+        _table(["killed after s", "recovered tasks", "first recovery s", "all recovered s", "duplicate executions",
+                "lost", "drain s"],
+               [[_f(chaos["killed_after_seconds"], 2), chaos["recovered"], _f(chaos["first_recovery_seconds"], 2),
+                 _f(chaos["recovery_seconds"], 2), chaos["duplicates"], chaos["lost"], _f(chaos["drain_seconds"], 1)]]),
+        "",
+        ("Recovery is bounded by lease + reaper interval + the first retry's backoff (full jitter over 1 s). "
+        "Duplicates are tasks the killed worker had started but not yet acknowledged (at-least-once)."),
+        "",
+    ]
+    if "chaos" in plots:
+        out += ["![chaos](chaos.png)", ""]
+    return out
+
+
+# -- plots ----------------------------------------------------------------------------------
+def _plots(results: dict, out: Path) -> set[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return set()
+    made: set[str] = set()
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / f"{name}.png", dpi=110)
+        plt.close(fig)
+        made.add(name)
+
+    burn = results.get("burn-down")
+    if burn and "rates" in burn:
+        names = list(burn["rates"])
+        rates = [burn["rates"][n] for n in names]
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
+        colors = ["#444" if n == "raw-bound" else "#1f77b4" if n == "shardq" else "#bbb" for n in names]
+        ax.barh(names[::-1], rates[::-1], color=colors[::-1])
+        for i, n in enumerate(names[::-1]):
+            ax.text(burn["rates"][n], i, f" {burn['rates'][n]:,.0f} ({burn['ratio_to_raw'][n]:.2f}×)", va="center")
+        ax.set_xlabel("tasks/s (burn-down, no-op tasks)")
+        ax.set_xlim(0, max(rates) * 1.35 if rates else 1)
+        save(fig, "burn_down")
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        series = {"raw-bound": burn["pairs"][0]["raw-bound"], "shardq": burn["pairs"][0]["shardq"], **burn["peers"]}
+        for name, cell in series.items():
+            xs = [s[0] for s in cell["samples"]]
+            ys = [s[1] for s in cell["samples"]]
+            ax.plot(xs, ys, label=name)
+        ax.set_xlabel("seconds since release")
+        ax.set_ylabel("tasks executed")
+        ax.legend()
+        save(fig, "burn_progress")
+    steady = results.get("steady")
+    if steady:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for name, cell in steady.items():
+            sample = sorted(cell.get("latency_sample") or [])
+            if not sample:
+                continue
+            ys = [(i + 1) / len(sample) for i in range(len(sample))]
+            ax.plot([s * 1e3 for s in sample], ys, label=name)
+        ax.set_xscale("log")
+        ax.axvline(GOALS["steady_p99_ms"], color="red", linestyle=":", label="50 ms")
+        ax.axhline(0.99, color="grey", linestyle=":")
+        ax.set_xlabel("enqueue→start latency, ms (log)")
+        ax.set_ylabel("fraction of tasks")
+        ax.legend()
+        save(fig, "steady_latency")
+    depth = results.get("depth")
+    if depth:
+        small, large = depth["sizes"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = list(depth["depth"])
+        width = 0.35
+        for j, size in enumerate((small, large)):
+            ax.bar([i + j * width for i in range(len(names))],
+                   [depth["depth"][n][str(size)]["window_rate"] for n in names], width, label=f"{size:,} ready")
+        ax.set_xticks([i + width / 2 for i in range(len(names))], names)
+        ax.set_ylabel("tasks/s")
+        ax.legend()
+        save(fig, "depth")
+        reaper = depth.get("reaper") or {}
+        if reaper:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            sizes = list(reaper)
+            ax.bar([f"{int(s):,} rows\n1k expired" for s in sizes], [reaper[s]["median_seconds"] * 1e3 for s in sizes])
+            ax.bar([f"{int(s):,} rows\nnone expired" for s in sizes],
+                   [reaper[s]["idle_median_seconds"] * 1e3 for s in sizes], color="#bbb")
+            ax.set_ylabel("Reaper.run_once, ms")
+            save(fig, "reaper")
+    enqueue = results.get("enqueue")
+    if enqueue:
+        names = [k for k, v in enqueue.items() if "single_rate" in v]
+        if names:
+            fig, ax = plt.subplots(figsize=(7, 4))
+            width = 0.35
+            ax.bar([i for i in range(len(names))], [enqueue[n]["single_rate"] for n in names], width, label="single")
+            ax.bar([i + width for i in range(len(names))], [enqueue[n]["bulk_rate"] for n in names], width, label="bulk")
+            ax.set_xticks([i + width / 2 for i in range(len(names))], names)
+            ax.set_yscale("log")
+            ax.set_ylabel("tasks/s enqueued (log)")
+            ax.legend()
+            save(fig, "enqueue")
+    chaos = results.get("chaos")
+    if chaos and chaos.get("timeline"):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        xs = [t[0] for t in chaos["timeline"]]
+        ax.bar(xs, [t[1] for t in chaos["timeline"]], width=0.1, label="first attempt", color="#1f77b4")
+        ax.bar(xs, [t[2] for t in chaos["timeline"]], width=0.1, bottom=[t[1] for t in chaos["timeline"]],
+               label="retry after SIGKILL", color="#d62728")
+        if chaos.get("killed_after_seconds") is not None:
+            ax.axvline(chaos["killed_after_seconds"], color="black", linestyle="--", label="SIGKILL")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("executions per 100 ms")
+        ax.legend()
+        save(fig, "chaos")
+    return made

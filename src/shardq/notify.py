@@ -1,0 +1,132 @@
+"""Wake-ups for idle workers over PostgreSQL LISTEN/NOTIFY, with polling as the fallback.
+
+A worker that finds nothing to claim sleeps with a growing interval (50 ms doubling to 1 s by
+default), so a task enqueued on an idle queue waits up to about a second. With wake-ups:
+
+* the **producer** sends ``pg_notify('shardq_wake', <queue>)`` after an enqueue statement that
+  inserted tasks due now has committed — at most once per queue per ``interval`` (50 ms) per
+  :class:`Notifier`, whatever the enqueue rate: never one per row, never from a trigger;
+* the **worker** LISTENs on its fetcher's own connection (no extra connection) and, when idle,
+  waits on it instead of sleeping: a wake-up for one of its queues starts the next claim round
+  at once; otherwise it polls at its usual interval.
+
+Guarantees
+    * Nothing depends on a notification arriving: a lost one (a dropped listening connection, a
+      producer that died between commit and notify, a notify the throttle skipped, tasks that
+      become due later, CockroachDB) costs at most one poll interval, never a task.
+    * A notification can only wake a worker early; it never makes a worker claim anything it
+      would not have claimed by polling.
+
+Does not
+    * work through a transaction-pooling proxy (pgbouncer ``pool_mode=transaction``): LISTEN does
+      not survive there, and workers silently fall back to polling;
+    * exist on CockroachDB (no LISTEN/NOTIFY): :class:`Notifier` sends nothing and
+      :class:`Listener` never starts; workers poll.
+
+Both sides are on by default on PostgreSQL (``Client(notify=False)``, ``Producer(notifier=None)``,
+``WorkerConfig(listen=False)`` or ``shardq work --no-listen`` turn them off): a producer adds at
+most ``1 / interval`` small statements per second per queue, and a woken worker does what a
+polling one does at its next poll, only sooner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from .errors import DatabaseError, DatabaseUnavailable
+from .store import TaskStore
+
+log = logging.getLogger("shardq.notify")
+
+NOTIFY_INTERVAL_DEFAULT = 0.05
+# A waiting worker re-checks its stop flag at least this often.
+STOP_CHECK_SECONDS = 0.1
+
+
+def supported(store: TaskStore) -> bool:
+    """Whether the database behind ``store`` has LISTEN/NOTIFY (PostgreSQL)."""
+    return store.dialect == "postgresql"
+
+
+class Notifier:
+    """The producer's side: throttled wake-ups, at most one per queue per ``interval`` seconds.
+    Thread-safe; share one among the producers of a process (a :class:`shardq.Client` does)."""
+
+    def __init__(self, interval: float = NOTIFY_INTERVAL_DEFAULT, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if not interval >= 0:
+            raise ValueError("notify interval must be >= 0 seconds")
+        self.interval = interval
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.sent = 0
+
+    def due(self, queue: str) -> bool:
+        """True (and the queue's clock restarted) when ``queue`` may be notified now."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(queue)
+            if last is not None and now - last < self.interval:
+                return False
+            self._last[queue] = now
+            return True
+
+    def after_enqueue(self, store: TaskStore, queue: str) -> bool:
+        """Call after an enqueue that inserted tasks due now has committed. Sends the wake-up
+        unless the throttle says one went out recently; returns whether it did. A failure to send
+        is logged and swallowed: polling covers it."""
+        if not supported(store) or not self.due(queue):
+            return False
+        try:
+            store.queue_notify(queue)
+        except DatabaseError as exc:
+            log.debug("wake-up for queue %s not sent (%s); workers will find the tasks by polling", queue, exc)
+            return False
+        self.sent += 1
+        return True
+
+
+class Listener:
+    """The worker's side: wake-ups for ``queues``, received on ``store``'s session (the fetcher's
+    own, which must not be used from another thread)."""
+
+    def __init__(self, store: TaskStore, queues: Iterable[str]) -> None:
+        self.store = store
+        self.queues = frozenset(queues)
+        self.active = False
+
+    def start(self) -> bool:
+        """LISTEN (PostgreSQL only). Returns whether wake-ups will arrive; on False the worker
+        just polls."""
+        if not supported(self.store):
+            return False
+        try:
+            self.store.notify_listen()
+        except DatabaseError as exc:
+            log.warning("cannot LISTEN for wake-ups (%s); polling only", exc)
+            return False
+        self.active = True
+        return True
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up for one of the queues. Returns True when
+        one arrived (or had arrived while the worker was busy), False on timeout or once ``stop``
+        is set. A lost connection ends the wait early (False); the next claim reconnects and the
+        session LISTENs again."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                payloads = self.store.notifications(min(left, STOP_CHECK_SECONDS))
+            except DatabaseUnavailable as exc:
+                log.debug("listening connection lost (%s); polling until the next claim reconnects", exc)
+                stop.wait(max(0.0, deadline - time.monotonic()))
+                return False
+            if any(p in self.queues for p in payloads):
+                return True
+        return False

@@ -1,0 +1,89 @@
+"""PostgreSQL's round claims (one statement over every bucket) and whole-claim acks by key range."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, NewTask
+
+from .factories import utcnow
+from .test_explain import nodes, plan, scans_of
+
+
+@pytest.fixture
+def seeded(pg_db):
+    """Enough rows, expired leases and lease records that the planner's choices are real ones."""
+    pg_db.client.enqueue_many("q", [b"x"] * 20_000, batch_size=5000)
+    pg_db.client.enqueue_many("other", [b"y"] * 5_000, batch_size=5000)
+    for _ in range(50):
+        pg_db.make_task(state="leased", lease_expires_at=utcnow() - dt.timedelta(seconds=5))
+    pg_db.sql("ANALYZE")
+    return pg_db
+
+
+def test_a_round_claim_walks_buckets_in_order_with_a_token_and_lease_record_per_bucket(pg_db):
+    for bucket in range(4):
+        for _ in range(2):
+            pg_db.make_task(bucket=bucket)
+    claimed = pg_db.store.task_claim_round([2, 3, 0, 1], "q", 5, 30.0)
+    assert sorted(t.key.bucket for t in claimed) == [0, 2, 2, 3, 3]
+    tokens = {t.key.bucket: t.lease_token for t in claimed}
+    assert all(t.lease_token == tokens[t.key.bucket] for t in claimed) and len(set(tokens.values())) == 3
+    leases = pg_db.sql("SELECT token, bucket, cardinality(ids) AS n FROM shardq_leases ORDER BY bucket")
+    assert [(r["bucket"], r["n"]) for r in leases] == [(0, 1), (2, 2), (3, 2)]
+    assert all(r["token"] == tokens[r["bucket"]] for r in leases)
+    assert pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state = 'leased'")[0]["n"] == 5
+
+
+def test_a_round_claim_hands_tasks_out_in_priority_order(pg_db):
+    pg_db.client.enqueue_many("q", [NewTask(b"x", priority=p) for p in (3, -1, 2, 0, 1, 5, -4, 4)])
+    claimed = pg_db.store.task_claim_round(list(range(pg_db.layout.visit_count)), "q", 100, 30.0)
+    assert [t.priority for t in claimed] == sorted(t.priority for t in claimed) and len(claimed) == 8
+
+
+def test_a_round_claim_scans_each_bucket_span_of_the_primary_key(seeded):
+    tree = plan(
+        seeded,
+        "task_claim_round",
+        {"buckets": [2, 3, 0, 1], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 100, "lease_seconds": 30,
+             "backlog_rank": RANK_BACKLOG},
+    )
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
+    assert any(s["Node Type"] == "Tid Scan" for s in scans)  # the UPDATE reaches locked rows by ctid
+    picking = [s for s in scans if "rank <" in s.get("Index Cond", "")]
+    assert picking and picking[0]["Index Name"] == "shardq_tasks_pkey"
+    assert "bucket = w.bucket" in picking[0]["Index Cond"]
+    # bucket by bucket (a nested loop under the LIMIT), never a sort over every bucket's rows
+    assert any(n["Node Type"] == "Nested Loop" for n in nodes(tree))
+    assert not any(n["Node Type"] == "Sort" for n in nodes(tree))
+
+
+def test_a_round_promotion_scans_only_due_scheduled_rows(seeded):
+    seeded.client.enqueue_many("q", [NewTask(b"x", delay=3600)] * 5000, batch_size=5000)
+    seeded.sql("ANALYZE")
+    tree = plan(seeded, "task_promote_due_round",
+                {"buckets": [1, 2, 3, 0], "queue": "q", "limit": 500, "scheduled_rank": RANK_SCHEDULED})
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
+    conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
+    assert "rank = " in conditions and "exec_time <= now()" in conditions
+
+
+def test_a_whole_claim_ack_scans_the_claims_key_range(seeded):
+    claimed = seeded.store.task_claim_round([1], "q", 50, 30.0)
+    first = min((t.key.rank, t.key.exec_time) for t in claimed)
+    last = max((t.key.rank, t.key.exec_time) for t in claimed)
+    tree = plan(
+        seeded,
+        "task_ack_claims",
+        {"buckets": [1], "queues": ["q"], "first_ranks": [first[0]], "first_execs": [first[1]], "last_ranks": [last[0]],
+             "last_execs": [last[1]], "tokens": [claimed[0].lease_token], "expected": [len(claimed)]},
+    )
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
+    conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in scans)
+    assert "bucket" in conditions and "exec_time" in conditions

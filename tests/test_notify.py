@@ -1,0 +1,102 @@
+"""LISTEN/NOTIFY wake-ups: throttled producer notifications, listening workers, polling fallback."""
+
+from __future__ import annotations
+
+import threading
+
+from shardq.client import Client
+from shardq.db import Session
+from shardq.notify import Listener, Notifier
+from shardq.producer import Producer
+from shardq.store import TaskStore
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_notifier_lets_one_wake_up_per_queue_through_per_interval():
+    clock = FakeClock()
+    notifier = Notifier(0.05, clock=clock)
+    assert notifier.due("a") and notifier.due("b")
+    assert not notifier.due("a")
+    clock.now += 0.049
+    assert not notifier.due("a")
+    clock.now += 0.002
+    assert notifier.due("a") and not notifier.due("a")
+
+
+def _listening(pg_db, queues):
+    store = TaskStore(Session(pg_db.dsn))
+    listener = Listener(store, queues)
+    assert listener.start()
+    return store, listener
+
+
+def test_a_listener_wakes_for_its_queues_only(pg_db):
+    store, listener = _listening(pg_db, ["a"])
+    stop = threading.Event()
+    pg_db.store.queue_notify("b")
+    assert listener.wait(0.2, stop) is False
+    pg_db.store.queue_notify("a")
+    assert listener.wait(30, stop) is True
+    store.session.close()
+
+
+def test_a_listener_returns_at_once_when_asked_to_stop(pg_db):
+    store, listener = _listening(pg_db, ["a"])
+    stop = threading.Event()
+    stop.set()
+    assert listener.wait(30, stop) is False
+    store.session.close()
+
+
+def test_a_lost_listening_connection_listens_again_once_it_reconnects(pg_db):
+    store, listener = _listening(pg_db, ["a"])
+    stop = threading.Event()
+    pid = store.session.execute_raw("SELECT pg_backend_pid() AS pid")[0]["pid"]
+    pg_db.sql("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+    assert listener.wait(5, stop) is False  # the loss ends the wait: the worker polls instead
+    assert store.notifications(0) == []  # reconnects, and LISTENs again
+    pg_db.store.queue_notify("a")
+    assert listener.wait(30, stop) is True
+    store.session.close()
+
+
+def test_producer_notifies_after_enqueueing_tasks_due_now_but_not_scheduled_ones(pg_db):
+    store, listener = _listening(pg_db, ["q"])
+    stop = threading.Event()
+    producer = Producer(pg_db.store, notifier=Notifier(0.0))
+    producer.enqueue("q", b"later", delay=3600)
+    assert listener.wait(0.2, stop) is False
+    producer.enqueue("q", b"now")
+    assert listener.wait(30, stop) is True
+    store.session.close()
+
+
+def test_an_idle_listening_worker_starts_a_new_task_without_waiting_for_its_poll(pg_db):
+    # Polling alone would wait 15-30 s here; the wake-up must start the task long before.
+    quiet = Client(pg_db.dsn, notify=False)
+    loud = Client(pg_db.dsn)
+    quiet.enqueue("q", b"first")
+    first, second = threading.Event(), threading.Event()
+
+    def handler(task) -> None:
+        (first if task.payload == b"first" else second).set()
+
+    worker = quiet.worker(["q"], handler, idle_min=30.0, idle_max=30.0)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        assert first.wait(30)  # the worker has LISTENed (before its first claim) and is busy
+        loud.enqueue("q", b"second")
+        assert second.wait(10)
+    finally:
+        worker.stop()
+        thread.join(30)
+        quiet.close()
+        loud.close()
