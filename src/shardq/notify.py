@@ -101,9 +101,9 @@ class Listener:
     def start(self) -> bool:
         """LISTEN (PostgreSQL only). Returns whether wake-ups will arrive; on False the worker
         just polls."""
-        if not supported(self.store):
-            return False
         try:
+            if not supported(self.store):  # asks the server: may find it unreachable
+                return False
             self.store.notify_listen()
         except DatabaseError as exc:
             log.warning("cannot LISTEN for wake-ups (%s); polling only", exc)
