@@ -44,6 +44,15 @@ reliability: system-deps setup
 demo:
 	PYTHON=$(PYTHON) ./scripts/demo.sh $(ARGS)
 
+# Side-by-side benchmarks (raw-SQL bound, shardq, pgqueuer, procrastinate): loadtest/results/.
+bench:
+	$(MAKE) setup EXTRAS=dev,spark,bench
+	$(BIN)/python -m loadtest --out loadtest/results
+
+bench-quick:
+	$(MAKE) setup EXTRAS=dev,spark,bench
+	$(BIN)/python -m loadtest --quick --out loadtest/results
+
 lint: setup
 	$(BIN)/ruff check src cli tests
 
