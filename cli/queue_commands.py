@@ -76,8 +76,10 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
          metrics_host, statement_timeout, listen) -> None:
     """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
+    from shardq.runner import EarlySignals, run_worker
+
+    signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
     from shardq.handlers import load_handler
-    from shardq.runner import run_worker
 
     handler = load_handler(handler_spec)
     stats = run_worker(
@@ -91,6 +93,7 @@ def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         on_metrics=lambda url: click.echo(f"metrics: {url}", err=True),
+        signals=signals,
     )
     click.echo(
         f"processed {stats.acked}, retried {stats.retried}, dead {stats.dead}, "

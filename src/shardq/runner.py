@@ -13,6 +13,37 @@ from .worker import Handler, WorkerStats
 log = logging.getLogger("shardq.runner")
 
 
+class EarlySignals:
+    """SIGTERM/SIGINT handling from the first moment of `shardq work`: a signal that arrives while
+    the worker is still starting (imports, connecting) is held and handed to the worker once it
+    exists, so the process stops gracefully (exit 0) instead of being killed by the default action."""
+
+    def __init__(self) -> None:
+        self.worker = None
+        self.pending: list[int] = []
+
+    @classmethod
+    def install(cls) -> "EarlySignals":
+        import signal
+
+        handler = cls()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, handler)
+        return handler
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.worker is None:
+            self.pending.append(signum)
+        else:
+            self.worker.handle_signal(signum, frame)
+
+    def attach(self, worker) -> None:
+        self.worker = worker
+        for signum in self.pending:
+            worker.handle_signal(signum, None)
+
+
 def run_worker(
     client: Client,
     queues: Sequence[str],
@@ -23,6 +54,7 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
     on_metrics: Callable[[str], None] | None = None,
+    signals: EarlySignals | None = None,
 ) -> WorkerStats:
     """Run a worker in this thread until it stops; with ``progress`` show a live count of
     processed tasks (rich), refreshed twice a second.
@@ -43,15 +75,18 @@ def run_worker(
             on_metrics(server.url)
     try:
         worker = client.worker(queues, handler, on_event=on_event, events=events, **options)
+        if signals is not None:
+            signals.attach(worker)
+        install = signals is None
         if not progress:
-            return worker.run()
-        return _run_with_progress(worker)
+            return worker.run(install_signal_handlers=install)
+        return _run_with_progress(worker, install)
     finally:
         if server is not None:
             server.close()
 
 
-def _run_with_progress(worker) -> WorkerStats:
+def _run_with_progress(worker, install_signal_handlers: bool = True) -> WorkerStats:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     done = threading.Event()
@@ -66,6 +101,6 @@ def _run_with_progress(worker) -> WorkerStats:
         watcher = threading.Thread(target=refresh, daemon=True)
         watcher.start()
         try:
-            return worker.run()
+            return worker.run(install_signal_handlers=install_signal_handlers)
         finally:
             done.set()

@@ -279,7 +279,7 @@ class Worker:
         self._stop.set()
         self._wake.set()
 
-    def _on_signal(self, signum: int, _frame: object) -> None:
+    def handle_signal(self, signum: int, _frame: object) -> None:
         if self._stop.is_set():
             log.warning("second signal %s: handing back running tasks without waiting", signum)
             self._force.set()
@@ -326,7 +326,7 @@ class Worker:
         previous = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, self._on_signal)
+                previous[sig] = signal.signal(sig, self.handle_signal)
         store = self._store()
         self._consumer = Consumer(
             store, self.config.queues, batch=self.config.batch, lease_seconds=self.config.lease_seconds

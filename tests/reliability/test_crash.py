@@ -96,8 +96,12 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> d
         killed_pids=killed, lease_lost=lost_logged,
     )
     exit_codes = Counter(p.popen.returncode for p in procs.all)
+    # A replacement process that the end-of-round SIGTERM reaches while Python is still starting
+    # (before shardq has installed any handler) dies of the signal having done nothing: not unclean.
     unclean = [(p.role, p.popen.returncode, p.log.read_text(errors="replace")[-400:])
-               for p in procs.all if p.popen.returncode not in (0, -9)]
+               for p in procs.all
+               if p.popen.returncode not in (0, -9)
+               and not (p.popen.returncode == -15 and not p.log.read_text(errors="replace").strip())]
     moments = [p.moment or "?" for p in procs.all if p.died_of_sigkill]
     return {
         "round": number,
