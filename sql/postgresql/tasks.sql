@@ -76,8 +76,10 @@ WITH picked AS MATERIALIZED (
     FROM claimed
     GROUP BY lease_token, bucket
 )
+-- No token per row: the caller knows each bucket's (it chose them), and a result row is decoded
+-- per task.
 SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
-       priority, exclusive_key, lease_token
+       priority, exclusive_key
 FROM claimed
 
 -- name: task_promote_due

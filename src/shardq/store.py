@@ -256,7 +256,8 @@ class TaskStore:
             binary=True,
         )
         rows.sort(key=_claim_order)
-        return [ClaimedTask.from_row(row, row["lease_token"]) for row in rows]
+        token_of = dict(zip(buckets, tokens))
+        return [ClaimedTask.from_row(row, token_of[row["bucket"]]) for row in rows]
 
     def task_promote_due_round(self, buckets: Sequence[int], queue: str, limit: int) -> int:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (PostgreSQL); returns how many."""

@@ -430,22 +430,13 @@ class Worker:
         entries = [_InFlight(claimed, deadline) for claimed in tasks]
         # One lease token per claimed bucket. The store hands tasks out sorted in key order, so
         # each token's first and last task bound its rows' key range.
-        claims: dict[uuid.UUID, _Claim] = {}
-        last: dict[uuid.UUID, ClaimedTask] = {}
-        for claimed in tasks:
-            token = claimed.lease_token
-            claim = claims.get(token)
-            if claim is None:
-                key = claimed.key
-                at = (key.rank, key.exec_time)
-                claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
-            else:
-                claim.left += 1
-                if claimed.exclusive_key is not None:
-                    claim.keyed = True
-            last[token] = claimed
-        for token, claimed in last.items():
-            claims[token].last = (claimed.key.rank, claimed.key.exec_time)
+        token = tasks[0].lease_token
+        if all(t.lease_token is token for t in tasks):  # one bucket (the store shares the object)
+            head, tail = tasks[0].key, tasks[-1].key
+            claims = {token: _Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
+                                    len(tasks), any(t.exclusive_key is not None for t in tasks))}
+        else:
+            claims = _group_claims(tasks)
         with self._lock:
             self._outstanding.update(claims)
             inflight = self._inflight
@@ -843,6 +834,28 @@ def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) ->
             message += ": %s"
             args += (str(details["last_error"]).splitlines()[-1] if details["last_error"] else "",)
     log.log(level, message, *args, extra=extra)
+
+
+def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[uuid.UUID, _Claim]:
+    """Per lease token: the claim's bucket, key range (first and last task in the store's
+    order), size and whether any task holds an exclusive key."""
+    claims: dict[uuid.UUID, _Claim] = {}
+    last: dict[uuid.UUID, ClaimedTask] = {}
+    for claimed in tasks:
+        token = claimed.lease_token
+        claim = claims.get(token)
+        if claim is None:
+            key = claimed.key
+            at = (key.rank, key.exec_time)
+            claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
+        else:
+            claim.left += 1
+            if claimed.exclusive_key is not None:
+                claim.keyed = True
+        last[token] = claimed
+    for token, claimed in last.items():
+        claims[token].last = (claimed.key.rank, claimed.key.exec_time)
+    return claims
 
 
 def _describe(exc: BaseException) -> str:
