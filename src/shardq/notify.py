@@ -6,9 +6,11 @@ default), so a task enqueued on an idle queue waits up to about a second. With w
 * the **producer** sends ``pg_notify('shardq_wake', <queue>)`` after an enqueue statement that
   inserted tasks due now has committed — at most once per queue per ``interval`` (50 ms) per
   :class:`Notifier`, whatever the enqueue rate: never one per row, never from a trigger;
-* the **worker** LISTENs on its fetcher's own connection (no extra connection) and, when idle,
-  waits on it instead of sleeping: a wake-up for one of its queues starts the next claim round
-  at once; otherwise it polls at its usual interval.
+* the **worker** LISTENs on its fetcher's own connection (no extra connection) and, once idle
+  (two rounds in a row found nothing), waits on it instead of sleeping: a wake-up for one of its
+  queues starts the next claim round at once; otherwise it polls at its usual interval. While
+  tasks keep coming it just polls at its short interval: every wake-up wakes every listening
+  worker, and all but one would find nothing.
 
 Guarantees
     * Nothing depends on a notification arriving: a lost one (a dropped listening connection, a
@@ -110,6 +112,14 @@ class Listener:
             return False
         self.active = True
         return True
+
+    def discard(self) -> None:
+        """Drop the wake-ups received so far (call right before a claim round: NOTIFY is delivered
+        after the enqueue committed, so the round sees those tasks anyway)."""
+        try:
+            self.store.notifications(0)
+        except DatabaseUnavailable:
+            pass  # the claim that follows reconnects, and LISTENs again
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up for one of the queues. Returns True when

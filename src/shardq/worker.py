@@ -110,6 +110,9 @@ STATEMENT_TIMEOUT_DEFAULT = 10.0
 # task's row stays leased (and its lease record open) at most this much longer; no task's start
 # is delayed by it.
 ACK_LINGER_SECONDS = 0.02
+# With ``listen``, an idle fetcher waits for wake-ups only once this many rounds in a row found
+# nothing (its pause has grown past idle_min); before that it just sleeps its short pause.
+LISTEN_AFTER_EMPTY_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,8 @@ class Worker:
                     self._wake.wait(0.5)
                 continue
             try:
+                if listener is not None:
+                    listener.discard()  # whatever a wake-up announced so far, this round will see
                 found = consumer.claim(limit=want)
                 failures = 0
             except DatabaseError as exc:
@@ -415,10 +420,10 @@ class Worker:
             if self.config.until_empty and not idle:
                 self._wake.clear()
                 self._wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
-            elif listener is not None:
-                # A producer's wake-up ends the pause early. It also says tasks are flowing, so
-                # the back-off restarts from idle_min: a worker that lost the race for the woken
-                # tasks keeps polling briskly instead of leaning on the next (throttled) wake-up.
+            elif listener is not None and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS:
+                # Idle for a while: a producer's wake-up ends the pause early, and the back-off
+                # restarts from idle_min. While tasks keep coming, plain short polls serve them
+                # better: every wake-up wakes every listening worker, and all but one find nothing.
                 if listener.wait(pause, self._stop):
                     empty_rounds = 0
             else:
