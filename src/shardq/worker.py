@@ -4,8 +4,9 @@ Threads
     * the **fetcher** (the thread that calls :meth:`Worker.run`) claims the next batch once at
       most ``concurrency - 1`` claimed tasks (or ``prefetch - batch``, if larger) still wait for
       a handler, keeping at most ``concurrency + prefetch`` tasks waiting or running; while whole
-      rounds come back empty it sleeps with a growing, capped, jittered interval (or, with
-      ``listen``, waits for a producer's wake-up for at most that long);
+      rounds come back empty it sleeps with a growing, capped, jittered interval (with
+      ``listen``, once two rounds in a row found nothing, it waits for a producer's wake-up for
+      at most that long instead);
     * ``concurrency`` **handler** threads run the handler, one task at a time each;
     * the **settler** collects outcomes until the claims they belong to are complete (at most
       ``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key
