@@ -82,11 +82,16 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
     if depth:
         small, large = depth["sizes"]
         for name in ("shardq", "raw-bound"):
-            ratio = depth["depth"].get(name, {}).get("large_over_small")
+            cells = depth["depth"].get(name, {})
+            ratio = cells.get("large_over_small")
+            cpu_ratio = cells.get("cpu_large_over_small")
+            note = f"per CPU-second of claiming and settling (top-up inserts taken out): {_f(cpu_ratio, 2)}"
+            if large < 1_000_000:
+                note += "; quick mode: the goal is defined at 1,000,000"
             rows.append((f"depth: {name} claim rate at {large:,} / at {small:,} ready",
                          f"≥ {GOALS['depth_ratio']}" if name == "shardq" else "(reference)",
                          _f(ratio, 2), (ratio is not None and ratio >= GOALS["depth_ratio"]) if name == "shardq" else None,
-                         "" if large >= 1_000_000 else "quick mode: the goal is defined at 1,000,000"))
+                         note))
         reaper = depth.get("reaper", {})
         if str(small) in reaper and str(large) in reaper:
             a, b = reaper[str(small)]["median_seconds"], reaper[str(large)]["median_seconds"]
@@ -306,7 +311,9 @@ def _depth_section(depth, plots) -> list[str]:
     for name, cells in depth["depth"].items():
         rows.append([name, _f(cells[str(small)]["window_rate"]), _f(cells[str(large)]["window_rate"]),
                      _f(cells.get("large_over_small"), 2),
-                     f"{_f(cells[str(small)].get('cpu_us_per_task'))} / {_f(cells[str(large)].get('cpu_us_per_task'))}"])
+                     f"{_f(cells[str(small)].get('cpu_us_per_task'))} / {_f(cells[str(large)].get('cpu_us_per_task'))}",
+                     f"{_f(cells[str(small)].get('claim_cpu_us_per_task'))} / "
+                     f"{_f(cells[str(large)].get('claim_cpu_us_per_task'))}"])
     out = [
         "## Depth",
         "",
@@ -314,7 +321,8 @@ def _depth_section(depth, plots) -> list[str]:
         "depth (its inserts count in the server CPU); rate over the last 80 % of each window; windows alternate "
         "between the two tables, median per depth."),
         "",
-        _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task"], rows),
+        _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task",
+                "without the top-up's inserts"], rows),
         "",
     ]
     reaper = depth.get("reaper") or {}

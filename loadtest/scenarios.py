@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 
 from .contenders import BATCH, CONTENDERS, shardq_bench
-from .env import Bench, checkpoint, loadavg, table_stats, vacuum_analyze
+from .env import Bench, _proc_cpu, checkpoint, loadavg, table_stats, vacuum_analyze
 from .procs import CellResult, run_cell
 
 PROCESSES = 4
@@ -288,6 +288,8 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
     vacuum_analyze(url)
     checkpoint(url)
     topper = psycopg.connect(url, autocommit=True)
+    topper_pid = topper.execute("SELECT pg_backend_pid()").fetchone()[0]
+    topper_cpu = _proc_cpu(topper_pid)
     topped = 0
 
     def top_up(_elapsed: float, counters: list[int]) -> None:
@@ -301,10 +303,16 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
     try:
         cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
                         server_cpu=bench.server_cpu)
+        topper_cpu = _proc_cpu(topper_pid) - topper_cpu
     finally:
         topper.close()
+    # The top-up's inserts cost more in a bigger table (index pages); take its backend's CPU out
+    # to see what claiming and settling alone cost per task.
+    cpu = cell.cpu_per_task_ms()
+    done = cell.total()
+    claim_cpu = (cpu.get("total", 0.0) - topper_cpu * 1e3 / done) * 1e3 if done and "total" in cpu else None
     return _cell_summary(cell, contender=name, depth=depth, window_rate=_window_rate(cell.samples, 0.2),
-                         load_before=loadavg())
+                         load_before=loadavg(), topup_cpu_seconds=topper_cpu, claim_cpu_us_per_task=claim_cpu)
 
 
 def _window_rate(samples: list[tuple[float, int]], skip_fraction: float) -> float:
@@ -347,10 +355,16 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
                     "fill_seconds": fills[size],
                     "cpu_us_per_task": statistics.median(
                         c["cpu_ms_per_task"].get("total", 0.0) for c in cells) * 1e3,
+                    "claim_cpu_us_per_task": statistics.median(
+                        c["claim_cpu_us_per_task"] or 0.0 for c in cells),
                 }
             small = depth[name][str(sizes.depth_small)]["window_rate"]
             large = depth[name][str(sizes.depth_large)]["window_rate"]
             depth[name]["large_over_small"] = large / small if small else None
+            cs = depth[name][str(sizes.depth_small)]["claim_cpu_us_per_task"]
+            cl = depth[name][str(sizes.depth_large)]["claim_cpu_us_per_task"]
+            # tasks per CPU-second of claiming and settling, large over small: the noise-robust twin
+            depth[name]["cpu_large_over_small"] = cs / cl if cs and cl else None
             if name == "shardq":
                 for size, url in urls.items():
                     reaper[str(size)] = reaper_cost(url, sizes, log)
