@@ -12,6 +12,12 @@ first JDBC write in a fresh JVM is 30-40 % slower):
 * **shardq**: :func:`shardq.spark.enqueue_dataframe`, end to end: ids, staging write, index,
   chunked merge into ``shardq_tasks`` with the ledger, staging drop.
 
+* **floor**: no Spark and no re-run safety at all: the same number of rows, already rendered as
+  CSV in memory, ``COPY``'d by psycopg straight into ``shardq_tasks`` over two connections (one
+  per core), as sorted by id as the merge inserts them. What any enqueue path on this machine
+  pays for the tasks table's heap and its two B-trees (primary key, id); it bounds the ratio a
+  Spark path can reach.
+
 ``--row-key`` adds a unique ``n`` column to the input (written to the plain table too) and maps it
 as :attr:`shardq.spark.TaskColumns.row_key`, so ids need no shuffle.
 
@@ -86,6 +92,38 @@ def shardq_write(df, dsn: Dsn, options: WriteOptions) -> tuple[float, dict]:
     return time.perf_counter() - started, result.as_json()
 
 
+def copy_floor(rows: int, dsn: Dsn, connections: int = 2) -> float:
+    """Seconds to COPY ``rows`` ready tasks (64-byte payloads) straight into shardq_tasks."""
+    import hashlib
+    import threading
+
+    import psycopg
+
+    ids = sorted(uuid.UUID(bytes=hashlib.md5(b"floor%d" % i).digest()) for i in range(rows))
+    # exec_time: one value for all, as a merge transaction's now() gives a whole chunk.
+    due = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime())
+    lines = [f"ready,loadtest,0,{due},{i},\\x{hashlib.sha256(b'%d' % n).hexdigest() * 2}\n" for n, i in enumerate(ids)]
+    parts = [("".join(lines[k::connections])).encode() for k in range(connections)]
+    del lines
+    with Session(dsn) as session:
+        session.execute_raw("TRUNCATE shardq_tasks")
+        session.execute_raw("CHECKPOINT")
+
+    def load(data: bytes) -> None:
+        with psycopg.connect(dsn.conninfo) as conn, conn.cursor() as cur:
+            with cur.copy("COPY shardq_tasks (state, queue, rank, exec_time, id, payload) FROM STDIN (FORMAT csv)") as copy:
+                for start in range(0, len(data), 1 << 20):
+                    copy.write(data[start:start + (1 << 20)])
+
+    threads = [threading.Thread(target=load, args=(part,)) for part in parts]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, row_key: bool = False) -> dict:
     from pyspark.sql import functions as F
 
@@ -107,6 +145,7 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
         ours.append(seconds)
         details.append(result)
         assert result["enqueued"] == rows, result
+    floor = [copy_floor(rows, dsn) for _ in range(rounds)]
     plain_rate = rows / statistics.median(plain)
     ours_rate = rows / statistics.median(ours)
     return {
@@ -115,6 +154,8 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
         "plain_seconds": plain, "shardq_seconds": ours,
         "plain_rows_per_s": round(plain_rate), "shardq_rows_per_s": round(ours_rate),
         "ratio": round(ours_rate / plain_rate, 3), "shardq_runs": details,
+        "floor_seconds": floor, "floor_rows_per_s": round(rows / statistics.median(floor)),
+        "floor_ratio": round(rows / statistics.median(floor) / plain_rate, 3),
     }
 
 
@@ -149,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plain append : {figures['plain_rows_per_s']:>9,} rows/s  {figures['plain_seconds']}")
     print(f"shardq       : {figures['shardq_rows_per_s']:>9,} rows/s  {figures['shardq_seconds']}")
     print(f"ratio        : {figures['ratio']:.3f}  (goal >= 0.7)")
+    print(f"floor (COPY straight into shardq_tasks, no Spark): {figures['floor_rows_per_s']:,} rows/s"
+          f" = {figures['floor_ratio']:.3f} x plain")
     for run in figures["shardq_runs"]:
         print(f"  write {run['write_seconds']:.2f}s  merge {run['merge_seconds']:.2f}s  staged {run['staged_rows']}")
     if args.out:

@@ -17,8 +17,9 @@ Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQ
        attempt.
     2. **Deterministic ids** (:mod:`shardq.spark.frame`): each row's task id is a hash of the run,
        the queue and either its dedupe key or its content plus an occurrence number among
-       identical rows, computed with Spark built-ins only; its chunk is ``xxhash64(id) mod
-       chunks``. The same input always gives the same (id, chunk, task) rows.
+       identical rows, computed with Spark built-ins only; its chunk is the id's range (first 32
+       bits scaled to ``chunks``), so a chunk's merge inserts into one narrow stretch of the id
+       index. The same input always gives the same (id, chunk, task) rows.
     3. **Staging.** Each attempt creates its own staging table ``shardq_stage_<run>_<nonce>``
        (registered in ``shardq_spark_stages`` first) with no key or constraint, and Spark
        appends to it (``reWriteBatchedInserts=true``, batches of ``k·128`` rows, a bounded

@@ -18,7 +18,8 @@ executors, and a retried or speculative task recomputes exactly the same ids):
   :attr:`TaskColumns.row_key` is mapped, else ``"c:" || hex(content) || "#" || n`` where ``n``
   numbers identical rows 1…k (``row_number`` over ``content``, the job's one shuffle; which of
   k identical rows gets which number does not matter, they are equal);
-* ``id = md5(run_id ␟ queue ␟ row_key)`` as a UUID and ``chunk = pmod(xxhash64(id), chunks)``.
+* ``id = md5(run_id ␟ queue ␟ row_key)`` as a UUID and ``chunk = ⌊id's first 32 bits · chunks / 2³²⌋``
+  (chunks are id ranges, so each chunk's merge touches one narrow range of the id index).
 
 MD5 is used as a fast 128-bit hash, not for secrecy: ids only have to be distinct within a run
 and queue (2^-128 per pair).
@@ -228,7 +229,11 @@ def stage_frame(
             row_key
         )
     frame = frame.withColumn("id", F.md5(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), row_key)))
-    frame = frame.withColumn("chunk", F.pmod(F.xxhash64("id"), F.lit(chunks)).cast("int"))
+    # Chunks are id ranges (the id's first 32 bits scaled to 0..chunks-1), not hashes: a chunk's
+    # merge then inserts into one narrow range of the id index instead of all over it.
+    frame = frame.withColumn(
+        "chunk", (F.conv(F.substring("id", 1, 8), 16, 10).cast("long") * F.lit(chunks) / F.lit(1 << 32)).cast("int")
+    )
     if skip_chunks:
         frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
     return frame.select("chunk", "id", *(name for name in mapped if name in STAGED))
