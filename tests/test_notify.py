@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
+import pytest
+
+from shardq import notify
 from shardq import worker as worker_module
 from shardq.client import Client
 from shardq.db import Session
+from shardq.errors import DatabaseUnavailable
 from shardq.notify import Listener, Notifier
 from shardq.producer import Producer
 from shardq.store import TaskStore
@@ -79,11 +84,40 @@ def test_producer_notifies_after_enqueueing_tasks_due_now_but_not_scheduled_ones
     store.session.close()
 
 
-def test_an_idle_listening_worker_starts_a_new_task_without_waiting_for_its_poll(pg_db, monkeypatch):
-    # Polling alone would wait 15-30 s here; the wake-up must start the task long before. (The
-    # worker listens from its first empty round here, not its second, so the test need not
-    # wait through a back-off.)
-    monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
+@pytest.fixture
+def first_listen_fails(monkeypatch):
+    """The first LISTEN of the test meets an unreachable database; later ones work. Yields the
+    number of LISTEN attempts so far (a list, one entry per attempt)."""
+    attempts = []
+    listen = TaskStore.notify_listen
+
+    def flaky(store: TaskStore) -> None:
+        attempts.append(store)
+        if len(attempts) == 1:
+            raise DatabaseUnavailable("connection refused (injected)")
+        listen(store)
+
+    monkeypatch.setattr(TaskStore, "notify_listen", flaky)
+    return attempts
+
+
+def test_a_listener_whose_listen_failed_tries_again_only_after_the_retry_interval(pg_db, first_listen_fails):
+    store = TaskStore(Session(pg_db.dsn))
+    clock = FakeClock()
+    listener = Listener(store, ["a"], retry_seconds=10.0, clock=clock)
+    assert listener.start() is False and not listener.active
+    clock.now += 9.9
+    assert listener.retry() is False and len(first_listen_fails) == 1  # throttled: not even tried
+    clock.now += 0.2
+    assert listener.retry() is True and listener.active and len(first_listen_fails) == 2
+    pg_db.store.queue_notify("a")
+    assert listener.wait(30, threading.Event()) is True
+    store.session.close()
+
+
+def _second_task_starts_by_wake_up(pg_db) -> bool:
+    """Runs a worker that polls only every 30 s; once it has started a first task, enqueues a
+    second with a wake-up. Returns whether the second started within 10 s (polling would not)."""
     quiet = Client(pg_db.dsn, notify=False)
     loud = Client(pg_db.dsn)
     quiet.enqueue("q", b"first")
@@ -96,11 +130,31 @@ def test_an_idle_listening_worker_starts_a_new_task_without_waiting_for_its_poll
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
-        assert first.wait(30)  # the worker has LISTENed (before its first claim) and is busy
+        assert first.wait(30)  # the worker has LISTENed (before or right after its first claim) and is busy
         loud.enqueue("q", b"second")
-        assert second.wait(10)
+        return second.wait(10)
     finally:
         worker.stop()
         thread.join(30)
         quiet.close()
         loud.close()
+
+
+def test_an_idle_listening_worker_starts_a_new_task_without_waiting_for_its_poll(pg_db, monkeypatch):
+    # Polling alone would wait 15-30 s here; the wake-up must start the task long before. (The
+    # worker listens from its first empty round here, not its second, so the test need not
+    # wait through a back-off.)
+    monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
+    assert _second_task_starts_by_wake_up(pg_db)
+
+
+def test_a_worker_whose_first_listen_failed_listens_again_once_a_claim_succeeds(
+    pg_db, monkeypatch, first_listen_fails, caplog
+):
+    monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
+    monkeypatch.setattr(notify, "LISTEN_RETRY_SECONDS", 0.0)  # retry right after the first claim
+    caplog.set_level(logging.INFO, logger="shardq.notify")
+    assert _second_task_starts_by_wake_up(pg_db)
+    assert len(first_listen_fails) == 2
+    resumed = [r for r in caplog.records if r.name == "shardq.notify" and "again" in r.getMessage()]
+    assert len(resumed) == 1 and resumed[0].levelno == logging.INFO

@@ -10,7 +10,9 @@ default), so a task enqueued on an idle queue waits up to about a second. With w
   (two rounds in a row found nothing), waits on it instead of sleeping: a wake-up for one of its
   queues starts the next claim round at once; otherwise it polls at its usual interval. While
   tasks keep coming it just polls at its short interval: every wake-up wakes every listening
-  worker, and all but one would find nothing.
+  worker, and all but one would find nothing. A worker whose LISTEN failed (the database was
+  unreachable as it started) polls, and LISTENs again after its next successful claim (at most
+  once per ``LISTEN_RETRY_SECONDS``, 10 s), logging once when wake-ups resume.
 
 Guarantees
     * Nothing depends on a notification arriving: a lost one (a dropped listening connection, a
@@ -34,6 +36,7 @@ polling one does at its next poll, only sooner.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +49,10 @@ log = logging.getLogger("shardq.notify")
 NOTIFY_INTERVAL_DEFAULT = 0.05
 # A waiting worker re-checks its stop flag at least this often.
 STOP_CHECK_SECONDS = 0.1
+# A worker whose LISTEN failed tries again at most this often, and only after a claim succeeded:
+# rare enough not to add load to a struggling database, soon enough that wake-ups come back well
+# before anyone misses them (polling covers the gap).
+LISTEN_RETRY_SECONDS = 10.0
 
 
 def supported(store: TaskStore) -> bool:
@@ -93,25 +100,59 @@ class Notifier:
 
 class Listener:
     """The worker's side: wake-ups for ``queues``, received on ``store``'s session (the fetcher's
-    own, which must not be used from another thread)."""
+    own, which must not be used from another thread).
 
-    def __init__(self, store: TaskStore, queues: Iterable[str]) -> None:
+    A LISTEN that failed (the database was unreachable when the worker started) is tried again
+    by :meth:`retry`, at most once per ``retry_seconds`` (``LISTEN_RETRY_SECONDS``, 10 s); the
+    first failure is logged as a warning, the return of wake-ups once at INFO."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        queues: Iterable[str],
+        *,
+        retry_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.queues = frozenset(queues)
         self.active = False
+        self.retry_seconds = LISTEN_RETRY_SECONDS if retry_seconds is None else retry_seconds
+        self._clock = clock
+        self._failed = False
+        self._next_try = 0.0
 
     def start(self) -> bool:
         """LISTEN (PostgreSQL only). Returns whether wake-ups will arrive; on False the worker
-        just polls."""
+        just polls (and may call :meth:`retry` later)."""
         try:
             if not supported(self.store):  # asks the server: may find it unreachable
+                self._next_try = math.inf  # CockroachDB: there is nothing to retry
                 return False
             self.store.notify_listen()
         except DatabaseError as exc:
-            log.warning("cannot LISTEN for wake-ups (%s); polling only", exc)
+            if self._failed:
+                log.debug("still cannot LISTEN for wake-ups (%s)", exc)
+            else:
+                log.warning("cannot LISTEN for wake-ups (%s); polling until it works", exc)
+            self._failed = True
+            self._next_try = self._clock() + self.retry_seconds
             return False
+        if self._failed:
+            log.info("listening for wake-ups again on queues %s", ", ".join(sorted(self.queues)))
+            self._failed = False
         self.active = True
         return True
+
+    def retry(self) -> bool:
+        """Call once the database answers again (after a claim succeeded): LISTEN unless already
+        listening or the last attempt failed less than ``retry_seconds`` ago. Returns
+        :attr:`active`."""
+        if self.active:
+            return True
+        if self._clock() < self._next_try:
+            return False
+        return self.start()
 
     def discard(self) -> None:
         """Drop the wake-ups received so far (call right before a claim round: NOTIFY is delivered

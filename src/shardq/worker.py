@@ -380,8 +380,7 @@ class Worker:
         listener = None
         if self.config.listen and not self.config.until_empty:
             listener = notify.Listener(consumer.store, self.config.queues)
-            if not listener.start():
-                listener = None
+            listener.start()  # on failure the worker polls, and retries after a claim succeeds
         while not self._stop.is_set():
             want = self._want()
             if want <= 0:
@@ -390,10 +389,12 @@ class Worker:
                     self._wake.wait(0.5)
                 continue
             try:
-                if listener is not None:
+                if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
                 found = consumer.claim(limit=want)
                 failures = 0
+                if listener is not None and not listener.active:
+                    listener.retry()  # the database answers again (throttled: see notify.Listener)
             except DatabaseError as exc:
                 if not exc.transient:
                     raise
@@ -421,7 +422,7 @@ class Worker:
             if self.config.until_empty and not idle:
                 self._wake.clear()
                 self._wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
-            elif listener is not None and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS:
+            elif listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS:
                 # Idle for a while: a producer's wake-up ends the pause early, and the back-off
                 # restarts from idle_min. While tasks keep coming, plain short polls serve them
                 # better: every wake-up wakes every listening worker, and all but one find nothing.
