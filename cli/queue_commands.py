@@ -60,7 +60,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--handler", "handler_spec", required=True, metavar="MODULE:FUNCTION", help="The function called with each task.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Handler threads.")
 @click.option("--batch", type=int, default=100, show_default=True, help="Tasks per claim statement.")
-@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim (default: each queue's setting).")
+@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
 @click.option("--grace", type=float, default=30.0, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
 @click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
 @click.option("--until-empty", is_flag=True, help="Exit 0 once a full round finds nothing due and nothing is in flight.")

@@ -46,7 +46,7 @@ def queue_show(ctx, name, as_json) -> None:
 
 @queue.command("set")
 @click.argument("name")
-@click.option("--lease", "lease_seconds", type=float, help="Lease per claim, seconds.")
+@click.option("--lease", "lease_seconds", type=float, help="Lease per claim, seconds (at least 1).")
 @click.option("--max-attempts", type=int, help="Attempts before dead-lettering (new tasks).")
 @click.option("--backoff-base", type=float, help="First retry delay, seconds (doubles each attempt).")
 @click.option("--backoff-cap", type=float, help="Longest retry delay, seconds.")

@@ -378,6 +378,7 @@ def reaper_cost(url: str, sizes: Sizes, log) -> dict:
     import shardq
     from shardq.consumer import Consumer
     from shardq.reaper import Reaper
+    from shardq.validation import LEASE_MIN_SECONDS
 
     vacuum_analyze(url)
     client = shardq.connect(url)
@@ -390,14 +391,14 @@ def reaper_cost(url: str, sizes: Sizes, log) -> dict:
         t0 = time.perf_counter()
         reaper.run_once()
         idle_runs.append(time.perf_counter() - t0)
-        consumer = Consumer(store, [shardq_bench.QUEUE], batch=100, lease_seconds=0.05)
+        consumer = Consumer(store, [shardq_bench.QUEUE], batch=100, lease_seconds=LEASE_MIN_SECONDS)
         held = 0
         while held < sizes.reaper_expired:
             found = consumer.claim(limit=min(100, sizes.reaper_expired - held))
             held += len(found.tasks)
             if found.round_empty:
                 break
-        time.sleep(0.1)
+        time.sleep(LEASE_MIN_SECONDS + 0.1)  # the shortest lease there is has run out
         blocks = _reap_candidate_blocks(url, store.layout().visit_count)
         t0 = time.perf_counter()
         result = reaper.run_once()

@@ -160,9 +160,24 @@ def test_paused_queue_is_not_claimed(db):
     assert found.tasks == [] and found.round_empty
 
 
-@pytest.mark.parametrize("bad", [{"batch": 0}, {"batch": -1}, {"lease_seconds": 0}, {"lease_seconds": -5}])
-def test_consumer_rejects_non_positive_batch_and_lease(db, bad):
+@pytest.mark.parametrize(
+    "bad", [{"batch": 0}, {"batch": -1}, {"lease_seconds": 0}, {"lease_seconds": -5}, {"lease_seconds": 0.99}]
+)
+def test_consumer_rejects_non_positive_batch_and_a_lease_under_a_second(db, bad):
     from shardq import InvalidInput
 
     with pytest.raises(InvalidInput):
         Consumer(db.store, ["q"], **bad)
+
+
+def test_a_queue_lease_under_a_second_written_in_sql_is_used_as_one_second(db):
+    db.client.store.queue_ensure("q")
+    db.sql("UPDATE shardq_queues SET lease_seconds = 0.01 WHERE name = 'q'")  # passes the table's CHECK
+    db.make_task()
+    consumer = Consumer(db.store, ["q"])
+    assert consumer.lease_for("q") == 1.0
+    before = db.sql("SELECT now() AS now")[0]["now"]
+    [task] = consumer.claim().tasks
+    after = db.sql("SELECT now() AS now")[0]["now"]
+    # The claim's server clock lies between the two readings.
+    assert before + dt.timedelta(seconds=1) <= task.lease_expires_at <= after + dt.timedelta(seconds=1)

@@ -118,6 +118,8 @@ def test_buckets_show_json(shardq_cli):
         ("work", "q", "--handler", "not a spec"),
         ("work", "q", "--handler", "handlers_for_test:record", "--batch", "0"),
         ("work", "q", "--handler", "handlers_for_test:record", "--lease", "0"),
+        ("work", "q", "--handler", "handlers_for_test:record", "--lease", "0.5"),
+        ("queue", "set", "q", "--lease", "0.5"),
         ("migrate", "--buckets", "1"),
         ("dead", "requeue", "q", "not-a-uuid"),
         ("dead", "requeue", "q"),
@@ -207,6 +209,10 @@ def test_queue_settings_pause_and_resume(shardq_cli):
     shardq_cli("queue", "resume", "q")
     assert shardq_cli("enqueue", "q", "x").stdout.strip() == "enqueued 1"
     assert shardq_cli("queue", "set", "q", "--jitter", "3", check=False).returncode == 2
+    short = shardq_cli("queue", "set", "q", "--lease", "0.5", check=False)
+    assert short.returncode == 2 and len(short.stderr.strip().splitlines()) == 1
+    assert "lease must be at least 1 second" in short.stderr
+    assert json.loads(shardq_cli("queue", "show", "q", "--json").stdout)[0]["lease_seconds"] == 90
     assert shardq_cli("queue", "show", "nope", check=False).returncode == 1
 
 

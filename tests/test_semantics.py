@@ -223,9 +223,10 @@ def test_queue_settings_change_and_validate(db):
     assert (settings.lease_seconds, settings.max_attempts, settings.retry_jitter) == (120, 3, 0.5)
     assert db.client.enqueue("q", b"x").enqueued == 1
     assert db.sql("SELECT max_attempts FROM shardq_tasks")[0]["max_attempts"] == 3
-    for bad in ({"lease_seconds": 0}, {"retry_jitter": 2}, {"max_attempts": 0}, {"bogus": 1}):
+    for bad in ({"lease_seconds": 0}, {"lease_seconds": 0.5}, {"retry_jitter": 2}, {"max_attempts": 0}, {"bogus": 1}):
         with pytest.raises(InvalidInput):
             db.client.set_queue("q", **bad)
+    assert db.client.set_queue("q", lease_seconds=1).lease_seconds == 1  # the minimum itself
 
 
 def test_consumer_uses_the_queue_lease(db):

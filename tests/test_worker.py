@@ -93,6 +93,24 @@ def test_task_extend_from_inside_a_handler_renews_the_lease(db):
     assert db.task_row(result.enqueued_ids[0]) is None
 
 
+def test_task_extend_refuses_a_lease_shorter_than_a_second(db):
+    from shardq import InvalidInput
+
+    result = db.client.enqueue("q", b"x")
+    refused, renewed = [], []
+
+    def handler(task):
+        try:
+            task.extend(0.5)
+        except InvalidInput as exc:
+            refused.append(str(exc))
+        renewed.append(task.extend(1))  # the minimum itself is a valid lease
+
+    stats = run(db, handler, lease_seconds=1)
+    assert len(refused) == 1 and "at least 1 second" in refused[0]
+    assert len(renewed) == 1 and stats.acked == 1 and db.task_row(result.enqueued_ids[0]) is None
+
+
 def test_graceful_stop_finishes_running_tasks_and_hands_back_the_rest_at_once(db):
     db.client.enqueue_many("q", [b"x"] * 20)
     started = threading.Semaphore(0)
@@ -145,7 +163,9 @@ def test_until_empty_waits_for_its_own_in_flight_tasks(db):
 
 
 @pytest.mark.parametrize(
-    "bad", [{"concurrency": 0}, {"batch": 0}, {"lease_seconds": -1}, {"grace_seconds": -1}, {"queues": ()}]
+    "bad",
+    [{"concurrency": 0}, {"batch": 0}, {"lease_seconds": -1}, {"lease_seconds": 0.5}, {"grace_seconds": -1},
+     {"queues": ()}],
 )
 def test_worker_config_rejects_bad_values(bad):
     from shardq import InvalidInput

@@ -163,12 +163,12 @@ def queue_show(store: TaskStore, queue: str | None = None):
 
 def queue_set(store: TaskStore, queue: str, **changes: object):
     """Change a queue's settings (creating the queue with defaults first if needed). Options:
-    ``lease_seconds``, ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
+    ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
     ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
     ``paused_dequeue`` (bool). None leaves a setting unchanged."""
     validation.queue_name(queue)
     checks = {
-        "lease_seconds": lambda v: validation.positive_seconds(v, "lease"),
+        "lease_seconds": validation.lease_seconds,
         "max_attempts": lambda v: validation.positive_int(v, "max attempts", maximum=10_000),
         "backoff_base": lambda v: validation.positive_seconds(v, "backoff base"),
         "backoff_cap": lambda v: validation.positive_seconds(v, "backoff cap"),

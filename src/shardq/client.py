@@ -155,8 +155,8 @@ class Client:
         return admin.queue_show(self.store, queue)
 
     def set_queue(self, queue: str, **changes):
-        """Change queue settings: lease_seconds, max_attempts, backoff_base, backoff_cap,
-        retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue."""
+        """Change queue settings: lease_seconds (at least 1), max_attempts, backoff_base,
+        backoff_cap, retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue."""
         return admin.queue_set(self.store, queue, **changes)
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):

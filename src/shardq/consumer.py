@@ -67,7 +67,9 @@ class Consumer:
     """Claims batches for a set of queues, walking buckets round-robin from ``offset``.
 
     Options (defaults): ``batch`` tasks per claim statement (100); ``lease_seconds`` overrides
-    each queue's lease setting (None: use the queue's, 30 s by default).
+    each queue's lease setting (None: use the queue's, 30 s by default). Leases are at least
+    ``LEASE_MIN_SECONDS`` (1 s, see :mod:`shardq.validation`): a queue row holding a shorter one
+    (written by hand in SQL) is used as 1 s.
     """
 
     def __init__(
@@ -85,7 +87,7 @@ class Consumer:
         self.queues = [validation.queue_name(q) for q in queues]
         self.batch = validation.positive_int(batch, "batch", maximum=validation.BATCH_MAX)
         self.lease_override = (
-            validation.positive_seconds(lease_seconds, "lease") if lease_seconds is not None else None
+            validation.lease_seconds(lease_seconds) if lease_seconds is not None else None
         )
         self.store = store
         self._clock = clock
@@ -114,7 +116,9 @@ class Consumer:
         return self._settings[queue]
 
     def lease_for(self, queue: str) -> float:
-        return self.lease_override or self.settings(queue).lease_seconds
+        # Settings are validated when set, but the table only checks > 0: a hand-written row
+        # must not bring back the lease that expires before its task is acked.
+        return self.lease_override or max(validation.LEASE_MIN_SECONDS, self.settings(queue).lease_seconds)
 
     # -- claiming ---------------------------------------------------------------------------
     def _promote(self, bucket: int, queue: str, result: ClaimRound) -> bool:
@@ -295,8 +299,9 @@ class Task:
         return self.claimed.created_at
 
     def extend(self, seconds: float) -> dt.datetime:
-        """Renew this task's lease to now + ``seconds`` (server clock). Returns the new expiry."""
-        seconds = validation.positive_seconds(seconds, "lease extension")
+        """Renew this task's lease to now + ``seconds`` (server clock; at least 1, as every
+        lease). Returns the new expiry."""
+        seconds = validation.lease_seconds(seconds, "lease extension")
         expires = self._extend(self.claimed, seconds)
         if expires is None:
             raise LeaseLost(f"task {self.id}: lease lost before it could be extended")

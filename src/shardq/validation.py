@@ -21,6 +21,10 @@ DELAY_MAX_SECONDS = 10 * 365 * 24 * 3600.0
 BUCKETS_MIN, BUCKETS_MAX = 2, 2048  # CockroachDB's own range for bucket_count
 BATCH_MAX = 10_000
 STATEMENT_TIMEOUT_MAX_SECONDS = 86_400.0  # PostgreSQL's own limit is ~24.8 days; a day is plenty
+# A lease shorter than the hand-off from claim to handler plus the settler's ack linger
+# (worker.ACK_LINGER_SECONDS), milliseconds each, runs out before the task is acked: every task
+# would run again and again, a livelock rather than a faster queue. One second is a wide margin.
+LEASE_MIN_SECONDS = 1.0
 
 
 def queue_name(name: object) -> str:
@@ -93,6 +97,21 @@ def positive_seconds(value: object, what: str) -> float:
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0 or seconds > DELAY_MAX_SECONDS:
         raise InvalidInput(f"{what} must be a positive number of seconds")
+    return seconds
+
+
+def lease_seconds(value: object, what: str = "lease") -> float:
+    """A lease or lease extension: at least ``LEASE_MIN_SECONDS`` (1 s), at most ten years."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{what} must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds > DELAY_MAX_SECONDS:
+        raise InvalidInput(f"{what} must be between {LEASE_MIN_SECONDS:g} and {DELAY_MAX_SECONDS:.0f} seconds")
+    if seconds < LEASE_MIN_SECONDS:
+        raise InvalidInput(
+            f"{what} must be at least {LEASE_MIN_SECONDS:g} second: a shorter lease can run out before "
+            "its task is acked, and the task would run again and again"
+        )
     return seconds
 
 

@@ -55,7 +55,8 @@ Introspection
       flush, not per task) for ``shardq stats``' rates and lead time.
 
 Options (defaults): ``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds``
-per queue (30), ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
+per queue (30; at least 1 s like every lease, see ``shardq.validation.LEASE_MIN_SECONDS``),
+``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
 ``heartbeat`` False, ``until_empty`` False, ``stats_interval`` 2.0 s, ``statement_timeout`` 10 s
 (the server cancels any statement of the sessions :meth:`shardq.Client.worker` makes after this
 long; a cancelled claim or settle is retried with backoff like a lost connection, so a locked table
@@ -145,7 +146,7 @@ class WorkerConfig:
         ):
             raise validation.InvalidInput("prefetch must be a whole number >= 0")
         if self.lease_seconds is not None:
-            validation.positive_seconds(self.lease_seconds, "lease")
+            validation.lease_seconds(self.lease_seconds)
         validation.non_negative_seconds(self.grace_seconds, "grace period")
         idle_min = validation.positive_seconds(self.idle_min, "idle sleep minimum")
         if idle_min > validation.positive_seconds(self.idle_max, "idle sleep maximum"):

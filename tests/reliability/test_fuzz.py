@@ -400,8 +400,7 @@ def test_cli_work_and_reap_options_exit_0_or_2_with_one_line(pg_db, figures, mod
         if isinstance(spec, str) and ":" in spec:
             top = spec.split(":", 1)[0].split(".", 1)[0]
             assume(not top.isidentifier() or top in ("shardq", "nosuchmod") or importlib.util.find_spec(top) is None)
-        # Tiny leases make an until-empty worker hand every task straight back; the queue here is
-        # empty, so every accepted combination ends after one round.
+        # The queue here is empty, so every accepted combination ends after one round.
         before = snapshot(pg_db)
         if reap:
             args = ["reap", "--once"] + _options({"--interval": interval, "--statement-timeout": timeout})
