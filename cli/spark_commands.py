@@ -22,6 +22,8 @@ from .app import cli, dsn_from
 @click.option("--delay-column", default=None, help="Numeric column: seconds until each task becomes due.")
 @click.option("--max-attempts-column", default=None, help="Integer column: attempts before dead-lettering.")
 @click.option("--priority-column", default=None, help="Integer column: the task's priority (lower runs first).")
+@click.option("--key-column", default=None,
+              help="String column: the task's exclusive key (one task per key runs at a time).")
 @click.option("--row-key-column", default=None, help="Column that identifies each input row (saves a shuffle).")
 @click.option("--run-id", default=None, metavar="ID",
               help="Names the job; the same id again is a re-run. Default: derived from QUEUE, the mapping and "
@@ -36,14 +38,14 @@ from .app import cli, dsn_from
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, run_at_column, delay_column,
-                  max_attempts_column, priority_column, row_key_column, run_id, partitions, batch_size, chunks, merge_workers,
+                  max_attempts_column, priority_column, key_column, row_key_column, run_id, partitions, batch_size, chunks, merge_workers,
                   master, jdbc_jar, as_json) -> None:
     """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id."""
     from shardq.spark import TaskColumns, WriteOptions, enqueue_file
 
     columns = TaskColumns(payload=payload_column, run_at=run_at_column, delay=delay_column,
                           dedupe_key=dedupe_column, max_attempts=max_attempts_column, priority=priority_column,
-                          row_key=row_key_column)
+                          exclusive_key=key_column, row_key=row_key_column)
     options = WriteOptions(partitions=partitions, batch_size=batch_size, chunks=chunks, merge_workers=merge_workers)
     show = sys.stdout.isatty() and not as_json
     with (_progress() if show else nullcontext(None)) as report:

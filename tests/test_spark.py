@@ -128,6 +128,32 @@ def test_delay_column_schedules_tasks_and_live_dedupe_keys_are_skipped(spark, pg
     assert _payloads(pg_db, "sched") == [b"already", b"b"]
 
 
+def test_exclusive_key_column_keeps_one_active_task_per_key_and_backlogs_the_rest(spark, pg_db):
+    pg_db.client.enqueue("excl", b"busy", exclusive_key="k0")  # k0 is taken before the job runs
+    rows = [(f"p{i}", f"k{i % 3}", i) for i in range(12)] + [("free", None, 0)]
+    df = spark.createDataFrame(rows, "p string, k string, prio int")
+    columns = TaskColumns(payload="p", exclusive_key="k", priority="prio")
+    result = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    assert result.enqueued == 13
+    counts = {(r["k"], r["backlogged"]): r["n"] for r in pg_db.sql(
+        "SELECT exclusive_key AS k, backlogged, count(*) AS n FROM shardq_tasks WHERE queue = 'excl' GROUP BY 1, 2")}
+    assert counts == {("k0", False): 1, ("k0", True): 4, ("k1", False): 1, ("k1", True): 3,
+                      ("k2", False): 1, ("k2", True): 3, (None, False): 1}
+    assert pg_db.sql("SELECT payload FROM shardq_tasks WHERE exclusive_key = 'k0' AND NOT backlogged") == [
+        {"payload": b"busy"}]
+    again = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    assert again.enqueued == 0 and pg_db.count() == 14
+    # The backlog releases in priority order once the active task is acked.
+    busy = pg_db.sql("SELECT id FROM shardq_tasks WHERE payload = 'busy'")[0]["id"]
+    pg_db.client.cancel(str(busy))
+    assert pg_db.sql("SELECT payload FROM shardq_tasks WHERE exclusive_key = 'k0' AND NOT backlogged") == [
+        {"payload": b"p0"}]
+    bad = spark.createDataFrame([("p", "")], "p string, k string")
+    with pytest.raises(InvalidTaskFrame, match="exclusive key is empty"):
+        enqueue_dataframe(bad, "excl", run_id="bad-key", dsn=pg_db.dsn, columns=TaskColumns(payload="p", exclusive_key="k"),
+                          options=SMALL)
+
+
 def test_paused_queue_refuses_and_the_rerun_after_resuming_enqueues_everything(spark, pg_db):
     df = _frame(spark, 40)
     enqueue_dataframe(df.limit(1), "paused", run_id="first", dsn=pg_db.dsn, options=SMALL)

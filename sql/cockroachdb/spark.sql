@@ -15,6 +15,7 @@ CREATE TABLE {stage} (
     dedupe_key STRING,
     max_attempts INT4,
     priority INT8,
+    exclusive_key STRING,
     PRIMARY KEY (chunk, rid)
 )
 

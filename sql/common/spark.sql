@@ -34,10 +34,11 @@ RETURNING chunk
 -- rank = its priority, one due later 'scheduled' with rank = scheduled_rank; a row whose dedupe
 -- key is live is skipped; the database fills the bucket (PostgreSQL default) or shard
 -- (CockroachDB). Staging may hold a row several times (retried or speculative Spark tasks):
--- DISTINCT ON (id) keeps one. The dedupe index is the only arbiter: the ids are distinct here and
--- new (derived from the run, merged once per the ledger) and Spark rows carry no exclusive key,
--- and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) made the merge
--- 1.6x slower. When the queue is paused for enqueue nothing is inserted and paused = true: the
+-- DISTINCT ON (id) keeps one. Rows with an exclusive key are left to spark_chunk_keyed_rows (they
+-- may have to wait in their key's backlog). The dedupe index is the only arbiter: the ids are
+-- distinct here and new (derived from the run, merged once per the ledger) and these rows carry no
+-- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) made
+-- the merge 1.6x slower. When the queue is paused for enqueue nothing is inserted and paused = true: the
 -- caller rolls the chunk back. Spark binds NULL for every absent value; defaults are applied here.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
@@ -49,7 +50,7 @@ WITH settings AS (
            s.id::UUID AS id, s.payload, s.max_attempts, s.dedupe_key, coalesce(s.priority, 0) AS priority,
            coalesce(s.run_at, now() + coalesce(s.delay, 0) * INTERVAL '1 second') AS due
     FROM {stage} AS s
-    WHERE s.chunk = %(chunk)s
+    WHERE s.chunk = %(chunk)s AND s.exclusive_key IS NULL
     ORDER BY s.id
 ), merged AS (
     INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
@@ -64,6 +65,17 @@ WITH settings AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM merged) AS merged, (SELECT paused FROM settings) AS paused
+
+-- name: spark_chunk_keyed_rows
+-- The rows of one chunk that carry an exclusive key, once each: the merge enqueues them the way
+-- enqueue_many does (shardq.exclusive: active where the key is free, else into its backlog, under
+-- the keys' locks), in the chunk's transaction.
+SELECT DISTINCT ON (s.id)
+       s.id::UUID AS id, s.payload, s.run_at, s.delay, s.dedupe_key, s.max_attempts,
+       coalesce(s.priority, 0) AS priority, s.exclusive_key
+FROM {stage} AS s
+WHERE s.chunk = %(chunk)s AND s.exclusive_key IS NOT NULL
+ORDER BY s.id
 
 -- name: spark_chunk_record
 -- Last statement of a chunk's merge transaction: how many tasks it inserted.

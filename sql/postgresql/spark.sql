@@ -15,7 +15,8 @@ CREATE UNLOGGED TABLE {stage} (
     delay FLOAT8,
     dedupe_key TEXT,
     max_attempts INT4,
-    priority INT8
+    priority INT8,
+    exclusive_key TEXT
 )
 
 -- name: spark_stage_index

@@ -45,29 +45,34 @@ class ExclusiveEnqueue:
 def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
     """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
     into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
+    return store.session.transaction(lambda _session: enqueue_in_transaction(store, queue, tasks, ids))
+
+
+def enqueue_in_transaction(
+    store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
+) -> ExclusiveEnqueue:
+    """:func:`enqueue`'s work, inside a transaction the caller holds open (the Spark merge does
+    this in each chunk's transaction). Takes the keys' locks first, so it must be the only part of
+    that transaction that touches these keys' backlogs."""
     pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
-
-    def body(_session) -> ExclusiveEnqueue:
-        store.exclusive_keys_lock(pairs)
-        inserted, paused = store.task_insert_many(queue, tasks, ids)
-        if paused:
-            return ExclusiveEnqueue(set(), set(), 0, True)
-        waiting = [(t, i) for t, i in zip(tasks, ids) if i not in inserted and t.exclusive_key is not None]
-        backlogged: set[uuid.UUID] = set()
-        superseded = 0
-        if waiting:
-            backlogged = store.task_insert_backlog_many(queue, [t for t, _ in waiting], [i for _, i in waiting])
-            settings = store.queue_get(queue)
-            if settings is not None and settings.exclusive_latest_only and backlogged:
-                newest: dict[str, uuid.UUID] = {}
-                for task, task_id in waiting:
-                    if task_id in backlogged:
-                        newest[task.exclusive_key] = task_id  # later in the batch wins
-                superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
-                backlogged = {i for i in backlogged if i in set(newest.values())}
-        return ExclusiveEnqueue(inserted | backlogged, backlogged, superseded, False)
-
-    return store.session.transaction(body)
+    store.exclusive_keys_lock(pairs)
+    inserted, paused = store.task_insert_many(queue, tasks, ids)
+    if paused:
+        return ExclusiveEnqueue(set(), set(), 0, True)
+    waiting = [(t, i) for t, i in zip(tasks, ids) if i not in inserted and t.exclusive_key is not None]
+    backlogged: set[uuid.UUID] = set()
+    superseded = 0
+    if waiting:
+        backlogged = store.task_insert_backlog_many(queue, [t for t, _ in waiting], [i for _, i in waiting])
+        settings = store.queue_get(queue)
+        if settings is not None and settings.exclusive_latest_only and backlogged:
+            newest: dict[str, uuid.UUID] = {}
+            for task, task_id in waiting:
+                if task_id in backlogged:
+                    newest[task.exclusive_key] = task_id  # later in the batch wins
+            superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
+            backlogged = {i for i in backlogged if i in set(newest.values())}
+    return ExclusiveEnqueue(inserted | backlogged, backlogged, superseded, False)
 
 
 def remove_and_release(

@@ -4,14 +4,12 @@ The mapping from DataFrame columns to task fields is :class:`TaskColumns`; each 
 :class:`Field` entry in :data:`FIELDS` (its staging column, the Spark types it accepts, the type
 it is cast to, and the checks its values must pass). Adding a task field later (a priority, an
 exclusive key) is one attribute on :class:`TaskColumns`, one :class:`Field`, one staging column in
-``sql/*/spark.sql`` and one line in the merge statement; nothing else changes. Exclusive keys are
-not mapped yet: a task whose key is busy must go to the key's backlog under the key lock
-(:mod:`shardq.exclusive`), which the set-based merge does not do.
+``sql/*/spark.sql`` and one line in the merge statement; nothing else changes.
 
 Ids are derived only from the row's content and the run (Spark built-ins, so no Python runs on the
 executors, and a retried or speculative task recomputes exactly the same ids):
 
-* ``content = md5(unix_micros(run_at) ␟ delay ␟ max_attempts ␟ priority ␟ payload bytes)`` — every field
+* ``content = md5(unix_micros(run_at) ␟ delay ␟ max_attempts ␟ priority ␟ hex(exclusive_key) ␟ payload bytes)`` — every field
   that ends up in the task, rendered independently of the session time zone (the numbers never
   contain the separator and the payload comes last, so the encoding is unambiguous);
 * ``row_key = "k:" || dedupe_key`` when the row has one, else ``"r:" || row_key column`` when
@@ -56,7 +54,11 @@ class TaskColumns:
     zone, i.e. Spark's ``TimestampType``), ``delay`` (seconds from the moment the chunk is merged,
     any numeric type), ``dedupe_key`` (string; a live task of the queue with the same key makes
     the row a no-op, and rows sharing a key collapse into one task), ``max_attempts`` (integer;
-    default: the queue's setting), ``priority`` (integer, lower runs first; default 0). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
+    default: the queue's setting), ``priority`` (integer, lower runs first; default 0),
+    ``exclusive_key`` (string; of the queue's live tasks sharing a key one runs at a time, the
+    others wait in the key's backlog, which releases them in priority order: :mod:`shardq.exclusive`.
+    A DataFrame has no row order, so among a run's rows sharing a key with equal priorities the
+    order is not defined). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
     due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".
 
     ``row_key`` (optional, not a task field) names a column that identifies each row of the input
@@ -71,6 +73,7 @@ class TaskColumns:
     dedupe_key: str | None = None
     max_attempts: str | None = None
     priority: str | None = None
+    exclusive_key: str | None = None
     row_key: str | None = None
 
     def mapped(self) -> dict[str, str]:
@@ -93,7 +96,7 @@ class Field:
 
 _INTEGERS = ("byte", "short", "integer", "long")
 #: task fields that have a staging column (row_key only shapes the id)
-STAGED = ("payload", "run_at", "delay", "dedupe_key", "max_attempts", "priority")
+STAGED = ("payload", "run_at", "delay", "dedupe_key", "max_attempts", "priority", "exclusive_key")
 _NUMBERS = _INTEGERS + ("float", "double", "decimal")
 
 
@@ -134,6 +137,16 @@ def _fields(payload_limit: int) -> dict[str, Field]:
                 (F.instr(c, "\x00") > 0, "dedupe key contains NUL"),
             ],
             lambda c: empty_if_null(c),
+        ),
+        "exclusive_key": Field(
+            "exclusive_key", ("string",), "string",
+            lambda c: [
+                (F.length(c) == 0, "exclusive key is empty"),
+                (F.length(c) > validation.DEDUPE_KEY_MAX, f"exclusive key longer than {validation.DEDUPE_KEY_MAX}"),
+                (F.instr(c, "\x00") > 0, "exclusive key contains NUL"),
+            ],
+            # hex: a key may contain the separator, and the fixed-format part must not
+            lambda c: empty_if_null(F.hex(c)),
         ),
         "max_attempts": Field(
             "max_attempts", _INTEGERS, "int",
@@ -217,7 +230,7 @@ def stage_frame(
         # Only the fixed-format fields go into the text part (they never contain the separator);
         # the payload comes last, as bytes, so the encoding is unambiguous.
         fixed = [spec[name].fingerprint(F.col(name)) if name in mapped else F.lit("")
-                 for name in ("run_at", "delay", "max_attempts", "priority")]
+                 for name in ("run_at", "delay", "max_attempts", "priority", "exclusive_key")]
         content = F.unhex(F.md5(F.concat(F.concat_ws(SEPARATOR, *fixed, F.lit("")).cast("binary"), F.col("payload"))))
         frame = frame.withColumn("_content", content)
         # Identical rows are distinct tasks: number them 1..k (which one gets which number does

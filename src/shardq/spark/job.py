@@ -180,6 +180,7 @@ def enqueue_dataframe(
                         on_chunk(chunk, tasks)
 
                 outcome = merge_chunks(run, stage, todo, new_session, workers=options.merge_workers,
+                                       keyed=columns.exclusive_key is not None,
                                        on_chunk=chunk_done)
                 outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before),
                                        outcome.tasks)

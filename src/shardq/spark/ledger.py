@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ..db import Session
 from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
-from ..models import RANK_SCHEDULED
+from .. import exclusive
+from ..models import RANK_SCHEDULED, NewTask
 from ..store import TaskStore
 
 log = logging.getLogger("shardq.spark")
@@ -122,9 +123,11 @@ class SparkLedger:
         return [r["stage"] for r in rows]
 
     # -- merge ------------------------------------------------------------------------------
-    def chunk_merge(self, run: Run, stage: Stage, chunk: int) -> int | None:
+    def chunk_merge(self, run: Run, stage: Stage, chunk: int, *, keyed: bool = False) -> int | None:
         """Merge one chunk in one transaction with its ledger row; ``None`` when the chunk was
-        merged already (by this or another attempt). The body runs again after a 40001
+        merged already (by this or another attempt). With ``keyed`` (the run maps an exclusive
+        key), rows carrying a key go through :func:`shardq.exclusive.enqueue_in_transaction` in
+        the same transaction. The body runs again after a 40001
         (CockroachDB), which is safe: the failed attempt left nothing behind. Raises
         :class:`DatabaseUnavailable` if the server restarted since the staging table was created
         (its rows may be gone; the chunk is not marked merged), :class:`QueuePaused` if the queue
@@ -148,10 +151,31 @@ class SparkLedger:
                 # Raising rolls the claim back too: the chunk stays unmerged for the re-run.
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
             merged = int(row["merged"]) if row else 0
+            if keyed:
+                merged += _merge_keyed_rows(session, run, stage, chunk)
             session.execute("spark_chunk_record", {**params, "merged": merged})
             return merged
 
         return self.session.transaction(body)
+
+
+def _merge_keyed_rows(session: Session, run: Run, stage: Stage, chunk: int) -> int:
+    """Enqueue the chunk's rows that carry an exclusive key as enqueue_many would; returns how
+    many were inserted (active or backlogged)."""
+    rows = session.fetch_all("spark_chunk_keyed_rows", {"chunk": chunk}, identifiers={"stage": stage.name})
+    if not rows:
+        return 0
+    # Per key, the first row inserted becomes active and the rest wait: let the lowest priority go first.
+    rows.sort(key=lambda r: (r["priority"], r["id"]))
+    tasks = [
+        NewTask(payload=bytes(r["payload"]), delay=r["delay"], run_at=r["run_at"], dedupe_key=r["dedupe_key"],
+                max_attempts=r["max_attempts"], priority=int(r["priority"]), exclusive_key=r["exclusive_key"])
+        for r in rows
+    ]
+    outcome = exclusive.enqueue_in_transaction(TaskStore(session), run.queue, tasks, [r["id"] for r in rows])
+    if outcome.paused:
+        raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
+    return len(outcome.inserted)
 
 
 def merge_chunks(
@@ -161,10 +185,12 @@ def merge_chunks(
     session_factory: Callable[[], Session],
     *,
     workers: int = 2,
+    keyed: bool = False,
     on_chunk: Callable[[int, int | None], None] | None = None,
 ) -> MergeOutcome:
     """Merge ``chunks`` of ``stage`` with ``workers`` threads, each on its own session.
 
+    ``keyed``: the run maps an exclusive key (see :meth:`SparkLedger.chunk_merge`).
     ``on_chunk(chunk, tasks or None)`` is called after each chunk's transaction committed (None:
     merged earlier); if it raises, the other workers stop after their current chunk and the
     exception propagates (the chunks committed so far stay merged)."""
@@ -188,7 +214,7 @@ def merge_chunks(
                 except queue_module.Empty:
                     return
                 try:
-                    merged = ledger.chunk_merge(run, stage, chunk)
+                    merged = ledger.chunk_merge(run, stage, chunk, keyed=keyed)
                     with lock:
                         if merged is None:
                             counts["skipped"] += 1
