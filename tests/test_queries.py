@@ -41,6 +41,7 @@ DDL_SLOTS = {
 # the slot with psycopg.sql.Identifier through their `identifiers` argument.
 IDENTIFIER_SLOTS = {
     "spark_chunk_merge": {"stage"},
+    "spark_chunk_keyed_rows": {"stage"},
     "spark_stage_rows": {"stage"},
 }
 

@@ -76,10 +76,10 @@ WITH picked AS MATERIALIZED (
     FROM claimed
     GROUP BY lease_token, bucket
 )
--- No token per row: the caller knows each bucket's (it chose them), and a result row is decoded
--- per task.
-SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
-       priority, exclusive_key
+-- Only what the caller cannot know, since a result row is decoded per task: not the token (the
+-- caller chose each bucket's), the queue (one per statement) or the priority (a ready task's rank
+-- is its priority). Column order is ClaimedTask.from_claim_row's.
+SELECT bucket, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at, exclusive_key
 FROM claimed
 
 -- name: task_promote_due

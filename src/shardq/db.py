@@ -74,7 +74,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from . import queries
 from .errors import (
@@ -355,7 +355,8 @@ class Session:
         resend_ambiguous: bool = False,
         identifiers: Mapping[str, str] | None = None,
         binary: bool = False,
-    ) -> list[dict[str, Any]]:
+        tuples: bool = False,
+    ) -> list[Any]:
         attempt = 0
         while True:
             attempt += 1
@@ -363,7 +364,7 @@ class Session:
                 conn = self._connection()
                 if self.before_statement is not None:
                     self.before_statement(name)
-                with conn.cursor(binary=binary) as cur:
+                with (conn.cursor(binary=binary, row_factory=tuple_row) if tuples else conn.cursor(binary=binary)) as cur:
                     cur.execute(self._query(name, identifiers), params or {})
                     return cur.fetchall() if fetch and cur.description is not None else []
             except pgerrors.SerializationFailure as exc:
@@ -399,15 +400,18 @@ class Session:
         resend_ambiguous: bool = False,
         identifiers: Mapping[str, str] | None = None,
         binary: bool = False,
-    ) -> list[dict[str, Any]]:
+        tuples: bool = False,
+    ) -> list[Any]:
         """Run the named statement and return its rows as dicts (retrying 40001; re-sending after
         40003 only with ``resend_ambiguous``, for statements that are safe to repeat).
 
         ``identifiers`` fills the statement's ``{slot}`` placeholders (other than the session's
         ``{shard_col}``) with quoted identifiers, e.g. ``{"stage": "shardq_stage_…"}``. With
         ``binary`` the server sends results in its binary format: the same Python values, about
-        half the client CPU to decode (the claim, which returns a whole batch, uses it)."""
-        return self._run(name, params, True, resend_ambiguous, identifiers, binary)
+        half the client CPU to decode (the claim, which returns a whole batch, uses it). With
+        ``tuples`` rows come back as tuples in the statement's column order instead of dicts (no
+        dict built per row: for the claim, whose rows become objects at once)."""
+        return self._run(name, params, True, resend_ambiguous, identifiers, binary, tuples)
 
     def fetch_one(
         self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None

@@ -70,6 +70,15 @@ class ClaimedTask:
         return self.key.queue
 
     @classmethod
+    def from_claim_row(cls, row: tuple, queue: str, token: uuid.UUID) -> "ClaimedTask":
+        """From a ``task_claim_round`` tuple (bucket, rank, exec_time, id, attempts, max_attempts,
+        payload, lease_expires_at, created_at, exclusive_key): a claimed task is ready, so its
+        priority is its rank. Positional on purpose: this runs once per claimed task."""
+        bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive = row
+        return cls(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts, payload, token, expires,
+                   created, rank, exclusive)
+
+    @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> "ClaimedTask":
         return cls(
             key=TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),

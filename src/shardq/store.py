@@ -33,6 +33,7 @@ log = logging.getLogger("shardq.store")
 
 _RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
 _claim_order = itemgetter("rank", "exec_time")
+_claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
 
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
@@ -254,10 +255,12 @@ class TaskStore:
             {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
              "lease_seconds": lease_seconds, **_RANKS},
             binary=True,
+            tuples=True,
         )
-        rows.sort(key=_claim_order)
+        rows.sort(key=_claim_row_order)
         token_of = dict(zip(buckets, tokens))
-        return [ClaimedTask.from_row(row, token_of[row["bucket"]]) for row in rows]
+        from_claim_row = ClaimedTask.from_claim_row
+        return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
 
     def task_promote_due_round(self, buckets: Sequence[int], queue: str, limit: int) -> int:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (PostgreSQL); returns how many."""

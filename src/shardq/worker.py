@@ -198,6 +198,7 @@ class _Claim:
     last: tuple
     left: int
     keyed: bool  # some task holds an exclusive key: its ack must release the key's backlog
+    token: uuid.UUID
 
 
 @dataclass(slots=True)
@@ -249,11 +250,14 @@ class Worker:
         # are the whole hand-off cost between the fetcher, the handlers and the settler.
         self._work: queue_module.SimpleQueue[_InFlight | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[_Outcome | None] = queue_module.SimpleQueue()
-        self._inflight: dict[uuid.UUID, _InFlight] = {}
+        # Both keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call,
+        # and these dicts (and the settler's counters) are touched several times per task.
+        # task id -> the task while it is claimed and unsettled
+        self._inflight: dict[int, _InFlight] = {}
         # lease token -> that claim's unsettled count. Outcomes are counted once, when the
         # settler plans a batch, so re-running a batch after a lost connection cannot close a
         # claim early.
-        self._outstanding: dict[uuid.UUID, _Claim] = {}
+        self._outstanding: dict[int, _Claim] = {}
         self._lock = threading.Lock()  # guards _inflight, _outstanding and local deadlines
         # Wakes the fetcher: the buffer ran low, a settle freed room, or a stop was asked.
         self._wake = threading.Event()
@@ -441,15 +445,16 @@ class Worker:
         token = tasks[0].lease_token
         if all(t.lease_token is token for t in tasks):  # one bucket (the store shares the object)
             head, tail = tasks[0].key, tasks[-1].key
-            claims = {token: _Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
-                                    len(tasks), any(t.exclusive_key is not None for t in tasks))}
+            claims = {token.int: _Claim(head.bucket, head.queue, (head.rank, head.exec_time),
+                                        (tail.rank, tail.exec_time), len(tasks),
+                                        any(t.exclusive_key is not None for t in tasks), token)}
         else:
             claims = _group_claims(tasks)
         with self._lock:
             self._outstanding.update(claims)
             inflight = self._inflight
             for entry in entries:
-                inflight[entry.claimed.key.id] = entry
+                inflight[entry.claimed.key.id.int] = entry
         self._claimed_total += len(tasks)  # before the puts, so "waiting" never looks negative
         self.stats.add(claimed=len(tasks))
         for claim in claims.values():
@@ -467,7 +472,7 @@ class Worker:
         expires = expiry.get(claimed.key.id)
         if expires is not None:
             with self._lock:
-                entry = self._inflight.get(claimed.key.id)
+                entry = self._inflight.get(claimed.key.id.int)
                 if entry is not None:
                     entry.local_deadline = time.monotonic() + seconds
         return expires
@@ -585,7 +590,7 @@ class Worker:
             if item is None:
                 return True
             pending.append(item)
-            seen[item.claimed.lease_token] += 1
+            seen[item.claimed.lease_token.int] += 1
             if len(pending) >= self.config.ack_batch:
                 return False
             try:
@@ -622,11 +627,14 @@ class Worker:
             else:
                 (fails if o.kind == "fail" else releases).append(o)
         self._settled_counts = {}
+        handled: dict[str, list[float]] = {}
         for o in outcomes:
             if o.seconds is not None:
-                activity = self._tally.of(o.claimed.queue)
-                activity.handled += 1
-                activity.handler_seconds += o.seconds
+                handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
+        for queue_name, seconds in handled.items():
+            activity = self._tally.of(queue_name)
+            activity.handled += len(seconds)
+            activity.handler_seconds += sum(seconds)
         whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
         steps: list[Callable[[TaskStore], None]] = []
         if releases:
@@ -665,9 +673,9 @@ class Worker:
         remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
         those acks), the other plain acks, and the tokens of the other claims they close (lease
         records to drop)."""
-        per_token = Counter(o.claimed.lease_token for o in outcomes)
-        acked = per_token if len(acks) == len(outcomes) else Counter(o.claimed.lease_token for o in acks)
-        whole_claims: dict[uuid.UUID, _Claim] = {}
+        per_token = Counter(o.claimed.lease_token.int for o in outcomes)
+        acked = per_token if len(acks) == len(outcomes) else Counter(o.claimed.lease_token.int for o in acks)
+        whole_claims: dict[int, _Claim] = {}
         closed: set[uuid.UUID] = set()
         with self._lock:
             for token, n in per_token.items():
@@ -681,21 +689,21 @@ class Worker:
                 if not claim.keyed and acked.get(token, 0) >= claim.left:
                     whole_claims[token] = claim
                 else:
-                    closed.add(token)
+                    closed.add(claim.token)
         if not whole_claims:
             return [], [], acks, closed
-        keys: dict[uuid.UUID, list] = {token: [] for token in whole_claims}
+        keys: dict[int, list] = {token: [] for token in whole_claims}
         whole_acks: list[_Outcome] = []
         partial: list[_Outcome] = []
         for o in acks:
-            group = keys.get(o.claimed.lease_token)
+            group = keys.get(o.claimed.lease_token.int)
             if group is None:
                 partial.append(o)
             else:
                 group.append(o.claimed.key)
                 whole_acks.append(o)
         whole = [
-            WholeClaim(c.bucket, c.queue, c.first, c.last, token, keys[token])
+            WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, keys[token])
             for token, c in whole_claims.items()
         ]
         return whole, whole_acks, partial, closed
@@ -762,7 +770,7 @@ class Worker:
                 (applied if o.claimed.key.id in done else refused).append(o)
         self.stats.add(**{event: len(applied), "lease_lost": len(refused)})
         counts = self._settled_counts
-        for queue_name, n in Counter(o.claimed.queue for o in applied).items():
+        for queue_name, n in Counter([o.claimed.key.queue for o in applied]).items():
             counts[(event, queue_name)] = counts.get((event, queue_name), 0) + n
             if event in ("acked", "retried", "dead"):
                 activity = self._tally.of(queue_name)
@@ -780,7 +788,7 @@ class Worker:
     def _forget(self, outcomes: list[_Outcome]) -> None:
         with self._lock:
             for o in outcomes:
-                self._inflight.pop(o.claimed.key.id, None)
+                self._inflight.pop(o.claimed.key.id.int, None)
         self._wake.set()  # room for more leases, or nothing in flight any more (until_empty)
 
     def _heartbeat(self, store: TaskStore) -> float:
@@ -794,8 +802,9 @@ class Worker:
             renewed = store.task_extend_many(items, lease)
             with self._lock:
                 for c in running:
-                    if c.key.id in renewed and c.key.id in self._inflight:
-                        self._inflight[c.key.id].local_deadline = time.monotonic() + lease
+                    entry = self._inflight.get(c.key.id.int)
+                    if entry is not None and c.key.id in renewed:
+                        entry.local_deadline = time.monotonic() + lease
         shortest = min(leases.values(), default=30.0)
         return max(0.5, shortest / 3.0)
 
@@ -844,18 +853,19 @@ def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) ->
     log.log(level, message, *args, extra=extra)
 
 
-def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[uuid.UUID, _Claim]:
+def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, _Claim]:
     """Per lease token: the claim's bucket, key range (first and last task in the store's
     order), size and whether any task holds an exclusive key."""
-    claims: dict[uuid.UUID, _Claim] = {}
-    last: dict[uuid.UUID, ClaimedTask] = {}
+    claims: dict[int, _Claim] = {}
+    last: dict[int, ClaimedTask] = {}
     for claimed in tasks:
-        token = claimed.lease_token
+        token = claimed.lease_token.int
         claim = claims.get(token)
         if claim is None:
             key = claimed.key
             at = (key.rank, key.exec_time)
-            claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None)
+            claims[token] = _Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None,
+                                   claimed.lease_token)
         else:
             claim.left += 1
             if claimed.exclusive_key is not None:
