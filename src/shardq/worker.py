@@ -76,6 +76,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
@@ -443,11 +444,11 @@ class Worker:
         # One lease token per claimed bucket. The store hands tasks out sorted in key order, so
         # each token's first and last task bound its rows' key range.
         token = tasks[0].lease_token
-        if all(t.lease_token is token for t in tasks):  # one bucket (the store shares the object)
+        if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
             head, tail = tasks[0].key, tasks[-1].key
             claims = {token.int: _Claim(head.bucket, head.queue, (head.rank, head.exec_time),
                                         (tail.rank, tail.exec_time), len(tasks),
-                                        any(t.exclusive_key is not None for t in tasks), token)}
+                                        any(map(_exclusive_key_of, tasks)), token)}
         else:
             claims = _group_claims(tasks)
         with self._lock:
@@ -486,7 +487,7 @@ class Worker:
             if entry is None:
                 return
             started[slot] += 1
-            if not wake.is_set() and work.qsize() <= low_water:
+            if work.qsize() <= low_water and not wake.is_set():
                 wake.set()  # the buffer ran low: time for the fetcher's next claim
             if stop.is_set() or monotonic() >= entry.local_deadline:
                 # Not started: hand it back now rather than run a task that may be elsewhere.
@@ -586,12 +587,13 @@ class Worker:
         linger_until = time.monotonic() + ACK_LINGER_SECONDS
         seen: Counter = Counter()  # outcomes per claim token in pending
         claims = self._outstanding
+        limit = self.config.ack_batch
         while True:
             if item is None:
                 return True
             pending.append(item)
             seen[item.claimed.lease_token.int] += 1
-            if len(pending) >= self.config.ack_batch:
+            if len(pending) >= limit:
                 return False
             try:
                 item = outcomes.get_nowait()
@@ -621,16 +623,15 @@ class Worker:
         keyed_acks: list[_Outcome] = []
         fails: list[_Outcome] = []
         releases: list[_Outcome] = []
+        handled: dict[str, list[float]] = {}
         for o in outcomes:
             if o.kind == "ack":
                 (acks if o.claimed.exclusive_key is None else keyed_acks).append(o)
             else:
                 (fails if o.kind == "fail" else releases).append(o)
-        self._settled_counts = {}
-        handled: dict[str, list[float]] = {}
-        for o in outcomes:
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
+        self._settled_counts = {}
         for queue_name, seconds in handled.items():
             activity = self._tally.of(queue_name)
             activity.handled += len(seconds)
@@ -673,8 +674,8 @@ class Worker:
         remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
         those acks), the other plain acks, and the tokens of the other claims they close (lease
         records to drop)."""
-        per_token = Counter(o.claimed.lease_token.int for o in outcomes)
-        acked = per_token if len(acks) == len(outcomes) else Counter(o.claimed.lease_token.int for o in acks)
+        per_token = Counter(map(_outcome_token_int, outcomes))
+        acked = per_token if len(acks) == len(outcomes) else Counter(map(_outcome_token_int, acks))
         whole_claims: dict[int, _Claim] = {}
         closed: set[uuid.UUID] = set()
         with self._lock:
@@ -851,6 +852,12 @@ def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) ->
             message += ": %s"
             args += (str(details["last_error"]).splitlines()[-1] if details["last_error"] else "",)
     log.log(level, message, *args, extra=extra)
+
+
+# C-level getters for per-task passes (a generator expression costs a Python frame step per task).
+_lease_token_of = attrgetter("lease_token")
+_exclusive_key_of = attrgetter("exclusive_key")  # a key is never empty, so truthy when present
+_outcome_token_int = attrgetter("claimed.lease_token.int")
 
 
 def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, _Claim]:
