@@ -482,8 +482,11 @@ def spark(bench: Bench, sizes: Sizes, log) -> dict:
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
         bench.drop(url)
-    result = {k: figures[k] for k in ("rows", "rounds", "plain_rows_per_s", "shardq_rows_per_s", "ratio",
-                                      "plain_seconds", "shardq_seconds") if k in figures}
+    result = {k: figures[k] for k in ("rows", "rounds", "row_key", "plain_rows_per_s", "shardq_rows_per_s", "ratio",
+                                      "plain_seconds", "shardq_seconds", "floor_rows_per_s", "floor_ratio",
+                                      "floor_seconds") if k in figures}
+    result["shardq_runs"] = [{k: run[k] for k in ("write_seconds", "merge_seconds", "staged_rows") if k in run}
+                             for run in figures.get("shardq_runs", [])]
     log(f"spark: shardq {result.get('shardq_rows_per_s', 0):,} rows/s vs plain {result.get('plain_rows_per_s', 0):,} "
         f"rows/s: {result.get('ratio')}")
     return result

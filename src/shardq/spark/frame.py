@@ -106,6 +106,14 @@ def _fields(payload_limit: int) -> dict[str, Field]:
     def empty_if_null(expr):
         return F.coalesce(expr, F.lit(""))
 
+    def key_checks(c, what: str):
+        """The rules shardq.validation applies to a dedupe or exclusive key."""
+        return [
+            (F.length(c) == 0, f"{what} is empty"),
+            (F.length(c) > validation.DEDUPE_KEY_MAX, f"{what} longer than {validation.DEDUPE_KEY_MAX}"),
+            (F.instr(c, "\x00") > 0, f"{what} contains NUL"),
+        ]
+
     return {
         "payload": Field(
             "payload", ("binary", "string"), "binary",
@@ -130,21 +138,10 @@ def _fields(payload_limit: int) -> dict[str, Field]:
             lambda c: empty_if_null(c.cast("string")),
         ),
         "dedupe_key": Field(
-            "dedupe_key", ("string",), "string",
-            lambda c: [
-                (F.length(c) == 0, "dedupe key is empty"),
-                (F.length(c) > validation.DEDUPE_KEY_MAX, f"dedupe key longer than {validation.DEDUPE_KEY_MAX}"),
-                (F.instr(c, "\x00") > 0, "dedupe key contains NUL"),
-            ],
-            lambda c: empty_if_null(c),
+            "dedupe_key", ("string",), "string", lambda c: key_checks(c, "dedupe key"), lambda c: empty_if_null(c),
         ),
         "exclusive_key": Field(
-            "exclusive_key", ("string",), "string",
-            lambda c: [
-                (F.length(c) == 0, "exclusive key is empty"),
-                (F.length(c) > validation.DEDUPE_KEY_MAX, f"exclusive key longer than {validation.DEDUPE_KEY_MAX}"),
-                (F.instr(c, "\x00") > 0, "exclusive key contains NUL"),
-            ],
+            "exclusive_key", ("string",), "string", lambda c: key_checks(c, "exclusive key"),
             # hex: a key may contain the separator, and the fixed-format part must not
             lambda c: empty_if_null(F.hex(c)),
         ),
