@@ -142,13 +142,17 @@ def test_a_resent_retry_cannot_touch_a_lease_another_consumer_took_since(pg_db):
 
 
 def test_an_ambiguous_enqueue_is_not_resent(pg_db):
-    injector = Injector("task_insert_many", pgerrors.StatementCompletionUnknown, times=None)
+    injector = Injector("task_insert_many_fresh", pgerrors.StatementCompletionUnknown, times=None)
     store = hooked_store(pg_db, injector)
     from shardq.producer import Producer
 
     with pytest.raises(AmbiguousResult):
         Producer(store).enqueue("q", b"x")
     assert injector.calls == 1
+    keyed = Injector("task_insert_many", pgerrors.StatementCompletionUnknown, times=None)
+    with pytest.raises(AmbiguousResult):
+        Producer(hooked_store(pg_db, keyed)).enqueue("q", b"x", dedupe_key="k")
+    assert keyed.calls == 1
 
 
 def test_a_consumer_moves_on_after_an_ambiguous_claim_and_the_reaper_recovers_its_tasks(pg_db):

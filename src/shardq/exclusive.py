@@ -36,7 +36,10 @@ from .store import TaskStore
 
 @dataclass(frozen=True)
 class ExclusiveEnqueue:
-    inserted: set[uuid.UUID]
+    """``skipped``: ids neither inserted nor backlogged (a live dedupe key, or a newer entry of the
+    batch superseded them on a latest-only queue); ``backlogged``: ids that wait in a key's backlog."""
+
+    skipped: set[uuid.UUID]
     backlogged: set[uuid.UUID]
     superseded: int
     paused: bool
@@ -56,10 +59,10 @@ def enqueue_in_transaction(
     that transaction that touches these keys' backlogs."""
     pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
     store.exclusive_keys_lock(pairs)
-    inserted, paused = store.task_insert_many(queue, tasks, ids)
+    skipped, paused = store.task_insert_many(queue, tasks, ids)
     if paused:
-        return ExclusiveEnqueue(set(), set(), 0, True)
-    waiting = [(t, i) for t, i in zip(tasks, ids) if i not in inserted and t.exclusive_key is not None]
+        return ExclusiveEnqueue(skipped, set(), 0, True)
+    waiting = [(t, i) for t, i in zip(tasks, ids) if t.exclusive_key is not None and i in skipped]
     backlogged: set[uuid.UUID] = set()
     superseded = 0
     if waiting:
@@ -72,7 +75,7 @@ def enqueue_in_transaction(
                     newest[task.exclusive_key] = task_id  # later in the batch wins
             superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
             backlogged = {i for i in backlogged if i in set(newest.values())}
-    return ExclusiveEnqueue(inserted | backlogged, backlogged, superseded, False)
+    return ExclusiveEnqueue(skipped - backlogged, backlogged, superseded, False)
 
 
 def remove_and_release(

@@ -42,8 +42,9 @@ BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the ro
 def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PAYLOAD_MAX_BYTES) -> NewTask:
     """Validate one task; bare bytes/str become a task with that payload."""
     if isinstance(task, (bytes, bytearray, memoryview, str)):
-        task = NewTask(payload=validation.payload(task, limit=payload_limit))
-    elif not isinstance(task, NewTask):
+        # Every other field keeps its default, which is valid: one check, one object.
+        return NewTask(payload=validation.payload(task, limit=payload_limit))
+    if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
     if task.delay is not None and task.run_at is not None:
         raise InvalidInput("give either delay or run_at, not both")
@@ -117,22 +118,25 @@ class Producer:
             ids = [uuid.uuid4() for _ in chunk]
             if any(t.exclusive_key is not None for t in chunk):
                 outcome = exclusive.enqueue(self.store, queue, chunk, ids)
-                inserted, paused = outcome.inserted, outcome.paused
+                skipped, paused = outcome.skipped, outcome.paused
                 backlogged += [str(i) for i in ids if i in outcome.backlogged]
                 superseded += outcome.superseded
             else:
-                inserted, paused = self.store.task_insert_many(queue, chunk, ids)
-            self.store.count_enqueued(queue, len(inserted))
+                skipped, paused = self.store.task_insert_many(queue, chunk, ids)
+            self.store.count_enqueued(queue, len(chunk) - len(skipped))
             if paused:
                 raise QueuePaused(
                     f"queue {queue!r} is paused for enqueue"
                     + (f" ({len(enqueued)} tasks of earlier batches were enqueued)" if enqueued else "")
                 )
-            for task, task_id in zip(chunk, ids):
-                if task_id in inserted:
-                    enqueued.append(str(task_id))
-                else:
-                    duplicates.append(task.dedupe_key or "")
-            if self.notifier is not None and inserted and any(_due_now(t) for t in chunk):
+            if not skipped:
+                enqueued += map(str, ids)
+            else:
+                for task, task_id in zip(chunk, ids):
+                    if task_id in skipped:
+                        duplicates.append(task.dedupe_key or "")
+                    else:
+                        enqueued.append(str(task_id))
+            if self.notifier is not None and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
                 self.notifier.after_enqueue(self.store, queue)  # after the commit: autocommit
         return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)

@@ -79,11 +79,28 @@ def _read_folder(folder: str) -> dict[str, Statement]:
     return found
 
 
+# An array parameter: ``%(name)s::TYPE[]``.
+_ARRAY_PARAMETER = re.compile(r"%\((\w+)\)s(::[A-Za-z0-9_]+\[\])")
+
+
+def binary_arrays(text: str) -> str:
+    """``%(name)s::TYPE[]`` -> ``%(name)b::TYPE[]``: the array is sent in PostgreSQL's binary
+    format. psycopg renders a text array element by element in Python (quoting, escaping, hex for
+    bytea); the binary form is 5-10x cheaper per element for UUIDs and bytea, which is most of
+    an enqueue's or an ack's client CPU. The explicit cast keeps the statement's types whatever
+    element type psycopg picks."""
+    return _ARRAY_PARAMETER.sub(r"%(\1)b\2", text)
+
+
 @cache
 def statements_for(dialect: str) -> dict[str, Statement]:
-    """All statements for ``dialect``: the common ones, overridden by the dialect's own."""
+    """All statements for ``dialect``: the common ones, overridden by the dialect's own. On
+    PostgreSQL array parameters are sent in binary (:func:`binary_arrays`); CockroachDB gets the
+    text form, the one its documentation covers for array parameters."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}")
     merged = dict(_read_folder("common"))
     merged.update(_read_folder(dialect))
+    if dialect == "postgresql":
+        merged = {name: Statement(st.name, st.description, binary_arrays(st.text)) for name, st in merged.items()}
     return merged

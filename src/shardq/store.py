@@ -158,10 +158,17 @@ class TaskStore:
     def task_insert_many(
         self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
     ) -> tuple[set[uuid.UUID], bool]:
-        """Insert; returns (ids inserted, queue paused for enqueue)."""
+        """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
+        enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
+        if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
+            arrays = _task_arrays(tasks, ids)
+            del arrays["dedupe_keys"], arrays["exclusive_keys"]
+            row = self.session.fetch_one("task_insert_many_fresh", {"queue": queue, **arrays})
+            return (set(ids), True) if row and row["paused"] else (set(), False)
         rows = self.session.fetch_all("task_insert_many", {"queue": queue, **_task_arrays(tasks, ids)})
-        paused = any(row["paused"] for row in rows)
-        return {row["id"] for row in rows if row["id"] is not None}, paused
+        if any(row["paused"] for row in rows):
+            return set(ids), True
+        return {row["id"] for row in rows}, False
 
     def task_insert_backlog_many(self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         rows = self.session.fetch_all("task_insert_backlog_many", {"queue": queue, **_task_arrays(tasks, ids)})

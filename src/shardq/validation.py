@@ -11,6 +11,7 @@ import math
 import re
 
 from .errors import InvalidInput
+from .models import PRIORITY_MAX, PRIORITY_MIN
 
 QUEUE_NAME_MAX = 128
 # Names are shown in logs, metrics labels and CLI tables: keep them to a plain charset.
@@ -140,8 +141,6 @@ def bucket_count(value: object) -> int:
 
 
 def priority(value: object) -> int:
-    from .models import PRIORITY_MAX, PRIORITY_MIN
-
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput("priority must be a whole number (lower runs first)")
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:

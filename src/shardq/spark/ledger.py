@@ -175,7 +175,7 @@ def _merge_keyed_rows(session: Session, run: Run, stage: Stage, chunk: int) -> i
     outcome = exclusive.enqueue_in_transaction(TaskStore(session), run.queue, tasks, [r["id"] for r in rows])
     if outcome.paused:
         raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
-    return len(outcome.inserted)
+    return len(rows) - len(outcome.skipped)
 
 
 def merge_chunks(
