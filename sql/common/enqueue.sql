@@ -1,4 +1,6 @@
 -- name: task_insert_many
+-- (All task_insert_* statements: an optional column's array may be NULL when no task of the batch
+-- sets it, on PostgreSQL; unnest pads it with NULLs, which mean the default.)
 -- Enqueue a batch into one queue in one statement (parallel arrays through unnest); creates the
 -- queue on first use. A task due now is 'ready' with rank = its priority; one due later is
 -- 'scheduled' with rank = scheduled_rank. A row that hits any unique index is skipped: a live dedupe
@@ -13,8 +15,8 @@ WITH settings AS (
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
 ), incoming AS (
-    SELECT n.id, n.payload, n.max_attempts, n.dedupe_key, n.priority, n.exclusive_key,
-           coalesce(n.run_at, now() + n.delay * INTERVAL '1 second') AS due
+    SELECT n.id, n.payload, n.max_attempts, n.dedupe_key, coalesce(n.priority, 0) AS priority, n.exclusive_key,
+           coalesce(n.run_at, now() + coalesce(n.delay, 0) * INTERVAL '1 second') AS due
     FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],
                 %(max_attempts)s::INT4[], %(dedupe_keys)s::TEXT[], %(priorities)s::INT8[],
                 %(exclusive_keys)s::TEXT[])
@@ -54,7 +56,7 @@ WITH settings AS (
            %(queue)s, i.due, i.id, i.priority, 0, coalesce(i.max_attempts, (SELECT max_attempts FROM settings)),
            i.payload
     FROM (
-        SELECT n.id, n.payload, n.max_attempts, n.priority, coalesce(n.run_at, now() + n.delay * INTERVAL '1 second') AS due
+        SELECT n.id, n.payload, n.max_attempts, coalesce(n.priority, 0) AS priority, coalesce(n.run_at, now() + coalesce(n.delay, 0) * INTERVAL '1 second') AS due
         FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],
                     %(max_attempts)s::INT4[], %(priorities)s::INT8[])
              AS n(id, payload, delay, run_at, max_attempts, priority)
@@ -68,8 +70,8 @@ SELECT paused FROM settings
 -- A live dedupe key still makes a row a duplicate (skipped).
 INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, exclusive_key, backlogged, attempts,
                           max_attempts, payload, dedupe_key)
-SELECT 'backlog', %(backlog_rank)s, %(queue)s, coalesce(n.run_at, now() + n.delay * INTERVAL '1 second'), n.id,
-       n.priority, n.exclusive_key, true, 0,
+SELECT 'backlog', %(backlog_rank)s, %(queue)s, coalesce(n.run_at, now() + coalesce(n.delay, 0) * INTERVAL '1 second'), n.id,
+       coalesce(n.priority, 0), n.exclusive_key, true, 0,
        coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25),
        n.payload, n.dedupe_key
 FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],

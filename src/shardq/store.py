@@ -100,18 +100,30 @@ def _key_arrays(items: Sequence[Fenced]) -> dict[str, list]:
     }
 
 
-def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> dict[str, list]:
-    return {
+def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, list | None]:
+    """The parallel arrays of the task_insert_* statements. With ``compact`` (PostgreSQL), an
+    optional column no task sets is sent as NULL instead of an array of defaults: multi-argument
+    unnest pads it with NULLs, and most batches then carry just ids and payloads."""
+    arrays: dict[str, list | None] = {
         "ids": list(ids),
         "payloads": [t.payload for t in tasks],
-        "delays": [t.delay or 0.0 for t in tasks],
+        "delays": [t.delay for t in tasks],
         "run_ats": [t.run_at for t in tasks],
         "max_attempts": [t.max_attempts for t in tasks],
         "dedupe_keys": [t.dedupe_key for t in tasks],
         "priorities": [t.priority for t in tasks],
         "exclusive_keys": [t.exclusive_key for t in tasks],
-        **_RANKS,
     }
+    if compact:
+        for name, default in _OPTIONAL_DEFAULTS.items():
+            if not any(value != default for value in arrays[name]):
+                arrays[name] = None
+    return {**arrays, **_RANKS}
+
+
+# Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
+_OPTIONAL_DEFAULTS = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
+                      "priorities": 0, "exclusive_keys": None}
 
 
 def _depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
@@ -161,11 +173,12 @@ class TaskStore:
         """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
         enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
         if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
-            arrays = _task_arrays(tasks, ids)
+            arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
             del arrays["dedupe_keys"], arrays["exclusive_keys"]
             row = self.session.fetch_one("task_insert_many_fresh", {"queue": queue, **arrays})
             return (set(ids), True) if row and row["paused"] else (set(), False)
-        rows = self.session.fetch_all("task_insert_many", {"queue": queue, **_task_arrays(tasks, ids)})
+        arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
+        rows = self.session.fetch_all("task_insert_many", {"queue": queue, **arrays})
         if any(row["paused"] for row in rows):
             return set(ids), True
         return {row["id"] for row in rows}, False
