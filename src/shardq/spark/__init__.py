@@ -33,7 +33,8 @@ Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQ
        the same rules as ``task_insert_many`` (ready or scheduled by due time, rank from the
        priority, a live dedupe key skips the row, the database fills the bucket / shard, the
        queue is created on first use, a queue paused for enqueue rolls the chunk back; an id
-       staged twice is inserted once), record the count, commit. On CockroachDB a 40001 re-runs the whole chunk transaction
+       staged twice is inserted once; a row with an exclusive key becomes its key's active task or
+       joins its backlog, as with ``enqueue_many``), record the count, commit. On CockroachDB a 40001 re-runs the whole chunk transaction
        (:meth:`shardq.db.Session.transaction`); the merge SQL is the same on both databases.
     5. **Cleanup.** The attempt drops its staging table whether it succeeded or failed. A killed
        attempt leaves it behind; every job start (and ``shardq spark-gc``) drops staging tables
