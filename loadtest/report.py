@@ -86,6 +86,8 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
             ratio = cells.get("large_over_small")
             cpu_ratio = cells.get("cpu_large_over_small")
             note = f"per CPU-second of claiming and settling (top-up inserts taken out): {_f(cpu_ratio, 2)}"
+            if cells.get("pair_ratios"):
+                note += "; repetitions " + ", ".join(_f(r, 2) for r in cells["pair_ratios"])
             if large < 1_000_000:
                 note += "; quick mode: the goal is defined at 1,000,000"
             rows.append((f"depth: {name} claim rate at {large:,} / at {small:,} ready",
@@ -322,7 +324,9 @@ def _depth_section(depth, plots) -> list[str]:
         "",
         ("4 processes claim and finish no-op tasks for a fixed time while the parent tops the table up to its "
         "depth (its inserts count in the server CPU); rate over the last 80 % of each window; windows alternate "
-        "between the two tables, median per depth."),
+        "between the two tables in ABBA order (costs drift upward as the tables churn, so a fixed order would "
+        "charge the drift to one depth); tasks/s columns are medians per depth, the ratio is the median of "
+        "the per-repetition ratios."),
         "",
         _table(["contender", f"tasks/s at {small:,} ready", f"at {large:,} ready", "ratio", "CPU µs/task",
                 "without the top-up's inserts"], rows),

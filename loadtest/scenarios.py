@@ -43,7 +43,7 @@ class Sizes:
     depth_small: int = 10_000
     depth_large: int = 1_000_000
     depth_seconds: float = 6.0
-    depth_reps: int = 2
+    depth_reps: int = 4  # even: ABBA order
     reaper_expired: int = 1_000
     reaper_reps: int = 5
     enqueue_single: int = 3_000
@@ -327,7 +327,10 @@ def _window_rate(samples: list[tuple[float, int]], skip_fraction: float) -> floa
 def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
     """Claim throughput with ``depth_small`` vs ``depth_large`` ready tasks (kept topped up while
     4 processes drain), for raw and shardq: both tables are filled first, then timed windows
-    alternate between them ``depth_reps`` times (median per depth). Then, on shardq's two tables,
+    alternate between them ``depth_reps`` times, in ABBA order (small-large, large-small, ...):
+    every window leaves the tables a little more churned and costs drift upward, so a fixed order
+    would charge that drift to the depth always measured second. The ratio is the median of the
+    per-repetition ratios of adjacent windows. Then, on shardq's two tables,
     the time of one ``Reaper.run_once`` with ``reaper_expired`` expired leases among them."""
     depth: dict = {}
     reaper: dict = {}
@@ -342,8 +345,9 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
                 contender.impl().fill(urls[size], size)
                 fills[size] = time.perf_counter() - t0
             windows: dict[int, list[dict]] = {size: [] for size in urls}
-            for _ in range(sizes.depth_reps):
-                for size, url in urls.items():
+            for repetition in range(sizes.depth_reps):
+                order = list(urls.items())
+                for size, url in (order if repetition % 2 == 0 else order[::-1]):
                     window = _depth_window(bench, name, url, size, sizes)
                     windows[size].append(window)
                     log(f"depth {name} {size:,}: {window['window_rate']:,.0f} tasks/s")
@@ -358,13 +362,14 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
                     "claim_cpu_us_per_task": statistics.median(
                         c["claim_cpu_us_per_task"] or 0.0 for c in cells),
                 }
-            small = depth[name][str(sizes.depth_small)]["window_rate"]
-            large = depth[name][str(sizes.depth_large)]["window_rate"]
-            depth[name]["large_over_small"] = large / small if small else None
-            cs = depth[name][str(sizes.depth_small)]["claim_cpu_us_per_task"]
-            cl = depth[name][str(sizes.depth_large)]["claim_cpu_us_per_task"]
+            pairs = list(zip(windows[sizes.depth_small], windows[sizes.depth_large]))
+            rates = [big["window_rate"] / small["window_rate"] for small, big in pairs if small["window_rate"]]
+            depth[name]["pair_ratios"] = rates
+            depth[name]["large_over_small"] = statistics.median(rates) if rates else None
             # tasks per CPU-second of claiming and settling, large over small: the noise-robust twin
-            depth[name]["cpu_large_over_small"] = cs / cl if cs and cl else None
+            cpu = [small["claim_cpu_us_per_task"] / big["claim_cpu_us_per_task"] for small, big in pairs
+                   if small["claim_cpu_us_per_task"] and big["claim_cpu_us_per_task"]]
+            depth[name]["cpu_large_over_small"] = statistics.median(cpu) if cpu else None
             if name == "shardq":
                 for size, url in urls.items():
                     reaper[str(size)] = reaper_cost(url, sizes, log)
