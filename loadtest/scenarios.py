@@ -34,7 +34,7 @@ class Sizes:
 
     burn_tasks: int = 100_000
     burn_cap: float = 40.0
-    burn_reps: int = 3  # paired raw/shardq repetitions
+    burn_reps: int = 4  # paired raw/shardq repetitions (even: ABBA order)
     peers: tuple[str, ...] = ("pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-defaults", "procrastinate-tuned")
     steady_rate: int = 2000
     steady_seconds: float = 15.0
@@ -143,11 +143,13 @@ def burn_one(bench: Bench, name: str, sizes: Sizes) -> dict:
 def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
     """Pre-insert N with each system's bulk enqueue, VACUUM ANALYZE, then drain with no-op tasks
     from 4 processes; tasks/s = executed / (last execution start - release). raw and shardq run
-    ``burn_reps`` times, interleaved, and are compared pair by pair; peers run once."""
+    ``burn_reps`` times, interleaved in ABBA order (raw first, then shardq first, ...: a cell
+    inherits its predecessor's background work, so neither should always go second), and are
+    compared pair by pair; peers run once."""
     pairs = []
     for rep in range(sizes.burn_reps):
         pair = {}
-        for name in ("raw-bound", "shardq"):
+        for name in ("raw-bound", "shardq") if rep % 2 == 0 else ("shardq", "raw-bound"):
             result = burn_one(bench, name, sizes)
             log(f"burn-down rep {rep + 1} {name}: {result['rate']:,.0f} tasks/s (load {result['load_before']})")
             pair[name] = result
