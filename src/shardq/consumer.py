@@ -202,12 +202,7 @@ class Consumer:
             if tasks:
                 result.tasks = tasks
                 return result
-        # An empty round is the cheap moment to notice a resize or new settings.
-        refreshed = self.layout(refresh=True)
-        self._settings_at = -SETTINGS_REFRESH_SECONDS
-        unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
-        result.round_empty = unchanged and not failed
-        return result
+        return self._end_empty_round(layout, result, failed)
 
 
     def _claim_rounds(self, layout: ShardLayout, want: int) -> ClaimRound:
@@ -243,6 +238,11 @@ class Consumer:
             if tasks:
                 result.tasks = tasks
                 return result
+        return self._end_empty_round(layout, result, failed)
+
+    def _end_empty_round(self, layout: ShardLayout, result: ClaimRound, failed: bool) -> ClaimRound:
+        """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
+        counts as empty only if the layout it walked is still the layout and no claim failed."""
         refreshed = self.layout(refresh=True)
         self._settings_at = -SETTINGS_REFRESH_SECONDS
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)

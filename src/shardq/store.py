@@ -172,12 +172,11 @@ class TaskStore:
     ) -> tuple[set[uuid.UUID], bool]:
         """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
         enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
+        arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
         if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
-            arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
             del arrays["dedupe_keys"], arrays["exclusive_keys"]
             row = self.session.fetch_one("task_insert_many_fresh", {"queue": queue, **arrays})
             return (set(ids), True) if row and row["paused"] else (set(), False)
-        arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
         rows = self.session.fetch_all("task_insert_many", {"queue": queue, **arrays})
         if any(row["paused"] for row in rows):
             return set(ids), True
