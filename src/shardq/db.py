@@ -514,16 +514,6 @@ class Session:
                     self._discard()
                 raise _translate(exc, self.dsn) from exc
 
-    def copy_rows(self, query: Any, rows: Any) -> None:
-        """``COPY … FROM STDIN`` rows (tuples) through psycopg's copy protocol."""
-        try:
-            with self._connection().cursor() as cur:
-                with cur.copy(query) as copy:
-                    for row in rows:
-                        copy.write_row(row)
-        except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
-
 
 def identifier(name: str) -> sql.Identifier:
     """A quoted identifier for composed statements (the only way names enter SQL)."""
