@@ -118,6 +118,19 @@ def test_task_ack_claims_reports_only_the_ids_it_could_not_delete(db):
         assert db.count("shardq_leases") == 0
 
 
+def test_task_ack_claims_reports_every_id_of_a_claim_whose_leases_all_passed_to_someone_else(db):
+    db.client.enqueue_many("q", [b"x"] * 3)
+    claimed = [t for bucket in range(db.layout.visit_count) for t in db.store.task_claim_batch(bucket, "q", 10, 30.0)]
+    lost_claim = [t for t in claimed if t.lease_token == claimed[0].lease_token]
+    for task in lost_claim:
+        db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": task.key.id})
+    whole = WholeClaim(lost_claim[0].key.bucket, "q", (lost_claim[0].key.rank, lost_claim[0].key.exec_time),
+                       (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time), lost_claim[0].lease_token,
+                       [t.key for t in lost_claim])
+    assert db.store.task_ack_claims([whole]) == {t.key.id for t in lost_claim}
+    assert db.count("shardq_tasks") == 3
+
+
 def test_stop_hands_back_claimed_tasks_that_have_not_started_with_the_attempt_refunded(db):
     _enqueue(db.client, "q", 40)
     started = threading.Event()

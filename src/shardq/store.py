@@ -300,32 +300,24 @@ class TaskStore:
     def task_ack_claims(self, claims: Sequence[WholeClaim]) -> set[uuid.UUID]:
         """Ack whole claims (every task still held under each token finished); returns the ids
         that were *not* deleted because their lease had passed to someone else. On PostgreSQL
-        one statement deletes each claim's rows by key range and token (no per-task arrays) and
-        drops the lease records; CockroachDB takes the per-key path of :meth:`task_ack_many`."""
+        one statement per claim deletes its rows by key range and token (no per-task arrays) and
+        drops its lease record (a worker settles about one claim at a time); CockroachDB takes the
+        per-key path of :meth:`task_ack_many`."""
         if not claims:
             return set()
         if not self.uses_lease_records:
             items = [Fenced(key, c.token) for c in claims for key in c.keys]
             done = self.task_ack_many(items, [c.token for c in claims])
             return {f.key.id for f in items if f.key.id not in done}
-        params = {
-            "buckets": [c.bucket for c in claims],
-            "queues": [c.queue for c in claims],
-            "first_ranks": [c.first[0] for c in claims],
-            "first_execs": [c.first[1] for c in claims],
-            "last_ranks": [c.last[0] for c in claims],
-            "last_execs": [c.last[1] for c in claims],
-            "tokens": [c.token for c in claims],
-            "expected": [len(c.keys) for c in claims],
-        }
-        # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.db).
-        rows = self.session.fetch_all("task_ack_claims", params, resend_ambiguous=True)
         lost: set[uuid.UUID] = set()
-        by_token = {c.token: c for c in claims}
-        for row in rows:
+        for c in claims:
+            params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
+                      "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys)}
+            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.db).
+            row = self.session.fetch_all("task_ack_claim", params, resend_ambiguous=True)[0]
             if row["ids"] is not None:  # fewer deleted than held: name the ones left behind
                 deleted = set(row["ids"])
-                lost.update(k.id for k in by_token[row["token"]].keys if k.id not in deleted)
+                lost.update(k.id for k in c.keys if k.id not in deleted)
         return lost
 
     def task_retry_many(

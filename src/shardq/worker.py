@@ -68,6 +68,7 @@ idle interval; see :mod:`shardq.notify`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue as queue_module
 import signal
@@ -75,10 +76,10 @@ import threading
 import time
 import traceback
 import uuid
-from collections import Counter
-from operator import attrgetter
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Sequence
+from operator import attrgetter
+from typing import Callable, Collection, Iterator, Sequence
 
 from . import backoff, exclusive, notify, validation
 from . import stats as stats_module
@@ -113,6 +114,9 @@ STATEMENT_TIMEOUT_DEFAULT = 10.0
 # task's row stays leased (and its lease record open) at most this much longer; no task's start
 # is delayed by it.
 ACK_LINGER_SECONDS = 0.02
+# How long an idle settler waits for outcomes before it looks at its other chores (heartbeat,
+# stats flush).
+SETTLER_IDLE_WAIT_SECONDS = 0.05
 # With ``listen``, an idle fetcher waits for wake-ups only once this many rounds in a row found
 # nothing (its pause has grown past idle_min); before that it just sleeps its short pause.
 LISTEN_AFTER_EMPTY_ROUNDS = 2
@@ -181,14 +185,7 @@ class WorkerStats:
                 setattr(self, name, getattr(self, name) + value)
 
 
-@dataclass(slots=True)
-class _InFlight:
-    claimed: ClaimedTask
-    local_deadline: float
-    running: bool = False
-
-
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, counted per claim
 class _Claim:
     """The tasks one claim statement leased under one token: where their rows are (one bucket and
     queue, between the first and last (rank, exec_time) in key order) and how many are unsettled."""
@@ -197,9 +194,29 @@ class _Claim:
     queue: str
     first: tuple
     last: tuple
-    left: int
+    left: int  # unsettled; lowered by the settler only, when it plans a batch (0: closed)
     keyed: bool  # some task holds an exclusive key: its ack must release the key's backlog
     token: uuid.UUID
+    size: int = 0  # tasks claimed
+    #: handlers take the next number as they queue an outcome; the one that takes ``size`` wakes
+    #: the settler (next() on a count is one C call: atomic under the GIL, no lock needed)
+    finished: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A claimed task while this worker holds it and, once its handler is done or it is handed
+    back, its outcome on the way to the settler (one object per task, not two)."""
+
+    claimed: ClaimedTask
+    local_deadline: float
+    claim: _Claim
+    running: bool = False
+    kind: str = "ack"  # the outcome: "ack" | "fail" | "release"
+    error: str | None = None
+    permanent: bool = False
+    #: how long the handler ran (None: it did not run)
+    seconds: float | None = None
 
 
 @dataclass(slots=True)
@@ -208,16 +225,6 @@ class _Batch:
 
     outcomes: list
     steps: list
-
-
-@dataclass(slots=True)
-class _Outcome:
-    kind: str  # "ack" | "fail" | "release"
-    claimed: ClaimedTask
-    error: str | None = None
-    permanent: bool = False
-    #: how long the handler ran (None: it did not run)
-    seconds: float | None = None
 
 
 class Worker:
@@ -248,9 +255,13 @@ class Worker:
         self._stop = threading.Event()
         self._force = threading.Event()
         # SimpleQueue (C, no task accounting) rather than Queue: one put and one get per task
-        # are the whole hand-off cost between the fetcher, the handlers and the settler.
+        # are the whole hand-off cost between the fetcher and the handlers.
         self._work: queue_module.SimpleQueue[_InFlight | None] = queue_module.SimpleQueue()
-        self._outcomes: queue_module.SimpleQueue[_Outcome | None] = queue_module.SimpleQueue()
+        # Outcomes go to the settler through a deque, and the settler is woken only when a
+        # claim's last outcome is in (or at shutdown), not per outcome: a blocking queue would
+        # wake it, and make it take the GIL from the handlers, once per task.
+        self._outcomes: deque[_InFlight | None] = deque()
+        self._settle_wake = threading.Event()
         # Both keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call,
         # and these dicts (and the settler's counters) are touched several times per task.
         # task id -> the task while it is claimed and unsettled
@@ -440,17 +451,18 @@ class Worker:
     def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
         lease = consumer.lease_for(tasks[0].queue)
         deadline = time.monotonic() + lease
-        entries = [_InFlight(claimed, deadline) for claimed in tasks]
         # One lease token per claimed bucket. The store hands tasks out sorted in key order, so
         # each token's first and last task bound its rows' key range.
         token = tasks[0].lease_token
         if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
             head, tail = tasks[0].key, tasks[-1].key
-            claims = {token.int: _Claim(head.bucket, head.queue, (head.rank, head.exec_time),
-                                        (tail.rank, tail.exec_time), len(tasks),
-                                        any(map(_exclusive_key_of, tasks)), token)}
+            claim = _Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
+                           len(tasks), any(map(_exclusive_key_of, tasks)), token, len(tasks))
+            claims = {token.int: claim}
+            entries = [_InFlight(claimed, deadline, claim) for claimed in tasks]
         else:
             claims = _group_claims(tasks)
+            entries = [_InFlight(claimed, deadline, claims[claimed.lease_token.int]) for claimed in tasks]
         with self._lock:
             self._outstanding.update(claims)
             inflight = self._inflight
@@ -479,9 +491,10 @@ class Worker:
         return expires
 
     def _handler_loop(self, slot: int) -> None:
-        work, put, wake, stop = self._work, self._outcomes.put, self._wake, self._stop
+        work, put, wake, stop = self._work, self._outcomes.append, self._wake, self._stop
+        settle_wake = self._settle_wake
         started, finished, low_water = self._started, self._finished, self._low_water
-        handler, extend, monotonic = self.handler, self._extend, time.monotonic
+        handler, extend, monotonic, perf_counter = self.handler, self._extend, time.monotonic, time.perf_counter
         while True:
             entry = work.get()
             if entry is None:
@@ -491,25 +504,26 @@ class Worker:
                 wake.set()  # the buffer ran low: time for the fetcher's next claim
             if stop.is_set() or monotonic() >= entry.local_deadline:
                 # Not started: hand it back now rather than run a task that may be elsewhere.
-                put(_Outcome("release", entry.claimed))
-                finished[slot] += 1
-                continue
-            entry.running = True  # one attribute store (atomic); heartbeat reads it under the lock
-            t0 = time.perf_counter()
-            try:
-                handler(Task(entry.claimed, extend))
-            except Permanent as exc:
-                outcome = _Outcome("fail", entry.claimed, _describe(exc), permanent=True)
-            except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
-                self.stats.add(handler_errors=1)
-                outcome = _Outcome("fail", entry.claimed, _describe(exc))
+                entry.kind = "release"
             else:
-                outcome = _Outcome("ack", entry.claimed)
-            outcome.seconds = time.perf_counter() - t0
-            if self._trace_handled:
-                self._emit("handled", entry.claimed, seconds=outcome.seconds, outcome=outcome.kind)
-            put(outcome)
+                entry.running = True  # one attribute store (atomic); heartbeat reads it under the lock
+                t0 = perf_counter()
+                try:
+                    handler(Task(entry.claimed, extend))
+                except Permanent as exc:
+                    entry.kind, entry.error, entry.permanent = "fail", _describe(exc), True
+                except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
+                    self.stats.add(handler_errors=1)
+                    entry.kind, entry.error = "fail", _describe(exc)
+                entry.seconds = perf_counter() - t0
+                entry.running = False  # awaiting its settle: nothing for the heartbeat to renew
+                if self._trace_handled:
+                    self._emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
+            put(entry)
             finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
+            claim = entry.claim
+            if next(claim.finished) >= claim.size:
+                settle_wake.set()  # the claim's last outcome: settle it now
 
     # -- settling ---------------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -522,7 +536,7 @@ class Worker:
         while not finished or batch is not None:
             self._refresh_tracing()
             if batch is None and not finished:
-                pending: list[_Outcome] = []
+                pending: list[_InFlight] = []
                 finished = self._collect(pending)
                 if pending:
                     batch = self._plan(pending)
@@ -574,55 +588,56 @@ class Worker:
         self._tally.flush(store)
         return now
 
-    def _collect(self, pending: list[_Outcome]) -> bool:
-        """Gather outcomes into ``pending`` so that one statement settles many: wait up to 50 ms
-        for the first, then keep taking them until ``ack_batch`` are pending, every claim they
-        belong to is complete, nothing is in progress any more, a stop was asked, or
-        ``ACK_LINGER_SECONDS`` passed. Returns True once the end-of-work marker was taken."""
-        outcomes = self._outcomes
-        try:
-            item = outcomes.get(timeout=0.05)
-        except queue_module.Empty:
-            return False
-        linger_until = time.monotonic() + ACK_LINGER_SECONDS
-        seen: Counter = Counter()  # outcomes per claim token in pending
-        claims = self._outstanding
+    def _collect(self, pending: list[_InFlight]) -> bool:
+        """Gather outcomes into ``pending`` so that one statement settles many: wait up to
+        ``ACK_LINGER_SECONDS`` for a claim to complete, then keep taking outcomes until
+        ``ack_batch`` are pending, every claim they belong to is complete, nothing is in progress
+        any more, a stop was asked, or ``ACK_LINGER_SECONDS`` passed since the first was seen.
+        Returns True once the end-of-work marker was taken.
+
+        Handlers set ``_settle_wake`` only when they queue a claim's last outcome (and the
+        shutdown when it queues the marker): this thread wakes about once per claim, not once
+        per task. The wake is cleared before the queue is drained, and a handler appends before
+        it sets, so no outcome can be left unseen while this thread waits."""
+        outcomes, wake = self._outcomes, self._settle_wake
         limit = self.config.ack_batch
+        seen: Counter = Counter()  # outcomes per claim in pending
+        until = time.monotonic() + SETTLER_IDLE_WAIT_SECONDS  # then back to the loop's chores
+        lingering = False
         while True:
-            if item is None:
-                return True
-            pending.append(item)
-            seen[item.claimed.lease_token.int] += 1
-            if len(pending) >= limit:
-                return False
-            try:
-                item = outcomes.get_nowait()
-                continue
-            except queue_module.Empty:
-                pass
-            if self._stop.is_set() or self._in_progress() == 0:
-                return False
-            # Settle whole claims together: stop as soon as every claim seen is complete (only
-            # this thread lowers a claim's count, so the read is stable).
-            if all(getattr(claims.get(token), "left", 0) <= n for token, n in seen.items()):
-                return False
-            remaining = linger_until - time.monotonic()
+            wake.clear()
+            while outcomes:
+                item = outcomes.popleft()
+                if item is None:
+                    return True
+                pending.append(item)
+                seen[item.claim] += 1
+                if len(pending) >= limit:
+                    return False
+            if pending:
+                if self._stop.is_set() or self._in_progress() == 0:
+                    return False
+                # Settle whole claims together: stop as soon as every claim seen is complete
+                # (only this thread lowers a claim's count, so the read is stable).
+                if all(claim.left <= n for claim, n in seen.items()):
+                    return False
+                if not lingering:
+                    lingering = True
+                    until = time.monotonic() + ACK_LINGER_SECONDS
+            remaining = until - time.monotonic()
             if remaining <= 0:
                 return False
-            try:
-                item = outcomes.get(timeout=remaining)
-            except queue_module.Empty:
-                return False
+            wake.wait(remaining)
 
-    def _plan(self, outcomes: list[_Outcome]) -> _Batch:
+    def _plan(self, outcomes: list[_InFlight]) -> _Batch:
         """Decide, once, the statements that settle ``outcomes``: hand-backs, failures, acks of
         whole claims by key range, the remaining acks by key (which also drop the lease records
         of claims this batch closes). Claim counts and handler times are counted here, so a
         batch re-run after a lost connection never counts an outcome twice."""
-        acks: list[_Outcome] = []
-        keyed_acks: list[_Outcome] = []
-        fails: list[_Outcome] = []
-        releases: list[_Outcome] = []
+        acks: list[_InFlight] = []
+        keyed_acks: list[_InFlight] = []
+        fails: list[_InFlight] = []
+        releases: list[_InFlight] = []
         handled: dict[str, list[float]] = {}
         for o in outcomes:
             if o.kind == "ack":
@@ -669,48 +684,44 @@ class Worker:
             self._emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
 
-    def _close_claims(self, outcomes: list[_Outcome], acks: list[_Outcome]):
+    def _close_claims(self, outcomes: list[_InFlight], acks: list[_InFlight]):
         """Count ``outcomes`` against their claims. Returns the claims they close whose every
         remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
         those acks), the other plain acks, and the tokens of the other claims they close (lease
         records to drop)."""
-        per_token = Counter(map(_outcome_token_int, outcomes))
-        acked = per_token if len(acks) == len(outcomes) else Counter(map(_outcome_token_int, acks))
-        whole_claims: dict[int, _Claim] = {}
+        per_claim = Counter(map(_claim_of, outcomes))
+        acked = per_claim if len(acks) == len(outcomes) else Counter(map(_claim_of, acks))
+        keys: dict[_Claim, list] = {}  # claims closed here whose remaining tasks were all acked
         closed: set[uuid.UUID] = set()
         with self._lock:
-            for token, n in per_token.items():
-                claim = self._outstanding.get(token)
-                if claim is None:
-                    continue
+            for claim, n in per_claim.items():
+                if claim.left <= 0:
+                    continue  # closed already: a task handed back at shutdown whose handler finished after all
                 if claim.left > n:
                     claim.left -= n
                     continue
-                del self._outstanding[token]
-                if not claim.keyed and acked.get(token, 0) >= claim.left:
-                    whole_claims[token] = claim
+                self._outstanding.pop(claim.token.int, None)
+                if not claim.keyed and acked.get(claim, 0) >= claim.left:
+                    keys[claim] = []
                 else:
                     closed.add(claim.token)
-        if not whole_claims:
+                claim.left = 0
+        if not keys:
             return [], [], acks, closed
-        keys: dict[int, list] = {token: [] for token in whole_claims}
-        whole_acks: list[_Outcome] = []
-        partial: list[_Outcome] = []
+        whole_acks: list[_InFlight] = []
+        partial: list[_InFlight] = []
         for o in acks:
-            group = keys.get(o.claimed.lease_token.int)
+            group = keys.get(o.claim)
             if group is None:
                 partial.append(o)
             else:
                 group.append(o.claimed.key)
                 whole_acks.append(o)
-        whole = [
-            WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, keys[token])
-            for token, c in whole_claims.items()
-        ]
+        whole = [WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, group) for c, group in keys.items()]
         return whole, whole_acks, partial, closed
 
     @staticmethod
-    def _remove_keyed(store: TaskStore, outcomes: list[_Outcome], remove) -> set[uuid.UUID]:
+    def _remove_keyed(store: TaskStore, outcomes: list[_InFlight], remove) -> set[uuid.UUID]:
         """Ack or bury tasks that hold exclusive keys, releasing each key's backlog in the same
         transaction (see shardq.exclusive)."""
         items = [fenced(o.claimed) for o in outcomes]
@@ -718,9 +729,9 @@ class Worker:
         removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
         return removed
 
-    def _settle_failures(self, store: TaskStore, fails: list[_Outcome]) -> None:
-        retry: list[tuple[_Outcome, float]] = []
-        bury: list[_Outcome] = []
+    def _settle_failures(self, store: TaskStore, fails: list[_InFlight]) -> None:
+        retry: list[tuple[_InFlight, float]] = []
+        bury: list[_InFlight] = []
         for outcome in fails:
             settings = self._consumer.settings(outcome.claimed.queue) if self._consumer else None
             decision = backoff.decide_failure(
@@ -757,7 +768,7 @@ class Worker:
             self._count(keyed, done, "dead")
 
     def _count(
-        self, outcomes: list[_Outcome], done: set[uuid.UUID] | None, event: str, *, lost: set[uuid.UUID] | None = None
+        self, outcomes: list[_InFlight], done: set[uuid.UUID] | None, event: str, *, lost: set[uuid.UUID] | None = None
     ) -> None:
         """Count (and report) the outcomes the database applied — those in ``done``, or, when
         ``lost`` is given instead, all but those — and the ones it refused because the lease had
@@ -786,7 +797,7 @@ class Worker:
             counts[("lease_lost", o.claimed.queue)] = counts.get(("lease_lost", o.claimed.queue), 0) + 1
             self._emit("lease_lost", o.claimed, outcome=event)
 
-    def _forget(self, outcomes: list[_Outcome]) -> None:
+    def _forget(self, outcomes: list[_InFlight]) -> None:
         with self._lock:
             for o in outcomes:
                 self._inflight.pop(o.claimed.key.id.int, None)
@@ -820,7 +831,8 @@ class Worker:
             except queue_module.Empty:
                 break
             if entry is not None:
-                self._outcomes.put(_Outcome("release", entry.claimed))
+                entry.kind = "release"
+                self._outcomes.append(entry)
         for _ in handlers:
             self._work.put(None)
         deadline = time.monotonic() + self.config.grace_seconds
@@ -828,13 +840,15 @@ class Worker:
             while thread.is_alive() and not self._force.is_set() and time.monotonic() < deadline:
                 thread.join(timeout=0.1)
         with self._lock:
-            stuck = [e.claimed for e in self._inflight.values() if e.running]
+            stuck = [e for e in self._inflight.values() if e.running]
         still_running = [t for t in handlers if t.is_alive()]
         if still_running:
             log.warning("%d handlers still running after the grace period; handing their tasks back", len(still_running))
-            for claimed in stuck:
-                self._outcomes.put(_Outcome("release", claimed))
-        self._outcomes.put(None)
+            for e in stuck:
+                # A copy: the handler thread still owns the entry and queues it if it ever returns.
+                self._outcomes.append(_InFlight(e.claimed, e.local_deadline, e.claim, kind="release"))
+        self._outcomes.append(None)
+        self._settle_wake.set()
         settler.join(timeout=max(5.0, self.config.grace_seconds))
 
 
@@ -857,7 +871,7 @@ def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) ->
 # C-level getters for per-task passes (a generator expression costs a Python frame step per task).
 _lease_token_of = attrgetter("lease_token")
 _exclusive_key_of = attrgetter("exclusive_key")  # a key is never empty, so truthy when present
-_outcome_token_int = attrgetter("claimed.lease_token.int")
+_claim_of = attrgetter("claim")
 
 
 def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, _Claim]:
@@ -879,7 +893,9 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, _Claim]:
                 claim.keyed = True
         last[token] = claimed
     for token, claimed in last.items():
-        claims[token].last = (claimed.key.rank, claimed.key.exec_time)
+        claim = claims[token]
+        claim.last = (claimed.key.rank, claimed.key.exec_time)
+        claim.size = claim.left
     return claims
 
 
