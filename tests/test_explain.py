@@ -118,16 +118,3 @@ def test_promotion_scans_only_due_scheduled_rows(seeded):
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
     conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
     assert "rank = " in conditions and "exec_time <= now()" in conditions
-
-
-@pytest.mark.parametrize("name", ["task_claim_round", "task_promote_due_round"])
-def test_a_claim_sessions_generic_plans_keep_to_one_bucket_span_of_the_primary_key(seeded, name):
-    # A worker's claim session reuses the plan made without parameter values
-    # (Session.keep_generic_plans): it must be the same walk as the plan for known values.
-    tree = generic_plan(seeded, name)
-    scans = scans_of(tree, "shardq_tasks")
-    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
-    assert any(s["Node Type"] == "Tid Scan" for s in scans)  # the UPDATE reaches locked rows by ctid
-    walks = [s for s in scans if s["Node Type"] == "Index Scan"]
-    assert walks and all(s["Index Name"] == "shardq_tasks_pkey" for s in walks)
-    assert all("bucket = " in s["Index Cond"] and "queue = " in s["Index Cond"] for s in walks)

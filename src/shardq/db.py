@@ -241,7 +241,6 @@ class Session:
         self._composed: dict[tuple[str, str | None], Any] = {}
         self._in_transaction = False
         self._listening: list[str] = []  # LISTEN statements to re-run on every new connection
-        self._generic_plans = False  # see keep_generic_plans
         #: test hook: called before each attempt of a statement with its name; may raise
         self.before_statement: Callable[[str], None] | None = None
 
@@ -260,8 +259,6 @@ class Session:
         self._dialect = detected
         self._conn = conn
         try:
-            if self._generic_plans and detected == "postgresql":
-                conn.execute(self._query("session_generic_plans"))
             for name in self._listening:  # a LISTEN lives and dies with its connection
                 conn.execute(self._query(name))
         except psycopg.Error as exc:
@@ -429,18 +426,6 @@ class Session:
         self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
     ) -> None:
         self._run(name, params, False, identifiers=identifiers)
-
-    def keep_generic_plans(self) -> None:
-        """From now on, on PostgreSQL, plan each prepared statement once without its parameter
-        values and reuse that plan (``plan_cache_mode = force_generic_plan``, set again on every
-        connection this session opens), instead of letting the server plan each execution anew
-        when it judges a plan for the actual values cheaper. Only for sessions that run
-        statements whose best plan does not depend on the values: a worker's claim session
-        (see ``session_generic_plans``). Nothing on CockroachDB, whose plan cache decides
-        by itself."""
-        self._generic_plans = True
-        if self._conn is not None and not self._conn.closed and not self._conn.broken and self._dialect == "postgresql":
-            self.execute("session_generic_plans")
 
     def listen(self, name: str) -> None:
         """Run the named ``LISTEN`` statement now, and again on every connection this session

@@ -349,9 +349,6 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self.handle_signal)
         store = self._store()
-        # This session runs only the consumer's statements (claims, promotions, layout and
-        # settings reads), whose plans do not depend on parameter values: plan them once.
-        store.session.keep_generic_plans()
         self._consumer = Consumer(
             store, self.config.queues, batch=self.config.batch, lease_seconds=self.config.lease_seconds
         )
