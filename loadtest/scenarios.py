@@ -282,6 +282,9 @@ def idle(bench: Bench, sizes: Sizes, log) -> dict:
 
 
 # -- depth and reaper -----------------------------------------------------------------------
+TOP_UP_CHUNK = 1000
+
+
 def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -> dict:
     """One timed window: 4 processes claim and finish tasks while the parent tops the table up
     to ``depth``; rate over the last 80 % of the window."""
@@ -296,11 +299,17 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
     topped = 0
 
     def top_up(_elapsed: float, counters: list[int]) -> None:
+        # In statements of at most TOP_UP_CHUNK rows, like a producer's batches: one long insert
+        # would hold back the oldest snapshot for its whole run, and until then no claim may
+        # skip the rows the workers deleted meanwhile without visiting them (measured: one
+        # 4,800-row top-up of shardq's took ~110 ms and its claims' execution time doubled).
         nonlocal topped
         deficit = sum(counters) - topped
-        if deficit >= 50:
-            impl.fill_with(topper, deficit)
-            topped += deficit
+        while deficit >= 50:
+            chunk = min(deficit, TOP_UP_CHUNK)
+            impl.fill_with(topper, chunk)
+            topped += chunk
+            deficit -= chunk
 
     spec = _worker_spec(url, drain=False, options=contender.options)
     try:
@@ -321,11 +330,12 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
 
 def _refill(contender, url: str, depth: int) -> int:
     """Put back the tasks a previous window finished beyond its top-ups, so that every window,
-    and the reaper cell, starts from ``depth`` tasks. Returns how many were added. The top-up
-    trails the workers (one parent connection inserting what they finished; a shardq task row
-    has more indexes to enter than the raw bound's) and they run on briefly after the window
-    closes: measured 1-2k tasks per window for the raw bound, 4-5k (10k table) and 13-41k (1M
-    table) for shardq. Without this the 10k table was empty by the reaper cell."""
+    and the reaper cell, starts from ``depth`` tasks. Returns how many were added (each window
+    records it as ``refilled_before``). The top-up trails the workers: one parent connection
+    inserts what they finished, a shardq task row has more to write than the raw bound's (a
+    unique id index among others), and on 2 cores that one connection falls behind shardq's
+    workers by thousands of rows in a 6 s window (tens of thousands at 1M). Without this the
+    10k table was empty by the reaper cell."""
     missing = depth - contender.pending(url)
     if missing > 0:
         with psycopg.connect(url, autocommit=True) as conn:
