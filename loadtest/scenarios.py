@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import queue as queue_module
 import os
 import random
 import shutil
@@ -14,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -283,42 +285,73 @@ def idle(bench: Bench, sizes: Sizes, log) -> dict:
 
 # -- depth and reaper -----------------------------------------------------------------------
 TOP_UP_CHUNK = 1000
+TOP_UP_CONNECTIONS = 3
+
+
+class _TopUp:
+    """Keeps a table at its depth while workers drain it: ``run_cell``'s ``during`` hook counts
+    what the workers finished and queues that many new tasks, inserted by ``connections``
+    threads with a connection each, in statements of at most ``TOP_UP_CHUNK`` rows.
+
+    Several connections because one falls behind shardq's workers on 2 cores (a shardq task row
+    has more to write than the raw bound's, a unique id index among others): measured 8.6-9.4k
+    rows short per 6 s window at 10k, so the table ran dry for moments and the cell timed idle
+    back-offs. Short statements, like a producer's batches, because one long insert holds back
+    the oldest snapshot for its whole run, and until then no claim may skip the rows the workers
+    deleted meanwhile without visiting them (one 4,800-row top-up took ~110 ms and doubled the
+    claims' execution time)."""
+
+    def __init__(self, impl, url: str, connections: int = TOP_UP_CONNECTIONS) -> None:
+        self._impl = impl
+        self._queued = 0
+        self._chunks: queue_module.SimpleQueue[int | None] = queue_module.SimpleQueue()
+        self._conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
+        self.pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in self._conns]
+        self._threads = [threading.Thread(target=self._insert, args=(c,), daemon=True) for c in self._conns]
+        for thread in self._threads:
+            thread.start()
+
+    def __call__(self, _elapsed: float, counters: list[int]) -> None:
+        deficit = sum(counters) - self._queued
+        while deficit >= 50:
+            chunk = min(deficit, TOP_UP_CHUNK)
+            self._chunks.put(chunk)
+            self._queued += chunk
+            deficit -= chunk
+
+    def _insert(self, conn: psycopg.Connection) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            self._impl.fill_with(conn, chunk)
+
+    def cpu_seconds(self) -> float:
+        return sum(_proc_cpu(pid) for pid in self.pids)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._chunks.put(None)
+        for thread in self._threads:
+            thread.join(60)
+        for conn in self._conns:
+            conn.close()
 
 
 def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -> dict:
     """One timed window: 4 processes claim and finish tasks while the parent tops the table up
-    to ``depth``; rate over the last 80 % of the window."""
+    to ``depth`` (:class:`_TopUp`); rate over the last 80 % of the window."""
     contender = CONTENDERS[name]
-    impl = contender.impl()
     refilled = _refill(contender, url, depth)
     vacuum_analyze(url)
     checkpoint(url)
-    topper = psycopg.connect(url, autocommit=True)
-    topper_pid = topper.execute("SELECT pg_backend_pid()").fetchone()[0]
-    topper_cpu = _proc_cpu(topper_pid)
-    topped = 0
-
-    def top_up(_elapsed: float, counters: list[int]) -> None:
-        # In statements of at most TOP_UP_CHUNK rows, like a producer's batches: one long insert
-        # would hold back the oldest snapshot for its whole run, and until then no claim may
-        # skip the rows the workers deleted meanwhile without visiting them (measured: one
-        # 4,800-row top-up of shardq's took ~110 ms and its claims' execution time doubled).
-        nonlocal topped
-        deficit = sum(counters) - topped
-        while deficit >= 50:
-            chunk = min(deficit, TOP_UP_CHUNK)
-            impl.fill_with(topper, chunk)
-            topped += chunk
-            deficit -= chunk
-
+    top_up = _TopUp(contender.impl(), url)
+    topper_cpu = top_up.cpu_seconds()
     spec = _worker_spec(url, drain=False, options=contender.options)
     try:
         cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
                         server_cpu=bench.server_cpu)
-        topper_cpu = _proc_cpu(topper_pid) - topper_cpu
+        topper_cpu = top_up.cpu_seconds() - topper_cpu
     finally:
-        topper.close()
-    # The top-up's inserts cost more in a bigger table (index pages); take its backend's CPU out
+        top_up.close()
+    # The top-up's inserts cost more in a bigger table (index pages); take its backends' CPU out
     # to see what claiming and settling alone cost per task.
     cpu = cell.cpu_per_task_ms()
     done = cell.total()
@@ -329,13 +362,11 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
 
 
 def _refill(contender, url: str, depth: int) -> int:
-    """Put back the tasks a previous window finished beyond its top-ups, so that every window,
-    and the reaper cell, starts from ``depth`` tasks. Returns how many were added (each window
-    records it as ``refilled_before``). The top-up trails the workers: one parent connection
-    inserts what they finished, a shardq task row has more to write than the raw bound's (a
-    unique id index among others), and on 2 cores that one connection falls behind shardq's
-    workers by thousands of rows in a 6 s window (tens of thousands at 1M). Without this the
-    10k table was empty by the reaper cell."""
+    """Put back the tasks a previous window finished beyond its top-ups (the workers run on
+    briefly after the window closes, and the last top-ups may still be queued), so that every
+    window, and the reaper cell, starts from ``depth`` tasks. Returns how many were added (each
+    window records it as ``refilled_before``). Without this the 10k table was empty by the
+    reaper cell."""
     missing = depth - contender.pending(url)
     if missing > 0:
         with psycopg.connect(url, autocommit=True) as conn:
