@@ -41,3 +41,11 @@ def test_operations_before_migrating_say_to_migrate(pg_server):
     with Client(pg_server.url("mig_empty")) as client:
         with pytest.raises(NotMigrated, match="shardq migrate"):
             client.enqueue("q", b"x")
+
+
+
+def test_the_tasks_table_leaves_room_on_each_page_for_claims_to_update_rows_in_place(pg_db):
+    # A claim's update is HOT (writes no index entry) only while its row's page has room for the
+    # new version; see migration 0004 for what 80 cost.
+    rows = pg_db.sql("SELECT reloptions FROM pg_class WHERE relname = 'shardq_tasks'")
+    assert "fillfactor=60" in rows[0]["reloptions"]
