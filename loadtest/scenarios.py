@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import queue as queue_module
 import os
+import queue as queue_module
 import random
 import shutil
 import signal

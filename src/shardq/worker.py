@@ -266,11 +266,7 @@ class Worker:
         # and these dicts (and the settler's counters) are touched several times per task.
         # task id -> the task while it is claimed and unsettled
         self._inflight: dict[int, _InFlight] = {}
-        # lease token -> that claim's unsettled count. Outcomes are counted once, when the
-        # settler plans a batch, so re-running a batch after a lost connection cannot close a
-        # claim early.
-        self._outstanding: dict[int, _Claim] = {}
-        self._lock = threading.Lock()  # guards _inflight, _outstanding and local deadlines
+        self._lock = threading.Lock()  # guards _inflight and local deadlines
         # Wakes the fetcher: the buffer ran low, a settle freed room, or a stop was asked.
         self._wake = threading.Event()
         # Progress counters without a lock: each is written by one thread only (the fetcher owns
@@ -464,7 +460,6 @@ class Worker:
             claims = _group_claims(tasks)
             entries = [_InFlight(claimed, deadline, claims[claimed.lease_token.int]) for claimed in tasks]
         with self._lock:
-            self._outstanding.update(claims)
             inflight = self._inflight
             for entry in entries:
                 inflight[entry.claimed.key.id.int] = entry
@@ -693,19 +688,20 @@ class Worker:
         acked = per_claim if len(acks) == len(outcomes) else Counter(map(_claim_of, acks))
         keys: dict[_Claim, list] = {}  # claims closed here whose remaining tasks were all acked
         closed: set[uuid.UUID] = set()
-        with self._lock:
-            for claim, n in per_claim.items():
-                if claim.left <= 0:
-                    continue  # closed already: a task handed back at shutdown whose handler finished after all
-                if claim.left > n:
-                    claim.left -= n
-                    continue
-                self._outstanding.pop(claim.token.int, None)
-                if not claim.keyed and acked.get(claim, 0) >= claim.left:
-                    keys[claim] = []
-                else:
-                    closed.add(claim.token)
-                claim.left = 0
+        # No lock: a claim's count is read and lowered by this (the settler's) thread only.
+        # Outcomes are counted here, once, so a batch re-run after a lost connection cannot close
+        # a claim early.
+        for claim, n in per_claim.items():
+            if claim.left <= 0:
+                continue  # closed already: a task handed back at shutdown whose handler finished after all
+            if claim.left > n:
+                claim.left -= n
+                continue
+            if not claim.keyed and acked.get(claim, 0) >= claim.left:
+                keys[claim] = []
+            else:
+                closed.add(claim.token)
+            claim.left = 0
         if not keys:
             return [], [], acks, closed
         whole_acks: list[_InFlight] = []
