@@ -54,7 +54,7 @@ def used_names(call: str = "fetch_all|fetch_one|execute|execute_ddl|listen") -> 
     return found
 
 
-@pytest.mark.parametrize("dialect", queries.DIALECTS)
+@pytest.mark.parametrize("dialect", queries.FOLDERS)
 def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
     defined = set(queries.statements_for(dialect))
     dialect_only = {
@@ -72,12 +72,12 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
 
 
 def test_every_defined_statement_is_used_somewhere():
-    defined = set().union(*(queries.statements_for(d) for d in queries.DIALECTS))
+    defined = set().union(*(queries.statements_for(d) for d in queries.FOLDERS))
     assert defined - used_names() == set()
 
 
 def test_no_statement_builds_sql_from_python_values():
-    for dialect in queries.DIALECTS:
+    for dialect in queries.FOLDERS:
         for statement in queries.statements_for(dialect).values():
             # only the {shard_col} identifier slot is ever formatted into a statement, plus the
             # DDL slots Session.execute_ddl fills with validated integers or identifiers and the

@@ -18,7 +18,8 @@ from shardq.errors import InvalidInput, ResizeInProgress
 from shardq.models import NewTask
 from shardq.producer import Producer
 from shardq.reaper import Reaper
-from shardq.resize import PostgresResize, resize_buckets
+from shardq.engine.postgresql_resize import PostgresResize
+from shardq.resize import resize_buckets
 from shardq.store import TaskStore
 
 from .factories import fenced, utcnow

@@ -12,7 +12,8 @@ import pytest
 from psycopg import errors as pgerrors
 
 from shardq.consumer import Consumer
-from shardq.db import RETRY_CAP_SECONDS, Session, retry_pause
+from shardq.db import Session, retry_pause
+from shardq.engine import RetryPolicy
 from shardq.errors import AmbiguousResult, SerializationConflict
 from shardq.reaper import Reaper
 from shardq.store import TaskStore
@@ -68,7 +69,7 @@ def test_serialization_failures_are_retried_at_most_max_retries_times(pg_db):
 def test_retry_pauses_grow_exponentially_with_full_jitter_and_a_cap():
     rng = random.Random(7)
     for attempt in range(1, 30):
-        ceiling = min(RETRY_CAP_SECONDS, 0.005 * 2**attempt)
+        ceiling = min(RetryPolicy().cap_seconds, RetryPolicy().base_seconds * 2**attempt)
         pauses = [retry_pause(attempt, rng) for _ in range(200)]
         assert all(0.0 <= p <= ceiling for p in pauses)
         assert max(pauses) > ceiling / 2  # spread over the whole range, not a fixed delay

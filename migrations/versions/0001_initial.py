@@ -34,6 +34,8 @@ Key order is the whole design, and it differs between the two databases:
 
 from alembic import context, op
 
+from shardq.migrations import migration_engine
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -46,13 +48,13 @@ def _buckets() -> int:
     return int(context.config.attributes.get("buckets") or DEFAULT_BUCKETS)
 
 
-def _is_cockroach() -> bool:
-    return op.get_bind().dialect.name == "cockroachdb"
+def _hash_sharded() -> bool:
+    return migration_engine().hash_sharded_key
 
 
 def upgrade() -> None:
     buckets = _buckets()
-    if _is_cockroach():
+    if _hash_sharded():
         op.execute(
             f"""
             CREATE TABLE IF NOT EXISTS shardq_tasks (
@@ -147,8 +149,7 @@ def upgrade() -> None:
         "CREATE INDEX IF NOT EXISTS shardq_tasks_backlog ON shardq_tasks (queue, exclusive_key, priority, exec_time) "
         "WHERE backlogged"
     )
-    text = "STRING" if _is_cockroach() else "TEXT"
-    blob = "BYTES" if _is_cockroach() else "BYTEA"
+    text, blob = migration_engine().ddl_types.text, migration_engine().ddl_types.blob
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_dead (

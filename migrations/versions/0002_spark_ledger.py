@@ -23,6 +23,8 @@ import re
 import sqlalchemy as sa
 from alembic import op
 
+from shardq.migrations import migration_engine
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -30,7 +32,7 @@ depends_on = None
 
 
 def _text() -> str:
-    return "STRING" if op.get_bind().dialect.name == "cockroachdb" else "TEXT"
+    return migration_engine().ddl_types.text
 
 
 def upgrade() -> None:

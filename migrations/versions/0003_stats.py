@@ -23,6 +23,8 @@ stays at most (queues x 60 x slots) rows.
 
 from alembic import op
 
+from shardq.migrations import migration_engine
+
 revision = "0003_stats"
 down_revision = "0002"
 branch_labels = None
@@ -30,8 +32,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    cockroach = op.get_bind().dialect.name == "cockroachdb"
-    text = "STRING" if cockroach else "TEXT"
+    text = migration_engine().ddl_types.text
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_stats (

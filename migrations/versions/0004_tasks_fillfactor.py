@@ -23,6 +23,8 @@ deleted. CockroachDB has no fillfactor: nothing there.
 
 from alembic import op
 
+from shardq.migrations import migration_engine
+
 revision = "0004_tasks_fillfactor"
 down_revision = "0003_stats"
 branch_labels = None
@@ -33,10 +35,10 @@ PREVIOUS_FILLFACTOR = 80
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "cockroachdb":
+    if migration_engine().has_fillfactor:
         op.execute(f"ALTER TABLE shardq_tasks SET (fillfactor = {TASKS_FILLFACTOR})")
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "cockroachdb":
+    if migration_engine().has_fillfactor:
         op.execute(f"ALTER TABLE shardq_tasks SET (fillfactor = {PREVIOUS_FILLFACTOR})")

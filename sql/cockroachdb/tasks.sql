@@ -3,11 +3,21 @@
 -- queue = q`, ordered by (rank, exec_time): one span holding only claimable rows, so LIMIT ... SKIP
 -- LOCKED is a hard limit (a residual filter would make SKIP LOCKED lock far more rows than it
 -- returns, starving other consumers: cockroachdb#121917). Tasks scheduled for later are in the
--- 'scheduled' span, not this one. Moving a task between states rewrites its key; addressing it by
--- its whole key lets the optimizer compute the shard, so no statement scans by id. Every statement
--- runs alone in autocommit, so the server can retry 40001 itself while results stay under its
--- results buffer; shardq.db retries the rest. No statement modifies shardq_tasks twice (CockroachDB
--- refuses that): multi-step changes run as transactions through shardq.db.
+-- 'scheduled' span, not this one. Moving a task between states rewrites its key.
+--
+-- Point lookups. The optimizer derives a computed key column (the shard) for a lookup join only
+-- when *every* column of its expression has a join equality with an input column
+-- (pkg/sql/opt/lookupjoin/constraint_builder.go, findComputedColJoinEquality: "columns referenced
+-- in the computed expression are a subset of columns that already have equality constraints"); a
+-- column equal to a constant does not count, and the lookup then fans out over every bucket
+-- (audit F5). So: claim and promote name the bucket their subquery found the row in
+-- (`t.{shard_col} = %(bucket)s`), and the key-addressed statements take the state as an input
+-- column (`unnest(%(states)s …) AS k(state, …)`, always 'leased'), so all five shard inputs are
+-- join equalities and each row is one point lookup.
+--
+-- Every statement runs alone in autocommit, so the server can retry 40001 itself while results
+-- stay under its results buffer; shardq.db retries the rest. No statement modifies shardq_tasks
+-- twice (CockroachDB refuses that): multi-step changes run as transactions through shardq.db.
 
 -- name: task_claim_batch
 -- Lease up to limit ready tasks of one queue in one bucket, lowest rank (priority) then earliest
@@ -26,7 +36,8 @@ FROM (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS p
-WHERE t.state = 'ready' AND t.queue = p.queue AND t.rank = p.rank AND t.exec_time = p.exec_time AND t.id = p.id
+WHERE t.{shard_col} = %(bucket)s AND t.state = 'ready' AND t.queue = p.queue AND t.rank = p.rank
+  AND t.exec_time = p.exec_time AND t.id = p.id
 RETURNING %(bucket)s::INT8 AS bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
           t.lease_expires_at, t.created_at, t.priority, t.exclusive_key
 
@@ -44,15 +55,16 @@ FROM (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS d
-WHERE t.state = 'scheduled' AND t.queue = d.queue AND t.rank = d.rank AND t.exec_time = d.exec_time AND t.id = d.id
+WHERE t.{shard_col} = %(bucket)s AND t.state = 'scheduled' AND t.queue = d.queue AND t.rank = d.rank
+  AND t.exec_time = d.exec_time AND t.id = d.id
 RETURNING t.id
 
 -- name: task_ack_many
 -- Delete finished tasks by whole key and lease token; a stale token deletes nothing.
 DELETE FROM shardq_tasks AS t
-USING unnest(%(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-             %(tokens)s::UUID[]) AS k(queue, rank, exec_time, id, token)
-WHERE t.state = 'leased' AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+USING unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
+             %(tokens)s::UUID[]) AS k(state, queue, rank, exec_time, id, token)
+WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
   AND t.id = k.id AND t.lease_token = k.token
 RETURNING t.id
 
@@ -66,10 +78,10 @@ SET state = CASE WHEN k.delay > 0 THEN 'scheduled' ELSE 'ready' END,
     lease_token = NULL,
     lease_expires_at = NULL,
     last_error = k.error
-FROM unnest(%(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
+FROM unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
             %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(errors)s::STRING[])
-     AS k(queue, rank, exec_time, id, token, delay, error)
-WHERE t.state = 'leased' AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+     AS k(state, queue, rank, exec_time, id, token, delay, error)
+WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
   AND t.id = k.id AND t.lease_token = k.token
   AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
 RETURNING t.id
@@ -78,9 +90,9 @@ RETURNING t.id
 -- Move leased tasks to shardq_dead with their last error, fenced by token (and expiry for the reaper).
 WITH gone AS (
     DELETE FROM shardq_tasks AS t
-    USING unnest(%(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-                 %(tokens)s::UUID[], %(errors)s::STRING[]) AS k(queue, rank, exec_time, id, token, error)
-    WHERE t.state = 'leased' AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+    USING unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
+                 %(tokens)s::UUID[], %(errors)s::STRING[]) AS k(state, queue, rank, exec_time, id, token, error)
+    WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
       AND t.id = k.id AND t.lease_token = k.token
       AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
     RETURNING t.id, t.queue, t.payload, t.attempts, t.max_attempts, t.dedupe_key, t.created_at, t.priority,
@@ -97,9 +109,9 @@ RETURNING id
 -- Hand leased tasks back untouched (graceful shutdown), giving back the attempt charged at claim.
 UPDATE shardq_tasks AS t
 SET state = 'ready', attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
-FROM unnest(%(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[]) AS k(queue, rank, exec_time, id, token)
-WHERE t.state = 'leased' AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+FROM unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
+            %(tokens)s::UUID[]) AS k(state, queue, rank, exec_time, id, token)
+WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
   AND t.id = k.id AND t.lease_token = k.token
 RETURNING t.id
 
@@ -107,9 +119,9 @@ RETURNING t.id
 -- Renew leases to now() + seconds, fenced by token; tasks missing from the result have lost theirs.
 UPDATE shardq_tasks AS t
 SET lease_expires_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second'
-FROM unnest(%(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[]) AS k(queue, rank, exec_time, id, token)
-WHERE t.state = 'leased' AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
+FROM unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
+            %(tokens)s::UUID[]) AS k(state, queue, rank, exec_time, id, token)
+WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
   AND t.id = k.id AND t.lease_token = k.token
 RETURNING t.id, t.lease_expires_at
 

@@ -14,6 +14,7 @@ WITH settings AS (
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
+    RETURNING name
 ), incoming AS (
     SELECT n.id, n.payload, n.max_attempts, n.dedupe_key, coalesce(n.priority, 0) AS priority, n.exclusive_key,
            coalesce(n.run_at, now() + coalesce(n.delay, 0) * INTERVAL '1 second') AS due
@@ -49,6 +50,7 @@ WITH settings AS (
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
+    RETURNING name
 ), inserted AS (
     INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload)
     SELECT CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
@@ -62,6 +64,7 @@ WITH settings AS (
              AS n(id, payload, delay, run_at, max_attempts, priority)
     ) AS i
     WHERE NOT (SELECT paused FROM settings)
+    RETURNING id
 )
 SELECT paused FROM settings
 

@@ -45,6 +45,7 @@ WITH settings AS (
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
+    RETURNING name
 ), incoming AS (
     SELECT DISTINCT ON (s.id)
            s.id::UUID AS id, s.payload, s.max_attempts, s.dedupe_key, coalesce(s.priority, 0) AS priority,
@@ -114,6 +115,7 @@ WITH old AS (
     LIMIT %(limit)s
 ), chunks AS (
     DELETE FROM shardq_spark_chunks WHERE run_id IN (SELECT run_id FROM old)
+    RETURNING run_id
 )
 DELETE FROM shardq_spark_runs WHERE run_id IN (SELECT run_id FROM old)
 RETURNING run_id

@@ -52,10 +52,13 @@ class BucketReport:
         }
 
 
-def buckets_show(store: TaskStore) -> BucketReport:
+def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
+    """The layout and rows per bucket. With ``historical`` (the default) an engine that has
+    historical reads counts from one a few seconds old, which never waits on claimers (so rows
+    written in the last ~5 s may be missing); ``historical=False`` reads the present."""
     layout = store.layout()
-    jobs = tuple(store.schema_jobs(layout.table_id))
-    return BucketReport(layout, store.task_count_by_bucket(), store.dialect, jobs)
+    jobs = tuple(store.schema_jobs())
+    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.dialect, jobs)
 
 
 def dead_list(store: TaskStore, queue: str, *, limit: int = 100) -> list[DeadTask]:

@@ -11,7 +11,7 @@ Guarantees
       :meth:`Session.transaction`.
     * SQLSTATE 40001 (serialization failure: CockroachDB's ``restart transaction``, PostgreSQL's
       serializable conflicts) is retried with exponential backoff and full jitter, at most
-      ``max_retries`` times, then raised as :class:`SerializationConflict`. A statement outside a
+      ``max_retries`` times (default: the engine's :class:`~shardq.engine.RetryPolicy`), then raised as :class:`SerializationConflict`. A statement outside a
       transaction is re-sent alone; inside :meth:`Session.transaction` the whole body is re-run
       (CockroachDB aborts the transaction, so re-sending one statement would be wrong). Every shardq
       statement is safe to re-run after a 40001: the failed attempt changed nothing.
@@ -40,18 +40,14 @@ Why the lease token makes re-sent acks (and lost claims) safe
     attempt counts), so nothing is lost and nothing runs twice at once. An enqueue without a dedupe
     key is not re-sent either (it could insert twice); the caller sees :class:`AmbiguousResult`.
 
-CockroachDB result buffer (``results_buffer_size``)
-    The server retries a 40001 of an autocommit statement by itself only while the statement's
-    results still fit in the connection's result buffer (``sql.defaults.results_buffer.size``:
-    16 KiB up to 24.1, 512 KiB from 24.1's later patches on; cockroachdb#124049). A claim returns
-    payloads, so a batch of 100 tasks with 200-byte payloads already passes 16 KiB. shardq does
-    not cap batch × payload (payloads are the user's); it sets the buffer deliberately on every
-    CockroachDB connection to :data:`CRDB_RESULTS_BUFFER_BYTES` through the ``options`` startup
-    parameter (``-c results_buffer_size=…``). libpq refuses a top-level ``results_buffer_size``
-    keyword (cockroachdb#34423), and servers before cockroachdb#124437 (v24.2) ignore it inside
-    ``options`` with a log warning, so on 23.x raise the cluster setting instead (see
-    docs/cockroachdb.md). Either way correctness does not depend on it: a claim whose result
-    outgrew the buffer gets its 40001 here and is retried by this module.
+Engines
+    What differs between PostgreSQL and CockroachDB is asked of :attr:`Session.engine`
+    (:mod:`shardq.engine`): the statements sent, the startup options every connection carries, the
+    isolation level explicit transactions are pinned to, the retry policy and the supported
+    versions. A ``cockroachdb://`` URL names the engine up front; a ``postgresql://`` URL learns it
+    from the server at the first connect (and reopens once with the engine's own options if they
+    differ). A server older than the engine supports is refused with
+    :class:`~shardq.errors.UnsupportedServer`.
 
 Does not
     * pool connections: each worker thread or service owns its session;
@@ -76,7 +72,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row, tuple_row
 
-from . import queries
+from .engine import POSTGRESQL, Engine, RetryPolicy, engine_for_server, engine_for_url_scheme
 from .errors import (
     AmbiguousResult,
     DatabaseError,
@@ -93,13 +89,9 @@ log = logging.getLogger("shardq.db")
 
 T = TypeVar("T")
 
-RETRY_LIMIT_DEFAULT = 10
-RETRY_BASE_SECONDS = 0.005
-RETRY_CAP_SECONDS = 1.0
+_DEFAULT_RETRY = RetryPolicy()
+RETRY_LIMIT_DEFAULT = _DEFAULT_RETRY.serialization_retries
 CONNECT_TIMEOUT_SECONDS = 10
-#: results_buffer_size asked for on CockroachDB connections: CockroachDB's own default from 24.1 on
-#: (cockroachdb#124049), so claims of a few hundred small tasks stay retryable by the server.
-CRDB_RESULTS_BUFFER_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,8 @@ class Dsn:
     """A validated connection string. ``str()`` and ``repr()`` hide the password."""
 
     conninfo: str
-    forced_dialect: str | None = None
+    #: The engine the URL scheme named (``cockroachdb://``), or None: the server tells at connect.
+    named_engine: Engine | None = None
 
     @classmethod
     def parse(cls, text: str) -> "Dsn":
@@ -116,21 +109,21 @@ class Dsn:
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("DSN must be a non-empty string")
         text = text.strip()
-        forced = None
-        for prefix in ("cockroachdb+psycopg://", "cockroachdb://"):
-            if text.startswith(prefix):
-                text = "postgresql://" + text[len(prefix) :]
-                forced = "cockroachdb"
-        if "://" in text and not text.startswith(("postgresql://", "postgres://")):
-            scheme = text.split("://", 1)[0]
-            raise InvalidInput(f"unsupported DSN scheme {scheme!r}: use postgresql:// or cockroachdb://")
+        named = None
+        if "://" in text:
+            scheme, rest = text.split("://", 1)
+            named = engine_for_url_scheme(scheme)
+            if named is not None:
+                text = "postgresql://" + rest
+            elif scheme not in ("postgresql", "postgres"):
+                raise InvalidInput(f"unsupported DSN scheme {scheme!r}: use postgresql:// or cockroachdb://")
         try:
             params = conninfo_to_dict(text)
         except psycopg.ProgrammingError as exc:
             detail = redact_text(str(exc), text).strip()  # redact first: a password may hold a line break
             raise InvalidInput(f"malformed DSN: {detail.splitlines()[0] if detail else 'unparsable'}") from None
         params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
-        return cls(make_conninfo(**params), forced)
+        return cls(make_conninfo(**params), named)
 
     @property
     def redacted(self) -> str:
@@ -209,9 +202,9 @@ def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
     return DatabaseError(message)
 
 
-def retry_pause(attempt: int, rng: random.Random | None = None) -> float:
+def retry_pause(attempt: int, rng: random.Random | None = None, policy: RetryPolicy = _DEFAULT_RETRY) -> float:
     """Full-jitter backoff before retry ``attempt`` (1-based) of a 40001."""
-    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * (2 ** min(attempt, 20)))
+    ceiling = min(policy.cap_seconds, policy.base_seconds * (2 ** min(attempt, 20)))
     return (rng or random).uniform(0.0, ceiling)
 
 
@@ -221,6 +214,11 @@ class Session:
     ``shard_column`` fills the ``{shard_col}`` slot of CockroachDB statements; set it with
     :meth:`set_shard_column` whenever the layout is (re)discovered. Other slots are filled per
     call through the ``identifiers`` argument of :meth:`fetch_all`/:meth:`fetch_one`/:meth:`execute`.
+
+    Options (defaults): ``application_name`` ("shardq"); ``max_retries`` after a 40001 (the
+    engine's policy, 10); ``statement_timeout_ms`` (None: the server's); ``internals`` (False):
+    the session reads engine-internal catalogs and opts in to them (CockroachDB's
+    ``allow_unsafe_internals``; only operators' reads need it).
     """
 
     def __init__(
@@ -228,15 +226,17 @@ class Session:
         dsn: Dsn,
         *,
         application_name: str = "shardq",
-        max_retries: int = RETRY_LIMIT_DEFAULT,
+        max_retries: int | None = None,
         statement_timeout_ms: int | None = None,
+        internals: bool = False,
     ) -> None:
         self.dsn = dsn
         self.application_name = application_name
-        self.max_retries = max_retries
+        self._max_retries = max_retries
         self.statement_timeout_ms = statement_timeout_ms
-        self._conn: psycopg.Connection | None = None
-        self._dialect: str | None = dsn.forced_dialect
+        self.internals = internals
+        self._conn: psycopg.Connection[Any] | None = None
+        self._engine: Engine | None = dsn.named_engine
         self._shard_column: str | None = None
         self._composed: dict[tuple[str, str | None], Any] = {}
         self._in_transaction = False
@@ -245,18 +245,28 @@ class Session:
         self.before_statement: Callable[[str], None] | None = None
 
     # -- connection -------------------------------------------------------------------------
-    def _connection(self) -> psycopg.Connection:
+    def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         self._discard()
-        conn = self._open(cockroach=self._dialect == "cockroachdb")
-        detected = "cockroachdb" if conn.info.parameter_status("crdb_version") else "postgresql"
-        if detected == "cockroachdb" and self._dialect != "cockroachdb":
-            # Learnt only now (a postgresql:// URL): reopen once, with the CockroachDB-only startup
-            # options (PostgreSQL would refuse them, so they cannot be sent blind).
+        assumed = self._engine or POSTGRESQL
+        conn = self._open(assumed)
+        found = engine_for_server(conn.info.parameter_status)
+        if found is not assumed:
+            if found.startup_options(**self._option_args()) != assumed.startup_options(**self._option_args()):
+                # Learnt only now (a postgresql:// URL reaching CockroachDB): reopen once, with the
+                # engine's own startup options, which the other engine might refuse.
+                conn.close()
+                conn = self._open(found)
+        try:
+            found.check_version(conn.info.parameter_status)
+        except InvalidInput:
             conn.close()
-            conn = self._open(cockroach=True)
-        self._dialect = detected
+            raise
+        if found.transaction_isolation is not None:
+            # psycopg then opens every explicit transaction with BEGIN ISOLATION LEVEL …
+            conn.isolation_level = psycopg.IsolationLevel[found.transaction_isolation.replace(" ", "_")]
+        self._engine = found
         self._conn = conn
         try:
             for name in self._listening:  # a LISTEN lives and dies with its connection
@@ -266,19 +276,14 @@ class Session:
             raise _translate(exc, self.dsn) from exc
         return conn
 
-    def _open(self, *, cockroach: bool) -> psycopg.Connection:
-        # Every shardq session runs in UTC: the timestamps it reads come back with
-        # datetime.timezone.utc, which psycopg decodes at 0.14 µs against 0.35-0.6 µs for a named
-        # zone such as the common default 'Etc/UTC' (a claimed task carries three). Nothing in
-        # shardq's SQL depends on the session's zone (only minute truncation, the same in all).
-        settings = ["-c timezone=UTC"]
-        if self.statement_timeout_ms:
-            settings.append(f"-c statement_timeout={int(self.statement_timeout_ms)}")
-        if cockroach:
-            settings.append(f"-c results_buffer_size={CRDB_RESULTS_BUFFER_BYTES}")
+    def _option_args(self) -> dict[str, Any]:
+        return {"statement_timeout_ms": self.statement_timeout_ms, "internals": self.internals}
+
+    def _open(self, engine: Engine) -> psycopg.Connection[Any]:
+        settings = engine.startup_options(**self._option_args())
         given = conninfo_to_dict(self.dsn.conninfo).get("options")
         options = {"application_name": self.application_name,
-                   "options": " ".join(([given] if given else []) + settings)}
+                   "options": " ".join(([str(given)] if given else []) + settings)}
         try:
             return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
         except psycopg.Error as exc:
@@ -303,12 +308,35 @@ class Session:
         self.close()
 
     @property
-    def dialect(self) -> str:
-        """``"postgresql"`` or ``"cockroachdb"``, detected from the server on first connect."""
-        if self._dialect is None:
+    def engine(self) -> Engine:
+        """The database engine behind this session (:mod:`shardq.engine`): named by the URL, or
+        detected from the server on first connect."""
+        if self._engine is None:
             self._connection()
-        assert self._dialect is not None
-        return self._dialect
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        """The engine's name, for reports (``"postgresql"`` or ``"cockroachdb"``)."""
+        return self.engine.name
+
+    @property
+    def max_retries(self) -> int:
+        """Retries after a 40001: as given, else the engine's policy."""
+        if self._max_retries is not None:
+            return self._max_retries
+        return (self._engine or POSTGRESQL).retry.serialization_retries
+
+    def sibling(self, **changes: Any) -> "Session":
+        """A new session to the same database with the same options, except ``changes``
+        (``application_name``, ``statement_timeout_ms``, ``internals``, ``max_retries``)."""
+        options: dict[str, Any] = {
+            "application_name": self.application_name, "max_retries": self._max_retries,
+            "statement_timeout_ms": self.statement_timeout_ms, "internals": self.internals,
+        }
+        options.update(changes)
+        return Session(self.dsn, **options)
 
     @property
     def server_version(self) -> int:
@@ -337,7 +365,7 @@ class Session:
         return query
 
     def _compose(self, name: str, identifiers: Mapping[str, str]) -> Any:
-        statement = queries.statements_for(self.dialect)[name]
+        statement = self.engine.statements()[name]
         if not statement.templated:
             return statement.text
         names = dict(identifiers)
@@ -374,7 +402,7 @@ class Session:
                 # Inside a transaction the whole body must be re-run, not this statement.
                 if self._in_transaction or attempt > self.max_retries:
                     raise _translate(exc, self.dsn) from exc
-                pause = retry_pause(attempt)
+                pause = retry_pause(attempt, policy=self.engine.retry)
                 log.debug("statement %s hit 40001 (attempt %d); retrying in %.3fs", name, attempt, pause)
                 time.sleep(pause)
             except pgerrors.StatementCompletionUnknown as exc:
@@ -382,9 +410,9 @@ class Session:
                 if not resend_ambiguous or self._in_transaction or attempt > self.max_retries:
                     raise _translate(exc, self.dsn) from exc
                 log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
-                time.sleep(retry_pause(attempt))
+                time.sleep(retry_pause(attempt, policy=self.engine.retry))
             except pgerrors.UndefinedColumn as exc:
-                if self._shard_column is not None and "shard_col" in queries.statements_for(self.dialect)[name].slots:
+                if self._shard_column is not None and "shard_col" in self.engine.statements()[name].slots:
                     # The shard column this session filters on is gone: a resize dropped it.
                     raise ShardLayoutChanged(
                         f"{name}: shard column {self._shard_column} no longer exists; re-discover the layout"
@@ -467,7 +495,7 @@ class Session:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidInput(f"DDL literal {key} must be a whole number")
             slots[key] = sql.Literal(value)
-        statement = queries.statements_for(self.dialect)[name]
+        statement = self.engine.statements()[name]
         self.execute_raw(sql.SQL(statement.text).format(**slots))
 
     def execute_raw(self, query: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -507,11 +535,11 @@ class Session:
             except SerializationConflict as exc:
                 if attempt > self.max_retries:
                     raise
-                time.sleep(retry_pause(attempt))
+                time.sleep(retry_pause(attempt, policy=self.engine.retry))
                 log.debug("transaction hit 40001 (attempt %d): %s", attempt, exc)
             except psycopg.Error as exc:
                 if isinstance(exc, pgerrors.SerializationFailure) and attempt <= self.max_retries:
-                    time.sleep(retry_pause(attempt))
+                    time.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     self._discard()

@@ -24,6 +24,10 @@ class InvalidHandler(InvalidInput):
     """The handler specification does not name an importable callable."""
 
 
+class UnsupportedServer(InvalidInput):
+    """The database server is a version shardq does not support."""
+
+
 class DatabaseError(ShardqError):
     """The database refused or failed a statement."""
 

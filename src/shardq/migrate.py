@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import validation
 from .db import Dsn, Session
+from .engine import Engine
+
+if TYPE_CHECKING:
+    import sqlalchemy
 from .errors import DatabaseError, InvalidInput
 
 
@@ -34,24 +39,23 @@ def _script_location() -> str:
     return str(Path(shardq.migrations.__file__).parent)
 
 
-def _engine(dsn: Dsn, dialect: str):
+def _sqlalchemy_engine(dsn: Dsn, engine: Engine) -> "sqlalchemy.engine.Engine":
     import sqlalchemy
 
     from .db import raw_connect
 
-    if dialect == "cockroachdb":
+    options: dict[str, Any] = {}
+    if engine.hash_sharded_key:
         try:
             import sqlalchemy_cockroachdb  # noqa: F401  (registers the dialect)
         except ImportError:
             raise InvalidInput(
-                "migrating CockroachDB needs the CockroachDB SQLAlchemy dialect: pip install 'shardq[cockroach]'"
+                f"migrating {engine.name} needs its SQLAlchemy dialect: pip install 'shardq[cockroach]'"
             ) from None
-        url = "cockroachdb+psycopg://"
-        # CockroachDB runs schema changes atomically only one statement at a time.
-        options = {"isolation_level": "AUTOCOMMIT"}
-    else:
-        url = "postgresql+psycopg://"
-        options = {}
+    if not engine.transactional_ddl:
+        # Schema changes run atomically only one statement at a time: each commits alone.
+        options["isolation_level"] = "AUTOCOMMIT"
+    url = f"{engine.sqlalchemy_dialect}+psycopg://"
     return sqlalchemy.create_engine(url, creator=lambda: raw_connect(dsn), poolclass=sqlalchemy.pool.NullPool, **options)
 
 
@@ -61,13 +65,13 @@ def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
     from alembic.runtime.migration import MigrationContext
 
     with Session(dsn) as probe:
-        dialect = probe.dialect
+        engine = probe.engine
         existing = probe.execute_raw(
             "SELECT 1 AS present FROM information_schema.tables WHERE table_name = 'shardq_tasks'"
         )
-    engine = _engine(dsn, dialect)
+    sa_engine = _sqlalchemy_engine(dsn, engine)
     try:
-        with engine.connect() as connection:
+        with sa_engine.connect() as connection:
             before = MigrationContext.configure(connection).get_current_revision()
             config = Config()
             config.set_main_option("script_location", _script_location())
@@ -84,8 +88,8 @@ def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
     except Exception as exc:  # alembic/SQLAlchemy wrap driver errors in their own types
         raise DatabaseError(f"migration failed: {str(exc).splitlines()[0]}") from exc
     finally:
-        engine.dispose()
-    return MigrationResult(before, after, dialect, buckets, buckets_ignored=bool(existing) and action == "upgrade")
+        sa_engine.dispose()
+    return MigrationResult(before, after, engine.name, buckets, buckets_ignored=bool(existing) and action == "upgrade")
 
 
 def upgrade(dsn: Dsn, *, buckets: int = 16, target: str = "head") -> MigrationResult:

@@ -57,7 +57,7 @@ LISTEN_RETRY_SECONDS = 10.0
 
 def supported(store: TaskStore) -> bool:
     """Whether the database behind ``store`` has LISTEN/NOTIFY (PostgreSQL)."""
-    return store.dialect == "postgresql"
+    return store.engine.supports_wakeups
 
 
 class Notifier:

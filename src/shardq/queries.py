@@ -2,7 +2,8 @@
 
 Every statement shardq runs lives in ``sql/``: ``common/`` for statements that are the
 same on both databases, ``postgresql/`` and ``cockroachdb/`` for the ones that differ
-(a dialect file overrides a common statement of the same name). A block starts with
+(an engine's file overrides a common statement of the same name; :mod:`shardq.engine` picks
+the folder). A block starts with
 ``-- name: <entity>_<verb>[_qualifier]`` followed by ``-- `` description lines and the
 statement text. Values are always bind parameters (``%(name)s``); runtime identifiers fill
 ``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.db`: CockroachDB's
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-DIALECTS = ("postgresql", "cockroachdb")
+#: The engines' statement folders under ``sql/`` (besides ``common``).
+FOLDERS = ("postgresql", "cockroachdb")
 
 _BLOCK_HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
 # A {slot} that is not part of a doubled {{literal}} brace.
@@ -83,7 +85,7 @@ def _read_folder(folder: str) -> dict[str, Statement]:
 _ARRAY_PARAMETER = re.compile(r"%\((\w+)\)s(::[A-Za-z0-9_]+\[\])")
 
 
-def binary_arrays(text: str) -> str:
+def binary_array_parameters(text: str) -> str:
     """``%(name)s::TYPE[]`` -> ``%(name)b::TYPE[]``: the array is sent in PostgreSQL's binary
     format. psycopg renders a text array element by element in Python (quoting, escaping, hex for
     bytea); the binary form is 5-10x cheaper per element for UUIDs and bytea, which is most of
@@ -93,14 +95,14 @@ def binary_arrays(text: str) -> str:
 
 
 @cache
-def statements_for(dialect: str) -> dict[str, Statement]:
-    """All statements for ``dialect``: the common ones, overridden by the dialect's own. On
-    PostgreSQL array parameters are sent in binary (:func:`binary_arrays`); CockroachDB gets the
-    text form, the one its documentation covers for array parameters."""
-    if dialect not in DIALECTS:
-        raise ValueError(f"unknown dialect {dialect!r}")
+def statements_for(folder: str, *, binary: bool = False) -> dict[str, Statement]:
+    """All statements of one engine: ``sql/common``, overridden by the engine's own ``folder``.
+    With ``binary`` array parameters are sent in binary (:func:`binary_array_parameters`; the engine
+    decides, see :attr:`shardq.engine.Engine.sends_binary_arrays`)."""
+    if folder not in FOLDERS:
+        raise ValueError(f"no SQL folder {folder!r}")
     merged = dict(_read_folder("common"))
-    merged.update(_read_folder(dialect))
-    if dialect == "postgresql":
-        merged = {name: Statement(st.name, st.description, binary_arrays(st.text)) for name, st in merged.items()}
+    merged.update(_read_folder(folder))
+    if binary:
+        merged = {name: Statement(st.name, st.description, binary_array_parameters(st.text)) for name, st in merged.items()}
     return merged

@@ -114,7 +114,7 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
     layout = store.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())
     cap = options.bucket_cap
-    historical = options.follower_read and store.dialect == "cockroachdb"
+    historical = options.follower_read and store.engine.historical_reads
 
     def read(_session, historical: bool):
         store.stats_snapshot(historical=historical)

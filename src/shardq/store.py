@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import cockroach
 from .db import Session
+from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import (
     Activity,
@@ -27,7 +27,6 @@ from .models import (
     ShardLayout,
     TaskKey,
 )
-from .shards import discover_layout
 
 log = logging.getLogger("shardq.store")
 
@@ -89,7 +88,11 @@ class CancelledTask:
 
 
 def _key_arrays(items: Sequence[Fenced]) -> dict[str, list]:
+    # "states": a fenced row is always leased. CockroachDB's statements join the state as an input
+    # column so the optimizer can compute the shard (sql/cockroachdb/tasks.sql); PostgreSQL's
+    # statements do not name it, and psycopg sends only the parameters a statement names.
     return {
+        "states": ["leased"] * len(items),
         "buckets": [f.key.bucket for f in items],
         "queues": [f.key.queue for f in items],
         "ranks": [f.key.rank for f in items],
@@ -154,17 +157,27 @@ class TaskStore:
         self._counted_at = clock()
 
     @property
+    def engine(self) -> Engine:
+        """The database engine behind this store's session."""
+        return self.session.engine
+
+    @property
     def dialect(self) -> str:
-        return self.session.dialect
+        """The engine's name, for reports."""
+        return self.session.engine.name
 
     @property
     def uses_lease_records(self) -> bool:
-        """PostgreSQL finds expired leases through ``shardq_leases``; CockroachDB through the
-        ``state = 'leased'`` span of the key."""
-        return self.dialect == "postgresql"
+        """Expired leases are found through ``shardq_leases`` (PostgreSQL), not through the
+        ``state = 'leased'`` span of the key (CockroachDB)."""
+        return self.engine.uses_lease_records
 
     def layout(self) -> ShardLayout:
-        return discover_layout(self.session)
+        """Read the current bucket layout from the database and point this session's statements
+        at it (CockroachDB's ``{shard_col}``)."""
+        layout = self.engine.discover_layout(self.session)
+        self.session.set_shard_column(layout.shard_column)
+        return layout
 
     # -- producer ---------------------------------------------------------------------------
     def task_insert_many(
@@ -172,7 +185,7 @@ class TaskStore:
     ) -> tuple[set[uuid.UUID], bool]:
         """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
         enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
-        arrays = _task_arrays(tasks, ids, compact=self.dialect == "postgresql")
+        arrays = _task_arrays(tasks, ids, compact=self.engine.accepts_null_arrays)
         if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
             del arrays["dedupe_keys"], arrays["exclusive_keys"]
             row = self.session.fetch_one("task_insert_many_fresh", {"queue": queue, **arrays})
@@ -262,7 +275,7 @@ class TaskStore:
         """True on PostgreSQL: one statement claims over a whole round of buckets
         (:meth:`task_claim_round`). CockroachDB claims one bucket per statement: its SKIP LOCKED
         scan must stay within one span of the key (see sql/cockroachdb/tasks.sql)."""
-        return self.dialect == "postgresql"
+        return self.engine.claims_whole_rounds
 
     def task_claim_round(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks of ``queue``, bucket by bucket in the order of
@@ -398,7 +411,7 @@ class TaskStore:
         """Start the stats transaction's snapshot: one consistent, read-only view (PostgreSQL), or
         on CockroachDB with ``historical`` a follower read. Must be the transaction's first
         statement."""
-        if historical and self.dialect == "cockroachdb":
+        if historical and self.engine.historical_reads:
             self.session.execute("stats_snapshot_historical")
         else:
             self.session.execute("stats_snapshot_begin")
@@ -417,7 +430,7 @@ class TaskStore:
         task is looked for among the first :data:`STATS_PRIORITIES_MAX` priorities in use."""
         if not queues or not buckets:
             return []
-        if self.dialect == "postgresql":
+        if self.engine.counts_depth_in_one_statement:
             return self._stats_depth_postgresql(queues, buckets, cap)
         # CockroachDB: one statement per (queue, bucket), each a handful of capped single-shard
         # spans with bound values (no correlated subquery for the optimizer to get wrong), and one
@@ -495,21 +508,26 @@ class TaskStore:
         rows = self.session.fetch_all("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})
         return len(rows)
 
-    def task_count_by_bucket(self) -> dict[int, int]:
-        """Rows per bucket. On CockroachDB a historical read (no waiting on claimers); when the
-        current layout is younger than that read's timestamp (a resize or the table itself less
-        than ~5 s old) it falls back to a current read."""
+    def task_count_by_bucket(self, *, historical: bool = True) -> dict[int, int]:
+        """Rows per bucket. Where the engine has historical reads (CockroachDB) and ``historical``
+        is set, a read ~5 s in the past (no waiting on claimers); when the current layout is
+        younger than that read's timestamp (a resize or the table itself less than ~5 s old) it
+        falls back to a current read, as it does with ``historical=False``."""
+        if self.engine.historical_reads and not historical:
+            rows = self.session.fetch_all("task_count_by_bucket_current")
+            return {int(row["bucket"]): row["tasks"] for row in rows}
         try:
             rows = self.session.fetch_all("task_count_by_bucket")
         except (ShardLayoutChanged, NotMigrated):
-            if self.dialect != "cockroachdb":
+            if not self.engine.historical_reads:
                 raise
             rows = self.session.fetch_all("task_count_by_bucket_current")
         return {int(row["bucket"]): row["tasks"] for row in rows}
 
-    def schema_jobs(self, table_id: int | None = None) -> list[SchemaJob]:
-        """CockroachDB: unfinished schema-change jobs of shardq_tasks (a resize in progress)."""
-        return cockroach.schema_jobs(self.session, table_id) if self.dialect == "cockroachdb" else []
+    def schema_jobs(self) -> list[SchemaJob]:
+        """Unfinished schema-change jobs of shardq_tasks (a resize in progress on CockroachDB;
+        none where schema changes are transactional)."""
+        return self.engine.schema_jobs(self.session)
 
     def dead_list(self, queue: str, limit: int) -> list[DeadTask]:
         return [DeadTask.from_row(r) for r in self.session.fetch_all("dead_list", {"queue": queue, "limit": limit})]

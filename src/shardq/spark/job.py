@@ -23,9 +23,6 @@ from .ledger import MergeOutcome, SparkLedger, merge_chunks, stage_name
 log = logging.getLogger("shardq.spark")
 
 RUN_ID_MAX = 200
-CHUNKS_DEFAULT = {"postgresql": 64, "cockroachdb": 256}
-# CockroachDB advises multi-row INSERTs of a few thousand rows at most; PostgreSQL merges faster
-# in fewer, larger chunks (each chunk is one transaction, one index range scan of staging).
 STAGE_TTL_SECONDS_DEFAULT = 24 * 3600.0
 LEDGER_TTL_SECONDS_DEFAULT = 30 * 24 * 3600.0
 FORMATS = ("parquet", "csv", "json")
@@ -143,7 +140,7 @@ def enqueue_dataframe(
     with new_session() as session:
         ledger = SparkLedger(session)
         collect_stale_stages(ledger, options.stage_ttl_seconds)
-        chunks = options.chunks or CHUNKS_DEFAULT.get(session.dialect, 64)
+        chunks = options.chunks or session.engine.spark_chunks_default
         run = ledger.run_register(run_id, queue, chunks)
         if run.queue != queue:
             raise InvalidInput(f"run id {run_id!r} belongs to queue {run.queue!r}, not {queue!r}")

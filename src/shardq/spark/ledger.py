@@ -106,7 +106,7 @@ class SparkLedger:
     def stage_ready_for_merge(self, stage: str) -> None:
         """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
         already leads with it)."""
-        if self.session.dialect == "postgresql":
+        if self.session.engine.spark_stage_needs_index:
             self.session.execute_ddl("spark_stage_index", identifiers={"stage": stage})
 
     def stage_rows(self, stage: str) -> int:
