@@ -4,8 +4,11 @@
   database is built once and each test gets a fresh copy (``CREATE DATABASE … TEMPLATE``), so
   tests never see each other's rows.
 * CockroachDB: ``SHARDQ_TEST_COCKROACH_URL`` (a root URL of a cluster that may be written to), or a
-  testcontainers CockroachDB when a Docker engine answers. Each test gets its own database there.
-  Where neither exists the CockroachDB variants are skipped with that reason.
+  testcontainers CockroachDB when a Docker engine answers. One database is migrated per test
+  session (migrations there are several schema-change jobs each) and emptied before each test;
+  tests that change the schema (resizing) get a fresh database of their own (``crdb_db_fresh``).
+  The embedded PostgreSQL is not started for CockroachDB tests. Where no CockroachDB exists the
+  CockroachDB variants are skipped with that reason.
 
 The ``db`` fixture is parametrised over the available backends, so every behaviour test runs
 unchanged against each.
@@ -16,22 +19,28 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from shardq.client import Client
+from shardq import migrate
 from shardq.db import Dsn, Session
 from shardq.embedded import EmbeddedServer
-from shardq import migrate
+from shardq.errors import DatabaseError
 
 from .factories import TestDatabase
 
 TEST_BUCKETS = 4
 # The oldest line shardq supports is 23.1; the container runs a 24.1 patch that testcontainers'
-# own tests use.
+# own tests use. It runs insecure (no password): psycopg over TLS could hang on one result size
+# with servers before cockroachdb#148222 (audit F10), which v24.1.1 predates.
 COCKROACH_IMAGE = "cockroachdb/cockroach:v24.1.1"
+#: Tables emptied between CockroachDB tests that share one migrated database.
+SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_spark_chunks",
+                 "shardq_spark_runs", "shardq_spark_stages")
 
 
 @pytest.fixture(scope="session")
@@ -88,11 +97,12 @@ def cockroach_root():
         from testcontainers.community.cockroachdb import CockroachDBContainer  # type: ignore
     except ImportError:
         from testcontainers.cockroachdb import CockroachDBContainer  # type: ignore
-    # The module's defaults start a *secure* node (user cockroach, password arthropod, database
-    # roach, sslmode=require): libpq encrypts without verifying the self-signed certificate.
-    container = CockroachDBContainer(COCKROACH_IMAGE, dialect="cockroachdb+psycopg")
+    # Without a password the module starts an insecure node (build/deploy/cockroach.sh), reached
+    # as root without TLS (see COCKROACH_IMAGE).
+    container = CockroachDBContainer(COCKROACH_IMAGE, password="", dialect="cockroachdb+psycopg")
     with container:
-        yield container.get_connection_url().replace("cockroachdb+psycopg://", "cockroachdb://")
+        host, port = container.get_container_host_ip(), container.get_exposed_port(26257)
+        yield f"cockroachdb://root@{host}:{port}/defaultdb?sslmode=disable"
 
 
 def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
@@ -102,13 +112,28 @@ def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
     return TestDatabase(Dsn.parse(pg_server.url(name)), "postgresql", drop=(pg_server.url("postgres"), name))
 
 
+def _create_database_when_allowed(session: Session, name: str, patience: float = 30.0) -> None:
+    """CREATE DATABASE, retried while the user may not yet: the image's entrypoint grants admin to
+    its user only after printing the line testcontainers waits for (build/deploy/cockroach.sh,
+    audit F8), so the first statement can race the grant and fail with 42501."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            session.execute_raw(f'CREATE DATABASE "{name}"')
+            return
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "42501" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _fresh_cockroach(root_url: str) -> TestDatabase:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     name = f"t_{uuid.uuid4().hex[:12]}"
     root = Dsn.parse(root_url)
     with Session(root) as session:
-        session.execute_raw(f'CREATE DATABASE "{name}"')
+        _create_database_when_allowed(session, name)
     params = conninfo_to_dict(root.conninfo)
     params["dbname"] = name
     dsn = Dsn(make_conninfo(**params), "cockroachdb")
@@ -116,20 +141,46 @@ def _fresh_cockroach(root_url: str) -> TestDatabase:
     return TestDatabase(dsn, "cockroachdb", drop=(root_url, name))
 
 
-@pytest.fixture(params=["postgresql", pytest.param("cockroachdb", marks=pytest.mark.cockroach)])
-def db(request, pg_server, pg_template):
-    """A freshly migrated database with TEST_BUCKETS buckets, on each available backend."""
-    if request.param == "postgresql":
-        database = _fresh_postgres(pg_server, pg_template)
-    else:
-        database = _fresh_cockroach(request.getfixturevalue("cockroach_root"))
+@pytest.fixture(scope="session")
+def cockroach_shared(cockroach_root):
+    """One migrated CockroachDB database for the session's tests, emptied before each."""
+    database = _fresh_cockroach(cockroach_root)
     yield database
     database.close()
 
 
+def _emptied(database: TestDatabase) -> TestDatabase:
+    stages = database.sql("SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'")
+    for row in stages:
+        database.sql(f'DROP TABLE IF EXISTS "{row["table_name"]}"')
+    for table in SHARDQ_TABLES:
+        database.sql(f"DELETE FROM {table} WHERE true")
+    database.client.close()
+    database.reopen()
+    return database
+
+
+@pytest.fixture(params=["postgresql", pytest.param("cockroachdb", marks=pytest.mark.cockroach)])
+def db(request):
+    """A migrated database with TEST_BUCKETS buckets and no rows, on each available backend
+    (the embedded PostgreSQL starts only for the PostgreSQL variant)."""
+    if request.param == "postgresql":
+        database = _fresh_postgres(request.getfixturevalue("pg_server"), request.getfixturevalue("pg_template"))
+        yield database
+        database.close()
+    else:
+        yield _emptied(request.getfixturevalue("cockroach_shared"))
+
+
 @pytest.fixture
 def crdb_db(request):
-    """A fresh CockroachDB database only (CockroachDB-specific plans, retries and resizing)."""
+    """A CockroachDB database only, with no rows (CockroachDB-specific plans and retries)."""
+    return _emptied(request.getfixturevalue("cockroach_shared"))
+
+
+@pytest.fixture
+def crdb_db_fresh(request):
+    """A CockroachDB database of its own, for tests that change the schema (resizing)."""
     database = _fresh_cockroach(request.getfixturevalue("cockroach_root"))
     yield database
     database.close()

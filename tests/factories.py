@@ -23,7 +23,11 @@ class TestDatabase:
         self.dsn = dsn
         self.dialect = dialect
         self._drop = drop
-        self.client = Client(dsn, application_name="shardq-test")
+        self.reopen()
+
+    def reopen(self) -> None:
+        """A new client, session and store, and the layout read afresh."""
+        self.client = Client(self.dsn, application_name="shardq-test")
         self.session = self.client.new_session()
         self.store = TaskStore(self.session)
         self.layout = self.store.layout()
@@ -32,11 +36,10 @@ class TestDatabase:
         self.client.close()
         if self._drop:
             url, name = self._drop
-            with Session(Dsn.parse(url) if not url.startswith("cockroachdb") else Dsn.parse(url)) as s:
-                if self.dialect == "postgresql":
-                    s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                else:
-                    s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" CASCADE')
+            with Session(Dsn.parse(url)) as s:
+                # CockroachDB has no WITH (FORCE); PostgreSQL's CASCADE is not for databases.
+                force = "CASCADE" if s.engine.hash_sharded_key else "WITH (FORCE)"
+                s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" {force}')
 
     def sql(self, query: str, params: dict | None = None) -> list[dict]:
         return self.session.execute_raw(query, params or {})

@@ -170,16 +170,16 @@ def test_buckets_show_reads_history_and_falls_back_when_the_table_is_younger(crd
     assert sum(report.rows_per_bucket.values()) in {0, 30}
 
 
-def test_resize_rejects_bad_counts_and_treats_the_same_count_as_a_noop(crdb_db):
+def test_resize_rejects_bad_counts_and_treats_the_same_count_as_a_noop(crdb_db_fresh):
     with pytest.raises(InvalidInput):
-        resize_buckets(crdb_db.client.new_session, 4096)
-    same = resize_buckets(crdb_db.client.new_session, 4)
+        resize_buckets(crdb_db_fresh.client.new_session, 4096)
+    same = resize_buckets(crdb_db_fresh.client.new_session, 4)
     assert not same.changed and "already 4" in same.message
-    assert crdb_db.store.layout().shard_column == crdb_db.layout.shard_column
+    assert crdb_db_fresh.store.layout().shard_column == crdb_db_fresh.layout.shard_column
 
 
-def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_task(crdb_db):
-    client = crdb_db.client
+def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_task(crdb_db_fresh):
+    client = crdb_db_fresh.client
     client.enqueue_many("q", [f"t{i}".encode() for i in range(60)])
     consumer = Consumer(TaskStore(client.new_session()), ["q"], batch=10, lease_seconds=300, offset=0)
     held = consumer.claim().tasks
@@ -194,12 +194,12 @@ def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_
     assert after.bucket_count == 8 and after.shard_column.endswith("_shard_8")
     assert result.shard_column_before == before.shard_column != after.shard_column
     if result.stale_column_dropped:
-        assert before.shard_column not in hidden_columns(crdb_db)
+        assert before.shard_column not in hidden_columns(crdb_db_fresh)
     else:
         assert result.stale_column_kept  # the refusal is reported, not hidden
 
     # Tasks leased before the resize are settled by key and token; no shard column involved.
-    assert len(crdb_db.store.task_ack_many([fenced(t) for t in held])) == len(held)
+    assert len(crdb_db_fresh.store.task_ack_many([fenced(t) for t in held])) == len(held)
     # The consumer that cached the old layout follows the new one and claims the rest.
     rest = []
     for _ in range(100):
@@ -210,19 +210,19 @@ def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_
     assert len(held) + len(rest) == 60
     assert consumer.layout().shard_column == after.shard_column
 
-    plan = explain(crdb_db, "task_claim_batch", claim_params(5), layout=after)
+    plan = explain(crdb_db_fresh, "task_claim_batch", claim_params(5), layout=after)
     assert "FULL SCAN" not in plan and re.search(r"spans: \[/5/'ready'/'q'", plan), plan
-    report = admin.buckets_show(crdb_db.store, historical=False)
+    report = admin.buckets_show(crdb_db_fresh.store, historical=False)
     assert report.layout.bucket_count == 8 and not report.resizing
     assert sum(report.rows_per_bucket.values()) == len(rest)
 
 
-def test_a_claim_on_a_dropped_shard_column_raises_shard_layout_changed(crdb_db):
-    old = crdb_db.layout.shard_column
-    result = resize_buckets(crdb_db.client.new_session, 8, poll=0.2)
+def test_a_claim_on_a_dropped_shard_column_raises_shard_layout_changed(crdb_db_fresh):
+    old = crdb_db_fresh.layout.shard_column
+    result = resize_buckets(crdb_db_fresh.client.new_session, 8, poll=0.2)
     if not result.stale_column_dropped:
         pytest.skip(f"this server keeps the old shard column: {result.stale_column_kept}")
-    with Session(crdb_db.dsn) as session:
+    with Session(crdb_db_fresh.dsn) as session:
         session.set_shard_column(old)
         with pytest.raises(ShardLayoutChanged):
             TaskStore(session).task_claim_batch(0, "q", 1, 30.0)

@@ -92,6 +92,8 @@ T = TypeVar("T")
 _DEFAULT_RETRY = RetryPolicy()
 RETRY_LIMIT_DEFAULT = _DEFAULT_RETRY.serialization_retries
 CONNECT_TIMEOUT_SECONDS = 10
+#: The URL schemes libpq itself reads (an engine may add its own, e.g. ``cockroachdb://``).
+LIBPQ_URL_SCHEMES = ("postgresql", "postgres")
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Dsn:
             named = engine_for_url_scheme(scheme)
             if named is not None:
                 text = "postgresql://" + rest
-            elif scheme not in ("postgresql", "postgres"):
+            elif scheme not in LIBPQ_URL_SCHEMES:
                 raise InvalidInput(f"unsupported DSN scheme {scheme!r}: use postgresql:// or cockroachdb://")
         try:
             params = conninfo_to_dict(text)
