@@ -71,11 +71,15 @@ def install() -> None:
 
     moment = spec[0]
     family, _, when = moment.partition("-")
-    method = {"claim": "task_claim_batch", "ack": "task_ack_many", "reap": "task_retry_many"}.get(family)
-    if method is None:
-        return
-    original = getattr(TaskStore, method)
+    # Each family's statements on either engine: PostgreSQL claims whole rounds and acks whole
+    # claims; CockroachDB claims per bucket and acks per key.
+    methods = {"claim": ("task_claim_batch", "task_claim_round"), "ack": ("task_ack_many", "task_ack_claims"),
+               "reap": ("task_retry_many",)}.get(family, ())
+    for method in methods:
+        setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
 
+
+def _wrapped(original, moment: str, family: str, when: str):
     def wrapped(self, *args, **kwargs):
         items = args[0] if family in ("ack", "reap") and args else None
         counts = family == "claim" or bool(items)
@@ -90,7 +94,7 @@ def install() -> None:
             die()
         return result
 
-    setattr(TaskStore, method, wrapped)
+    return wrapped
 
 
 def main() -> None:
