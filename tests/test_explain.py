@@ -118,3 +118,15 @@ def test_promotion_scans_only_due_scheduled_rows(seeded):
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
     conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
     assert "rank = " in conditions and "exec_time <= now()" in conditions
+
+
+def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(seeded):
+    engine = seeded.store.engine
+    round_plan = seeded.session.explain(
+        "task_claim_round",
+        {"buckets": [0, 1, 2, 3], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 10,
+         "lease_seconds": 30.0, "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG},
+    )
+    assert not engine.plan_reads_whole_table(round_plan), round_plan
+    whole = seeded.session.explain("task_count_by_bucket")
+    assert engine.plan_reads_whole_table(whole), whole

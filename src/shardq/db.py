@@ -57,6 +57,7 @@ Does not
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -476,6 +477,26 @@ class Session:
             if self._conn is not None and (self._conn.closed or self._conn.broken):
                 self._discard()
             raise _translate(exc, self.dsn) from exc
+
+    def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
+        """The engine's plan of a named statement with these values, as text (one line per row
+        the server returned), for plan checks: see :meth:`shardq.engine.Engine.plan_reads_whole_table`."""
+        engine = self.engine
+        query = self._query(name)
+        try:
+            conn = self._connection()
+            if engine.inlines_explain_values:
+                inlined = psycopg.ClientCursor(conn).mogrify(query, params or {})
+                rows = conn.execute(engine.explain_prefix + inlined).fetchall()  # type: ignore[call-overload]
+            else:
+                prefixed = sql.Composed([sql.SQL(engine.explain_prefix), query if isinstance(query, sql.Composable)
+                                         else sql.SQL(query)])
+                rows = conn.execute(prefixed, params or {}).fetchall()
+        except psycopg.Error as exc:
+            raise _translate(exc, self.dsn) from exc
+        lines = (next(iter(row.values())) for row in rows)
+        # A JSON plan arrives decoded; hand it back as the JSON text the server wrote.
+        return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
 
     def execute_ddl(
         self,

@@ -100,6 +100,18 @@ class Engine(ABC):
     #: The Spark staging table needs an index on its chunk column after the write.
     spark_stage_needs_index: ClassVar[bool]
 
+    # -- plan checks -----------------------------------------------------------------------------
+    #: What precedes a statement to get its plan as text.
+    explain_prefix: ClassVar[str]
+    #: Plans are asked for with the values inlined as literals (the plan is then the one for those
+    #: constants), not as bound parameters.
+    inlines_explain_values: ClassVar[bool]
+
+    @abstractmethod
+    def plan_reads_whole_table(self, plan: str) -> bool:
+        """Whether a plan from :meth:`shardq.db.Session.explain` reads all of a shardq table
+        (what no hot statement may do)."""
+
     def statements(self) -> dict[str, queries.Statement]:
         """Every named statement this engine sends: ``sql/common`` overridden by its own folder."""
         return queries.statements_for(self.name, binary=self.sends_binary_arrays)

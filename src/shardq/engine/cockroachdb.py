@@ -88,6 +88,15 @@ class CockroachDBEngine(Engine):
     # database or cluster (audit F6), so every explicit transaction asks for it.
     transaction_isolation = "SERIALIZABLE"
 
+    # EXPLAIN's text rows; values inlined so the optimizer plans for the constants, as it does
+    # for an autocommit statement with bound values.
+    explain_prefix = "EXPLAIN "
+    inlines_explain_values = True
+
+    def plan_reads_whole_table(self, plan: str) -> bool:
+        # EXPLAIN marks an unconstrained scan "FULL SCAN" (pkg/sql/opt/exec/explain/emit.go).
+        return "FULL SCAN" in plan
+
     @classmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
         # CockroachDB reports crdb_version at connect (pkg/sql/pgwire/conn.go, statusReportParams).

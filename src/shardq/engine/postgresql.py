@@ -8,6 +8,7 @@ recorded in ``shardq_leases``; LISTEN/NOTIFY wakes idle workers.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import TYPE_CHECKING, Callable
 
@@ -46,6 +47,13 @@ class PostgreSQLEngine(Engine):
     # Fewer, larger chunks merge faster (each chunk is one transaction, one index range scan).
     spark_chunks_default = 64
     spark_stage_needs_index = True
+
+    explain_prefix = "EXPLAIN (FORMAT JSON) "
+    inlines_explain_values = False
+
+    def plan_reads_whole_table(self, plan: str) -> bool:
+        # A sequential scan of a shardq table anywhere in the JSON plan.
+        return bool(re.search(r'"Node Type": "Seq Scan",[^}]*?"Relation Name": "shardq_', plan))
 
     @classmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
