@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= dev,spark
 
-.PHONY: system-deps setup test test-full test-cockroach reliability demo bench bench-quick lint clean
+.PHONY: system-deps setup test test-full test-cockroach conformance reliability demo bench bench-quick lint clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ system-deps:
 # (CockroachDB variants run too where SHARDQ_TEST_COCKROACH_URL or a Docker engine exists).
 test: system-deps setup
 	$(BIN)/pytest -q -m "not slow"
+
+# Every statement the CockroachDB engine can send, checked against rules from CockroachDB's source
+# (no database; seconds). `make test` runs it too.
+conformance: setup
+	$(BIN)/pytest -q -m conformance tests/conformance
 
 # The CockroachDB suite: set SHARDQ_TEST_COCKROACH_URL (or have a Docker engine for testcontainers).
 test-cockroach:

@@ -66,9 +66,7 @@ def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
 
     with Session(dsn) as probe:
         engine = probe.engine
-        existing = probe.execute_raw(
-            "SELECT 1 AS present FROM information_schema.tables WHERE table_name = 'shardq_tasks'"
-        )
+        existing = probe.fetch_all("schema_tasks_table_present")
     sa_engine = _sqlalchemy_engine(dsn, engine)
     try:
         with sa_engine.connect() as connection:

@@ -89,6 +89,9 @@ class Engine(ABC):
     retry: ClassVar[RetryPolicy] = RetryPolicy()
     #: Isolation level every explicit transaction is pinned to, or None for the server's default.
     transaction_isolation: ClassVar[str | None] = None
+    #: Statements that read engine-internal catalogs: they run only on sessions opened with
+    #: ``internals=True`` (see :meth:`startup_options`).
+    statements_needing_internals: ClassVar[frozenset[str]] = frozenset()
 
     # -- services ------------------------------------------------------------------------------
     #: LISTEN/NOTIFY wake-ups exist (otherwise workers only poll).

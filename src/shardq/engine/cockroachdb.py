@@ -87,6 +87,8 @@ class CockroachDBEngine(Engine):
     # READ COMMITTED exists from 23.2 and default_transaction_isolation can be set per role,
     # database or cluster (audit F6), so every explicit transaction asks for it.
     transaction_isolation = "SERIALIZABLE"
+    # Only crdb_internal.jobs carries a job's descriptor ids (audit F4: gated from 26.1).
+    statements_needing_internals = frozenset({"table_schema_jobs_running"})
 
     # EXPLAIN's text rows; values inlined so the optimizer plans for the constants, as it does
     # for an autocommit statement with bound values.
