@@ -58,8 +58,11 @@ bench-quick:
 	$(MAKE) setup EXTRAS=dev,spark,bench
 	$(BIN)/python -m loadtest --quick --out loadtest/results
 
+# ruff (rules in pyproject.toml) over every Python file, and mypy over the library, the CLI and the
+# migrations (settings in pyproject.toml). Both must report nothing.
 lint: setup
-	$(BIN)/ruff check src cli tests
+	$(BIN)/ruff check src cli tests migrations loadtest tools
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -205,7 +205,7 @@ def buckets_resize(ctx, count, batch, as_json) -> None:
 
             result = resize.resize_buckets(client.new_session, count, batch=batch, on_progress=show)
     else:
-        last = [None]
+        last: list[str | None] = [None]
 
         def show(progress) -> None:
             line = f"{progress.phase}: {progress.detail}"

@@ -7,7 +7,6 @@ Exit codes: 0 success, 2 bad usage or bad input (click's usage errors and
 
 from __future__ import annotations
 
-import logging
 import sys
 import traceback
 
@@ -19,7 +18,7 @@ from shardq.errors import InvalidInput, ShardqError
 class ShardqGroup(click.Group):
     """Turns every exception into one line on stderr and the documented exit code."""
 
-    def invoke(self, ctx: click.Context):  # noqa: D401 - click API
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
@@ -31,10 +30,10 @@ class ShardqGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("shardq: interrupted", err=True)
             ctx.exit(130)
-        except Exception as exc:  # anything unforeseen still gets one line, not a traceback
+        except Exception as exc:  # noqa: BLE001 - anything unforeseen still gets one line, not a traceback
             self._fail(ctx, exc, 1, prefix="internal error: ")
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D401
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """As click's, except that usage errors (unknown option, bad value, missing argument) also
         print one line on stderr instead of click's usage block; the exit code stays 2."""
         if not standalone_mode:

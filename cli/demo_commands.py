@@ -19,7 +19,7 @@ def demo(ctx, tasks, workers, no_kill) -> None:
     reaper runs (one worker is killed half-way), and report throughput, latency and dead letters.
     Exits 1 unless every task was processed."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from shardq.demo import TASKS_DEFAULT, run_demo
@@ -36,7 +36,7 @@ def demo(ctx, tasks, workers, no_kill) -> None:
                 return
             if phase not in lines:
                 lines[phase] = bar.add_task(labels.get(phase, phase), total=total)
-            bar.update(lines[phase], completed=done, total=total)
+            bar.update(TaskID(lines[phase]), completed=done, total=total)
 
         report = run_demo(tasks=tasks or TASKS_DEFAULT, workers=workers, dsn=dsn_from(ctx), kill_one=not no_kill,
                           progress=progress)

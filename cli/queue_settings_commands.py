@@ -33,10 +33,14 @@ def queue_show(ctx, name, as_json) -> None:
     from shardq import admin
     from shardq.errors import ShardqError
 
-    found = admin.queue_show(client_from(ctx).store, name)
-    if name is not None and found is None:
-        raise ShardqError(f"no queue named {name!r}")
-    items = [found] if name is not None else found
+    store = client_from(ctx).store
+    if name is None:
+        items = admin.queue_list(store)
+    else:
+        found = admin.queue_show(store, name)
+        if found is None:
+            raise ShardqError(f"no queue named {name!r}")
+        items = [found]
     if as_json:
         click.echo(json.dumps([s.as_json() for s in items], indent=2))
         return

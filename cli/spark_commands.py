@@ -7,6 +7,7 @@ import sys
 from contextlib import nullcontext
 
 import click
+from rich.progress import TaskID
 
 from .app import cli, dsn_from
 
@@ -85,7 +86,7 @@ class _progress:
         label = {"start": "starting Spark", "write": "Spark write", "merge": "merge chunks"}.get(phase, phase)
         if phase not in self.lines:
             self.lines[phase] = self.bar.add_task(label, total=total or None)
-        self.bar.update(self.lines[phase], completed=done, total=total or None)
+        self.bar.update(TaskID(self.lines[phase]), completed=done, total=total or None)
 
     def __exit__(self, *exc):
         return self.bar.__exit__(*exc)

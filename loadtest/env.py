@@ -4,6 +4,7 @@ versions, background load)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -82,10 +83,8 @@ class Bench:
 
     def close(self) -> None:
         for name in list(self.created):
-            try:
+            with contextlib.suppress(psycopg.Error):
                 self.drop(self.url(name))
-            except psycopg.Error:
-                pass
         try:
             self.server.stop()
         finally:

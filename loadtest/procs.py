@@ -14,6 +14,7 @@ keeps first/last execution times and enqueue→start latencies.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import queue as queue_module
@@ -134,10 +135,8 @@ def _entry(target: str, spec: dict, ctl: Control) -> None:
             result["cpu_seconds"] = _cpu() - ctl.cpu_at_start
     except BaseException as exc:  # noqa: BLE001 - report it, never hang the parent
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        try:
+        with contextlib.suppress(ValueError):
             ctl._ready.release()  # a role that died during set-up must not block the start
-        except ValueError:
-            pass
     ctl.report(result)
 
 

@@ -478,7 +478,7 @@ def _plots(results: dict, out: Path) -> set[str]:
         if names:
             fig, ax = plt.subplots(figsize=(7, 4))
             width = 0.35
-            ax.bar([i for i in range(len(names))], [enqueue[n]["single_rate"] for n in names], width, label="single")
+            ax.bar(list(range(len(names))), [enqueue[n]["single_rate"] for n in names], width, label="single")
             ax.bar([i + width for i in range(len(names))], [enqueue[n]["bulk_rate"] for n in names], width, label="bulk")
             ax.set_xticks([i + width / 2 for i in range(len(names))], names)
             ax.set_yscale("log")

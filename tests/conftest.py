@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from shardq.client import Client
 from shardq import migrate
+from shardq.client import Client
 from shardq.db import Dsn, Session
 from shardq.embedded import EmbeddedServer
 from shardq.errors import DatabaseError
@@ -90,7 +90,7 @@ def cockroach_root():
         import docker  # type: ignore  # testcontainers' client
 
         docker.from_env().ping()
-    except Exception:
+    except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
         pytest.skip("CockroachDB: no SHARDQ_TEST_COCKROACH_URL and no Docker engine answers")
     try:
         # testcontainers >= 4.15 moved the module; the old path still works with a DeprecationWarning.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
 
 from shardq.client import Client
 from shardq.db import Dsn, Session
@@ -13,7 +12,7 @@ from shardq.store import Fenced, TaskStore
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class TestDatabase:

@@ -183,7 +183,7 @@ def test_hundred_thousand_tasks_drain_with_four_worker_processes(shardq_cli):
         for _ in range(4)
     ]
     for worker in workers:
-        out, err = worker.communicate(timeout=600)
+        _, err = worker.communicate(timeout=600)
         assert worker.returncode == 0, err
     ids = seen_ids(shardq_cli.tmp)
     assert len(set(ids)) == 100_000

@@ -46,7 +46,7 @@ def test_cockroachdb_older_than_the_minimum_is_refused_naming_both_versions():
 
 
 def test_postgresql_older_than_14_is_refused():
-    with pytest.raises(UnsupportedServer, match="13.4"):
+    with pytest.raises(UnsupportedServer, match=r"13\.4"):
         POSTGRESQL.check_version(reported(server_version="13.4 (Debian 13.4-1)"))
     POSTGRESQL.check_version(reported(server_version="18.1"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 import threading
 import time
@@ -193,7 +194,7 @@ def test_exclusive_keys_never_overlap_under_concurrent_workers_and_a_reaper(db):
     assert done.is_set(), f"only {len(finished)} of {total} finished"
     for key, spans in intervals.items():
         spans.sort()
-        for (s1, e1, _), (s2, e2, _) in zip(spans, spans[1:]):
+        for (_, e1, _), (s2, _, _) in itertools.pairwise(spans):
             assert s2 >= e1, f"two tasks of {key} ran at once"
     assert db.count() == 0
 

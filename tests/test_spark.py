@@ -274,7 +274,7 @@ def test_missing_column_wrong_type_and_bad_options_are_clear_errors(spark, pg_db
 def test_missing_jdbc_driver_is_a_setup_error(tmp_path, monkeypatch):
     monkeypatch.delenv("SHARDQ_JDBC_JAR", raising=False)
     monkeypatch.setenv("MAVEN_REPO_LOCAL", str(tmp_path))
-    with pytest.raises(SparkSetupError, match="libpostgresql-jdbc-java.*~/.m2.*Maven Central"):
+    with pytest.raises(SparkSetupError, match=r"libpostgresql-jdbc-java.*~/\.m2.*Maven Central"):
         find_jdbc_driver(debian_jar=tmp_path / "none.jar", reachable=lambda: False)
     with pytest.raises(SparkSetupError, match="does not exist"):
         find_jdbc_driver(tmp_path / "missing.jar")
@@ -334,6 +334,7 @@ def test_derived_run_id_follows_input_files(tmp_path):
 
 def test_cli_spark_enqueue_twice_over_the_same_input_is_a_rerun(spark, pg_db, tmp_path):
     from click.testing import CliRunner
+
     from shardq.cli.main import cli
 
     data = tmp_path / "tasks.csv"

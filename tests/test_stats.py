@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
-from shardq.cli.main import cli
 
 from shardq import Permanent, dashboard
+from shardq.cli.main import cli
 from shardq.errors import DatabaseUnavailable
 from shardq.models import Accuracy, Activity, QueueStats, Stats
 from shardq.producer import Producer

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from shardq import Permanent
-from shardq.worker import Worker, WorkerConfig
+from shardq.worker import WorkerConfig
 
 
 def run(db, handler, **options):

@@ -127,7 +127,7 @@ def worker(spec: dict, ctl: Control) -> dict:
                 empty = 0
             continue
         empty = 0
-        for exec_time, task_id, payload in rows:
+        for _exec_time, _task_id, payload in rows:
             if latency:
                 rec.hit(unstamp(payload)[0])
             else:

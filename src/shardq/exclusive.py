@@ -27,8 +27,8 @@ unchanged.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .models import NewTask
 from .store import TaskStore
@@ -71,7 +71,7 @@ def enqueue_in_transaction(
         if settings is not None and settings.exclusive_latest_only and backlogged:
             newest: dict[str, uuid.UUID] = {}
             for task, task_id in waiting:
-                if task_id in backlogged:
+                if task_id in backlogged and task.exclusive_key is not None:
                     newest[task.exclusive_key] = task_id  # later in the batch wins
             superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
             backlogged = {i for i in backlogged if i in set(newest.values())}
@@ -89,7 +89,7 @@ def remove_and_release(
     transaction under the keys' locks. Returns (removed ids, promoted ids)."""
     ordered = sorted(set(keys))
 
-    def body(_session) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    def body(_session: object) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
         store.exclusive_keys_lock(ordered)
         removed = remove()
         released = sorted({key_of[i] for i in removed if i in key_of})

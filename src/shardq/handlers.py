@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from collections.abc import Callable
 
 from .errors import InvalidHandler
 
 _SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def load_handler(spec: str):
+def load_handler(spec: str) -> Callable[..., object]:
     """Import ``MODULE:FUNCTION`` (the current directory is importable, as with ``python -m``)
     and return the callable. Raises :class:`InvalidHandler` with one clear line otherwise."""
     if not isinstance(spec, str) or not _SPEC.match(spec):
@@ -21,7 +22,7 @@ def load_handler(spec: str):
         sys.path.insert(0, "")
     try:
         target = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module raising while it loads
+    except Exception as exc:  # noqa: BLE001 - ImportError, or the module raising while it loads
         raise InvalidHandler(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from None
     for part in attribute.split("."):
         try:
@@ -33,6 +34,6 @@ def load_handler(spec: str):
     return target
 
 
-def noop(task) -> None:
+def noop(task: object) -> None:
     """A handler that does nothing (benchmarks, demos)."""
     return None

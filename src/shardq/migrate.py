@@ -39,7 +39,7 @@ def _script_location() -> str:
     return str(Path(shardq.migrations.__file__).parent)
 
 
-def _sqlalchemy_engine(dsn: Dsn, engine: Engine) -> "sqlalchemy.engine.Engine":
+def _sqlalchemy_engine(dsn: Dsn, engine: Engine) -> sqlalchemy.engine.Engine:
     import sqlalchemy
 
     from .db import raw_connect

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 
 class TaskState(str, Enum):
@@ -72,7 +73,7 @@ class ClaimedTask(NamedTuple):
         return self.key.queue
 
     @classmethod
-    def from_claim_row(cls, row: tuple, queue: str, token: uuid.UUID) -> "ClaimedTask":
+    def from_claim_row(cls, row: tuple, queue: str, token: uuid.UUID) -> ClaimedTask:
         """From a ``task_claim_round`` tuple (bucket, rank, exec_time, id, attempts, max_attempts,
         payload, lease_expires_at, created_at, exclusive_key): a claimed task is ready, so its
         priority is its rank. Positional on purpose: this runs once per claimed task."""
@@ -81,7 +82,7 @@ class ClaimedTask(NamedTuple):
                                 max_attempts, payload, token, expires, created, rank, exclusive))
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> "ClaimedTask":
+    def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> ClaimedTask:
         return cls(
             key=TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
             attempt=row["attempts"],
@@ -103,7 +104,7 @@ _new_tuple = tuple.__new__
 class NewTask:
     """One task to enqueue. ``delay`` (seconds) and ``run_at`` are exclusive; neither means now."""
 
-    payload: bytes
+    payload: bytes | str  # str is sent as UTF-8
     delay: float | None = None
     run_at: dt.datetime | None = None
     dedupe_key: str | None = None
@@ -149,7 +150,7 @@ class QueueSettings:
     paused_dequeue: bool = False
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "QueueSettings":
+    def from_row(cls, row: Mapping[str, Any]) -> QueueSettings:
         return cls(
             name=row["name"],
             lease_seconds=row["lease_seconds"],
@@ -211,7 +212,7 @@ class DeadTask:
     created_at: dt.datetime
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "DeadTask":
+    def from_row(cls, row: Mapping[str, Any]) -> DeadTask:
         return cls(
             id=str(row["id"]),
             queue=row["queue"],
@@ -257,12 +258,12 @@ class Activity:
     def is_empty(self) -> bool:
         return not any(getattr(self, name) for name in self.FIELDS)
 
-    def add(self, other: "Activity") -> None:
+    def add(self, other: Activity) -> None:
         for name in self.FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Activity":
+    def from_row(cls, row: Mapping[str, Any]) -> Activity:
         return cls(**{name: row[name] or 0 for name in cls.FIELDS})
 
 

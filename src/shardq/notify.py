@@ -35,6 +35,7 @@ polling one does at its next poll, only sooner.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -157,10 +158,8 @@ class Listener:
     def discard(self) -> None:
         """Drop the wake-ups received so far (call right before a claim round: NOTIFY is delivered
         after the enqueue committed, so the round sees those tasks anyway)."""
-        try:
+        with contextlib.suppress(DatabaseUnavailable):  # the claim that follows reconnects, and LISTENs again
             self.store.notifications(0)
-        except DatabaseUnavailable:
-            pass  # the claim that follows reconnects, and LISTENs again
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up for one of the queues. Returns True when

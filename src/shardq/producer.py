@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import exclusive, validation
 from .errors import InvalidInput, QueuePaused

@@ -64,7 +64,7 @@ class ReaperConfig:
     batch: int = REAP_BATCH_DEFAULT
     statement_timeout: float | None = REAP_STATEMENT_TIMEOUT_DEFAULT
 
-    def validate(self) -> "ReaperConfig":
+    def validate(self) -> ReaperConfig:
         validation.positive_seconds(self.interval, "reap interval")
         validation.positive_int(self.batch, "reap batch", maximum=validation.BATCH_MAX)
         validation.statement_timeout(self.statement_timeout)
@@ -143,22 +143,22 @@ class Reaper:
         retried = dead = 0
         if retry:
             done = self.store.task_retry_many(
-                [Fenced(l.key, l.token) for l, _ in retry],
+                [Fenced(lease.key, lease.token) for lease, _ in retry],
                 [delay for _, delay in retry],
-                [f"lease expired (attempt {l.attempts})" for l, _ in retry],
+                [f"lease expired (attempt {lease.attempts})" for lease, _ in retry],
                 require_expired=True,
             )
-            retried = self._record([l for l, _ in retry], done, "expired")
-        for group in ([l for l in bury if l.exclusive_key is None], [l for l in bury if l.exclusive_key is not None]):
+            retried = self._record([lease for lease, _ in retry], done, "expired")
+        for group in ([lease for lease in bury if lease.exclusive_key is None], [lease for lease in bury if lease.exclusive_key is not None]):
             if not group:
                 continue
-            items = [Fenced(l.key, l.token) for l in group]
-            errors = [f"lease expired on the last attempt ({l.attempts} of {l.max_attempts})" for l in group]
+            items = [Fenced(lease.key, lease.token) for lease in group]
+            errors = [f"lease expired on the last attempt ({lease.attempts} of {lease.max_attempts})" for lease in group]
             remove = lambda items=items, errors=errors: self.store.task_bury_many(items, errors, require_expired=True)  # noqa: E731
             if group[0].exclusive_key is None:
                 done = remove()
             else:
-                key_of = {l.key.id: (l.key.queue, l.exclusive_key) for l in group}
+                key_of = {lease.key.id: (lease.key.queue, lease.exclusive_key or "") for lease in group}
                 done, _ = exclusive.remove_and_release(self.store, list(key_of.values()), remove, key_of)
             dead += self._record(group, done, "dead")
         return retried, dead

@@ -14,7 +14,7 @@ between passes while only leased or locked rows remain (PostgreSQL, 0.5), or bet
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from . import validation
 from .db import Session

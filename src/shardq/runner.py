@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .client import Client
-from .worker import Handler, WorkerStats
+from .worker import Handler, Worker, WorkerStats
 
 log = logging.getLogger("shardq.runner")
 
@@ -19,11 +19,11 @@ class EarlySignals:
     exists, so the process stops gracefully (exit 0) instead of being killed by the default action."""
 
     def __init__(self) -> None:
-        self.worker = None
+        self.worker: Worker | None = None
         self.pending: list[int] = []
 
     @classmethod
-    def install(cls) -> "EarlySignals":
+    def install(cls) -> EarlySignals:
         import signal
 
         handler = cls()
@@ -38,7 +38,7 @@ class EarlySignals:
         else:
             self.worker.handle_signal(signum, frame)
 
-    def attach(self, worker) -> None:
+    def attach(self, worker: Worker) -> None:
         self.worker = worker
         for signum in self.pending:
             worker.handle_signal(signum, None)
@@ -86,7 +86,7 @@ def run_worker(
             server.close()
 
 
-def _run_with_progress(worker, install_signal_handlers: bool = True) -> WorkerStats:
+def _run_with_progress(worker: Worker, install_signal_handlers: bool = True) -> WorkerStats:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     done = threading.Event()

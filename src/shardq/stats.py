@@ -58,6 +58,7 @@ import datetime as dt
 import logging
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from . import validation
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
@@ -116,7 +117,7 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
     cap = options.bucket_cap
     historical = options.follower_read and store.engine.historical_reads
 
-    def read(_session, historical: bool):
+    def read(_session: object, historical: bool) -> tuple[Any, Any, Any, Any, Any]:
         store.stats_snapshot(historical=historical)
         clock = store.stats_now()
         window = store.stats_window(options.window_minutes)

@@ -4,21 +4,23 @@ and out. The producer, consumer, reaper and admin code talk to the database only
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .db import Session
 from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import (
-    Activity,
     RANK_BACKLOG,
     RANK_SCHEDULED,
+    Activity,
     ClaimedTask,
     DeadTask,
     NewTask,
@@ -30,7 +32,7 @@ from .models import (
 
 log = logging.getLogger("shardq.store")
 
-_RANKS = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+_RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
 _claim_order = itemgetter("rank", "exec_time")
 _claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
 
@@ -87,7 +89,7 @@ class CancelledTask:
     backlogged: bool
 
 
-def _key_arrays(items: Sequence[Fenced]) -> dict[str, list]:
+def _key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
     # "states": a fenced row is always leased. CockroachDB's statements join the state as an input
     # column so the optimizer can compute the shard (sql/cockroachdb/tasks.sql); PostgreSQL's
     # statements do not name it, and psycopg sends only the parameters a statement names.
@@ -103,7 +105,7 @@ def _key_arrays(items: Sequence[Fenced]) -> dict[str, list]:
     }
 
 
-def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, list | None]:
+def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, Any]:
     """The parallel arrays of the task_insert_* statements. With ``compact`` (PostgreSQL), an
     optional column no task sets is sent as NULL instead of an array of defaults: multi-argument
     unnest pads it with NULLs, and most batches then carry just ids and payloads."""
@@ -119,13 +121,13 @@ def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact:
     }
     if compact:
         for name, default in _OPTIONAL_DEFAULTS.items():
-            if not any(value != default for value in arrays[name]):
+            if not any(value != default for value in arrays[name] or ()):
                 arrays[name] = None
     return {**arrays, **_RANKS}
 
 
 # Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
-_OPTIONAL_DEFAULTS = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
+_OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
                       "priorities": 0, "exclusive_keys": None}
 
 
@@ -351,7 +353,7 @@ class TaskStore:
         rows = self.session.fetch_all("task_release_many", _key_arrays(items), resend_ambiguous=True)
         return {row["id"] for row in rows}
 
-    def task_extend_many(self, items: Sequence[Fenced], lease_seconds: float) -> dict[uuid.UUID, object]:
+    def task_extend_many(self, items: Sequence[Fenced], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
         params = _key_arrays(items)
         params["lease_seconds"] = lease_seconds
         rows = self.session.fetch_all("task_extend_many", params, resend_ambiguous=True)

@@ -68,6 +68,7 @@ idle interval; see :mod:`shardq.notify`).
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 import queue as queue_module
@@ -77,9 +78,9 @@ import time
 import traceback
 import uuid
 from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Collection, Iterator, Sequence
 
 from . import backoff, exclusive, notify, validation
 from . import stats as stats_module
@@ -87,7 +88,7 @@ from .consumer import Consumer, Task, fenced
 from .db import Session
 from .errors import DatabaseError, Permanent
 from .models import ClaimedTask
-from .store import TaskStore, WholeClaim
+from .store import Fenced, TaskStore, WholeClaim
 
 log = logging.getLogger("shardq.worker")
 
@@ -139,7 +140,7 @@ class WorkerConfig:
     statement_timeout: float | None = STATEMENT_TIMEOUT_DEFAULT
     listen: bool = True
 
-    def validate(self) -> "WorkerConfig":
+    def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:
             raise validation.InvalidInput("queues must be a non-empty list of queue names")
         for q in self.queues:
@@ -330,9 +331,10 @@ class Worker:
             level = _EVENT_LEVELS.get(event, logging.DEBUG)
             if log.isEnabledFor(level):
                 _log_task_event(level, event, task, details)
-        if self._wants(event):
+        hook = self.on_event
+        if hook is not None and (self._hook_events is None or event in self._hook_events):
             try:
-                self.on_event(event, task, details)
+                hook(event, task, details)
             except Exception:  # a broken metrics hook must not break the worker
                 log.exception("on_event hook failed for %s", event)
 
@@ -475,7 +477,7 @@ class Worker:
             put(entry)
 
     # -- handlers ---------------------------------------------------------------------------
-    def _extend(self, claimed: ClaimedTask, seconds: float):
+    def _extend(self, claimed: ClaimedTask, seconds: float) -> dt.datetime | None:
         expiry = self._store().task_extend_many([fenced(claimed)], seconds)
         expires = expiry.get(claimed.key.id)
         if expires is not None:
@@ -679,7 +681,9 @@ class Worker:
             self._emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
 
-    def _close_claims(self, outcomes: list[_InFlight], acks: list[_InFlight]):
+    def _close_claims(
+        self, outcomes: list[_InFlight], acks: list[_InFlight]
+    ) -> tuple[list[WholeClaim], list[_InFlight], list[_InFlight], set[uuid.UUID]]:
         """Count ``outcomes`` against their claims. Returns the claims they close whose every
         remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
         those acks), the other plain acks, and the tokens of the other claims they close (lease
@@ -717,11 +721,13 @@ class Worker:
         return whole, whole_acks, partial, closed
 
     @staticmethod
-    def _remove_keyed(store: TaskStore, outcomes: list[_InFlight], remove) -> set[uuid.UUID]:
+    def _remove_keyed(
+        store: TaskStore, outcomes: list[_InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
+    ) -> set[uuid.UUID]:
         """Ack or bury tasks that hold exclusive keys, releasing each key's backlog in the same
         transaction (see shardq.exclusive)."""
         items = [fenced(o.claimed) for o in outcomes]
-        key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key) for o in outcomes}
+        key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
         removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
         return removed
 
@@ -774,8 +780,9 @@ class Worker:
             applied = [o for o in outcomes if o.claimed.key.id not in lost] if lost else outcomes
         else:
             applied, refused = [], []
+            settled = done or set()
             for o in outcomes:
-                (applied if o.claimed.key.id in done else refused).append(o)
+                (applied if o.claimed.key.id in settled else refused).append(o)
         self.stats.add(**{event: len(applied), "lease_lost": len(refused)})
         counts = self._settled_counts
         for queue_name, n in Counter([o.claimed.key.queue for o in applied]).items():
@@ -854,7 +861,7 @@ def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) ->
              "attempt": task.attempt, **details}
     if event == "lease_lost":
         message = "task %s (queue %s, bucket %s, attempt %d): lease lost before %s; the outcome changed nothing"
-        args = (task.id, task.queue, task.key.bucket, task.attempt, details.get("outcome"))
+        args: tuple[object, ...] = (task.id, task.queue, task.key.bucket, task.attempt, details.get("outcome"))
     else:
         message = "task %s %s (queue %s, bucket %s, attempt %d)"
         args = (task.id, event, task.queue, task.key.bucket, task.attempt)

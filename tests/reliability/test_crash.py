@@ -199,7 +199,7 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
         moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
         reaper = procs.start("reaper", ["reap", "--interval", "0.05"], kill_hook=f"{moment}:1")
         reaper.moment = moment
-        wait_until(lambda: reaper.poll() is not None or count("leased") == 0, 60, what="the reaper to die mid-reap")
+        wait_until(lambda reaper=reaper: reaper.poll() is not None or count("leased") == 0, 60, what="the reaper to die mid-reap")
         if reaper.poll() is None:
             procs.kill(reaper)
         killed += reaper.died_of_sigkill and not reaper.killed_by_test
@@ -219,7 +219,7 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
     stale = pg_db.count("shardq_leases")
     rows = pg_db.sql("SELECT id::text AS id FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
     runs = read_executions(out)
-    accounting = account({i: False for i in ids}, runs, remaining={r["id"] for r in rows}, dead=set(),
+    accounting = account(dict.fromkeys(ids, False), runs, remaining={r["id"] for r in rows}, dead=set(),
                          killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
     figures.add("reaper-crash", scenario=f"{tasks} expired leases, reapers SIGKILLed mid-reap", kills=killed,
                 leases=tasks, lost=len(accounting.lost), stuck=len(accounting.stuck), double=double, both=both, stale=stale,

@@ -15,7 +15,6 @@ from collections import Counter
 import pytest
 
 from shardq import Client, DatabaseError, NewTask, backoff
-
 from shardq.db import Dsn
 
 from ..factories import TestDatabase
@@ -77,15 +76,15 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     try:
         for _ in range(restarts):
             before = finished_count(out)
-            wait_until(lambda: finished_count(out) >= before + 40, 120, what="workers to make progress")
+            wait_until(lambda before=before: finished_count(out) >= before + 40, 120, what="workers to make progress")
             raised_before = len(producer.raised)
             server.stop()
-            wait_until(lambda: len(producer.raised) > raised_before, 30, what="the producer to notice the outage")
+            wait_until(lambda raised_before=raised_before: len(producer.raised) > raised_before, 30, what="the producer to notice the outage")
             if downtime:
                 time.sleep(downtime)  # a deliberate outage, longer than the 2 s lease
             server.start()
             after = finished_count(out)
-            wait_until(lambda: finished_count(out) >= after + 40, 120, what="workers to resume after the restart")
+            wait_until(lambda after=after: finished_count(out) >= after + 40, 120, what="workers to resume after the restart")
         ok_before = len(producer.ok)
         wait_until(lambda: len(producer.ok) >= ok_before + 3, 60, what="the producer to resume")
     finally:

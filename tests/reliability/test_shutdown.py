@@ -4,9 +4,8 @@ the grace period, then exits 0."""
 
 from __future__ import annotations
 
-import signal
-
 import re
+import signal
 
 from .harness import HANDLER, Processes, read_executions, wait_until
 

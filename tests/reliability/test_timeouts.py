@@ -63,7 +63,7 @@ class TableLock:
 
         self.session.transaction(body)
 
-    def __enter__(self) -> "TableLock":
+    def __enter__(self) -> TableLock:
         self.thread.start()
         assert self.held.wait(30)
         return self
@@ -124,7 +124,7 @@ def test_worker_rides_out_claims_and_acks_cancelled_by_the_statement_timeout(pg_
 
 
 def test_reaper_process_rides_out_statement_timeouts_and_reaps_afterwards(pg_db, tmp_path, figures):
-    expired = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)
+    expired = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
     task = pg_db.make_task("q", state="leased", attempts=1, lease_expires_at=expired)
     procs = Processes(pg_db.dsn.conninfo, tmp_path / "out")
     with TableLock(pg_db):
@@ -148,7 +148,7 @@ def test_reaper_process_rides_out_statement_timeouts_and_reaps_afterwards(pg_db,
 
 
 def test_reaper_run_forever_keeps_running_through_cancelled_statements(pg_db, logwatch):
-    expired = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)
+    expired = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
     task = pg_db.make_task("q", state="leased", attempts=1, lease_expires_at=expired)
     reaper = pg_db.client.reaper(interval=0.05, statement_timeout=0.2)
     stop = threading.Event()
@@ -226,7 +226,7 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
     cuts = 0
     try:
         while thread.is_alive() and cuts < 8:
-            wait_until(lambda: len(seen) >= 40 * (cuts + 1) or not thread.is_alive(), 60, what="progress between cuts")
+            wait_until(lambda cuts=cuts: len(seen) >= 40 * (cuts + 1) or not thread.is_alive(), 60, what="progress between cuts")
             killed = killer.execute_raw(
                 "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'shardq-cut-me'"

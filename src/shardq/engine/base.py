@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .. import queries
 
@@ -137,11 +138,11 @@ class Engine(ABC):
         and the minimum) when the server is older than shardq supports."""
 
     @abstractmethod
-    def discover_layout(self, session: "Session") -> "ShardLayout":
+    def discover_layout(self, session: Session) -> ShardLayout:
         """The tasks table's current bucket layout (bucket count, buckets to visit, the shard
         column statements must filter on)."""
 
-    def schema_jobs(self, session: "Session") -> list["SchemaJob"]:
+    def schema_jobs(self, session: Session) -> list[SchemaJob]:
         """Unfinished schema-change jobs of the tasks table (a resize in progress); none where
         schema changes are transactional."""
         return []
@@ -149,14 +150,14 @@ class Engine(ABC):
     @abstractmethod
     def resize(
         self,
-        open_session: Callable[[], "Session"],
+        open_session: Callable[[], Session],
         buckets: int,
         *,
         batch: int,
         poll: float | None,
         on_progress: ProgressHook | None,
         stop: threading.Event | None,
-    ) -> "ResizeResult":
+    ) -> ResizeResult:
         """Change the bucket count online (see :func:`shardq.resize.resize_buckets`)."""
 
     def __repr__(self) -> str:

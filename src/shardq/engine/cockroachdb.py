@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import NotMigrated, UnsupportedServer
-from .base import DdlTypes, Engine, ParameterStatus, ProgressHook, RetryPolicy
-
 from ..models import ResizeResult, SchemaJob, ShardLayout
+from .base import DdlTypes, Engine, ParameterStatus, ProgressHook, RetryPolicy
 
 if TYPE_CHECKING:
     from ..db import Session
@@ -133,7 +133,7 @@ class CockroachDBEngine(Engine):
                 f"v{MIN_VERSION[0]}.{MIN_VERSION[1]}, the oldest shardq supports"
             )
 
-    def discover_layout(self, session: "Session") -> ShardLayout:
+    def discover_layout(self, session: Session) -> ShardLayout:
         """The shard column and bucket count of ``shardq_tasks``'s primary key, read in one
         statement (``shard_layout_get``) from ``SHOW INDEX`` and ``pg_indexes``, which every
         supported version serves without ``crdb_internal`` (gated from 26.1: audit F4)."""
@@ -147,12 +147,12 @@ class CockroachDBEngine(Engine):
                 return ShardLayout(bucket_count=count, shard_column=row["shard_column"])
         raise NotMigrated("shardq_tasks has no hash-sharded primary key: run `shardq migrate` first")
 
-    def schema_jobs(self, session: "Session") -> list[SchemaJob]:
+    def schema_jobs(self, session: Session) -> list[SchemaJob]:
         """Unfinished schema-change jobs of ``shardq_tasks``. Only ``crdb_internal.jobs`` carries a
         job's descriptor ids, so this runs on a session that opts in to internals
         (:meth:`startup_options`); it is an operator's read (``buckets show``, a resize), never on
         a worker's path."""
-        def read(internal: "Session") -> list[SchemaJob]:
+        def read(internal: Session) -> list[SchemaJob]:
             return [
                 SchemaJob(
                     job_id=int(row["job_id"]),
@@ -172,7 +172,7 @@ class CockroachDBEngine(Engine):
 
     def resize(
         self,
-        open_session: Callable[[], "Session"],
+        open_session: Callable[[], Session],
         buckets: int,
         *,
         batch: int,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .. import validation
 from ..db import Session
@@ -46,7 +47,7 @@ class _JobWatcher:
     job has done the backfill)."""
 
     def __init__(
-        self, engine: "CockroachDBEngine", open_session: Callable[[], Session], poll: float,
+        self, engine: CockroachDBEngine, open_session: Callable[[], Session], poll: float,
         on_progress: ProgressHook | None,
     ) -> None:
         self._engine = engine
@@ -56,7 +57,7 @@ class _JobWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="shardq-resize-watch", daemon=True)
 
-    def __enter__(self) -> "_JobWatcher":
+    def __enter__(self) -> _JobWatcher:
         if self._on_progress is not None:
             self._thread.start()
         return self
@@ -78,7 +79,7 @@ class _JobWatcher:
 
 
 def wait_for_schema_jobs(
-    engine: "CockroachDBEngine", session: Session, *, poll: float = JOB_POLL_SECONDS_DEFAULT,
+    engine: CockroachDBEngine, session: Session, *, poll: float = JOB_POLL_SECONDS_DEFAULT,
     on_progress: ProgressHook | None = None,
 ) -> None:
     """Block until ``shardq_tasks`` has no unfinished schema-change job, reporting progress."""
@@ -92,7 +93,7 @@ def wait_for_schema_jobs(
 
 
 def resize(
-    engine: "CockroachDBEngine",
+    engine: CockroachDBEngine,
     session: Session,
     buckets: int,
     *,

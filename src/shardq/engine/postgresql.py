@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import NotMigrated, UnsupportedServer
-from .base import DdlTypes, Engine, ParameterStatus, ProgressHook
-
 from ..models import ResizeResult, ShardLayout
+from .base import DdlTypes, Engine, ParameterStatus, ProgressHook
 
 if TYPE_CHECKING:
     from ..db import Session
@@ -78,7 +78,7 @@ class PostgreSQLEngine(Engine):
                 f"PostgreSQL {text} is older than {MIN_SERVER_VERSION}, the oldest shardq supports"
             )
 
-    def discover_layout(self, session: "Session") -> ShardLayout:
+    def discover_layout(self, session: Session) -> ShardLayout:
         """The count lives in ``shardq_buckets``; while a shrink moves rows out of the dropped
         buckets, consumers keep visiting the old, larger range."""
         row = session.fetch_one("layout_get")
@@ -90,7 +90,7 @@ class PostgreSQLEngine(Engine):
 
     def resize(
         self,
-        open_session: Callable[[], "Session"],
+        open_session: Callable[[], Session],
         buckets: int,
         *,
         batch: int,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .. import validation
 from ..db import Session
@@ -80,7 +80,7 @@ class PostgresResize:
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self) -> ResizeResult:
-        if not self.session.fetch_one("resize_lock_try")["locked"]:
+        if not self.session.fetch_row("resize_lock_try")["locked"]:
             raise ResizeInProgress()
         try:
             return self._run_locked()
@@ -89,12 +89,12 @@ class PostgresResize:
 
     def _unlock(self) -> None:
         try:
-            self.session.fetch_one("resize_lock_release")
+            self.session.fetch_row("resize_lock_release")
         except Exception as exc:  # noqa: BLE001 - the lock dies with the connection anyway
             log.debug("could not release the resize lock explicitly: %s", exc)
 
     def _run_locked(self) -> ResizeResult:
-        start = self.session.fetch_one("layout_get")
+        start = self.session.fetch_row("layout_get")
         before, resizing_from = start["bucket_count"], start["resizing_from"]
         self.extent = max(before, resizing_from or 0)
         if self.target == before and resizing_from is None:
@@ -122,8 +122,8 @@ class PostgresResize:
         target = self.target
 
         def body(session: Session) -> int:
-            session.fetch_one("lock_timeout_set_local", {"ms": LOCK_TIMEOUT_MS})
-            row = session.fetch_one("buckets_lock_get")
+            session.fetch_row("lock_timeout_set_local", {"ms": LOCK_TIMEOUT_MS})
+            row = session.fetch_row("buckets_lock_get")
             extent = max(row["bucket_count"], row["resizing_from"] or 0)
             session.execute_ddl("bucket_default_set", literals={"bucket_count": target})
             session.execute("buckets_update", {"bucket_count": target, "resizing_from": extent if target < extent else None})
@@ -154,7 +154,7 @@ class PostgresResize:
                 if len(rows) < self.batch:
                     break
         self.moved += moved
-        left = self.session.fetch_one("task_count_beyond", {"bucket_count": self.target})
+        left = self.session.fetch_row("task_count_beyond", {"bucket_count": self.target})
         if left["movable"] == 0 and left["leased"] == 0 and self.finish():
             self._report(ResizeProgress("done", f"buckets {self.target}..{self.extent - 1} are empty", self.moved))
             return True
@@ -172,8 +172,8 @@ class PostgresResize:
         target = self.target
 
         def body(session: Session) -> bool:
-            session.fetch_one("buckets_lock_get")
-            left = session.fetch_one("task_count_beyond", {"bucket_count": target})
+            session.fetch_row("buckets_lock_get")
+            left = session.fetch_row("task_count_beyond", {"bucket_count": target})
             if left["movable"] or left["leased"]:
                 return False
             session.execute("lease_delete_beyond", {"bucket_count": target})

@@ -33,6 +33,12 @@ max_attempts outside 1…10000. The job then fails with :class:`shardq.errors.In
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import fields as dc_fields
@@ -89,9 +95,9 @@ class Field:
     accepts: tuple[str, ...]  # Spark type names (DataType.typeName()) accepted in the input
     cast_to: str  # Spark SQL type it is cast to before the write
     #: (column) -> list of (bad-value condition, message) pairs checked on every row
-    checks: Callable[[object], list[tuple[object, str]]]
+    checks: Callable[[Column], list[tuple[Column, str]]]
     #: (column) -> string column feeding the content hash ('' for NULL)
-    fingerprint: Callable[[object], object]
+    fingerprint: Callable[[Column], Column]
 
 
 _INTEGERS = ("byte", "short", "integer", "long")
@@ -103,10 +109,10 @@ _NUMBERS = _INTEGERS + ("float", "double", "decimal")
 def _fields(payload_limit: int) -> dict[str, Field]:
     from pyspark.sql import functions as F
 
-    def empty_if_null(expr):
+    def empty_if_null(expr: Column) -> Column:
         return F.coalesce(expr, F.lit(""))
 
-    def key_checks(c, what: str):
+    def key_checks(c: Column, what: str) -> list[tuple[Column, str]]:
         """The rules shardq.validation applies to a dedupe or exclusive key."""
         return [
             (F.length(c) == 0, f"{what} is empty"),
@@ -164,7 +170,7 @@ def _fields(payload_limit: int) -> dict[str, Field]:
     }
 
 
-def check_columns(schema, columns: TaskColumns) -> dict[str, str]:
+def check_columns(schema: StructType, columns: TaskColumns) -> dict[str, str]:
     """Check that every mapped column exists with an accepted type; return field -> column.
 
     Raises :class:`InvalidTaskFrame` naming the column, its type and what is accepted."""
@@ -194,7 +200,7 @@ def check_columns(schema, columns: TaskColumns) -> dict[str, str]:
 
 
 def stage_frame(
-    df,
+    df: DataFrame,
     *,
     queue: str,
     run_id: str,
@@ -202,7 +208,7 @@ def stage_frame(
     columns: TaskColumns,
     skip_chunks: frozenset[int] = frozenset(),
     payload_limit: int = validation.PAYLOAD_MAX_BYTES,
-):
+) -> DataFrame:
     """The staging rows for ``df``: ``chunk``, ``id`` and one column per mapped task field, cast
     to the staging types and checked. Rows of ``skip_chunks`` (merged by an earlier attempt) are
     left out. Lazy: nothing runs until the frame is written."""

@@ -23,10 +23,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from ..db import Dsn
 from ..errors import InvalidInput, SparkSetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DRIVER_CLASS = "org.postgresql.Driver"
 DEBIAN_JAR = Path("/usr/share/java/postgresql.jar")
@@ -178,7 +182,7 @@ def spark_session(
     app_name: str = "shardq",
     driver_memory: str = "1g",
     conf: dict[str, str] | None = None,
-):
+) -> SparkSession:
     """A local SparkSession set up for shardq (or the active one, which keeps its settings).
 
     Checks pyspark, Java and the JDBC driver first and says which is missing. Spark's web UI and
@@ -216,7 +220,7 @@ def spark_session(
     return session
 
 
-def check_driver_loadable(spark) -> None:
+def check_driver_loadable(spark: SparkSession) -> None:
     """Raise :class:`SparkSetupError` unless ``org.postgresql.Driver`` loads in ``spark``'s JVM.
     (Skipped for sessions without a local JVM, e.g. Spark Connect: the write reports it then.)"""
     try:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import validation
 from ..config import resolve_dsn
@@ -19,6 +20,11 @@ from . import frame as frame_module
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
 from .ledger import MergeOutcome, SparkLedger, merge_chunks, stage_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .jdbc import JdbcTarget
 
 log = logging.getLogger("shardq.spark")
 
@@ -97,7 +103,7 @@ def _run_id(run_id: str) -> str:
 
 
 def enqueue_dataframe(
-    df,
+    df: DataFrame,
     queue: str,
     *,
     run_id: str,
@@ -193,7 +199,7 @@ def enqueue_dataframe(
     )
 
 
-def _write(rows, stage: str, target, options: WriteOptions) -> None:
+def _write(rows: DataFrame, stage: str, target: JdbcTarget, options: WriteOptions) -> None:
     """Append ``rows`` to the existing staging table (Spark issues no DDL in append mode)."""
     # At most `partitions` write tasks (each one JDBC connection), without another shuffle: a
     # repartition (or a sort by chunk, which would keep each chunk's rows on fewer pages of
@@ -318,7 +324,7 @@ def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskCo
     return f"input-{digest.hexdigest()[:32]}"
 
 
-def read_input(spark, path: str | os.PathLike, fmt: str):
+def read_input(spark: SparkSession, path: str | os.PathLike[str], fmt: str) -> DataFrame:
     """Read a parquet, CSV (with a header row; types inferred) or JSON-lines input."""
     root = Path(path).expanduser()
     if not root.exists():

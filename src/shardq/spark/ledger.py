@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .. import exclusive
 from ..db import Session
 from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
-from .. import exclusive
 from ..models import RANK_SCHEDULED, NewTask
 from ..store import TaskStore
 
@@ -110,7 +110,7 @@ class SparkLedger:
             self.session.execute_ddl("spark_stage_index", identifiers={"stage": stage})
 
     def stage_rows(self, stage: str) -> int:
-        return int(self.session.fetch_one("spark_stage_rows", identifiers={"stage": stage})["n"])
+        return int(self.session.fetch_row("spark_stage_rows", identifiers={"stage": stage})["n"])
 
     def stage_drop(self, stage: str) -> None:
         if not _STAGE_NAME.match(stage):
