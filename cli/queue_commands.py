@@ -56,8 +56,10 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 
 
 @cli.command("work")
-@click.argument("queues", nargs=-1, required=True)
-@click.option("--handler", "handler_spec", required=True, metavar="MODULE:FUNCTION", help="The function called with each task.")
+@click.argument("queues", nargs=-1)
+@click.option("--handler", "handler_spec", default=None, metavar="MODULE:FUNCTION", help="The function called with each task.")
+@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
+              help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Handler threads.")
 @click.option("--batch", type=int, default=100, show_default=True, help="Tasks per claim statement.")
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
@@ -73,15 +75,28 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--listen/--no-listen", default=True, show_default=True,
               help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
 @click.pass_context
-def work(ctx, queues, handler_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
+def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
          metrics_host, statement_timeout, listen) -> None:
-    """Run HANDLER over tasks of QUEUES until stopped (SIGTERM/SIGINT stop gracefully)."""
+    """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
+    gracefully)."""
     from shardq.runner import EarlySignals, run_worker
 
+    if (handler_spec is None) == (app_spec is None):
+        raise click.UsageError("give exactly one of --handler MODULE:FUNCTION and --app MODULE:APP")
+    if handler_spec is not None and not queues:
+        raise click.UsageError("name the QUEUES a --handler works on")
     signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
+    from shardq.app import load_app
     from shardq.handlers import load_handler
 
-    handler = load_handler(handler_spec)
+    if app_spec is not None:
+        app = load_app(app_spec)
+        handler = app.dispatch
+        queues = tuple(queues) or tuple(app.queues())
+        if not queues:
+            raise click.UsageError(f"the app {app_spec} declares no tasks: nothing to work on")
+    else:
+        handler = load_handler(handler_spec)
     stats = run_worker(
         client_from(ctx),
         list(queues),

@@ -15,6 +15,8 @@ GOALS = {
     "depth_ratio": 0.9,
     "reaper_ratio": 1.5,  # at most this much slower among 100x the rows: cost follows expired leases
     "spark_ratio": 0.7,
+    "app_vs_bare": 0.9,
+    "defer_vs_enqueue": 0.9,
 }
 
 
@@ -114,6 +116,17 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         rows.append(("Spark JDBC → shardq / plain-table append", f"≥ {GOALS['spark_ratio']}", _f(spark["ratio"], 2),
                      spark["ratio"] >= GOALS["spark_ratio"],
                      f"{spark.get('rows', 0):,} rows, loadtest/spark_enqueue.py{bound}"))
+    api = results.get("task-api")
+    if api and "drains" in api:
+        ratio = api["app_over_bare_paired"]
+        rows.append(("task API: app dispatch / bare handler drain (paired median)", f"≥ {GOALS['app_vs_bare']}",
+                     _f(ratio, 2), ratio is not None and ratio >= GOALS["app_vs_bare"],
+                     f"{api['tasks']:,} tasks of {api['payload_bytes']} bytes, pairs "
+                     + ", ".join(_f(p["ratio"], 2) for p in api["drains"])))
+        ratio = api["defer_many_over_enqueue_many_paired"]
+        rows.append(("task API: defer_many / enqueue_many (paired median)", f"≥ {GOALS['defer_vs_enqueue']}",
+                     _f(ratio, 2), ratio >= GOALS["defer_vs_enqueue"],
+                     "pairs " + ", ".join(_f(p["ratio"], 2) for p in api["enqueues"])))
     chaos = results.get("chaos")
     if chaos and "lost" in chaos:
         rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
@@ -199,6 +212,7 @@ def write(results: dict, out: Path) -> Path:
     parts += _idle_section(results.get("idle"), plots)
     parts += _depth_section(results.get("depth"), plots)
     parts += _enqueue_section(results.get("enqueue"), plots)
+    parts += _task_api_section(results.get("task-api"))
     parts += _chaos_section(results.get("chaos"), plots)
     errors = results.get("errors") or {}
     if errors:
@@ -370,6 +384,28 @@ def _enqueue_section(enqueue, plots) -> list[str]:
     if "enqueue" in plots:
         out += ["![enqueue](enqueue.png)", ""]
     return out
+
+
+def _task_api_section(api) -> list[str]:
+    if not api or "drains" not in api:
+        return []
+    drain_rows = [[i + 1, _f(p["bare"]["rate"]), _f(p["app"]["rate"]), _f(p["ratio"], 2)]
+                  for i, p in enumerate(api["drains"])]
+    enqueue_rows = [[i + 1, _f(p["enqueue_many"]), _f(p["defer_many"]), _f(p["ratio"], 2)]
+                    for i, p in enumerate(api["enqueues"])]
+    return [
+        "## Task API",
+        "",
+        f"The same {api['tasks']:,} tasks ({api['payload_bytes']}-byte JSON calls) drained by 4 worker processes "
+        "with a bare `fn(task)` handler and with `App.dispatch` (JSON decode, dispatch by name, keyword "
+        "call); then `AppTask.defer_many` (argument check and JSON encoding included) against "
+        "`Client.enqueue_many` of payloads of the same size. Pairs run in ABBA order.",
+        "",
+        _table(["pair", "bare tasks/s", "app tasks/s", "app / bare"], drain_rows),
+        "",
+        _table(["pair", "enqueue_many tasks/s", "defer_many tasks/s", "defer / enqueue"], enqueue_rows),
+        "",
+    ]
 
 
 def _chaos_section(chaos, plots) -> list[str]:

@@ -200,6 +200,61 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
     }
 
 
+# -- task API -------------------------------------------------------------------------------
+def task_api(bench: Bench, sizes: Sizes, log) -> dict:
+    """The task API's cost over the bytes API, paired in ABBA order like the burn-down: (1) a
+    drain of ``burn_tasks`` no-op tasks by 4 worker processes with a bare handler against the
+    same tasks dispatched by ``App.dispatch`` (JSON decode, dispatch by name; identical payload
+    bytes); (2) ``AppTask.defer_many`` against ``Client.enqueue_many`` of payloads of the same
+    size, ``enqueue_bulk`` tasks in chunks of 1,000."""
+    shardq = CONTENDERS["shardq"]
+    payloads = shardq_bench.app_payloads(sizes.burn_tasks)
+    drains = []
+    for rep in range(sizes.burn_reps):
+        pair = {}
+        for mode in ("bare", "app") if rep % 2 == 0 else ("app", "bare"):
+            url = bench.shardq_database(f"api_{mode}")
+            try:
+                shardq_bench.enqueue_payloads(url, payloads)
+                vacuum_analyze(url)
+                checkpoint(url)
+                spec = _worker_spec(url, drain=True, app=mode == "app")
+                cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
+                pair[mode] = _cell_summary(cell, left=shardq.pending(url))
+            finally:
+                bench.drop(url)
+            log(f"task-api drain rep {rep + 1} {mode}: {pair[mode]['rate']:,.0f} tasks/s")
+        pair["ratio"] = pair["app"]["rate"] / pair["bare"]["rate"] if pair["bare"]["rate"] else None
+        drains.append(pair)
+    enqueues = []
+    bulk_payloads = shardq_bench.app_payloads(sizes.enqueue_bulk)
+    for rep in range(max(2, sizes.burn_reps)):
+        pair = {}
+        for mode in ("enqueue_many", "defer_many") if rep % 2 == 0 else ("defer_many", "enqueue_many"):
+            url = bench.shardq_database(f"api_{mode}")
+            try:
+                if mode == "enqueue_many":
+                    seconds = shardq_bench.enqueue_payloads(url, bulk_payloads)
+                else:
+                    seconds = shardq_bench.defer_calls(url, sizes.enqueue_bulk)
+            finally:
+                bench.drop(url)
+            pair[mode] = sizes.enqueue_bulk / seconds
+            log(f"task-api enqueue rep {rep + 1} {mode}: {pair[mode]:,.0f} tasks/s")
+        pair["ratio"] = pair["defer_many"] / pair["enqueue_many"]
+        enqueues.append(pair)
+    drain_ratios = [p["ratio"] for p in drains if p["ratio"]]
+    enqueue_ratios = [p["ratio"] for p in enqueues]
+    return {
+        "tasks": sizes.burn_tasks,
+        "payload_bytes": len(payloads[0]),
+        "drains": drains,
+        "enqueues": enqueues,
+        "app_over_bare_paired": statistics.median(drain_ratios) if drain_ratios else None,
+        "defer_many_over_enqueue_many_paired": statistics.median(enqueue_ratios),
+    }
+
+
 # -- steady state ---------------------------------------------------------------------------
 def _steady_roles(name: str, url: str, rate: int, *, idle: bool = False, samples: int = 0):
     poll = name.endswith("+poll")  # shardq with LISTEN/NOTIFY off: polling only
@@ -660,6 +715,7 @@ SCENARIOS = {
     "idle": idle,
     "depth": depth_and_reaper,
     "enqueue": enqueue,
+    "task-api": task_api,
     "chaos": chaos,
 }
 

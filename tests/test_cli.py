@@ -222,3 +222,49 @@ def test_cancel_by_id(shardq_cli):
     assert shardq_cli("cancel", str(row["id"])).stdout.strip() == "cancelled 1"
     missing = shardq_cli("cancel", str(row["id"]), check=False)
     assert missing.returncode == 1 and "not found" in missing.stdout
+
+
+APP_MODULE = textwrap.dedent(
+    """
+    import os
+    import shardq
+
+    app = shardq.App(os.environ["SHARDQ_DSN"])
+    not_an_app = 42
+
+    @app.task(queue="pictures")
+    def resize(path: str, width: int) -> None:
+        with open(os.environ["SHARDQ_TEST_OUT"] + f".{os.getpid()}", "a") as out:
+            out.write(f"{path}:{width}\\n")
+
+    @app.task(name="mail.send", queue="mail")
+    def send(to: str) -> None:
+        with open(os.environ["SHARDQ_TEST_OUT"] + f".{os.getpid()}", "a") as out:
+            out.write(f"mail:{to}\\n")
+    """
+)
+
+
+def test_work_with_an_app_runs_every_queue_of_its_tasks_by_name(shardq_cli):
+    (shardq_cli.tmp / "app_for_test.py").write_text(APP_MODULE)
+    from shardq.arguments import encode_call
+
+    shardq_cli.db.client.enqueue("pictures", encode_call("app_for_test.resize", {"path": "a.png", "width": 64}))
+    shardq_cli.db.client.enqueue("mail", encode_call("mail.send", {"to": "x@example.com"}))
+    out = shardq_cli("work", "--app", "app_for_test:app", "--until-empty").stdout
+    assert "processed 2" in out
+    assert sorted(seen_ids(shardq_cli.tmp)) == ["a.png:64", "mail:x@example.com"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["work", "q"], "exactly one of --handler"),
+    (["work", "q", "--handler", "handlers_for_test:record", "--app", "app_for_test:app"], "exactly one of --handler"),
+    (["work", "--handler", "handlers_for_test:record"], "name the QUEUES"),
+    (["work", "--app", "app_for_test:not_an_app"], "not a shardq.App"),
+    (["work", "--app", "no_such_module:app"], "cannot import app module"),
+])
+def test_work_refuses_a_bad_handler_or_app_with_one_line_and_exit_2(shardq_cli, args, words):
+    (shardq_cli.tmp / "app_for_test.py").write_text(APP_MODULE)
+    result = shardq_cli(*args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr

@@ -86,7 +86,7 @@ def test_acks_and_retries_look_each_row_up_by_its_whole_key(crdb_db):
             "exec_times": ["2026-01-01T00:00:00Z"] * 3, "ids": [uuid.uuid4() for _ in range(3)],
             "tokens": [uuid.uuid4() for _ in range(3)]}
     for name, extra in (("task_ack_many", {}),
-                        ("task_retry_many", {"delays": [0.0] * 3, "errors": ["e"] * 3, "require_expired": False,
+                        ("task_retry_many", {"delays": [0.0] * 3, "refunds": [0] * 3, "errors": ["e"] * 3, "require_expired": False,
                                              "scheduled_rank": 0})):
         plan = explain(crdb_db, name, {**keys, **extra})
         assert not COCKROACHDB.plan_reads_whole_table(plan), plan

@@ -35,6 +35,47 @@ def enqueue_many(url: str, n: int, chunk: int = 1000, payload: bytes = b"x" * 16
         return time.perf_counter() - t0
 
 
+#: The app the task-API cells run: one no-op task, dispatched by name from its JSON payload.
+APP_TASK = "bench.noop"
+
+
+def app_payloads(n: int) -> list[bytes]:
+    """Payloads of ``n`` calls of :data:`APP_TASK` as ``defer`` writes them; the bare-handler
+    cells enqueue the same bytes, so both paths move payloads of one size."""
+    from shardq.arguments import encode_call
+
+    return [encode_call(APP_TASK, {"n": i, "label": "bench"}) for i in range(n)]
+
+
+def enqueue_payloads(url: str, payloads: list[bytes], chunk: int = 1000) -> float:
+    """Seconds for ``Client.enqueue_many`` of these payloads in chunks of ``chunk``."""
+    with shardq.connect(url) as client:
+        client.store.queue_ensure(QUEUE)
+        t0 = time.perf_counter()
+        for start in range(0, len(payloads), chunk):
+            client.enqueue_many(QUEUE, payloads[start:start + chunk], batch_size=chunk)
+        return time.perf_counter() - t0
+
+
+def defer_calls(url: str, n: int, chunk: int = 1000) -> float:
+    """Seconds for ``AppTask.defer_many`` of ``n`` calls in chunks of ``chunk`` (argument check
+    and JSON encoding included, as a user pays them)."""
+    app = shardq.App(url)
+
+    @app.task(name=APP_TASK, queue=QUEUE)
+    def noop(n: int, label: str) -> None: ...
+
+    try:
+        app.client.store.queue_ensure(QUEUE)
+        calls = [{"n": i, "label": "bench"} for i in range(n)]
+        t0 = time.perf_counter()
+        for start in range(0, n, chunk):
+            noop.defer_many(calls[start:start + chunk])
+        return time.perf_counter() - t0
+    finally:
+        app.close()
+
+
 def enqueue_single(url: str, n: int, payload: bytes = b"x" * 16) -> float:
     with shardq.connect(url) as client:
         producer = Producer(client.store)
@@ -62,6 +103,14 @@ def worker(spec: dict, ctl: Control) -> dict:
     if latency:
         def handler(task) -> None:
             rec.hit(unstamp(task.payload)[0], task.created_at.timestamp())
+    elif spec.get("app"):  # the task API: JSON decode, signature, dispatch by name
+        app = shardq.App(spec["url"])
+
+        @app.task(name=APP_TASK, queue=QUEUE)
+        def noop(n: int, label: str) -> None:
+            rec.hit()
+
+        handler = app.dispatch
     else:
         def handler(task) -> None:
             rec.hit()

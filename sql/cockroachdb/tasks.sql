@@ -71,16 +71,19 @@ RETURNING t.id
 -- name: task_retry_many
 -- Put leased tasks back at now() + delay (scheduled, or ready at once for a zero delay) with the
 -- error text, fenced by token (and by expiry when the reaper asks).
+-- A refund (0 or 1 per task) gives back the attempt the claim charged: a handler that asked for
+-- its retry (shardq.Retry) has not used one.
 UPDATE shardq_tasks AS t
 SET state = CASE WHEN k.delay > 0 THEN 'scheduled' ELSE 'ready' END,
     rank = CASE WHEN k.delay > 0 THEN %(scheduled_rank)s ELSE t.priority END,
     exec_time = now() + k.delay * INTERVAL '1 second',
     lease_token = NULL,
     lease_expires_at = NULL,
+    attempts = t.attempts - k.refund,
     last_error = k.error
 FROM unnest(%(states)s::STRING[], %(queues)s::STRING[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[], %(ids)s::UUID[],
-            %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(errors)s::STRING[])
-     AS k(state, queue, rank, exec_time, id, token, delay, error)
+            %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(refunds)s::INT4[], %(errors)s::STRING[])
+     AS k(state, queue, rank, exec_time, id, token, delay, refund, error)
 WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
   AND t.id = k.id AND t.lease_token = k.token
   AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())

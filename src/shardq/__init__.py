@@ -3,6 +3,7 @@
 Start with :func:`connect`; see the README for the guarantees and the command line.
 """
 
+from .app import App, AppTask, TaskContext
 from .client import Client, connect
 from .consumer import Consumer, Task
 from .errors import (
@@ -17,6 +18,7 @@ from .errors import (
     Permanent,
     QueuePaused,
     ResizeInProgress,
+    Retry,
     SerializationConflict,
     ShardLayoutChanged,
     ShardqError,
@@ -31,6 +33,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousResult",
+    "App",
+    "AppTask",
     "Client",
     "Consumer",
     "DatabaseError",
@@ -50,12 +54,14 @@ __all__ = [
     "ReaperConfig",
     "ResizeInProgress",
     "ResizeResult",
+    "Retry",
     "SerializationConflict",
     "ShardLayoutChanged",
     "ShardqError",
     "StatementTimeout",
     "Stats",
     "Task",
+    "TaskContext",
     "TaskNotFound",
     "Worker",
     "WorkerConfig",

@@ -22,7 +22,7 @@ from . import admin, validation
 from . import migrate as migrate_module
 from . import resize as resize_module
 from .config import resolve_dsn
-from .db import Dsn, Session
+from .db import Dsn, Session, borrow
 from .errors import DatabaseError
 from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .notify import Notifier
@@ -104,14 +104,31 @@ class Client:
         max_attempts: int | None = None,
         priority: int = 0,
         exclusive_key: str | None = None,
+        connection: object | None = None,
     ) -> EnqueueResult:
-        return Producer(self.store, notifier=self.notifier).enqueue(
+        """Enqueue one task (see :meth:`shardq.producer.Producer.enqueue`). With ``connection``
+        (a psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the
+        task is written on that connection inside its transaction and nothing is committed: the
+        task exists exactly when the caller commits (see :class:`shardq.db.BorrowedSession`)."""
+        return self._producer(connection).enqueue(
             queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts,
             priority=priority, exclusive_key=exclusive_key,
         )
 
-    def enqueue_many(self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = 1000) -> EnqueueResult:
-        return Producer(self.store, notifier=self.notifier).enqueue_many(queue, tasks, batch_size=batch_size)
+    def enqueue_many(
+        self,
+        queue: str,
+        tasks: Iterable[NewTask | bytes | str],
+        *,
+        batch_size: int = 1000,
+        connection: object | None = None,
+    ) -> EnqueueResult:
+        """Enqueue many tasks, ``batch_size`` per statement; ``connection`` as for :meth:`enqueue`."""
+        return self._producer(connection).enqueue_many(queue, tasks, batch_size=batch_size)
+
+    def _producer(self, connection: object | None) -> Producer:
+        store = self.store if connection is None else TaskStore(borrow(connection))
+        return Producer(store, notifier=self.notifier)
 
     # -- consuming --------------------------------------------------------------------------
     def worker(

@@ -108,6 +108,22 @@ class Permanent(Exception):
     """
 
 
+class Retry(Exception):
+    """Raise from a handler to run the task again in ``in_seconds`` without using an attempt.
+
+    The task goes back to the queue as scheduled (or ready at once for 0) with its attempt
+    refunded, so a task that keeps asking to be retried is never dead-lettered for it. Like
+    :class:`Permanent`, it is user code's request, not a :class:`ShardqError`.
+    """
+
+    def __init__(self, in_seconds: float = 0.0, reason: str = "") -> None:
+        if isinstance(in_seconds, bool) or not isinstance(in_seconds, (int, float)) or not in_seconds >= 0:
+            raise InvalidInput("Retry(in_seconds=…) must be a number of seconds, 0 or more")
+        self.in_seconds = float(in_seconds)
+        self.reason = reason
+        super().__init__(reason or f"retry requested in {self.in_seconds:g} s")
+
+
 class SparkSetupError(ShardqError):
     """Spark cannot run the bulk enqueue here: pyspark, Java 17+ or the PostgreSQL JDBC driver is missing."""
 

@@ -46,6 +46,11 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         return NewTask(payload=validation.payload(task, limit=payload_limit))
     if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
+    if (task.delay is None and task.run_at is None and task.dedupe_key is None and task.max_attempts is None
+            and task.exclusive_key is None and task.priority == 0):
+        # Only the payload to check (the task API's usual call): the defaults are valid.
+        payload = validation.payload(task.payload, limit=payload_limit)
+        return task if payload is task.payload else NewTask(payload=payload)
     if task.delay is not None and task.run_at is not None:
         raise InvalidInput("give either delay or run_at, not both")
     return NewTask(

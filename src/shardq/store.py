@@ -236,6 +236,10 @@ class TaskStore:
         at once for a queue this store has not counted before, else at most every
         :data:`ENQUEUE_COUNT_SECONDS` (one statement for all queues). Call it outside a
         transaction. Never raises for the counters' sake: a failed write keeps the counts."""
+        if self.session.borrowed:
+            # On a caller's connection the tasks exist only if the caller commits, and a counter
+            # row written there would be locked until then: these enqueues are not counted.
+            return
         if count:
             self._uncounted[queue] = self._uncounted.get(queue, 0) + count
         if not self._uncounted:
@@ -336,10 +340,19 @@ class TaskStore:
         return lost
 
     def task_retry_many(
-        self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *, require_expired: bool
+        self,
+        items: Sequence[Fenced],
+        delays: Sequence[float],
+        errors: Sequence[str | None],
+        *,
+        require_expired: bool,
+        refund: bool = False,
     ) -> set[uuid.UUID]:
+        """Put leased tasks back at now() + delay with their error text. With ``refund`` the
+        attempt each claim charged is given back (the handler asked for the retry)."""
         params = _key_arrays(items)
-        params.update(delays=list(delays), errors=list(errors), require_expired=require_expired)
+        params.update(delays=list(delays), errors=list(errors), require_expired=require_expired,
+                      refunds=[1 if refund else 0] * len(items))
         return {row["id"] for row in self.session.fetch_all("task_retry_many", params, resend_ambiguous=True)}
 
     def task_bury_many(

@@ -86,7 +86,7 @@ from . import backoff, exclusive, notify, validation
 from . import stats as stats_module
 from .consumer import Consumer, Task, fenced
 from .db import Session
-from .errors import DatabaseError, Permanent
+from .errors import DatabaseError, Permanent, Retry
 from .models import ClaimedTask
 from .store import Fenced, TaskStore, WholeClaim
 
@@ -213,8 +213,10 @@ class _InFlight:
     local_deadline: float
     claim: _Claim
     running: bool = False
-    kind: str = "ack"  # the outcome: "ack" | "fail" | "release"
+    kind: str = "ack"  # the outcome: "ack" | "fail" | "release" | "reschedule" (shardq.Retry)
     error: str | None = None
+    #: seconds until a rescheduled task runs again (kind "reschedule")
+    delay: float = 0.0
     permanent: bool = False
     #: how long the handler ran (None: it did not run)
     seconds: float | None = None
@@ -509,6 +511,8 @@ class Worker:
                     handler(Task(entry.claimed, extend))
                 except Permanent as exc:
                     entry.kind, entry.error, entry.permanent = "fail", _describe(exc), True
+                except Retry as exc:
+                    entry.kind, entry.error, entry.delay = "reschedule", _describe(exc), exc.in_seconds
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                     self.stats.add(handler_errors=1)
                     entry.kind, entry.error = "fail", _describe(exc)
@@ -635,12 +639,17 @@ class Worker:
         keyed_acks: list[_InFlight] = []
         fails: list[_InFlight] = []
         releases: list[_InFlight] = []
+        reschedules: list[_InFlight] = []
         handled: dict[str, list[float]] = {}
         for o in outcomes:
             if o.kind == "ack":
                 (acks if o.claimed.exclusive_key is None else keyed_acks).append(o)
+            elif o.kind == "fail":
+                fails.append(o)
+            elif o.kind == "reschedule":
+                reschedules.append(o)
             else:
-                (fails if o.kind == "fail" else releases).append(o)
+                releases.append(o)
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
         self._settled_counts = {}
@@ -657,6 +666,14 @@ class Worker:
             steps.append(release)
         if fails:
             steps.append(lambda store: self._settle_failures(store, fails))
+        if reschedules:
+            def reschedule(store: TaskStore) -> None:
+                done = store.task_retry_many(
+                    [fenced(o.claimed) for o in reschedules], [o.delay for o in reschedules],
+                    [o.error for o in reschedules], require_expired=False, refund=True,
+                )
+                self._count(reschedules, done, "retried")
+            steps.append(reschedule)
         if keyed_acks:
             def ack_keyed(store: TaskStore) -> None:
                 done = self._remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))

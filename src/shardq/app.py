@@ -1,0 +1,318 @@
+"""Tasks declared as Python functions, called with arguments, run by name.
+
+::
+
+    app = shardq.App()                       # dsn=None: $SHARDQ_DSN, else the embedded server
+
+    @app.task                                # name "module.function", queue "default"
+    def resize_image(path: str, width: int) -> None: ...
+
+    @app.task(name="emails.send", queue="emails", priority=-5, max_attempts=5, pass_context=True)
+    def send(ctx: shardq.TaskContext, to: str, when: datetime) -> None: ...
+
+    resize_image("a.png", 64)                         # a plain call, as ever
+    task_id = resize_image.defer(path="a.png", width=64)
+    resize_image.configure(delay=30, connection=conn).defer(path="b.png", width=32)
+    resize_image.defer_many([{"path": "c.png", "width": 8}, {"path": "d.png", "width": 8}])
+    app.work(until_empty=True)                       # run what is due, in this process
+
+Guarantees
+    * ``defer`` checks the keyword arguments against the function's signature and their types
+      against what a payload can carry (:mod:`shardq.arguments`) before anything is written:
+      a missing, unknown or unstorable argument is :class:`~shardq.errors.InvalidInput`.
+    * The handler receives the arguments as they were given: ``datetime`` (aware or naive),
+      ``date``, ``UUID`` and ``Decimal`` come back as the same types with equal values.
+    * With ``connection=`` the task is written on the caller's connection inside its transaction
+      and nothing is committed (:class:`shardq.db.BorrowedSession`): rolled back, no task;
+      committed, it runs. Such enqueues are not counted in the enqueue rate of ``stats``.
+    * A worker running the app (``shardq work --app mod:app``, :meth:`App.work`) dispatches by
+      task name. A task whose name it does not know is dead-lettered at once with the reason
+      ``unknown task 'NAME'``, one whose payload is not a task call (bytes written into an app's
+      queue) with ``payload is not valid task JSON: …``; neither is retried. Raising
+      :class:`~shardq.errors.Retry` reschedules without using an attempt;
+      :class:`~shardq.errors.Permanent` dead-letters; anything else retries with backoff.
+
+Does not
+    * take positional arguments in ``defer`` (keyword arguments only: they are stored by name);
+    * run async functions yet (they are refused at declaration);
+    * deduplicate calls: give ``dedupe_key=`` for that (``defer`` then returns None for a call
+      whose key is live).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from . import validation
+from .arguments import decode_call, encode_call
+from .client import Client, connect
+from .consumer import Task
+from .db import Dsn
+from .errors import InvalidInput, Permanent
+from .models import NewTask
+from .worker import WorkerStats
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a ``pass_context=True`` task receives first: ``id``, ``queue``, ``attempt``
+    (1-based), ``task`` (its name) and ``enqueued_at``; :meth:`extend` renews the lease."""
+
+    id: str
+    queue: str
+    attempt: int
+    task: str
+    enqueued_at: dt.datetime
+    _handle: Task
+
+    def extend(self, seconds: float) -> dt.datetime:
+        """Renew this task's lease to now + ``seconds``; see :meth:`shardq.Task.extend`."""
+        return self._handle.extend(seconds)
+
+
+#: Per-call options of :meth:`AppTask.configure`, with what each means.
+CALL_OPTIONS = ("delay", "run_at", "priority", "dedupe_key", "exclusive_key", "queue", "max_attempts", "connection")
+
+
+class Deferral(Generic[P, R]):
+    """An :class:`AppTask` with per-call options fixed: ``delay`` (seconds) or ``run_at`` (aware
+    datetime), ``priority``, ``dedupe_key``, ``exclusive_key``, ``queue``, ``max_attempts`` and
+    ``connection`` (write inside the caller's transaction)."""
+
+    def __init__(self, task: AppTask[P, R], options: Mapping[str, Any]) -> None:
+        unknown = set(options) - set(CALL_OPTIONS)
+        if unknown:
+            raise InvalidInput(f"{task.name}: unknown option(s) {', '.join(sorted(unknown))}")
+        self.task = task
+        self.options = dict(options)
+
+    def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:
+        self.task.check_arguments(arguments)
+        payload = encode_call(self.task.name, dict(arguments))
+        options = self.options
+        return NewTask(
+            payload,
+            delay=options.get("delay"),
+            run_at=options.get("run_at"),
+            dedupe_key=options.get("dedupe_key"),
+            max_attempts=options.get("max_attempts", self.task.max_attempts),
+            priority=options.get("priority", self.task.priority),
+            exclusive_key=options.get("exclusive_key"),
+        )
+
+    def defer(self, **arguments: Any) -> str | None:
+        """Enqueue one call; returns its task id (None when ``dedupe_key`` matched a live task)."""
+        ids = self.defer_many([arguments])
+        return ids[0]
+
+    def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
+        """Enqueue many calls in one statement per batch of 1,000; every call is checked before
+        the first is written. Returns their ids in order (None for a live ``dedupe_key``)."""
+        tasks = [self._new_task(arguments) for arguments in calls]
+        queue = validation.queue_name(self.options.get("queue", self.task.queue))
+        result = self.task.app.client.enqueue_many(queue, tasks, connection=self.options.get("connection"))
+        if not result.duplicate_keys:
+            return list(result.enqueued_ids)
+        # Map back in order. enqueue_many returns the ids of the tasks it inserted, in order, and
+        # the keys of the ones a live dedupe key skipped. Of the calls sharing a key, at most the
+        # first was inserted (a key live before the batch skips them all; within one statement
+        # the first row wins), so per key the first (calls - skipped) calls have ids.
+        skipped = Counter(result.duplicate_keys)
+        remaining = Counter(t.dedupe_key for t in tasks if t.dedupe_key is not None)
+        for key in remaining:
+            remaining[key] -= skipped[key]
+        enqueued = iter(result.enqueued_ids)
+        ids: list[str | None] = []
+        for t in tasks:
+            if t.dedupe_key is None or remaining[t.dedupe_key] > 0:
+                if t.dedupe_key is not None:
+                    remaining[t.dedupe_key] -= 1
+                ids.append(next(enqueued))
+            else:
+                ids.append(None)
+        return ids
+
+
+class AppTask(Generic[P, R]):
+    """A function declared with ``@app.task``: call it to run it here, :meth:`defer` to enqueue
+    it. ``name``, ``queue``, ``priority`` and ``max_attempts`` are its defaults."""
+
+    def __init__(
+        self,
+        app: App,
+        function: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int | None,
+        pass_context: bool,
+    ) -> None:
+        self.app = app
+        self.function: Callable[..., R] = function
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.pass_context = pass_context
+        signature = inspect.signature(function)
+        parameters = list(signature.parameters.values())
+        if pass_context:
+            if not parameters:
+                raise InvalidInput(f"task {name}: pass_context=True needs a first parameter for the context")
+            parameters = parameters[1:]
+        self._signature = signature.replace(parameters=parameters)
+        # What a keyword call may carry, for the fast check in check_arguments; the signature's
+        # own bind() runs only to word the refusal (it costs as much as encoding the call).
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._accepted = frozenset(p.name for p in parameters if p.kind in keyword)
+        self._required = frozenset(p.name for p in parameters if p.kind in keyword and p.default is p.empty)
+        self._open = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        self._fast_check = not any(
+            p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is p.empty for p in parameters
+        )
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.function(*args, **kwargs)
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """:class:`InvalidInput` unless ``arguments`` bind to the function's keyword parameters."""
+        if self._fast_check:
+            names = arguments.keys()
+            if self._required <= names and (self._open or names <= self._accepted):
+                return
+        try:
+            self._signature.bind(**arguments)
+        except TypeError as exc:
+            raise InvalidInput(f"{self.name}: {exc}") from None
+
+    def configure(self, **options: Any) -> Deferral[P, R]:
+        """This task with per-call options (see :class:`Deferral`)."""
+        return Deferral(self, options)
+
+    def defer(self, **arguments: Any) -> str | None:
+        """Enqueue a call with these keyword arguments; returns the task id."""
+        return Deferral(self, {}).defer(**arguments)
+
+    def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
+        """Enqueue many calls, one statement per batch; returns their ids in order."""
+        return Deferral(self, {}).defer_many(calls)
+
+    def run(self, handle: Task, arguments: dict[str, Any]) -> object:
+        """Run the function for a claimed task (the worker's side)."""
+        if self.pass_context:
+            context = TaskContext(handle.id, handle.queue, handle.attempt, self.name, handle.created_at, handle)
+            return self.function(context, **arguments)
+        return self.function(**arguments)
+
+    def __repr__(self) -> str:
+        return f"<shardq task {self.name} on {self.queue!r}>"
+
+
+class App:
+    """A set of tasks and the database they run on (``dsn``: a URL, or None for ``$SHARDQ_DSN``,
+    else the embedded PostgreSQL). Connects on first use; thread-safe to declare and defer."""
+
+    def __init__(self, dsn: str | Dsn | None = None) -> None:
+        self._dsn = dsn
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        self.tasks: dict[str, AppTask[Any, Any]] = {}
+
+    @property
+    def client(self) -> Client:
+        """The :class:`~shardq.Client` the app enqueues and works through."""
+        with self._lock:
+            if self._client is None:
+                self._client = connect(self._dsn)
+            return self._client
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        pass_context: bool = False,
+    ) -> Any:
+        """Declare a task, as ``@app.task`` or ``@app.task(name=…, queue=…, priority=…,
+        max_attempts=…, pass_context=…)``. The name defaults to ``module.function``; a name
+        declared twice is :class:`InvalidInput`."""
+        validation.queue_name(queue)
+        validation.priority(priority)
+        if max_attempts is not None:
+            validation.positive_int(max_attempts, "max_attempts", maximum=10_000)
+
+        def declare(fn: Callable[..., Any]) -> AppTask[Any, Any]:
+            if inspect.iscoroutinefunction(fn):
+                raise InvalidInput(f"{fn.__qualname__}: async tasks are not supported yet")
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if not task_name or len(task_name) > validation.QUEUE_NAME_MAX:
+                raise InvalidInput(f"task name must be 1..{validation.QUEUE_NAME_MAX} characters")
+            declared: AppTask[Any, Any] = AppTask(self, fn, name=task_name, queue=queue, priority=priority,
+                               max_attempts=max_attempts, pass_context=pass_context)
+            with self._lock:
+                if task_name in self.tasks:
+                    raise InvalidInput(f"a task named {task_name!r} is already declared")
+                self.tasks[task_name] = declared
+            return declared
+
+        return declare(function) if function is not None else declare
+
+    def queues(self) -> list[str]:
+        """Every queue the app's tasks use, sorted."""
+        return sorted({t.queue for t in self.tasks.values()})
+
+    def dispatch(self, handle: Task) -> object:
+        """The worker's handler: run the task the payload names with its arguments."""
+        try:
+            name, arguments = decode_call(handle.payload)
+        except ValueError as exc:
+            raise Permanent(f"payload is not valid task JSON: {exc}") from None
+        declared = self.tasks.get(name)
+        if declared is None:
+            raise Permanent(f"unknown task '{name}'")
+        return declared.run(handle, arguments)
+
+    def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerStats:
+        """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's
+        tasks) until stopped, or with ``until_empty=True`` until nothing is due or in flight
+        (what a test suite wants after deferring). ``options`` are :class:`WorkerConfig`
+        fields. Returns the counts."""
+        chosen = list(queues) if queues is not None else self.queues()
+        if not chosen:
+            raise InvalidInput("the app declares no tasks: nothing to work on")
+        return self.client.work(chosen, self.dispatch, until_empty=until_empty, install_signal_handlers=False,
+                                **options)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def load_app(spec: str) -> App:
+    """The :class:`App` named by ``module:attribute`` (``shardq work --app``)."""
+    from .handlers import load_attribute  # the same import rules as --handler
+
+    found = load_attribute(spec, "app", "app")
+    if not isinstance(found, App):
+        raise InvalidInput(f"{spec!r} is a {type(found).__name__}, not a shardq.App")
+    return found

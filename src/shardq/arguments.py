@@ -1,0 +1,121 @@
+"""Task arguments as JSON: what ``@app.task`` functions take and how they travel in the payload.
+
+A deferred call is stored as the JSON object ``{"task": NAME, "args": {ARG: VALUE, …}}`` (UTF-8).
+Values are JSON's own (``str``, ``int``, ``float`` — finite —, ``bool``, ``None``, ``list``,
+``dict`` with ``str`` keys) plus four types that come back as themselves with equal values:
+
+==================  ================================================================
+``datetime``        aware or naive (naive stays naive; a ``zoneinfo`` zone comes back as that zone,
+                    any other tzinfo as its fixed offset); ``{"$shardq": "datetime", "v": ISO 8601}``
+``date``            ``{"$shardq": "date", "v": "YYYY-MM-DD"}``
+``UUID``            ``{"$shardq": "uuid", "v": "…"}``
+``Decimal``         ``{"$shardq": "decimal", "v": "…"}`` (exact, as its string)
+==================  ================================================================
+
+Anything else (tuples, sets, bytes, objects, NaN, non-string keys, a dict that looks like a tag)
+is refused at encode time with :class:`~shardq.errors.InvalidInput` naming the argument, so
+nothing is written for a call that could not come back as it was made.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import uuid
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from .errors import InvalidInput
+
+TAG = "$shardq"
+_TAG_TEXT = f'"{TAG}"'
+# One encoder and decoder for every call: json.dumps/json.loads build or look one up each time and
+# sniff the encoding of bytes, which costs as much as the work itself for a small call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
+_PLAIN = (str, bool, int, type(None))
+
+
+def _encode(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"argument {where}: {value} is not a finite number")
+        return value
+    if isinstance(value, dt.datetime):  # before date: a datetime is a date
+        encoded = {TAG: "datetime", "v": value.isoformat()}
+        if isinstance(value.tzinfo, ZoneInfo):
+            encoded["zone"] = value.tzinfo.key  # the zone itself, not just this instant's offset
+        return encoded
+    if isinstance(value, dt.date):
+        return {TAG: "date", "v": value.isoformat()}
+    if isinstance(value, uuid.UUID):
+        return {TAG: "uuid", "v": str(value)}
+    if isinstance(value, Decimal):
+        return {TAG: "decimal", "v": str(value)}
+    if isinstance(value, list):
+        return [_encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        if TAG in value:
+            raise InvalidInput(f"argument {where}: a dict may not have the key {TAG!r} (shardq's own)")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"argument {where}: dict keys must be str, not {type(key).__name__}")
+            out[key] = _encode(item, f"{where}[{key!r}]")
+        return out
+    raise InvalidInput(
+        f"argument {where}: {type(value).__name__} cannot be stored as a task argument "
+        "(JSON values, datetime, date, UUID and Decimal can)"
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    if isinstance(value, dict):
+        kind = value.get(TAG)
+        if kind is None:
+            return {key: _decode(item) for key, item in value.items()}
+        text = value["v"]
+        if kind == "datetime":
+            moment = dt.datetime.fromisoformat(text)
+            return moment.astimezone(ZoneInfo(value["zone"])) if "zone" in value else moment
+        if kind == "date":
+            return dt.date.fromisoformat(text)
+        if kind == "uuid":
+            return uuid.UUID(text)
+        if kind == "decimal":
+            return Decimal(text)
+        raise ValueError(f"unknown shardq argument type {kind!r}")
+    return value
+
+
+def encode_call(task: str, arguments: dict[str, Any]) -> bytes:
+    """The payload of a call of ``task`` with keyword ``arguments``; refuses what would not come
+    back unchanged."""
+    args = {name: value if type(value) in _PLAIN else _encode(value, name) for name, value in arguments.items()}
+    return _ENCODER.encode({"task": task, "args": args}).encode()
+
+
+def decode_call(payload: bytes) -> tuple[str, dict[str, Any]]:
+    """(task name, keyword arguments) of a payload written by :func:`encode_call`. Raises
+    ``ValueError`` for a payload that is not one."""
+    try:
+        text = payload.decode() if isinstance(payload, (bytes, bytearray, memoryview)) else payload
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason})") from None
+    document = _DECODER.decode(text)
+    if not isinstance(document, dict) or not isinstance(document.get("task"), str):
+        raise ValueError("not a shardq task call (no task name)")
+    args = document.get("args", {})
+    if not isinstance(args, dict):
+        raise ValueError("not a shardq task call (args is not an object)")
+    if _TAG_TEXT not in text:  # no tagged value anywhere: JSON's own values are the arguments
+        return document["task"], args
+    return document["task"], {name: _decode(value) for name, value in args.items()}
