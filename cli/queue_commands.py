@@ -88,10 +88,12 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
     signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
     from shardq.app import load_app
     from shardq.handlers import load_handler
+    from shardq.worker import Handler, Resolver
 
+    handler: Handler | Resolver
     if app_spec is not None:
         app = load_app(app_spec)
-        handler = app.dispatch
+        handler = app
         queues = tuple(queues) or tuple(app.queues())
         if not queues:
             raise click.UsageError(f"the app {app_spec} declares no tasks: nothing to work on")

@@ -268,9 +268,8 @@ def test_task_declarations_are_checked(app):
         app.task(name="once")(lambda: None)
     with pytest.raises(InvalidInput):
         app.task(queue="bad queue")
-    with pytest.raises(InvalidInput, match="async"):
-        @app.task
-        async def coroutine() -> None: ...
+    with pytest.raises(InvalidInput, match="characters"):
+        app.task(name="x" * 300)(lambda: None)
 
 
 @settings(max_examples=60, deadline=None)
@@ -296,3 +295,24 @@ def test_encoded_calls_decode_to_equal_values_of_the_same_types(value):
         return a == b or (isinstance(a, Decimal) and str(a) == str(b))
 
     assert name == "t" and same(args["v"], value)
+
+
+def test_an_app_with_async_and_sync_tasks_runs_both(app, db):
+    import asyncio
+
+    seen = []
+
+    @app.task
+    async def fetch(url: str) -> None:
+        await asyncio.sleep(0.01)
+        seen.append(("async", url))
+
+    @app.task
+    def store(key: str) -> None:
+        seen.append(("sync", key))
+
+    fetch.defer(url="https://example.com")
+    store.defer(key="k")
+    counts = app.work(until_empty=True)
+    assert counts.acked == 2
+    assert sorted(seen) == [("async", "https://example.com"), ("sync", "k")]

@@ -24,6 +24,16 @@ HANDLERS = textwrap.dedent(
 
     def fail_forever(task):
         raise shardq.Permanent("payload is poison: " + task.payload.decode())
+
+    async def record_async(task):
+        import asyncio
+        await asyncio.sleep(0)
+        record(task)
+
+    class NotAFunction:
+        def __init__(self, task): ...
+
+    NOT_CALLABLE = 42
     """
 )
 
@@ -245,6 +255,13 @@ APP_MODULE = textwrap.dedent(
 )
 
 
+def test_work_runs_an_async_handler(shardq_cli):
+    ids = shardq_cli.db.client.enqueue_many("q", [b"a", b"b", b"c"]).enqueued_ids
+    out = shardq_cli("work", "q", "--handler", "handlers_for_test:record_async", "--until-empty").stdout
+    assert "processed 3" in out
+    assert sorted(seen_ids(shardq_cli.tmp)) == sorted(ids)
+
+
 def test_work_with_an_app_runs_every_queue_of_its_tasks_by_name(shardq_cli):
     (shardq_cli.tmp / "app_for_test.py").write_text(APP_MODULE)
     from shardq.arguments import encode_call
@@ -262,6 +279,8 @@ def test_work_with_an_app_runs_every_queue_of_its_tasks_by_name(shardq_cli):
     (["work", "--handler", "handlers_for_test:record"], "name the QUEUES"),
     (["work", "--app", "app_for_test:not_an_app"], "not a shardq.App"),
     (["work", "--app", "no_such_module:app"], "cannot import app module"),
+    (["work", "q", "--handler", "handlers_for_test:NotAFunction"], "is a class, not a function"),
+    (["work", "q", "--handler", "handlers_for_test:NOT_CALLABLE"], "is a int, not a function"),
 ])
 def test_work_refuses_a_bad_handler_or_app_with_one_line_and_exit_2(shardq_cli, args, words):
     (shardq_cli.tmp / "app_for_test.py").write_text(APP_MODULE)

@@ -8,13 +8,13 @@ import threading
 import pytest
 
 from shardq import notify
-from shardq import worker as worker_module
 from shardq.client import Client
 from shardq.db import Session
 from shardq.errors import DatabaseUnavailable
 from shardq.notify import Listener, Notifier
 from shardq.producer import Producer
 from shardq.store import TaskStore
+from shardq.worker import fetcher as worker_module
 
 
 class FakeClock:

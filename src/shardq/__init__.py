@@ -27,7 +27,7 @@ from .errors import (
 )
 from .models import EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .reaper import Reaper, ReaperConfig, ReapResult
-from .worker import Worker, WorkerConfig, WorkerStats
+from .worker import Worker, WorkerConfig, WorkerTotals
 
 __version__ = "0.1.0"
 
@@ -65,6 +65,6 @@ __all__ = [
     "TaskNotFound",
     "Worker",
     "WorkerConfig",
-    "WorkerStats",
+    "WorkerTotals",
     "connect",
 ]

@@ -34,7 +34,6 @@ Guarantees
 
 Does not
     * take positional arguments in ``defer`` (keyword arguments only: they are stored by name);
-    * run async functions yet (they are refused at declaration);
     * deduplicate calls: give ``dedupe_key=`` for that (``defer`` then returns None for a call
       whose key is live).
 """
@@ -47,6 +46,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import validation
@@ -56,7 +56,7 @@ from .consumer import Task
 from .db import Dsn
 from .errors import InvalidInput, Permanent
 from .models import NewTask
-from .worker import WorkerStats
+from .worker import WorkerTotals
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -173,6 +173,8 @@ class AppTask(Generic[P, R]):
                 raise InvalidInput(f"task {name}: pass_context=True needs a first parameter for the context")
             parameters = parameters[1:]
         self._signature = signature.replace(parameters=parameters)
+        #: an ``async def`` task: the worker awaits it on its event loop
+        self.is_async = inspect.iscoroutinefunction(function)
         # What a keyword call may carry, for the fast check in check_arguments; the signature's
         # own bind() runs only to word the refusal (it costs as much as encoding the call).
         keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -260,8 +262,6 @@ class App:
             validation.positive_int(max_attempts, "max_attempts", maximum=10_000)
 
         def declare(fn: Callable[..., Any]) -> AppTask[Any, Any]:
-            if inspect.iscoroutinefunction(fn):
-                raise InvalidInput(f"{fn.__qualname__}: async tasks are not supported yet")
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if not task_name or len(task_name) > validation.QUEUE_NAME_MAX:
                 raise InvalidInput(f"task name must be 1..{validation.QUEUE_NAME_MAX} characters")
@@ -279,8 +279,7 @@ class App:
         """Every queue the app's tasks use, sorted."""
         return sorted({t.queue for t in self.tasks.values()})
 
-    def dispatch(self, handle: Task) -> object:
-        """The worker's handler: run the task the payload names with its arguments."""
+    def _declared(self, handle: Task) -> tuple[AppTask[Any, Any], dict[str, Any]]:
         try:
             name, arguments = decode_call(handle.payload)
         except ValueError as exc:
@@ -288,9 +287,25 @@ class App:
         declared = self.tasks.get(name)
         if declared is None:
             raise Permanent(f"unknown task '{name}'")
+        return declared, arguments
+
+    def dispatch(self, handle: Task) -> object:
+        """Run the task the payload names with its arguments (sync tasks; for an async one this
+        returns its coroutine)."""
+        declared, arguments = self._declared(handle)
         return declared.run(handle, arguments)
 
-    def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerStats:
+    @property
+    def has_async(self) -> bool:
+        """Whether any task is ``async def`` (the worker then runs the app on an event loop)."""
+        return any(t.is_async for t in self.tasks.values())
+
+    def resolve(self, handle: Task) -> tuple[Callable[[], Any], bool]:
+        """The worker's dispatch: the call that runs ``handle``'s task, and whether it is async."""
+        declared, arguments = self._declared(handle)
+        return partial(declared.run, handle, arguments), declared.is_async
+
+    def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's
         tasks) until stopped, or with ``until_empty=True`` until nothing is due or in flight
         (what a test suite wants after deferring). ``options`` are :class:`WorkerConfig`
@@ -298,7 +313,7 @@ class App:
         chosen = list(queues) if queues is not None else self.queues()
         if not chosen:
             raise InvalidInput("the app declares no tasks: nothing to work on")
-        return self.client.work(chosen, self.dispatch, until_empty=until_empty, install_signal_handlers=False,
+        return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False,
                                 **options)
 
     def close(self) -> None:

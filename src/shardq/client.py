@@ -29,7 +29,7 @@ from .notify import Notifier
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
-from .worker import Handler, Worker, WorkerConfig, WorkerStats
+from .worker import Handler, Resolver, Worker, WorkerConfig, WorkerTotals
 
 log = logging.getLogger("shardq.client")
 
@@ -134,7 +134,7 @@ class Client:
     def worker(
         self,
         queues: Sequence[str],
-        handler: Handler,
+        handler: Handler | Resolver,
         *,
         on_event: Callable[[str, ClaimedTask | None, dict[str, Any]], None] | None = None,
         events: Collection[str] | None = None,
@@ -151,8 +151,8 @@ class Client:
                       events=events)
 
     def work(
-        self, queues: Sequence[str], handler: Handler, *, install_signal_handlers: bool = True, **options: Any
-    ) -> WorkerStats:
+        self, queues: Sequence[str], handler: Handler | Resolver, *, install_signal_handlers: bool = True, **options: Any
+    ) -> WorkerTotals:
         """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
         return self.worker(queues, handler, **options).run(install_signal_handlers=install_signal_handlers)
 

@@ -29,10 +29,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from . import validation
 from .errors import AmbiguousResult, DatabaseError, LeaseLost, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
+from .queue_settings import QueueSettingsCache
 from .store import Fenced, TaskStore
 
 log = logging.getLogger("shardq.consumer")
@@ -42,7 +44,6 @@ BATCH_DEFAULT = 100
 # new buckets within seconds, and on CockroachDB stops filtering on a stale shard column that
 # the resize could not drop; one catalog read per consumer per interval.
 LAYOUT_REFRESH_SECONDS = 5.0
-SETTINGS_REFRESH_SECONDS = 30.0
 # How often one consumer promotes due scheduled tasks of one (bucket, queue) when its claim there
 # comes back short. Many consumers share the pairs, so a due task waits about this long at most.
 PROMOTE_INTERVAL_SECONDS = 0.25
@@ -86,17 +87,14 @@ class Consumer:
             raise validation.InvalidInput("at least one queue is needed")
         self.queues = [validation.queue_name(q) for q in queues]
         self.batch = validation.positive_int(batch, "batch", maximum=validation.BATCH_MAX)
-        self.lease_override = (
-            validation.lease_seconds(lease_seconds) if lease_seconds is not None else None
-        )
         self.store = store
+        #: this consumer's own view of its queues' settings, read through its own store
+        self.queue_settings = QueueSettingsCache(store, self.queues, lease_override=lease_seconds, clock=clock)
         self._clock = clock
         self._offset = offset if offset is not None else uuid.uuid4().int
         self._position = 0
         self._layout: ShardLayout | None = None
         self._layout_at = 0.0
-        self._settings: dict[str, QueueSettings] = {}
-        self._settings_at = -SETTINGS_REFRESH_SECONDS
         self._promoted_at: dict[tuple[int, str], float] = {}
 
     # -- layout and settings ----------------------------------------------------------------
@@ -108,17 +106,10 @@ class Consumer:
         return self._layout
 
     def settings(self, queue: str) -> QueueSettings:
-        now = self._clock()
-        if now - self._settings_at >= SETTINGS_REFRESH_SECONDS or queue not in self._settings:
-            known = {s.name: s for s in self.store.queue_list()}
-            self._settings = {q: known.get(q, QueueSettings(q)) for q in self.queues}
-            self._settings_at = now
-        return self._settings[queue]
+        return self.queue_settings.settings(queue)
 
     def lease_for(self, queue: str) -> float:
-        # Settings are validated when set, but the table only checks > 0: a hand-written row
-        # must not bring back the lease that expires before its task is acked.
-        return self.lease_override or max(validation.LEASE_MIN_SECONDS, self.settings(queue).lease_seconds)
+        return self.queue_settings.lease_for(queue)
 
     # -- claiming ---------------------------------------------------------------------------
     def _promote(self, bucket: int, queue: str, result: ClaimRound) -> bool:
@@ -136,6 +127,7 @@ class Consumer:
         tasks = self.store.task_claim_batch(bucket, queue, limit, lease)
         result.polls.append((bucket, queue, time.perf_counter() - started, len(tasks)))
         return tasks
+
     def _claim_round(self, buckets: list[int], queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
         """One round-claim statement, timed into ``result.polls``: one entry per bucket it took
         tasks from (the statement's time on the first; None on the others), or one empty poll."""
@@ -160,6 +152,27 @@ class Consumer:
         result.statements += 1
         return self.store.task_promote_due_round(buckets, queue, PROMOTE_BATCH) > 0
 
+    @staticmethod
+    def _claim_then_promote(
+        claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound
+    ) -> list[ClaimedTask]:
+        """Claim; when that came back short, promote due scheduled tasks and claim again. Both
+        walks (per bucket and per round) go through here, so both keep the first batch when a
+        later statement fails: those tasks are already leased under this claim's token, and
+        handing them out beats stranding them until their lease expires (the next call meets
+        the error again if it persists)."""
+        tasks = claim(want)
+        try:
+            if len(tasks) < want and promote():
+                result.statements += 1
+                tasks += claim(want - len(tasks))
+        except DatabaseError as exc:
+            if not tasks:
+                raise
+            log.warning("promote or second claim failed after %d tasks were claimed (%s); handing those out",
+                        len(tasks), exc)
+        return tasks
+
     def claim(self, limit: int | None = None) -> ClaimRound:
         """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
         tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks.
@@ -181,16 +194,11 @@ class Consumer:
             result.statements += 1
             try:
                 lease = self.lease_for(queue)
-                tasks = self._claim(bucket, queue, want, lease, result)
-                try:
-                    if len(tasks) < want and self._promote(bucket, queue, result):
-                        tasks += self._claim(bucket, queue, want - len(tasks), lease, result)
-                        result.statements += 1
-                except DatabaseError:
-                    if not tasks:
-                        raise
-                    # The first statement already leased these: hand them out rather than strand
-                    # them under a lease nobody holds. The next call meets the error if it persists.
+                tasks = self._claim_then_promote(
+                    partial(self._claim, bucket, queue, lease=lease, result=result),
+                    partial(self._promote, bucket, queue, result),
+                    want, result,
+                )
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
                 self.layout(refresh=True)
@@ -203,7 +211,6 @@ class Consumer:
                 result.tasks = tasks
                 return result
         return self._end_empty_round(layout, result, failed)
-
 
     def _claim_rounds(self, layout: ShardLayout, want: int) -> ClaimRound:
         """PostgreSQL: per queue, one statement claims over every bucket, starting one bucket
@@ -223,10 +230,11 @@ class Consumer:
             lease = self.lease_for(queue)
             result.statements += 1
             try:
-                tasks = self._claim_round(buckets, queue, want, lease, result)
-                if len(tasks) < want and self._promote_round(buckets, queue, result):
-                    tasks += self._claim_round(buckets, queue, want - len(tasks), lease, result)
-                    result.statements += 1
+                tasks = self._claim_then_promote(
+                    partial(self._claim_round, buckets, queue, lease=lease, result=result),
+                    partial(self._promote_round, buckets, queue, result),
+                    want, result,
+                )
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
                 self.layout(refresh=True)
@@ -244,7 +252,7 @@ class Consumer:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
         counts as empty only if the layout it walked is still the layout and no claim failed."""
         refreshed = self.layout(refresh=True)
-        self._settings_at = -SETTINGS_REFRESH_SECONDS
+        self.queue_settings.expire()
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
         result.round_empty = unchanged and not failed
         return result

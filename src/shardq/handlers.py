@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from collections.abc import Callable
@@ -14,10 +15,15 @@ _SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_
 
 def load_handler(spec: str) -> Callable[..., object]:
     """Import ``MODULE:FUNCTION`` (the current directory is importable, as with ``python -m``)
-    and return the callable. Raises :class:`InvalidHandler` with one clear line otherwise."""
+    and return the function: a sync function or an ``async def`` one (an instance with
+    ``__call__`` too). A class or anything not callable raises :class:`InvalidHandler` with one
+    clear line."""
     target = load_attribute(spec, "handler", "function")
+    if inspect.isclass(target):
+        raise InvalidHandler(f"handler {spec!r} is a class, not a function (give a function of one task, "
+                             "sync or async, or an instance with __call__)")
     if not callable(target):
-        raise InvalidHandler(f"handler {spec!r} is not callable")
+        raise InvalidHandler(f"handler {spec!r} is a {type(target).__name__}, not a function")
     return target
 
 

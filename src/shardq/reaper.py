@@ -41,9 +41,10 @@ import random
 import threading
 from dataclasses import dataclass
 
-from . import backoff, exclusive, validation
+from . import backoff, validation
 from . import stats as stats_module
 from .errors import DatabaseError
+from .failures import Failure, settle_failures
 from .models import QueueSettings
 from .store import ExpiredLease, Fenced, TaskStore
 
@@ -123,64 +124,41 @@ class Reaper:
         return result
 
     def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings]) -> tuple[int, int]:
-        retry: list[tuple[ExpiredLease, float]] = []
-        bury: list[ExpiredLease] = []
-        for lease in expired:
-            queue = settings.get(lease.key.queue) or QueueSettings(lease.key.queue)
-            decision = backoff.decide_failure(
+        """Retry or dead-letter expired leases through :func:`shardq.failures.settle_failures`
+        (the worker's settler uses the same function and defaults)."""
+        failures = [
+            Failure(
+                Fenced(lease.key, lease.token),
                 lease.attempts,
                 lease.max_attempts,
-                permanent=False,
-                base=queue.backoff_base,
-                cap=queue.backoff_cap,
-                jitter=queue.retry_jitter,
-                rng=self.rng,
+                f"lease expired (attempt {lease.attempts})",
+                lease.exclusive_key,
+                dead_error=f"lease expired on the last attempt ({lease.attempts} of {lease.max_attempts})",
+                ref=lease,
             )
-            if decision.outcome is backoff.Outcome.DEAD:
-                bury.append(lease)
-            else:
-                retry.append((lease, decision.delay_seconds))
-        retried = dead = 0
-        if retry:
-            done = self.store.task_retry_many(
-                [Fenced(lease.key, lease.token) for lease, _ in retry],
-                [delay for _, delay in retry],
-                [f"lease expired (attempt {lease.attempts})" for lease, _ in retry],
-                require_expired=True,
-            )
-            retried = self._record([lease for lease, _ in retry], done, "expired")
-        for group in ([lease for lease in bury if lease.exclusive_key is None], [lease for lease in bury if lease.exclusive_key is not None]):
-            if not group:
-                continue
-            items = [Fenced(lease.key, lease.token) for lease in group]
-            errors = [f"lease expired on the last attempt ({lease.attempts} of {lease.max_attempts})" for lease in group]
-            remove = lambda items=items, errors=errors: self.store.task_bury_many(items, errors, require_expired=True)  # noqa: E731
-            if group[0].exclusive_key is None:
-                done = remove()
-            else:
-                key_of = {lease.key.id: (lease.key.queue, lease.exclusive_key or "") for lease in group}
-                done, _ = exclusive.remove_and_release(self.store, list(key_of.values()), remove, key_of)
-            dead += self._record(group, done, "dead")
-        return retried, dead
+            for lease in expired
+        ]
+        result = settle_failures(
+            self.store, failures, lambda queue: settings.get(queue) or QueueSettings(queue),
+            require_expired=True, rng=self.rng,
+        )
+        return self._record(result.retried, "expired"), self._record(result.dead, "dead")
 
-    def _record(self, leases: list[ExpiredLease], done: set, event: str) -> int:
+    def _record(self, applied: list[Failure], event: str) -> int:
         """Count (and at DEBUG, log) the leases a statement actually changed."""
         debug = log.isEnabledFor(logging.DEBUG)
-        count = 0
-        for lease in leases:
-            if lease.key.id not in done:
-                continue
-            count += 1
-            activity = self._tally.of(lease.key.queue)
+        for failure in applied:
+            key = failure.item.key
+            activity = self._tally.of(key.queue)
             setattr(activity, event, getattr(activity, event) + 1)
             if debug:
                 log.debug(
-                    "task %s %s (queue %s, bucket %s, attempt %d)", lease.key.id, event, lease.key.queue,
-                    lease.key.bucket, lease.attempts,
-                    extra={"event": event, "task_id": str(lease.key.id), "queue": lease.key.queue,
-                           "bucket": lease.key.bucket, "attempt": lease.attempts},
+                    "task %s %s (queue %s, bucket %s, attempt %d)", key.id, event, key.queue, key.bucket,
+                    failure.attempts,
+                    extra={"event": event, "task_id": str(key.id), "queue": key.queue,
+                           "bucket": key.bucket, "attempt": failure.attempts},
                 )
-        return count
+        return len(applied)
 
     def run_forever(self, stop: threading.Event) -> None:
         """Call :meth:`run_once` every ``interval`` (±20 % jitter) until ``stop`` is set. Only

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from .client import Client
-from .worker import Handler, Worker, WorkerStats
+from .worker import Handler, Resolver, Worker, WorkerTotals
 
 log = logging.getLogger("shardq.runner")
 
@@ -47,7 +47,7 @@ class EarlySignals:
 def run_worker(
     client: Client,
     queues: Sequence[str],
-    handler: Handler,
+    handler: Handler | Resolver,
     options: dict,
     *,
     progress: bool = False,
@@ -55,7 +55,7 @@ def run_worker(
     metrics_host: str = "0.0.0.0",
     on_metrics: Callable[[str], None] | None = None,
     signals: EarlySignals | None = None,
-) -> WorkerStats:
+) -> WorkerTotals:
     """Run a worker in this thread until it stops; with ``progress`` show a live count of
     processed tasks (rich), refreshed twice a second.
 
@@ -86,7 +86,7 @@ def run_worker(
             server.close()
 
 
-def _run_with_progress(worker: Worker, install_signal_handlers: bool = True) -> WorkerStats:
+def _run_with_progress(worker: Worker, install_signal_handlers: bool = True) -> WorkerTotals:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     done = threading.Event()

@@ -1,0 +1,339 @@
+"""Running handlers under the worker's concurrency limit: threads for sync handlers, one event
+loop for async ones.
+
+Both executors take claimed tasks from the fetcher (:meth:`submit`), run at most ``slots`` of them
+at once, record each outcome on its entry and hand it to the settler, waking the settler only when
+a claim's last outcome is in. A task whose lease ran out while it waited, or that was still waiting
+when a stop was asked, is handed back instead of being started.
+
+* :class:`ThreadExecutor`: ``slots`` threads, each running one task at a time. For sync handlers
+  (and apps whose tasks are all sync): the fastest hand-off (one ``SimpleQueue`` put and get per
+  task).
+* :class:`LoopExecutor`: ``slots`` coroutines on one asyncio event loop (the worker's own loop
+  thread, or the caller's loop for ``await client.work(...)``). Async handlers overlap while they
+  await; sync tasks of a mixed app run on a pool of ``slots`` threads, so ``concurrency`` bounds
+  both together. A handler that blocks the loop for ``blocked_loop_seconds`` or longer is logged
+  on ``shardq.worker`` at WARNING with its task id, once per block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue as queue_module
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from ..consumer import Task
+from ..errors import Permanent, Retry
+from .config import WorkerTotals
+from .events import EventSink
+from .inflight import FAIL, RELEASE, RESCHEDULE, InFlight, InFlightTable, describe
+
+log = logging.getLogger("shardq.worker")
+
+Extend = Callable[..., Any]
+
+
+class Resolver(Protocol):
+    """A handler that picks the function per task (an app dispatching by task name):
+    ``resolve(task)`` returns a zero-argument callable and whether it returns an awaitable.
+    ``has_async`` says whether any of its functions is async (then the loop executor runs it)."""
+
+    @property
+    def has_async(self) -> bool: ...
+
+    def resolve(self, task: Task) -> tuple[Callable[[], Any], bool]: ...
+
+
+def record_failure(entry: InFlight, exc: BaseException, totals: WorkerTotals) -> None:
+    """Set the outcome of a handler that raised: Permanent dead-letters, Retry reschedules without
+    using an attempt, anything else is a failed attempt."""
+    if isinstance(exc, Permanent):
+        entry.kind, entry.error, entry.permanent = FAIL, describe(exc), True
+    elif isinstance(exc, Retry):
+        entry.kind, entry.error, entry.delay = RESCHEDULE, describe(exc), exc.in_seconds
+    else:
+        totals.add(handler_errors=1)
+        entry.kind, entry.error = FAIL, describe(exc)
+
+
+class Outbox:
+    """Where outcomes go: the settler's deque, and the event that wakes it. A deque rather than a
+    blocking queue: the settler is woken once per claim, not once per task, so it does not take
+    the GIL from the handlers per task."""
+
+    def __init__(self) -> None:
+        self.outcomes: deque[InFlight | None] = deque()
+        self.wake = threading.Event()
+
+
+class ThreadExecutor:
+    """``table.slots`` handler threads over one hand-off queue."""
+
+    def __init__(self, handler: Callable[[Task], object], table: InFlightTable, outbox: Outbox, sink: EventSink,
+                 totals: WorkerTotals, stop: threading.Event, extend: Extend) -> None:
+        self.handler = handler
+        self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
+        self.stop_event = stop
+        self.extend = extend
+        # SimpleQueue (C, no task accounting): one put and one get per task are the whole
+        # hand-off cost between the fetcher and the handlers.
+        self._work: queue_module.SimpleQueue[InFlight | None] = queue_module.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._slot, args=(i,), name=f"shardq-handler-{i}", daemon=True)
+            for i in range(table.slots)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, entries: Sequence[InFlight]) -> None:
+        put = self._work.put
+        for entry in entries:
+            put(entry)
+
+    def _slot(self, slot: int) -> None:
+        work, put, stop = self._work, self.outbox.outcomes.append, self.stop_event
+        wake, settle_wake = self.table.fetch_wake, self.outbox.wake
+        started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
+        handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
+        sink = self.sink
+        while True:
+            entry = work.get()
+            if entry is None:
+                return
+            started[slot] += 1
+            if work.qsize() <= low_water and not wake.is_set():
+                wake.set()  # the buffer ran low: time for the fetcher's next claim
+            if stop.is_set() or monotonic() >= entry.local_deadline:
+                entry.kind = RELEASE  # not started: hand it back rather than run a task that may be elsewhere
+            else:
+                entry.running = True  # one attribute store (atomic); the lease keeper reads it under the lock
+                t0 = perf_counter()
+                try:
+                    handler(Task(entry.claimed, extend))
+                except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
+                    record_failure(entry, exc, self.totals)
+                entry.seconds = perf_counter() - t0
+                entry.running = False  # awaiting its settle: nothing for the lease keeper to renew
+                if sink.trace_handled:
+                    sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
+            put(entry)
+            finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
+            claim = entry.claim
+            if next(claim.finished) >= claim.size:
+                settle_wake.set()  # the claim's last outcome: settle it now
+
+    def hand_back_unstarted(self) -> None:
+        """Queue every task that has not started as handed back (at stop, even while every slot
+        is busy; a slot that takes one first sees the stop and hands it back itself)."""
+        while True:
+            try:
+                entry = self._work.get_nowait()
+            except queue_module.Empty:
+                return
+            if entry is not None:
+                entry.kind = RELEASE
+                self.outbox.outcomes.append(entry)
+
+    def finish(self, deadline: float, force: threading.Event) -> bool:
+        """Let running handlers finish until ``deadline`` (monotonic) or ``force``; True if all did."""
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            while thread.is_alive() and not force.is_set() and time.monotonic() < deadline:
+                thread.join(timeout=0.1)
+        return not any(t.is_alive() for t in self._threads)
+
+
+class LoopExecutor:
+    """``table.slots`` coroutines on an event loop: ``loop`` (the caller's, running in another
+    thread) or, when None, a loop on a thread of its own."""
+
+    def __init__(self, handler: Callable[[Task], Any] | Resolver, table: InFlightTable, outbox: Outbox,
+                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
+                 blocked_loop_seconds: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.handler = handler
+        self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
+        self.stop_event = stop
+        self.extend = extend
+        self.blocked_loop_seconds = blocked_loop_seconds
+        self._own_loop = loop is None
+        self._loop = loop or asyncio.new_event_loop()
+        self._loop_thread: threading.Thread | None = None
+        self._queue: asyncio.Queue[InFlight | None] | None = None
+        self._main: concurrent.futures.Future[None] | None = None
+        self._ready = threading.Event()
+        self._abandoned = False
+        self._done = threading.Event()
+        #: the slot coroutine's asyncio task -> the entry it runs (for the blocked-loop report)
+        self._current: dict[asyncio.Task[Any], InFlight] = {}
+        # Sync functions of a mixed app: at most one per slot at a time.
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=table.slots,
+                                                           thread_name_prefix="shardq-sync-task")
+        self._watchdog = threading.Thread(target=self._watch, name="shardq-loop-watchdog", daemon=True)
+        self._probe_sent: float | None = None
+
+    # -- lifecycle (called from the worker's thread) ------------------------------------------
+    def start(self) -> None:
+        if self._own_loop:
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="shardq-event-loop", daemon=True)
+            self._loop_thread.start()
+        self._main = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
+        self._ready.wait()
+        self._watchdog.start()
+
+    def submit(self, entries: Sequence[InFlight]) -> None:
+        self._loop.call_soon_threadsafe(self._put_many, entries)
+
+    def hand_back_unstarted(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._drain(), self._loop).result()
+
+    def finish(self, deadline: float, force: threading.Event) -> bool:
+        assert self._main is not None
+        self._loop.call_soon_threadsafe(self._put_many, [None] * self.table.slots)
+        finished = False
+        while not force.is_set() and time.monotonic() < deadline:
+            try:
+                self._main.result(timeout=0.1)
+                finished = True
+                break
+            except concurrent.futures.TimeoutError:
+                continue
+        if not finished:
+            # The worker hands back copies of the running entries; the slots must not queue theirs.
+            self._abandoned = True
+            self._main.cancel()  # thread-safe: cancels the slots' task on its loop
+            concurrent.futures.wait([self._main], timeout=5.0)  # let the cancellation unwind
+        self._done.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_loop and self._loop_thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=5.0)
+            if not self._loop_thread.is_alive():
+                self._loop.close()
+        return finished
+
+    # -- on the loop ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        self._queue = asyncio.Queue()
+        slots = [asyncio.ensure_future(self._slot(i)) for i in range(self.table.slots)]
+        self._ready.set()
+        try:
+            await asyncio.gather(*slots)
+        finally:
+            for slot in slots:
+                slot.cancel()
+
+    def _put_many(self, entries: Sequence[InFlight | None]) -> None:
+        assert self._queue is not None
+        for entry in entries:
+            self._queue.put_nowait(entry)
+
+    async def _drain(self) -> None:
+        assert self._queue is not None
+        while not self._queue.empty():
+            entry = self._queue.get_nowait()
+            if entry is not None:
+                entry.kind = RELEASE
+                self.outbox.outcomes.append(entry)
+            else:
+                self._queue.put_nowait(None)  # a slot's end marker: keep it (after this loop)
+                break
+
+    async def _slot(self, slot: int) -> None:
+        assert self._queue is not None
+        work, put, stop = self._queue, self.outbox.outcomes.append, self.stop_event
+        wake, settle_wake = self.table.fetch_wake, self.outbox.wake
+        started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
+        handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
+        resolve = getattr(handler, "resolve", None)
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        sink, current = self.sink, self._current
+        while True:
+            entry = await work.get()
+            if entry is None:
+                return
+            started[slot] += 1
+            if work.qsize() <= low_water and not wake.is_set():
+                wake.set()
+            if stop.is_set() or monotonic() >= entry.local_deadline:
+                entry.kind = RELEASE
+            else:
+                entry.running = True
+                current[me] = entry
+                t0 = perf_counter()
+                try:
+                    task = Task(entry.claimed, extend)
+                    if resolve is None:
+                        await handler(task)  # type: ignore[operator]
+                    else:
+                        call, is_async = resolve(task)
+                        if is_async:
+                            await call()
+                        else:
+                            await loop.run_in_executor(self._pool, call)
+                except asyncio.CancelledError:
+                    if self._abandoned or stop.is_set():
+                        return  # handed back by the worker already (a copy was queued)
+                    record_failure(entry, RuntimeError("the task's coroutine was cancelled"), self.totals)
+                except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
+                    record_failure(entry, exc, self.totals)
+                finally:
+                    current.pop(me, None)
+                entry.seconds = perf_counter() - t0
+                entry.running = False
+                if sink.trace_handled:
+                    sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
+            if self._abandoned:
+                return
+            put(entry)
+            finished[slot] += 1
+            claim = entry.claim
+            if next(claim.finished) >= claim.size:
+                settle_wake.set()
+
+    def _probe_answered(self) -> None:
+        self._probe_sent = None
+
+    # -- watchdog thread ----------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Send the loop a no-op now and then; when it stays unanswered for
+        ``blocked_loop_seconds``, something on the loop is not awaiting: report the handler
+        that is running (once per block)."""
+        threshold = self.blocked_loop_seconds
+        reported = False
+        while not self._done.wait(threshold / 4):
+            sent = self._probe_sent
+            if sent is None:
+                reported = False
+                self._probe_sent = time.monotonic()
+                try:
+                    self._loop.call_soon_threadsafe(self._probe_answered)
+                except RuntimeError:  # the loop is closed
+                    return
+                continue
+            blocked = time.monotonic() - sent
+            if blocked >= threshold and not reported:
+                reported = True
+                running = asyncio.current_task(self._loop)
+                entry = self._current.get(running) if running is not None else None
+                self.totals.add(blocked_loop_reports=1)
+                if entry is None:
+                    log.warning("the event loop has been blocked for %.1f s (not by a task handler)", blocked)
+                else:
+                    claimed = entry.claimed
+                    log.warning(
+                        "async handler of task %s (queue %s) has blocked the event loop for %.1f s: "
+                        "other async tasks cannot run; await, or run blocking work in a thread",
+                        claimed.id, claimed.queue, blocked,
+                        extra={"event": "blocked_loop", "task_id": claimed.id, "queue": claimed.queue},
+                    )

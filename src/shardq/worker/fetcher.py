@@ -1,0 +1,125 @@
+"""The fetcher: claims tasks in rounds over the buckets and hands them to the executor.
+
+It claims the next batch once at most ``concurrency - 1`` claimed tasks (or ``prefetch - batch``,
+if larger) still wait for a slot, keeping at most ``concurrency + prefetch`` tasks waiting or
+running. While whole rounds come back empty it sleeps with a growing, capped, jittered interval;
+with ``listen``, once ``LISTEN_AFTER_EMPTY_ROUNDS`` rounds in a row found nothing, it waits for a
+producer's wake-up for at most that long instead. It runs on the thread that calls
+:meth:`shardq.Worker.run`, with that thread's own session.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from .. import backoff, notify
+from ..consumer import Consumer
+from ..errors import DatabaseError
+from ..models import ClaimedTask
+from .config import WorkerConfig, WorkerTotals
+from .events import EventSink
+from .executor import LoopExecutor, ThreadExecutor
+from .inflight import InFlightTable, entries_for
+from .sessions import SessionPerThread
+
+log = logging.getLogger("shardq.worker")
+
+# With ``listen``, an idle fetcher waits for wake-ups only once this many rounds in a row found
+# nothing (its pause has grown past idle_min); before that it just sleeps its short pause.
+LISTEN_AFTER_EMPTY_ROUNDS = 2
+
+
+class Fetcher:
+    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable,
+                 executor: ThreadExecutor | LoopExecutor, sink: EventSink, totals: WorkerTotals,
+                 stop: threading.Event) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.table, self.executor, self.sink, self.totals = table, executor, sink, totals
+        self.stop_event = stop
+        self.consumer: Consumer | None = None
+
+    def connect(self) -> Consumer:
+        """Make this thread's session and consumer (no statement yet: the claim loop connects,
+        and retries while the database is unreachable)."""
+        store = self.sessions.store()
+        self.consumer = Consumer(store, self.config.queues, batch=self.config.batch,
+                                 lease_seconds=self.config.lease_seconds)
+        self.sessions.discover_layout = True
+        return self.consumer
+
+    def run(self) -> None:
+        """Claim until a stop is asked (or, with ``until_empty``, a round finds nothing due and
+        nothing is in flight)."""
+        consumer = self.consumer or self.connect()
+        config, table, stop = self.config, self.table, self.stop_event
+        empty_rounds = 0
+        failures = 0
+        listener = None
+        if config.listen and not config.until_empty:
+            listener = notify.Listener(consumer.store, config.queues)
+            listener.start()  # on failure the worker polls, and retries after a claim succeeds
+        while not stop.is_set():
+            want = table.want()
+            if want <= 0:
+                table.fetch_wake.clear()
+                if table.want() <= 0:  # re-check: a wake-up may have come just before the clear
+                    table.fetch_wake.wait(0.5)
+                continue
+            try:
+                if listener is not None and listener.active:
+                    listener.discard()  # whatever a wake-up announced so far, this round will see
+                found = consumer.claim(limit=want)
+                failures = 0
+                if listener is not None and not listener.active:
+                    listener.retry()  # the database answers again (throttled: see notify.Listener)
+            except DatabaseError as exc:
+                if not exc.transient:
+                    raise
+                failures += 1
+                pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
+                log.warning("claim failed (%s); retrying in %.1fs", exc, pause)
+                stop.wait(pause)
+                continue
+            self.totals.add(claim_statements=found.statements)
+            if self.sink.wants("claim"):
+                self.sink.emit("claim", None, polls=found.polls, tasks=len(found.tasks))
+            if found.tasks:
+                empty_rounds = 0
+                self._accept(found.tasks, consumer)
+                continue
+            if not found.round_empty:
+                continue
+            self.totals.add(empty_rounds=1)
+            idle = not table.entries
+            if config.until_empty and idle:
+                log.info("a full round found nothing due and nothing is in flight: done")
+                return
+            empty_rounds += 1
+            pause = backoff.idle_sleep(empty_rounds, minimum=config.idle_min, maximum=config.idle_max)
+            if config.until_empty and not idle:
+                table.fetch_wake.clear()
+                table.fetch_wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
+            elif listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS:
+                # Idle for a while: a producer's wake-up ends the pause early, and the back-off
+                # restarts from idle_min. While tasks keep coming, plain short polls serve them
+                # better: every wake-up wakes every listening worker, and all but one find nothing.
+                if listener.wait(pause, stop):
+                    empty_rounds = 0
+            else:
+                stop.wait(pause)
+
+    def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
+        deadline = time.monotonic() + consumer.lease_for(tasks[0].queue)
+        entries, claims = entries_for(tasks, deadline)
+        self.table.add(entries)
+        self.totals.add(claimed=len(tasks))
+        for claim in claims:
+            self.totals.per_bucket_claims[claim.bucket] += claim.left
+        if self.sink.trace_claimed:
+            for entry in entries:
+                self.sink.emit("claimed", entry.claimed)
+        self.executor.submit(entries)

@@ -1,0 +1,186 @@
+"""What a worker holds between claim and settle, shared in memory by its parts.
+
+Nothing here touches the database. The fetcher adds claimed tasks, the executor marks them running
+and records their outcome, the settler forgets them once settled, the lease keeper reads which are
+running. Each counter has one writer (named below), so the hot path takes no lock; the table of
+held tasks itself is guarded by :attr:`InFlightTable.lock`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import traceback
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from ..models import ClaimedTask
+
+ERROR_TEXT_MAX = 4000  # last_error is for people; keep the row small
+
+# How a held task ends, as the settler applies it (plain strings: compared per task).
+ACK = "ack"  # the handler returned: delete the row
+FAIL = "fail"  # the handler raised: retry with backoff or dead-letter
+RELEASE = "release"  # never started (stop, lease ran out in the buffer): ready again, attempt refunded
+RESCHEDULE = "reschedule"  # shardq.Retry: run again after a delay, attempt refunded
+
+
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, counted per claim
+class Claim:
+    """The tasks one claim statement leased under one token: where their rows are (one bucket and
+    queue, between the first and last (rank, exec_time) in key order) and how many are unsettled."""
+
+    bucket: int
+    queue: str
+    first: tuple
+    last: tuple
+    left: int  # unsettled; lowered by the settler only, when it plans a batch (0: closed)
+    keyed: bool  # some task holds an exclusive key: its ack must release the key's backlog
+    token: uuid.UUID
+    size: int = 0  # tasks claimed
+    #: the executor takes the next number as it queues an outcome; the one that takes ``size``
+    #: wakes the settler (next() on a count is one C call: atomic under the GIL, no lock needed)
+    finished: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A claimed task while this worker holds it and, once its handler is done or it is handed
+    back, its outcome on the way to the settler (one object per task, not two)."""
+
+    claimed: ClaimedTask
+    local_deadline: float
+    claim: Claim
+    running: bool = False
+    kind: str = ACK
+    error: str | None = None
+    #: seconds until a rescheduled task runs again (kind RESCHEDULE)
+    delay: float = 0.0
+    permanent: bool = False
+    #: how long the handler ran (None: it did not run)
+    seconds: float | None = None
+
+    def released(self) -> InFlight:
+        """A copy handed back: the executor still owns this entry and may queue it later."""
+        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE)
+
+
+class InFlightTable:
+    """The tasks a worker holds and the counters that pace its claims.
+
+    Writers: the fetcher adds tasks and owns ``claimed_total``; executor slot ``i`` owns
+    ``started[i]`` and ``finished[i]``; the settler removes settled tasks (:meth:`forget`). Reads of
+    the counters from other threads see a value at most a few tasks old, which only moves the next
+    claim by as much."""
+
+    def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int) -> None:
+        # Keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call, and
+        # this dict is touched several times per task.
+        self.entries: dict[int, InFlight] = {}
+        self.lock = threading.Lock()
+        self.claimed_total = 0
+        self.started = [0] * slots
+        self.finished = [0] * slots
+        self.slots = slots
+        self.batch = batch
+        self.prefetch = prefetch
+        self.ack_batch = ack_batch
+        # Claim again once this few claimed tasks wait for a slot, so claims are (nearly) full
+        # batches instead of topping the buffer up a few tasks at a time.
+        self.low_water = max(slots - 1, prefetch - batch)
+        #: set when the fetcher should look again: the buffer ran low, a settle freed room, a stop
+        self.fetch_wake = threading.Event()
+
+    def add(self, entries: Sequence[InFlight]) -> None:
+        with self.lock:
+            table = self.entries
+            for entry in entries:
+                table[entry.claimed.key.id.int] = entry
+        self.claimed_total += len(entries)  # before the hand-off, so "waiting" never looks negative
+
+    def forget(self, outcomes: Iterable[InFlight]) -> None:
+        with self.lock:
+            for o in outcomes:
+                self.entries.pop(o.claimed.key.id.int, None)
+        self.fetch_wake.set()  # room for more leases, or nothing in flight any more (until_empty)
+
+    def in_progress(self) -> int:
+        """Claimed tasks whose handler has not finished yet (waiting or running)."""
+        return self.claimed_total - sum(self.finished)
+
+    def want(self) -> int:
+        """How many tasks to claim now (0: not yet). Room is counted in slots plus the prefetch
+        buffer; tasks that finished and only await their ack take none (acks overlap the next
+        claim), but all leases held stay under ``slots + prefetch + ack_batch``."""
+        started = sum(self.started)
+        waiting = self.claimed_total - started
+        if waiting > self.low_water:
+            return 0
+        running = started - sum(self.finished)
+        room = min(
+            self.slots + self.prefetch - waiting - running,
+            self.slots + self.prefetch + self.ack_batch - len(self.entries),
+        )
+        return max(0, min(room, self.batch))
+
+    def running(self) -> list[InFlight]:
+        with self.lock:
+            return [e for e in self.entries.values() if e.running]
+
+    def extend_local(self, task_id: uuid.UUID, deadline: float) -> None:
+        with self.lock:
+            entry = self.entries.get(task_id.int)
+            if entry is not None:
+                entry.local_deadline = deadline
+
+
+# C-level getters for per-task passes (a generator expression costs a Python frame step per task).
+_lease_token_of = attrgetter("lease_token")
+_exclusive_key_of = attrgetter("exclusive_key")  # a key is never empty, so truthy when present
+claim_of = attrgetter("claim")
+
+
+def entries_for(tasks: Sequence[ClaimedTask], deadline: float) -> tuple[list[InFlight], list[Claim]]:
+    """One entry per claimed task and one :class:`Claim` per lease token. The store hands tasks
+    out sorted in key order, so each token's first and last task bound its rows' key range."""
+    token = tasks[0].lease_token
+    if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
+        head, tail = tasks[0].key, tasks[-1].key
+        claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
+                      len(tasks), any(map(_exclusive_key_of, tasks)), token, len(tasks))
+        return [InFlight(claimed, deadline, claim) for claimed in tasks], [claim]
+    claims = _group_claims(tasks)
+    return [InFlight(claimed, deadline, claims[claimed.lease_token.int]) for claimed in tasks], list(claims.values())
+
+
+def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
+    """Per lease token: the claim's bucket, key range (first and last task in the store's
+    order), size and whether any task holds an exclusive key."""
+    claims: dict[int, Claim] = {}
+    last: dict[int, ClaimedTask] = {}
+    for claimed in tasks:
+        token = claimed.lease_token.int
+        claim = claims.get(token)
+        if claim is None:
+            key = claimed.key
+            at = (key.rank, key.exec_time)
+            claims[token] = Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None,
+                                  claimed.lease_token)
+        else:
+            claim.left += 1
+            if claimed.exclusive_key is not None:
+                claim.keyed = True
+        last[token] = claimed
+    for token, claimed in last.items():
+        claim = claims[token]
+        claim.last = (claimed.key.rank, claimed.key.exec_time)
+        claim.size = claim.left
+    return claims
+
+
+def describe(exc: BaseException) -> str:
+    """The exception as a task's ``last_error``: its last line(s), capped."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[:ERROR_TEXT_MAX]

@@ -1,0 +1,74 @@
+"""The lease keeper: renews the leases of running tasks (``heartbeat``), on its own thread and
+session; and ``task.extend()``, on the calling handler's own session."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+
+from ..consumer import fenced
+from ..errors import DatabaseError
+from ..models import ClaimedTask
+from ..queue_settings import QueueSettingsCache
+from .config import WorkerConfig
+from .inflight import InFlightTable
+from .sessions import SessionPerThread
+
+log = logging.getLogger("shardq.worker")
+
+#: a beat comes at least this often, however short the leases
+BEAT_MIN_SECONDS = 0.5
+
+
+class LeaseKeeper:
+    """Renews every running task's lease to its queue's lease length a third of the shortest
+    lease before it would run out, so two beats can be missed before a lease expires. A renewal
+    the database refuses (the lease passed on) leaves the task alone: its outcome will be fenced
+    off when it is settled."""
+
+    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable,
+                 stop: threading.Event) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.table = table
+        self.stop_event = stop
+        self.thread = threading.Thread(target=self.run, name="shardq-lease-keeper", daemon=True)
+
+    def run(self) -> None:
+        settings: QueueSettingsCache | None = None
+        while True:
+            try:
+                if settings is None:
+                    settings = QueueSettingsCache(self.sessions.store(), self.config.queues,
+                                                  lease_override=self.config.lease_seconds)
+                pause = self.beat(settings)
+            except DatabaseError as exc:
+                log.error("lease renewal failed: %s", exc)
+                pause = BEAT_MIN_SECONDS
+            if self.stop_event.wait(pause):
+                return
+
+    def beat(self, settings: QueueSettingsCache) -> float:
+        """Renew the running tasks' leases once; returns seconds until the next beat."""
+        running = [e.claimed for e in self.table.running()]
+        leases = {c.queue: settings.lease_for(c.queue) for c in running}
+        store = settings.store
+        for queue_name, lease in leases.items():
+            renewed = store.task_extend_many([fenced(c) for c in running if c.queue == queue_name], lease)
+            deadline = time.monotonic() + lease
+            for c in running:
+                if c.key.id in renewed:
+                    self.table.extend_local(c.key.id, deadline)
+        shortest = min(leases.values(), default=min(settings.lease_for(q) for q in self.config.queues))
+        return max(BEAT_MIN_SECONDS, shortest / 3.0)
+
+    def extend(self, claimed: ClaimedTask, seconds: float) -> dt.datetime | None:
+        """``task.extend(seconds)``: renew one lease now, on the calling thread's own session.
+        Returns the new expiry, or None if the lease had passed on."""
+        expiry = self.sessions.store().task_extend_many([fenced(claimed)], seconds)
+        expires = expiry.get(claimed.key.id)
+        if expires is not None:
+            self.table.extend_local(claimed.key.id, time.monotonic() + seconds)
+        return expires

@@ -1,0 +1,174 @@
+"""The worker: its parts wired together, started, and stopped gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from ..consumer import Task
+from ..db import Session
+from ..errors import InvalidInput
+from .config import WorkerConfig, WorkerTotals
+from .events import EventHook, EventSink
+from .executor import LoopExecutor, Outbox, Resolver, ThreadExecutor
+from .fetcher import Fetcher
+from .inflight import InFlightTable
+from .lease_keeper import LeaseKeeper
+from .sessions import SessionPerThread
+from .settler import Settler
+
+log = logging.getLogger("shardq.worker")
+
+Handler = Callable[[Task], Any]
+
+
+def runs_on_loop(handler: Handler | Resolver) -> bool:
+    """Whether ``handler`` needs the event loop: an ``async def`` function (or a callable object
+    whose ``__call__`` is one), or a resolver with async functions."""
+    if hasattr(handler, "resolve"):
+        return bool(getattr(handler, "has_async", False))
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - a callable object's own __call__
+    )
+
+
+class Worker:
+    """Runs ``handler`` over tasks of ``config.queues`` until stopped.
+
+    ``handler`` is a function of one :class:`~shardq.Task` (sync or ``async def``), or a resolver
+    (an app's dispatch). ``session_factory`` makes a new :class:`~shardq.db.Session` for each
+    thread that needs one: the fetcher, the settler, the lease keeper, and handler threads that
+    call ``task.extend``. ``loop`` (async handlers only): run them on this event loop, which must
+    be running in another thread (``await client.work(...)``); default: a loop of the worker's
+    own. ``on_event`` (optional) is called with (event name, task or None, details dict) for each
+    claim, handler run, ack, retry, dead letter, release and lost lease (see :mod:`shardq.worker`).
+    """
+
+    def __init__(
+        self,
+        session_factory: Callable[[], Session],
+        handler: Handler | Resolver,
+        config: WorkerConfig,
+        *,
+        on_event: EventHook | None = None,
+        events: Collection[str] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        if not callable(handler) and not hasattr(handler, "resolve"):
+            raise InvalidInput(f"a handler must be callable, not {type(handler).__name__}")
+        self.config = config.validate()
+        self.handler = handler
+        self.session_factory = session_factory
+        self.stats = WorkerTotals()
+        self.sink = EventSink(on_event, events)
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self.sessions = SessionPerThread(session_factory)
+        self.table = InFlightTable(config.concurrency, batch=config.batch, prefetch=config.effective_prefetch,
+                                   ack_batch=config.ack_batch)
+        self.outbox = Outbox()
+        self.lease_keeper = LeaseKeeper(self.config, self.sessions, self.table, self._stop)
+        self.executor: ThreadExecutor | LoopExecutor
+        if runs_on_loop(handler):
+            self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.stats, self._stop,
+                                         self.lease_keeper.extend, blocked_loop_seconds=config.blocked_loop_seconds,
+                                         loop=loop)
+        else:
+            if hasattr(handler, "resolve"):  # an app's dispatch, all of its tasks sync
+                handler = getattr(handler, "dispatch", None) or _sync_dispatch(handler)  # type: ignore[arg-type]
+            self.executor = ThreadExecutor(handler, self.table, self.outbox, self.sink, self.stats,
+                                           self._stop, self.lease_keeper.extend)
+        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
+        self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
+                               self._stop)
+        self.stopped = threading.Event()
+
+    @property
+    def on_event(self) -> EventHook | None:
+        """The event hook (settable before :meth:`run`)."""
+        return self.sink.hook
+
+    @on_event.setter
+    def on_event(self, hook: EventHook | None) -> None:
+        self.sink.hook = hook
+        self.sink.refresh()
+
+    # -- control ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask for a graceful stop; :meth:`run` returns once it is done."""
+        self._stop.set()
+        self.table.fetch_wake.set()
+
+    def handle_signal(self, signum: int, _frame: object) -> None:
+        if self._stop.is_set():
+            log.warning("second signal %s: handing back running tasks without waiting", signum)
+            self._force.set()
+        else:
+            log.info("signal %s: stopping gracefully", signum)
+        self.stop()
+
+    # -- main -------------------------------------------------------------------------------
+    def run(self, *, install_signal_handlers: bool = True) -> WorkerTotals:
+        """Work until stopped; return the counters. Installs SIGTERM/SIGINT handlers when called
+        from the main thread and ``install_signal_handlers`` is true. The calling thread is the
+        fetcher's."""
+        previous = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self.handle_signal)
+        started: list[Callable[[], None]] = []
+        try:
+            self.fetcher.connect()
+            self.executor.start()
+            started.append(self._finish_executor)
+            self.settler.thread.start()
+            if self.config.heartbeat:
+                self.lease_keeper.thread.start()
+            self.fetcher.run()
+        finally:
+            self._shutdown(started)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.sessions.close()
+            self.stopped.set()
+        return self.stats
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def _finish_executor(self) -> None:
+        self.executor.hand_back_unstarted()
+        deadline = time.monotonic() + self.config.grace_seconds
+        if not self.executor.finish(deadline, self._force):
+            stuck = self.table.running()
+            log.warning("%d tasks still running after the grace period; handing them back", len(stuck))
+            for entry in stuck:
+                self.outbox.outcomes.append(entry.released())
+
+    def _shutdown(self, started: list[Callable[[], None]]) -> None:
+        """No new claims; unstarted tasks go back at once; running handlers get ``grace_seconds``;
+        then every outcome is settled and the settler and lease keeper stop."""
+        self._stop.set()
+        for finish in started:
+            finish()
+        self.outbox.outcomes.append(None)
+        self.outbox.wake.set()
+        if self.settler.thread.is_alive():
+            self.settler.thread.join(timeout=max(5.0, self.config.grace_seconds))
+        if self.lease_keeper.thread.is_alive():
+            self.lease_keeper.thread.join(timeout=5.0)
+
+
+def _sync_dispatch(resolver: Resolver) -> Handler:
+    """A resolver whose functions are all sync, as a plain handler for the thread executor."""
+    resolve = resolver.resolve
+
+    def dispatch(task: Task) -> object:
+        call, _is_async = resolve(task)
+        return call()
+
+    return dispatch

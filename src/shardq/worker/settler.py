@@ -1,0 +1,342 @@
+"""The settler: turns outcomes into statements, in batches, on its own thread and session.
+
+It collects outcomes until the claims they belong to are complete (at most
+``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key range and
+token (PostgreSQL), other acks in one statement by key, failures through
+:func:`shardq.failures.settle_failures` (the reaper's function too), hand-backs and reschedules.
+Every statement is fenced by the lease token. It also adds what it settled to ``shardq_stats``
+every ``stats_interval`` seconds and prunes old rows there.
+
+A batch's statements are planned once, and claim counts are lowered at planning, so a batch re-run
+after a lost connection never counts an outcome twice. A batch that fails for good is left to the
+reaper (the leases expire; at-least-once holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import backoff, exclusive
+from .. import stats as activity
+from ..consumer import fenced
+from ..errors import DatabaseError
+from ..failures import Failure, settle_failures
+from ..queue_settings import QueueSettingsCache
+from ..store import Fenced, TaskStore, WholeClaim
+from .config import WorkerConfig, WorkerTotals
+from .events import EventSink
+from .executor import Outbox
+from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
+from .sessions import SessionPerThread
+
+log = logging.getLogger("shardq.worker")
+
+# How long the settler keeps collecting outcomes of tasks still in progress before it settles
+# what it has: one ack statement per claimed batch instead of one per handful of tasks. A finished
+# task's row stays leased (and its lease record open) at most this much longer; no task's start
+# is delayed by it.
+ACK_LINGER_SECONDS = 0.02
+# How long an idle settler waits for outcomes before it looks at its other chores (stats flush).
+SETTLER_IDLE_WAIT_SECONDS = 0.05
+# Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
+STATS_PRUNE_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class Batch:
+    """Outcomes taken together, and the statements still to run to settle them."""
+
+    outcomes: list[InFlight]
+    steps: list[Callable[[TaskStore], None]]
+
+
+class Settler:
+    """Settles what the executor hands to ``outbox``; runs :meth:`run` on its own thread until it
+    takes the end marker (``None``) the worker queues at shutdown."""
+
+    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, outbox: Outbox,
+                 sink: EventSink, totals: WorkerTotals, stop: threading.Event) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
+        self.stop_event = stop
+        self.thread = threading.Thread(target=self.run, name="shardq-settler", daemon=True)
+        self._tally = activity.ActivityTally()
+        self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
+        self._settings: QueueSettingsCache | None = None
+
+    def run(self) -> None:
+        store: TaskStore | None = None
+        batch: Batch | None = None
+        finished = False
+        last_flush = next_prune = time.monotonic()
+        failures = 0
+        while not finished or batch is not None:
+            self.sink.refresh()
+            if batch is None and not finished:
+                pending: list[InFlight] = []
+                finished = self._collect(pending)
+                if pending:
+                    batch = self._plan(pending)
+            try:
+                if store is None:
+                    store = self.sessions.store()
+                    self._settings = QueueSettingsCache(store, self.config.queues,
+                                                        lease_override=self.config.lease_seconds)
+                if batch is not None:
+                    self._apply(store, batch)
+                    batch = None
+                if time.monotonic() - last_flush >= self.config.stats_interval:
+                    last_flush = self._flush_stats(store, last_flush)
+                    if last_flush >= next_prune:
+                        next_prune = last_flush + STATS_PRUNE_SECONDS
+                        self._prune_stats(store)
+                failures = 0
+            except DatabaseError as exc:
+                if exc.transient:  # lost connection, statement timeout: the same settle may work later
+                    failures += 1
+                    pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
+                    count = len(batch.outcomes) if batch else 0
+                    log.warning("settling %d outcomes failed (%s); retrying in %.1fs", count, exc, pause)
+                    time.sleep(pause)
+                    continue
+                # The leases will expire and the reaper returns these tasks: at-least-once holds.
+                if batch is not None:
+                    log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(batch.outcomes), exc)
+                    self.table.forget(batch.outcomes)
+                    batch = None
+                else:
+                    log.error("settler chore failed: %s", exc)
+        if store is not None:
+            try:
+                self._flush_stats(store, last_flush)
+            except DatabaseError as exc:
+                log.warning("could not record the last activity counts: %s", exc)
+
+    # -- collecting -----------------------------------------------------------------------------
+    def _collect(self, pending: list[InFlight]) -> bool:
+        """Gather outcomes into ``pending`` so that one statement settles many: wait up to
+        ``ACK_LINGER_SECONDS`` for a claim to complete, then keep taking outcomes until
+        ``ack_batch`` are pending, every claim they belong to is complete, nothing is in progress
+        any more, a stop was asked, or ``ACK_LINGER_SECONDS`` passed since the first was seen.
+        Returns True once the end-of-work marker was taken.
+
+        The executor sets the wake event only when it queues a claim's last outcome (and the
+        worker when it queues the marker): this thread wakes about once per claim, not once per
+        task. The event is cleared before the deque is drained, and the executor appends before
+        it sets, so no outcome can be left unseen while this thread waits."""
+        outcomes, wake = self.outbox.outcomes, self.outbox.wake
+        limit = self.config.ack_batch
+        seen: Counter = Counter()  # outcomes per claim in pending
+        until = time.monotonic() + SETTLER_IDLE_WAIT_SECONDS  # then back to the loop's chores
+        lingering = False
+        while True:
+            wake.clear()
+            while outcomes:
+                item = outcomes.popleft()
+                if item is None:
+                    return True
+                pending.append(item)
+                seen[item.claim] += 1
+                if len(pending) >= limit:
+                    return False
+            if pending:
+                if self.stop_event.is_set() or self.table.in_progress() == 0:
+                    return False
+                # Settle whole claims together: stop as soon as every claim seen is complete
+                # (only this thread lowers a claim's count, so the read is stable).
+                if all(claim.left <= n for claim, n in seen.items()):
+                    return False
+                if not lingering:
+                    lingering = True
+                    until = time.monotonic() + ACK_LINGER_SECONDS
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return False
+            wake.wait(remaining)
+
+    # -- planning -------------------------------------------------------------------------------
+    def _plan(self, outcomes: list[InFlight]) -> Batch:
+        """Decide, once, the statements that settle ``outcomes``: hand-backs, failures,
+        reschedules, acks of whole claims by key range, the remaining acks by key (which also
+        drop the lease records of claims this batch closes)."""
+        acks: list[InFlight] = []
+        keyed_acks: list[InFlight] = []
+        fails: list[InFlight] = []
+        releases: list[InFlight] = []
+        reschedules: list[InFlight] = []
+        handled: dict[str, list[float]] = {}
+        for o in outcomes:
+            kind = o.kind
+            if kind == ACK:
+                (acks if o.claimed.exclusive_key is None else keyed_acks).append(o)
+            elif kind == FAIL:
+                fails.append(o)
+            elif kind == RESCHEDULE:
+                reschedules.append(o)
+            else:
+                releases.append(o)
+            if o.seconds is not None:
+                handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
+        self._settled_counts = {}
+        for queue_name, seconds in handled.items():
+            counts = self._tally.of(queue_name)
+            counts.handled += len(seconds)
+            counts.handler_seconds += sum(seconds)
+        whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
+        steps: list[Callable[[TaskStore], None]] = []
+        if releases:
+            def release(store: TaskStore) -> None:
+                done = store.task_release_many([fenced(o.claimed) for o in releases])
+                self._count(releases, done, "released")
+            steps.append(release)
+        if fails:
+            steps.append(lambda store: self._settle_failures(store, fails))
+        if reschedules:
+            def reschedule(store: TaskStore) -> None:
+                done = store.task_retry_many(
+                    [fenced(o.claimed) for o in reschedules], [o.delay for o in reschedules],
+                    [o.error for o in reschedules], require_expired=False, refund=True,
+                )
+                self._count(reschedules, done, "retried")
+            steps.append(reschedule)
+        if keyed_acks:
+            def ack_keyed(store: TaskStore) -> None:
+                done = _remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
+                self._count(keyed_acks, done, "acked")
+            steps.append(ack_keyed)
+        if whole:
+            steps.append(lambda store: self._count(whole_acks, None, "acked", lost=store.task_ack_claims(whole)))
+        if partial or closed:
+            def ack_by_key(store: TaskStore) -> None:
+                if partial or store.uses_lease_records:
+                    done = store.task_ack_many([fenced(o.claimed) for o in partial], closed)
+                    self._count(partial, done, "acked")
+            steps.append(ack_by_key)
+        return Batch(outcomes, steps)
+
+    def _apply(self, store: TaskStore, batch: Batch) -> None:
+        while batch.steps:
+            batch.steps[0](store)
+            batch.steps.pop(0)
+        self.table.forget(batch.outcomes)
+        if self._settled_counts and self.sink.wants("settled"):
+            self.sink.emit("settled", None, counts=self._settled_counts)
+        self._settled_counts = {}
+
+    def _close_claims(
+        self, outcomes: list[InFlight], acks: list[InFlight]
+    ) -> tuple[list[WholeClaim], list[InFlight], list[InFlight], set[uuid.UUID]]:
+        """Count ``outcomes`` against their claims. Returns the claims they close whose every
+        remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
+        those acks), the other plain acks, and the tokens of the other claims they close (lease
+        records to drop)."""
+        per_claim = Counter(map(claim_of, outcomes))
+        acked = per_claim if len(acks) == len(outcomes) else Counter(map(claim_of, acks))
+        keys: dict[Claim, list] = {}  # claims closed here whose remaining tasks were all acked
+        closed: set[uuid.UUID] = set()
+        # No lock: a claim's count is read and lowered by this thread only.
+        for claim, n in per_claim.items():
+            if claim.left <= 0:
+                continue  # closed already: a task handed back at shutdown whose handler finished after all
+            if claim.left > n:
+                claim.left -= n
+                continue
+            if not claim.keyed and acked.get(claim, 0) >= claim.left:
+                keys[claim] = []
+            else:
+                closed.add(claim.token)
+            claim.left = 0
+        if not keys:
+            return [], [], acks, closed
+        whole_acks: list[InFlight] = []
+        partial: list[InFlight] = []
+        for o in acks:
+            group = keys.get(o.claim)
+            if group is None:
+                partial.append(o)
+            else:
+                group.append(o.claimed.key)
+                whole_acks.append(o)
+        whole = [WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, group) for c, group in keys.items()]
+        return whole, whole_acks, partial, closed
+
+    def _settle_failures(self, store: TaskStore, fails: list[InFlight]) -> None:
+        assert self._settings is not None
+        failures = [
+            Failure(fenced(o.claimed), o.claimed.attempt, o.claimed.max_attempts, o.error,
+                    o.claimed.exclusive_key, permanent=o.permanent, ref=o)
+            for o in fails
+        ]
+        result = settle_failures(store, failures, self._settings.settings, require_expired=False)
+        retried = [f.ref for f in result.retried] + [f.ref for f in result.refused_retry]
+        dead = [f.ref for f in result.dead] + [f.ref for f in result.refused_dead]
+        self._count(retried, {f.item.key.id for f in result.retried}, "retried")  # type: ignore[arg-type]
+        self._count(dead, {f.item.key.id for f in result.dead}, "dead")  # type: ignore[arg-type]
+
+    # -- counting -------------------------------------------------------------------------------
+    def _count(
+        self, outcomes: list[InFlight], done: set[uuid.UUID] | None, event: str, *, lost: set[uuid.UUID] | None = None
+    ) -> None:
+        """Count (and report) the outcomes the database applied — those in ``done``, or, when
+        ``lost`` is given instead, all but those — and the ones it refused because the lease had
+        passed to someone else."""
+        if lost is not None:
+            refused = [o for o in outcomes if o.claimed.key.id in lost] if lost else []
+            applied = [o for o in outcomes if o.claimed.key.id not in lost] if lost else outcomes
+        else:
+            applied, refused = [], []
+            settled = done or set()
+            for o in outcomes:
+                (applied if o.claimed.key.id in settled else refused).append(o)
+        self.totals.add(**{event: len(applied), "lease_lost": len(refused)})
+        counts = self._settled_counts
+        for queue_name, n in Counter([o.claimed.key.queue for o in applied]).items():
+            counts[(event, queue_name)] = counts.get((event, queue_name), 0) + n
+            if event in ("acked", "retried", "dead"):
+                tally = self._tally.of(queue_name)
+                setattr(tally, event, getattr(tally, event) + n)
+        if self.sink.trace_outcomes or event in ("retried", "dead"):  # the others log at DEBUG only
+            for o in applied:
+                if o.error is None:
+                    self.sink.emit(event, o.claimed)
+                else:
+                    self.sink.emit(event, o.claimed, last_error=o.error)
+        for o in refused:
+            counts[("lease_lost", o.claimed.queue)] = counts.get(("lease_lost", o.claimed.queue), 0) + 1
+            self.sink.emit("lease_lost", o.claimed, outcome=event)
+
+    # -- activity counters ----------------------------------------------------------------------
+    def _flush_stats(self, store: TaskStore, since: float) -> float:
+        """Add what was settled since the last flush, and the handler capacity offered meanwhile,
+        to ``shardq_stats``. Returns the time of this flush."""
+        now = time.monotonic()
+        offered = self.config.concurrency * (now - since)
+        for queue_name in self.config.queues:
+            self._tally.of(queue_name).capacity_seconds += offered
+        self._tally.flush(store)
+        return now
+
+    @staticmethod
+    def _prune_stats(store: TaskStore) -> None:
+        try:
+            activity.prune(store)
+        except DatabaseError as exc:  # housekeeping: the next prune tries again
+            log.debug("pruning old queue activity rows failed: %s", exc)
+
+
+def _remove_keyed(
+    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
+) -> set[uuid.UUID]:
+    """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
+    (see :mod:`shardq.exclusive`)."""
+    items = [fenced(o.claimed) for o in outcomes]
+    key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
+    removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
+    return removed
