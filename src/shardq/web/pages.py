@@ -139,7 +139,7 @@ def bucket_bars(per_bucket: list[dict[str, Any]]) -> dict[str, Any]:
             "ready_h": round(ready_h, 2), "ready_y": round(height - ready_h, 2),
             "leased_h": round(leased_h, 2), "leased_y": round(height - ready_h - leased_h, 2),
         })
-    return {"width": width, "height": height, "bar_width": round(bar_width, 2), "items": items,
+    return {"width": width, "height": height, "bar_width": round(bar_width, 2), "bars": items,
             "label_every": max(1, n // 16)}
 
 
