@@ -144,7 +144,7 @@ def bucket_bars(per_bucket: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g} s" if value < 60 else f"{value / 60:g} min"
+    return f"{value:g} s" if value < 60 else f"{value / 60:.1f} min"
 
 
 # -- pages --------------------------------------------------------------------------------------
