@@ -5,6 +5,7 @@ token or a valid body reads or changes anything."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import signal
@@ -392,7 +393,7 @@ def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
         assert url.startswith("http://127.0.0.1:")
         request = urllib.request.Request(url + "api/queues", headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
-            assert [q["name"] for q in __import__("json").load(response)["queues"]] == ["emails"]
+            assert [q["name"] for q in json.load(response)["queues"]] == ["emails"]
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + "api/queues", timeout=30)
         assert refused.value.code == 401
