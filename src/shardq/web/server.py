@@ -91,7 +91,7 @@ class BackgroundServer:
         self._started = threading.Event()
         self._server = _server(client, self.token, stats_options=stats_options, refresh_seconds=refresh_seconds,
                                started=self._started)
-        self._server.config.install_signal_handlers = False  # type: ignore[attr-defined]
+        # uvicorn installs signal handlers only on the main thread: this one leaves them alone.
         self._sock = _bind(host, 0)
         self.url = _url(self._sock, host)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
