@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,spark
+EXTRAS ?= dev,spark,web
 
 .PHONY: system-deps setup test test-full test-cockroach conformance reliability demo bench bench-quick lint clean
 

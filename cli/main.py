@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (register commands)
     queue_commands,
     queue_settings_commands,
     spark_commands,
+    web_commands,
 )
 from .app import cli
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What shardq's Spark job needs from the system, installed with apt when missing (as root or with
-# sudo): Java 17+ and the PostgreSQL JDBC driver (/usr/share/java/postgresql.jar). Skips whatever
-# is already there, or set JAVA_HOME / SHARDQ_JDBC_JAR to use your own.
+# What shardq's Spark job and the web dashboard's browser tests need from the system, installed with
+# apt when missing (as root or with sudo): Java 17+ and the PostgreSQL JDBC driver
+# (/usr/share/java/postgresql.jar), and Chromium (/usr/bin/chromium, driven by Playwright). Skips
+# whatever is already there, or set JAVA_HOME / SHARDQ_JDBC_JAR / SHARDQ_TEST_CHROMIUM to use your own.
 set -euo pipefail
 
 java_major() {
@@ -15,9 +16,10 @@ if [ "$(java_major)" -lt 17 ]; then packages+=(openjdk-17-jre-headless); fi
 if [ -z "${SHARDQ_JDBC_JAR:-}" ] && [ ! -f /usr/share/java/postgresql.jar ]; then
     packages+=(libpostgresql-jdbc-java)
 fi
+if [ -z "${SHARDQ_TEST_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then packages+=(chromium); fi
 if [ "${#packages[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
-        echo "system-deps.sh: please install ${packages[*]} (apt), or set JAVA_HOME / SHARDQ_JDBC_JAR" >&2
+        echo "system-deps.sh: please install ${packages[*]} (apt), or set JAVA_HOME / SHARDQ_JDBC_JAR / SHARDQ_TEST_CHROMIUM" >&2
         exit 1
     fi
     $sudo apt-get update -qq

@@ -1,5 +1,6 @@
 """The wheel users install: built without a packaging warning, and carrying everything shardq reads
-at run time (the SQL folders, the migrations, the CLI, the engine package, py.typed)."""
+at run time (the SQL folders, the migrations, the CLI, the engine package, the web dashboard's
+modules, templates and static files, py.typed)."""
 
 from __future__ import annotations
 
@@ -25,4 +26,8 @@ def test_the_wheel_builds_without_warnings_and_carries_every_runtime_file(tmp_pa
     expected_sql = {f"shardq/sql/{p.parent.name}/{p.name}" for p in (ROOT / "sql").glob("*/*.sql")}
     assert expected_sql and expected_sql <= names
     assert {"shardq/py.typed", "shardq/engine/cockroachdb.py", "shardq/migrations/versions/0001_initial.py",
-            "shardq/migrations/script.py.mako", "shardq/cli/main.py"} <= names
+            "shardq/migrations/script.py.mako", "shardq/cli/main.py", "shardq/cli/web_commands.py"} <= names
+    web = ROOT / "src" / "shardq" / "web"
+    expected_web = {f"shardq/web/{p.relative_to(web)}" for p in web.rglob("*")
+                    if p.suffix in {".py", ".html", ".js", ".css"}}
+    assert {"shardq/web/templates/base.html", "shardq/web/static/dashboard.js"} <= expected_web <= names

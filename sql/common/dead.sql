@@ -36,3 +36,9 @@ RETURNING id
 DELETE FROM shardq_dead
 WHERE id IN (SELECT id FROM shardq_dead WHERE queue = %(queue)s LIMIT %(limit)s)
 RETURNING id
+
+-- name: dead_get
+-- One dead-lettered task by id (its primary key), or no row.
+SELECT id, queue, payload, attempts, max_attempts, last_error, died_at, created_at, priority, exclusive_key,
+       dedupe_key
+FROM shardq_dead WHERE id = %(id)s::UUID

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import validation
 from .errors import InvalidInput
-from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats
+from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
 from .stats import StatsOptions, collect
 from .store import TaskStore
 
@@ -116,6 +116,14 @@ def dead_purge(store: TaskStore, queue: str) -> int:
         total += deleted
         if deleted < PAGE:
             return total
+
+
+def task_show(store: TaskStore, task_id: str) -> TaskInfo | None:
+    """One task by id, wherever it is: the tasks table (ready, scheduled, leased, backlog) or the
+    dead letters; None when neither holds it (finished tasks are deleted). Two index lookups at
+    most. A malformed id raises :class:`InvalidInput`."""
+    (wanted,) = _parse_ids([task_id])
+    return store.task_get(wanted) or store.dead_get(wanted)
 
 
 # -- cancelling ----------------------------------------------------------------------------------

@@ -224,6 +224,48 @@ class DeadTask:
         )
 
 
+@dataclass(frozen=True)
+class TaskInfo:
+    """One task as an operator inspects it: from ``shardq_tasks`` (``state`` ready, scheduled,
+    leased or backlog) or from ``shardq_dead`` (``state`` dead, with ``died_at``). Fields a state
+    does not have are None (a dead task has no lease nor run time; only a leased task has a lease
+    expiry). ``attempts`` counts attempts started so far."""
+
+    id: str
+    queue: str
+    state: str
+    payload: bytes
+    attempts: int
+    max_attempts: int
+    created_at: dt.datetime
+    priority: int = 0
+    exclusive_key: str | None = None
+    dedupe_key: str | None = None
+    exec_time: dt.datetime | None = None
+    lease_expires_at: dt.datetime | None = None
+    last_error: str | None = None
+    died_at: dt.datetime | None = None
+
+    @classmethod
+    def from_task_row(cls, row: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            id=str(row["id"]), queue=row["queue"], state=row["state"], payload=bytes(row["payload"]),
+            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
+            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
+            exec_time=row["exec_time"], lease_expires_at=row["lease_expires_at"] if row["state"] == "leased" else None,
+            last_error=row["last_error"],
+        )
+
+    @classmethod
+    def from_dead_row(cls, row: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            id=str(row["id"]), queue=row["queue"], state="dead", payload=bytes(row["payload"]),
+            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
+            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
+            last_error=row["last_error"], died_at=row["died_at"],
+        )
+
+
 @dataclass
 class Activity:
     """What happened to one queue over some span: the rows of ``shardq_stats`` summed, or what a

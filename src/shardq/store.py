@@ -27,6 +27,7 @@ from .models import (
     QueueSettings,
     SchemaJob,
     ShardLayout,
+    TaskInfo,
     TaskKey,
 )
 
@@ -543,6 +544,16 @@ class TaskStore:
         """Unfinished schema-change jobs of shardq_tasks (a resize in progress on CockroachDB;
         none where schema changes are transactional)."""
         return self.engine.schema_jobs(self.session)
+
+    def task_get(self, task_id: uuid.UUID) -> TaskInfo | None:
+        """A task of the tasks table by id (one index descent), or None."""
+        row = self.session.fetch_one("task_get", {"id": task_id})
+        return TaskInfo.from_task_row(row) if row else None
+
+    def dead_get(self, task_id: uuid.UUID) -> TaskInfo | None:
+        """A dead-lettered task by id (its primary key), or None."""
+        row = self.session.fetch_one("dead_get", {"id": task_id})
+        return TaskInfo.from_dead_row(row) if row else None
 
     def dead_list(self, queue: str, limit: int) -> list[DeadTask]:
         return [DeadTask.from_row(r) for r in self.session.fetch_all("dead_list", {"queue": queue, "limit": limit})]

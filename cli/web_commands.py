@@ -1,0 +1,34 @@
+"""`shardq web`: the browser dashboard."""
+
+from __future__ import annotations
+
+import click
+
+from .app import cli, client_from
+
+
+@cli.command("web")
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+              help="Address to listen on. Anything but loopback needs an explicit --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
+@click.option("--token", envvar="SHARDQ_WEB_TOKEN", default=None, metavar="TOKEN",
+              help="The token every request must carry (default: $SHARDQ_WEB_TOKEN, else one is generated and printed).")
+@click.option("--refresh", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
+              help="How often the overview polls for new numbers.")
+@click.option("--bucket-cap", type=int, default=10_000, show_default=True, metavar="N",
+              help="Rows counted at most per queue, bucket and state (as for `shardq stats`).")
+@click.pass_context
+def web(ctx, host, port, token, refresh, bucket_cap) -> None:
+    """Serve the dashboard (queues, per-bucket depth, dead letters, tasks; pause, requeue, purge,
+    cancel) until Ctrl-C. Every request needs the token: open the printed URL and log in with it,
+    or send `Authorization: Bearer TOKEN`."""
+    from shardq import web as web_module
+    from shardq.stats import StatsOptions
+
+    def started(info) -> None:
+        click.echo(f"shardq web: serving {info.url}")
+        if info.generated:
+            click.echo(f"shardq web: token (shown once): {info.token}")
+
+    web_module.serve(client_from(ctx), host=host, port=port, token=token, refresh_seconds=refresh,
+                     stats_options=StatsOptions(bucket_cap=bucket_cap), on_start=started)

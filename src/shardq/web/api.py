@@ -1,0 +1,154 @@
+"""The JSON API behind the pages (every route needs the token, see :mod:`shardq.web.auth`).
+
+``GET /api/queues``, ``/api/queues/{queue}``, ``/api/queues/{queue}/dead[?limit=N]``,
+``/api/tasks/{id}``; ``POST /api/queues/{queue}/pause`` and ``/resume`` (optional body
+``{"enqueue": bool, "dequeue": bool}``, both by default), ``/api/queues/{queue}/dead/requeue``
+(body ``{"ids": [...]}`` or ``{"all": true}``), ``/api/queues/{queue}/dead/purge``,
+``/api/tasks/{id}/cancel``.
+
+Errors are ``{"error": "..."}``: 401 without the token, 403 for a cookie request without its CSRF
+token (``X-CSRF-Token``), 404 for an unknown queue or task, 400 for a malformed body or bad
+input, 405 for a GET on an action, 503 when the database fails. A refused request changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import views
+from .context import Dashboard, Failure, run_view
+
+JSON_BODY_MAX = 1024 * 1024
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def _call(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+    try:
+        result = await run_view(request, view, *args, **kwargs)
+    except Failure as failure:
+        return _error(failure.status, failure.message)
+    return JSONResponse(result, headers={"Cache-Control": "no-store"})
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body is ``{}``); :class:`Failure` 400 otherwise."""
+    raw = await request.body()
+    if len(raw) > JSON_BODY_MAX:
+        raise Failure(413, "body too large")
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Failure(400, "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise Failure(400, "the body must be a JSON object")
+    return body
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise Failure(400, f"{name!r} must be true or false")
+    return value
+
+
+async def _action(request: Request, handle: Callable[[dict[str, Any]], Any]) -> Response:
+    """CSRF check (cookie requests), body parsing, then the view."""
+    dashboard = Dashboard.of(request)
+    if not dashboard.csrf_ok(request, request.headers.get("x-csrf-token")):
+        return _error(403, "missing or wrong CSRF token (X-CSRF-Token header)")
+    try:
+        body = await _body(request)
+        return await handle(body)
+    except Failure as failure:
+        return _error(failure.status, failure.message)
+
+
+async def queues(request: Request) -> Response:
+    return await _call(request, views.overview, Dashboard.of(request).stats_options)
+
+
+async def queue(request: Request) -> Response:
+    return await _call(request, views.queue_detail, request.path_params["queue"], Dashboard.of(request).stats_options)
+
+
+async def dead(request: Request) -> Response:
+    try:
+        limit = int(request.query_params.get("limit", views.DEAD_LIMIT_DEFAULT))
+    except ValueError:
+        return _error(400, "limit must be a whole number")
+    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit)
+
+
+async def task(request: Request) -> Response:
+    return await _call(request, views.task_detail, request.path_params["task_id"])
+
+
+def _pause_route(paused: bool) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        async def handle(body: dict[str, Any]) -> Response:
+            enqueue, dequeue = _flag(body, "enqueue", True), _flag(body, "dequeue", True)
+            return await _call(request, views.set_paused, request.path_params["queue"], paused,
+                               enqueue=enqueue, dequeue=dequeue)
+
+        return await _action(request, handle)
+
+    return endpoint
+
+
+async def dead_requeue(request: Request) -> Response:
+    async def handle(body: dict[str, Any]) -> Response:
+        ids, every = body.get("ids"), body.get("all", False)
+        if every is not True and every is not False:
+            raise Failure(400, "'all' must be true or false")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise Failure(400, "'ids' must be a list of task id strings")
+        if every == bool(ids):
+            raise Failure(400, 'give either {"ids": [...]} (not empty) or {"all": true}')
+        return await _call(request, views.dead_requeue, request.path_params["queue"], ids, all_tasks=every)
+
+    return await _action(request, handle)
+
+
+async def dead_purge(request: Request) -> Response:
+    async def handle(body: dict[str, Any]) -> Response:
+        return await _call(request, views.dead_purge, request.path_params["queue"])
+
+    return await _action(request, handle)
+
+
+async def cancel(request: Request) -> Response:
+    async def handle(body: dict[str, Any]) -> Response:
+        return await _call(request, views.cancel, request.path_params["task_id"])
+
+    return await _action(request, handle)
+
+
+async def not_found(request: Request) -> Response:
+    return _error(404, "no such API route")
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/api/queues", queues, methods=["GET"]),
+        Route("/api/queues/{queue}", queue, methods=["GET"]),
+        Route("/api/queues/{queue}/dead", dead, methods=["GET"]),
+        Route("/api/queues/{queue}/pause", _pause_route(True), methods=["POST"]),
+        Route("/api/queues/{queue}/resume", _pause_route(False), methods=["POST"]),
+        Route("/api/queues/{queue}/dead/requeue", dead_requeue, methods=["POST"]),
+        Route("/api/queues/{queue}/dead/purge", dead_purge, methods=["POST"]),
+        Route("/api/tasks/{task_id}", task, methods=["GET"]),
+        Route("/api/tasks/{task_id}/cancel", cancel, methods=["POST"]),
+    ]
+

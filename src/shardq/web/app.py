@@ -1,0 +1,74 @@
+"""The dashboard's ASGI application: :func:`create_app` wires auth, the JSON API and the pages."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..client import Client
+from ..stats import StatsOptions
+from . import api, pages
+from .auth import Auth, AuthGate, Scope
+from .context import Dashboard
+
+
+def _refuse(scope: Scope) -> Any:
+    """The 401 for a request without the token: JSON for the API, the login form for pages."""
+    if scope["path"].startswith("/api/"):
+        return JSONResponse({"error": "the dashboard token is required (Authorization: Bearer TOKEN)"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"})
+    request = Request(scope)
+    next_path = scope["path"] if scope["method"] == "GET" else "/"
+    if scope["method"] == "GET" and scope.get("query_string"):
+        next_path += "?" + scope["query_string"].decode("latin-1")
+    return pages.login_page(request, 401, None, next_path)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers={"Cache-Control": "no-store"})
+    return pages.error_page(request, exc.status_code, str(exc.detail))
+
+
+def create_app(
+    client: Client,
+    token: str,
+    *,
+    stats_options: StatsOptions | None = None,
+    refresh_seconds: float = 2.0,
+    history_points: int = 150,
+    started: threading.Event | None = None,
+) -> Starlette:
+    """The dashboard for ``client``'s database, requiring ``token`` on every request (see
+    :mod:`shardq.web.auth`). ``stats_options`` bound the counting exactly as for ``shardq stats``;
+    the overview polls the API every ``refresh_seconds`` and its charts keep ``history_points``
+    samples. ``started`` is set once the application has started (its lifespan began), so a
+    caller running it in a thread can wait for that instead of sleeping."""
+    if refresh_seconds <= 0:
+        raise ValueError("refresh_seconds must be positive")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if started is not None:
+            started.set()
+        yield
+
+    dashboard = Dashboard(client, Auth(token), (stats_options or StatsOptions()).validate(), refresh_seconds,
+                          history_points)
+    app = Starlette(
+        routes=[*api.routes(), *pages.routes()],
+        middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse)],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+    app.state.dashboard = dashboard
+    return app

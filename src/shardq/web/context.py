@@ -1,0 +1,81 @@
+"""What every route shares: the :class:`Dashboard` (client, auth, options, templates) and
+:func:`run_view`, which runs a view off the event loop and turns its errors into statuses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..client import Client
+from ..db import redact_text
+from ..errors import DatabaseError, InvalidInput, ShardqError
+from ..stats import StatsOptions
+from .auth import Auth, Identity, csrf_ok
+from .views import NotFound
+
+log = logging.getLogger("shardq.web")
+
+
+class Failure(Exception):
+    """A request that cannot be served: an HTTP status and a message safe to show."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Dashboard:
+    """One dashboard's state. ``refresh_seconds``: how often the overview polls the API;
+    ``history_points``: samples its charts keep (a ring buffer in the browser)."""
+
+    client: Client
+    auth: Auth
+    stats_options: StatsOptions = field(default_factory=StatsOptions)
+    refresh_seconds: float = 2.0
+    history_points: int = 150
+
+    @staticmethod
+    def of(request: Request) -> Dashboard:
+        return request.app.state.dashboard
+
+    @staticmethod
+    def identity(request: Request) -> Identity:
+        return request.scope["state"]["identity"]
+
+    def csrf_ok(self, request: Request, supplied: str | None) -> bool:
+        return csrf_ok(self.identity(request), supplied)
+
+    def safe_message(self, exc: BaseException) -> str:
+        """An error's first line with the database password removed (shardq's own errors
+        already leave it out; this is a second guard, since the page is shown to a browser)."""
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return redact_text(text, self.client.dsn.conninfo)
+
+
+async def run_view(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``view(store, *args, **kwargs)`` in a worker thread with that thread's store (one
+    database session per thread, :attr:`shardq.client.Client.store`). Raises :class:`Failure`:
+    404 for :class:`NotFound`, 400 for bad input, 503 for a database failure."""
+    dashboard = Dashboard.of(request)
+
+    def call() -> Any:
+        return view(dashboard.client.store, *args, **kwargs)
+
+    try:
+        return await run_in_threadpool(call)
+    except NotFound as exc:
+        raise Failure(404, str(exc)) from None
+    except InvalidInput as exc:
+        raise Failure(400, dashboard.safe_message(exc)) from None
+    except DatabaseError as exc:
+        log.warning("database error serving %s: %s", request.url.path, exc)
+        raise Failure(503, "database error: " + dashboard.safe_message(exc)) from None
+    except ShardqError as exc:
+        raise Failure(500, dashboard.safe_message(exc)) from None

@@ -1,0 +1,343 @@
+"""The HTML pages (Jinja2, autoescaped) and the form posts behind their buttons.
+
+``/`` (overview), ``/queues/{queue}``, ``/queues/{queue}/dead``, ``/tasks/{id}`` (and
+``/tasks?id=`` from the search box); actions are POST forms carrying the session's CSRF token,
+answered with a 303 back to a page. Unknown queues and tasks get a 404 page; everything the pages
+show comes from :mod:`shardq.web.views`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import urllib.parse
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from .. import dashboard as fmt
+from ..models import Accuracy
+from . import views
+from .auth import LOGIN_PATH, expired_cookie, session_cookie
+from .context import Dashboard, Failure, run_view
+
+FORM_MAX = 64 * 1024
+STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+BAR_AREA = (640, 160)
+
+
+def _read_static(name: str) -> str:
+    return resources.files("shardq.web").joinpath("static", name).read_text(encoding="utf-8")
+
+
+CSS = _read_static("style.css")
+#: The inline stylesheet's hash, for the Content-Security-Policy (no other inline style or script runs).
+CSS_HASH = "sha256-" + base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src 'self'; style-src '{CSS_HASH}'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("shardq.web", "templates"),
+    autoescape=True,  # every value is escaped; only the stylesheet (package data) is marked safe
+    undefined=jinja2.StrictUndefined,
+)
+
+FLASH = {
+    "paused": "Paused enqueue and dequeue.",
+    "resumed": "Resumed enqueue and dequeue.",
+    "requeued": "Requeued {n} dead task(s).",
+    "purged": "Purged {n} dead task(s).",
+    "cancelled": "Cancelled the task.",
+}
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    identity = request.scope.get("state", {}).get("identity")
+    flash = None
+    code = request.query_params.get("done")
+    if code in FLASH:
+        count = request.query_params.get("n", "")
+        flash = FLASH[code].format(n=int(count) if count.isdigit() else "?")
+    page = templates.get_template(name).render(
+        css=CSS, script=context.pop("script", False), header=context.pop("header", None),
+        signed_in=identity is not None, identity=identity, csrf=(identity.csrf if identity else "") or "",
+        flash=flash, **context,
+    )
+    return HTMLResponse(page, status_code=status, headers=page_headers())
+
+
+def page_headers() -> dict[str, str]:
+    return {
+        "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+              503: "Database unavailable"}
+    return render(request, "error.html", status, code=status, title=titles.get(status, "Error"), message=message)
+
+
+def login_page(request: Request, status: int = 200, problem: str | None = None, next_path: str = "/") -> HTMLResponse:
+    return render(request, "login.html", status, problem=problem, next=_local_path(next_path))
+
+
+def _local_path(path: str) -> str:
+    """Only a path on this server (no scheme, no host, no ``//``) may be a redirect target."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def _count(q: dict[str, Any], name: str) -> str:
+    return fmt.count_text(q[name], Accuracy(q["accuracy"][name]))
+
+
+def formatted(q: dict[str, Any]) -> dict[str, Any]:
+    """A view's queue dict with a ``fmt`` dict of display strings, as ``shardq stats`` shows
+    them (≥N at the cap, ~N sampled)."""
+    lead = q["lead_time_s"]
+    paused = [what for what in ("enqueue", "dequeue") if q[f"paused_{what}"]]
+    return {
+        **q,
+        "fmt": {
+            **{name: _count(q, name) for name in ("ready", "scheduled", "leased", "backlog", "dead")},
+            "oldest": fmt.duration_text(q["oldest_ready_age_s"]),
+            "enqueue_rate": fmt.rate_text(q["enqueue_rate"]),
+            "ack_rate": fmt.rate_text(q["ack_rate"]),
+            "failure_rate": fmt.rate_text(q["failure_rate"]),
+            "lead_time": ("∞" if q["ready"] + q["leased"] else "-") if lead is None else fmt.duration_text(lead),
+            "state": "paused: " + " and ".join(paused) if paused else "open",
+        },
+    }
+
+
+def bucket_bars(per_bucket: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stacked bars (ready below, running above) of due depth per bucket, scaled to the peak."""
+    width, height = BAR_AREA
+    n = max(1, len(per_bucket))
+    slot = width / n
+    bar_width = max(1.0, slot * 0.8)
+    peak = max((b["ready"] + b["leased"] for b in per_bucket), default=0) or 1
+    items = []
+    for i, b in enumerate(per_bucket):
+        ready_h = b["ready"] / peak * (height - 4)
+        leased_h = b["leased"] / peak * (height - 4)
+        items.append({
+            **b, "x": round(i * slot + (slot - bar_width) / 2, 2),
+            "ready_h": round(ready_h, 2), "ready_y": round(height - ready_h, 2),
+            "leased_h": round(leased_h, 2), "leased_y": round(height - ready_h - leased_h, 2),
+        })
+    return {"width": width, "height": height, "bar_width": round(bar_width, 2), "bars": items,
+            "label_every": max(1, n // 16)}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s" if value < 60 else f"{value / 60:.1f} min"
+
+
+# -- pages --------------------------------------------------------------------------------------
+async def _page(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await run_view(request, view, *args, **kwargs)
+
+
+async def overview(request: Request) -> Response:
+    dashboard = Dashboard.of(request)
+    try:
+        data = await _page(request, views.overview, dashboard.stats_options)
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    return render(
+        request, "overview.html", script=True, header=data, queues=[formatted(q) for q in data["queues"]],
+        refresh_ms=int(dashboard.refresh_seconds * 1000), refresh_label=_seconds(dashboard.refresh_seconds),
+        history_points=dashboard.history_points, window_label=_seconds(round(data["window_s"])),
+    )
+
+
+async def queue(request: Request) -> Response:
+    dashboard = Dashboard.of(request)
+    try:
+        data = await _page(request, views.queue_detail, request.path_params["queue"], dashboard.stats_options)
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    return render(request, "queue.html", header=data, q=formatted(data["queue"]), settings=data["settings"],
+                  per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"])
+
+
+async def dead(request: Request) -> Response:
+    try:
+        data = await _page(request, views.dead_detail, request.path_params["queue"])
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    count = fmt.count_text(data["dead"], Accuracy(data["accuracy"]))
+    return render(request, "dead.html", queue=data["queue"], count=count, tasks=data["tasks"], limit=data["limit"])
+
+
+async def task(request: Request) -> Response:
+    try:
+        data = await _page(request, views.task_detail, request.path_params["task_id"])
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    return render(request, "task.html", t=data)
+
+
+async def task_lookup(request: Request) -> Response:
+    wanted = request.query_params.get("id", "").strip()
+    if not wanted:
+        return RedirectResponse("/", status_code=303)
+    return RedirectResponse("/tasks/" + urllib.parse.quote(wanted, safe=""), status_code=303)
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC:
+        return error_page(request, 404, "no such file")
+    return Response(_read_static(name), media_type=STATIC[name],
+                    headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
+
+
+# -- forms --------------------------------------------------------------------------------------
+async def _form(request: Request) -> dict[str, list[str]]:
+    raw = await request.body()
+    if len(raw) > FORM_MAX:
+        raise Failure(413, "form too large")
+    try:
+        return urllib.parse.parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise Failure(400, "the form is not UTF-8") from None
+
+
+def _first(form: dict[str, list[str]], name: str) -> str | None:
+    values = form.get(name)
+    return values[0] if values else None
+
+
+async def _submit(request: Request, act: Callable[[dict[str, list[str]]], Any]) -> Response:
+    """Parse the form, check its CSRF token, run ``act`` (which returns the redirect target)."""
+    try:
+        form = await _form(request)
+        if not Dashboard.of(request).csrf_ok(request, _first(form, "csrf")):
+            raise Failure(403, "missing or wrong CSRF token: reload the page and try again")
+        target = await act(form)
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    return RedirectResponse(target, status_code=303)
+
+
+def _queue_path(queue: str, suffix: str = "") -> str:
+    return "/queues/" + urllib.parse.quote(queue, safe="") + suffix
+
+
+def _pause_form(paused: bool) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        name = request.path_params["queue"]
+
+        async def act(form: dict[str, list[str]]) -> str:
+            await run_view(request, views.set_paused, name, paused)
+            return _queue_path(name, "?done=" + ("paused" if paused else "resumed"))
+
+        return await _submit(request, act)
+
+    return endpoint
+
+
+async def requeue_form(request: Request) -> Response:
+    name = request.path_params["queue"]
+
+    async def act(form: dict[str, list[str]]) -> str:
+        ids = form.get("id", [])
+        every = _first(form, "all") == "1"
+        if every == bool(ids):
+            raise Failure(400, "choose tasks to requeue, or requeue all")
+        result = await run_view(request, views.dead_requeue, name, ids or None, all_tasks=every)
+        return _queue_path(name, f"/dead?done=requeued&n={result['requeued']}")
+
+    return await _submit(request, act)
+
+
+async def purge_form(request: Request) -> Response:
+    name = request.path_params["queue"]
+
+    async def act(form: dict[str, list[str]]) -> str:
+        if _first(form, "confirm") != "1":
+            raise Failure(400, "tick the box to confirm the purge")
+        result = await run_view(request, views.dead_purge, name)
+        return _queue_path(name, f"/dead?done=purged&n={result['purged']}")
+
+    return await _submit(request, act)
+
+
+def _cancel_and_locate(store: Any, task_id: str) -> str:
+    queue = views.task_detail(store, task_id)["queue"]
+    views.cancel(store, task_id)
+    return queue
+
+
+async def cancel_form(request: Request) -> Response:
+    task_id = request.path_params["task_id"]
+
+    async def act(form: dict[str, list[str]]) -> str:
+        queue_name = await run_view(request, _cancel_and_locate, task_id)
+        return _queue_path(queue_name, "?done=cancelled")
+
+    return await _submit(request, act)
+
+
+# -- signing in and out -------------------------------------------------------------------------
+async def login(request: Request) -> Response:
+    if request.method == "GET":
+        return login_page(request, next_path=request.query_params.get("next", "/"))
+    try:
+        form = await _form(request)
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    dashboard = Dashboard.of(request)
+    next_path = _first(form, "next") or "/"
+    if not dashboard.auth.token_ok(_first(form, "token")):
+        return login_page(request, 401, "That is not the token.", next_path)
+    session_id, _ = dashboard.auth.sessions.create()
+    response = RedirectResponse(_local_path(next_path), status_code=303)
+    response.headers.append("Set-Cookie", session_cookie(session_id))
+    return response
+
+
+async def logout(request: Request) -> Response:
+    async def act(form: dict[str, list[str]]) -> str:
+        session_id = Dashboard.identity(request).session_id
+        if session_id:
+            Dashboard.of(request).auth.sessions.end(session_id)
+        return LOGIN_PATH
+
+    response = await _submit(request, act)
+    if response.status_code == 303:
+        response.headers.append("Set-Cookie", expired_cookie())
+    return response
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", overview, methods=["GET"]),
+        Route(LOGIN_PATH, login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/static/{name}", static, methods=["GET"]),
+        Route("/queues/{queue}", queue, methods=["GET"]),
+        Route("/queues/{queue}/dead", dead, methods=["GET"]),
+        Route("/queues/{queue}/pause", _pause_form(True), methods=["POST"]),
+        Route("/queues/{queue}/resume", _pause_form(False), methods=["POST"]),
+        Route("/queues/{queue}/dead/requeue", requeue_form, methods=["POST"]),
+        Route("/queues/{queue}/dead/purge", purge_form, methods=["POST"]),
+        Route("/tasks", task_lookup, methods=["GET"]),
+        Route("/tasks/{task_id}", task, methods=["GET"]),
+        Route("/tasks/{task_id}/cancel", cancel_form, methods=["POST"]),
+    ]

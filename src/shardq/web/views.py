@@ -1,0 +1,235 @@
+"""What the web dashboard shows and does, as plain data: one function per page or action, each
+taking a :class:`~shardq.store.TaskStore` and returning JSON-ready dicts.
+
+Guarantees:
+
+* Reads go through the same functions as ``shardq stats`` and the CLI (:func:`shardq.admin.stats`,
+  :func:`shardq.admin.dead_list`, :func:`shardq.admin.task_show`, …), so every count is bounded
+  the same way (per (queue, bucket) caps, sampled buckets above ``max_buckets``) and marked the
+  same way when it is not exact (``accuracy``). Nothing here counts a table without a limit.
+* An unknown queue or task raises :class:`NotFound` before anything is written; bad input
+  raises :class:`shardq.errors.InvalidInput` before anything is written (the admin functions
+  validate first). So an action the dashboard refuses leaves the database as it was.
+* Payloads are returned as text (UTF-8, undecodable bytes replaced) cut to ``PAYLOAD_PREVIEW``
+  characters, with their full size; escaping is the templates' job (autoescape) and JSON's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .. import admin, validation
+from ..errors import InvalidInput
+from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
+from ..stats import StatsOptions
+from ..store import TaskStore
+
+#: Characters of a payload shown on a page or in the API (the rest is cut, and said to be).
+PAYLOAD_PREVIEW = 200
+#: Dead tasks listed at most per page / API call.
+DEAD_LIMIT_MAX = 1000
+DEAD_LIMIT_DEFAULT = 100
+
+
+class NotFound(LookupError):
+    """No such queue or task (the message says which)."""
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def payload_preview(payload: bytes, limit: int = PAYLOAD_PREVIEW) -> dict[str, Any]:
+    """The payload as text for people: decoded as UTF-8 (bad bytes replaced), cut to ``limit``
+    characters. ``truncated`` says whether something was cut; ``bytes`` is the full size."""
+    text = payload[: limit * 4].decode("utf-8", "replace")
+    truncated = len(text) > limit or len(payload) > limit * 4
+    return {"text": text[:limit], "truncated": truncated, "bytes": len(payload)}
+
+
+def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
+    """The queue's settings; :class:`NotFound` for a name that is not a queue (malformed names
+    included: no queue can have one)."""
+    try:
+        settings = admin.queue_show(store, queue)
+    except InvalidInput:
+        settings = None
+    if settings is None:
+        raise NotFound(f"no queue named {queue!r}")
+    return settings
+
+
+def skew(queue: QueueStats) -> dict[str, Any]:
+    """Due depth (ready + leased) per counted bucket and max/mean of it (1.0: even; None: empty)."""
+    depth = {b: d.ready + d.leased for b, d in sorted(queue.per_bucket.items())}
+    mean = sum(depth.values()) / len(depth) if depth else 0.0
+    peak = max(depth.values(), default=0)
+    worst = max(depth, key=lambda b: depth[b]) if peak else None
+    return {"max_over_mean": round(peak / mean, 2) if mean else None, "worst_bucket": worst, "peak": peak}
+
+
+def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dict[str, Any]:
+    window = q.window_s
+    out: dict[str, Any] = {
+        "name": name,
+        "ready": q.ready,
+        "scheduled": q.scheduled,
+        "leased": q.leased,
+        "backlog": q.backlog,
+        "dead": q.dead,
+        "accuracy": {c: q.accuracy_of(c).value for c in ("ready", "scheduled", "leased", "backlog", "dead")},
+        "oldest_ready_age_s": q.oldest_ready_age_s,
+        "enqueue_rate": round(q.enqueue_rate, 3),
+        "ack_rate": round(q.activity.acked / window, 3) if window > 0 else 0.0,
+        "completion_rate": round(q.completion_rate, 3),
+        "failure_rate": round(q.failure_rate, 3),
+        "lead_time_s": None if q.lead_time_s is None else round(q.lead_time_s, 1),
+        "lead_time_by_duration_s": None if q.lead_time_by_duration_s is None else round(q.lead_time_by_duration_s, 1),
+        "paused_enqueue": bool(settings and settings.paused_enqueue),
+        "paused_dequeue": bool(settings and settings.paused_dequeue),
+    }
+    return out
+
+
+def _stats_header(stats: Stats) -> dict[str, Any]:
+    return {
+        "as_of": _iso(stats.as_of),
+        "dialect": stats.dialect,
+        "buckets": stats.buckets,
+        "buckets_counted": len(stats.buckets_counted),
+        "bucket_cap": stats.bucket_cap,
+        "follower_read": stats.follower_read,
+        "window_s": round(stats.window_s, 1),
+    }
+
+
+# -- reads --------------------------------------------------------------------------------------
+def overview(store: TaskStore, options: StatsOptions | None = None) -> dict[str, Any]:
+    """Every queue: depth (ready, scheduled, leased, backlog, dead, each with its accuracy), the
+    oldest due task's age, enqueue / ack / completion / failure rates, lead time and whether it
+    is paused. One bounded stats snapshot (:func:`shardq.admin.stats`) plus the settings list."""
+    stats = admin.stats(store, options)
+    settings = {s.name: s for s in admin.queue_list(store)}
+    return {
+        **_stats_header(stats),
+        "queues": [_queue_json(name, q, settings.get(name)) for name, q in sorted(stats.queues.items())],
+    }
+
+
+def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = None) -> dict[str, Any]:
+    """One queue: its settings, its numbers as in :func:`overview`, its depth per counted bucket
+    and the skew (max/mean due depth over buckets). :class:`NotFound` for an unknown queue."""
+    settings = _known_queue(store, queue)
+    stats = admin.stats(store, options)
+    q = stats.queues.get(queue, QueueStats())
+    per_bucket = {b: q.per_bucket.get(b) for b in stats.buckets_counted}
+    return {
+        **_stats_header(stats),
+        "queue": _queue_json(queue, q, settings),
+        "settings": settings.as_json(),
+        "per_bucket": [
+            {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "backlog": d.backlog}
+            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "backlog": 0}
+            for b, d in sorted(per_bucket.items())
+        ],
+        "skew": skew(q),
+    }
+
+
+def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT,
+                cap: int = 10_000) -> dict[str, Any]:
+    """The oldest ``limit`` dead tasks of a queue (id, attempts, error, times, payload preview)
+    and how many there are, counted up to ``cap`` (``accuracy`` ``at_least`` when it reached
+    it). :class:`NotFound` for an unknown queue."""
+    _known_queue(store, queue)
+    validation.positive_int(limit, "limit", maximum=DEAD_LIMIT_MAX)
+    tasks = admin.dead_list(store, queue, limit=limit)
+    count = store.stats_dead_count(queue, cap)
+    return {
+        "queue": queue,
+        "dead": count,
+        "accuracy": (Accuracy.AT_LEAST if count >= cap else Accuracy.EXACT).value,
+        "limit": limit,
+        "tasks": [
+            {"id": t.id, "attempts": t.attempts, "last_error": t.last_error, "died_at": _iso(t.died_at),
+             "created_at": _iso(t.created_at), "payload": payload_preview(t.payload)}
+            for t in tasks
+        ],
+    }
+
+
+def _task_json(task: TaskInfo) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "queue": task.queue,
+        "state": task.state,
+        "attempts": task.attempts,
+        "max_attempts": task.max_attempts,
+        "priority": task.priority,
+        "exclusive_key": task.exclusive_key,
+        "dedupe_key": task.dedupe_key,
+        "created_at": _iso(task.created_at),
+        "run_at": _iso(task.exec_time),
+        "lease_expires_at": _iso(task.lease_expires_at),
+        "died_at": _iso(task.died_at),
+        "last_error": task.last_error,
+        "payload": payload_preview(task.payload),
+    }
+
+
+def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
+    """One task by id (state, attempts, lease expiry, run/creation/death times, last error,
+    payload preview), from the tasks table or the dead letters. :class:`NotFound` when neither
+    holds it, and for a malformed id."""
+    try:
+        task = admin.task_show(store, task_id)
+    except InvalidInput:
+        task = None
+    if task is None:
+        raise NotFound(f"no task {task_id!r} (finished, cancelled or never there)")
+    return _task_json(task)
+
+
+# -- actions ------------------------------------------------------------------------------------
+def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = True,
+               dequeue: bool = True) -> dict[str, Any]:
+    """Pause (or resume) enqueue and/or dequeue of a known queue; returns its settings.
+    :class:`NotFound` for an unknown queue (which is not created)."""
+    _known_queue(store, queue)
+    if not enqueue and not dequeue:
+        raise InvalidInput("nothing to pause or resume: enqueue and dequeue are both false")
+    changed = admin.queue_set(
+        store, queue,
+        paused_enqueue=paused if enqueue else None,
+        paused_dequeue=paused if dequeue else None,
+    )
+    assert changed is not None
+    return changed.as_json()
+
+
+def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None, *, all_tasks: bool) -> dict[str, Any]:
+    """Requeue the given dead tasks of a known queue, or all of them (see
+    :func:`shardq.admin.dead_requeue`). Malformed ids raise InvalidInput before any is moved."""
+    _known_queue(store, queue)
+    result = admin.dead_requeue(store, queue, ids, all_tasks=all_tasks)
+    return {"requeued": result.requeued, "not_found_or_kept": result.not_found_or_kept}
+
+
+def dead_purge(store: TaskStore, queue: str) -> dict[str, Any]:
+    """Delete every dead task of a known queue (bounded batches); returns how many."""
+    _known_queue(store, queue)
+    return {"purged": admin.dead_purge(store, queue)}
+
+
+def cancel(store: TaskStore, task_id: str) -> dict[str, Any]:
+    """Cancel one live task by id (see :func:`shardq.admin.cancel`). :class:`NotFound` when
+    there is no such live task (a dead one is requeued or purged from its queue's page)."""
+    try:
+        result = admin.cancel(store, [task_id])
+    except InvalidInput:
+        raise NotFound(f"no task {task_id!r}") from None
+    if not result.cancelled:
+        raise NotFound(f"no live task {task_id!r} (finished, dead, cancelled or never there)")
+    return {"cancelled": result.cancelled[0], "promoted": result.promoted}

@@ -1,0 +1,402 @@
+"""`shardq web`'s JSON API and pages, in-process (Starlette's TestClient) against a real database:
+what each route returns, what each action changes, and that nothing without the token, the CSRF
+token or a valid body reads or changes anything."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import make_conninfo
+from starlette.testclient import TestClient
+
+from shardq import admin
+from shardq.client import Client
+from shardq.db import Dsn
+from shardq.errors import InvalidInput
+from shardq.web.app import create_app
+from shardq.web.auth import Sessions, resolve_token
+
+from .factories import utcnow
+from .web_support import BEARER, CURRENT, SCRIPT, TOKEN, make_dead, snapshot
+
+SHARDQ = str(Path(sys.executable).with_name("shardq"))
+
+
+@pytest.fixture
+def web(db):
+    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
+        client.db = db
+        yield client
+
+
+def login(web) -> str:
+    """Log in through the form; returns the session's CSRF token (from a page's hidden field)."""
+    response = web.post("/login", data={"token": TOKEN, "next": "/"})
+    assert response.status_code == 303
+    page = web.get("/").text
+    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+
+
+# -- reading ------------------------------------------------------------------------------------
+def test_queues_api_reports_each_queue_as_stats_does(web):
+    db = web.db
+    now = utcnow()
+    for _ in range(3):
+        db.make_task("emails")
+    db.make_task("emails", state="scheduled", exec_time=now + dt.timedelta(hours=1))
+    db.make_task("emails", state="leased")
+    make_dead(db, "emails")
+    db.make_task("billing")
+    data = web.get("/api/queues", headers=BEARER).json()
+    by_name = {q["name"]: q for q in data["queues"]}
+    assert set(by_name) == {"emails", "billing"}
+    emails = by_name["emails"]
+    assert (emails["ready"], emails["scheduled"], emails["leased"], emails["dead"]) == (3, 1, 1, 1)
+    assert emails["accuracy"]["ready"] == "exact"
+    stats = admin.stats(db.store, CURRENT).queues["emails"]
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (3, 1, 1, 1)
+    for key in ("enqueue_rate", "ack_rate", "completion_rate", "failure_rate", "lead_time_s", "oldest_ready_age_s"):
+        assert key in emails
+    assert data["buckets"] == db.layout.bucket_count and data["bucket_cap"] == CURRENT.bucket_cap
+
+
+def test_counts_that_reach_the_cap_are_marked_at_least_like_stats(db):
+    from shardq.stats import StatsOptions
+
+    capped = StatsOptions(follower_read=False, bucket_cap=2)
+    for _ in range(3):
+        db.make_task("q", bucket=0 if db.dialect == "postgresql" else None)
+    with TestClient(create_app(db.client, TOKEN, stats_options=capped)) as client:
+        q = client.get("/api/queues", headers=BEARER).json()["queues"][0]
+        page = client.get("/", headers=BEARER).text
+    if db.dialect == "postgresql":
+        assert q["accuracy"]["ready"] == "at_least"
+        assert "≥" in page
+
+
+def test_queue_api_shows_settings_depth_per_bucket_and_skew(web):
+    db = web.db
+    bucket = 1 if db.dialect == "postgresql" else None
+    for _ in range(4):
+        db.make_task("q", bucket=bucket)
+    db.make_task("q", state="leased")
+    data = web.get("/api/queues/q", headers=BEARER).json()
+    assert data["settings"]["name"] == "q" and data["settings"]["paused_dequeue"] is False
+    assert len(data["per_bucket"]) == db.layout.bucket_count
+    assert sum(b["ready"] for b in data["per_bucket"]) == 4
+    assert sum(b["leased"] for b in data["per_bucket"]) == 1
+    if db.dialect == "postgresql":
+        assert data["per_bucket"][1]["ready"] == 4
+        assert data["skew"]["max_over_mean"] >= 3.2  # 4 or 5 of 5 in one of 4 buckets
+    page = web.get("/queues/q", headers=BEARER)
+    assert page.status_code == 200 and 'id="buckets"' in page.text and "Skew max/mean" in page.text
+
+
+def test_task_api_shows_state_attempts_lease_and_times(web):
+    db = web.db
+    leased = db.make_task("q", state="leased", attempts=2, max_attempts=5)
+    data = web.get(f"/api/tasks/{leased.key.id}", headers=BEARER).json()
+    assert data["state"] == "leased" and data["attempts"] == 2 and data["max_attempts"] == 5
+    assert data["lease_expires_at"] is not None and data["created_at"] is not None
+    dead = make_dead(db, "q", error="it broke")
+    data = web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()
+    assert data["state"] == "dead" and data["last_error"] == "it broke" and data["died_at"] is not None
+    page = web.get(f"/tasks/{dead.key.id}", headers=BEARER).text
+    assert "it broke" in page and 'id="requeue"' in page
+
+
+def test_dead_api_lists_dead_tasks_with_payload_text_cut_short(web):
+    db = web.db
+    make_dead(db, "q", payload=b"x" * 5000, error="too long")
+    data = web.get("/api/queues/q/dead", headers=BEARER).json()
+    assert data["dead"] == 1 and data["accuracy"] == "exact"
+    (task,) = data["tasks"]
+    assert task["last_error"] == "too long" and task["attempts"] == 3
+    assert task["payload"] == {"text": "x" * 200, "truncated": True, "bytes": 5000}
+    assert web.get("/api/queues/q/dead?limit=0", headers=BEARER).status_code == 400
+    assert web.get("/api/queues/q/dead?limit=many", headers=BEARER).status_code == 400
+
+
+def test_unknown_queue_or_task_is_a_404_page_and_a_json_error(web):
+    for path in ("/queues/nope", "/queues/nope/dead", f"/tasks/{uuid.uuid4()}", "/tasks/not-a-uuid",
+                 "/queues/bad%20name!"):
+        page = web.get(path, headers=BEARER)
+        assert page.status_code == 404 and "Not found" in page.text, path
+        api = web.get("/api" + path, headers=BEARER)
+        assert api.status_code == 404 and "error" in api.json(), path
+    assert web.get("/no/such/page", headers=BEARER).status_code == 404
+    assert web.get("/api/nothing", headers=BEARER).json()["error"]
+
+
+# -- acting -------------------------------------------------------------------------------------
+def test_pause_and_resume_change_the_queue_settings(web):
+    db = web.db
+    db.make_task("q")
+    assert web.post("/api/queues/q/pause", headers=BEARER).json()["paused_dequeue"] is True
+    settings = admin.queue_show(db.store, "q")
+    assert settings.paused_enqueue and settings.paused_dequeue
+    web.post("/api/queues/q/resume", headers=BEARER, json={"enqueue": False})
+    settings = admin.queue_show(db.store, "q")
+    assert settings.paused_enqueue and not settings.paused_dequeue
+    web.post("/api/queues/q/resume", headers=BEARER)
+    assert not admin.queue_show(db.store, "q").paused_enqueue
+
+
+def test_requeue_by_ids_or_all_moves_dead_tasks_back(web):
+    db = web.db
+    first, second, third = (make_dead(db, "q") for _ in range(3))
+    result = web.post("/api/queues/q/dead/requeue", headers=BEARER, json={"ids": [str(first.key.id)]}).json()
+    assert result == {"requeued": 1, "not_found_or_kept": 0}
+    assert db.task_row(first.key.id)["state"] == "ready" and db.dead_row(first.key.id) is None
+    assert web.post("/api/queues/q/dead/requeue", headers=BEARER, json={"all": True}).json()["requeued"] == 2
+    assert db.count("shardq_dead") == 0 and db.task_row(third.key.id) is not None and db.task_row(second.key.id)
+
+
+def test_purge_deletes_the_queues_dead_tasks_only(web):
+    db = web.db
+    make_dead(db, "q")
+    make_dead(db, "q")
+    other = make_dead(db, "other")
+    assert web.post("/api/queues/q/dead/purge", headers=BEARER).json() == {"purged": 2}
+    assert db.count("shardq_dead") == 1 and db.dead_row(other.key.id)
+
+
+def test_cancel_removes_a_live_task(web):
+    db = web.db
+    task = db.make_task("q", state="leased")
+    assert web.post(f"/api/tasks/{task.key.id}/cancel", headers=BEARER).json()["cancelled"] == str(task.key.id)
+    assert db.task_row(task.key.id) is None
+    assert web.post(f"/api/tasks/{task.key.id}/cancel", headers=BEARER).status_code == 404
+
+
+# -- refusals change nothing --------------------------------------------------------------------
+ACTIONS = [
+    ("/api/queues/q/pause", None), ("/api/queues/q/resume", None),
+    ("/api/queues/q/dead/requeue", {"all": True}), ("/api/queues/q/dead/purge", None),
+]
+
+
+@pytest.fixture
+def populated(web):
+    db = web.db
+    db.admin_task = db.make_task("q", payload=b"live-payload-marker")
+    db.dead_task = make_dead(db, "q", payload=b"dead-payload-marker", error="dead-error-marker")
+    admin.queue_set(db.store, "q", paused_enqueue=True)
+    return web
+
+
+def test_without_the_token_nothing_is_read_or_changed(populated):
+    web = populated
+    before = snapshot(web.db)
+    task_id = web.db.admin_task.key.id
+    for path in ("/", "/queues/q", "/queues/q/dead", f"/tasks/{task_id}", "/static/dashboard.js", "/static/style.css",
+                 "/api/queues", "/api/queues/q", "/api/queues/q/dead", f"/api/tasks/{task_id}"):
+        for headers in ({}, {"Authorization": "Bearer wrong-token-xyz"}, {"Authorization": TOKEN},
+                        {"Cookie": "shardq_session=made-up"}):
+            response = web.get(path, headers=headers)
+            assert response.status_code == 401, (path, headers)
+            for marker in ("payload-marker", "dead-error-marker", "paused: enqueue", "shardq_session="):
+                assert marker not in response.text, (path, headers, marker)
+            assert "set-cookie" not in response.headers
+    for path, body in [*ACTIONS, (f"/api/tasks/{task_id}/cancel", None), ("/queues/q/pause", None),
+                       ("/queues/q/dead/purge", None), (f"/tasks/{task_id}/cancel", None)]:
+        assert web.post(path, json=body).status_code == 401, path
+    assert snapshot(web.db) == before
+    api = web.get("/api/queues")
+    assert api.headers["www-authenticate"] == "Bearer" and api.json()["error"]
+
+
+def test_unknown_queues_and_bad_bodies_are_refused_and_change_nothing(populated):
+    web = populated
+    before = snapshot(web.db)
+    dead_id = str(web.db.dead_task.key.id)
+    refusals = [
+        ("/api/queues/nope/pause", None, 404), ("/api/queues/nope/dead/purge", None, 404),
+        ("/api/queues/nope/dead/requeue", {"all": True}, 404),
+        (f"/api/tasks/{uuid.uuid4()}/cancel", None, 404), ("/api/tasks/not-a-uuid/cancel", None, 404),
+        ("/api/queues/q/dead/requeue", {}, 400),
+        ("/api/queues/q/dead/requeue", {"ids": [dead_id], "all": True}, 400),
+        ("/api/queues/q/dead/requeue", {"ids": [dead_id, "not-a-uuid"]}, 400),
+        ("/api/queues/q/dead/requeue", {"ids": dead_id}, 400),
+        ("/api/queues/q/dead/requeue", {"all": "yes"}, 400),
+        ("/api/queues/q/pause", {"enqueue": "no"}, 400),
+        ("/api/queues/q/resume", {"enqueue": False, "dequeue": False}, 400),
+        ("/api/queues/q/resume", [1, 2], 400),
+    ]
+    for path, body, status in refusals:
+        response = web.post(path, headers=BEARER, json=body)
+        assert response.status_code == status, (path, body, response.text)
+        assert response.json()["error"]
+    for raw in (b"{not json", b"\xff\xfe", b'"a string"'):
+        response = web.post("/api/queues/q/resume", headers={**BEARER, "Content-Type": "application/json"},
+                            content=raw)
+        assert response.status_code == 400 and response.json()["error"]
+    assert snapshot(web.db) == before
+    assert web.db.count("shardq_queues") == 1  # an unknown queue was not created
+
+
+def test_actions_are_post_only(populated):
+    web = populated
+    before = snapshot(web.db)
+    for path, _ in ACTIONS:
+        assert web.get(path, headers=BEARER).status_code == 405
+        assert web.get(path.removeprefix("/api"), headers=BEARER).status_code == 405
+    assert snapshot(web.db) == before
+
+
+# -- the cookie path ----------------------------------------------------------------------------
+def test_login_sets_an_httponly_samesite_strict_cookie_and_a_wrong_token_does_not(web):
+    refused = web.post("/login", data={"token": "wrong-token-xyz", "next": "/"})
+    assert refused.status_code == 401 and "set-cookie" not in refused.headers
+    response = web.post("/login", data={"token": TOKEN, "next": "/queues/q"})
+    assert response.status_code == 303 and response.headers["location"] == "/queues/q"
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert TOKEN not in cookie
+    assert web.get("/api/queues").status_code == 200  # the cookie alone now reads
+
+
+def test_login_only_redirects_to_this_server(web):
+    for target in ("https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:alert(1)"):
+        response = web.post("/login", data={"token": TOKEN, "next": target})
+        assert response.headers["location"] == "/", target
+
+
+def test_a_cookie_request_must_carry_the_sessions_csrf_token(populated):
+    web = populated
+    csrf = login(web)
+    before = snapshot(web.db)
+    for path, body in ACTIONS:
+        assert web.post(path, json=body).status_code == 403, path
+        assert web.post(path, json=body, headers={"X-CSRF-Token": "forged"}).status_code == 403, path
+    for path in ("/queues/q/pause", "/queues/q/resume", "/queues/q/dead/purge", f"/tasks/{web.db.admin_task.key.id}/cancel"):
+        assert web.post(path, data={"confirm": "1"}).status_code == 403, path
+        assert web.post(path, data={"confirm": "1", "csrf": "forged"}).status_code == 403, path
+    assert snapshot(web.db) == before
+    assert web.post("/api/queues/q/pause", headers={"X-CSRF-Token": csrf}).status_code == 200
+    assert admin.queue_show(web.db.store, "q").paused_dequeue
+
+
+def test_the_forms_act_and_redirect_back_with_a_message(populated):
+    web = populated
+    db = web.db
+    csrf = login(web)
+    response = web.post("/queues/q/resume", data={"csrf": csrf})
+    assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed"
+    assert not admin.queue_show(db.store, "q").paused_enqueue
+    assert "Resumed enqueue and dequeue." in web.get(response.headers["location"]).text
+    response = web.post("/queues/q/dead/requeue", data={"csrf": csrf, "id": str(db.dead_task.key.id)})
+    assert response.headers["location"] == "/queues/q/dead?done=requeued&n=1"
+    assert db.dead_row(db.dead_task.key.id) is None
+    assert web.post("/queues/q/dead/purge", data={"csrf": csrf}).status_code == 400  # not confirmed
+    response = web.post(f"/tasks/{db.admin_task.key.id}/cancel", data={"csrf": csrf})
+    assert response.headers["location"] == "/queues/q?done=cancelled"
+    assert db.task_row(db.admin_task.key.id) is None
+
+
+def test_logging_out_ends_the_session(web):
+    csrf = login(web)
+    assert web.post("/logout", data={"csrf": csrf}).status_code == 303
+    assert web.get("/api/queues").status_code == 401
+
+
+def test_sessions_expire_and_are_bounded():
+    now = [0.0]
+    sessions = Sessions(lifetime=10, limit=2, clock=lambda: now[0])
+    first, _ = sessions.create()
+    second, csrf = sessions.create()
+    third, _ = sessions.create()
+    assert sessions.csrf_of(first) is None and sessions.csrf_of(second) == csrf
+    now[0] = 11
+    assert sessions.csrf_of(second) is None and sessions.csrf_of(third) is None
+
+
+# -- escaping and secrets -----------------------------------------------------------------------
+def test_a_script_payload_is_shown_as_text_everywhere(web):
+    db = web.db
+    dead = make_dead(db, "q", payload=SCRIPT, error="<img src=x onerror=alert(1)>")
+    live = db.make_task("q", payload=SCRIPT)
+    for path in ("/queues/q/dead", f"/tasks/{dead.key.id}", f"/tasks/{live.key.id}"):
+        page = web.get(path, headers=BEARER).text
+        assert "<script>alert" not in page and "<img src=x" not in page, path
+        assert "&lt;script&gt;alert(" in page, path
+    assert web.get(f"/api/tasks/{live.key.id}", headers=BEARER).json()["payload"]["text"] == SCRIPT.decode()
+
+
+def test_pages_forbid_inline_scripts_and_framing(web):
+    response = web.get("/", headers=BEARER)
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe-inline" not in policy
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert not re.search(r"<script>(?!</script>)", response.text)  # only <script src=...>
+    assert "http://" not in response.text and "https://" not in response.text  # nothing loaded from elsewhere
+
+
+def test_the_database_password_never_reaches_a_page(db):
+    password = "s3cret-pass-" + uuid.uuid4().hex[:8]
+    with_password = Dsn.parse(make_conninfo(db.dsn.conninfo, password=password))
+    unreachable = Dsn.parse(make_conninfo(db.dsn.conninfo, password=password, port="1", connect_timeout="2"))
+    make_dead(db, "q")
+    for dsn in (with_password, unreachable):
+        client = Client(dsn, application_name="shardq-web-test")
+        try:
+            with TestClient(create_app(client, TOKEN, stats_options=CURRENT)) as web:
+                for path in ("/", "/queues/q", "/queues/q/dead", f"/tasks/{uuid.uuid4()}", "/api/queues",
+                             "/api/queues/q", "/api/queues/q/dead"):
+                    response = web.get(path, headers=BEARER)
+                    assert password not in response.text, path
+                    if dsn is unreachable:
+                        assert response.status_code == 503, path
+        finally:
+            client.close()
+
+
+# -- starting -----------------------------------------------------------------------------------
+def test_a_token_is_generated_for_loopback_only():
+    token, generated = resolve_token(None, "127.0.0.1")
+    assert generated and len(token) >= 32
+    assert resolve_token(None, "::1")[1] and resolve_token(None, "localhost")[1]
+    assert resolve_token("given-token", "0.0.0.0") == ("given-token", False)
+    for host in ("0.0.0.0", "192.168.1.5", "example.com", "::"):
+        with pytest.raises(InvalidInput, match="without an explicit token"):
+            resolve_token(None, host)
+    with pytest.raises(InvalidInput):
+        resolve_token("short", "127.0.0.1")
+
+
+def test_the_command_refuses_a_public_address_without_a_token_in_one_line(pg_db):
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    result = subprocess.run([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "explicit token" in result.stderr
+
+
+def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    pg_db.make_task("emails")
+    process = subprocess.Popen([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = process.stdout.readline().split("serving ")[1].strip()
+        token = process.stdout.readline().split("(shown once): ")[1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(url + "api/queues", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert [q["name"] for q in json.load(response)["queues"]] == ["emails"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "api/queues", timeout=30)
+        assert refused.value.code == 401
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
