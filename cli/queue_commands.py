@@ -7,6 +7,8 @@ import threading
 
 import click
 
+from shardq.worker import config as worker_config
+
 from .app import cli, client_from
 
 
@@ -60,17 +62,18 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--handler", "handler_spec", default=None, metavar="MODULE:FUNCTION", help="The function called with each task.")
 @click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
               help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).")
-@click.option("--concurrency", type=int, default=4, show_default=True, help="Handler threads.")
-@click.option("--batch", type=int, default=100, show_default=True, help="Tasks per claim statement.")
+@click.option("--concurrency", type=int, default=worker_config.CONCURRENCY_DEFAULT, show_default=True,
+              help="Handlers running at once (threads for sync handlers, coroutines for async ones).")
+@click.option("--batch", type=int, default=worker_config.BATCH_DEFAULT, show_default=True, help="Tasks per claim statement.")
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
-@click.option("--grace", type=float, default=30.0, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
+@click.option("--grace", type=float, default=worker_config.GRACE_SECONDS_DEFAULT, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
 @click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
 @click.option("--until-empty", is_flag=True, help="Exit 0 once a full round finds nothing due and nothing is in flight.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
               help="Address the metrics endpoint listens on.")
-@click.option("--statement-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--statement-timeout", type=float, default=worker_config.STATEMENT_TIMEOUT_DEFAULT, show_default=True, metavar="SECONDS",
               help="The server cancels a statement after this long (then retried with backoff); 0: no limit.")
 @click.option("--listen/--no-listen", default=True, show_default=True,
               help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")

@@ -16,6 +16,7 @@ GOALS = {
     "reaper_ratio": 1.5,  # at most this much slower among 100x the rows: cost follows expired leases
     "spark_ratio": 0.7,
     "app_vs_bare": 0.9,
+    "async_vs_raw": 0.8,
     "defer_vs_enqueue": 0.9,
 }
 
@@ -50,6 +51,13 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         rows.append(("burn-down: shardq / raw bound (paired median)", f"≥ {GOALS['burn_vs_raw']:.2f}",
                      _f(paired["median"], 2), paired["median"] is not None and paired["median"] >= GOALS["burn_vs_raw"],
                      cpu_note))
+        async_rate = burn["rates"].get("shardq-async")
+        if async_rate:
+            ratio = async_rate / burn["rates"]["raw-bound"]
+            rows.append(("burn-down: shardq async handler / raw bound (median)", f"≥ {GOALS['async_vs_raw']:.1f}",
+                         _f(ratio, 2), ratio >= GOALS["async_vs_raw"],
+                         f"{async_rate:,.0f} vs {burn['rates']['raw-bound']:,.0f} tasks/s; one run against the "
+                         "raw bound's median"))
         for name in ("pgqueuer-defaults", "pgqueuer-tuned"):
             rate = burn["rates"].get(name)
             if rate:

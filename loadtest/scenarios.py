@@ -37,7 +37,8 @@ class Sizes:
     burn_tasks: int = 100_000
     burn_cap: float = 40.0
     burn_reps: int = 4  # paired raw/shardq repetitions (even: ABBA order)
-    peers: tuple[str, ...] = ("pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-defaults", "procrastinate-tuned")
+    peers: tuple[str, ...] = ("shardq-async", "pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-defaults",
+                              "procrastinate-tuned")
     steady_rate: int = 2000
     steady_seconds: float = 15.0
     steady_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-tuned", "procrastinate-tuned")
@@ -61,7 +62,7 @@ class Sizes:
             burn_tasks=20_000,
             burn_cap=5.0,
             burn_reps=1,
-            peers=("pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-tuned"),
+            peers=("shardq-async", "pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-tuned"),
             steady_seconds=4.0,
             steady_contenders=("shardq", "shardq+poll"),
             idle_samples=3,
@@ -125,7 +126,7 @@ def burn_one(bench: Bench, name: str, sizes: Sizes) -> dict:
         vacuum_analyze(url)
         checkpoint(url)
         load_before = loadavg()
-        spec = _worker_spec(url, drain=True, options=contender.options)
+        spec = _worker_spec(url, drain=True, options=contender.options, asynchronous=name.endswith("-async"))
         cell = run_cell([(contender.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
         left = contender.pending(url)
         return _cell_summary(

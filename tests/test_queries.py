@@ -43,14 +43,21 @@ IDENTIFIER_SLOTS = {
     "spark_chunk_merge": {"stage"},
     "spark_chunk_keyed_rows": {"stage"},
     "spark_stage_rows": {"stage"},
+    "embedded_database_create": {"database"},
 }
 
 
 def used_names(call: str = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen") -> set[str]:
     pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
+    # The embedded server's bootstrap runs statement texts on a plain connection before any
+    # session exists: statements["name"].
+    bootstrap = re.compile(r'statements\["([a-z0-9_]+)"\]')
     found = set()
     for path in SRC.rglob("*.py"):
-        found |= set(pattern.findall(path.read_text()))
+        text = path.read_text()
+        found |= set(pattern.findall(text))
+        if call == "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen":
+            found |= set(bootstrap.findall(text))
     return found
 
 
@@ -61,7 +68,7 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
         "postgresql": {"shard_layout_get", "table_schema_jobs_running", "task_count_by_bucket_current",
                        "table_primary_key_alter", "shard_column_drop",
                        "stats_depth_one", "stats_ready_head_after", "stats_snapshot_historical"},
-        "cockroachdb": {"layout_get", "lease_sweep", "task_ack_claim", "queue_notify", "notify_listen",
+        "cockroachdb": {"layout_get", "embedded_database_present", "embedded_database_create", "lease_sweep", "task_ack_claim", "queue_notify", "notify_listen",
                         "task_claim_round", "task_promote_due_round", "resize_lock_try", "resize_lock_release",
                         "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
                         "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",

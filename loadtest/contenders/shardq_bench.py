@@ -103,6 +103,9 @@ def worker(spec: dict, ctl: Control) -> dict:
     if latency:
         def handler(task) -> None:
             rec.hit(unstamp(task.payload)[0], task.created_at.timestamp())
+    elif spec.get("asynchronous"):  # an async def handler: the worker's event-loop executor
+        async def handler(task) -> None:
+            rec.hit()
     elif spec.get("app"):  # the task API: JSON decode, signature, dispatch by name
         app = shardq.App(spec["url"])
 

@@ -11,7 +11,7 @@
 -- by the database.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
-           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
+           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), %(max_attempts_default)s::INT4) AS max_attempts
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
     RETURNING name
@@ -47,7 +47,7 @@ SELECT NULL, true FROM settings WHERE paused
 -- nothing was inserted.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
-           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
+           coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), %(max_attempts_default)s::INT4) AS max_attempts
 ), new_queue AS (
     INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHING
     RETURNING name
@@ -75,7 +75,7 @@ INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, exclusive
                           max_attempts, payload, dedupe_key)
 SELECT 'backlog', %(backlog_rank)s, %(queue)s, coalesce(n.run_at, now() + coalesce(n.delay, 0) * INTERVAL '1 second'), n.id,
        coalesce(n.priority, 0), n.exclusive_key, true, 0,
-       coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25),
+       coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), %(max_attempts_default)s::INT4),
        n.payload, n.dedupe_key
 FROM unnest(%(ids)s::UUID[], %(payloads)s::BYTEA[], %(delays)s::FLOAT8[], %(run_ats)s::TIMESTAMPTZ[],
             %(max_attempts)s::INT4[], %(dedupe_keys)s::TEXT[], %(priorities)s::INT8[], %(exclusive_keys)s::TEXT[])

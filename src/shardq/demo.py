@@ -1,7 +1,7 @@
 """The demo pipeline (the README's main job): Spark enqueues, ``shardq work`` processes drain, a
 worker is killed and its tasks come back through the reaper, and the numbers are checked.
 
-    shardq demo [--tasks N] [--workers 4]        # or: python -m shardq.demo …
+    shardq demo [--tasks N] [--workers 4]
 
 Steps, on the embedded PostgreSQL unless a DSN is configured:
 
@@ -256,14 +256,3 @@ def _read_results(results: Path, report: DemoReport, drained_at: float) -> None:
         report.latency_p50 = _percentile(latencies, 0.50)
         report.latency_p99 = _percentile(latencies, 0.99)
         report.drain_seconds = max(drained_at - min(b for _, b in first_start.values()), 1e-9)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m shardq.demo`` = ``shardq demo``."""
-    from shardq.cli.main import cli
-
-    cli(["demo", *(sys.argv[1:] if argv is None else argv)], prog_name="shardq")
-
-
-if __name__ == "__main__":
-    main()

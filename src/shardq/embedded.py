@@ -202,12 +202,17 @@ class EmbeddedServer:
 
     def _ensure_database(self, port: int) -> None:
         import psycopg
+        from psycopg import sql
 
+        from .engine import POSTGRESQL
+
+        statements = POSTGRESQL.statements()
         try:
             with psycopg.connect(self.url("postgres"), autocommit=True, connect_timeout=10) as conn:
-                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+                exists = conn.execute(statements["embedded_database_present"].text, {"name": DATABASE}).fetchone()
                 if not exists:
-                    conn.execute(f'CREATE DATABASE "{DATABASE}"')  # fixed, trusted name
+                    create = sql.SQL(statements["embedded_database_create"].text)
+                    conn.execute(create.format(database=sql.Identifier(DATABASE)))
         except psycopg.Error as exc:
             raise EmbeddedServerError(f"embedded server on port {port} is not answering: {exc}") from None
 

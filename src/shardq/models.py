@@ -133,13 +133,19 @@ class EnqueueResult:
         return len(self.duplicate_keys)
 
 
+#: Attempts a task gets when neither it nor its queue says otherwise. The statements that enqueue
+#: take it as a parameter (``max_attempts_default``); only migration 0001's column defaults, which
+#: are history, repeat it.
+MAX_ATTEMPTS_DEFAULT = 25
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     """Per-queue settings from ``shardq_queues``; a queue created by enqueue gets the defaults."""
 
     name: str
     lease_seconds: float = 30.0
-    max_attempts: int = 25
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
     backoff_base: float = 1.0
     backoff_cap: float = 3600.0
     #: share of the backoff drawn at random: 1.0 = full jitter, 0.0 = none

@@ -18,6 +18,7 @@ from .db import Session
 from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import (
+    MAX_ATTEMPTS_DEFAULT,
     RANK_BACKLOG,
     RANK_SCHEDULED,
     Activity,
@@ -124,7 +125,7 @@ def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact:
         for name, default in _OPTIONAL_DEFAULTS.items():
             if not any(value != default for value in arrays[name] or ()):
                 arrays[name] = None
-    return {**arrays, **_RANKS}
+    return {**arrays, **_RANKS, "max_attempts_default": MAX_ATTEMPTS_DEFAULT}
 
 
 # Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
