@@ -53,6 +53,23 @@ def record(task) -> None:
     _record("F", task)
 
 
+async def record_async(task) -> None:
+    """:func:`record` as an ``async def`` handler (the worker's event-loop executor): the same
+    records, the pause awaited."""
+    import asyncio
+
+    from . import chaos
+
+    _record("S", task)
+    chaos.on_handler()
+    limit = float(os.environ.get("SHARDQ_REL_SLEEP_MS", "20"))
+    if limit > 0:
+        await asyncio.sleep(random.uniform(0, limit) / 1000.0)
+    _record("F", task)
+    if task.payload == b"poison":
+        raise shardq.Permanent("poison payload")
+
+
 def hold(task) -> None:
     """Record start, block until the gate file ``$SHARDQ_REL_HOLD/<payload>`` or
     ``$SHARDQ_REL_HOLD/all`` exists (at most 120 s), record finish."""

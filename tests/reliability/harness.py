@@ -16,6 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 HANDLER = "tests.reliability.crash_handlers:record"
+#: the same handler as ``async def``: rounds alternate between the two executors
+ASYNC_HANDLER = "tests.reliability.crash_handlers:record_async"
 STATEMENT_MOMENTS = ("claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "reap-during", "reap-after")
 
 # shardq.worker's warning: "task <id> (queue <q>[, bucket <b>], attempt <n>): lease lost before <outcome>"

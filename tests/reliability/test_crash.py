@@ -16,7 +16,7 @@ import pytest
 
 from shardq import NewTask
 
-from .harness import HANDLER, Processes, account, lease_lost_reports, read_executions, wait_until
+from .harness import ASYNC_HANDLER, HANDLER, Processes, account, lease_lost_reports, read_executions, wait_until
 
 # Worker kill moments, cycled over the rounds so every one of them is hit.
 MOMENTS = ["handler", "claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "random"]
@@ -35,7 +35,8 @@ def _hook(moment: str, rng: random.Random) -> str | None:
 
 
 def _worker_args(queue: str, rng: random.Random) -> list[str]:
-    return ["work", queue, "--handler", HANDLER, "--concurrency", str(rng.randint(2, 3)),
+    handler = rng.choice([HANDLER, ASYNC_HANDLER])  # both executors: threads and the event loop
+    return ["work", queue, "--handler", handler, "--concurrency", str(rng.randint(2, 3)),
             "--batch", str(rng.randint(3, 8)), "--lease", str(LEASE_SECONDS)]
 
 

@@ -18,7 +18,7 @@ from shardq import Client, DatabaseError, NewTask, backoff
 from shardq.db import Dsn
 
 from ..factories import TestDatabase
-from .harness import HANDLER, Processes, lease_lost_reports, read_executions, wait_until
+from .harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
 
 QUEUE = "restart"
 BATCH = 20
@@ -67,8 +67,8 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     server, url = own_server
     out = tmp_path / "records"
     procs = Processes(url, out)
-    for _ in range(2):
-        procs.start("worker", ["work", QUEUE, "--handler", HANDLER, "--concurrency", "3", "--batch", "10",
+    for handler in (HANDLER, ASYNC_HANDLER):  # one worker of each executor
+        procs.start("worker", ["work", QUEUE, "--handler", handler, "--concurrency", "3", "--batch", "10",
                                "--lease", "2"])
     reaper = procs.start("reaper", ["reap", "--interval", "0.2"])
     producer = ProducerThread(Client(url, application_name="producer"))
