@@ -77,9 +77,13 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="The server cancels a statement after this long (then retried with backoff); 0: no limit.")
 @click.option("--listen/--no-listen", default=True, show_default=True,
               help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Execution timeout for tasks whose task and queue set none (default: no limit).")
+@click.option("--max-abandoned", type=int, default=None, metavar="N",
+              help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).")
 @click.pass_context
 def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host, statement_timeout, listen) -> None:
+         metrics_host, statement_timeout, listen, timeout, max_abandoned) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
     from shardq.runner import EarlySignals, run_worker
@@ -96,7 +100,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
     handler: Handler | Resolver
     if app_spec is not None:
         app = load_app(app_spec)
-        handler = app
+        handler = app  # an App is a Resolver
         queues = tuple(queues) or tuple(app.queues())
         if not queues:
             raise click.UsageError(f"the app {app_spec} declares no tasks: nothing to work on")
@@ -108,7 +112,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
-             listen=listen),
+             listen=listen, timeout=timeout, max_abandoned=max_abandoned),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
@@ -118,7 +122,12 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
     click.echo(
         f"processed {stats.acked}, retried {stats.retried}, dead {stats.dead}, "
         f"handed back {stats.released}, lease lost {stats.lease_lost}"
+        + (f", timed out {stats.timeouts}" if stats.timeouts else "")
     )
+    if stats.abandoned_limit_reached:
+        click.echo(f"shardq work: stopped after {stats.abandoned} handler threads were left running past their "
+                   "timeouts; restart the worker", err=True)
+        ctx.exit(1)
 
 
 @cli.command("reap")

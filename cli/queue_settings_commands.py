@@ -55,6 +55,9 @@ def queue_show(ctx, name, as_json) -> None:
 @click.option("--backoff-base", type=float, help="First retry delay, seconds (doubles each attempt).")
 @click.option("--backoff-cap", type=float, help="Longest retry delay, seconds.")
 @click.option("--jitter", "retry_jitter", type=float, help="Share of the delay drawn at random, 0..1 (1 = full jitter).")
+@click.option("--timeout", "timeout_seconds", type=float,
+              help="Execution timeout, seconds: a task running longer fails its attempt (over a worker's --timeout).")
+@click.option("--no-timeout", "timeout_clear", is_flag=True, default=None, help="Remove the queue's timeout.")
 @click.option("--latest-only/--keep-all", "exclusive_latest_only", default=None,
               help="Keep only the newest backlog entry per exclusive key.")
 @click.pass_context

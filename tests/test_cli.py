@@ -280,6 +280,8 @@ def test_work_with_an_app_runs_every_queue_of_its_tasks_by_name(shardq_cli):
     (["work", "--app", "app_for_test:not_an_app"], "not a shardq.App"),
     (["work", "--app", "no_such_module:app"], "cannot import app module"),
     (["work", "q", "--handler", "handlers_for_test:NotAFunction"], "is a class, not a function"),
+    (["work", "q", "--handler", "handlers_for_test:record", "--timeout", "0"], "timeout"),
+    (["queue", "set", "q", "--timeout", "-1"], "timeout"),
     (["work", "q", "--handler", "handlers_for_test:NOT_CALLABLE"], "is a int, not a function"),
 ])
 def test_work_refuses_a_bad_handler_or_app_with_one_line_and_exit_2(shardq_cli, args, words):

@@ -5,13 +5,13 @@ INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHIN
 -- name: queue_get
 -- One queue's settings, or no row.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue
+       paused_enqueue, paused_dequeue, timeout_seconds
 FROM shardq_queues WHERE name = %(queue)s
 
 -- name: queue_list
 -- Every known queue's settings, by name.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue
+       paused_enqueue, paused_dequeue, timeout_seconds
 FROM shardq_queues ORDER BY name
 
 -- name: queue_update
@@ -24,7 +24,9 @@ SET lease_seconds = coalesce(%(lease_seconds)s, lease_seconds),
     retry_jitter = coalesce(%(retry_jitter)s, retry_jitter),
     exclusive_latest_only = coalesce(%(exclusive_latest_only)s, exclusive_latest_only),
     paused_enqueue = coalesce(%(paused_enqueue)s, paused_enqueue),
-    paused_dequeue = coalesce(%(paused_dequeue)s, paused_dequeue)
+    paused_dequeue = coalesce(%(paused_dequeue)s, paused_dequeue),
+    timeout_seconds = CASE WHEN %(timeout_clear)s THEN NULL
+                           ELSE coalesce(%(timeout_seconds)s::FLOAT8, timeout_seconds) END
 WHERE name = %(queue)s
 RETURNING name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-          paused_enqueue, paused_dequeue
+          paused_enqueue, paused_dequeue, timeout_seconds

@@ -23,7 +23,8 @@ SELECT queue,
        sum(dead)::INT8 AS dead,
        sum(handled)::INT8 AS handled,
        sum(handler_seconds)::FLOAT8 AS handler_seconds,
-       sum(capacity_seconds)::FLOAT8 AS capacity_seconds
+       sum(capacity_seconds)::FLOAT8 AS capacity_seconds,
+       sum(timeouts)::INT8 AS timeouts
 FROM shardq_stats
 WHERE minute >= date_trunc('minute', now()) - %(minutes)s::INT8 * INTERVAL '1 minute'
 GROUP BY queue
@@ -32,12 +33,14 @@ GROUP BY queue
 -- Add one writer's counts (one row per queue, queues unique) to the current minute's row of its
 -- slot. Called once per flush by workers and once per run by the reaper, never per task.
 INSERT INTO shardq_stats AS s
-    (queue, minute, slot, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds)
+    (queue, minute, slot, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds,
+     timeouts)
 SELECT k.queue, date_trunc('minute', now()), %(slot)s::INT4, k.enqueued, k.acked, k.retried, k.expired, k.dead,
-       k.handled, k.handler_seconds, k.capacity_seconds
+       k.handled, k.handler_seconds, k.capacity_seconds, k.timeouts
 FROM unnest(%(queues)s::TEXT[], %(enqueued)s::INT8[], %(acked)s::INT8[], %(retried)s::INT8[], %(expired)s::INT8[],
-            %(dead)s::INT8[], %(handled)s::INT8[], %(handler_seconds)s::FLOAT8[], %(capacity_seconds)s::FLOAT8[])
-     AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds)
+            %(dead)s::INT8[], %(handled)s::INT8[], %(handler_seconds)s::FLOAT8[], %(capacity_seconds)s::FLOAT8[],
+            %(timeouts)s::INT8[])
+     AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds, timeouts)
 ON CONFLICT (queue, minute, slot) DO UPDATE SET
     enqueued = s.enqueued + excluded.enqueued,
     acked = s.acked + excluded.acked,
@@ -46,7 +49,8 @@ ON CONFLICT (queue, minute, slot) DO UPDATE SET
     dead = s.dead + excluded.dead,
     handled = s.handled + excluded.handled,
     handler_seconds = s.handler_seconds + excluded.handler_seconds,
-    capacity_seconds = s.capacity_seconds + excluded.capacity_seconds
+    capacity_seconds = s.capacity_seconds + excluded.capacity_seconds,
+    timeouts = s.timeouts + excluded.timeouts
 
 -- name: stats_prune
 -- Delete up to limit counter rows older than keep_seconds; called until it deletes fewer.

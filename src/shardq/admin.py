@@ -181,7 +181,8 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
     """Change a queue's settings (creating the queue with defaults first if needed). Options:
     ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
     ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
-    ``paused_dequeue`` (bool). None leaves a setting unchanged."""
+    ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it). None
+    leaves a setting unchanged."""
     validation.queue_name(queue)
     checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
@@ -192,6 +193,8 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
         "exclusive_latest_only": lambda v: validation.flag(v, "exclusive_latest_only"),
         "paused_enqueue": lambda v: validation.flag(v, "paused_enqueue"),
         "paused_dequeue": lambda v: validation.flag(v, "paused_dequeue"),
+        "timeout_seconds": lambda v: validation.positive_seconds(v, "timeout"),
+        "timeout_clear": lambda v: validation.flag(v, "timeout_clear"),
     }
     unknown = set(changes) - set(checks)
     if unknown:

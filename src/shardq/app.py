@@ -158,8 +158,11 @@ class AppTask(Generic[P, R]):
         priority: int,
         max_attempts: int | None,
         pass_context: bool,
+        timeout: float | None = None,
     ) -> None:
         self.app = app
+        #: execution timeout in seconds (over the queue's and the worker's; None: theirs apply)
+        self.timeout = timeout
         self.function: Callable[..., R] = function
         self.name = name
         self.queue = queue
@@ -252,21 +255,27 @@ class App:
         priority: int = 0,
         max_attempts: int | None = None,
         pass_context: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """Declare a task, as ``@app.task`` or ``@app.task(name=…, queue=…, priority=…,
-        max_attempts=…, pass_context=…)``. The name defaults to ``module.function``; a name
-        declared twice is :class:`InvalidInput`."""
+        max_attempts=…, pass_context=…, timeout=…)``. The name defaults to ``module.function``;
+        a name declared twice is :class:`InvalidInput`. ``timeout`` (seconds, > 0): an attempt
+        running longer fails with ``timeout after S s`` (async tasks are cancelled; see
+        :mod:`shardq.worker.timeouts` for sync ones)."""
         validation.queue_name(queue)
         validation.priority(priority)
         if max_attempts is not None:
             validation.positive_int(max_attempts, "max_attempts", maximum=10_000)
+        if timeout is not None:
+            validation.positive_seconds(timeout, "timeout")
 
         def declare(fn: Callable[..., Any]) -> AppTask[Any, Any]:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if not task_name or len(task_name) > validation.QUEUE_NAME_MAX:
-                raise InvalidInput(f"task name must be 1..{validation.QUEUE_NAME_MAX} characters")
+                raise InvalidInput(f"task name {task_name[:60]!r}… has {len(task_name)} characters, at most "
+                                   f"{validation.QUEUE_NAME_MAX}: give a shorter name=")
             declared: AppTask[Any, Any] = AppTask(self, fn, name=task_name, queue=queue, priority=priority,
-                               max_attempts=max_attempts, pass_context=pass_context)
+                               max_attempts=max_attempts, pass_context=pass_context, timeout=timeout)
             with self._lock:
                 if task_name in self.tasks:
                     raise InvalidInput(f"a task named {task_name!r} is already declared")
@@ -300,10 +309,16 @@ class App:
         """Whether any task is ``async def`` (the worker then runs the app on an event loop)."""
         return any(t.is_async for t in self.tasks.values())
 
-    def resolve(self, handle: Task) -> tuple[Callable[[], Any], bool]:
-        """The worker's dispatch: the call that runs ``handle``'s task, and whether it is async."""
+    @property
+    def has_timeouts(self) -> bool:
+        """Whether any task declares its own ``timeout``."""
+        return any(t.timeout is not None for t in self.tasks.values())
+
+    def resolve(self, handle: Task) -> tuple[Callable[[], Any], bool, float | None]:
+        """The worker's dispatch: the call that runs ``handle``'s task, whether it is async, and
+        its own timeout."""
         declared, arguments = self._declared(handle)
-        return partial(declared.run, handle, arguments), declared.is_async
+        return partial(declared.run, handle, arguments), declared.is_async, declared.timeout
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's

@@ -187,7 +187,8 @@ class Client:
 
     def set_queue(self, queue: str, **changes: object) -> QueueSettings | None:
         """Change queue settings: lease_seconds (at least 1), max_attempts, backoff_base,
-        backoff_cap, retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue."""
+        backoff_cap, retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue,
+        timeout_seconds (``timeout_clear=True`` removes it)."""
         return admin.queue_set(self.store, queue, **changes)
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:

@@ -40,6 +40,7 @@ _OUTCOME_COUNTERS = {
     "dead": ("shardq_tasks_dead", "Tasks moved to the dead-letter table."),
     "released": ("shardq_tasks_released", "Claimed tasks handed back unrun (shutdown, expired in the buffer)."),
     "lease_lost": ("shardq_tasks_lease_lost", "Outcomes the database refused because the lease had passed on."),
+    "timeouts": ("shardq_tasks_timed_out", "Attempts settled as failed because they ran past their timeout."),
 }
 
 

@@ -154,6 +154,8 @@ class QueueSettings:
     exclusive_latest_only: bool = False
     paused_enqueue: bool = False
     paused_dequeue: bool = False
+    #: a task running longer is settled as a failed attempt (None: no limit)
+    timeout_seconds: float | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueSettings:
@@ -167,6 +169,7 @@ class QueueSettings:
             exclusive_latest_only=row["exclusive_latest_only"],
             paused_enqueue=row["paused_enqueue"],
             paused_dequeue=row["paused_dequeue"],
+            timeout_seconds=row.get("timeout_seconds"),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -180,6 +183,7 @@ class QueueSettings:
             "exclusive_latest_only": self.exclusive_latest_only,
             "paused_enqueue": self.paused_enqueue,
             "paused_dequeue": self.paused_dequeue,
+            "timeout_seconds": self.timeout_seconds,
         }
 
 
@@ -292,8 +296,11 @@ class Activity:
     handled: int = 0
     handler_seconds: float = 0.0
     capacity_seconds: float = 0.0
+    #: attempts that ran past their execution timeout (also counted in ``retried`` or ``dead``)
+    timeouts: int = 0
 
-    FIELDS = ("enqueued", "acked", "retried", "expired", "dead", "handled", "handler_seconds", "capacity_seconds")
+    FIELDS = ("enqueued", "acked", "retried", "expired", "dead", "handled", "handler_seconds", "capacity_seconds",
+              "timeouts")
 
     @property
     def completed(self) -> int:

@@ -418,8 +418,9 @@ class TaskStore:
 
     def queue_update(self, queue: str, **changes: object) -> QueueSettings | None:
         fields = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
-                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue")
-        params = {name: changes.get(name) for name in fields}
+                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds")
+        params: dict[str, object] = {name: changes.get(name) for name in fields}
+        params["timeout_clear"] = bool(changes.get("timeout_clear"))
         row = self.session.fetch_one("queue_update", {"queue": queue, **params})
         return QueueSettings.from_row(row) if row else None
 

@@ -41,6 +41,11 @@ class WorkerConfig:
     statement_timeout: float | None = STATEMENT_TIMEOUT_DEFAULT
     listen: bool = True
     blocked_loop_seconds: float = BLOCKED_LOOP_SECONDS_DEFAULT
+    #: execution timeout for tasks whose task and queue set none (None: no limit)
+    timeout: float | None = None
+    #: sync handlers abandoned after their timeout before the worker stops and exits non-zero
+    #: (None: twice ``concurrency``)
+    max_abandoned: int | None = None
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:
@@ -63,7 +68,15 @@ class WorkerConfig:
         validation.positive_seconds(self.stats_interval, "stats interval")
         validation.statement_timeout(self.statement_timeout)
         validation.positive_seconds(self.blocked_loop_seconds, "blocked loop report threshold")
+        if self.timeout is not None:
+            validation.positive_seconds(self.timeout, "timeout")
+        if self.max_abandoned is not None:
+            validation.positive_int(self.max_abandoned, "max abandoned", maximum=1_000_000)
         return self
+
+    @property
+    def abandoned_limit(self) -> int:
+        return self.max_abandoned if self.max_abandoned is not None else 2 * self.concurrency
 
     @property
     def effective_prefetch(self) -> int:
@@ -86,6 +99,12 @@ class WorkerTotals:
     claim_statements: int = 0
     empty_rounds: int = 0
     blocked_loop_reports: int = 0
+    #: attempts that ran past their timeout (settled as failures)
+    timeouts: int = 0
+    #: sync handler threads left running after their task's timeout
+    abandoned: int = 0
+    #: the worker stopped because ``max_abandoned`` threads were abandoned (exit non-zero)
+    abandoned_limit_reached: bool = False
     per_bucket_claims: Counter = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -26,7 +26,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, cast
 
 from ..consumer import Task
 from ..errors import Permanent, Retry
@@ -41,13 +42,14 @@ Extend = Callable[..., Any]
 
 class Resolver(Protocol):
     """A handler that picks the function per task (an app dispatching by task name):
-    ``resolve(task)`` returns a zero-argument callable and whether it returns an awaitable.
-    ``has_async`` says whether any of its functions is async (then the loop executor runs it)."""
+    ``resolve(task)`` returns a zero-argument callable, whether it returns an awaitable, and the
+    task's own execution timeout (None: the queue's or the worker's applies). ``has_async`` says
+    whether any of its functions is async (then the loop executor runs it)."""
 
     @property
     def has_async(self) -> bool: ...
 
-    def resolve(self, task: Task) -> tuple[Callable[[], Any], bool]: ...
+    def resolve(self, task: Task) -> tuple[Callable[[], Any], bool, float | None]: ...
 
 
 def record_failure(entry: InFlight, exc: BaseException, totals: WorkerTotals) -> None:
@@ -76,8 +78,11 @@ class ThreadExecutor:
     """``table.slots`` handler threads over one hand-off queue."""
 
     def __init__(self, handler: Callable[[Task], object], table: InFlightTable, outbox: Outbox, sink: EventSink,
-                 totals: WorkerTotals, stop: threading.Event, extend: Extend) -> None:
+                 totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
+                 resolve: Callable[[Task], tuple[Callable[[], Any], bool, float | None]] | None = None) -> None:
         self.handler = handler
+        #: an app's dispatch whose tasks may carry their own timeouts (else None: plain calls)
+        self.resolve = resolve
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
         self.extend = extend
@@ -88,10 +93,22 @@ class ThreadExecutor:
             threading.Thread(target=self._slot, args=(i,), name=f"shardq-handler-{i}", daemon=True)
             for i in range(table.slots)
         ]
+        self._abandoned_slots: set[int] = set()  # slot i runs on self._threads[i]
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+
+    def replace_slot(self, abandoned: InFlight) -> None:
+        """A new handler thread in place of the one running ``abandoned`` past its timeout (that
+        one is not waited for at shutdown)."""
+        self._abandoned_slots.add(abandoned.slot)
+        slot = self.table.add_slot()
+        thread = threading.Thread(target=self._slot, args=(slot,), name=f"shardq-handler-{slot}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        if self.stop_event.is_set():
+            self._work.put(None)  # stopping: the new slot's end marker (finish queued the others' already)
 
     def submit(self, entries: Sequence[InFlight]) -> None:
         put = self._work.put
@@ -103,7 +120,7 @@ class ThreadExecutor:
         wake, settle_wake = self.table.fetch_wake, self.outbox.wake
         started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
-        sink = self.sink
+        sink, resolve, lock = self.sink, self.resolve, self.table.lock
         while True:
             entry = work.get()
             if entry is None:
@@ -114,14 +131,32 @@ class ThreadExecutor:
             if stop.is_set() or monotonic() >= entry.local_deadline:
                 entry.kind = RELEASE  # not started: hand it back rather than run a task that may be elsewhere
             else:
-                entry.running = True  # one attribute store (atomic); the lease keeper reads it under the lock
                 t0 = perf_counter()
                 try:
-                    handler(Task(entry.claimed, extend))
+                    if resolve is None:
+                        call = None
+                    else:
+                        call, _is_async, own_timeout = resolve(Task(entry.claimed, extend))
+                        if own_timeout is not None:
+                            entry.timeout = own_timeout
+                    if entry.timeout is not None:
+                        entry.slot = slot
+                        entry.timeout_at = monotonic() + entry.timeout  # the timeout keeper watches it
+                    entry.running = True  # one attribute store (atomic); the keepers read it under the lock
+                    if call is None:
+                        handler(Task(entry.claimed, extend))
+                    else:
+                        call()
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                     record_failure(entry, exc, self.totals)
                 entry.seconds = perf_counter() - t0
-                entry.running = False  # awaiting its settle: nothing for the lease keeper to renew
+                if entry.timeout is None:
+                    entry.running = False  # awaiting its settle: nothing for the lease keeper to renew
+                else:
+                    with lock:
+                        if entry.abandoned:
+                            return  # settled as timed out meanwhile, and this slot already replaced
+                        entry.running = False
                 if sink.trace_handled:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
             put(entry)
@@ -146,10 +181,13 @@ class ThreadExecutor:
         """Let running handlers finish until ``deadline`` (monotonic) or ``force``; True if all did."""
         for _ in self._threads:
             self._work.put(None)
-        for thread in self._threads:
-            while thread.is_alive() and not force.is_set() and time.monotonic() < deadline:
-                thread.join(timeout=0.1)
-        return not any(t.is_alive() for t in self._threads)
+
+        def waiting() -> list[threading.Thread]:  # a slot abandoned meanwhile is not waited for
+            return [t for i, t in enumerate(list(self._threads)) if i not in self._abandoned_slots and t.is_alive()]
+
+        while waiting() and not force.is_set() and time.monotonic() < deadline:
+            waiting()[0].join(timeout=0.1)
+        return not waiting()
 
 
 class LoopExecutor:
@@ -158,12 +196,16 @@ class LoopExecutor:
 
     def __init__(self, handler: Callable[[Task], Any] | Resolver, table: InFlightTable, outbox: Outbox,
                  sink: EventSink, totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
-                 blocked_loop_seconds: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 blocked_loop_seconds: float, loop: asyncio.AbstractEventLoop | None = None,
+                 abandoned_limit: int = 8, stop_worker: Callable[[], None] | None = None) -> None:
         self.handler = handler
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
         self.extend = extend
         self.blocked_loop_seconds = blocked_loop_seconds
+        #: abandoned pool threads (sync tasks past their timeout) before the worker stops
+        self.abandoned_limit = abandoned_limit
+        self.stop_worker = stop_worker
         self._own_loop = loop is None
         self._loop = loop or asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
@@ -274,13 +316,22 @@ class LoopExecutor:
                 try:
                     task = Task(entry.claimed, extend)
                     if resolve is None:
-                        await handler(task)  # type: ignore[operator]
+                        call, is_async = partial(cast(Callable[[Task], Any], handler), task), True
                     else:
-                        call, is_async = resolve(task)
-                        if is_async:
-                            await call()
-                        else:
-                            await loop.run_in_executor(self._pool, call)
+                        call, is_async, own_timeout = resolve(task)
+                        if own_timeout is not None:
+                            entry.timeout = own_timeout
+                    running = call() if is_async else loop.run_in_executor(self._pool, call)
+                    if entry.timeout is None:
+                        await running
+                    else:
+                        entry.timeout_at = monotonic() + entry.timeout
+                        try:
+                            await asyncio.wait_for(running, entry.timeout)
+                        except TimeoutError:
+                            if monotonic() < entry.timeout_at:
+                                raise  # the handler's own timeout, not ours
+                            self._timed_out(entry, abandoned_thread=not is_async)
                 except asyncio.CancelledError:
                     if self._abandoned or stop.is_set():
                         return  # handed back by the worker already (a copy was queued)
@@ -300,6 +351,21 @@ class LoopExecutor:
             claim = entry.claim
             if next(claim.finished) >= claim.size:
                 settle_wake.set()
+
+    def _timed_out(self, entry: InFlight, *, abandoned_thread: bool) -> None:
+        """Settle ``entry`` as a failed attempt: its coroutine was cancelled (async), or its pool
+        thread is left running (sync task of a mixed app; counted as abandoned)."""
+        from .timeouts import timeout_text
+
+        assert entry.timeout is not None
+        entry.kind, entry.error, entry.timed_out = FAIL, timeout_text(entry.timeout), True
+        self.totals.add(timeouts=1, abandoned=1 if abandoned_thread else 0)
+        log.warning("task %s (queue %s) ran past its %g s timeout: %s", entry.claimed.id, entry.claimed.queue,
+                    entry.timeout, "its thread is left running" if abandoned_thread else "cancelled",
+                    extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue})
+        if abandoned_thread and self.totals.abandoned >= self.abandoned_limit and self.stop_worker is not None:
+            self.totals.abandoned_limit_reached = True
+            self.stop_worker()
 
     def _probe_answered(self) -> None:
         self._probe_sent = None

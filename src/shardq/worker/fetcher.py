@@ -113,8 +113,13 @@ class Fetcher:
                 stop.wait(pause)
 
     def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
-        deadline = time.monotonic() + consumer.lease_for(tasks[0].queue)
+        queue = tasks[0].queue
+        deadline = time.monotonic() + consumer.lease_for(queue)
         entries, claims = entries_for(tasks, deadline)
+        timeout = consumer.settings(queue).timeout_seconds or self.config.timeout  # a task's own comes later
+        if timeout is not None:
+            for entry in entries:
+                entry.timeout = timeout
         self.table.add(entries)
         self.totals.add(claimed=len(tasks))
         for claim in claims:

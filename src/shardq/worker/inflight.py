@@ -61,6 +61,14 @@ class InFlight:
     permanent: bool = False
     #: how long the handler ran (None: it did not run)
     seconds: float | None = None
+    #: execution timeout in seconds (None: none), and when it runs out (monotonic; set at start)
+    timeout: float | None = None
+    timeout_at: float | None = None
+    #: the timeout keeper settled this task as timed out: its slot must drop its own outcome
+    abandoned: bool = False
+    timed_out: bool = False
+    #: the executor slot running it (kept only for tasks with a timeout)
+    slot: int = -1
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""
@@ -83,6 +91,8 @@ class InFlightTable:
         self.claimed_total = 0
         self.started = [0] * slots
         self.finished = [0] * slots
+        #: tasks the timeout keeper settled while their handler still ran (its own counter)
+        self.timed_out = 0
         self.slots = slots
         self.batch = batch
         self.prefetch = prefetch
@@ -108,7 +118,7 @@ class InFlightTable:
 
     def in_progress(self) -> int:
         """Claimed tasks whose handler has not finished yet (waiting or running)."""
-        return self.claimed_total - sum(self.finished)
+        return self.claimed_total - sum(self.finished) - self.timed_out
 
     def want(self) -> int:
         """How many tasks to claim now (0: not yet). Room is counted in slots plus the prefetch
@@ -118,12 +128,18 @@ class InFlightTable:
         waiting = self.claimed_total - started
         if waiting > self.low_water:
             return 0
-        running = started - sum(self.finished)
+        running = started - sum(self.finished) - self.timed_out
         room = min(
             self.slots + self.prefetch - waiting - running,
             self.slots + self.prefetch + self.ack_batch - len(self.entries),
         )
         return max(0, min(room, self.batch))
+
+    def add_slot(self) -> int:
+        """A new slot (a thread replacing one left running past its task's timeout): its index."""
+        self.started.append(0)
+        self.finished.append(0)
+        return len(self.started) - 1
 
     def running(self) -> list[InFlight]:
         with self.lock:

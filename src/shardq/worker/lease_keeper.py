@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 
+from .. import validation
 from ..consumer import fenced
 from ..errors import DatabaseError
 from ..models import ClaimedTask
@@ -52,13 +53,22 @@ class LeaseKeeper:
 
     def beat(self, settings: QueueSettingsCache) -> float:
         """Renew the running tasks' leases once; returns seconds until the next beat."""
-        running = [e.claimed for e in self.table.running()]
-        leases = {c.queue: settings.lease_for(c.queue) for c in running}
+        entries = self.table.running()
+        leases = {e.claimed.queue: settings.lease_for(e.claimed.queue) for e in entries}
+        now = time.monotonic()
+        # A lease is never renewed past its task's timeout (at least LEASE_MIN_SECONDS, as every
+        # lease): the timeout keeper settles the task then, and no renewal should outlive that.
+        groups: dict[float, list[ClaimedTask]] = {}
+        for e in entries:
+            lease = leases[e.claimed.queue]
+            if e.timeout_at is not None:
+                lease = max(validation.LEASE_MIN_SECONDS, min(lease, round(e.timeout_at - now, 3)))
+            groups.setdefault(lease, []).append(e.claimed)
         store = settings.store
-        for queue_name, lease in leases.items():
-            renewed = store.task_extend_many([fenced(c) for c in running if c.queue == queue_name], lease)
+        for lease, claimed in groups.items():
+            renewed = store.task_extend_many([fenced(c) for c in claimed], lease)
             deadline = time.monotonic() + lease
-            for c in running:
+            for c in claimed:
                 if c.key.id in renewed:
                     self.table.extend_local(c.key.id, deadline)
         shortest = min(leases.values(), default=min(settings.lease_for(q) for q in self.config.queues))

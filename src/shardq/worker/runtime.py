@@ -22,6 +22,7 @@ from .inflight import InFlightTable
 from .lease_keeper import LeaseKeeper
 from .sessions import SessionPerThread
 from .settler import Settler
+from .timeouts import TimeoutKeeper
 
 log = logging.getLogger("shardq.worker")
 
@@ -75,15 +76,22 @@ class Worker:
         self.outbox = Outbox()
         self.lease_keeper = LeaseKeeper(self.config, self.sessions, self.table, self._stop)
         self.executor: ThreadExecutor | LoopExecutor
+        self.timeout_keeper: TimeoutKeeper | None = None
         if runs_on_loop(handler):
             self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.stats, self._stop,
                                          self.lease_keeper.extend, blocked_loop_seconds=config.blocked_loop_seconds,
-                                         loop=loop)
+                                         loop=loop, abandoned_limit=self.config.abandoned_limit,
+                                         stop_worker=self.stop)
         else:
-            if hasattr(handler, "resolve"):  # an app's dispatch, all of its tasks sync
+            resolve = None
+            if hasattr(handler, "resolve"):  # an app, all of its tasks sync
+                if getattr(handler, "has_timeouts", True):
+                    resolve = handler.resolve  # per-task timeouts: resolved before each run
                 handler = getattr(handler, "dispatch", None) or _sync_dispatch(handler)  # type: ignore[arg-type]
             self.executor = ThreadExecutor(handler, self.table, self.outbox, self.sink, self.stats,
-                                           self._stop, self.lease_keeper.extend)
+                                           self._stop, self.lease_keeper.extend, resolve=resolve)
+            self.timeout_keeper = TimeoutKeeper(self.config, self.table, self.outbox, self.stats,
+                                                self.executor.replace_slot, self.stop)
         self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
                                self._stop)
@@ -127,6 +135,8 @@ class Worker:
             self.fetcher.connect()
             self.executor.start()
             started.append(self._finish_executor)
+            if self.timeout_keeper is not None:
+                self.timeout_keeper.thread.start()
             self.settler.thread.start()
             if self.config.heartbeat:
                 self.lease_keeper.thread.start()
@@ -143,7 +153,11 @@ class Worker:
     def _finish_executor(self) -> None:
         self.executor.hand_back_unstarted()
         deadline = time.monotonic() + self.config.grace_seconds
-        if not self.executor.finish(deadline, self._force):
+        finished = self.executor.finish(deadline, self._force)
+        if self.timeout_keeper is not None:
+            self.timeout_keeper.done.set()
+            self.timeout_keeper.thread.join(timeout=5.0)
+        if not finished:
             stuck = self.table.running()
             log.warning("%d tasks still running after the grace period; handing them back", len(stuck))
             for entry in stuck:
@@ -168,7 +182,7 @@ def _sync_dispatch(resolver: Resolver) -> Handler:
     resolve = resolver.resolve
 
     def dispatch(task: Task) -> object:
-        call, _is_async = resolve(task)
+        call, _is_async, _timeout = resolve(task)
         return call()
 
     return dispatch

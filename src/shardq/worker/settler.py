@@ -185,6 +185,11 @@ class Settler:
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
         self._settled_counts = {}
+        for o in fails:
+            if o.timed_out:
+                self._tally.of(o.claimed.key.queue).timeouts += 1
+                key = ("timeouts", o.claimed.key.queue)
+                self._settled_counts[key] = self._settled_counts.get(key, 0) + 1
         for queue_name, seconds in handled.items():
             counts = self._tally.of(queue_name)
             counts.handled += len(seconds)
