@@ -345,3 +345,58 @@ def test_the_app_makes_one_async_client_per_event_loop(app, db):
     second = asyncio.run(defer_and_keep())  # the first loop has ended: a new client
     assert first is not second
     assert db.count() == 2
+
+
+def _hooked_client(db, statement: str, error: type[psycopg.Error], times: int | None):
+    calls = []
+
+    def hook(name: str) -> None:
+        if name == statement:
+            calls.append(name)
+            if times is None or len(calls) <= times:
+                raise error(f"injected by the test ({error.__name__})")
+
+    client = shardq.AsyncClient(db.dsn)
+    client.session.before_statement = hook
+    return client, calls
+
+
+def test_serialization_failures_are_retried_a_statement_alone_or_the_whole_transaction(pg_db):
+    from psycopg import errors as pgerrors
+
+    async def main():
+        plain, plain_calls = _hooked_client(pg_db, "task_insert_many_fresh", pgerrors.SerializationFailure, 2)
+        async with plain:
+            await plain.enqueue("q", b"x")
+        # In the exclusive-key transaction the failure hits its second statement: the whole body
+        # (key locks first) runs again.
+        keyed, keyed_calls = _hooked_client(pg_db, "task_insert_many", pgerrors.SerializationFailure, 2)
+        locks = []
+        hook = keyed.session.before_statement
+
+        def both(name: str) -> None:
+            if name == "exclusive_keys_lock":
+                locks.append(name)
+            hook(name)
+
+        keyed.session.before_statement = both
+        async with keyed:
+            await keyed.enqueue("q", b"y", exclusive_key="k")
+        return len(plain_calls), len(keyed_calls), len(locks)
+
+    plain_calls, keyed_calls, locks = asyncio.run(main())
+    assert (plain_calls, keyed_calls, locks) == (3, 3, 3)
+    assert pg_db.count() == 2
+
+
+def test_an_ambiguous_enqueue_is_not_resent_and_says_so(pg_db):
+    from psycopg import errors as pgerrors
+
+    async def main():
+        client, calls = _hooked_client(pg_db, "task_insert_many_fresh", pgerrors.StatementCompletionUnknown, None)
+        async with client:
+            with pytest.raises(shardq.AmbiguousResult):
+                await client.enqueue("q", b"x")
+        return len(calls)
+
+    assert asyncio.run(main()) == 1

@@ -1,8 +1,10 @@
 """The one gateway to the database: connections, statement execution, retries, error translation.
 
-Only this module (and :mod:`shardq.queries`, which reads SQL text) touches psycopg. Everything
-else calls :class:`Session` methods with a statement *name* and a dict of bind values, and gets
-dict rows or shardq errors back.
+Only this module, its asyncio twin :mod:`shardq.db_async` (which reuses the helpers here:
+:func:`connect_arguments`, :func:`isolation_of`, :func:`compose_statement`, :func:`resend_after`,
+:func:`statement_error`, :func:`retry_pause`) and :mod:`shardq.queries` (which reads SQL text)
+touch psycopg. Everything else calls :class:`Session` methods with a statement *name* and a dict
+of bind values, or runs a plan (:mod:`shardq.plans`), and gets dict rows or shardq errors back.
 
 Guarantees
     * Every ``psycopg.Error`` leaving a :class:`Session` is a :class:`shardq.errors.DatabaseError`

@@ -79,6 +79,9 @@ class AsyncSession:
         self._in_transaction = False
         #: statements run on a connection the caller owns, inside its transaction
         self.borrowed = False
+        #: test hook, as :attr:`shardq.db.Session.before_statement`: called before each attempt
+        #: of a statement with its name; may raise
+        self.before_statement: Callable[[str], None] | None = None
 
     # -- connection -------------------------------------------------------------------------
     async def connection(self) -> psycopg.AsyncConnection[Any]:
@@ -152,6 +155,8 @@ class AsyncSession:
                 conn = await self.connection()
                 engine = await self.get_engine()
                 query = compose_statement(engine, name, self._shard_column, {})
+                if self.before_statement is not None:
+                    self.before_statement(name)
                 async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(query, params or {})
                     return await cur.fetchall() if fetch and cur.description is not None else []
