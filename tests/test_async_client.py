@@ -345,6 +345,10 @@ def test_the_app_makes_one_async_client_per_event_loop(app, db):
     second = asyncio.run(defer_and_keep())  # the first loop has ended: a new client
     assert first is not second
     assert db.count() == 2
+    first_connection = first.session._conn
+    assert first_connection is None or first_connection.closed  # released when the second was made
+    app.close()  # releases the second, whose loop has ended too
+    assert second.session._conn is None
 
 
 def _hooked_client(db, statement: str, error: type[psycopg.Error], times: int | None):

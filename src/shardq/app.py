@@ -288,8 +288,7 @@ class App:
         it with :meth:`aclose` before the loop ends."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            for other in [other for other in self._async_clients if other.is_closed()]:
-                del self._async_clients[other]  # an ended loop's client cannot be used again
+            self._drop_ended_loops()
             client = self._async_clients.get(loop)
             if client is None:
                 client = self._async_clients[loop] = AsyncClient(self._dsn)
@@ -369,12 +368,20 @@ class App:
         return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False,
                                 **options)
 
+    def _drop_ended_loops(self) -> None:
+        """Release the asyncio clients of event loops that have ended (they cannot be used or
+        awaited again). Call under the lock."""
+        for loop in [loop for loop in self._async_clients if loop.is_closed()]:
+            self._async_clients.pop(loop).abandon()
+
     def close(self) -> None:
-        """Close the sync client (an asyncio client is closed by :meth:`aclose`)."""
+        """Close the sync client, and the asyncio clients of event loops that have ended (one of
+        a running loop is closed by :meth:`aclose` on that loop)."""
         with self._lock:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+            self._drop_ended_loops()
 
     async def aclose(self) -> None:
         """Close this event loop's :class:`~shardq.AsyncClient` (writing its held enqueue counts)."""

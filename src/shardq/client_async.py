@@ -99,6 +99,14 @@ class AsyncClient:
             self._workers.close()
             self._workers = None
 
+    def abandon(self) -> None:
+        """Release the connection after its event loop has ended, without awaiting (enqueue counts
+        still held in memory, at most a second's worth, are lost; the tasks are not)."""
+        self.session.abandon()
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
     async def __aenter__(self) -> AsyncClient:
         return self
 

@@ -129,6 +129,14 @@ class AsyncSession:
     async def close(self) -> None:
         await self._discard()
 
+    def abandon(self) -> None:
+        """Close the connection without its event loop, which has ended (an ``AsyncConnection``
+        cannot be awaited on another loop): the libpq connection is finished at once."""
+        if self._conn is not None and not self._conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.pgconn.finish()
+        self._conn = None
+
     async def get_engine(self) -> Engine:
         """The database engine (named by the URL, or learnt from the server on first connect)."""
         if self._engine is None:
@@ -235,6 +243,9 @@ class AsyncBorrowedSession(AsyncSession):
         """Never close the caller's connection, even a broken one."""
 
     async def close(self) -> None:
+        """Nothing to close: the connection stays the caller's."""
+
+    def abandon(self) -> None:
         """Nothing to close: the connection stays the caller's."""
 
     async def transaction(self, body: Callable[[AsyncSession], Awaitable[T]]) -> T:
