@@ -47,7 +47,8 @@ IDENTIFIER_SLOTS = {
 }
 
 
-def used_names(call: str = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen") -> set[str]:
+def used_names(call: str = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call") -> set[str]:
+    # ``Call("name", …)``: a statement a plan sends (shardq.plans), through either gateway.
     pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
     # The embedded server's bootstrap runs statement texts on a plain connection before any
     # session exists: statements["name"].
@@ -96,4 +97,4 @@ def test_no_statement_builds_sql_from_python_values():
 
 def test_ddl_statements_run_only_through_execute_ddl():
     assert used_names("execute_ddl") == set(DDL_SLOTS)
-    assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|fetch_row|execute|listen")
+    assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|fetch_row|execute|listen|Call")

@@ -1,10 +1,11 @@
 """shardq: a task queue stored in SQL tables, hash-sharded on CockroachDB, bucketed on PostgreSQL.
 
-Start with :func:`connect`; see the README for the guarantees and the command line.
+Start with :func:`connect` (asyncio: :func:`connect_async`); see the README for the guarantees and the command line.
 """
 
 from .app import App, AppTask, TaskContext
 from .client import Client, connect
+from .client_async import AsyncClient, connect_async
 from .consumer import Consumer, Task
 from .errors import (
     AmbiguousResult,
@@ -35,6 +36,7 @@ __all__ = [
     "AmbiguousResult",
     "App",
     "AppTask",
+    "AsyncClient",
     "Client",
     "Consumer",
     "DatabaseError",
@@ -67,4 +69,5 @@ __all__ = [
     "WorkerConfig",
     "WorkerTotals",
     "connect",
+    "connect_async",
 ]

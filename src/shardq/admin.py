@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import validation
+from . import statements, validation
 from .errors import InvalidInput
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
+from .plans import Plan, run
 from .stats import StatsOptions, collect
 from .store import TaskStore
 
@@ -139,24 +140,35 @@ class CancelResult:
 def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
     """Cancel tasks by id, whatever their state. A leased task is deleted under its worker, whose
     later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
-    the active task of an exclusive key releases the key's backlog."""
-    from . import exclusive
+    the active task of an exclusive key releases the key's backlog. A malformed id, or none, is
+    :class:`InvalidInput` before anything is sent."""
+    return run(store.session, cancel_plan(parse_cancel_ids(ids)))
 
+
+def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
+    """The ids :func:`cancel` takes, checked: at least one, each a UUID."""
     wanted = _parse_ids(ids)
     if not wanted:
         raise InvalidInput("give at least one task id")
+    return wanted
+
+
+def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
+    """:func:`cancel` as a plan (:mod:`shardq.plans`), for either gateway."""
+    from . import exclusive
+
     # Lock the keys of every task named (a key never changes; whether the task is active may),
     # then delete, then release the keys whose active task was deleted.
-    keyed = store.task_exclusive_keys_by_id(wanted)
+    keyed = yield from statements.task_exclusive_keys_by_id(wanted)
     removed: set[uuid.UUID] = set()
 
-    def remove() -> set[uuid.UUID]:
-        gone = store.task_cancel_many(wanted)
+    def remove() -> Plan[set[uuid.UUID]]:
+        gone = yield from statements.task_cancel_many(wanted)
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}
 
-    _, promoted = exclusive.remove_and_release(store, list(keyed.values()), remove, keyed)
+    _, promoted = yield from exclusive.remove_and_release_plan(list(keyed.values()), remove, keyed)
     return CancelResult(
         tuple(str(i) for i in wanted if i in removed),
         tuple(str(i) for i in wanted if i not in removed),

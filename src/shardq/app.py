@@ -25,6 +25,12 @@ Guarantees
     * With ``connection=`` the task is written on the caller's connection inside its transaction
       and nothing is committed (:class:`shardq.db.BorrowedSession`): rolled back, no task;
       committed, it runs. Such enqueues are not counted in the enqueue rate of ``stats``.
+    * ``await task.defer_async(...)``, ``await task.configure(...).defer_async(...)`` and
+      ``await task.defer_many_async([...])`` do the same for asyncio code through the app's
+      :class:`~shardq.AsyncClient` (:meth:`App.async_client`), with the same checks and
+      statements; their ``connection=`` takes a psycopg ``AsyncConnection`` or a SQLAlchemy
+      ``AsyncSession``/``AsyncConnection``. The sync ``defer`` refuses an asyncio connection with
+      one :class:`~shardq.errors.InvalidInput` line, before anything is written.
     * A worker running the app (``shardq work --app mod:app``, :meth:`App.work`) dispatches by
       task name. A task whose name it does not know is dead-lettered at once with the reason
       ``unknown task 'NAME'``, one whose payload is not a task call (bytes written into an app's
@@ -40,6 +46,7 @@ Does not
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import inspect
 import threading
@@ -52,10 +59,11 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from . import validation
 from .arguments import decode_call, encode_call
 from .client import Client, connect
+from .client_async import AsyncClient
 from .consumer import Task
 from .db import Dsn
 from .errors import InvalidInput, Permanent
-from .models import NewTask
+from .models import EnqueueResult, NewTask
 from .worker import WorkerTotals
 
 P = ParamSpec("P")
@@ -118,30 +126,53 @@ class Deferral(Generic[P, R]):
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """Enqueue many calls in one statement per batch of 1,000; every call is checked before
-        the first is written. Returns their ids in order (None for a live ``dedupe_key``)."""
+        the first is written. Returns their ids in order (None for a live ``dedupe_key``).
+        ``connection`` must be a sync one here (an asyncio one is :class:`InvalidInput`: use
+        :meth:`defer_many_async`)."""
         tasks = [self._new_task(arguments) for arguments in calls]
         queue = validation.queue_name(self.options.get("queue", self.task.queue))
         result = self.task.app.client.enqueue_many(queue, tasks, connection=self.options.get("connection"))
-        if not result.duplicate_keys:
-            return list(result.enqueued_ids)
-        # Map back in order. enqueue_many returns the ids of the tasks it inserted, in order, and
-        # the keys of the ones a live dedupe key skipped. Of the calls sharing a key, at most the
-        # first was inserted (a key live before the batch skips them all; within one statement
-        # the first row wins), so per key the first (calls - skipped) calls have ids.
-        skipped = Counter(result.duplicate_keys)
-        remaining = Counter(t.dedupe_key for t in tasks if t.dedupe_key is not None)
-        for key in remaining:
-            remaining[key] -= skipped[key]
-        enqueued = iter(result.enqueued_ids)
-        ids: list[str | None] = []
-        for t in tasks:
-            if t.dedupe_key is None or remaining[t.dedupe_key] > 0:
-                if t.dedupe_key is not None:
-                    remaining[t.dedupe_key] -= 1
-                ids.append(next(enqueued))
-            else:
-                ids.append(None)
-        return ids
+        return _ids_in_order(tasks, result)
+
+    async def defer_async(self, **arguments: Any) -> str | None:
+        """:meth:`defer` for asyncio code, through the app's :class:`~shardq.AsyncClient`; with
+        ``connection`` (a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession`` /
+        ``AsyncConnection``) the task is written inside that transaction, never committed here."""
+        ids = await self.defer_many_async([arguments])
+        return ids[0]
+
+    async def defer_many_async(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
+        """:meth:`defer_many` for asyncio code (see :meth:`defer_async`): the same checks before
+        anything is sent, the same statements, ids in order."""
+        tasks = [self._new_task(arguments) for arguments in calls]
+        queue = validation.queue_name(self.options.get("queue", self.task.queue))
+        client = await self.task.app.async_client()
+        result = await client.enqueue_many(queue, tasks, connection=self.options.get("connection"))
+        return _ids_in_order(tasks, result)
+
+
+def _ids_in_order(tasks: list[NewTask], result: EnqueueResult) -> list[str | None]:
+    """The task id of each call, in order, None where a live dedupe key skipped it."""
+    if not result.duplicate_keys:
+        return list(result.enqueued_ids)
+    # Map back in order. enqueue_many returns the ids of the tasks it inserted, in order, and
+    # the keys of the ones a live dedupe key skipped. Of the calls sharing a key, at most the
+    # first was inserted (a key live before the batch skips them all; within one statement
+    # the first row wins), so per key the first (calls - skipped) calls have ids.
+    skipped = Counter(result.duplicate_keys)
+    remaining = Counter(t.dedupe_key for t in tasks if t.dedupe_key is not None)
+    for key in remaining:
+        remaining[key] -= skipped[key]
+    enqueued = iter(result.enqueued_ids)
+    ids: list[str | None] = []
+    for t in tasks:
+        if t.dedupe_key is None or remaining[t.dedupe_key] > 0:
+            if t.dedupe_key is not None:
+                remaining[t.dedupe_key] -= 1
+            ids.append(next(enqueued))
+        else:
+            ids.append(None)
+    return ids
 
 
 class AppTask(Generic[P, R]):
@@ -216,6 +247,14 @@ class AppTask(Generic[P, R]):
         """Enqueue many calls, one statement per batch; returns their ids in order."""
         return Deferral(self, {}).defer_many(calls)
 
+    async def defer_async(self, **arguments: Any) -> str | None:
+        """:meth:`defer` for asyncio code (see :meth:`Deferral.defer_async`)."""
+        return await Deferral(self, {}).defer_async(**arguments)
+
+    async def defer_many_async(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
+        """:meth:`defer_many` for asyncio code (see :meth:`Deferral.defer_many_async`)."""
+        return await Deferral(self, {}).defer_many_async(calls)
+
     def run(self, handle: Task, arguments: dict[str, Any]) -> object:
         """Run the function for a claimed task (the worker's side)."""
         if self.pass_context:
@@ -234,6 +273,7 @@ class App:
     def __init__(self, dsn: str | Dsn | None = None) -> None:
         self._dsn = dsn
         self._client: Client | None = None
+        self._async_clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
         self._lock = threading.Lock()
         self.tasks: dict[str, AppTask[Any, Any]] = {}
 
@@ -244,6 +284,18 @@ class App:
             if self._client is None:
                 self._client = connect(self._dsn)
             return self._client
+
+    async def async_client(self) -> AsyncClient:
+        """The :class:`~shardq.AsyncClient` the app's ``defer_async`` calls enqueue through: one
+        per running event loop, made on first use (its connection belongs to that loop). Close
+        it with :meth:`aclose` before the loop ends."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._drop_ended_loops()
+            client = self._async_clients.get(loop)
+            if client is None:
+                client = self._async_clients[loop] = AsyncClient(self._dsn)
+        return client
 
     def task(
         self,
@@ -331,11 +383,27 @@ class App:
         return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False,
                                 **options)
 
+    def _drop_ended_loops(self) -> None:
+        """Release the asyncio clients of event loops that have ended (they cannot be used or
+        awaited again). Call under the lock."""
+        for loop in [loop for loop in self._async_clients if loop.is_closed()]:
+            self._async_clients.pop(loop).abandon()
+
     def close(self) -> None:
+        """Close the sync client, and the asyncio clients of event loops that have ended (one of
+        a running loop is closed by :meth:`aclose` on that loop)."""
         with self._lock:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+            self._drop_ended_loops()
+
+    async def aclose(self) -> None:
+        """Close this event loop's :class:`~shardq.AsyncClient` (writing its held enqueue counts)."""
+        with self._lock:
+            client = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
 
 
 def load_app(spec: str) -> App:

@@ -12,6 +12,7 @@ A :class:`Client` is thread-safe: each thread gets its own database session.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import threading
@@ -138,17 +139,19 @@ class Client:
         *,
         on_event: Callable[[str, ClaimedTask | None, dict[str, Any]], None] | None = None,
         events: Collection[str] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
         **options: Any,
     ) -> Worker:
         """A :class:`Worker` for ``queues``; ``options`` are :class:`WorkerConfig` fields;
-        ``on_event``/``events`` are the worker's event hook and the events it wants. Its sessions
-        carry ``statement_timeout`` (default 10 s)."""
+        ``on_event``/``events`` are the worker's event hook and the events it wants; ``loop``: run
+        async handlers on this running event loop (see :class:`Worker`). Its sessions carry
+        ``statement_timeout`` (default 10 s)."""
         if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
             raise validation.InvalidInput("queues must be a list of queue names (not one string)")
         config = WorkerConfig(queues=tuple(queues), **options).validate()
         timeout_ms = validation.milliseconds(config.statement_timeout)
         return Worker(lambda: self.new_session(statement_timeout_ms=timeout_ms), handler, config, on_event=on_event,
-                      events=events)
+                      events=events, loop=loop)
 
     def work(
         self, queues: Sequence[str], handler: Handler | Resolver, *, install_signal_handlers: bool = True, **options: Any

@@ -1,8 +1,10 @@
 """The one gateway to the database: connections, statement execution, retries, error translation.
 
-Only this module (and :mod:`shardq.queries`, which reads SQL text) touches psycopg. Everything
-else calls :class:`Session` methods with a statement *name* and a dict of bind values, and gets
-dict rows or shardq errors back.
+Only this module, its asyncio twin :mod:`shardq.db_async` (which reuses the helpers here:
+:func:`connect_arguments`, :func:`isolation_of`, :func:`compose_statement`, :func:`resend_after`,
+:func:`statement_error`, :func:`retry_pause`) and :mod:`shardq.queries` (which reads SQL text)
+touch psycopg. Everything else calls :class:`Session` methods with a statement *name* and a dict
+of bind values, or runs a plan (:mod:`shardq.plans`), and gets dict rows or shardq errors back.
 
 Guarantees
     * Every ``psycopg.Error`` leaving a :class:`Session` is a :class:`shardq.errors.DatabaseError`
@@ -219,6 +221,72 @@ def retry_pause(attempt: int, rng: random.Random | None = None, policy: RetryPol
     return (rng or random).uniform(0.0, ceiling)
 
 
+def connect_arguments(dsn: Dsn, engine: Engine, *, application_name: str, statement_timeout_ms: int | None,
+                      internals: bool) -> dict[str, Any]:
+    """The keyword arguments of ``psycopg.connect`` / ``psycopg.AsyncConnection.connect`` for a
+    session to ``engine``: autocommit, dict rows, the application name, and the engine's startup
+    options after any ``options`` the DSN carries. Shared by the sync and the asyncio gateway."""
+    settings = engine.startup_options(statement_timeout_ms=statement_timeout_ms, internals=internals)
+    given = conninfo_to_dict(dsn.conninfo).get("options")
+    options = " ".join(([str(given)] if given else []) + settings)
+    return {"autocommit": True, "row_factory": dict_row, "application_name": application_name, "options": options}
+
+
+def isolation_of(engine: Engine) -> psycopg.IsolationLevel | None:
+    """The psycopg isolation level explicit transactions are pinned to on ``engine`` (psycopg then
+    opens each with ``BEGIN ISOLATION LEVEL …``), or None for the server's default."""
+    if engine.transaction_isolation is None:
+        return None
+    return psycopg.IsolationLevel[engine.transaction_isolation.replace(" ", "_")]
+
+
+def compose_statement(engine: Engine, name: str, shard_column: str | None, identifiers: Mapping[str, str]) -> Any:
+    """The named statement of ``engine`` ready to send: its text, or its ``{slots}`` filled with
+    quoted identifiers (``{shard_col}`` from ``shard_column``, the others from ``identifiers``)."""
+    statement = engine.statements()[name]
+    if not statement.templated:
+        return statement.text
+    names = dict(identifiers)
+    if "shard_col" in statement.slots:
+        if shard_column is None:
+            raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
+        names["shard_col"] = shard_column
+    missing = statement.slots - names.keys()
+    if missing:
+        raise DatabaseError(f"statement {name} needs identifiers {sorted(missing)}")
+    return sql.SQL(statement.text).format(**{slot: sql.Identifier(names[slot]) for slot in statement.slots})
+
+
+def resend_after(
+    exc: psycopg.Error, *, name: str, attempt: int, max_retries: int, in_transaction: bool, resend_ambiguous: bool
+) -> bool:
+    """Whether a statement that failed with ``exc`` on attempt ``attempt`` is sent again (after
+    :func:`retry_pause`): a 40001 outside a transaction, a 40003 of a statement marked
+    ``resend_ambiguous`` outside a transaction, each at most ``max_retries`` times. See the module
+    documentation; shared by the sync and the asyncio gateway."""
+    if in_transaction or attempt > max_retries:
+        return False
+    if isinstance(exc, pgerrors.SerializationFailure):
+        log.debug("statement %s hit 40001 (attempt %d); retrying", name, attempt)
+        return True
+    if isinstance(exc, pgerrors.StatementCompletionUnknown) and resend_ambiguous:
+        # 40003: see "Why the lease token makes re-sent acks safe" in the module docstring.
+        log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
+        return True
+    return False
+
+
+def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: str,
+                    shard_column: str | None) -> DatabaseError:
+    """The shardq error for a named statement that failed with ``exc``: a missing shard column
+    the session filters on means a resize dropped it (:class:`ShardLayoutChanged`); anything
+    else is translated as everywhere (:func:`_translate`)."""
+    if (isinstance(exc, pgerrors.UndefinedColumn) and shard_column is not None and engine is not None
+            and "shard_col" in engine.statements()[name].slots):
+        return ShardLayoutChanged(f"{name}: shard column {shard_column} no longer exists; re-discover the layout")
+    return _translate(exc, dsn)
+
+
 class Session:
     """One database connection and the statements run on it. Not thread-safe: one per thread.
 
@@ -276,9 +344,9 @@ class Session:
         except InvalidInput:
             conn.close()
             raise
-        if found.transaction_isolation is not None:
-            # psycopg then opens every explicit transaction with BEGIN ISOLATION LEVEL …
-            conn.isolation_level = psycopg.IsolationLevel[found.transaction_isolation.replace(" ", "_")]
+        isolation = isolation_of(found)
+        if isolation is not None:
+            conn.isolation_level = isolation
         self._engine = found
         self._conn = conn
         try:
@@ -293,12 +361,10 @@ class Session:
         return {"statement_timeout_ms": self.statement_timeout_ms, "internals": self.internals}
 
     def _open(self, engine: Engine) -> psycopg.Connection[Any]:
-        settings = engine.startup_options(**self._option_args())
-        given = conninfo_to_dict(self.dsn.conninfo).get("options")
-        options = " ".join(([str(given)] if given else []) + settings)
+        arguments = connect_arguments(self.dsn, engine, application_name=self.application_name,
+                                      **self._option_args())
         try:
-            return psycopg.connect(self.dsn.conninfo, autocommit=True, row_factory=dict_row,
-                                   application_name=self.application_name, options=options)
+            return psycopg.connect(self.dsn.conninfo, **arguments)
         except psycopg.Error as exc:
             raise _translate(exc, self.dsn) from exc
 
@@ -376,18 +442,7 @@ class Session:
         return query
 
     def _compose(self, name: str, identifiers: Mapping[str, str]) -> Any:
-        statement = self.engine.statements()[name]
-        if not statement.templated:
-            return statement.text
-        names = dict(identifiers)
-        if "shard_col" in statement.slots:
-            if self._shard_column is None:
-                raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
-            names["shard_col"] = self._shard_column
-        missing = statement.slots - names.keys()
-        if missing:
-            raise DatabaseError(f"statement {name} needs identifiers {sorted(missing)}")
-        return sql.SQL(statement.text).format(**{slot: sql.Identifier(names[slot]) for slot in statement.slots})
+        return compose_statement(self.engine, name, self._shard_column, identifiers)
 
     def _run(
         self,
@@ -409,30 +464,14 @@ class Session:
                 with conn.cursor(binary=binary, row_factory=tuple_row if tuples else dict_row) as cur:
                     cur.execute(self._query(name, identifiers), params or {})
                     return cur.fetchall() if fetch and cur.description is not None else []
-            except pgerrors.SerializationFailure as exc:
-                # Inside a transaction the whole body must be re-run, not this statement.
-                if self._in_transaction or attempt > self.max_retries:
-                    raise _translate(exc, self.dsn) from exc
-                pause = retry_pause(attempt, policy=self.engine.retry)
-                log.debug("statement %s hit 40001 (attempt %d); retrying in %.3fs", name, attempt, pause)
-                time.sleep(pause)
-            except pgerrors.StatementCompletionUnknown as exc:
-                # 40003: see "Why the lease token makes re-sent acks safe" in the module docstring.
-                if not resend_ambiguous or self._in_transaction or attempt > self.max_retries:
-                    raise _translate(exc, self.dsn) from exc
-                log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
-                time.sleep(retry_pause(attempt, policy=self.engine.retry))
-            except pgerrors.UndefinedColumn as exc:
-                if self._shard_column is not None and "shard_col" in self.engine.statements()[name].slots:
-                    # The shard column this session filters on is gone: a resize dropped it.
-                    raise ShardLayoutChanged(
-                        f"{name}: shard column {self._shard_column} no longer exists; re-discover the layout"
-                    ) from exc
-                raise _translate(exc, self.dsn) from exc
             except psycopg.Error as exc:
+                if resend_after(exc, name=name, attempt=attempt, max_retries=self.max_retries,
+                                in_transaction=self._in_transaction, resend_ambiguous=resend_ambiguous):
+                    time.sleep(retry_pause(attempt, policy=self.engine.retry))
+                    continue
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     self._discard()
-                raise _translate(exc, self.dsn) from exc
+                raise statement_error(exc, self.dsn, self._engine, name, self._shard_column) from exc
 
     def fetch_all(
         self,
@@ -636,8 +675,13 @@ def borrow(connection: object) -> BorrowedSession:
     ``cockroachdb+psycopg://``). Anything else is :class:`InvalidInput`."""
     if isinstance(connection, psycopg.Connection):
         return BorrowedSession(connection)
-    if isinstance(connection, psycopg.AsyncConnection):
-        raise InvalidInput("an asyncio connection needs the asyncio call (defer_async), not defer")
+    from .db_async import is_async_connection  # the asyncio gateway imports this module
+
+    if is_async_connection(connection):
+        raise InvalidInput(
+            f"connection= got an asyncio {type(connection).__name__}: use the asyncio call"
+            " (defer_async, or AsyncClient.enqueue), not the sync one"
+        )
     driver = _sqlalchemy_driver_connection(connection)
     if isinstance(driver, psycopg.Connection):
         return BorrowedSession(driver)

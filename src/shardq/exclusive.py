@@ -30,7 +30,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from . import statements
 from .models import NewTask
+from .plans import Atomically, Plan, run
 from .store import TaskStore
 
 
@@ -48,7 +50,13 @@ class ExclusiveEnqueue:
 def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
     """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
     into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
-    return store.session.transaction(lambda _session: enqueue_in_transaction(store, queue, tasks, ids))
+    return run(store.session, enqueue_plan(queue, tasks, ids))
+
+
+def enqueue_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
+    """:func:`enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+    result: ExclusiveEnqueue = yield Atomically(lambda: in_transaction_plan(queue, tasks, ids))
+    return result
 
 
 def enqueue_in_transaction(
@@ -57,23 +65,30 @@ def enqueue_in_transaction(
     """:func:`enqueue`'s work, inside a transaction the caller holds open (the Spark merge does
     this in each chunk's transaction). Takes the keys' locks first, so it must be the only part of
     that transaction that touches these keys' backlogs."""
+    return run(store.session, in_transaction_plan(queue, tasks, ids))
+
+
+def in_transaction_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
+    """:func:`enqueue_in_transaction` as a plan."""
     pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
-    store.exclusive_keys_lock(pairs)
-    skipped, paused = store.task_insert_many(queue, tasks, ids)
+    yield from statements.exclusive_keys_lock(pairs)
+    skipped, paused = yield from statements.task_insert_many(queue, tasks, ids)
     if paused:
         return ExclusiveEnqueue(skipped, set(), 0, True)
     waiting = [(t, i) for t, i in zip(tasks, ids) if t.exclusive_key is not None and i in skipped]
     backlogged: set[uuid.UUID] = set()
     superseded = 0
     if waiting:
-        backlogged = store.task_insert_backlog_many(queue, [t for t, _ in waiting], [i for _, i in waiting])
-        settings = store.queue_get(queue)
+        backlogged = yield from statements.task_insert_backlog_many(
+            queue, [t for t, _ in waiting], [i for _, i in waiting]
+        )
+        settings = yield from statements.queue_get(queue)
         if settings is not None and settings.exclusive_latest_only and backlogged:
             newest: dict[str, uuid.UUID] = {}
             for task, task_id in waiting:
                 if task_id in backlogged and task.exclusive_key is not None:
                     newest[task.exclusive_key] = task_id  # later in the batch wins
-            superseded = store.task_backlog_supersede(queue, list(newest), list(newest.values()))
+            superseded = yield from statements.task_backlog_supersede(queue, list(newest), list(newest.values()))
             backlogged = {i for i in backlogged if i in set(newest.values())}
     return ExclusiveEnqueue(skipped - backlogged, backlogged, superseded, False)
 
@@ -87,13 +102,29 @@ def remove_and_release(
     """Run ``remove`` (an ack, bury or cancel of active keyed tasks; returns the ids it removed)
     and promote the next backlog entry of every key whose active task it removed, in one
     transaction under the keys' locks. Returns (removed ids, promoted ids)."""
+
+    def remove_plan() -> Plan[set[uuid.UUID]]:
+        return remove()
+        yield  # a plan that runs ``remove`` on the sync session directly
+
+    return run(store.session, remove_and_release_plan(keys, remove_plan, key_of))
+
+
+def remove_and_release_plan(
+    keys: Sequence[tuple[str, str]],
+    remove: Callable[[], Plan[set[uuid.UUID]]],
+    key_of: dict[uuid.UUID, tuple[str, str]],
+) -> Plan[tuple[set[uuid.UUID], set[uuid.UUID]]]:
+    """:func:`remove_and_release` as a plan; ``remove()`` makes the plan that removes (called
+    again for each attempt of the transaction)."""
     ordered = sorted(set(keys))
 
-    def body(_session: object) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
-        store.exclusive_keys_lock(ordered)
-        removed = remove()
+    def body() -> Plan[tuple[set[uuid.UUID], set[uuid.UUID]]]:
+        yield from statements.exclusive_keys_lock(ordered)
+        removed = yield from remove()
         released = sorted({key_of[i] for i in removed if i in key_of})
-        promoted = store.task_backlog_release(released) if released else set()
+        promoted = (yield from statements.task_backlog_release(released)) if released else set()
         return removed, promoted
 
-    return store.session.transaction(body)
+    result: tuple[set[uuid.UUID], set[uuid.UUID]] = yield Atomically(body)
+    return result

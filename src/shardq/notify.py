@@ -42,7 +42,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from . import statements
+from .engine import Engine
 from .errors import DatabaseError, DatabaseUnavailable
+from .plans import ENGINE, Plan, run
 from .store import TaskStore
 
 log = logging.getLogger("shardq.notify")
@@ -88,10 +91,15 @@ class Notifier:
         """Call after an enqueue that inserted tasks due now has committed. Sends the wake-up
         unless the throttle says one went out recently; returns whether it did. A failure to send
         is logged and swallowed: polling covers it."""
-        if not supported(store) or not self.due(queue):
+        return run(store.session, self.wake(queue))
+
+    def wake(self, queue: str) -> Plan[bool]:
+        """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+        engine: Engine = yield ENGINE
+        if not engine.supports_wakeups or not self.due(queue):
             return False
         try:
-            store.queue_notify(queue)
+            yield from statements.queue_notify(queue)
         except DatabaseError as exc:
             log.debug("wake-up for queue %s not sent (%s); workers will find the tasks by polling", queue, exc)
             return False

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from . import exclusive, validation
+from . import exclusive, statements, validation
 from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask
 from .notify import Notifier
+from .plans import Plan, run
+from .statements import EnqueueCounts
 from .store import TaskStore
 
 BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the round trip,
@@ -111,37 +113,63 @@ class Producer:
     ) -> EnqueueResult:
         """Enqueue many tasks, ``batch_size`` per statement. Every task is validated before the
         first statement runs, so bad input writes nothing."""
-        validation.queue_name(queue)
-        validation.positive_int(batch_size, "batch size", maximum=validation.BATCH_MAX)
-        prepared = [normalise(task, payload_limit=self.payload_limit) for task in tasks]
-        enqueued: list[str] = []
-        duplicates: list[str] = []
-        backlogged: list[str] = []
-        superseded = 0
-        for start in range(0, len(prepared), batch_size):
-            chunk = prepared[start : start + batch_size]
-            ids = [uuid.uuid4() for _ in chunk]
-            if any(t.exclusive_key is not None for t in chunk):
-                outcome = exclusive.enqueue(self.store, queue, chunk, ids)
-                skipped, paused = outcome.skipped, outcome.paused
-                backlogged += [str(i) for i in ids if i in outcome.backlogged]
-                superseded += outcome.superseded
-            else:
-                skipped, paused = self.store.task_insert_many(queue, chunk, ids)
-            self.store.count_enqueued(queue, len(chunk) - len(skipped))
-            if paused:
-                raise QueuePaused(
-                    f"queue {queue!r} is paused for enqueue"
-                    + (f" ({len(enqueued)} tasks of earlier batches were enqueued)" if enqueued else "")
-                )
-            if not skipped:
-                enqueued += map(str, ids)
-            else:
-                for task, task_id in zip(chunk, ids):
-                    if task_id in skipped:
-                        duplicates.append(task.dedupe_key or "")
-                    else:
-                        enqueued.append(str(task_id))
-            if self.notifier is not None and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
-                self.notifier.after_enqueue(self.store, queue)  # after the commit: autocommit
-        return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)
+        prepared = prepare(queue, tasks, batch_size=batch_size, payload_limit=self.payload_limit)
+        return run(self.store.session, enqueue_plan(queue, prepared, batch_size=batch_size,
+                                                    counts=self.store.enqueue_counts, notifier=self.notifier))
+
+
+def prepare(
+    queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = BATCH_SIZE_DEFAULT,
+    payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+) -> list[NewTask]:
+    """Validate an enqueue's queue name, batch size and every task (:class:`InvalidInput`), before
+    anything is sent; returns the tasks normalised."""
+    validation.queue_name(queue)
+    validation.positive_int(batch_size, "batch size", maximum=validation.BATCH_MAX)
+    return [normalise(task, payload_limit=payload_limit) for task in tasks]
+
+
+def enqueue_plan(
+    queue: str,
+    prepared: Sequence[NewTask],
+    *,
+    batch_size: int = BATCH_SIZE_DEFAULT,
+    counts: EnqueueCounts | None = None,
+    notifier: Notifier | None = None,
+) -> Plan[EnqueueResult]:
+    """Enqueue tasks :func:`prepare` validated, ``batch_size`` per statement, as a plan
+    (:mod:`shardq.plans`) that the sync :class:`Producer` and :class:`shardq.AsyncClient` both
+    run. ``counts``: the activity counter to add to (None: not counted); ``notifier``: wake idle
+    workers after statements that inserted tasks due now."""
+    enqueued: list[str] = []
+    duplicates: list[str] = []
+    backlogged: list[str] = []
+    superseded = 0
+    for start in range(0, len(prepared), batch_size):
+        chunk = prepared[start : start + batch_size]
+        ids = [uuid.uuid4() for _ in chunk]
+        if any(t.exclusive_key is not None for t in chunk):
+            outcome = yield from exclusive.enqueue_plan(queue, chunk, ids)
+            skipped, paused = outcome.skipped, outcome.paused
+            backlogged += [str(i) for i in ids if i in outcome.backlogged]
+            superseded += outcome.superseded
+        else:
+            skipped, paused = yield from statements.task_insert_many(queue, chunk, ids)
+        if counts is not None:
+            yield from counts.note(queue, len(chunk) - len(skipped))
+        if paused:
+            raise QueuePaused(
+                f"queue {queue!r} is paused for enqueue"
+                + (f" ({len(enqueued)} tasks of earlier batches were enqueued)" if enqueued else "")
+            )
+        if not skipped:
+            enqueued += map(str, ids)
+        else:
+            for task, task_id in zip(chunk, ids):
+                if task_id in skipped:
+                    duplicates.append(task.dedupe_key or "")
+                else:
+                    enqueued.append(str(task_id))
+        if notifier is not None and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
+            yield from notifier.wake(queue)  # after the commit: autocommit
+    return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)

@@ -60,10 +60,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from . import validation
+from . import statements, validation
+from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import Accuracy, Activity, BucketDepth, QueueStats, Stats
-from .store import STATS_SLOTS, TaskStore
+from .plans import ENGINE, Atomically, Plan, run
+from .statements import STATS_SLOTS
+from .store import TaskStore
 
 log = logging.getLogger("shardq.stats")
 
@@ -111,29 +114,36 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
     """A :class:`~shardq.models.Stats` snapshot of every queue in ``shardq_queues`` (and any
     queue with recorded activity), empty ones included. See the module documentation for what
     is exact and what is estimated."""
-    options = (options or StatsOptions()).validate()
-    layout = store.layout()  # before the snapshot: it points CockroachDB statements at the shard column
+    return run(store.session, collect_plan((options or StatsOptions()).validate(), rng=rng))
+
+
+def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> Plan[Stats]:
+    """:func:`collect` as a plan (:mod:`shardq.plans`), for either gateway; ``options`` validated."""
+    engine: Engine = yield ENGINE
+    layout = yield from statements.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())
     cap = options.bucket_cap
-    historical = options.follower_read and store.engine.historical_reads
+    historical = options.follower_read and engine.historical_reads
 
-    def read(_session: object, historical: bool) -> tuple[Any, Any, Any, Any, Any]:
-        store.stats_snapshot(historical=historical)
-        clock = store.stats_now()
-        window = store.stats_window(options.window_minutes)
-        names = sorted({q.name for q in store.queue_list()} | set(window))
-        depth = store.stats_depth(names, buckets, cap)
-        dead = {name: store.stats_dead_count(name, cap * len(buckets)) for name in names}
+    def read(historical: bool) -> Plan[tuple[Any, Any, Any, Any, Any]]:
+        yield from statements.stats_snapshot(historical=historical)
+        clock = yield from statements.stats_now()
+        window = yield from statements.stats_window(options.window_minutes)
+        names = sorted({q.name for q in (yield from statements.queue_list())} | set(window))
+        depth = yield from statements.stats_depth(names, buckets, cap)
+        dead = {}
+        for name in names:
+            dead[name] = yield from statements.stats_dead_count(name, cap * len(buckets))
         return clock, window, names, depth, dead
 
     try:
-        clock, window, names, depth, dead = store.session.transaction(lambda s: read(s, historical))
+        clock, window, names, depth, dead = yield Atomically(lambda: read(historical))
     except (NotMigrated, ShardLayoutChanged):
         if not historical:
             raise
         # A table (or, after a resize, a shard column) younger than the follower-read staleness
         # does not exist at that time: read the present instead.
-        clock, window, names, depth, dead = store.session.transaction(lambda s: read(s, False))
+        clock, window, names, depth, dead = yield Atomically(lambda: read(False))
         historical = False
 
     as_of: dt.datetime = clock["as_of"]
@@ -188,7 +198,7 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
         buckets=layout.bucket_count,
         queues=queues,
         as_of=as_of,
-        dialect=store.dialect,
+        dialect=engine.name,
         follower_read=historical,
         bucket_cap=cap,
         buckets_counted=buckets,

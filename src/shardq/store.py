@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
+from . import statements
 from .db import Session
 from .engine import Engine
-from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
+from .errors import NotMigrated, ShardLayoutChanged
 from .models import (
-    MAX_ATTEMPTS_DEFAULT,
-    RANK_BACKLOG,
-    RANK_SCHEDULED,
     Activity,
     ClaimedTask,
     DeadTask,
@@ -31,24 +28,23 @@ from .models import (
     TaskInfo,
     TaskKey,
 )
+from .plans import Plan, run
+from .statements import (  # noqa: F401 - names other modules and tests import from here
+    _RANKS,
+    ENQUEUE_COUNT_SECONDS,
+    STATS_PRIORITIES_MAX,
+    STATS_SLOTS,
+    CancelledTask,
+    EnqueueCounts,
+    _task_arrays,
+)
 
 log = logging.getLogger("shardq.store")
 
-_RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+T = TypeVar("T")
+
 _claim_order = itemgetter("rank", "exec_time")
 _claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
-
-
-#: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
-#: wait on each other's row lock; readers sum them.
-STATS_SLOTS = 8
-#: A producer adds its enqueues to the counters at once for a queue it has not counted yet, then at
-#: most this often (one small statement; an upsert inside every enqueue statement measured 2-12 %
-#: slower single-row enqueues).
-ENQUEUE_COUNT_SECONDS = 1.0
-#: The oldest ready task of a (queue, bucket) is looked for among this many priorities (one index
-#: descent each); with more priorities in use in one bucket its age is a lower bound.
-STATS_PRIORITIES_MAX = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +78,6 @@ class ExpiredLease:
     exclusive_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CancelledTask:
-    id: uuid.UUID
-    queue: str
-    state: str
-    exclusive_key: str | None
-    backlogged: bool
-
-
 def _key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
     # "states": a fenced row is always leased. CockroachDB's statements join the state as an input
     # column so the optimizer can compute the shard (sql/cockroachdb/tasks.sql); PostgreSQL's
@@ -107,46 +94,9 @@ def _key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
     }
 
 
-def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, Any]:
-    """The parallel arrays of the task_insert_* statements. With ``compact`` (PostgreSQL), an
-    optional column no task sets is sent as NULL instead of an array of defaults: multi-argument
-    unnest pads it with NULLs, and most batches then carry just ids and payloads."""
-    arrays: dict[str, list | None] = {
-        "ids": list(ids),
-        "payloads": [t.payload for t in tasks],
-        "delays": [t.delay for t in tasks],
-        "run_ats": [t.run_at for t in tasks],
-        "max_attempts": [t.max_attempts for t in tasks],
-        "dedupe_keys": [t.dedupe_key for t in tasks],
-        "priorities": [t.priority for t in tasks],
-        "exclusive_keys": [t.exclusive_key for t in tasks],
-    }
-    if compact:
-        for name, default in _OPTIONAL_DEFAULTS.items():
-            if not any(value != default for value in arrays[name] or ()):
-                arrays[name] = None
-    return {**arrays, **_RANKS, "max_attempts_default": MAX_ATTEMPTS_DEFAULT}
-
-
-# Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
-_OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
-                      "priorities": 0, "exclusive_keys": None}
-
-
-def _depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
-               leased: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
-    known = [t for t in oldest if t is not None]
-    return {
-        "queue": queue, "bucket": bucket,
-        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": leased, "backlog": backlog,
-        "oldest_ready": min(known) if known else None,
-        "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
-        "leased_capped": leased_capped, "backlog_capped": backlog >= cap,
-    }
-
-
 class TaskStore:
-    """Statement wrappers bound to one :class:`~shardq.db.Session`.
+    """Statement wrappers bound to one :class:`~shardq.db.Session`. The statements the asyncio
+    client sends too are plans of :mod:`shardq.statements`, run here on the sync session.
 
     It remembers how many tasks were enqueued through it that the activity counters do not know
     of yet (see :meth:`count_enqueued`); :meth:`flush_enqueue_counts` writes them out.
@@ -154,11 +104,12 @@ class TaskStore:
 
     def __init__(self, session: Session, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
-        self._clock = clock
-        # queue -> tasks enqueued but not yet in shardq_stats; and when they were last written
-        self._uncounted: dict[str, int] = {}
-        self._counted_queues: set[str] = set()
-        self._counted_at = clock()
+        #: enqueues not yet in shardq_stats; None on a caller's connection (see count_enqueued)
+        self.enqueue_counts: EnqueueCounts | None = None if session.borrowed else EnqueueCounts(clock=clock)
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run a plan (:mod:`shardq.plans`) on this store's session."""
+        return run(self.session, plan)
 
     @property
     def engine(self) -> Engine:
@@ -179,92 +130,52 @@ class TaskStore:
     def layout(self) -> ShardLayout:
         """Read the current bucket layout from the database and point this session's statements
         at it (CockroachDB's ``{shard_col}``)."""
-        layout = self.engine.discover_layout(self.session)
-        self.session.set_shard_column(layout.shard_column)
-        return layout
+        return run(self.session, statements.layout())
 
     # -- producer ---------------------------------------------------------------------------
     def task_insert_many(
         self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
     ) -> tuple[set[uuid.UUID], bool]:
-        """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
-        enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
-        arrays = _task_arrays(tasks, ids, compact=self.engine.accepts_null_arrays)
-        if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
-            del arrays["dedupe_keys"], arrays["exclusive_keys"]
-            row = self.session.fetch_one("task_insert_many_fresh", {"queue": queue, **arrays})
-            return (set(ids), True) if row and row["paused"] else (set(), False)
-        rows = self.session.fetch_all("task_insert_many", {"queue": queue, **arrays})
-        if any(row["paused"] for row in rows):
-            return set(ids), True
-        return {row["id"] for row in rows}, False
+        """See :func:`shardq.statements.task_insert_many`."""
+        return run(self.session, statements.task_insert_many(queue, tasks, ids))
 
     def task_insert_backlog_many(self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        rows = self.session.fetch_all("task_insert_backlog_many", {"queue": queue, **_task_arrays(tasks, ids)})
-        return {row["id"] for row in rows}
+        return run(self.session, statements.task_insert_backlog_many(queue, tasks, ids))
 
     def task_exclusive_active(self, queue: str, keys: Sequence[str]) -> set[str]:
         rows = self.session.fetch_all("task_exclusive_active", {"queue": queue, "keys": list(keys)})
         return {row["exclusive_key"] for row in rows}
 
     def task_backlog_supersede(self, queue: str, keys: Sequence[str], keep: Sequence[uuid.UUID]) -> int:
-        rows = self.session.fetch_all("task_backlog_supersede", {"queue": queue, "keys": list(keys), "keep": list(keep)})
-        return len(rows)
+        return run(self.session, statements.task_backlog_supersede(queue, keys, keep))
 
     def exclusive_keys_lock(self, pairs: Sequence[tuple[str, str]]) -> None:
         """Take the per-key locks (PostgreSQL; a no-op statement on CockroachDB) for this transaction."""
-        self.session.fetch_all(
-            "exclusive_keys_lock", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
-        )
+        run(self.session, statements.exclusive_keys_lock(pairs))
 
     def task_backlog_release(self, pairs: Sequence[tuple[str, str]]) -> set[uuid.UUID]:
-        rows = self.session.fetch_all(
-            "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **_RANKS}
-        )
-        return {row["id"] for row in rows}
+        return run(self.session, statements.task_backlog_release(pairs))
 
     def task_exclusive_keys_by_id(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
-        rows = self.session.fetch_all("task_exclusive_keys_by_id", {"ids": list(ids)})
-        return {row["id"]: (row["queue"], row["exclusive_key"]) for row in rows}
+        return run(self.session, statements.task_exclusive_keys_by_id(ids))
 
     def task_cancel_many(self, ids: Sequence[uuid.UUID]) -> list[CancelledTask]:
-        rows = self.session.fetch_all("task_cancel_many", {"ids": list(ids)})
-        return [
-            CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"]) for row in rows
-        ]
+        return run(self.session, statements.task_cancel_many(ids))
 
     def count_enqueued(self, queue: str, count: int) -> None:
-        """Note ``count`` tasks enqueued into ``queue`` for the activity counters. They are written
-        at once for a queue this store has not counted before, else at most every
-        :data:`ENQUEUE_COUNT_SECONDS` (one statement for all queues). Call it outside a
-        transaction. Never raises for the counters' sake: a failed write keeps the counts."""
-        if self.session.borrowed:
-            # On a caller's connection the tasks exist only if the caller commits, and a counter
-            # row written there would be locked until then: these enqueues are not counted.
-            return
-        if count:
-            self._uncounted[queue] = self._uncounted.get(queue, 0) + count
-        if not self._uncounted:
-            return
-        if queue in self._counted_queues and self._clock() - self._counted_at < ENQUEUE_COUNT_SECONDS:
-            return
-        self.flush_enqueue_counts()
+        """Note ``count`` tasks enqueued into ``queue`` for the activity counters (see
+        :class:`shardq.statements.EnqueueCounts`). Call it outside a transaction. On a caller's
+        connection nothing is counted: the tasks exist only if the caller commits, and a counter
+        row written there would be locked until then."""
+        if self.enqueue_counts is not None:
+            run(self.session, self.enqueue_counts.note(queue, count))
 
     def flush_enqueue_counts(self) -> bool:
         """Write the enqueue counts held here to ``shardq_stats`` (one statement). Returns False,
         keeping them, when the database refused."""
-        pending = {q: Activity(enqueued=n) for q, n in self._uncounted.items() if n}
-        self._counted_at = self._clock()
-        if not pending:
+        if self.enqueue_counts is None:
             return True
-        try:
-            self.stats_add_many(random.randrange(STATS_SLOTS), pending)
-        except DatabaseError as exc:
-            log.debug("could not record enqueue counts (kept for the next try): %s", exc)
-            return False
-        self._counted_queues |= set(pending)
-        self._uncounted = {}
-        return True
+        return run(self.session, self.enqueue_counts.flush())
 
     # -- consumer ---------------------------------------------------------------------------
     def task_claim_batch(self, bucket: int, queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
@@ -395,7 +306,7 @@ class TaskStore:
     # -- wake-ups (PostgreSQL) --------------------------------------------------------------
     def queue_notify(self, queue: str) -> None:
         """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
-        self.session.execute("queue_notify", {"queue": queue})
+        run(self.session, statements.queue_notify(queue))
 
     def notify_listen(self) -> None:
         """Subscribe this store's session to queue wake-ups, for as long as it lives."""
@@ -410,11 +321,10 @@ class TaskStore:
         self.session.execute("queue_ensure", {"queue": queue})
 
     def queue_get(self, queue: str) -> QueueSettings | None:
-        row = self.session.fetch_one("queue_get", {"queue": queue})
-        return QueueSettings.from_row(row) if row else None
+        return run(self.session, statements.queue_get(queue))
 
     def queue_list(self) -> list[QueueSettings]:
-        return [QueueSettings.from_row(row) for row in self.session.fetch_all("queue_list")]
+        return run(self.session, statements.queue_list())
 
     def queue_update(self, queue: str, **changes: object) -> QueueSettings | None:
         fields = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
@@ -426,101 +336,26 @@ class TaskStore:
 
     # -- introspection and dead letters -----------------------------------------------------
     def stats_snapshot(self, *, historical: bool) -> None:
-        """Start the stats transaction's snapshot: one consistent, read-only view (PostgreSQL), or
-        on CockroachDB with ``historical`` a follower read. Must be the transaction's first
-        statement."""
-        if historical and self.engine.historical_reads:
-            self.session.execute("stats_snapshot_historical")
-        else:
-            self.session.execute("stats_snapshot_begin")
+        """See :func:`shardq.statements.stats_snapshot`."""
+        run(self.session, statements.stats_snapshot(historical=historical))
 
     def stats_now(self) -> dict[str, Any]:
-        row = self.session.fetch_one("stats_now")
-        assert row is not None
-        return row
+        return run(self.session, statements.stats_now())
 
     def stats_depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> list[dict[str, Any]]:
-        """One row per (queue, bucket): ``ready`` (scheduled tasks already due included: they are
-        claimable as soon as a consumer passes), ``scheduled``, ``leased``, ``backlog``,
-        ``oldest_ready`` (exec_time of the oldest due ready or scheduled task), and
-        ``<count>_capped`` flags telling which counts stopped at a limit (the true number is
-        higher). Each count reads at most ``cap`` rows (``ready``: twice that); the oldest ready
-        task is looked for among the first :data:`STATS_PRIORITIES_MAX` priorities in use."""
-        if not queues or not buckets:
-            return []
-        if self.engine.counts_depth_in_one_statement:
-            return self._stats_depth_postgresql(queues, buckets, cap)
-        # CockroachDB: one statement per (queue, bucket), each a handful of capped single-shard
-        # spans with bound values (no correlated subquery for the optimizer to get wrong), and one
-        # short scan per priority in use for the oldest ready task.
-        rows = []
-        for queue in queues:
-            for bucket in buckets:
-                row = self.session.fetch_one(
-                    "stats_depth_one", {"queue": queue, "bucket": bucket, "cap": cap, **_RANKS}
-                )
-                assert row is not None
-                heads = []
-                after = -(2**63)
-                for _ in range(STATS_PRIORITIES_MAX):
-                    head = self.session.fetch_one(
-                        "stats_ready_head_after", {"queue": queue, "bucket": bucket, "after": after}
-                    )
-                    if head is None:
-                        break
-                    heads.append(head["exec_time"])
-                    after = head["rank"]
-                rows.append(_depth_row(
-                    queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
-                    scheduled=row["scheduled"], leased=row["leased"], leased_capped=row["leased"] >= cap,
-                    backlog=row["backlog"], oldest=[*heads, row["oldest_due_scheduled"]],
-                ))
-        return rows
-
-    def _stats_depth_postgresql(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> list[dict[str, Any]]:
-        # Leased tasks through the lease records; the active span minus those is the ready ones.
-        limit = cap * len(buckets)
-        leased_rows = self.session.fetch_all("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
-        leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
-        leased_capped = sum(leased.values()) >= limit
-        rows = self.session.fetch_all(
-            "stats_depth_many",
-            {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX,
-             **_RANKS},
-        )
-        out = []
-        for row in rows:
-            n_leased = leased.get((row["queue"], int(row["bucket"])), 0)
-            depth = _depth_row(
-                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
-                due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
-                leased_capped=leased_capped, backlog=row["backlog"],
-                oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
-            )
-            depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap
-            out.append(depth)
-        return out
+        """See :func:`shardq.statements.stats_depth`."""
+        return run(self.session, statements.stats_depth(queues, buckets, cap))
 
     def stats_dead_count(self, queue: str, cap: int) -> int:
-        row = self.session.fetch_one("stats_dead_count", {"queue": queue, "cap": cap})
-        return row["dead"] if row else 0
+        return run(self.session, statements.stats_dead_count(queue, cap))
 
     def stats_window(self, minutes: int) -> dict[str, Activity]:
         """Activity per queue in the current minute and the ``minutes`` full minutes before it."""
-        return {
-            row["queue"]: Activity.from_row(row)
-            for row in self.session.fetch_all("stats_window", {"minutes": minutes})
-        }
+        return run(self.session, statements.stats_window(minutes))
 
     def stats_add_many(self, slot: int, activity: Mapping[str, Activity]) -> None:
         """Add each queue's activity to the current minute's counters in ``slot``."""
-        queues = [q for q, a in activity.items() if not a.is_empty()]
-        if not queues:
-            return
-        params: dict[str, Any] = {"slot": slot, "queues": queues}
-        for name in Activity.FIELDS:
-            params[name] = [getattr(activity[q], name) for q in queues]
-        self.session.execute("stats_add_many", params)
+        run(self.session, statements.stats_add_many(slot, activity))
 
     def stats_prune(self, keep_seconds: float, limit: int) -> int:
         rows = self.session.fetch_all("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})

@@ -23,6 +23,7 @@ from .. import queries
 if TYPE_CHECKING:
     from ..db import Session
     from ..models import ResizeProgress, ResizeResult, SchemaJob, ShardLayout
+    from ..plans import Plan
 
 #: Reads a parameter the server reported at connect (``server_version``, ``crdb_version`` …).
 ParameterStatus = Callable[[str], "str | None"]
@@ -137,10 +138,16 @@ class Engine(ABC):
         """Raise :class:`~shardq.errors.UnsupportedServer` (one line naming the version found
         and the minimum) when the server is older than shardq supports."""
 
-    @abstractmethod
     def discover_layout(self, session: Session) -> ShardLayout:
         """The tasks table's current bucket layout (bucket count, buckets to visit, the shard
-        column statements must filter on)."""
+        column statements must filter on), read on ``session``."""
+        from ..plans import run
+
+        return run(session, self.layout_plan())
+
+    @abstractmethod
+    def layout_plan(self) -> Plan[ShardLayout]:
+        """:meth:`discover_layout` as a plan (:mod:`shardq.plans`), for either gateway."""
 
     def schema_jobs(self, session: Session) -> list[SchemaJob]:
         """Unfinished schema-change jobs of the tasks table (a resize in progress); none where

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotMigrated, UnsupportedServer
 from ..models import ResizeResult, SchemaJob, ShardLayout
+from ..plans import Call, Plan
 from .base import DdlTypes, Engine, ParameterStatus, ProgressHook, RetryPolicy
 
 if TYPE_CHECKING:
@@ -133,11 +134,11 @@ class CockroachDBEngine(Engine):
                 f"v{MIN_VERSION[0]}.{MIN_VERSION[1]}, the oldest shardq supports"
             )
 
-    def discover_layout(self, session: Session) -> ShardLayout:
+    def layout_plan(self) -> Plan[ShardLayout]:
         """The shard column and bucket count of ``shardq_tasks``'s primary key, read in one
         statement (``shard_layout_get``) from ``SHOW INDEX`` and ``pg_indexes``, which every
         supported version serves without ``crdb_internal`` (gated from 26.1: audit F4)."""
-        rows = session.fetch_all("shard_layout_get")
+        rows = yield Call("shard_layout_get")
         # The primary index keeps its default name <table>_pkey; prefer it should an operator have
         # added a hash-sharded secondary index of their own.
         rows.sort(key=lambda row: row["index_name"] != "shardq_tasks_pkey")

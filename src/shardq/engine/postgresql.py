@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotMigrated, UnsupportedServer
 from ..models import ResizeResult, ShardLayout
+from ..plans import Call, Plan
 from .base import DdlTypes, Engine, ParameterStatus, ProgressHook
 
 if TYPE_CHECKING:
@@ -78,10 +79,10 @@ class PostgreSQLEngine(Engine):
                 f"PostgreSQL {text} is older than {MIN_SERVER_VERSION}, the oldest shardq supports"
             )
 
-    def discover_layout(self, session: Session) -> ShardLayout:
+    def layout_plan(self) -> Plan[ShardLayout]:
         """The count lives in ``shardq_buckets``; while a shrink moves rows out of the dropped
         buckets, consumers keep visiting the old, larger range."""
-        row = session.fetch_one("layout_get")
+        row = yield Call("layout_get", rows="one")
         if row is None:
             raise NotMigrated()
         resizing_from = row["resizing_from"]

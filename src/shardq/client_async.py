@@ -1,0 +1,235 @@
+"""The asyncio client: :class:`AsyncClient`, the awaitable twin of :class:`shardq.Client`.
+
+::
+
+    async with shardq.connect_async() as client:            # or: client = await shardq.connect_async()
+        await client.enqueue("emails", b'{"to": "a@example.com"}', dedupe_key="welcome:42")
+        await client.enqueue_many("emails", [b"a", b"b", shardq.NewTask(b"c", priority=-5)])
+        totals = await client.work(["emails"], send_email, until_empty=True)   # async def send_email(task)
+        print(await client.stats())
+
+Guarantees
+    * The same arguments, results, errors and guarantees as the sync :class:`shardq.Client`:
+      enqueue, enqueue_many, cancel and stats run the very same plans (:mod:`shardq.plans`), so
+      they send the same named statements with the same parameters. Bad input raises
+      :class:`~shardq.errors.InvalidInput` before anything is sent; errors are the
+      :mod:`shardq.errors` hierarchy; a paused queue is :class:`~shardq.errors.QueuePaused`.
+    * Database calls are asyncio all the way down: one ``psycopg.AsyncConnection`` per client,
+      awaited on the caller's event loop (no thread pool). Calls of one client run one at a time
+      (an exclusive-key enqueue or a cancel is a transaction on that connection); open several
+      clients to send in parallel.
+    * ``connection=`` (a psycopg ``AsyncConnection``, or a SQLAlchemy ``AsyncSession`` or
+      ``AsyncConnection`` on psycopg) writes inside the caller's transaction and never commits
+      it: rolled back, no task; committed, it runs.
+    * :meth:`AsyncClient.work` runs a worker whose ``async def`` handlers are coroutines on the
+      caller's running loop; its claim and settle parts keep their own threads and sync
+      sessions, as in every worker. Awaiting it never blocks the loop. Cancelling the awaiting
+      task stops the worker gracefully (see :mod:`shardq.worker`) before the cancellation
+      propagates.
+
+Does not
+    * migrate, reap, resize or change queue settings: use the sync :class:`shardq.Client` (those
+      are operators' calls, not an application's hot path);
+    * belong to more than one event loop: a client is bound to the loop of its first call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import threading
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any, TypeVar
+
+from . import admin
+from .client import Client
+from .config import resolve_dsn
+from .db import Dsn
+from .db_async import AsyncSession, borrow_async
+from .errors import DatabaseError
+from .models import EnqueueResult, NewTask, Stats
+from .notify import Notifier
+from .plans import Plan, run_async
+from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
+from .statements import EnqueueCounts
+from .worker import Handler, Resolver, WorkerTotals
+
+log = logging.getLogger("shardq.client")
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """See the module documentation. Make one with :func:`connect_async`."""
+
+    def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq", notify: bool = True) -> None:
+        """``notify``: after enqueues, wake idle workers over LISTEN/NOTIFY (PostgreSQL only,
+        throttled; see :mod:`shardq.notify`)."""
+        self.dsn = resolve_dsn(dsn)
+        self.application_name = application_name
+        self.notifier = Notifier() if notify else None
+        self.session = AsyncSession(self.dsn, application_name=application_name)
+        self.enqueue_counts = EnqueueCounts()
+        self._lock = asyncio.Lock()
+        self._workers: Client | None = None  # sync sessions for work()'s fetcher and settler
+
+    async def connect(self) -> AsyncClient:
+        """Open the connection now (otherwise the first call does): connection errors, an
+        unsupported server, surface here."""
+        async with self._lock:
+            await self.session.connection()
+        return self
+
+    async def _run(self, plan: Plan[T]) -> T:
+        async with self._lock:
+            return await run_async(self.session, plan)
+
+    async def close(self) -> None:
+        """Write the enqueue counts still held in memory (failures only logged), then close the
+        connection and the worker sessions."""
+        async with self._lock:
+            try:
+                await run_async(self.session, self.enqueue_counts.flush())
+            except DatabaseError as exc:  # counters only; closing must not fail on them
+                log.debug("could not record enqueue counts at close: %s", exc)
+            await self.session.close()
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    def abandon(self) -> None:
+        """Release the connection after its event loop has ended, without awaiting (enqueue counts
+        still held in memory, at most a second's worth, are lost; the tasks are not)."""
+        self.session.abandon()
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- producing --------------------------------------------------------------------------
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes | str,
+        *,
+        delay: float | None = None,
+        run_at: dt.datetime | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+        priority: int = 0,
+        exclusive_key: str | None = None,
+        connection: object | None = None,
+    ) -> EnqueueResult:
+        """Enqueue one task (see :meth:`shardq.Client.enqueue`). ``connection``: a psycopg
+        ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncConnection``: the task is
+        written inside that transaction, which is never committed here."""
+        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts, priority, exclusive_key)
+        return await self.enqueue_many(queue, [task], connection=connection)
+
+    async def enqueue_many(
+        self,
+        queue: str,
+        tasks: Iterable[NewTask | bytes | str],
+        *,
+        batch_size: int = BATCH_SIZE_DEFAULT,
+        connection: object | None = None,
+    ) -> EnqueueResult:
+        """Enqueue many tasks, ``batch_size`` per statement (see :meth:`shardq.Client.enqueue_many`).
+        Every task is validated before the first statement is sent."""
+        prepared = prepare(queue, tasks, batch_size=batch_size)
+        if connection is None:
+            return await self._run(enqueue_plan(queue, prepared, batch_size=batch_size,
+                                                counts=self.enqueue_counts, notifier=self.notifier))
+        borrowed = await borrow_async(connection)
+        # On the caller's connection, like the sync client: not counted (the tasks exist only if
+        # the caller commits), and the caller's connection serialises its own statements.
+        return await run_async(borrowed, enqueue_plan(queue, prepared, batch_size=batch_size, notifier=self.notifier))
+
+    # -- operating --------------------------------------------------------------------------
+    async def cancel(self, *ids: str) -> admin.CancelResult:
+        """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
+        return await self._run(admin.cancel_plan(admin.parse_cancel_ids(list(ids))))
+
+    async def stats(self, **options: Any) -> Stats:
+        """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""
+        from .stats import StatsOptions, collect_plan
+
+        options.setdefault("follower_read", False)
+        return await self._run(collect_plan(StatsOptions(**options).validate()))
+
+    # -- consuming --------------------------------------------------------------------------
+    async def work(
+        self, queues: Sequence[str], handler: Handler | Resolver, *, until_empty: bool = False, **options: Any
+    ) -> WorkerTotals:
+        """Run a worker until it stops (``until_empty=True``: once nothing is due or in flight)
+        or the awaiting task is cancelled (then it stops gracefully first); returns its counts.
+        ``options`` are :class:`shardq.WorkerConfig` fields. ``async def`` handlers run on this
+        event loop; sync ones on the worker's threads."""
+        if self._workers is None:
+            self._workers = Client(self.dsn, application_name=self.application_name, notify=False)
+        worker = self._workers.worker(queues, handler, until_empty=until_empty, loop=asyncio.get_running_loop(),
+                                      **options)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[WorkerTotals] = loop.create_future()
+
+        def settle(outcome: WorkerTotals | BaseException) -> None:
+            if done.cancelled():
+                return
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
+
+        def fetch() -> None:  # the worker's own thread: the fetcher runs here
+            try:
+                outcome: WorkerTotals | BaseException = worker.run(install_signal_handlers=False)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                outcome = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, outcome)
+
+        thread = threading.Thread(target=fetch, name="shardq-async-worker", daemon=True)
+        thread.start()
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            worker.stop()
+            # Keep the loop turning until the worker has handed back and settled what it holds
+            # (its async handlers run here).
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(done)
+            raise
+        finally:
+            if done.done():
+                thread.join()  # it has handed over its outcome: only returning is left
+
+
+class _Connecting:
+    """What :func:`connect_async` returns: ``await`` it for a connected client, or use it as
+    ``async with`` (the client closes at the end)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def __await__(self) -> Generator[Any, None, AsyncClient]:
+        return self._client.connect().__await__()
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self._client.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()
+
+
+def connect_async(dsn: str | Dsn | None = None, **options: Any) -> _Connecting:
+    """An :class:`AsyncClient` for ``dsn``, ``SHARDQ_DSN``, or the embedded PostgreSQL, connected:
+    ``client = await connect_async()``, ``async with connect_async() as client:`` or
+    ``async with await connect_async() as client:``. ``options`` as for :class:`AsyncClient`."""
+    return _Connecting(AsyncClient(dsn, **options))
