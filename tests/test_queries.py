@@ -47,7 +47,10 @@ IDENTIFIER_SLOTS = {
 }
 
 
-def used_names(call: str = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call") -> set[str]:
+ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call"
+
+
+def used_names(call: str = ALL_CALLS) -> set[str]:
     # ``Call("name", …)``: a statement a plan sends (shardq.plans), through either gateway.
     pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
     # The embedded server's bootstrap runs statement texts on a plain connection before any
@@ -57,7 +60,7 @@ def used_names(call: str = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|li
     for path in SRC.rglob("*.py"):
         text = path.read_text()
         found |= set(pattern.findall(text))
-        if call == "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen":
+        if call == ALL_CALLS:
             found |= set(bootstrap.findall(text))
     return found
 
