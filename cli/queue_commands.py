@@ -79,11 +79,13 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS",
               help="Execution timeout for tasks whose task and queue set none (default: no limit).")
+@click.option("--periodic/--no-periodic", default=True, show_default=True,
+              help="With --app: take the due slots of the app's periodic tasks.")
 @click.option("--max-abandoned", type=int, default=None, metavar="N",
               help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).")
 @click.pass_context
 def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host, statement_timeout, listen, timeout, max_abandoned) -> None:
+         metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
     from shardq.runner import EarlySignals, run_worker
@@ -112,7 +114,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
-             listen=listen, timeout=timeout, max_abandoned=max_abandoned),
+             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

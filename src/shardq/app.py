@@ -64,6 +64,7 @@ from .consumer import Task
 from .db import Dsn
 from .errors import InvalidInput, Permanent
 from .models import EnqueueResult, NewTask
+from .periodic import Schedule
 from .worker import WorkerTotals
 
 P = ParamSpec("P")
@@ -276,6 +277,8 @@ class App:
         self._async_clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
         self._lock = threading.Lock()
         self.tasks: dict[str, AppTask[Any, Any]] = {}
+        #: periodic schedules (``@app.periodic``), by schedule name
+        self.schedules: dict[str, Schedule] = {}
 
     @property
     def client(self) -> Client:
@@ -336,6 +339,36 @@ class App:
 
         return declare(function) if function is not None else declare
 
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        args: Mapping[str, Any] | None = None,
+        tz: str = "UTC",
+        name: str | None = None,
+        catch_up: int = 0,
+    ) -> Callable[[AppTask[P, R]], AppTask[P, R]]:
+        """Run a task on a schedule, above ``@app.task``: ``cron`` (five fields, in ``tz``) or
+        ``every`` seconds; ``args`` the task's arguments (``timestamp``, if the function takes it,
+        is the slot's time in Unix seconds); ``name`` the schedule's (default: the task's);
+        ``catch_up`` missed slots to run after downtime besides the latest (0). Refused at once
+        (:class:`InvalidInput`): a cron that does not parse, ``every`` <= 0, args that leave a
+        required argument out. See :mod:`shardq.periodic` for the guarantees."""
+
+        def declare(task: AppTask[P, R]) -> AppTask[P, R]:
+            if not isinstance(task, AppTask):
+                raise InvalidInput("@app.periodic goes above @app.task (it schedules a declared task)")
+            schedule = Schedule(name or task.name, task, cron=cron, every=every, args=dict(args or {}), tz=tz,
+                                catch_up=catch_up).validate()
+            with self._lock:
+                if schedule.name in self.schedules:
+                    raise InvalidInput(f"a schedule named {schedule.name!r} is already declared (give name=)")
+                self.schedules[schedule.name] = schedule
+            return task
+
+        return declare
+
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""
         return sorted({t.queue for t in self.tasks.values()})
@@ -376,10 +409,12 @@ class App:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's
         tasks) until stopped, or with ``until_empty=True`` until nothing is due or in flight
         (what a test suite wants after deferring). ``options`` are :class:`WorkerConfig`
-        fields. Returns the counts."""
+        fields; ``periodic`` (take due slots of periodic tasks) defaults to True only without
+        ``until_empty``, so a test's run does not enqueue the current slots. Returns the counts."""
         chosen = list(queues) if queues is not None else self.queues()
         if not chosen:
             raise InvalidInput("the app declares no tasks: nothing to work on")
+        options.setdefault("periodic", not until_empty)
         return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False,
                                 **options)
 

@@ -81,3 +81,23 @@ def hold(task) -> None:
     while not (os.path.exists(mine) or os.path.exists(every)) and time.monotonic() < deadline:
         time.sleep(0.01)
     _record("F", task)
+
+
+def _periodic_app():
+    """The app of the periodic reliability test: one schedule every second, recording each run
+    (slot timestamp and task id) like the handlers above."""
+    app = shardq.App()
+
+    @app.periodic(every=1)
+    @app.task(name="reliability.beat", queue="beats", pass_context=True)
+    def beat(ctx, timestamp: int) -> None:
+        global _fd
+        if _fd is None:
+            path = os.path.join(os.environ["SHARDQ_REL_OUT"], f"beats.{os.getpid()}")
+            _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(_fd, f"{timestamp}\t{ctx.id}\n".encode())
+
+    return app
+
+
+periodic_app = _periodic_app()

@@ -57,6 +57,7 @@ def render(figures: Figures = FIGURES) -> str:
     shutdown = f.records.get("shutdown", [])
     fuzz = f.records.get("fuzz", [])
     secrets = f.records.get("secrets", [])
+    periodic = f.records.get("periodic", [])
     out: list[str] = []
     out += [
         "# shardq reliability report",
@@ -91,6 +92,8 @@ def render(figures: Figures = FIGURES) -> str:
             ["database restarts survived", sum(r.get("restarts", 0) for r in restart)],
             ["fuzzed inputs tried", sum(r["tried"] for r in fuzz)],
             ["secrets leaked", sum(r.get("leaks", 0) for r in secrets)],
+            ["periodic slots taken under SIGKILL (missing while a worker was up)",
+             f"{sum(r['slots'] for r in periodic)} ({sum(r['missing'] for r in periodic)})"],
             ["failed tests", f.outcomes.get("failed", 0)],
         ],
     )

@@ -46,6 +46,8 @@ class WorkerConfig:
     #: sync handlers abandoned after their timeout before the worker stops and exits non-zero
     #: (None: twice ``concurrency``)
     max_abandoned: int | None = None
+    #: schedule the app's periodic tasks (``shardq work --no-periodic``: False)
+    periodic: bool = True
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:

@@ -14,6 +14,7 @@ from typing import Any
 from ..consumer import Task
 from ..db import Session
 from ..errors import InvalidInput
+from ..periodic import Scheduler
 from .config import WorkerConfig, WorkerTotals
 from .events import EventHook, EventSink
 from .executor import LoopExecutor, Outbox, Resolver, ThreadExecutor
@@ -65,6 +66,8 @@ class Worker:
             raise InvalidInput(f"a handler must be callable, not {type(handler).__name__}")
         self.config = config.validate()
         self.handler = handler
+        # An app's periodic schedules: every worker running the app takes their due slots.
+        schedules = list(getattr(handler, "schedules", {}).values()) if self.config.periodic else []
         self.session_factory = session_factory
         self.stats = WorkerTotals()
         self.sink = EventSink(on_event, events)
@@ -92,6 +95,7 @@ class Worker:
                                            self._stop, self.lease_keeper.extend, resolve=resolve)
             self.timeout_keeper = TimeoutKeeper(self.config, self.table, self.outbox, self.stats,
                                                 self.executor.replace_slot, self.stop)
+        self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
         self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
                                self._stop)
@@ -140,6 +144,8 @@ class Worker:
             self.settler.thread.start()
             if self.config.heartbeat:
                 self.lease_keeper.thread.start()
+            if self.scheduler is not None:
+                self.scheduler.thread.start()
             self.fetcher.run()
         finally:
             self._shutdown(started)
@@ -167,6 +173,10 @@ class Worker:
         """No new claims; unstarted tasks go back at once; running handlers get ``grace_seconds``;
         then every outcome is settled and the settler and lease keeper stop."""
         self._stop.set()
+        if self.scheduler is not None:
+            self.scheduler.stop_event.set()
+            if self.scheduler.thread.is_alive():
+                self.scheduler.thread.join(timeout=10.0)
         for finish in started:
             finish()
         self.outbox.outcomes.append(None)
