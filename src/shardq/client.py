@@ -22,8 +22,9 @@ from typing import Any
 from . import admin, validation
 from . import migrate as migrate_module
 from . import resize as resize_module
+from .borrowed import borrow
 from .config import resolve_dsn
-from .db import Dsn, Session, borrow
+from .db import Dsn, Session
 from .errors import DatabaseError
 from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .notify import Notifier

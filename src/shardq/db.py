@@ -62,229 +62,43 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row, tuple_row
 
-from .engine import POSTGRESQL, Engine, RetryPolicy, engine_for_server, engine_for_url_scheme
+from .dsn import CONNECT_TIMEOUT_SECONDS, LIBPQ_URL_SCHEMES, Dsn, redact_text
+from .engine import POSTGRESQL, Engine, engine_for_server
 from .errors import (
-    AmbiguousResult,
     DatabaseError,
-    DatabaseUnavailable,
     InvalidInput,
-    LockTimeout,
-    NotMigrated,
     SerializationConflict,
-    ShardLayoutChanged,
-    StatementTimeout,
+)
+from .gateway import (
+    RETRY_LIMIT_DEFAULT,
+    _translate,
+    compose_statement,
+    connect_arguments,
+    isolation_of,
+    resend_after,
+    retry_pause,
+    statement_error,
 )
 
 log = logging.getLogger("shardq.db")
 
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS", "LIBPQ_URL_SCHEMES", "RETRY_LIMIT_DEFAULT", "Dsn", "Session", "_translate",
+    "compose", "compose_statement", "connect_arguments", "identifier", "isolation_of", "raw_connect", "redact_text",
+    "resend_after", "retry_pause", "statement_error",
+]
+
 T = TypeVar("T")
-
-_DEFAULT_RETRY = RetryPolicy()
-RETRY_LIMIT_DEFAULT = _DEFAULT_RETRY.serialization_retries
-CONNECT_TIMEOUT_SECONDS = 10
-#: The URL schemes libpq itself reads (an engine may add its own, e.g. ``cockroachdb://``).
-LIBPQ_URL_SCHEMES = ("postgresql", "postgres")
-
-
-@dataclass(frozen=True)
-class Dsn:
-    """A validated connection string. ``str()`` and ``repr()`` hide the password."""
-
-    conninfo: str
-    #: The engine the URL scheme named (``cockroachdb://``), or None: the server tells at connect.
-    named_engine: Engine | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Dsn:
-        """Accept ``postgresql://``/``postgres://`` URLs, ``cockroachdb://`` URLs (same syntax,
-        CockroachDB assumed) and libpq ``key=value`` strings."""
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput("DSN must be a non-empty string")
-        text = text.strip()
-        named = None
-        if "://" in text:
-            scheme, rest = text.split("://", 1)
-            named = engine_for_url_scheme(scheme)
-            if named is not None:
-                text = "postgresql://" + rest
-            elif scheme not in LIBPQ_URL_SCHEMES:
-                raise InvalidInput(f"unsupported DSN scheme {scheme!r}: use postgresql:// or cockroachdb://")
-        try:
-            params = conninfo_to_dict(text)
-        except psycopg.ProgrammingError as exc:
-            detail = redact_text(str(exc), text).strip()  # redact first: a password may hold a line break
-            raise InvalidInput(f"malformed DSN: {detail.splitlines()[0] if detail else 'unparsable'}") from None
-        params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
-        return cls(make_conninfo(**_strings(params)), named)
-
-    @property
-    def redacted(self) -> str:
-        params = conninfo_to_dict(self.conninfo)
-        if "password" in params:
-            params["password"] = "***"
-        return make_conninfo(**_strings(params))
-
-    def __str__(self) -> str:
-        return self.redacted
-
-    def __repr__(self) -> str:
-        return f"Dsn({self.redacted!r})"
-
-    def password(self) -> str | None:
-        password = conninfo_to_dict(self.conninfo).get("password")
-        return None if password is None else str(password)
-
-    def params(self) -> dict[str, str]:
-        """The connection parameters (libpq keywords: host, port, dbname, user, password, …),
-        for clients that need them separately (the Spark JDBC URL)."""
-        return {key: str(value) for key, value in conninfo_to_dict(self.conninfo).items()}
-
-
-def _strings(params: Mapping[str, object]) -> dict[str, str]:
-    """Connection parameters as libpq keyword strings (psycopg parses some as ints)."""
-    return {key: str(value) for key, value in params.items() if value is not None}
-
-
-_URL_AUTHORITY = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*://([^/]*)")
-_PASSWORD_PARAM = re.compile(r"(?:^|[\s?&])password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&#]*)")
-
-
-def _password_candidates(text: str) -> set[str]:
-    """Every string in ``text`` that may be a password, also when libpq cannot parse ``text``
-    (its messages about a malformed DSN quote the offending part, password and all)."""
-    found: set[str] = set()
-    try:
-        password = conninfo_to_dict(text).get("password")
-    except psycopg.Error:
-        password = None
-    if password:
-        found.add(str(password))
-    authority = _URL_AUTHORITY.match(text)
-    if authority and "@" in authority.group(1):
-        # libpq ends the user info at the first "@"; a lenient reader at the last: redact both.
-        for userinfo in (authority.group(1).split("@", 1)[0], authority.group(1).rsplit("@", 1)[0]):
-            if ":" in userinfo:
-                found.add(userinfo.split(":", 1)[1])
-    found.update(m.group(1).strip("'") for m in _PASSWORD_PARAM.finditer(text))
-    found |= {unquote(p) for p in found}
-    return {p for p in found if p}
-
-
-def redact_text(message: str, secret_source: str) -> str:
-    """Remove any password found in ``secret_source`` (a DSN, well-formed or not) from ``message``."""
-    for password in sorted(_password_candidates(secret_source), key=len, reverse=True):
-        message = message.replace(password, "***")
-    return message
-
-
-def _translate(exc: psycopg.Error, dsn: Dsn) -> DatabaseError:
-    message = redact_text(str(exc), dsn.conninfo).strip()
-    message = message.splitlines()[0] if message else type(exc).__name__
-    password = dsn.password()
-    if password:
-        message = message.replace(password, "***")
-    if isinstance(exc, pgerrors.UndefinedTable):
-        return NotMigrated(f"{NotMigrated.__doc__} ({message})")
-    if isinstance(exc, pgerrors.SerializationFailure):
-        return SerializationConflict(message)
-    if isinstance(exc, pgerrors.LockNotAvailable):
-        return LockTimeout(message)
-    if getattr(exc, "sqlstate", None) == "40003":
-        return AmbiguousResult(message)
-    if isinstance(exc, pgerrors.QueryCanceled):
-        return StatementTimeout(message)
-    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not isinstance(
-        exc, pgerrors.QueryCanceled
-    ):
-        return DatabaseUnavailable(message)
-    return DatabaseError(message)
-
-
-def retry_pause(attempt: int, rng: random.Random | None = None, policy: RetryPolicy = _DEFAULT_RETRY) -> float:
-    """Full-jitter backoff before retry ``attempt`` (1-based) of a 40001."""
-    ceiling = min(policy.cap_seconds, policy.base_seconds * (2 ** min(attempt, 20)))
-    return (rng or random).uniform(0.0, ceiling)
-
-
-def connect_arguments(dsn: Dsn, engine: Engine, *, application_name: str, statement_timeout_ms: int | None,
-                      internals: bool) -> dict[str, Any]:
-    """The keyword arguments of ``psycopg.connect`` / ``psycopg.AsyncConnection.connect`` for a
-    session to ``engine``: autocommit, dict rows, the application name, and the engine's startup
-    options after any ``options`` the DSN carries. Shared by the sync and the asyncio gateway."""
-    settings = engine.startup_options(statement_timeout_ms=statement_timeout_ms, internals=internals)
-    given = conninfo_to_dict(dsn.conninfo).get("options")
-    options = " ".join(([str(given)] if given else []) + settings)
-    return {"autocommit": True, "row_factory": dict_row, "application_name": application_name, "options": options}
-
-
-def isolation_of(engine: Engine) -> psycopg.IsolationLevel | None:
-    """The psycopg isolation level explicit transactions are pinned to on ``engine`` (psycopg then
-    opens each with ``BEGIN ISOLATION LEVEL …``), or None for the server's default."""
-    if engine.transaction_isolation is None:
-        return None
-    return psycopg.IsolationLevel[engine.transaction_isolation.replace(" ", "_")]
-
-
-def compose_statement(engine: Engine, name: str, shard_column: str | None, identifiers: Mapping[str, str]) -> Any:
-    """The named statement of ``engine`` ready to send: its text, or its ``{slots}`` filled with
-    quoted identifiers (``{shard_col}`` from ``shard_column``, the others from ``identifiers``)."""
-    statement = engine.statements()[name]
-    if not statement.templated:
-        return statement.text
-    names = dict(identifiers)
-    if "shard_col" in statement.slots:
-        if shard_column is None:
-            raise DatabaseError(f"statement {name} needs the shard layout, which is not discovered yet")
-        names["shard_col"] = shard_column
-    missing = statement.slots - names.keys()
-    if missing:
-        raise DatabaseError(f"statement {name} needs identifiers {sorted(missing)}")
-    return sql.SQL(statement.text).format(**{slot: sql.Identifier(names[slot]) for slot in statement.slots})
-
-
-def resend_after(
-    exc: psycopg.Error, *, name: str, attempt: int, max_retries: int, in_transaction: bool, resend_ambiguous: bool
-) -> bool:
-    """Whether a statement that failed with ``exc`` on attempt ``attempt`` is sent again (after
-    :func:`retry_pause`): a 40001 outside a transaction, a 40003 of a statement marked
-    ``resend_ambiguous`` outside a transaction, each at most ``max_retries`` times. See the module
-    documentation; shared by the sync and the asyncio gateway."""
-    if in_transaction or attempt > max_retries:
-        return False
-    if isinstance(exc, pgerrors.SerializationFailure):
-        log.debug("statement %s hit 40001 (attempt %d); retrying", name, attempt)
-        return True
-    if isinstance(exc, pgerrors.StatementCompletionUnknown) and resend_ambiguous:
-        # 40003: see "Why the lease token makes re-sent acks safe" in the module docstring.
-        log.warning("statement %s: result ambiguous (40003); re-sending the fenced statement", name)
-        return True
-    return False
-
-
-def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: str,
-                    shard_column: str | None) -> DatabaseError:
-    """The shardq error for a named statement that failed with ``exc``: a missing shard column
-    the session filters on means a resize dropped it (:class:`ShardLayoutChanged`); anything
-    else is translated as everywhere (:func:`_translate`)."""
-    if (isinstance(exc, pgerrors.UndefinedColumn) and shard_column is not None and engine is not None
-            and "shard_col" in engine.statements()[name].slots):
-        return ShardLayoutChanged(f"{name}: shard column {shard_column} no longer exists; re-discover the layout")
-    return _translate(exc, dsn)
 
 
 class Session:
@@ -623,95 +437,6 @@ class Session:
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     self._discard()
                 raise _translate(exc, self.dsn) from exc
-
-
-class BorrowedSession(Session):
-    """Named statements run on a connection the caller owns, inside the caller's transaction.
-
-    Guarantees: nothing here commits, rolls back or closes the connection; with a connection
-    outside autocommit every statement joins the caller's transaction (begun by the first one if
-    none is open), so the caller's commit or rollback decides whether what shardq wrote exists.
-    Errors are translated like everywhere else.
-
-    Does not: retry a 40001 (the caller's transaction is aborted, so only the caller can re-run
-    it: the error surfaces as :class:`SerializationConflict`), reconnect, or LISTEN.
-    """
-
-    def __init__(self, connection: psycopg.Connection[Any], *, application_name: str = "shardq") -> None:
-        super().__init__(Dsn(connection.info.dsn), application_name=application_name, max_retries=0)
-        self._conn = connection
-        self._engine = engine_for_server(connection.info.parameter_status)
-        self._in_transaction = True  # statements are never re-sent on their own
-        self.borrowed = True
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is None or conn.closed:
-            raise DatabaseUnavailable("the connection given to shardq is closed")
-        return conn
-
-    def close(self) -> None:
-        """Nothing to close: the connection stays the caller's."""
-
-    def _discard(self) -> None:
-        """Never close the caller's connection, even a broken one."""
-
-    def transaction(self, body: Callable[[Session], T]) -> T:
-        """``body`` inside the caller's transaction (an autocommit connection gets a transaction
-        of its own, committed at the end, as autocommit asks). Run once: no retry."""
-        conn = self._connection()
-        try:
-            if conn.autocommit:
-                with conn.transaction():
-                    return body(self)
-            return body(self)
-        except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
-
-
-def borrow(connection: object) -> BorrowedSession:
-    """A :class:`BorrowedSession` over ``connection``: a psycopg (3) ``Connection``, or a
-    SQLAlchemy ``Session`` or ``Connection`` whose driver is psycopg (``postgresql+psycopg://`` or
-    ``cockroachdb+psycopg://``). Anything else is :class:`InvalidInput`."""
-    if isinstance(connection, psycopg.Connection):
-        return BorrowedSession(connection)
-    from .db_async import is_async_connection  # the asyncio gateway imports this module
-
-    if is_async_connection(connection):
-        raise InvalidInput(
-            f"connection= got an asyncio {type(connection).__name__}: use the asyncio call"
-            " (defer_async, or AsyncClient.enqueue), not the sync one"
-        )
-    driver = _sqlalchemy_driver_connection(connection)
-    if isinstance(driver, psycopg.Connection):
-        return BorrowedSession(driver)
-    if driver is not None:
-        raise InvalidInput(
-            f"connection= needs the psycopg (3) driver under SQLAlchemy, not {type(driver).__module__}"
-            " (use a postgresql+psycopg:// or cockroachdb+psycopg:// URL)"
-        )
-    raise InvalidInput(
-        f"connection= takes a psycopg Connection or a SQLAlchemy Session or Connection, not {type(connection).__name__}"
-    )
-
-
-def _sqlalchemy_driver_connection(connection: object) -> object | None:
-    """The DBAPI connection under a SQLAlchemy ``Session`` or ``Connection`` (joining the
-    Session's transaction), or None when ``connection`` is neither."""
-    try:
-        from sqlalchemy.engine import Connection as SAConnection
-        from sqlalchemy.orm import Session as SASession
-    except ImportError:  # SQLAlchemy is a dependency, but be exact about what was given
-        return None
-    if isinstance(connection, SASession):
-        connection = connection.connection()  # begins (or joins) the Session's transaction
-    if isinstance(connection, SAConnection):
-        if not connection.in_transaction():
-            # What SQLAlchemy's autobegin does on a first execute: without it the caller's
-            # commit() would have no transaction to commit.
-            connection.begin()
-        return connection.connection.driver_connection
-    return None
 
 
 def identifier(name: str) -> sql.Identifier:
