@@ -11,9 +11,10 @@ import subprocess
 from urllib.parse import quote
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from shardq import Client, DatabaseError, InvalidInput
-from shardq.db import Dsn, conninfo_to_dict
+from shardq.db import Dsn
 
 from .harness import REPO, SHARDQ, wait_until
 
