@@ -39,22 +39,6 @@ from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
 SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
 
 
-@pytest.fixture(scope="session")
-def spark():
-    try:
-        jdbc_module.find_java()
-        driver = find_jdbc_driver(reachable=lambda: False)
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
-    session = jdbc_module.spark_session(
-        master="local[2,2]",  # two threads, one retry per task
-        driver=driver,
-        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
-    )
-    yield session
-    session.stop()
-
-
 def _frame(spark, n: int, *, copies: int = 1, prefix: str = "task"):
     from pyspark.sql import functions as F
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import fields as dc_fields
 
@@ -208,22 +208,23 @@ def stage_frame(
     columns: TaskColumns,
     skip_chunks: frozenset[int] = frozenset(),
     payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+    labels: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The staging rows for ``df``: ``chunk``, ``id`` and one column per mapped task field, cast
     to the staging types and checked. Rows of ``skip_chunks`` (merged by an earlier attempt) are
-    left out. Lazy: nothing runs until the frame is written."""
+    left out. ``labels`` names a field's source in messages (default: its column). Lazy: nothing
+    runs until the frame is written."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     mapped = check_columns(df.schema, columns)
     spec = _fields(payload_limit)
-    values = {name: F.col(column).cast(spec[name].cast_to) for name, column in mapped.items()}
+    values = {name: _value(spec[name], column) for name, column in mapped.items()}
     for name, value in list(values.items()):
         guarded = value
         for bad, message in reversed(spec[name].checks(value)):
-            guarded = F.when(bad, F.raise_error(F.lit(f"{CHECK_MARKER} {message} (column {mapped[name]!r})"))).otherwise(
-                guarded
-            )
+            text = f"{CHECK_MARKER} {message} (column {_label(name, mapped, labels)})"
+            guarded = F.when(bad, F.raise_error(F.lit(text))).otherwise(guarded)
         values[name] = guarded
     frame = df.select(*[value.alias(name) for name, value in values.items()])
 
@@ -253,6 +254,64 @@ def stage_frame(
     if skip_chunks:
         frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
     return frame.select("chunk", "id", *(name for name in mapped if name in STAGED))
+
+
+def _value(field: Field, column: str) -> Column:
+    """The column cast to its staging type. An integer is cast only within the range of its
+    type (checks come after), so an out-of-range value fails its check, not the ANSI cast."""
+    from pyspark.sql import functions as F
+
+    value = F.col(f"`{column}`")
+    if field.cast_to == "int":
+        value = F.when(value.isNull() | value.between(-(1 << 31), (1 << 31) - 1), value).otherwise(
+            F.when(value > 0, F.lit((1 << 31) - 1)).otherwise(F.lit(-(1 << 31))))
+    return value.cast(field.cast_to)
+
+
+def _label(name: str, mapped: Mapping[str, str], labels: Mapping[str, str] | None) -> str:
+    return (labels or {}).get(name) or repr(mapped[name])
+
+
+def value_checks(
+    df: DataFrame,
+    columns: TaskColumns,
+    *,
+    payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+    labels: Mapping[str, str] | None = None,
+    skip: Iterable[str] = (),
+) -> list[tuple[Column, str]]:
+    """(bad-row condition over ``df``, message) for every value check of :func:`stage_frame`,
+    evaluated without failing: :func:`count_bad_rows` counts them after a failed write."""
+    mapped = check_columns(df.schema, columns)
+    spec = _fields(payload_limit)
+    skipped = set(skip)
+    return [
+        (bad, f"{message} (column {_label(name, mapped, labels)})")
+        for name, column in mapped.items() if name not in skipped
+        for bad, message in spec[name].checks(_value(spec[name], column))
+    ]
+
+
+def count_bad_rows(df: DataFrame, checks: list[tuple[Column, str]]) -> str | None:
+    """One line naming each failed check with its number of rows (one pass over ``df``), or
+    None when none fails or the count itself fails."""
+    from pyspark.sql import functions as F
+
+    if not checks:
+        return None
+    try:
+        row = df.select(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.when(bad, 1).otherwise(0)).alias(f"c{i}") for i, (bad, _) in enumerate(checks)],
+        ).first()
+    except Exception:  # noqa: BLE001 - the write's own error is reported instead
+        return None
+    if row is None:
+        return None
+    total = int(row["rows"])
+    found = [(message, int(row[f"c{i}"] or 0)) for i, (_, message) in enumerate(checks)]
+    parts = [f"{message}: {n:,} of {total:,} row{'s' if total != 1 else ''}" for message, n in found if n]
+    return "; ".join(parts) or None
 
 
 def is_check_failure(exc: BaseException) -> str | None:
