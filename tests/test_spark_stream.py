@@ -89,3 +89,41 @@ def test_a_bad_row_in_a_stream_fails_the_query_with_the_row_count_and_enqueues_n
                        dsn=pg_db.dsn, columns=TaskColumns(payload="body"))
     with pytest.raises(InvalidInput, match="streaming DataFrame"):
         enqueue_stream(spark.range(1), "events", checkpoint_location=str(tmp_path / "cp3"), dsn=pg_db.dsn)
+
+
+def test_cli_stream_reports_each_micro_batch_and_a_rerun_takes_only_new_files(spark, pg_db, tmp_path):
+    from click.testing import CliRunner
+
+    from shardq.arguments import encode_call
+    from shardq.cli.main import cli
+
+    incoming, checkpoint = tmp_path / "in", tmp_path / "cp"
+    incoming.mkdir()
+    for f in range(2):
+        (incoming / f"part-{f}.json").write_text(
+            "".join(json.dumps({"args": {"to": f"{f}-{r}@example.com", "n": r}}) + "\n" for r in range(5)))
+    base = ["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "mail", "--input", str(incoming), "--chunks", "2",
+            "--partitions", "1"]
+    args = base + ["--stream", "--checkpoint", str(checkpoint), "--max-files-per-trigger", "1", "--task", "emails.send"]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    assert "batch 0: enqueued 5 into mail" in first.output and "batch 1: enqueued 5 into mail" in first.output
+    (incoming / "part-2.json").write_text(json.dumps({"args": {"to": "late@example.com", "n": 9}}) + "\n")
+    second = CliRunner().invoke(cli, args)
+    assert second.exit_code == 0, second.output
+    assert "batch 2: enqueued 1 into mail" in second.output and "batch 0" not in second.output
+    assert pg_db.count() == 11
+    payloads = {bytes(r["payload"]) for r in pg_db.sql("SELECT payload FROM shardq_tasks")}
+    assert encode_call("emails.send", {"n": 9, "to": "late@example.com"}) in payloads  # JSON reads sort fields
+
+    for bad, message in [
+        (base + ["--stream"], "--stream needs --checkpoint DIR"),
+        (base + ["--checkpoint", str(checkpoint)], "--checkpoint applies to --stream only"),
+        (base + ["--stream", "--checkpoint", str(checkpoint), "--run-id", "x"], "--run-id does not apply to --stream"),
+        (["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "mail", "--input", str(incoming / "part-2.json"), "--stream",
+          "--checkpoint", str(checkpoint)], "is not one"),
+        (args[:-1] + ["nope.task", "--args-column", "missing"], "arguments column 'missing' is not in the DataFrame"),
+    ]:
+        result = CliRunner().invoke(cli, bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output

@@ -72,7 +72,7 @@ from .job import (
     read_input,
     run_progress,
 )
-from .stream import await_stream, enqueue_stream, read_stream, stream_run_id
+from .stream import await_stream, enqueue_directory_stream, enqueue_stream, read_stream, stream_run_id
 
 __all__ = [
     "GcResult",
@@ -83,6 +83,7 @@ __all__ = [
     "await_stream",
     "derive_run_id",
     "enqueue_dataframe",
+    "enqueue_directory_stream",
     "enqueue_file",
     "enqueue_stream",
     "find_java",

@@ -328,17 +328,18 @@ def _input_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
 
 
-def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskColumns) -> str:
+def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskColumns, *, call: str = "") -> str:
     """A run id for a file input: sha256 over the queue, the format, the column mapping, the
     input's absolute path and, for each of its files, the relative name, size and modification
-    time (not the content: hashing the data would cost a full extra read). Re-running over the
+    time (not the content: hashing the data would cost a full extra read), and ``call`` (the
+    task and arguments column of task-API rows, if any). Re-running over the
     unchanged input gives the same id, so it is a re-run; touching or rewriting a file makes it a
     new run."""
     root = Path(path).expanduser().resolve()
     if not root.exists():
         raise InvalidInput(f"input {str(root)!r} does not exist")
     digest = hashlib.sha256()
-    for part in (queue, fmt, repr(sorted(columns.mapped().items())), str(root)):
+    for part in (queue, fmt, repr(sorted(columns.mapped().items())), str(root)) + ((call,) if call else ()):
         digest.update(part.encode("utf-8") + b"\x00")
     for file in _input_files(root):
         stat = file.stat()
@@ -369,6 +370,8 @@ def enqueue_file(
     master: str = "local[2]",
     jdbc_jar: str | None = None,
     progress: Progress | None = None,
+    task: str | None = None,
+    args_col: str = "args",
 ) -> SparkEnqueueResult:
     """Start a local SparkSession, read ``path`` and :func:`enqueue_dataframe` it (the CLI's
     ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
@@ -379,10 +382,11 @@ def enqueue_file(
     columns = columns or TaskColumns()
     options = (options or WriteOptions()).validate()
     fmt = input_format(path, fmt)
-    run_id = run_id or derive_run_id(queue, path, fmt, columns)
+    run_id = run_id or derive_run_id(queue, path, fmt, columns, call=f"{task}\x00{args_col}" if task else "")
     report = progress or (lambda phase, done, total: None)
     report("start", 0, 1)
     spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-enqueue-{queue}")
     report("start", 1, 1)
     df = read_input(spark, path, fmt)
-    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress)
+    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress,
+                             task=task, args_col=args_col)

@@ -31,8 +31,10 @@ ones.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import validation
@@ -162,8 +164,6 @@ def read_stream(
     """A file-source stream over the directory ``path`` (parquet, CSV with a header row, JSON
     lines). Spark needs the schema up front: it is inferred from the files already there, so the
     directory must hold at least one; files added later must share it."""
-    from pathlib import Path
-
     from .job import read_input
 
     root = Path(path).expanduser()
@@ -179,3 +179,65 @@ def read_stream(
         validation.positive_int(max_files_per_trigger, "max files per trigger", maximum=1_000_000)
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     return reader.load(str(root.resolve()))
+
+
+def stream_format(path: str | os.PathLike[str], fmt: str | None) -> str:
+    """``fmt``, or the extension its files share (``.parquet``, ``.csv``, ``.json``/``.jsonl``),
+    else parquet (Spark's own part files)."""
+    from .job import FORMATS, input_format
+
+    if fmt:
+        return input_format(path, fmt)
+    suffixes = {input_format(p, None) for p in Path(path).expanduser().iterdir()
+                if p.is_file() and not p.name.startswith(("_", ".")) and p.suffix.lower().lstrip(".") in
+                FORMATS + ("jsonl", "ndjson")}
+    return suffixes.pop() if len(suffixes) == 1 else "parquet"
+
+
+def enqueue_directory_stream(
+    queue: str,
+    path: str | os.PathLike[str],
+    *,
+    checkpoint: str | os.PathLike[str],
+    fmt: str | None = None,
+    columns: TaskColumns | None = None,
+    options: WriteOptions | None = None,
+    task: str | None = None,
+    args_col: str = "args",
+    follow: bool = False,
+    max_files_per_trigger: int | None = None,
+    dsn: str | Dsn | None = None,
+    master: str = "local[2]",
+    jdbc_jar: str | None = None,
+    on_batch: BatchReport | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> None:
+    """``shardq spark-enqueue --stream``: enqueue the files of the directory ``path`` as a
+    stream, checkpointed in ``checkpoint``. Without ``follow`` it takes the files there now
+    (``availableNow``, ``max_files_per_trigger`` per micro-batch) and returns; with ``follow`` it
+    keeps taking new files until interrupted (KeyboardInterrupt stops the query after its current
+    batch's Spark work; a batch cut short is replayed on the next start). Running it again with
+    the same checkpoint takes only files it has not taken yet."""
+    from .jdbc import find_jdbc_driver, spark_session
+
+    validation.queue_name(queue)
+    if not str(checkpoint).strip():
+        raise InvalidInput("--checkpoint needs a directory")
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise InvalidInput(f"a stream reads a directory; {str(root)!r} is not one")
+    fmt = stream_format(root, fmt)
+    (options or WriteOptions()).validate()
+    spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-stream-{queue}")
+    if on_start is not None:
+        on_start()
+    df = read_stream(spark, str(root), fmt, max_files_per_trigger=max_files_per_trigger)
+    trigger = {"processingTime": "2 seconds"} if follow else {"availableNow": True}
+    query = enqueue_stream(df, queue, checkpoint_location=str(Path(checkpoint).expanduser().resolve()), dsn=dsn,
+                           columns=columns, options=options, task=task, args_col=args_col, trigger=trigger,
+                           query_name=f"shardq-{queue}", on_batch=on_batch)
+    try:
+        await_stream(query)
+    except KeyboardInterrupt:
+        query.stop()
+        raise
