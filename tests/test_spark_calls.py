@@ -142,6 +142,8 @@ def _staging_tables(db) -> int:
     ([("x" * 2000,)] * 3 + [("ok",)] * 7, "payload string", {}, r"payload longer than 1000 bytes \(column 'payload'\): 3 of 10 rows"),
     ([("p", 2**40)] * 4 + [("p", 3)], "payload string, tries long", {"columns": TaskColumns(max_attempts="tries")},
      r"max_attempts above 10000 \(column 'tries'\): 4 of 5 rows"),
+    ([("p", "10"), ("p", "soon"), ("p", "later"), ("p", None)], "payload string, d string",
+     {"columns": TaskColumns(delay="d")}, r"delay is not a number \(column 'd'\): 2 of 4 rows"),
     ([(None,), ('{"a": 1}',), ("[1]",), ("nope",)], "args string", {"task": "t"},
      r"arguments are NULL \(column 'args'\): 1 of 4 rows; arguments are not a JSON object \(column 'args'\): 2 of 4 rows"),
     ([({"a": "y" * 2000},), ({"a": "ok"},)], "args struct<a: string>", {"task": "t"},
@@ -157,3 +159,14 @@ def test_bad_values_fail_before_the_merge_naming_the_column_and_the_bad_rows(spa
         enqueue_dataframe(df, "bad", run_id="bad", dsn=pg_db.dsn, options=SMALL, **kwargs)
     assert pg_db.count() == 0 and _staging_tables(pg_db) == 0
     assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks")[0]["n"] == 0
+
+
+def test_string_columns_of_csv_inputs_are_parsed_into_due_times_and_priorities(spark, pg_db):
+    rows = [("a", "2031-01-02T03:04:05Z", "-5", "3"), ("b", None, None, None)]
+    df = spark.createDataFrame(rows, "payload string, at string, prio string, tries string")
+    columns = TaskColumns(run_at="at", priority="prio", max_attempts="tries")
+    assert enqueue_dataframe(df, "parsed", run_id="parsed", dsn=pg_db.dsn, columns=columns, options=SMALL).enqueued == 2
+    got = {bytes(r["payload"]): r for r in pg_db.sql("SELECT payload, exec_time, priority, max_attempts, state FROM shardq_tasks")}
+    assert (got[b"a"]["exec_time"], got[b"a"]["priority"], got[b"a"]["max_attempts"]) == (
+        dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC), -5, 3)
+    assert (got[b"b"]["state"], got[b"b"]["priority"], got[b"b"]["max_attempts"]) == ("ready", 0, 25)
