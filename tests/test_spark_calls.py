@@ -89,6 +89,22 @@ def test_struct_arguments_become_encode_call_payloads_and_run_through_the_app(sp
         app.close()
 
 
+def test_payloads_are_built_without_a_database_byte_for_byte_as_encode_call(spark):
+    """The builder alone: escapes Python writes in short form (\\b, \\f, \\t), a literal
+    backslash-u, the smallest long, NULL fields, nested NULL structs, empty arrays."""
+    from shardq.spark import calls as calls_module
+
+    texts = AWKWARD + ["back\\u0041slash-u", "tab\tonly", "\x08\x0c", "ok/slash", "<>&'"]
+    calls = [{"s": text, "n": -(2**63) + i, "ok": i % 2 == 0, "xs": [text, None] if i % 3 else [],
+              "inner": None if i % 4 == 0 else {"t": text, "m": None}, "nothing": None}
+             for i, text in enumerate(texts)]
+    schema = "args struct<s: string, n: long, ok: boolean, xs: array<string>, inner: struct<t: string, m: int>, nothing: string>"
+    df = spark.createDataFrame([(call,) for call in calls], schema)
+    built, _, _, _ = calls_module.with_call_payload(df, "plain.task", "args", TaskColumns())
+    got = [bytes(r[0]) for r in built.select(calls_module.CALL_PAYLOAD).collect()]
+    assert got == [encode_call("plain.task", call) for call in calls]
+
+
 def test_json_text_arguments_and_task_names_run_like_deferred_calls(spark, pg_db):
     app = shardq.App(pg_db.dsn)
     seen = []
