@@ -21,7 +21,9 @@ Guarantees
 Does not
     * protect batches once their ledger rows were forgotten (``shardq spark-gc
       --forget-runs-after``): keep them longer than a restart from an old checkpoint may take;
-    * survive a new checkpoint directory: that is a new query id, i.e. a new stream.
+    * survive a new checkpoint directory: that is a new query id, i.e. a new stream;
+    * run under Spark Connect (there the batch function runs in another process, which cannot
+      receive the query id from this one; not tried).
 
 Each batch registers one run (``shardq_spark_runs``) and ``chunks`` chunk rows (default 4 for
 streams, since micro-batches are small); ``shardq spark-gc --forget-runs-after DAYS`` removes old
