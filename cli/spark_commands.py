@@ -26,6 +26,17 @@ from .app import cli, dsn_from
 @click.option("--key-column", default=None,
               help="String column: the task's exclusive key (one task per key runs at a time).")
 @click.option("--row-key-column", default=None, help="Column that identifies each input row (saves a shuffle).")
+@click.option("--task", "task_name", default=None, metavar="NAME",
+              help="Each row calls this app task (shardq work --app runs it); its arguments are --args-column.")
+@click.option("--args-column", default="args", show_default=True,
+              help="With --task: the arguments, a struct, map or JSON-object string column.")
+@click.option("--stream", is_flag=True,
+              help="Read the --input directory as a stream, one micro-batch per trigger; needs --checkpoint.")
+@click.option("--checkpoint", default=None, metavar="DIR",
+              help="With --stream: where the stream keeps its identity and the files it has taken.")
+@click.option("--follow", is_flag=True, help="With --stream: keep taking new files until interrupted.")
+@click.option("--max-files-per-trigger", type=int, default=None, metavar="N",
+              help="With --stream: at most N files per micro-batch.")
 @click.option("--run-id", default=None, metavar="ID",
               help="Names the job; the same id again is a re-run. Default: derived from QUEUE, the mapping and "
                    "the input's paths, sizes and modification times.")
@@ -39,20 +50,48 @@ from .app import cli, dsn_from
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, run_at_column, delay_column,
-                  max_attempts_column, priority_column, key_column, row_key_column, run_id, partitions, batch_size, chunks, merge_workers,
+                  max_attempts_column, priority_column, key_column, row_key_column, task_name, args_column, stream,
+                  checkpoint, follow, max_files_per_trigger, run_id, partitions, batch_size, chunks, merge_workers,
                   master, jdbc_jar, as_json) -> None:
-    """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id."""
-    from shardq.spark import TaskColumns, WriteOptions, enqueue_file
+    """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id
+    (with --stream: every file of the directory, exactly once per checkpoint)."""
+    from shardq.errors import InvalidInput
+    from shardq.spark import TaskColumns, WriteOptions, enqueue_directory_stream, enqueue_file
 
     columns = TaskColumns(payload=payload_column, run_at=run_at_column, delay=delay_column,
                           dedupe_key=dedupe_column, max_attempts=max_attempts_column, priority=priority_column,
                           exclusive_key=key_column, row_key=row_key_column)
     options = WriteOptions(partitions=partitions, batch_size=batch_size, chunks=chunks, merge_workers=merge_workers)
+    if not stream:
+        for given, flag in ((checkpoint, "--checkpoint"), (follow, "--follow"),
+                            (max_files_per_trigger, "--max-files-per-trigger")):
+            if given:
+                raise InvalidInput(f"{flag} applies to --stream only")
+    if stream:
+        if not checkpoint:
+            raise InvalidInput("--stream needs --checkpoint DIR (it keeps the stream's identity across restarts)")
+        if run_id:
+            raise InvalidInput("--run-id does not apply to --stream (each micro-batch's run id comes from the checkpoint)")
+
+        def batch_done(batch_id, result) -> None:
+            if as_json:
+                click.echo(json.dumps({"batch": batch_id, **result.as_json()}, sort_keys=True))
+            else:
+                click.echo(f"batch {batch_id}: enqueued {result.enqueued} into {result.queue} "
+                           f"({result.merged_chunks} chunks merged, {result.skipped_chunks} merged before) "
+                           f"in {result.seconds:.1f}s")
+
+        enqueue_directory_stream(
+            queue, input_path, checkpoint=checkpoint, fmt=fmt, columns=columns, options=options, task=task_name,
+            args_col=args_column, follow=follow, max_files_per_trigger=max_files_per_trigger, dsn=dsn_from(ctx),
+            master=master, jdbc_jar=jdbc_jar, on_batch=batch_done,
+        )
+        return
     show = sys.stdout.isatty() and not as_json
     with (_progress() if show else nullcontext(None)) as report:
         result = enqueue_file(
             queue, input_path, fmt=fmt, columns=columns, options=options, run_id=run_id, dsn=dsn_from(ctx),
-            master=master, jdbc_jar=jdbc_jar, progress=report,
+            master=master, jdbc_jar=jdbc_jar, progress=report, task=task_name, args_col=args_column,
         )
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=2, sort_keys=True))

@@ -197,3 +197,26 @@ def pg_db(pg_server, pg_template):
 @pytest.fixture
 def client(db) -> Client:
     return db.client
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2,2] SparkSession (two threads, one retry per task) for every Spark test; skips
+    when pyspark, Java 17+ or the PostgreSQL JDBC driver is missing."""
+    pytest.importorskip("pyspark")
+    from shardq.errors import SparkSetupError
+    from shardq.spark import find_jdbc_driver
+    from shardq.spark import jdbc as jdbc_module
+
+    try:
+        jdbc_module.find_java()
+        driver = find_jdbc_driver(reachable=lambda: False)
+    except SparkSetupError as exc:
+        pytest.skip(str(exc))
+    session = jdbc_module.spark_session(
+        master="local[2,2]",
+        driver=driver,
+        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()

@@ -39,22 +39,6 @@ from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
 SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
 
 
-@pytest.fixture(scope="session")
-def spark():
-    try:
-        jdbc_module.find_java()
-        driver = find_jdbc_driver(reachable=lambda: False)
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
-    session = jdbc_module.spark_session(
-        master="local[2,2]",  # two threads, one retry per task
-        driver=driver,
-        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
-    )
-    yield session
-    session.stop()
-
-
 def _frame(spark, n: int, *, copies: int = 1, prefix: str = "task"):
     from pyspark.sql import functions as F
 
@@ -256,8 +240,8 @@ def test_missing_column_wrong_type_and_bad_options_are_clear_errors(spark, pg_db
         enqueue_dataframe(df, "q", run_id="e1", dsn=pg_db.dsn)
     with pytest.raises(InvalidTaskFrame, match="payload column 'n' has type integer"):
         enqueue_dataframe(df, "q", run_id="e2", dsn=pg_db.dsn, columns=TaskColumns(payload="n"))
-    with pytest.raises(InvalidTaskFrame, match="max_attempts column 's' has type string"):
-        enqueue_dataframe(df, "q", run_id="e3", dsn=pg_db.dsn, columns=TaskColumns(payload="s", max_attempts="s"))
+    with pytest.raises(InvalidTaskFrame, match="run_at column 'n' has type integer; accepted: timestamp, string"):
+        enqueue_dataframe(df, "q", run_id="e3", dsn=pg_db.dsn, columns=TaskColumns(payload="s", run_at="n"))
     ntz = spark.sql("SELECT 'p' AS payload, TIMESTAMP_NTZ'2030-01-01 00:00:00' AS at")
     with pytest.raises(InvalidTaskFrame, match="TIMESTAMP_NTZ"):
         enqueue_dataframe(ntz, "q", run_id="e4", dsn=pg_db.dsn, columns=TaskColumns(run_at="at"))

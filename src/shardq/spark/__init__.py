@@ -53,7 +53,9 @@ Does not
     * protect a run after its ledger rows were forgotten (``shardq spark-gc --forget-runs-after``).
 
 Modules: :mod:`.jdbc` (Java, driver jar, JDBC URL, SparkSession), :mod:`.frame` (column mapping,
-ids, checks), :mod:`.ledger` (statements, merge), :mod:`.job` (the job, gc, file inputs).
+ids, checks), :mod:`.calls` (rows as calls of app tasks), :mod:`.ledger` (statements, merge),
+:mod:`.job` (the job, gc, file inputs), :mod:`.stream` (Structured Streaming, one run per
+micro-batch).
 """
 
 from .frame import TaskColumns
@@ -70,9 +72,28 @@ from .job import (
     read_input,
     run_progress,
 )
+from .stream import await_stream, enqueue_directory_stream, enqueue_stream, read_stream, stream_run_id
 
 __all__ = [
-    "GcResult", "JdbcDriver", "SparkEnqueueResult", "TaskColumns", "WriteOptions", "derive_run_id",
-    "enqueue_dataframe", "enqueue_file", "find_java", "find_jdbc_driver", "gc", "input_format", "jdbc_target", "read_input",
-    "run_progress", "spark_session",
+    "GcResult",
+    "JdbcDriver",
+    "SparkEnqueueResult",
+    "TaskColumns",
+    "WriteOptions",
+    "await_stream",
+    "derive_run_id",
+    "enqueue_dataframe",
+    "enqueue_directory_stream",
+    "enqueue_file",
+    "enqueue_stream",
+    "find_java",
+    "find_jdbc_driver",
+    "gc",
+    "input_format",
+    "jdbc_target",
+    "read_input",
+    "read_stream",
+    "run_progress",
+    "spark_session",
+    "stream_run_id",
 ]

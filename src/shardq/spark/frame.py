@@ -28,7 +28,10 @@ are never used: a recomputed partition would change them.
 
 Value checks run inside the Spark job (``raise_error``), before anything reaches the queue: a
 NULL payload, a payload over the size cap, an empty or over-long dedupe key, a negative delay, a
-max_attempts outside 1…10000. The job then fails with :class:`shardq.errors.InvalidTaskFrame`.
+max_attempts outside 1…10000, a string that does not parse as its field's type. The write then
+fails (so no chunk is merged and nothing of the run is enqueued), and :func:`count_bad_rows`
+counts every failed check in one more pass: :class:`shardq.errors.InvalidTaskFrame` says, e.g.,
+``payload is NULL (column 'body'): 2 of 50 rows; delay is not a number (column 'd'): 1 of 50 rows``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import fields as dc_fields
 
@@ -66,6 +69,10 @@ class TaskColumns:
     A DataFrame has no row order, so among a run's rows sharing a key with equal priorities the
     order is not defined). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
     due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".
+    ``run_at``, ``delay``, ``max_attempts`` and ``priority`` may also be string columns (a CSV
+    column holding a stray word is inferred as string): they are parsed (an ISO 8601 timestamp,
+    in the session time zone when it has no offset; a number; a whole number), and values that
+    do not parse fail the job with the column and the number of such rows.
 
     ``row_key`` (optional, not a task field) names a column that identifies each row of the input
     (an order id, a file offset): ids are then derived from it instead of from the row's content
@@ -130,12 +137,12 @@ def _fields(payload_limit: int) -> dict[str, Field]:
             lambda c: empty_if_null(F.hex(c)),
         ),
         "run_at": Field(
-            "run_at", ("timestamp",), "timestamp",
+            "run_at", ("timestamp", "string"), "timestamp",
             lambda c: [],
             lambda c: empty_if_null(F.unix_micros(c).cast("string")),
         ),
         "delay": Field(
-            "delay", _NUMBERS, "double",
+            "delay", _NUMBERS + ("string",), "double",
             lambda c: [
                 (c < 0, "delay is negative"),
                 (c > validation.DELAY_MAX_SECONDS, f"delay over {validation.DELAY_MAX_SECONDS:.0f} seconds"),
@@ -152,12 +159,12 @@ def _fields(payload_limit: int) -> dict[str, Field]:
             lambda c: empty_if_null(F.hex(c)),
         ),
         "max_attempts": Field(
-            "max_attempts", _INTEGERS, "int",
+            "max_attempts", _INTEGERS + ("string",), "int",
             lambda c: [(c < 1, "max_attempts below 1"), (c > 10_000, "max_attempts above 10000")],
             lambda c: empty_if_null(c.cast("string")),
         ),
         "priority": Field(
-            "priority", _INTEGERS, "long",
+            "priority", _INTEGERS + ("string",), "long",
             lambda c: [(c < PRIORITY_MIN, f"priority below {PRIORITY_MIN}"),
                        (c > PRIORITY_MAX, f"priority above {PRIORITY_MAX}")],
             lambda c: empty_if_null(c.cast("string")),
@@ -208,22 +215,25 @@ def stage_frame(
     columns: TaskColumns,
     skip_chunks: frozenset[int] = frozenset(),
     payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+    labels: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The staging rows for ``df``: ``chunk``, ``id`` and one column per mapped task field, cast
     to the staging types and checked. Rows of ``skip_chunks`` (merged by an earlier attempt) are
-    left out. Lazy: nothing runs until the frame is written."""
+    left out. ``labels`` names a field's source in messages (default: its column). Lazy: nothing
+    runs until the frame is written."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     mapped = check_columns(df.schema, columns)
     spec = _fields(payload_limit)
-    values = {name: F.col(column).cast(spec[name].cast_to) for name, column in mapped.items()}
-    for name, value in list(values.items()):
+    kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    values: dict[str, Column] = {}
+    for name, column in mapped.items():
+        value, checks = _checked(spec[name], column, kinds[column])
         guarded = value
-        for bad, message in reversed(spec[name].checks(value)):
-            guarded = F.when(bad, F.raise_error(F.lit(f"{CHECK_MARKER} {message} (column {mapped[name]!r})"))).otherwise(
-                guarded
-            )
+        for bad, message in reversed(checks):
+            text = f"{CHECK_MARKER} {message} (column {_label(name, mapped, labels)})"
+            guarded = F.when(bad, F.raise_error(F.lit(text))).otherwise(guarded)
         values[name] = guarded
     frame = df.select(*[value.alias(name) for name, value in values.items()])
 
@@ -253,6 +263,86 @@ def stage_frame(
     if skip_chunks:
         frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
     return frame.select("chunk", "id", *(name for name in mapped if name in STAGED))
+
+
+#: fields that also take a string column, parsed (Spark's try_cast) as: (type, what it must be)
+PARSED = {"run_at": ("timestamp", "a timestamp"), "delay": ("double", "a number"),
+          "max_attempts": ("long", "a whole number"), "priority": ("long", "a whole number")}
+
+
+def _checked(field: Field, column: str, kind: str) -> tuple[Column, list[tuple[Column, str]]]:
+    """The column as its staging value, and its checks (bad-row condition, message). A string
+    column of a :data:`PARSED` field is parsed first; a value that does not parse fails the
+    check "is not a …" (so a CSV column with a few stray words is reported with its rows)."""
+    from pyspark.sql import functions as F
+
+    raw = F.col(f"`{column}`")
+    checks: list[tuple[Column, str]] = []
+    if kind == "string" and field.name in PARSED:
+        parse_to, what = PARSED[field.name]
+        parsed = raw.try_cast(parse_to)
+        checks.append((raw.isNotNull() & parsed.isNull(), f"{field.name} is not {what}"))
+        raw = parsed
+    value = _value(field, raw)
+    return value, checks + field.checks(value)
+
+
+def _value(field: Field, value: Column) -> Column:
+    """The value cast to its staging type. An integer is cast only within the range of its
+    type (checks come after), so an out-of-range value fails its check, not the ANSI cast."""
+    from pyspark.sql import functions as F
+
+    if field.cast_to == "int":
+        value = F.when(value.isNull() | value.between(-(1 << 31), (1 << 31) - 1), value).otherwise(
+            F.when(value > 0, F.lit((1 << 31) - 1)).otherwise(F.lit(-(1 << 31))))
+    return value.cast(field.cast_to)
+
+
+def _label(name: str, mapped: Mapping[str, str], labels: Mapping[str, str] | None) -> str:
+    return (labels or {}).get(name) or repr(mapped[name])
+
+
+def value_checks(
+    df: DataFrame,
+    columns: TaskColumns,
+    *,
+    payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+    labels: Mapping[str, str] | None = None,
+    skip: Iterable[str] = (),
+) -> list[tuple[Column, str]]:
+    """(bad-row condition over ``df``, message) for every value check of :func:`stage_frame`,
+    evaluated without failing: :func:`count_bad_rows` counts them after a failed write."""
+    mapped = check_columns(df.schema, columns)
+    spec = _fields(payload_limit)
+    kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    skipped = set(skip)
+    return [
+        (bad, f"{message} (column {_label(name, mapped, labels)})")
+        for name, column in mapped.items() if name not in skipped
+        for bad, message in _checked(spec[name], column, kinds[column])[1]
+    ]
+
+
+def count_bad_rows(df: DataFrame, checks: list[tuple[Column, str]]) -> str | None:
+    """One line naming each failed check with its number of rows (one pass over ``df``), or
+    None when none fails or the count itself fails."""
+    from pyspark.sql import functions as F
+
+    if not checks:
+        return None
+    try:
+        row = df.select(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.when(bad, 1).otherwise(0)).alias(f"c{i}") for i, (bad, _) in enumerate(checks)],
+        ).first()
+    except Exception:  # noqa: BLE001 - the write's own error is reported instead
+        return None
+    if row is None:
+        return None
+    total = int(row["rows"])
+    found = [(message, int(row[f"c{i}"] or 0)) for i, (_, message) in enumerate(checks)]
+    parts = [f"{message}: {n:,} of {total:,} row{'s' if total != 1 else ''}" for message, n in found if n]
+    return "; ".join(parts) or None
 
 
 def is_check_failure(exc: BaseException) -> str | None:

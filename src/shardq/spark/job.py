@@ -16,6 +16,7 @@ from ..config import resolve_dsn
 from ..db import Dsn, Session
 from ..errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
 from ..store import TaskStore
+from . import calls
 from . import frame as frame_module
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
@@ -24,6 +25,7 @@ from .ledger import MergeOutcome, SparkLedger, merge_chunks, stage_name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..app import AppTask
     from .jdbc import JdbcTarget
 
 log = logging.getLogger("shardq.spark")
@@ -112,8 +114,16 @@ def enqueue_dataframe(
     options: WriteOptions | None = None,
     progress: Progress | None = None,
     on_chunk: Callable[[int, int | None], None] | None = None,
+    task: str | AppTask | None = None,
+    args_col: str = "args",
 ) -> SparkEnqueueResult:
     """Enqueue every row of ``df`` into ``queue`` as a task, exactly once per ``run_id``.
+
+    With ``task`` (an ``@app.task`` function or a task name), each row is a call of that task
+    with the arguments in column ``args_col`` (a struct, a string-keyed map, or a JSON object as
+    a string): the payload is the one ``defer()`` writes (:mod:`shardq.spark.calls`), so
+    ``shardq work --app`` runs the rows; an ``@app.task``'s priority and max_attempts apply
+    unless columns map them, and a struct's fields are checked against its signature.
 
     ``run_id`` names the logical job and must be the same on every re-run of it (e.g. the
     scheduler's run key); the input must be the same rows again (``cache()`` or ``checkpoint()``
@@ -134,7 +144,15 @@ def enqueue_dataframe(
     run_id = _run_id(run_id)
     columns = columns or TaskColumns()
     options = (options or WriteOptions()).validate()
+    limit = validation.PAYLOAD_MAX_BYTES
+    labels: dict[str, str] = {}
+    checks: list = []
+    if task is not None:
+        df, columns, labels, checks = calls.with_call_payload(df, task, args_col, columns, payload_limit=limit)
     frame_module.check_columns(df.schema, columns)  # fail before touching the database
+    # Value checks run inside the write; after a failed one these count the bad rows.
+    checks = checks + frame_module.value_checks(df, columns, labels=labels, payload_limit=limit,
+                                                skip=("payload",) if task is not None else ())
     check_driver_loadable(df.sparkSession)
     dsn = resolve_dsn(dsn)
     target = jdbc_target(dsn)
@@ -165,9 +183,13 @@ def enqueue_dataframe(
                 report("write", 0, 1)
                 rows = frame_module.stage_frame(
                     df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
-                    skip_chunks=frozenset(done_before),
+                    skip_chunks=frozenset(done_before), labels=labels, payload_limit=limit,
                 )
-                _write(rows, stage.name, target, options)
+                try:
+                    _write(rows, stage.name, target, options)
+                except InvalidTaskFrame as exc:
+                    # Nothing of this attempt is merged; name every failed check with its rows.
+                    raise InvalidTaskFrame(frame_module.count_bad_rows(df, checks) or str(exc)) from None
                 ledger.stage_ready_for_merge(stage.name)
                 write_seconds = time.perf_counter() - started
                 report("write", 1, 1)
@@ -306,17 +328,18 @@ def _input_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
 
 
-def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskColumns) -> str:
+def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskColumns, *, call: str = "") -> str:
     """A run id for a file input: sha256 over the queue, the format, the column mapping, the
     input's absolute path and, for each of its files, the relative name, size and modification
-    time (not the content: hashing the data would cost a full extra read). Re-running over the
+    time (not the content: hashing the data would cost a full extra read), and ``call`` (the
+    task and arguments column of task-API rows, if any). Re-running over the
     unchanged input gives the same id, so it is a re-run; touching or rewriting a file makes it a
     new run."""
     root = Path(path).expanduser().resolve()
     if not root.exists():
         raise InvalidInput(f"input {str(root)!r} does not exist")
     digest = hashlib.sha256()
-    for part in (queue, fmt, repr(sorted(columns.mapped().items())), str(root)):
+    for part in (queue, fmt, repr(sorted(columns.mapped().items())), str(root)) + ((call,) if call else ()):
         digest.update(part.encode("utf-8") + b"\x00")
     for file in _input_files(root):
         stat = file.stat()
@@ -347,6 +370,8 @@ def enqueue_file(
     master: str = "local[2]",
     jdbc_jar: str | None = None,
     progress: Progress | None = None,
+    task: str | None = None,
+    args_col: str = "args",
 ) -> SparkEnqueueResult:
     """Start a local SparkSession, read ``path`` and :func:`enqueue_dataframe` it (the CLI's
     ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
@@ -357,10 +382,11 @@ def enqueue_file(
     columns = columns or TaskColumns()
     options = (options or WriteOptions()).validate()
     fmt = input_format(path, fmt)
-    run_id = run_id or derive_run_id(queue, path, fmt, columns)
+    run_id = run_id or derive_run_id(queue, path, fmt, columns, call=f"{task}\x00{args_col}" if task else "")
     report = progress or (lambda phase, done, total: None)
     report("start", 0, 1)
     spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-enqueue-{queue}")
     report("start", 1, 1)
     df = read_input(spark, path, fmt)
-    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress)
+    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress,
+                             task=task, args_col=args_col)
