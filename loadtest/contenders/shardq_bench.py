@@ -76,6 +76,37 @@ def defer_calls(url: str, n: int, chunk: int = 1000) -> float:
         app.close()
 
 
+def interleaved_enqueue(url: str, n: int, chunk: int = 1000) -> dict[str, float]:
+    """Seconds spent by ``Client.enqueue_many`` and by ``AppTask.defer_many`` enqueueing ``n``
+    tasks each into one database, in alternating chunks of ``chunk`` (which goes first alternates
+    too), so both meet the same table, the same checkpoints and the same noise. The payloads are
+    the same bytes: ``enqueue_many`` gets them ready-made, ``defer_many`` builds them (argument
+    check and JSON encoding included, as a user pays them)."""
+    app = shardq.App(url)
+
+    @app.task(name=APP_TASK, queue=QUEUE)
+    def noop(n: int, label: str) -> None: ...
+
+    try:
+        client = app.client
+        client.store.queue_ensure(QUEUE)
+        calls = [{"n": i, "label": "bench"} for i in range(chunk)]
+        payloads = app_payloads(chunk)
+        spent = {"enqueue_many": 0.0, "defer_many": 0.0}
+        for round_ in range(max(1, n // chunk)):
+            order = ("enqueue_many", "defer_many") if round_ % 2 == 0 else ("defer_many", "enqueue_many")
+            for mode in order:
+                t0 = time.perf_counter()
+                if mode == "enqueue_many":
+                    client.enqueue_many(QUEUE, payloads, batch_size=chunk)
+                else:
+                    noop.defer_many(calls)
+                spent[mode] += time.perf_counter() - t0
+        return spent
+    finally:
+        app.close()
+
+
 def enqueue_single(url: str, n: int, payload: bytes = b"x" * 16) -> float:
     with shardq.connect(url) as client:
         producer = Producer(client.store)

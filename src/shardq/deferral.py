@@ -54,20 +54,19 @@ class Deferral(Generic[P, R]):
             raise InvalidInput(f"{task.name}: unknown option(s) {', '.join(sorted(unknown))}")
         self.task = task
         self.options = dict(options)
+        # NewTask's fields other than the payload, the same for every call of this deferral.
+        self._fields = (
+            self.options.get("delay"), self.options.get("run_at"), self.options.get("dedupe_key"),
+            self.options.get("max_attempts", task.max_attempts), self.options.get("priority", task.priority),
+            self.options.get("exclusive_key"),
+        )
 
     def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:
-        self.task.check_arguments(arguments)
-        payload = encode_call(self.task.name, dict(arguments))
-        options = self.options
-        return NewTask(
-            payload,
-            delay=options.get("delay"),
-            run_at=options.get("run_at"),
-            dedupe_key=options.get("dedupe_key"),
-            max_attempts=options.get("max_attempts", self.task.max_attempts),
-            priority=options.get("priority", self.task.priority),
-            exclusive_key=options.get("exclusive_key"),
-        )
+        task = self.task
+        task.check_arguments(arguments)
+        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields
+        return NewTask(encode_call(task.name, arguments), delay, run_at, dedupe_key, max_attempts, priority,
+                       exclusive_key)
 
     def defer(self, **arguments: Any) -> str | None:
         """Enqueue one call; returns its task id (None when ``dedupe_key`` matched a live task)."""
