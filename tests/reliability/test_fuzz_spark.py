@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardq import InvalidInput
-from shardq.errors import SparkSetupError
 
 from .test_fuzz import MODES, Tally, fuzz_settings
 
@@ -131,23 +130,6 @@ def wellformed(draw):
     options = {"--partitions": "2", "--batch-size": "128", "--chunks": "4", "--merge-workers": "2",
                "--run-id": draw(st.one_of(st.none(), st.just("r'; DROP TABLE shardq_tasks; --"), st.uuids().map(str)))}
     return fmt, body, "sparkq", mapping, options, n
-
-
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    from shardq.spark import find_jdbc_driver
-    from shardq.spark import jdbc as jdbc_module
-
-    try:
-        jdbc_module.find_java()
-        driver = find_jdbc_driver(reachable=lambda: False)
-    except SparkSetupError as exc:
-        pytest.skip(str(exc))
-    session = jdbc_module.spark_session(master="local[2,2]", driver=driver,
-                                        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
-    yield session
-    session.stop()
 
 
 @pytest.mark.spark
