@@ -33,8 +33,7 @@ import logging
 import math
 import threading
 import time
-import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -43,7 +42,6 @@ from cronsim import CronSim, CronSimError
 
 from .arguments import encode_call
 from .errors import DatabaseError, InvalidInput
-from .models import MAX_ATTEMPTS_DEFAULT
 from .store import TaskStore
 
 if TYPE_CHECKING:
@@ -160,25 +158,16 @@ def take_slot(store: TaskStore, schedule: Schedule, slot: dt.datetime) -> bool:
     """Take ``slot`` of ``schedule`` and enqueue its task (one statement); False when another
     worker (or an earlier run) took it already."""
     task = schedule.task
-    row = store.session.fetch_row("periodic_slot_take", {
-        "name": schedule.name, "slot": slot, "id": uuid.uuid4(), "queue": task.queue,
-        "priority": task.priority, "max_attempts": task.max_attempts, "payload": schedule.payload(slot),
-        "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
-    })
-    return bool(row["taken"])
-
-
-def last_slots(store: TaskStore, names: list[str]) -> dict[str, dt.datetime]:
-    rows = store.session.fetch_all("periodic_last_slots", {"names": names})
-    return {row["name"]: row["slot"] for row in rows}
+    return store.periodic_slot_take(schedule.name, slot, task.queue, schedule.payload(slot),
+                                    priority=task.priority, max_attempts=task.max_attempts)
 
 
 def prune(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -> int:
     deleted = 0
     while True:
-        rows = store.session.fetch_all("periodic_slots_prune", {"keep_seconds": keep_seconds, "limit": PRUNE_BATCH})
-        deleted += len(rows)
-        if len(rows) < PRUNE_BATCH:
+        batch = store.periodic_slots_prune(keep_seconds, PRUNE_BATCH)
+        deleted += batch
+        if batch < PRUNE_BATCH:
             return deleted
 
 
@@ -202,7 +191,7 @@ class ScheduleView:
 def describe(store: TaskStore, schedules: list[Schedule], now: dt.datetime | None = None) -> list[ScheduleView]:
     """Each schedule with its last taken slot and its next one."""
     now = now or dt.datetime.now(UTC)
-    last = last_slots(store, [s.name for s in schedules]) if schedules else {}
+    last = store.periodic_last_slots([s.name for s in schedules]) if schedules else {}
     return [
         ScheduleView(s.name, s.task.name, s.task.queue,
                      f"cron {s.cron} ({s.tz})" if s.cron else f"every {s.every:g} s",
@@ -215,8 +204,8 @@ class Scheduler:
     """Takes due slots of ``schedules`` through its own store (one thread, one session):
     :meth:`run_once` looks once, :meth:`run` loops until ``stop``."""
 
-    def __init__(self, store_factory: Any, schedules: list[Schedule],
-                 clock: Any = lambda: dt.datetime.now(UTC)) -> None:
+    def __init__(self, store_factory: Callable[[], TaskStore], schedules: list[Schedule],
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC)) -> None:
         self.store_factory = store_factory
         self.schedules = list(schedules)
         self.clock = clock
@@ -239,7 +228,7 @@ class Scheduler:
         took. The first call reads each schedule's latest taken slot (for ``catch_up``)."""
         now = self.clock()
         if self._last is None:
-            self._last = last_slots(self.store, [s.name for s in self.schedules])
+            self._last = self.store.periodic_last_slots([s.name for s in self.schedules])
         took = 0
         for schedule in self.schedules:
             for slot in schedule.slots_after(self._last.get(schedule.name), now):

@@ -18,6 +18,7 @@ from .db import Session
 from .engine import Engine
 from .errors import NotMigrated, ShardLayoutChanged
 from .models import (
+    MAX_ATTEMPTS_DEFAULT,
     Activity,
     ClaimedTask,
     DeadTask,
@@ -356,6 +357,26 @@ class TaskStore:
     def stats_add_many(self, slot: int, activity: Mapping[str, Activity]) -> None:
         """Add each queue's activity to the current minute's counters in ``slot``."""
         run(self.session, statements.stats_add_many(slot, activity))
+
+    # -- periodic slots (shardq.periodic) --------------------------------------------------------
+    def periodic_slot_take(self, name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,
+                           max_attempts: int | None) -> bool:
+        """Take ``slot`` of schedule ``name`` and enqueue its task into ``queue``, one statement;
+        False when the slot was taken already (by another worker, or before)."""
+        row = self.session.fetch_row("periodic_slot_take", {
+            "name": name, "slot": slot, "id": uuid.uuid4(), "queue": queue, "priority": priority,
+            "max_attempts": max_attempts, "payload": payload, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+        })
+        return bool(row["taken"])
+
+    def periodic_last_slots(self, names: Sequence[str]) -> dict[str, dt.datetime]:
+        """The latest slot taken of each schedule named (schedules never taken are absent)."""
+        rows = self.session.fetch_all("periodic_last_slots", {"names": list(names)})
+        return {row["name"]: row["slot"] for row in rows}
+
+    def periodic_slots_prune(self, keep_seconds: float, limit: int) -> int:
+        """Delete up to ``limit`` slot rows older than ``keep_seconds``, never a schedule's latest."""
+        return len(self.session.fetch_all("periodic_slots_prune", {"keep_seconds": keep_seconds, "limit": limit}))
 
     def stats_prune(self, keep_seconds: float, limit: int) -> int:
         rows = self.session.fetch_all("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})

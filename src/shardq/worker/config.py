@@ -114,3 +114,12 @@ class WorkerTotals:
         with self._lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
+
+    def reached_abandoned_limit(self, limit: int) -> bool:
+        """True once: the first time ``abandoned`` is at least ``limit`` (which then sets
+        ``abandoned_limit_reached``)."""
+        with self._lock:
+            if self.abandoned >= limit and not self.abandoned_limit_reached:
+                self.abandoned_limit_reached = True
+                return True
+            return False

@@ -33,7 +33,7 @@ from ..consumer import Task
 from ..errors import Permanent, Retry
 from .config import WorkerTotals
 from .events import EventSink
-from .inflight import FAIL, RELEASE, RESCHEDULE, InFlight, InFlightTable, describe
+from .inflight import FAIL, RELEASE, RESCHEDULE, InFlight, InFlightTable, describe, timeout_text
 
 log = logging.getLogger("shardq.worker")
 
@@ -197,15 +197,14 @@ class LoopExecutor:
     def __init__(self, handler: Callable[[Task], Any] | Resolver, table: InFlightTable, outbox: Outbox,
                  sink: EventSink, totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
                  blocked_loop_seconds: float, loop: asyncio.AbstractEventLoop | None = None,
-                 abandoned_limit: int = 8, stop_worker: Callable[[], None] | None = None) -> None:
+                 on_abandoned: Callable[[], None] | None = None) -> None:
         self.handler = handler
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
         self.extend = extend
         self.blocked_loop_seconds = blocked_loop_seconds
-        #: abandoned pool threads (sync tasks past their timeout) before the worker stops
-        self.abandoned_limit = abandoned_limit
-        self.stop_worker = stop_worker
+        #: called after a pool thread is abandoned (a sync task past its timeout)
+        self.on_abandoned = on_abandoned
         self._own_loop = loop is None
         self._loop = loop or asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
@@ -355,17 +354,14 @@ class LoopExecutor:
     def _timed_out(self, entry: InFlight, *, abandoned_thread: bool) -> None:
         """Settle ``entry`` as a failed attempt: its coroutine was cancelled (async), or its pool
         thread is left running (sync task of a mixed app; counted as abandoned)."""
-        from .timeouts import timeout_text
-
         assert entry.timeout is not None
         entry.kind, entry.error, entry.timed_out = FAIL, timeout_text(entry.timeout), True
         self.totals.add(timeouts=1, abandoned=1 if abandoned_thread else 0)
         log.warning("task %s (queue %s) ran past its %g s timeout: %s", entry.claimed.id, entry.claimed.queue,
                     entry.timeout, "its thread is left running" if abandoned_thread else "cancelled",
                     extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue})
-        if abandoned_thread and self.totals.abandoned >= self.abandoned_limit and self.stop_worker is not None:
-            self.totals.abandoned_limit_reached = True
-            self.stop_worker()
+        if abandoned_thread and self.on_abandoned is not None:
+            self.on_abandoned()
 
     def _probe_answered(self) -> None:
         self._probe_sent = None

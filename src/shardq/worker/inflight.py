@@ -196,6 +196,11 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
     return claims
 
 
+def timeout_text(seconds: float) -> str:
+    """The error a timed-out attempt carries: ``timeout after 1.5 s``."""
+    return f"timeout after {seconds:g} s"
+
+
 def describe(exc: BaseException) -> str:
     """The exception as a task's ``last_error``: its last line(s), capped."""
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -83,8 +83,7 @@ class Worker:
         if runs_on_loop(handler):
             self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.stats, self._stop,
                                          self.lease_keeper.extend, blocked_loop_seconds=config.blocked_loop_seconds,
-                                         loop=loop, abandoned_limit=self.config.abandoned_limit,
-                                         stop_worker=self.stop)
+                                         loop=loop, on_abandoned=self._after_abandoned)
         else:
             resolve = None
             if hasattr(handler, "resolve"):  # an app, all of its tasks sync
@@ -93,8 +92,8 @@ class Worker:
                 handler = getattr(handler, "dispatch", None) or _sync_dispatch(handler)  # type: ignore[arg-type]
             self.executor = ThreadExecutor(handler, self.table, self.outbox, self.sink, self.stats,
                                            self._stop, self.lease_keeper.extend, resolve=resolve)
-            self.timeout_keeper = TimeoutKeeper(self.config, self.table, self.outbox, self.stats,
-                                                self.executor.replace_slot, self.stop)
+            self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.stats,
+                                                self.executor.replace_slot, self._after_abandoned)
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
         self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
@@ -110,6 +109,15 @@ class Worker:
     def on_event(self, hook: EventHook | None) -> None:
         self.sink.hook = hook
         self.sink.refresh()
+
+    def _after_abandoned(self) -> None:
+        """A handler thread was left running past its task's timeout (the timeout keeper's, or
+        the loop executor's pool): at ``max_abandoned`` of them, stop so a supervisor restarts
+        the process (:attr:`WorkerTotals.abandoned_limit_reached`)."""
+        if self.stats.reached_abandoned_limit(self.config.abandoned_limit):
+            log.error("%d handler threads abandoned after their timeouts (limit %d): stopping this worker so a "
+                      "supervisor can restart it", self.stats.abandoned, self.config.abandoned_limit)
+            self.stop()
 
     # -- control ----------------------------------------------------------------------------
     def stop(self) -> None:

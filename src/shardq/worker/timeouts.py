@@ -24,27 +24,21 @@ import threading
 import time
 from collections.abc import Callable
 
-from .config import WorkerConfig, WorkerTotals
+from .config import WorkerTotals
 from .executor import Outbox
-from .inflight import FAIL, InFlight, InFlightTable
+from .inflight import FAIL, InFlight, InFlightTable, timeout_text
 
 log = logging.getLogger("shardq.worker")
 
 TICK_SECONDS = 0.1
 
 
-def timeout_text(seconds: float) -> str:
-    """The error a timed-out attempt carries: ``timeout after 1.5 s``."""
-    return f"timeout after {seconds:g} s"
-
-
 class TimeoutKeeper:
-    def __init__(self, config: WorkerConfig, table: InFlightTable, outbox: Outbox, totals: WorkerTotals,
-                 replace_slot: Callable[[InFlight], None], stop_worker: Callable[[], None]) -> None:
-        self.config = config
+    def __init__(self, table: InFlightTable, outbox: Outbox, totals: WorkerTotals,
+                 replace_slot: Callable[[InFlight], None], on_abandoned: Callable[[], None]) -> None:
         self.table, self.outbox, self.totals = table, outbox, totals
         self.replace_slot = replace_slot
-        self.stop_worker = stop_worker
+        self.on_abandoned = on_abandoned
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, name="shardq-timeout-keeper", daemon=True)
 
@@ -77,9 +71,5 @@ class TimeoutKeeper:
                         entry.timeout, self.totals.abandoned,
                         extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue})
             self.replace_slot(entry)
-            if self.totals.abandoned >= self.config.abandoned_limit and not self.totals.abandoned_limit_reached:
-                self.totals.abandoned_limit_reached = True
-                log.error("%d handler threads abandoned after their timeouts (limit %d): stopping this worker so "
-                          "a supervisor can restart it", self.totals.abandoned, self.config.abandoned_limit)
-                self.stop_worker()
+            self.on_abandoned()
         return len(expired)
