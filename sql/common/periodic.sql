@@ -4,7 +4,9 @@
 -- take a slot, for as long as the row is kept), and the task is inserted only from the row this
 -- statement took. The task is due now ('ready', rank = priority), in a queue created on first use;
 -- a queue paused for enqueue gets no task (the slot is still taken: it is skipped, not deferred).
--- Returns taken = 1 when this call took the slot, inserted = 1 when it enqueued the task.
+-- Returns taken = 1 when this call took the slot, inserted = 1 when it enqueued the task. Every
+-- data-modifying CTE has RETURNING: CockroachDB rejects one without (pkg/sql/opt/optbuilder/with.go,
+-- getCTECols; the conformance rule CTE_RETURNING).
 WITH taken AS (
     INSERT INTO shardq_periodic (name, slot, task_id) VALUES (%(name)s, %(slot)s, %(id)s)
     ON CONFLICT (name, slot) DO NOTHING
