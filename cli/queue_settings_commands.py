@@ -9,13 +9,25 @@ import click
 from .app import cli, client_from
 
 
-def _print(settings) -> None:
+def _limits(settings, usage) -> str:
+    parts = []
+    if settings.concurrency_limit is not None:
+        in_use = usage.get(settings.name, (0, 0))[0] if usage is not None else None
+        parts.append(f"concurrency {settings.concurrency_limit}" + (f" ({in_use} in use)" if in_use is not None else ""))
+    if settings.rate_limit is not None:
+        parts.append(f"rate {settings.rate_limit}/s (burst {settings.burst})")
+    return ", " + ", ".join(parts) if parts else ""
+
+
+def _print(settings, usage=None) -> None:
     click.echo(
         f"{settings.name}: lease {settings.lease_seconds:g}s, max attempts {settings.max_attempts}, "
         f"backoff {settings.backoff_base:g}s..{settings.backoff_cap:g}s (jitter {settings.retry_jitter:g}), "
         f"latest-only backlog {'on' if settings.exclusive_latest_only else 'off'}, "
         f"enqueue {'paused' if settings.paused_enqueue else 'open'}, "
         f"dequeue {'paused' if settings.paused_dequeue else 'open'}"
+        + (f", timeout {settings.timeout_seconds:g}s" if settings.timeout_seconds is not None else "")
+        + _limits(settings, usage)
     )
 
 
@@ -41,11 +53,18 @@ def queue_show(ctx, name, as_json) -> None:
         if found is None:
             raise ShardqError(f"no queue named {name!r}")
         items = [found]
+    usage = admin.flow_usage(store)
     if as_json:
-        click.echo(json.dumps([s.as_json() for s in items], indent=2))
+        click.echo(json.dumps([{**s.as_json(), **_usage_json(s, usage)} for s in items], indent=2))
         return
     for settings in items:
-        _print(settings)
+        _print(settings, usage)
+
+
+def _usage_json(settings, usage) -> dict:
+    if settings.concurrency_limit is None:
+        return {}
+    return {"slots_in_use": usage.get(settings.name, (0, 0))[0]}
 
 
 @queue.command("set")
@@ -60,6 +79,11 @@ def queue_show(ctx, name, as_json) -> None:
 @click.option("--no-timeout", "timeout_clear", is_flag=True, default=None, help="Remove the queue's timeout.")
 @click.option("--latest-only/--keep-all", "exclusive_latest_only", default=None,
               help="Keep only the newest backlog entry per exclusive key.")
+@click.option("--concurrency", type=int, metavar="N",
+              help="At most N tasks of the queue run at once across all workers (0 removes the limit).")
+@click.option("--rate", type=int, metavar="R",
+              help="At most R task starts per second across all workers (0 removes the limit).")
+@click.option("--burst", type=int, metavar="B", help="With --rate: up to B starts at once (default R).")
 @click.pass_context
 def queue_set(ctx, name, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""

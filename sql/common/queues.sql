@@ -5,13 +5,13 @@ INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHIN
 -- name: queue_get
 -- One queue's settings, or no row.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue, timeout_seconds
+       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst
 FROM shardq_queues WHERE name = %(queue)s
 
 -- name: queue_list
 -- Every known queue's settings, by name.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue, timeout_seconds
+       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst
 FROM shardq_queues ORDER BY name
 
 -- name: queue_update
@@ -26,7 +26,14 @@ SET lease_seconds = coalesce(%(lease_seconds)s, lease_seconds),
     paused_enqueue = coalesce(%(paused_enqueue)s, paused_enqueue),
     paused_dequeue = coalesce(%(paused_dequeue)s, paused_dequeue),
     timeout_seconds = CASE WHEN %(timeout_clear)s THEN NULL
-                           ELSE coalesce(%(timeout_seconds)s::FLOAT8, timeout_seconds) END
+                           ELSE coalesce(%(timeout_seconds)s::FLOAT8, timeout_seconds) END,
+    -- 0 removes a limit; a rate set without a burst goes back to the default burst (the rate)
+    concurrency_limit = CASE WHEN %(concurrency)s::INT4 IS NULL THEN concurrency_limit
+                             WHEN %(concurrency)s::INT4 = 0 THEN NULL ELSE %(concurrency)s::INT4 END,
+    rate_limit = CASE WHEN %(rate)s::INT4 IS NULL THEN rate_limit
+                      WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(rate)s::INT4 END,
+    rate_burst = CASE WHEN %(rate)s::INT4 IS NULL THEN rate_burst
+                      WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(burst)s::INT4 END
 WHERE name = %(queue)s
 RETURNING name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-          paused_enqueue, paused_dequeue, timeout_seconds
+          paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst

@@ -24,7 +24,8 @@ SELECT queue,
        sum(handled)::INT8 AS handled,
        sum(handler_seconds)::FLOAT8 AS handler_seconds,
        sum(capacity_seconds)::FLOAT8 AS capacity_seconds,
-       sum(timeouts)::INT8 AS timeouts
+       sum(timeouts)::INT8 AS timeouts,
+       sum(throttled)::INT8 AS throttled
 FROM shardq_stats
 WHERE minute >= date_trunc('minute', now()) - %(minutes)s::INT8 * INTERVAL '1 minute'
 GROUP BY queue
@@ -34,13 +35,14 @@ GROUP BY queue
 -- slot. Called once per flush by workers and once per run by the reaper, never per task.
 INSERT INTO shardq_stats AS s
     (queue, minute, slot, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds,
-     timeouts)
+     timeouts, throttled)
 SELECT k.queue, date_trunc('minute', now()), %(slot)s::INT4, k.enqueued, k.acked, k.retried, k.expired, k.dead,
-       k.handled, k.handler_seconds, k.capacity_seconds, k.timeouts
+       k.handled, k.handler_seconds, k.capacity_seconds, k.timeouts, k.throttled
 FROM unnest(%(queues)s::TEXT[], %(enqueued)s::INT8[], %(acked)s::INT8[], %(retried)s::INT8[], %(expired)s::INT8[],
             %(dead)s::INT8[], %(handled)s::INT8[], %(handler_seconds)s::FLOAT8[], %(capacity_seconds)s::FLOAT8[],
-            %(timeouts)s::INT8[])
-     AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds, timeouts)
+            %(timeouts)s::INT8[], %(throttled)s::INT8[])
+     AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds, timeouts,
+          throttled)
 ON CONFLICT (queue, minute, slot) DO UPDATE SET
     enqueued = s.enqueued + excluded.enqueued,
     acked = s.acked + excluded.acked,
@@ -50,7 +52,8 @@ ON CONFLICT (queue, minute, slot) DO UPDATE SET
     handled = s.handled + excluded.handled,
     handler_seconds = s.handler_seconds + excluded.handler_seconds,
     capacity_seconds = s.capacity_seconds + excluded.capacity_seconds,
-    timeouts = s.timeouts + excluded.timeouts
+    timeouts = s.timeouts + excluded.timeouts,
+    throttled = s.throttled + excluded.throttled
 
 -- name: stats_prune
 -- Delete up to limit counter rows older than keep_seconds; called until it deletes fewer.

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import statements, validation
+from . import flow, statements, validation
+from .db import Session
 from .errors import InvalidInput
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
 from .plans import Plan, run
@@ -184,6 +185,11 @@ def queue_show(store: TaskStore, queue: str) -> QueueSettings | None:
     return store.queue_get(queue)
 
 
+def flow_usage(store: TaskStore) -> dict[str, tuple[int, int]]:
+    """(slots held now, slots in all) of every queue with a concurrency limit."""
+    return store.flow_usage()
+
+
 def queue_list(store: TaskStore) -> list[QueueSettings]:
     """Settings of every known queue, by name."""
     return store.queue_list()
@@ -193,8 +199,10 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
     """Change a queue's settings (creating the queue with defaults first if needed). Options:
     ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
     ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
-    ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it). None
-    leaves a setting unchanged."""
+    ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it),
+    ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts per second
+    across all workers) and ``burst`` (starts at once, default the rate; only with ``rate``), whole
+    numbers, 0 removing a limit (see :mod:`shardq.flow`). None leaves a setting unchanged."""
     validation.queue_name(queue)
     checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
@@ -207,10 +215,27 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
         "paused_dequeue": lambda v: validation.flag(v, "paused_dequeue"),
         "timeout_seconds": lambda v: validation.positive_seconds(v, "timeout"),
         "timeout_clear": lambda v: validation.flag(v, "timeout_clear"),
+        "concurrency": lambda v: validation.flow_limit(v, "concurrency limit"),
+        "rate": lambda v: validation.flow_limit(v, "rate"),
+        "burst": lambda v: validation.positive_int(v, "burst", maximum=validation.FLOW_LIMIT_MAX),
     }
     unknown = set(changes) - set(checks)
     if unknown:
         raise InvalidInput(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
     clean = {name: checks[name](value) for name, value in changes.items() if value is not None}
-    store.queue_ensure(queue)
-    return store.queue_update(queue, **clean)
+    if "burst" in clean and not clean.get("rate"):
+        raise InvalidInput("a burst needs a rate (set both: rate R, burst B)")
+    if not {"concurrency", "rate"} & set(clean):
+        store.queue_ensure(queue)
+        return store.queue_update(queue, **clean)
+
+    def body(_session: Session) -> QueueSettings | None:
+        # One transaction: the limits and the rows that enforce them (slots, token bucket) change
+        # together, so no claim sees one without the other.
+        store.queue_ensure(queue)
+        settings = store.queue_update(queue, **clean)
+        if settings is not None:
+            flow.fit(store, settings)
+        return settings
+
+    return store.session.transaction(body)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from . import validation
+from . import flow, validation
 from .errors import AmbiguousResult, DatabaseError, LeaseLost, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
 from .queue_settings import QueueSettingsCache
@@ -48,6 +48,9 @@ LAYOUT_REFRESH_SECONDS = 5.0
 # comes back short. Many consumers share the pairs, so a due task waits about this long at most.
 PROMOTE_INTERVAL_SECONDS = 0.25
 PROMOTE_BATCH = 500
+# A consumer whose claims a flow limit refuses reads the queue settings again at most this often
+# (otherwise after every empty round), so a limit removed meanwhile stops applying within about this.
+THROTTLED_SETTINGS_REFRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -62,6 +65,9 @@ class ClaimRound:
     #: round claim gives one per bucket it took tasks from, its seconds on the first only (None
     #: on the others)
     polls: list[tuple[int, str, float | None, int]] = field(default_factory=list)
+    #: queues whose flow limit refused this call's claim, with the seconds until their next token
+    #: (a rate) or None (every concurrency slot is held)
+    throttled: dict[str, float | None] = field(default_factory=dict)
 
 
 class Consumer:
@@ -152,6 +158,28 @@ class Consumer:
         result.statements += 1
         return self.store.task_promote_due_round(buckets, queue, PROMOTE_BATCH) > 0
 
+    def _gated(self, queue: str, claim: Callable[[int], list[ClaimedTask]], result: ClaimRound
+               ) -> Callable[[int], list[ClaimedTask]]:
+        """``claim`` for a queue with a flow limit (:mod:`shardq.flow`): take slots and tokens,
+        claim at most what they allow and hold them, in one transaction; a refusal is noted in
+        ``result.throttled``."""
+        settings = self.settings(queue)
+
+        def gated(limit: int) -> list[ClaimedTask]:
+            tasks, refused = flow.claim_gated(self.store, settings, limit, claim)
+            if refused is not None:
+                result.throttled[queue] = refused if isinstance(refused, float) else None
+            return tasks
+
+        return gated
+
+    def _limit_for(self, queue: str, want: int, start_room: int | None) -> int:
+        """How many tasks of ``queue`` to ask for: a limited queue's claims take slots and tokens
+        at once, so only as many as can start now (``start_room``), not a prefetch."""
+        if start_room is not None and self.settings(queue).limited:
+            return min(want, start_room)
+        return want
+
     @staticmethod
     def _claim_then_promote(
         claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound
@@ -173,14 +201,16 @@ class Consumer:
                         len(tasks), exc)
         return tasks
 
-    def claim(self, limit: int | None = None) -> ClaimRound:
+    def claim(self, limit: int | None = None, *, start_room: int | None = None) -> ClaimRound:
         """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
-        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks.
-        On PostgreSQL one statement per queue walks all the buckets (see :meth:`_claim_rounds`)."""
+        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks, and
+        of a queue with a flow limit at most ``start_room`` (tasks the caller can start at once;
+        None: ``limit``). On PostgreSQL one statement per queue walks all the buckets (see
+        :meth:`_claim_rounds`)."""
         want = min(limit or self.batch, self.batch)
         layout = self.layout()
         if self.store.claims_whole_rounds:
-            return self._claim_rounds(layout, want)
+            return self._claim_rounds(layout, want, start_room)
         pairs = layout.visit_count * len(self.queues)
         result = ClaimRound()
         failed = False
@@ -189,15 +219,17 @@ class Consumer:
             self._position += 1
             bucket, queue_index = divmod(step, len(self.queues))
             queue = self.queues[queue_index]
-            if self.settings(queue).paused_dequeue:
+            queue_want = self._limit_for(queue, want, start_room)
+            if self.settings(queue).paused_dequeue or queue_want <= 0 or queue in result.throttled:
                 continue
             result.statements += 1
             try:
                 lease = self.lease_for(queue)
+                claim = partial(self._claim, bucket, queue, lease=lease, result=result)
                 tasks = self._claim_then_promote(
-                    partial(self._claim, bucket, queue, lease=lease, result=result),
+                    self._gated(queue, claim, result) if self.settings(queue).limited else claim,
                     partial(self._promote, bucket, queue, result),
-                    want, result,
+                    queue_want, result,
                 )
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
@@ -212,7 +244,7 @@ class Consumer:
                 return result
         return self._end_empty_round(layout, result, failed)
 
-    def _claim_rounds(self, layout: ShardLayout, want: int) -> ClaimRound:
+    def _claim_rounds(self, layout: ShardLayout, want: int, start_room: int | None = None) -> ClaimRound:
         """PostgreSQL: per queue, one statement claims over every bucket, starting one bucket
         further than the previous call (so each bucket gets its turn to be drained first); a
         queue whose claim comes back short has its due scheduled tasks promoted (at most every
@@ -225,15 +257,17 @@ class Consumer:
         buckets = [(start + i) % count for i in range(count)]
         for step in range(len(self.queues)):
             queue = self.queues[(start + step) % len(self.queues)]
-            if self.settings(queue).paused_dequeue:
+            queue_want = self._limit_for(queue, want, start_room)
+            if self.settings(queue).paused_dequeue or queue_want <= 0:
                 continue
             lease = self.lease_for(queue)
             result.statements += 1
             try:
+                claim = partial(self._claim_round, buckets, queue, lease=lease, result=result)
                 tasks = self._claim_then_promote(
-                    partial(self._claim_round, buckets, queue, lease=lease, result=result),
+                    self._gated(queue, claim, result) if self.settings(queue).limited else claim,
                     partial(self._promote_round, buckets, queue, result),
-                    want, result,
+                    queue_want, result,
                 )
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
@@ -250,11 +284,13 @@ class Consumer:
 
     def _end_empty_round(self, layout: ShardLayout, result: ClaimRound, failed: bool) -> ClaimRound:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
-        counts as empty only if the layout it walked is still the layout and no claim failed."""
+        counts as empty only if the layout it walked is still the layout, no claim failed and no
+        flow limit refused a claim (tasks may be waiting behind it)."""
         refreshed = self.layout(refresh=True)
-        self.queue_settings.expire()
+        if not result.throttled or self.queue_settings.age() >= THROTTLED_SETTINGS_REFRESH_SECONDS:
+            self.queue_settings.expire()  # a removed limit is seen soon, without a read per refusal
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
-        result.round_empty = unchanged and not failed
+        result.round_empty = unchanged and not failed and not result.throttled
         return result
 
 

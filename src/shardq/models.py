@@ -68,6 +68,10 @@ class ClaimedTask(NamedTuple):
     created_at: dt.datetime
     priority: int = 0
     exclusive_key: str | None = None
+    #: the concurrency slot the task holds in a queue with a concurrency limit (shardq.flow), and
+    #: the slot's free_at as written at claim time (the task's lease expiry); None otherwise
+    flow_slot: int | None = None
+    flow_until: dt.datetime | None = None
 
     @property
     def id(self) -> str:
@@ -84,7 +88,7 @@ class ClaimedTask(NamedTuple):
         priority is its rank. Positional on purpose: this runs once per claimed task."""
         bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive = row
         return _new_tuple(cls, (_new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)), attempts,
-                                max_attempts, payload, token, expires, created, rank, exclusive))
+                                max_attempts, payload, token, expires, created, rank, exclusive, None, None))
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> ClaimedTask:
@@ -161,6 +165,22 @@ class QueueSettings:
     paused_dequeue: bool = False
     #: a task running longer is settled as a failed attempt (None: no limit)
     timeout_seconds: float | None = None
+    #: at most this many tasks run at once across all workers (None: no limit; shardq.flow)
+    concurrency_limit: int | None = None
+    #: at most this many task starts per second across all workers (None: no limit) ...
+    rate_limit: int | None = None
+    #: ... in bursts of up to this many (None: the rate)
+    rate_burst: int | None = None
+
+    @property
+    def burst(self) -> int:
+        """The rate limit's burst: ``rate_burst``, by default the rate itself."""
+        return self.rate_burst if self.rate_burst is not None else (self.rate_limit or 0)
+
+    @property
+    def limited(self) -> bool:
+        """Claims of this queue go through flow control (a concurrency or rate limit is set)."""
+        return self.concurrency_limit is not None or self.rate_limit is not None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueSettings:
@@ -175,6 +195,9 @@ class QueueSettings:
             paused_enqueue=row["paused_enqueue"],
             paused_dequeue=row["paused_dequeue"],
             timeout_seconds=row.get("timeout_seconds"),
+            concurrency_limit=row.get("concurrency_limit"),
+            rate_limit=row.get("rate_limit"),
+            rate_burst=row.get("rate_burst"),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -189,7 +212,24 @@ class QueueSettings:
             "paused_enqueue": self.paused_enqueue,
             "paused_dequeue": self.paused_dequeue,
             "timeout_seconds": self.timeout_seconds,
+            "concurrency_limit": self.concurrency_limit,
+            "rate_limit": self.rate_limit,
+            "rate_burst": self.rate_burst if self.rate_limit is not None else None,
         }
+
+
+@dataclass(frozen=True)
+class TokenBucket:
+    """A rate-limited queue's bucket as read under its lock, with the transaction's clock."""
+
+    tokens: float
+    refilled_at: dt.datetime
+    now: dt.datetime
+
+    def available(self, rate: int, burst: int) -> float:
+        """Tokens in the bucket now: what was left, plus ``rate`` per second since, at most ``burst``."""
+        elapsed = max(0.0, (self.now - self.refilled_at).total_seconds())
+        return min(float(burst), self.tokens + rate * elapsed)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ class QueueSettingsCache:
         hand-written shorter lease would expire before its task could be acked)."""
         return self.lease_override or max(validation.LEASE_MIN_SECONDS, self.settings(queue).lease_seconds)
 
+    def age(self) -> float:
+        """Seconds since the settings were last read."""
+        return self._clock() - self._read_at
+
     def expire(self) -> None:
         """Read the table again on the next call (after an empty round: a cheap moment)."""
         self._read_at = -SETTINGS_REFRESH_SECONDS

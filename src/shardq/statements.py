@@ -161,6 +161,12 @@ def queue_list() -> Plan[list[QueueSettings]]:
     return [QueueSettings.from_row(row) for row in rows]
 
 
+def flow_usage() -> Plan[dict[str, tuple[int, int]]]:
+    """(slots held now, slots in all) per queue with a concurrency limit (shardq.flow)."""
+    rows = yield Call("flow_usage")
+    return {row["queue"]: (row["in_use"], row["slots"]) for row in rows}
+
+
 # -- introspection -------------------------------------------------------------------------------
 
 def stats_snapshot(*, historical: bool) -> Plan[None]:

@@ -129,21 +129,23 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
         yield from statements.stats_snapshot(historical=historical)
         clock = yield from statements.stats_now()
         window = yield from statements.stats_window(options.window_minutes)
-        names = sorted({q.name for q in (yield from statements.queue_list())} | set(window))
+        settings = {q.name: q for q in (yield from statements.queue_list())}
+        names = sorted(set(settings) | set(window))
         depth = yield from statements.stats_depth(names, buckets, cap)
         dead = {}
         for name in names:
             dead[name] = yield from statements.stats_dead_count(name, cap * len(buckets))
-        return clock, window, names, depth, dead
+        usage = (yield from statements.flow_usage()) if any(q.limited for q in settings.values()) else {}
+        return clock, window, names, depth, (dead, settings, usage)
 
     try:
-        clock, window, names, depth, dead = yield Atomically(lambda: read(historical))
+        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(historical))
     except (NotMigrated, ShardLayoutChanged):
         if not historical:
             raise
         # A table (or, after a resize, a shard column) younger than the follower-read staleness
         # does not exist at that time: read the present instead.
-        clock, window, names, depth, dead = yield Atomically(lambda: read(False))
+        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(False))
         historical = False
 
     as_of: dt.datetime = clock["as_of"]
@@ -193,6 +195,9 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
             activity=window.get(name, Activity()),
             window_s=window_s,
             per_bucket=dict(sorted(per_queue[name].items())),
+            concurrency_limit=settings[name].concurrency_limit if name in settings else None,
+            slots_in_use=usage.get(name, (0, 0))[0] if name in settings and settings[name].concurrency_limit else None,
+            rate_limit=settings[name].rate_limit if name in settings else None,
         )
     return Stats(
         buckets=layout.bucket_count,

@@ -32,9 +32,11 @@ class Activity:
     capacity_seconds: float = 0.0
     #: attempts that ran past their execution timeout (also counted in ``retried`` or ``dead``)
     timeouts: int = 0
+    #: claims a flow limit (concurrency or rate) refused
+    throttled: int = 0
 
     FIELDS = ("enqueued", "acked", "retried", "expired", "dead", "handled", "handler_seconds", "capacity_seconds",
-              "timeouts")
+              "timeouts", "throttled")
 
     @property
     def completed(self) -> int:
@@ -97,6 +99,10 @@ class QueueStats:
     activity: Activity = field(default_factory=Activity)
     window_s: float = 0.0
     per_bucket: Mapping[int, BucketDepth] = field(default_factory=dict)
+    #: flow control (shardq.flow): the queue's limits, and its concurrency slots held now
+    concurrency_limit: int | None = None
+    slots_in_use: int | None = None
+    rate_limit: int | None = None
 
     def accuracy_of(self, count: str) -> Accuracy:
         return self.accuracy.get(count, Accuracy.EXACT)
@@ -209,6 +215,11 @@ class Stats:
                 "lead_time_by_duration_s": rounded(q.lead_time_by_duration_s, 1),
                 "window": {k: getattr(q.activity, k) for k in Activity.FIELDS},
             }
+            if q.concurrency_limit is not None:
+                entry["concurrency_limit"] = q.concurrency_limit
+                entry["slots_in_use"] = q.slots_in_use
+            if q.rate_limit is not None:
+                entry["rate_limit"] = q.rate_limit
             if per_bucket:
                 entry["per_bucket"] = {
                     str(b): {"ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "backlog": d.backlog}

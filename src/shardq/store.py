@@ -28,6 +28,7 @@ from .models import (
     ShardLayout,
     TaskInfo,
     TaskKey,
+    TokenBucket,
 )
 from .plans import Plan, run
 from .statements import (  # noqa: F401 - names other modules and tests import from here
@@ -329,11 +330,65 @@ class TaskStore:
 
     def queue_update(self, queue: str, **changes: object) -> QueueSettings | None:
         fields = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
-                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds")
+                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds",
+                  "concurrency", "rate", "burst")
         params: dict[str, object] = {name: changes.get(name) for name in fields}
         params["timeout_clear"] = bool(changes.get("timeout_clear"))
         row = self.session.fetch_one("queue_update", {"queue": queue, **params})
         return QueueSettings.from_row(row) if row else None
+
+    # -- flow control (shardq.flow; statements in sql/common/flow.sql) ---------------------------
+    def flow_slots_take(self, queue: str, limit: int) -> list[tuple[int, dt.datetime]]:
+        """Lock up to ``limit`` free slots of ``queue``: (slot, free_at) each."""
+        rows = self.session.fetch_all("flow_slots_take", {"queue": queue, "limit": limit}, tuples=True)
+        return [(row[0], row[1]) for row in rows]
+
+    def flow_slots_hold(self, queue: str, holds: Sequence[tuple[int, dt.datetime, dt.datetime, uuid.UUID, uuid.UUID]]) -> int:
+        """Hold slots: (slot, free_at now, free_at until, lease token, task id) each; returns how many."""
+        params = {"queue": queue, "slots": [h[0] for h in holds], "olds": [h[1] for h in holds],
+                  "untils": [h[2] for h in holds], "tokens": [h[3] for h in holds], "task_ids": [h[4] for h in holds]}
+        return len(self.session.fetch_all("flow_slots_hold", params))
+
+    @staticmethod
+    def _slot_arrays(slots: Sequence[Any]) -> dict[str, Any]:
+        return {"queues": [h.queue for h in slots], "slots": [h.slot for h in slots], "untils": [h.until for h in slots],
+                "tokens": [h.token for h in slots], "task_ids": [h.task_id for h in slots]}
+
+    def flow_slots_extend(self, slots: Sequence[Any], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
+        """Move held slots' free_at to now + ``lease_seconds`` (:class:`shardq.flow.HeldSlot` each)."""
+        params = {**self._slot_arrays(slots), "lease_seconds": lease_seconds}
+        # Fenced by whole key + token + task: safe to re-send after 40003 (see shardq.db).
+        rows = self.session.fetch_all("flow_slots_extend", params, resend_ambiguous=True)
+        return {row["task_id"]: row["free_at"] for row in rows}
+
+    def flow_slots_release(self, slots: Sequence[Any]) -> int:
+        """Free held slots (:class:`shardq.flow.HeldSlot` each); returns how many were still held."""
+        rows = self.session.fetch_all("flow_slots_release", self._slot_arrays(slots), resend_ambiguous=True)
+        return len(rows)
+
+    def flow_slots_add(self, queue: str, slots: int) -> None:
+        self.session.execute("flow_slots_add", {"queue": queue, "slots": slots})
+
+    def flow_slots_trim(self, queue: str, slots: int) -> None:
+        self.session.execute("flow_slots_trim", {"queue": queue, "slots": slots})
+
+    def flow_tokens_take(self, queue: str) -> TokenBucket | None:
+        """Lock and read ``queue``'s token bucket, or None when it has none."""
+        rows = self.session.fetch_all("flow_tokens_take", {"queue": queue})
+        return TokenBucket(rows[0]["tokens"], rows[0]["refilled_at"], rows[0]["now"]) if rows else None
+
+    def flow_tokens_spend(self, queue: str, tokens: float, refilled_at: dt.datetime) -> None:
+        self.session.execute("flow_tokens_spend", {"queue": queue, "tokens": tokens, "refilled_at": refilled_at})
+
+    def flow_tokens_reset(self, queue: str, tokens: float) -> None:
+        self.session.execute("flow_tokens_reset", {"queue": queue, "tokens": tokens})
+
+    def flow_tokens_drop(self, queue: str) -> None:
+        self.session.execute("flow_tokens_drop", {"queue": queue})
+
+    def flow_usage(self) -> dict[str, tuple[int, int]]:
+        """(slots held now, slots in all) per queue with a concurrency limit."""
+        return run(self.session, statements.flow_usage())
 
     # -- introspection and dead letters -----------------------------------------------------
     def stats_snapshot(self, *, historical: bool) -> None:

@@ -92,6 +92,20 @@ def positive_int(value: object, what: str, *, maximum: int | None = None) -> int
     return value
 
 
+#: The largest concurrency limit, rate and burst a queue takes (a slot is a row: 10,000 rows per queue
+#: at most; a rate beyond this is no limit on any machine shardq runs on).
+FLOW_LIMIT_MAX = 10_000
+
+
+def flow_limit(value: object, what: str) -> int:
+    """A concurrency limit or rate: a whole number from 0 (no limit) to ``FLOW_LIMIT_MAX``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{what} must be a whole number >= 0 (0 removes the limit)")
+    if value > FLOW_LIMIT_MAX:
+        raise InvalidInput(f"{what} must be at most {FLOW_LIMIT_MAX}")
+    return value
+
+
 def positive_seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(f"{what} must be a number of seconds")

@@ -221,4 +221,68 @@ PARSES = Rule(
     _parses,
 )
 
-RULES = (CTE_RETURNING, VARIABLES, CRDB_INTERNAL, NOTHING_MISSING, PARSES)
+# -- 6. SKIP LOCKED scans are hard-limited spans of the key ----------------------------------------
+
+#: The primary keys SKIP LOCKED scans read, in key order: the tasks table's (its hidden shard column
+#: first: migration 0001, sql/cockroachdb/tasks.sql) and the flow slots' (migration 0006).
+LOCKED_SCAN_KEYS = {
+    "shardq_tasks": ("{shard_col}", "state", "queue", "rank", "exec_time", "id"),
+    "shardq_slots": ("queue", "free_at", "slot"),
+}
+
+
+def _column(node: object) -> str | None:
+    if isinstance(node, ast.ColumnRef) and isinstance(node.fields[-1], ast.String):
+        name = node.fields[-1].sval
+        return "{shard_col}" if name.startswith("crdb_internal_") and name.endswith("_shard_16") else name
+    return None
+
+
+def _hard_limited(sent: Sent) -> list[str]:
+    """A SKIP LOCKED SELECT of a table in LOCKED_SCAN_KEYS filters only on key columns, equalities
+    on a prefix of the key and at most one range on the next column, and orders by the columns
+    that follow the equalities: its whole WHERE is then the index span, the LIMIT is pushed into
+    the scan, and only the rows returned are locked."""
+    problems = []
+    for node in _nodes(sent):
+        if not isinstance(node, ast.SelectStmt) or not node.lockingClause:
+            continue
+        if not any(c.waitPolicy == pglast.enums.LockWaitPolicy.LockWaitSkip for c in node.lockingClause):
+            continue
+        tables = [r.relname for r in node.fromClause or () if isinstance(r, ast.RangeVar)]
+        if len(tables) != 1 or tables[0] not in LOCKED_SCAN_KEYS:
+            continue
+        key = LOCKED_SCAN_KEYS[tables[0]]
+        where = node.whereClause
+        terms = list(where.args) if isinstance(where, ast.BoolExpr) and where.boolop == 0 else [where]
+        equal, ranged = set(), []
+        for term in terms:
+            column = _column(term.lexpr) if isinstance(term, ast.A_Expr) else None
+            operator = term.name[-1].sval if isinstance(term, ast.A_Expr) else None
+            if column not in key or operator not in {"=", "<", "<=", ">", ">="}:
+                problems.append(f"{tables[0]}: a residual filter in a SKIP LOCKED scan ({type(term).__name__})")
+            elif operator == "=":
+                equal.add(column)
+            else:
+                ranged.append(column)
+        prefix = 0
+        while prefix < len(key) and key[prefix] in equal:
+            prefix += 1
+        if equal != set(key[:prefix]):
+            problems.append(f"{tables[0]}: equalities {sorted(equal)} are not a prefix of the key {key}")
+        if ranged and (len(ranged) > 1 or ranged[0] != key[prefix]):
+            problems.append(f"{tables[0]}: range on {ranged} is not on the key column after the prefix")
+        order = [_column(s.node) for s in node.sortClause or ()]
+        if order != list(key[prefix:prefix + len(order)]):
+            problems.append(f"{tables[0]}: ORDER BY {order} is not the key order after {key[:prefix]}")
+    return problems
+
+
+HARD_LIMITED = Rule(
+    "SKIP LOCKED scan with a residual filter",
+    "cockroachdb#121917 (a soft-limit locking scan locks every row it reads, filtered out or not); "
+    "../shared/reference/cockroachdb.md, SKIP LOCKED",
+    _hard_limited,
+)
+
+RULES = (CTE_RETURNING, VARIABLES, CRDB_INTERNAL, NOTHING_MISSING, PARSES, HARD_LIMITED)

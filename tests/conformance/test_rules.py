@@ -8,7 +8,7 @@ import pytest
 from shardq.engine import POSTGRESQL
 
 from .collect import Sent
-from .rules import CRDB_INTERNAL, CTE_RETURNING, NOTHING_MISSING, PARSES, VARIABLES
+from .rules import CRDB_INTERNAL, CTE_RETURNING, HARD_LIMITED, NOTHING_MISSING, PARSES, VARIABLES
 
 pytestmark = pytest.mark.conformance
 
@@ -129,3 +129,25 @@ def test_a_statement_that_does_not_parse_is_caught_and_cockroachdb_extensions_ar
     assert PARSES(sql("SELECT count(*) FROM shardq_tasks AS OF SYSTEM TIME follower_read_timestamp() GROUP BY 1")) == []
     assert PARSES(sql("CREATE TABLE t (a STRING, b BYTES, PRIMARY KEY (a) USING HASH WITH (bucket_count = 8))")) == []
     assert PARSES(sql("ALTER TABLE t ALTER PRIMARY KEY USING COLUMNS (a) USING HASH WITH (bucket_count = 4)")) == []
+
+
+# -- SKIP LOCKED scans ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, order", [
+    ("queue = %(queue)s AND (free_at IS NULL OR free_at <= now())", "free_at"),  # a residual OR
+    ("queue = %(queue)s AND token IS NULL", "free_at"),  # a column outside the key
+    ("free_at <= now()", "free_at"),  # a range without the equality before it
+    ("queue = %(queue)s AND free_at <= now()", "slot"),  # order that is not the key's
+])
+def test_a_skip_locked_scan_that_is_not_a_key_span_is_refused(where, order):
+    text = f"SELECT slot FROM shardq_slots WHERE {where} ORDER BY {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    assert HARD_LIMITED(Sent("example", text))
+
+
+def test_the_claims_and_the_slot_take_are_key_spans():
+    from .collect import named_statements
+
+    checked = [s for s in named_statements() if "SKIP LOCKED" in s.text and s.origin in
+               {"sql:task_claim_batch", "sql:task_promote_due", "sql:flow_slots_take"}]
+    assert len(checked) == 3
+    assert not [problem for s in checked for problem in HARD_LIMITED(s)]

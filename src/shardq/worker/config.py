@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .. import validation
@@ -107,8 +108,23 @@ class WorkerTotals:
     abandoned: int = 0
     #: the worker stopped because ``max_abandoned`` threads were abandoned (exit non-zero)
     abandoned_limit_reached: bool = False
+    #: claims a flow limit refused (shardq.flow): in all, and per queue until the settler takes them
+    throttled: int = 0
     per_bucket_claims: Counter = field(default_factory=Counter)
+    _throttled_by_queue: Counter = field(default_factory=Counter, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count_throttled(self, queues: Iterable[str]) -> None:
+        with self._lock:
+            for queue in queues:
+                self.throttled += 1
+                self._throttled_by_queue[queue] += 1
+
+    def take_throttled(self) -> Counter:
+        """Refusals per queue since the last call (for the activity counters)."""
+        with self._lock:
+            taken, self._throttled_by_queue = self._throttled_by_queue, Counter()
+        return taken
 
     def add(self, **counts: int) -> None:
         with self._lock:

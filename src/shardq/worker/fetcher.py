@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .. import backoff, notify
+from .. import backoff, flow, notify
 from ..consumer import Consumer
 from ..errors import DatabaseError
 from ..models import ClaimedTask
@@ -56,7 +56,7 @@ class Fetcher:
         nothing is in flight)."""
         consumer = self.consumer or self.connect()
         config, table, stop = self.config, self.table, self.stop_event
-        empty_rounds = 0
+        empty_rounds = throttled_rounds = 0
         failures = 0
         listener = None
         if config.listen and not config.until_empty:
@@ -72,7 +72,7 @@ class Fetcher:
             try:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
-                found = consumer.claim(limit=want)
+                found = consumer.claim(limit=want, start_room=table.start_room())
                 failures = 0
                 if listener is not None and not listener.active:
                     listener.retry()  # the database answers again (throttled: see notify.Listener)
@@ -87,10 +87,26 @@ class Fetcher:
             self.totals.add(claim_statements=found.statements)
             if self.sink.wants("claim"):
                 self.sink.emit("claim", None, polls=found.polls, tasks=len(found.tasks))
+            if found.throttled:
+                self.totals.count_throttled(found.throttled)
             if found.tasks:
-                empty_rounds = 0
+                empty_rounds = throttled_rounds = 0
                 self._accept(found.tasks, consumer)
                 continue
+            if found.throttled:
+                # A flow limit refused: wait for the next token (rate), or for slots to come back
+                # (concurrency: they are freed by other workers' settles, which nobody announces,
+                # so the wait doubles while refusals continue), never spinning on the database.
+                throttled_rounds += 1
+                slot_wait = min(flow.SLOT_WAIT_MIN_SECONDS * 2 ** (throttled_rounds - 1), flow.SLOT_WAIT_MAX_SECONDS)
+                pause = min(slot_wait if wait is None else wait for wait in found.throttled.values())
+                if any(wait is None for wait in found.throttled.values()):
+                    table.fetch_wake.clear()
+                    table.fetch_wake.wait(pause)  # a settle here frees a slot: look again at once
+                else:
+                    stop.wait(pause)  # the next token comes at a known time
+                continue
+            throttled_rounds = 0
             if not found.round_empty:
                 continue
             self.totals.add(empty_rounds=1)
@@ -116,6 +132,9 @@ class Fetcher:
         queue = tasks[0].queue
         deadline = time.monotonic() + consumer.lease_for(queue)
         entries, claims = entries_for(tasks, deadline)
+        if tasks[0].flow_slot is not None:
+            for entry in entries:
+                entry.flow_until = entry.claimed.flow_until
         timeout = consumer.settings(queue).timeout_seconds or self.config.timeout  # a task's own comes later
         if timeout is not None:
             for entry in entries:

@@ -8,6 +8,7 @@ held tasks itself is guarded by :attr:`InFlightTable.lock`.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import threading
 import traceback
@@ -69,10 +70,12 @@ class InFlight:
     timed_out: bool = False
     #: the executor slot running it (kept only for tasks with a timeout)
     slot: int = -1
+    #: the free_at of the flow slot the task holds (shardq.flow), as last written; None: none held
+    flow_until: dt.datetime | None = None
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""
-        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE)
+        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE, flow_until=self.flow_until)
 
 
 class InFlightTable:
@@ -134,6 +137,15 @@ class InFlightTable:
             self.slots + self.prefetch + self.ack_batch - len(self.entries),
         )
         return max(0, min(room, self.batch))
+
+    def start_room(self) -> int:
+        """Tasks that could start at once: free slots not already promised to claimed tasks (what
+        a queue with a flow limit may claim: no prefetch, since a claimed task holds its queue's
+        slot and token whether it runs or waits)."""
+        started = sum(self.started)
+        waiting = self.claimed_total - started
+        running = started - sum(self.finished) - self.timed_out
+        return max(0, self.slots - waiting - running)
 
     def add_slot(self) -> int:
         """A new slot (a thread replacing one left running past its task's timeout): its index."""

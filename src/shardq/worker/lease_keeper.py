@@ -8,13 +8,14 @@ import logging
 import threading
 import time
 
-from .. import validation
+from .. import flow, validation
 from ..consumer import fenced
 from ..errors import DatabaseError
 from ..models import ClaimedTask
 from ..queue_settings import QueueSettingsCache
+from ..store import TaskStore
 from .config import WorkerConfig
-from .inflight import InFlightTable
+from .inflight import InFlight, InFlightTable
 from .sessions import SessionPerThread
 
 log = logging.getLogger("shardq.worker")
@@ -58,14 +59,15 @@ class LeaseKeeper:
         now = time.monotonic()
         # A lease is never renewed past its task's timeout (at least LEASE_MIN_SECONDS, as every
         # lease): the timeout keeper settles the task then, and no renewal should outlive that.
-        groups: dict[float, list[ClaimedTask]] = {}
+        groups: dict[float, list[InFlight]] = {}
         for e in entries:
             lease = leases[e.claimed.queue]
             if e.timeout_at is not None:
                 lease = max(validation.LEASE_MIN_SECONDS, min(lease, round(e.timeout_at - now, 3)))
-            groups.setdefault(lease, []).append(e.claimed)
+            groups.setdefault(lease, []).append(e)
         store = settings.store
-        for lease, claimed in groups.items():
+        for lease, group in groups.items():
+            claimed = [e.claimed for e in _keeping_slots(store, group, lease)]
             renewed = store.task_extend_many([fenced(c) for c in claimed], lease)
             deadline = time.monotonic() + lease
             for c in claimed:
@@ -77,8 +79,32 @@ class LeaseKeeper:
     def extend(self, claimed: ClaimedTask, seconds: float) -> dt.datetime | None:
         """``task.extend(seconds)``: renew one lease now, on the calling thread's own session.
         Returns the new expiry, or None if the lease had passed on."""
-        expiry = self.sessions.store().task_extend_many([fenced(claimed)], seconds)
+        store = self.sessions.store()
+        entry = self.table.entries.get(claimed.key.id.int)
+        if entry is not None and not _keeping_slots(store, [entry], seconds):
+            return None
+        expiry = store.task_extend_many([fenced(claimed)], seconds)
         expires = expiry.get(claimed.key.id)
         if expires is not None:
             self.table.extend_local(claimed.key.id, time.monotonic() + seconds)
         return expires
+
+
+def _keeping_slots(store: TaskStore, entries: list[InFlight], lease: float) -> list[InFlight]:
+    """Renew the flow slots (shardq.flow) the tasks of ``entries`` hold, before their leases, and
+    return the entries whose leases may be renewed: all but those whose slot was lost (it
+    expired and another claim took it). Such a task's lease is left to run out, as if this worker
+    had stalled: renewing it would keep one task more running than the queue's limit."""
+    slotted = [e for e in entries if e.flow_until is not None]
+    if not slotted:
+        return entries
+    kept = flow.extend_slots(store, [held for e in slotted if (held := flow.held_slot(e.claimed, e.flow_until))], lease)
+    lost: set[int] = set()
+    for e in slotted:
+        until = kept.get(e.claimed.key.id)
+        if until is None:
+            lost.add(id(e))
+            log.warning("task %s lost its %s concurrency slot; its lease is not renewed", e.claimed.id, e.claimed.queue)
+        else:
+            e.flow_until = until
+    return [e for e in entries if id(e) not in lost]

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import backoff, exclusive
+from .. import backoff, exclusive, flow
 from .. import stats as activity
 from ..consumer import fenced
 from ..errors import DatabaseError
@@ -224,6 +224,14 @@ class Settler:
                     done = store.task_ack_many([fenced(o.claimed) for o in partial], closed)
                     self._count(partial, done, "acked")
             steps.append(ack_by_key)
+        slots = [held for o in outcomes if (held := flow.held_slot(o.claimed, o.flow_until)) is not None]
+        if slots:
+            # After the statements above: a slot goes back only once its task has left the running
+            # state (freeing it early could let one task too many start). If this step never runs
+            # (the worker dies), the slot is free when its task's lease would have expired.
+            def release_slots(store: TaskStore) -> None:
+                flow.release_slots(store, slots)
+            steps.append(release_slots)
         return Batch(outcomes, steps)
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
@@ -325,6 +333,8 @@ class Settler:
         offered = self.config.concurrency * (now - since)
         for queue_name in self.config.queues:
             self._tally.of(queue_name).capacity_seconds += offered
+        for queue_name, refused in self.totals.take_throttled().items():
+            self._tally.of(queue_name).throttled += refused
         self._tally.flush(store)
         return now
 

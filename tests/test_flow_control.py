@@ -1,0 +1,210 @@
+"""Flow control (shardq.flow): a queue's global concurrency limit and rate limit, enforced in the
+claim; slots follow leases (kept by renewals, freed on settle, back by themselves after a crash);
+a queue without a limit sends no flow statement; settings refuse bad limits with nothing written."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from shardq import flow
+from shardq.consumer import Consumer
+from shardq.errors import InvalidInput, SerializationConflict
+from shardq.models import NewTask
+from shardq.store import TaskStore
+
+
+class Overlap:
+    """Counts handlers running at once (in this process)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+        self.starts: list[float] = []
+
+    def __call__(self, seconds: float):
+        def handler(task) -> None:
+            with self.lock:
+                self.now += 1
+                self.peak = max(self.peak, self.now)
+                self.starts.append(time.monotonic())
+            time.sleep(seconds)
+            with self.lock:
+                self.now -= 1
+        return handler
+
+
+def work(db, handler, *, concurrency: int, **options):
+    worker = db.client.worker(["q"], handler, concurrency=concurrency, until_empty=True, **options)
+    return worker.run(install_signal_handlers=False)
+
+
+def test_a_queue_limited_to_three_runs_three_at_once_in_a_worker_of_eight(db):
+    db.client.set_queue("q", concurrency=3)
+    db.client.enqueue_many("q", [b"x"] * 24)
+    overlap = Overlap()
+    totals = work(db, overlap(0.05), concurrency=8)
+    assert totals.acked == 24
+    assert overlap.peak == 3
+    assert db.client.store.flow_usage() == {"q": (0, 3)}  # every slot given back on settle
+
+
+def test_two_workers_share_the_limit(db):
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 20)
+    overlap = Overlap()
+    threads = [threading.Thread(target=work, args=(db, overlap(0.05)), kwargs={"concurrency": 4}) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlap.peak == 2
+    assert db.client.stats().queues["q"].ready == 0
+
+
+def test_a_claim_never_takes_more_tasks_than_free_slots(db):
+    db.client.set_queue("q", concurrency=3)
+    db.client.enqueue_many("q", [b"x"] * 10)
+    consumer = Consumer(db.store, ["q"], batch=10)
+    first = consumer.claim(start_room=10)
+    assert len(first.tasks) == 3 and {t.flow_slot for t in first.tasks} == {0, 1, 2}
+    second = consumer.claim(start_room=10)
+    assert second.tasks == [] and second.throttled == {"q": None} and not second.round_empty
+    assert db.store.flow_usage() == {"q": (3, 3)}
+    freed = flow.release_slots(db.store, [flow.held_slot(t) for t in first.tasks[:2]])
+    assert freed == 2
+    third = consumer.claim(start_room=10)
+    assert len(third.tasks) == 2
+
+
+def test_a_claim_asks_only_for_what_it_can_start(db):
+    db.client.set_queue("q", concurrency=5)
+    db.client.enqueue_many("q", [b"x"] * 10)
+    consumer = Consumer(db.store, ["q"], batch=10)
+    assert len(consumer.claim(start_room=1).tasks) == 1
+    assert db.store.flow_usage() == {"q": (1, 5)}
+
+
+def test_slots_of_a_dead_claim_come_back_when_its_lease_expires(db):
+    db.client.set_queue("q", concurrency=2, lease_seconds=1)
+    db.client.enqueue_many("q", [b"x"] * 4)
+    held = Consumer(db.store, ["q"], batch=10).claim(start_room=10).tasks  # then "dies": never settles
+    assert len(held) == 2
+    other = Consumer(TaskStore(db.client.new_session()), ["q"], batch=10)
+    assert other.claim(start_room=10).throttled == {"q": None}
+    expiry = max(t.lease_expires_at for t in held)
+    while db.sql("SELECT now() <= %(e)s AS waiting", {"e": expiry})[0]["waiting"]:
+        time.sleep(0.05)  # the server's clock decides when the lease is over
+    retaken = other.claim(start_room=10).tasks
+    assert len(retaken) == 2  # the expired slots, without a reaper or any clean-up
+
+
+def test_a_renewed_lease_keeps_its_slot(db):
+    db.client.set_queue("q", concurrency=1, lease_seconds=1)
+    db.client.enqueue_many("q", [b"long", b"short"])
+    overlap = Overlap()
+    slow, fast = overlap(2.5), overlap(0.01)
+
+    def handler(task) -> None:
+        (slow if task.payload == b"long" else fast)(task)
+
+    threads = [threading.Thread(target=work, args=(db, handler), kwargs={"concurrency": 2, "heartbeat": True})
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlap.peak == 1  # 2.5 s on a 1 s lease: renewed twice, never given up
+
+
+def test_a_rate_limit_spaces_starts(db):
+    db.client.set_queue("q", rate=20, burst=5)
+    db.client.enqueue_many("q", [b"x"] * 45)
+    overlap = Overlap()
+    started = time.monotonic()
+    totals = work(db, overlap(0), concurrency=8)
+    elapsed = time.monotonic() - started
+    assert totals.acked == 45
+    # 5 at once, then 20 a second: 40 more take 2 s; no second holds more than 20 + 5.
+    assert elapsed >= 1.9
+    starts = sorted(overlap.starts)
+    assert max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts) <= 25
+
+
+def test_refused_claims_and_slots_in_use_are_in_stats(db):
+    db.client.set_queue("q", rate=10, burst=1, concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 5)
+    totals = work(db, lambda task: None, concurrency=4, stats_interval=0.1)
+    assert totals.acked == 5 and totals.throttled > 0
+    stats = db.client.stats().queues["q"]
+    assert stats.activity.throttled == totals.throttled
+    assert (stats.slots_in_use, stats.concurrency_limit) == (0, 2)
+
+
+def test_a_queue_without_limits_sends_no_flow_statement(db):
+    db.client.enqueue_many("q", [b"x"] * 50)
+    sent: list[str] = []
+    db.store.session.before_statement = sent.append
+    try:
+        Consumer(db.store, ["q"], batch=10).claim(start_room=10)
+    finally:
+        db.store.session.before_statement = None
+    assert sent and not [name for name in sent if name.startswith("flow_")]
+
+
+def test_removing_a_limit_drops_its_slots_and_bucket(db):
+    db.client.set_queue("q", concurrency=3, rate=5)
+    assert db.store.flow_usage() == {"q": (0, 3)}
+    settings = db.client.set_queue("q", concurrency=0, rate=0)
+    assert settings.concurrency_limit is None and settings.rate_limit is None
+    assert db.store.flow_usage() == {}
+    assert db.sql("SELECT count(*) AS n FROM shardq_rate_tokens")[0]["n"] == 0
+
+
+def test_lowering_a_limit_drops_the_slots_above_it(db):
+    db.client.set_queue("q", concurrency=5)
+    db.client.set_queue("q", concurrency=2)
+    assert db.store.flow_usage() == {"q": (0, 2)}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"concurrency": -1}, "concurrency limit must be a whole number >= 0"),
+    ({"concurrency": 1.5}, "concurrency limit must be a whole number >= 0"),
+    ({"rate": -3}, "rate must be a whole number >= 0"),
+    ({"rate": 10, "burst": 0}, "burst must be a positive whole number"),
+    ({"burst": 5}, "a burst needs a rate"),
+])
+def test_bad_limits_are_refused_and_nothing_is_written(db, changes, message):
+    with pytest.raises(InvalidInput, match=message):
+        db.client.set_queue("q", **changes)
+    assert db.client.queue_settings("q") is None  # not even the queue was created
+
+
+def test_limits_on_a_queue_that_does_not_exist_yet_apply_when_it_appears(db):
+    db.client.set_queue("later", concurrency=1)
+    db.client.enqueue_many("later", [NewTask(b"x"), NewTask(b"y")])
+    consumer = Consumer(db.store, ["later"], batch=10)
+    assert len(consumer.claim(start_room=10).tasks) == 1
+
+
+def test_a_claim_whose_slot_changed_under_it_is_rolled_back(db):
+    db.client.set_queue("q", concurrency=1)
+    db.client.enqueue_many("q", [b"x"])
+    consumer = Consumer(db.store, ["q"], batch=1)
+
+    def claim_after_a_thief(limit):
+        # Another transaction takes the slot between take and hold, as when CockroachDB drops a
+        # best-effort lock: the hold finds the row moved and the whole claim must be undone.
+        with TaskStore(db.client.new_session()).session as thief:
+            thief.execute_raw("UPDATE shardq_slots SET free_at = now() + INTERVAL '1 minute'")
+        return db.store.task_claim_round([0, 1, 2, 3], "q", limit, 30) if db.store.claims_whole_rounds \
+            else db.store.task_claim_batch(0, "q", limit, 30)
+
+    grant = flow.Grant(1, slots=[(0, db.sql("SELECT free_at FROM shardq_slots")[0]["free_at"])])
+    with pytest.raises(SerializationConflict):
+        db.store.session.transaction(lambda _s: flow.hold(db.store, "q", grant, claim_after_a_thief(1)))
+    assert db.sql("SELECT state FROM shardq_tasks")[0]["state"] == "ready"  # the claim was rolled back
+    assert consumer  # the consumer never ran: only the statements above did
