@@ -89,7 +89,9 @@ def queue_set(ctx, name, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""
     from shardq import admin
 
-    _print(admin.queue_set(client_from(ctx).store, name, **changes))
+    store = client_from(ctx).store
+    settings = admin.queue_set(store, name, **changes)
+    _print(settings, admin.flow_usage(store) if settings is not None and settings.limited else None)
 
 
 def _pause_command(name: str, paused: bool, summary: str):

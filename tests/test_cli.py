@@ -289,3 +289,31 @@ def test_work_refuses_a_bad_handler_or_app_with_one_line_and_exit_2(shardq_cli, 
     result = shardq_cli(*args, check=False)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr
+
+
+def test_queue_limits_are_set_shown_and_removed(shardq_cli):
+    out = shardq_cli("queue", "set", "q", "--concurrency", "3", "--rate", "50", "--burst", "10").stdout
+    assert "concurrency 3 (0 in use)" in out and "rate 50/s (burst 10)" in out
+    [settings] = json.loads(shardq_cli("queue", "show", "q", "--json").stdout)
+    assert (settings["concurrency_limit"], settings["rate_limit"], settings["rate_burst"]) == (3, 50, 10)
+    assert settings["slots_in_use"] == 0
+    stats = json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]
+    assert stats["concurrency_limit"] == 3 and stats["slots_in_use"] == 0 and stats["window"]["throttled"] == 0
+    shardq_cli("queue", "set", "q", "--rate", "0", "--concurrency", "0")
+    [settings] = json.loads(shardq_cli("queue", "show", "q", "--json").stdout)
+    assert settings["concurrency_limit"] is None and settings["rate_limit"] is None
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--concurrency", "-1"], "concurrency limit must be a whole number >= 0"),
+    (["--concurrency", "1.5"], "'1.5' is not a valid integer"),
+    (["--rate", "-2"], "rate must be a whole number >= 0"),
+    (["--rate", "2.5"], "'2.5' is not a valid integer"),
+    (["--rate", "10", "--burst", "0"], "burst must be a positive whole number"),
+    (["--burst", "5"], "a burst needs a rate"),
+])
+def test_bad_queue_limits_are_refused_with_one_line_exit_2_and_nothing_written(shardq_cli, args, words):
+    result = shardq_cli("queue", "set", "fresh", *args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr
+    assert shardq_cli("queue", "show", "fresh", check=False).returncode == 1  # not even created

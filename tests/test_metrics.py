@@ -84,6 +84,20 @@ def test_metrics_endpoint_counts_claims_outcomes_polls_and_durations(db):
     assert per_bucket == {str(b): float(n) for b, n in stats.per_bucket_claims.items()}
 
 
+def test_claims_a_flow_limit_refused_are_counted(db):
+    db.client.set_queue("q", rate=20, burst=1)
+    db.client.enqueue_many("q", [b"ok"] * 4)
+    metrics = WorkerMetrics(queues=["q"])
+    server = metrics.serve(0, "127.0.0.1")
+    try:
+        totals = run_worker(db, lambda task: None, on_event=metrics.on_event, events=metrics.EVENTS)
+        samples = scrape(server.url)
+    finally:
+        server.close()
+    assert totals.acked == 4 and totals.throttled > 0
+    assert samples[("shardq_claims_throttled_total", (("queue", "q"),))] == totals.throttled
+
+
 def test_each_worker_metrics_has_its_own_registry():
     first, second = WorkerMetrics(), WorkerMetrics()
     first.on_event("claim", None, {"polls": [(0, "q", 0.01, 5)]})

@@ -94,12 +94,16 @@ class WorkerMetrics:
         self.bucket_claims = Counter(
             "shardq_bucket_claims", "Tasks claimed from each bucket.", ["bucket"], registry=r
         )
+        self.throttled = Counter(
+            "shardq_claims_throttled", "Claims a queue's concurrency or rate limit refused (shardq.flow).", ["queue"],
+            registry=r,
+        )
         # labels() takes a lock and hashes the label tuple on every call; the children are
         # cached here so the per-task cost is one dict lookup and one observation.
         self._children: dict[tuple[int, object], Any] = {}
         for queue in queues:
             for metric in (self.claimed, *self.outcomes.values(), self.claim_seconds, self.handler_seconds,
-                           self.empty_polls):
+                           self.empty_polls, self.throttled):
                 self._child(metric, queue)
 
     def _child(self, metric: Any, label: object) -> Any:
@@ -124,6 +128,8 @@ class WorkerMetrics:
                     self._child(self.bucket_claims, bucket).inc(found)
                 else:
                     self._child(self.empty_polls, queue).inc()
+            for queue in details.get("throttled", ()):
+                self._child(self.throttled, queue).inc()
         elif event == "settled":
             for (outcome, queue), count in details.get("counts", {}).items():
                 if outcome in self.outcomes:

@@ -86,7 +86,7 @@ class Fetcher:
                 continue
             self.totals.add(claim_statements=found.statements)
             if self.sink.wants("claim"):
-                self.sink.emit("claim", None, polls=found.polls, tasks=len(found.tasks))
+                self.sink.emit("claim", None, polls=found.polls, tasks=len(found.tasks), throttled=list(found.throttled))
             if found.throttled:
                 self.totals.count_throttled(found.throttled)
             if found.tasks:
