@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from shardq import flow
 from shardq.consumer import Consumer
-from shardq.errors import InvalidInput, SerializationConflict
+from shardq.errors import InvalidInput
 from shardq.models import NewTask
 from shardq.store import TaskStore
 
@@ -49,7 +48,7 @@ def test_a_queue_limited_to_three_runs_three_at_once_in_a_worker_of_eight(db):
     totals = work(db, overlap(0.05), concurrency=8)
     assert totals.acked == 24
     assert overlap.peak == 3
-    assert db.client.store.flow_usage() == {"q": (0, 3)}  # every slot given back on settle
+    assert db.client.store.flow_usage() == {"q": (0, 3)}  # every slot given back when it stopped
 
 
 def test_two_workers_share_the_limit(db):
@@ -65,19 +64,30 @@ def test_two_workers_share_the_limit(db):
     assert db.client.stats().queues["q"].ready == 0
 
 
+def other_consumer(db, queues=("q",)) -> Consumer:
+    """A consumer with its own session and its own slots: another worker."""
+    return Consumer(TaskStore(db.client.new_session()), list(queues), batch=10)
+
+
 def test_a_claim_never_takes_more_tasks_than_free_slots(db):
     db.client.set_queue("q", concurrency=3)
     db.client.enqueue_many("q", [b"x"] * 10)
-    consumer = Consumer(db.store, ["q"], batch=10)
-    first = consumer.claim(start_room=10)
+    mine, theirs = Consumer(db.store, ["q"], batch=10), other_consumer(db)
+    first = mine.claim(start_room=10)
     assert len(first.tasks) == 3 and {t.flow_slot for t in first.tasks} == {0, 1, 2}
-    second = consumer.claim(start_room=10)
-    assert second.tasks == [] and second.throttled == {"q": None} and not second.round_empty
+    refused = theirs.claim(start_room=10)
+    assert refused.tasks == [] and refused.throttled == {"q": None} and not refused.round_empty
     assert db.store.flow_usage() == {"q": (3, 3)}
-    freed = flow.release_slots(db.store, [flow.held_slot(t) for t in first.tasks[:2]])
-    assert freed == 2
-    third = consumer.claim(start_room=10)
-    assert len(third.tasks) == 2
+    for task in first.tasks[:2]:
+        mine.flow_slots.finished(task)  # handlers returned: two of its slots are idle again
+    sent: list[str] = []
+    db.store.session.before_statement = sent.append
+    try:
+        again = mine.claim(start_room=2)
+    finally:
+        db.store.session.before_statement = None
+    assert len(again.tasks) == 2 and set(sent) == {"task_claim_round" if db.store.claims_whole_rounds else "task_claim_batch"}
+    assert theirs.claim(start_room=10).throttled == {"q": None}
 
 
 def test_a_claim_asks_only_for_what_it_can_start(db):
@@ -85,21 +95,44 @@ def test_a_claim_asks_only_for_what_it_can_start(db):
     db.client.enqueue_many("q", [b"x"] * 10)
     consumer = Consumer(db.store, ["q"], batch=10)
     assert len(consumer.claim(start_room=1).tasks) == 1
-    assert db.store.flow_usage() == {"q": (1, 5)}
+    assert db.store.flow_usage() == {"q": (1, 5)}  # one slot taken, four left for other workers
 
 
-def test_slots_of_a_dead_claim_come_back_when_its_lease_expires(db):
+def test_idle_slots_are_given_back_when_a_round_finds_nothing(db):
+    db.client.set_queue("q", concurrency=4)
+    db.client.enqueue_many("q", [b"x"] * 2)
+    consumer = Consumer(db.store, ["q"], batch=10)
+    tasks = consumer.claim(start_room=4).tasks
+    assert len(tasks) == 2 and db.store.flow_usage() == {"q": (4, 4)}  # took 4, two idle
+    for task in tasks:
+        consumer.flow_slots.finished(task)
+    assert consumer.claim(start_room=4).round_empty
+    assert db.store.flow_usage() == {"q": (0, 4)}
+
+
+def test_slots_of_a_dead_worker_come_back_when_they_expire(db):
     db.client.set_queue("q", concurrency=2, lease_seconds=1)
     db.client.enqueue_many("q", [b"x"] * 4)
-    held = Consumer(db.store, ["q"], batch=10).claim(start_room=10).tasks  # then "dies": never settles
+    held = Consumer(db.store, ["q"], batch=10).claim(start_room=10).tasks  # then "dies": never renews
     assert len(held) == 2
-    other = Consumer(TaskStore(db.client.new_session()), ["q"], batch=10)
+    other = other_consumer(db)
     assert other.claim(start_room=10).throttled == {"q": None}
-    expiry = max(t.lease_expires_at for t in held)
+    expiry = max(row["free_at"] for row in db.sql("SELECT free_at FROM shardq_slots"))
     while db.sql("SELECT now() <= %(e)s AS waiting", {"e": expiry})[0]["waiting"]:
-        time.sleep(0.05)  # the server's clock decides when the lease is over
+        time.sleep(0.05)  # the server's clock decides when the slots are free
     retaken = other.claim(start_room=10).tasks
     assert len(retaken) == 2  # the expired slots, without a reaper or any clean-up
+
+
+def test_a_task_whose_slot_went_to_another_worker_is_marked_lost(db):
+    db.client.set_queue("q", concurrency=1, lease_seconds=1)
+    db.client.enqueue_many("q", [b"x"])
+    consumer = Consumer(db.store, ["q"], batch=10)
+    [task] = consumer.claim(start_room=10).tasks
+    db.sql("UPDATE shardq_slots SET token = gen_random_uuid()")  # the slot expired and was taken
+    consumer.flow_slots.pools["q"].renew_at = 0.0  # renewal due now
+    consumer.flow_slots.renew_due(db.store)
+    assert consumer.flow_slots.lost(task) and consumer.flow_slots.pools["q"].held == 0
 
 
 def test_a_renewed_lease_keeps_its_slot(db):
@@ -188,23 +221,3 @@ def test_limits_on_a_queue_that_does_not_exist_yet_apply_when_it_appears(db):
     db.client.enqueue_many("later", [NewTask(b"x"), NewTask(b"y")])
     consumer = Consumer(db.store, ["later"], batch=10)
     assert len(consumer.claim(start_room=10).tasks) == 1
-
-
-def test_a_claim_whose_slot_changed_under_it_is_rolled_back(db):
-    db.client.set_queue("q", concurrency=1)
-    db.client.enqueue_many("q", [b"x"])
-    consumer = Consumer(db.store, ["q"], batch=1)
-
-    def claim_after_a_thief(limit):
-        # Another transaction takes the slot between take and hold, as when CockroachDB drops a
-        # best-effort lock: the hold finds the row moved and the whole claim must be undone.
-        with TaskStore(db.client.new_session()).session as thief:
-            thief.execute_raw("UPDATE shardq_slots SET free_at = now() + INTERVAL '1 minute'")
-        return db.store.task_claim_round([0, 1, 2, 3], "q", limit, 30) if db.store.claims_whole_rounds \
-            else db.store.task_claim_batch(0, "q", limit, 30)
-
-    grant = flow.Grant(1, slots=[(0, db.sql("SELECT free_at FROM shardq_slots")[0]["free_at"])])
-    with pytest.raises(SerializationConflict):
-        db.store.session.transaction(lambda _s: flow.hold(db.store, "q", grant, claim_after_a_thief(1)))
-    assert db.sql("SELECT state FROM shardq_tasks")[0]["state"] == "ready"  # the claim was rolled back
-    assert consumer  # the consumer never ran: only the statements above did

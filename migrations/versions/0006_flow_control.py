@@ -8,9 +8,9 @@ Create Date: 2026-11-25
   every worker (NULL: no limit). ``rate_limit`` / ``rate_burst``: at most ``rate_limit`` task starts
   per second, in bursts of up to ``rate_burst`` (NULL: the rate itself). See docs/flow-control.md.
 * ``shardq_slots``: one row per concurrency slot of a limited queue. A slot is free once
-  ``free_at`` has passed: a worker that holds it sets ``free_at`` to its task's lease expiry, moves
-  it with every lease renewal and puts it back to the epoch when the task is settled, so a worker
-  that dies gives its slots back when its leases run out, with nobody cleaning up. ``free_at`` is
+  ``free_at`` has passed: the worker that holds it (``token``) keeps ``free_at`` a lease ahead
+  while it has work and puts it back to the epoch when it goes idle, so a worker that dies gives
+  its slots back at most one lease later, with nobody cleaning up. ``free_at`` is
   part of the key so that "free slots of a queue" is one span of the key, ``(queue, free_at <=
   now())``, read in key order: a SKIP LOCKED scan with a hard LIMIT and no residual filter, which
   CockroachDB needs to lock only the rows it returns (cockroachdb#121917; see
@@ -45,7 +45,6 @@ def upgrade() -> None:
             free_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
             slot INT4 NOT NULL,
             token UUID,
-            task_id UUID,
             PRIMARY KEY (queue, free_at, slot),
             UNIQUE (queue, slot)
         )

@@ -1,11 +1,13 @@
 -- Flow control (docs/flow-control.md): global concurrency slots and rate tokens per queue. Only
 -- queues with a limit ever run these statements; a queue without one claims exactly as before.
 --
--- A claim of a limited queue is one transaction (shardq.flow.FlowGate): take free slots and/or
--- tokens (locking them), claim at most that many tasks with the queue's ordinary claim statement,
--- then hold one slot per claimed task and spend one token per claimed task. Locks taken and not
--- used are dropped at commit. Every statement here addresses shardq_slots by its whole key
--- (queue, free_at, slot) or scans the span (queue, free_at <= now()) in key order, and
+-- Slots (shardq.flow.FlowSlots): a worker takes free slots (take + hold, one transaction) and keeps
+-- them while it has work, renewing them every third of a lease and giving idle ones back; its
+-- claims of the queue ask for at most as many tasks as it has idle slots. Tokens
+-- (shardq.flow.claim_with_tokens): one transaction locks the bucket, claims at most as many tasks
+-- as there are whole tokens with the queue's ordinary claim statement, and writes back the rest.
+-- Statements address shardq_slots by its whole key (queue, free_at, slot), by its unique
+-- (queue, slot) index, or scan the span (queue, free_at <= now()) in key order, and
 -- shardq_rate_tokens by its key (queue).
 --
 -- CockroachDB: the slot scan's WHERE is exactly the key span and the ORDER BY is key order, so the
@@ -31,35 +33,31 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: flow_slots_hold
--- Give the slots just taken to the tasks just claimed: each slot is held until its task's lease
--- expires (free_at = until), under the task's lease token.
+-- Hold the slots just taken for one worker (its token) until now() + lease_seconds; the rows are
+-- addressed by their whole key as the take read it.
 UPDATE shardq_slots AS s
-SET free_at = k.until, token = k.token, task_id = k.task_id
-FROM unnest(%(slots)s::INT4[], %(olds)s::TIMESTAMPTZ[], %(untils)s::TIMESTAMPTZ[], %(tokens)s::UUID[],
-            %(task_ids)s::UUID[]) AS k(slot, old, until, token, task_id)
+SET free_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second', token = %(token)s::UUID
+FROM unnest(%(slots)s::INT4[], %(olds)s::TIMESTAMPTZ[]) AS k(slot, old)
 WHERE s.queue = %(queue)s AND s.free_at = k.old AND s.slot = k.slot
-RETURNING s.slot
+RETURNING s.slot, s.free_at
 
 -- name: flow_slots_extend
--- Keep held slots until now() + lease_seconds (a lease renewal), fenced by the holder's token and
--- task: a slot that expired and was taken by another claim is not touched (missing from the result).
+-- Keep a worker's slots until now() + lease_seconds, through the unique (queue, slot) index and
+-- fenced by the worker's token: a slot that expired and went to another worker is not touched
+-- (missing from the result). One that expired and nobody took is simply the worker's again.
 UPDATE shardq_slots AS s
 SET free_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second'
-FROM unnest(%(queues)s::TEXT[], %(slots)s::INT4[], %(untils)s::TIMESTAMPTZ[], %(tokens)s::UUID[],
-            %(task_ids)s::UUID[]) AS k(queue, slot, until, token, task_id)
-WHERE s.queue = k.queue AND s.free_at = k.until AND s.slot = k.slot AND s.token = k.token
-  AND s.task_id = k.task_id
-RETURNING s.task_id, s.free_at
+FROM unnest(%(slots)s::INT4[]) AS k(slot)
+WHERE s.queue = %(queue)s AND s.slot = k.slot AND s.token = %(token)s::UUID
+RETURNING s.slot, s.free_at
 
 -- name: flow_slots_release
--- Give held slots back once their tasks are settled (free at once), fenced like flow_slots_extend.
+-- Give a worker's slots back (free at once), fenced like flow_slots_extend.
 UPDATE shardq_slots AS s
-SET free_at = '1970-01-01 00:00:00+00', token = NULL, task_id = NULL
-FROM unnest(%(queues)s::TEXT[], %(slots)s::INT4[], %(untils)s::TIMESTAMPTZ[], %(tokens)s::UUID[],
-            %(task_ids)s::UUID[]) AS k(queue, slot, until, token, task_id)
-WHERE s.queue = k.queue AND s.free_at = k.until AND s.slot = k.slot AND s.token = k.token
-  AND s.task_id = k.task_id
-RETURNING s.task_id
+SET free_at = '1970-01-01 00:00:00+00', token = NULL
+FROM unnest(%(slots)s::INT4[]) AS k(slot)
+WHERE s.queue = %(queue)s AND s.slot = k.slot AND s.token = %(token)s::UUID
+RETURNING s.slot
 
 -- name: flow_slots_add
 -- Make sure slots 0 .. slots - 1 of a queue exist (new ones free). The unique (queue, slot) index

@@ -88,6 +88,7 @@ class Consumer:
         lease_seconds: float | None = None,
         offset: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        flow_slots: flow.FlowSlots | None = None,
     ) -> None:
         if not queues:
             raise validation.InvalidInput("at least one queue is needed")
@@ -102,6 +103,9 @@ class Consumer:
         self._layout: ShardLayout | None = None
         self._layout_at = 0.0
         self._promoted_at: dict[tuple[int, str], float] = {}
+        #: the concurrency slots this consumer's claims run in (shardq.flow; a worker's are shared
+        #: with its executor, which frees them)
+        self.flow_slots = flow_slots if flow_slots is not None else flow.FlowSlots()
 
     # -- layout and settings ----------------------------------------------------------------
     def layout(self, *, refresh: bool = False) -> ShardLayout:
@@ -160,13 +164,13 @@ class Consumer:
 
     def _gated(self, queue: str, claim: Callable[[int], list[ClaimedTask]], result: ClaimRound
                ) -> Callable[[int], list[ClaimedTask]]:
-        """``claim`` for a queue with a flow limit (:mod:`shardq.flow`): take slots and tokens,
-        claim at most what they allow and hold them, in one transaction; a refusal is noted in
+        """``claim`` for a queue with a flow limit (:mod:`shardq.flow`): at most as many tasks
+        as this consumer has idle slots and the queue has tokens; a refusal is noted in
         ``result.throttled``."""
         settings = self.settings(queue)
 
         def gated(limit: int) -> list[ClaimedTask]:
-            tasks, refused = flow.claim_gated(self.store, settings, limit, claim)
+            tasks, refused = self.flow_slots.claim(self.store, settings, limit, self.lease_for(queue), claim)
             if refused is not None:
                 result.throttled[queue] = refused if isinstance(refused, float) else None
             return tasks
@@ -287,6 +291,8 @@ class Consumer:
         counts as empty only if the layout it walked is still the layout, no claim failed and no
         flow limit refused a claim (tasks may be waiting behind it)."""
         refreshed = self.layout(refresh=True)
+        if self.flow_slots.pools:
+            self.flow_slots.release_idle(self.store)  # nothing to run here: other workers may have work
         if not result.throttled or self.queue_settings.age() >= THROTTLED_SETTINGS_REFRESH_SECONDS:
             self.queue_settings.expire()  # a removed limit is seen soon, without a read per refusal
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)

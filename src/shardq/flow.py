@@ -3,146 +3,243 @@ starts per second, in bursts of up to B. The design, its costs and its limits ar
 docs/flow-control.md; the statements in sql/common/flow.sql.
 
 A queue without a limit never reaches this module: its claims are the ordinary claim statements,
-unchanged. A limited queue's claim is one transaction (:func:`claim_gated`):
+unchanged.
 
-1. take: lock up to ``want`` free slots (``SKIP LOCKED``: concurrent claimers take different ones,
-   nobody waits) and/or lock the queue's token bucket (claims of one rate-limited queue queue up
-   on that row for the length of a claim);
-2. claim at most as many tasks as were granted, with the queue's ordinary claim statement;
-3. hold one slot per claimed task until that task's lease expires, and spend one token per
-   claimed task; slots and tokens granted but not used are simply not written.
+**Concurrency.** A queue with a limit of N has N slot rows. A worker takes slots and keeps them
+while it has work (:class:`SlotPool`): a slot row records which worker holds it (a token) and until
+when (``free_at``). A claim asks for at most as many tasks as the worker has idle slots, so a worker
+never claims a task it may not start; each claimed task runs in one of the worker's slots, and the
+slot is idle again, in memory, as soon as its handler returns. While the worker is busy its slots
+cost nothing per task; it renews them every third of a lease, gives back the idle ones when a claim
+round finds nothing, and all of them when it stops. A worker that dies stops renewing: its slots are
+free again once ``free_at`` passes, at most one lease later, with nobody cleaning up. Taking slots
+is a ``SKIP LOCKED`` scan, so workers taking slots at once take different ones and never wait.
 
-So a worker never claims a task it may not start. A held slot follows its task's lease: the lease
-keeper moves both (:func:`extend_slots`), the settler frees it once the task is settled
-(:func:`release_slots`), and if the worker dies the slot is free again when its lease would have
-expired: nobody has to clean up.
+**Rate.** A rate-limited queue's claim is one transaction: lock the queue's token bucket, claim at
+most as many tasks as there are whole tokens, and write back what is left. Claims of one
+rate-limited queue queue up on that row for the length of a claim.
 
-What it does not guarantee: a task whose lease ran out while its handler still runs (a stalled
-worker, a sync handler abandoned after its timeout) no longer holds its slot, so for that while one
-more task may run than the limit, exactly as such a task may also run twice. Limits a running
-worker has not read yet (it re-reads queue settings every ``SETTINGS_REFRESH_SECONDS``, and at
-once when a claim is refused) do not apply to it until then.
+What it does not guarantee: a task whose worker lost its slot while the handler still ran (the
+worker stalled for a whole lease without renewing) may run beside N others, exactly as such a task
+may also run twice; the worker does not renew that task's lease, so it is not extended either.
+A sync handler abandoned after its timeout (see :mod:`shardq.worker.timeouts`) still holds its slot
+until its thread ends. Limits a running worker has not read yet (it re-reads queue settings every
+``SETTINGS_REFRESH_SECONDS``, and within a second while a limit refuses its claims) do not apply to
+it until then.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
+import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .db import Session
-from .errors import SerializationConflict
-from .models import ClaimedTask, QueueSettings, TokenBucket
+from .models import ClaimedTask, QueueSettings
 from .store import TaskStore
 
+log = logging.getLogger("shardq.flow")
+
 #: How long a worker waits before asking again when every slot of a queue is held: the first wait,
-#: doubled on each refusal in a row up to the maximum. Slots come back when other workers settle,
-#: which the database does not announce, so a throttled worker polls, gently.
+#: doubled on each refusal in a row up to the maximum. Slots come back when other workers go idle
+#: or die, which the database does not announce, so a throttled worker polls, gently.
 SLOT_WAIT_MIN_SECONDS = 0.02
 SLOT_WAIT_MAX_SECONDS = 0.5
 
-#: What :func:`claim_gated` says when every slot was held (rather than a token wait in seconds).
+#: What a refused claim reports when every slot was held (rather than a token wait in seconds).
 NO_SLOT = object()
 
 
 @dataclass
-class Grant:
-    """What a take allowed: ``count`` tasks may be claimed; the slots locked (number, free_at) and
-    the bucket read, to be written back by :func:`hold`."""
-
-    count: int
-    slots: list[tuple[int, dt.datetime]] = field(default_factory=list)
-    bucket: TokenBucket | None = None
-    tokens: float = 0.0
-    #: when nothing was granted: seconds until a token comes (None: waiting for a slot)
-    wait: float | None = None
-
-
-def take(store: TaskStore, settings: QueueSettings, want: int) -> Grant:
-    """Lock what a claim of up to ``want`` tasks of ``settings.name`` may use (inside a transaction)."""
-    count = want
-    grant = Grant(0)
-    if settings.rate_limit is not None:
-        grant.bucket = store.flow_tokens_take(settings.name)
-        if grant.bucket is None:  # the bucket row is written with the limit; gone means the limit was removed
-            grant.tokens = float(want)
-        else:
-            grant.tokens = grant.bucket.available(settings.rate_limit, settings.burst)
-            count = min(count, math.floor(grant.tokens))
-            if count <= 0:
-                grant.wait = (1.0 - grant.tokens) / settings.rate_limit
-                return grant
-    if settings.concurrency_limit is not None:
-        grant.slots = store.flow_slots_take(settings.name, count)
-        count = min(count, len(grant.slots))
-    grant.count = count
-    return grant
-
-
-def hold(store: TaskStore, queue: str, grant: Grant, tasks: Sequence[ClaimedTask]) -> list[ClaimedTask]:
-    """Give a slot to each claimed task and spend its token (same transaction as the take and
-    the claim). Returns the tasks, each with the slot it holds (``flow_slot``, ``flow_until``)."""
-    if grant.bucket is not None:
-        store.flow_tokens_spend(queue, grant.tokens - len(tasks), max(grant.bucket.refilled_at, grant.bucket.now))
-    if not grant.slots or not tasks:
-        return list(tasks)
-    pairs = list(zip(tasks, grant.slots))
-    held = store.flow_slots_hold(queue, [(slot, old, t.lease_expires_at, t.lease_token, t.key.id)
-                                         for t, (slot, old) in pairs])
-    if held != len(pairs):
-        # A slot changed between take and hold: its lock was lost (CockroachDB's locks are
-        # best-effort). Roll the whole claim back and run it again rather than run unslotted.
-        raise SerializationConflict(f"queue {queue}: {len(pairs) - held} flow slot(s) changed under a claim")
-    return [t._replace(flow_slot=slot, flow_until=t.lease_expires_at) for t, (slot, _old) in pairs]
-
-
-def claim_gated(
-    store: TaskStore, settings: QueueSettings, want: int, claim: Callable[[int], list[ClaimedTask]]
-) -> tuple[list[ClaimedTask], float | object | None]:
-    """Take, claim up to what was granted with ``claim(limit)``, hold: one transaction on
-    ``store``'s session (re-run whole on 40001). Returns the tasks and whether the limit refused:
-    None (it did not), :data:`NO_SLOT` (every slot is held) or the seconds until the next token."""
-
-    def body(_session: Session) -> tuple[list[ClaimedTask], float | object | None]:
-        grant = take(store, settings, want)
-        if grant.count <= 0:
-            return [], NO_SLOT if grant.wait is None else grant.wait
-        return hold(store, settings.name, grant, claim(grant.count)), None
-
-    return store.session.transaction(body)
-
-
-@dataclass(frozen=True)
-class HeldSlot:
-    """A slot a running task holds: where its row is and whose it is."""
+class SlotPool:
+    """The slots of one queue that one worker holds: idle ones, and the task running in each busy
+    one. Thread-safe: the fetcher takes and fills slots, handler threads free them, the renewal
+    runs on whichever part is due."""
 
     queue: str
-    slot: int
-    until: dt.datetime
-    token: uuid.UUID
-    task_id: uuid.UUID
+    #: written into every slot row this pool holds: whose the slot is
+    token: uuid.UUID = field(default_factory=uuid.uuid4)
+    idle: list[int] = field(default_factory=list)
+    busy: dict[uuid.UUID, int] = field(default_factory=dict)
+    #: tasks whose slot was lost while they ran (their leases are not renewed)
+    lost: set[uuid.UUID] = field(default_factory=set)
+    lease_seconds: float = 30.0
+    renew_at: float = math.inf
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def held(self) -> int:
+        return len(self.idle) + len(self.busy)
+
+    def slots(self) -> list[int]:
+        with self.lock:
+            return self.idle + list(self.busy.values())
 
 
-def held_slot(task: ClaimedTask, until: dt.datetime | None = None) -> HeldSlot | None:
-    """The slot ``task`` holds (its row's free_at is ``until``, default the claim's), or None."""
-    if task.flow_slot is None:
-        return None
-    return HeldSlot(task.key.queue, task.flow_slot, until or task.flow_until or task.lease_expires_at,
-                    task.lease_token, task.key.id)
+class FlowSlots:
+    """A worker's slot pools, one per concurrency-limited queue it has claimed from, and the claim
+    that goes through them (:meth:`claim`). ``capacity``: at most this many slots per queue (the
+    worker's concurrency)."""
+
+    def __init__(self, capacity: int = 1_000_000, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity = capacity
+        self.pools: dict[str, SlotPool] = {}
+        self._clock = clock
+        self._renewing = threading.Lock()
+
+    def pool(self, queue: str) -> SlotPool:
+        found = self.pools.get(queue)
+        if found is None:
+            found = self.pools.setdefault(queue, SlotPool(queue))
+        return found
+
+    # -- claiming ------------------------------------------------------------------------------
+    def claim(
+        self, store: TaskStore, settings: QueueSettings, want: int, lease_seconds: float,
+        claim: Callable[[int], list[ClaimedTask]],
+    ) -> tuple[list[ClaimedTask], float | object | None]:
+        """Claim up to ``want`` tasks of ``settings.name`` within its limits with ``claim(limit)``.
+        Returns the tasks (each with the slot it runs in) and whether a limit refused: None (it
+        did not), :data:`NO_SLOT`, or the seconds until the next token."""
+        pool = self.pool(settings.name) if settings.concurrency_limit is not None else None
+        if pool is not None:
+            pool.lease_seconds = lease_seconds
+            self.renew_due(store)
+            if len(pool.idle) < want and pool.held < self.capacity:
+                self._take(store, pool, min(want - len(pool.idle), self.capacity - pool.held), lease_seconds)
+            want = min(want, len(pool.idle))
+            if want <= 0:
+                return [], NO_SLOT
+        if settings.rate_limit is not None:
+            tasks, wait = claim_with_tokens(store, settings, want, claim)
+        else:
+            tasks, wait = claim(want), None
+        return (self._seat(pool, tasks) if pool is not None else tasks), wait
+
+    def _take(self, store: TaskStore, pool: SlotPool, count: int, lease_seconds: float) -> None:
+        """Take up to ``count`` free slots of the pool's queue into it (one transaction)."""
+
+        def body(_session: Session) -> list[tuple[int, dt.datetime]]:
+            free = store.flow_slots_take(pool.queue, count)
+            return store.flow_slots_hold(pool.queue, free, pool.token, lease_seconds) if free else []
+
+        taken = store.session.transaction(body)
+        if taken:
+            with pool.lock:
+                pool.idle.extend(slot for slot, _until in taken)
+                pool.renew_at = min(pool.renew_at, self._clock() + lease_seconds / 3.0)
+
+    def _seat(self, pool: SlotPool, tasks: list[ClaimedTask]) -> list[ClaimedTask]:
+        with pool.lock:
+            seated = []
+            for task in tasks:
+                if not pool.idle:
+                    # A renewal found slots gone between the count and now: run the task, but as
+                    # one that lost its slot (its lease is not renewed).
+                    pool.lost.add(task.key.id)
+                    seated.append(task)
+                    continue
+                slot = pool.idle.pop()
+                pool.busy[task.key.id] = slot
+                seated.append(task._replace(flow_slot=slot))
+            return seated
+
+    # -- running -------------------------------------------------------------------------------
+    def finished(self, task: ClaimedTask) -> None:
+        """``task``'s handler returned (or it was handed back unstarted): its slot is idle again."""
+        pool = self.pools.get(task.key.queue)
+        if pool is None:
+            return
+        with pool.lock:
+            slot = pool.busy.pop(task.key.id, None)
+            if slot is not None:
+                pool.idle.append(slot)
+            pool.lost.discard(task.key.id)
+
+    def lost(self, task: ClaimedTask) -> bool:
+        """Whether ``task``'s slot was taken by another worker while it ran (do not renew it)."""
+        pool = self.pools.get(task.key.queue)
+        return pool is not None and task.key.id in pool.lost
+
+    def renew_due_in(self) -> float:
+        """Seconds until some pool's slots must be renewed (infinite: none held)."""
+        due = min((p.renew_at for p in self.pools.values() if p.held), default=math.inf)
+        return max(0.0, due - self._clock())
+
+    def renew_due(self, store: TaskStore) -> None:
+        """Renew every pool's slots whose renewal is due (a third of a lease after the last), on
+        ``store``'s session. Slots another worker took meanwhile leave the pool; a task running
+        in one is marked lost."""
+        if self.renew_due_in() > 0:
+            return
+        with self._renewing:
+            now = self._clock()
+            for pool in self.pools.values():
+                if not pool.held or pool.renew_at > now:
+                    continue
+                kept = {slot for slot, _until in store.flow_slots_extend(pool.queue, pool.slots(), pool.token,
+                                                                         pool.lease_seconds)}
+                with pool.lock:
+                    pool.renew_at = now + pool.lease_seconds / 3.0
+                    gone = [slot for slot in pool.idle + list(pool.busy.values()) if slot not in kept]
+                    if gone:
+                        log.warning("queue %s: %d concurrency slot(s) expired before they were renewed and "
+                                    "went to another worker", pool.queue, len(gone))
+                    pool.idle = [slot for slot in pool.idle if slot in kept]
+                    for task_id, slot in list(pool.busy.items()):
+                        if slot not in kept:
+                            pool.lost.add(task_id)
+                            del pool.busy[task_id]
+
+    # -- giving back ---------------------------------------------------------------------------
+    def release_idle(self, store: TaskStore) -> int:
+        """Give back every idle slot (nothing to run: let other workers have them). Returns how many."""
+        released = 0
+        for pool in self.pools.values():
+            with pool.lock:
+                idle, pool.idle = pool.idle, []
+            if idle:
+                released += store.flow_slots_release(pool.queue, idle, pool.token)
+        return released
+
+    def release_all(self, store: TaskStore) -> int:
+        """Give back every slot held (the worker stops; whatever still runs is being handed back)."""
+        released = 0
+        for pool in self.pools.values():
+            with pool.lock:
+                slots, pool.idle, pool.busy = pool.idle + list(pool.busy.values()), [], {}
+            if slots:
+                released += store.flow_slots_release(pool.queue, slots, pool.token)
+        return released
 
 
-def release_slots(store: TaskStore, slots: Sequence[HeldSlot]) -> int:
-    """Free the slots of settled tasks at once (a slot that expired and went to another claim is
-    left alone). Returns how many were freed."""
-    return store.flow_slots_release(slots) if slots else 0
+def claim_with_tokens(
+    store: TaskStore, settings: QueueSettings, want: int, claim: Callable[[int], list[ClaimedTask]]
+) -> tuple[list[ClaimedTask], float | None]:
+    """One transaction: lock the queue's token bucket, claim at most as many tasks as there are
+    whole tokens, write back what is left. Returns the tasks and, when no token was there, the
+    seconds until the next one."""
+    rate = settings.rate_limit
+    assert rate is not None
 
+    def body(_session: Session) -> tuple[list[ClaimedTask], float | None]:
+        bucket = store.flow_tokens_take(settings.name)
+        if bucket is None:  # written with the limit: gone means the limit was removed meanwhile
+            return claim(want), None
+        tokens = bucket.available(rate, settings.burst)
+        allowed = min(want, math.floor(tokens))
+        if allowed <= 0:
+            return [], (1.0 - tokens) / rate
+        tasks = claim(allowed)
+        store.flow_tokens_spend(settings.name, tokens - len(tasks), max(bucket.refilled_at, bucket.now))
+        return tasks, None
 
-def extend_slots(store: TaskStore, slots: Sequence[HeldSlot], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
-    """Keep the slots of running tasks until now + ``lease_seconds``; returns the new free_at per
-    task id. A task missing from the result lost its slot (it expired and another claim took it)."""
-    return store.flow_slots_extend(slots, lease_seconds) if slots else {}
+    return store.session.transaction(body)
 
 
 def fit(store: TaskStore, settings: QueueSettings) -> None:

@@ -68,10 +68,8 @@ class ClaimedTask(NamedTuple):
     created_at: dt.datetime
     priority: int = 0
     exclusive_key: str | None = None
-    #: the concurrency slot the task holds in a queue with a concurrency limit (shardq.flow), and
-    #: the slot's free_at as written at claim time (the task's lease expiry); None otherwise
+    #: the concurrency slot the task runs in, in a queue with a concurrency limit (shardq.flow)
     flow_slot: int | None = None
-    flow_until: dt.datetime | None = None
 
     @property
     def id(self) -> str:
@@ -88,7 +86,7 @@ class ClaimedTask(NamedTuple):
         priority is its rank. Positional on purpose: this runs once per claimed task."""
         bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive = row
         return _new_tuple(cls, (_new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)), attempts,
-                                max_attempts, payload, token, expires, created, rank, exclusive, None, None))
+                                max_attempts, payload, token, expires, created, rank, exclusive, None))
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> ClaimedTask:

@@ -343,28 +343,25 @@ class TaskStore:
         rows = self.session.fetch_all("flow_slots_take", {"queue": queue, "limit": limit}, tuples=True)
         return [(row[0], row[1]) for row in rows]
 
-    def flow_slots_hold(self, queue: str, holds: Sequence[tuple[int, dt.datetime, dt.datetime, uuid.UUID, uuid.UUID]]) -> int:
-        """Hold slots: (slot, free_at now, free_at until, lease token, task id) each; returns how many."""
-        params = {"queue": queue, "slots": [h[0] for h in holds], "olds": [h[1] for h in holds],
-                  "untils": [h[2] for h in holds], "tokens": [h[3] for h in holds], "task_ids": [h[4] for h in holds]}
-        return len(self.session.fetch_all("flow_slots_hold", params))
+    def flow_slots_hold(self, queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID,
+                        lease_seconds: float) -> list[tuple[int, dt.datetime]]:
+        """Hold slots just taken ((slot, free_at) each) for ``token`` until now + ``lease_seconds``."""
+        params = {"queue": queue, "slots": [s[0] for s in slots], "olds": [s[1] for s in slots], "token": token,
+                  "lease_seconds": lease_seconds}
+        return [(row[0], row[1]) for row in self.session.fetch_all("flow_slots_hold", params, tuples=True)]
 
-    @staticmethod
-    def _slot_arrays(slots: Sequence[Any]) -> dict[str, Any]:
-        return {"queues": [h.queue for h in slots], "slots": [h.slot for h in slots], "untils": [h.until for h in slots],
-                "tokens": [h.token for h in slots], "task_ids": [h.task_id for h in slots]}
+    def flow_slots_extend(self, queue: str, slots: Sequence[int], token: uuid.UUID,
+                          lease_seconds: float) -> list[tuple[int, dt.datetime]]:
+        """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
+        params = {"queue": queue, "slots": list(slots), "token": token, "lease_seconds": lease_seconds}
+        # Fenced by the holder's token: safe to re-send after 40003 (see shardq.db).
+        rows = self.session.fetch_all("flow_slots_extend", params, resend_ambiguous=True, tuples=True)
+        return [(row[0], row[1]) for row in rows]
 
-    def flow_slots_extend(self, slots: Sequence[Any], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
-        """Move held slots' free_at to now + ``lease_seconds`` (:class:`shardq.flow.HeldSlot` each)."""
-        params = {**self._slot_arrays(slots), "lease_seconds": lease_seconds}
-        # Fenced by whole key + token + task: safe to re-send after 40003 (see shardq.db).
-        rows = self.session.fetch_all("flow_slots_extend", params, resend_ambiguous=True)
-        return {row["task_id"]: row["free_at"] for row in rows}
-
-    def flow_slots_release(self, slots: Sequence[Any]) -> int:
-        """Free held slots (:class:`shardq.flow.HeldSlot` each); returns how many were still held."""
-        rows = self.session.fetch_all("flow_slots_release", self._slot_arrays(slots), resend_ambiguous=True)
-        return len(rows)
+    def flow_slots_release(self, queue: str, slots: Sequence[int], token: uuid.UUID) -> int:
+        """Free ``token``'s slots at once; returns how many were still its own."""
+        params = {"queue": queue, "slots": list(slots), "token": token}
+        return len(self.session.fetch_all("flow_slots_release", params, resend_ambiguous=True))
 
     def flow_slots_add(self, queue: str, slots: int) -> None:
         self.session.execute("flow_slots_add", {"queue": queue, "slots": slots})

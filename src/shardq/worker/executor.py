@@ -121,6 +121,7 @@ class ThreadExecutor:
         started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
         sink, resolve, lock = self.sink, self.resolve, self.table.lock
+        flow_done = self.table.flow.finished
         while True:
             entry = work.get()
             if entry is None:
@@ -155,10 +156,14 @@ class ThreadExecutor:
                 else:
                     with lock:
                         if entry.abandoned:
+                            if entry.claimed.flow_slot is not None:
+                                flow_done(entry.claimed)  # the abandoned thread is done at last
                             return  # settled as timed out meanwhile, and this slot already replaced
                         entry.running = False
                 if sink.trace_handled:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
+            if entry.claimed.flow_slot is not None:
+                flow_done(entry.claimed)  # its queue's concurrency slot is free for the next task
             put(entry)
             finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
             claim = entry.claim
@@ -299,6 +304,7 @@ class LoopExecutor:
         me = asyncio.current_task()
         assert me is not None
         sink, current = self.sink, self._current
+        flow_done = self.table.flow.finished
         while True:
             entry = await work.get()
             if entry is None:
@@ -345,6 +351,8 @@ class LoopExecutor:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
             if self._abandoned:
                 return
+            if entry.claimed.flow_slot is not None:
+                flow_done(entry.claimed)  # its queue's concurrency slot is free for the next task
             put(entry)
             finished[slot] += 1
             claim = entry.claim

@@ -47,7 +47,7 @@ class Fetcher:
         and retries while the database is unreachable)."""
         store = self.sessions.store()
         self.consumer = Consumer(store, self.config.queues, batch=self.config.batch,
-                                 lease_seconds=self.config.lease_seconds)
+                                 lease_seconds=self.config.lease_seconds, flow_slots=self.table.flow)
         self.sessions.discover_layout = True
         return self.consumer
 
@@ -62,7 +62,13 @@ class Fetcher:
         if config.listen and not config.until_empty:
             listener = notify.Listener(consumer.store, config.queues)
             listener.start()  # on failure the worker polls, and retries after a claim succeeds
+        flow_slots = table.flow
         while not stop.is_set():
+            if flow_slots.pools and flow_slots.renew_due_in() <= 0:
+                try:  # the slots of limited queues this worker holds, a third of a lease ahead
+                    flow_slots.renew_due(consumer.store)
+                except DatabaseError as exc:
+                    log.warning("renewing concurrency slots failed (%s); retrying", exc)
             want = table.want()
             if want <= 0:
                 table.fetch_wake.clear()
@@ -116,6 +122,7 @@ class Fetcher:
                 return
             empty_rounds += 1
             pause = backoff.idle_sleep(empty_rounds, minimum=config.idle_min, maximum=config.idle_max)
+            pause = min(pause, max(0.05, flow_slots.renew_due_in()))  # busy slots stay renewed
             if config.until_empty and not idle:
                 table.fetch_wake.clear()
                 table.fetch_wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
@@ -132,9 +139,6 @@ class Fetcher:
         queue = tasks[0].queue
         deadline = time.monotonic() + consumer.lease_for(queue)
         entries, claims = entries_for(tasks, deadline)
-        if tasks[0].flow_slot is not None:
-            for entry in entries:
-                entry.flow_until = entry.claimed.flow_until
         timeout = consumer.settings(queue).timeout_seconds or self.config.timeout  # a task's own comes later
         if timeout is not None:
             for entry in entries:

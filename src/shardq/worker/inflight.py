@@ -8,7 +8,6 @@ held tasks itself is guarded by :attr:`InFlightTable.lock`.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import threading
 import traceback
@@ -17,6 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from ..flow import FlowSlots
 from ..models import ClaimedTask
 
 ERROR_TEXT_MAX = 4000  # last_error is for people; keep the row small
@@ -70,12 +70,10 @@ class InFlight:
     timed_out: bool = False
     #: the executor slot running it (kept only for tasks with a timeout)
     slot: int = -1
-    #: the free_at of the flow slot the task holds (shardq.flow), as last written; None: none held
-    flow_until: dt.datetime | None = None
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""
-        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE, flow_until=self.flow_until)
+        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE)
 
 
 class InFlightTable:
@@ -87,6 +85,9 @@ class InFlightTable:
     claim by as much."""
 
     def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int) -> None:
+        #: the concurrency slots of limited queues this worker holds (shardq.flow): the fetcher fills
+        #: them, the executor frees one when its handler returns
+        self.flow = FlowSlots(capacity=slots)
         # Keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call, and
         # this dict is touched several times per task.
         self.entries: dict[int, InFlight] = {}

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from .. import flow, validation
+from .. import validation
 from ..consumer import fenced
 from ..errors import DatabaseError
 from ..models import ClaimedTask
@@ -67,7 +67,7 @@ class LeaseKeeper:
             groups.setdefault(lease, []).append(e)
         store = settings.store
         for lease, group in groups.items():
-            claimed = [e.claimed for e in _keeping_slots(store, group, lease)]
+            claimed = [e.claimed for e in _keeping_slots(store, group, self.table)]
             renewed = store.task_extend_many([fenced(c) for c in claimed], lease)
             deadline = time.monotonic() + lease
             for c in claimed:
@@ -81,7 +81,7 @@ class LeaseKeeper:
         Returns the new expiry, or None if the lease had passed on."""
         store = self.sessions.store()
         entry = self.table.entries.get(claimed.key.id.int)
-        if entry is not None and not _keeping_slots(store, [entry], seconds):
+        if entry is not None and not _keeping_slots(store, [entry], self.table):
             return None
         expiry = store.task_extend_many([fenced(claimed)], seconds)
         expires = expiry.get(claimed.key.id)
@@ -90,21 +90,17 @@ class LeaseKeeper:
         return expires
 
 
-def _keeping_slots(store: TaskStore, entries: list[InFlight], lease: float) -> list[InFlight]:
-    """Renew the flow slots (shardq.flow) the tasks of ``entries`` hold, before their leases, and
-    return the entries whose leases may be renewed: all but those whose slot was lost (it
-    expired and another claim took it). Such a task's lease is left to run out, as if this worker
-    had stalled: renewing it would keep one task more running than the queue's limit."""
-    slotted = [e for e in entries if e.flow_until is not None]
-    if not slotted:
+def _keeping_slots(store: TaskStore, entries: list[InFlight], table: InFlightTable) -> list[InFlight]:
+    """Renew the worker's concurrency slots if due (shardq.flow) and return the entries whose
+    leases may be renewed: all but tasks whose slot went to another worker while they ran.
+    Renewing such a task's lease would keep one task more running than its queue's limit; it is
+    left to run out, as if this worker had stalled."""
+    flow_slots = table.flow
+    if not flow_slots.pools:
         return entries
-    kept = flow.extend_slots(store, [held for e in slotted if (held := flow.held_slot(e.claimed, e.flow_until))], lease)
-    lost: set[int] = set()
-    for e in slotted:
-        until = kept.get(e.claimed.key.id)
-        if until is None:
-            lost.add(id(e))
+    flow_slots.renew_due(store)
+    kept = [e for e in entries if not flow_slots.lost(e.claimed)]
+    for e in entries:
+        if flow_slots.lost(e.claimed):
             log.warning("task %s lost its %s concurrency slot; its lease is not renewed", e.claimed.id, e.claimed.queue)
-        else:
-            e.flow_until = until
-    return [e for e in entries if id(e) not in lost]
+    return kept

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..consumer import Task
 from ..db import Session
-from ..errors import InvalidInput
+from ..errors import DatabaseError, InvalidInput
 from ..periodic import Scheduler
 from .config import WorkerConfig, WorkerTotals
 from .events import EventHook, EventSink
@@ -187,6 +187,11 @@ class Worker:
                 self.scheduler.thread.join(timeout=10.0)
         for finish in started:
             finish()
+        if self.table.flow.pools:
+            try:  # on this (the fetcher's) thread and session; if it fails the slots expire
+                self.table.flow.release_all(self.sessions.store())
+            except DatabaseError as exc:
+                log.warning("could not give back concurrency slots (they expire within a lease): %s", exc)
         self.outbox.outcomes.append(None)
         self.outbox.wake.set()
         if self.settler.thread.is_alive():

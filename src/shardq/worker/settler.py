@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import backoff, exclusive, flow
+from .. import backoff, exclusive
 from .. import stats as activity
 from ..consumer import fenced
 from ..errors import DatabaseError
@@ -224,14 +224,11 @@ class Settler:
                     done = store.task_ack_many([fenced(o.claimed) for o in partial], closed)
                     self._count(partial, done, "acked")
             steps.append(ack_by_key)
-        slots = [held for o in outcomes if (held := flow.held_slot(o.claimed, o.flow_until)) is not None]
-        if slots:
-            # After the statements above: a slot goes back only once its task has left the running
-            # state (freeing it early could let one task too many start). If this step never runs
-            # (the worker dies), the slot is free when its task's lease would have expired.
-            def release_slots(store: TaskStore) -> None:
-                flow.release_slots(store, slots)
-            steps.append(release_slots)
+        flow_slots = self.table.flow
+        if flow_slots.pools:
+            for o in releases:  # handed back unstarted: the executor never freed their slots
+                if o.claimed.flow_slot is not None:
+                    flow_slots.finished(o.claimed)
         return Batch(outcomes, steps)
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
