@@ -18,6 +18,9 @@ GOALS = {
     "app_vs_bare": 0.9,
     "async_vs_raw": 0.8,
     "defer_vs_enqueue": 0.9,
+    "flow_limited_vs_unlimited": 0.8,
+    "flow_rate_low": 950.0,
+    "flow_rate_high": 1000.0,
 }
 
 
@@ -135,6 +138,23 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         rows.append(("task API: defer_many / enqueue_many (paired median)", f"≥ {GOALS['defer_vs_enqueue']}",
                      _f(ratio, 2), ratio >= GOALS["defer_vs_enqueue"],
                      "pairs " + ", ".join(_f(p["ratio"], 2) for p in api["enqueues"])))
+    flow = results.get("flow")
+    if flow and "configs" in flow:
+        for config in flow["configs"]:
+            ratio = config["limited_over_unlimited_paired"]
+            rows.append((f"flow control: --concurrency = total ({config['total_concurrency']}) / no limit, "
+                         f"{config['threads_per_worker']} threads per worker, "
+                         f"{_f(config['handler_seconds'] * 1e3, 0)} ms tasks (paired median)",
+                         f"≥ {GOALS['flow_limited_vs_unlimited']}", _f(ratio, 2),
+                         ratio is not None and ratio >= GOALS["flow_limited_vs_unlimited"],
+                         "pairs " + ", ".join(_f(p["ratio"], 2) for p in config["pairs"])))
+        rate = flow["rate"]
+        sustained = rate.get("sustained_per_s")
+        rows.append((f"flow control: --rate {rate['limit']} sustained starts/s",
+                     f"{_f(GOALS['flow_rate_low'])}–{_f(GOALS['flow_rate_high'])}", _f(sustained),
+                     sustained is not None and GOALS["flow_rate_low"] <= sustained <= GOALS["flow_rate_high"] * 1.01,
+                     f"{rate['tasks']:,} tasks, 4 workers; busiest 1-s window {rate.get('busiest_second')} "
+                     f"(burst {rate['limit']})"))
     chaos = results.get("chaos")
     if chaos and "lost" in chaos:
         rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
@@ -221,6 +241,7 @@ def write(results: dict, out: Path) -> Path:
     parts += _depth_section(results.get("depth"), plots)
     parts += _enqueue_section(results.get("enqueue"), plots)
     parts += _task_api_section(results.get("task-api"))
+    parts += _flow_section(results.get("flow"))
     parts += _chaos_section(results.get("chaos"), plots)
     errors = results.get("errors") or {}
     if errors:
@@ -415,6 +436,37 @@ def _task_api_section(api) -> list[str]:
         _table(["pair", "enqueue_many tasks/s", "defer_many tasks/s", "defer / enqueue"], enqueue_rows),
         "",
     ]
+
+
+def _flow_section(flow) -> list[str]:
+    if not flow or "configs" not in flow:
+        return []
+    out = [
+        "## Flow control",
+        "",
+        "Each row: the same tasks drained by 4 worker processes from a queue without a limit and from the same "
+        "queue with `--concurrency` equal to the workers' total handler threads, pairs in ABBA order. A limited "
+        "queue's claims take only as many tasks as there are free handler threads (no prefetch: every claimed "
+        "task must be able to start), so with tasks far shorter than a claim round trip the claims are small "
+        "and alternate with execution instead of overlapping it (docs/flow-control.md).",
+        "",
+    ]
+    rows = []
+    for config in flow["configs"]:
+        for i, p in enumerate(config["pairs"]):
+            rows.append([config["threads_per_worker"], _f(config["handler_seconds"] * 1e3, 0), i + 1,
+                         _f(p["unlimited"]["rate"]), _f(p["limited"]["rate"]), _f(p["ratio"], 2)])
+    out += [_table(["threads/worker", "task ms", "pair", "no limit tasks/s", "limited tasks/s", "limited / none"],
+                   rows), ""]
+    rate = flow["rate"]
+    out += [
+        f"`--rate {rate['limit']}` (burst {rate['limit']}), {rate['tasks']:,} no-op tasks, 4 workers of 4 threads: "
+        f"{_f(rate.get('sustained_per_s'))} starts/s from 3 s in to the last start; busiest 1-s window "
+        f"{rate.get('busiest_second')} starts (at most {rate['limit']} + burst {rate['limit']}); "
+        f"{rate['executed']:,} run in {_f(rate['elapsed'], 1)} s.",
+        "",
+    ]
+    return out
 
 
 def _chaos_section(chaos, plots) -> list[str]:

@@ -55,6 +55,10 @@ class Sizes:
     chaos_lease: float = 2.0
     spark_rows: int = 1_000_000
     spark_rounds: int = 2
+    flow_rate: int = 1000
+    flow_rate_tasks: int = 15_000
+    #: (handler threads per worker, handler seconds, tasks) of each limited/unlimited comparison
+    flow_configs: tuple[tuple[int, float, int], ...] = ((4, 0.0, 100_000), (100, 0.0, 100_000), (16, 0.005, 20_000))
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -76,6 +80,8 @@ class Sizes:
             chaos_tasks=6_000,
             chaos_lease=1.0,
             spark_rows=0,
+            flow_rate_tasks=6_000,
+            flow_configs=((4, 0.0, 20_000), (100, 0.0, 20_000), (16, 0.005, 5_000)),
         )
 
 
@@ -249,6 +255,68 @@ def task_api(bench: Bench, sizes: Sizes, log) -> dict:
         "enqueues": enqueues,
         "app_over_bare_paired": statistics.median(drain_ratios) if drain_ratios else None,
         "defer_many_over_enqueue_many_paired": statistics.median(enqueue_ratios),
+    }
+
+
+# -- flow control ---------------------------------------------------------------------------
+def flow_control(bench: Bench, sizes: Sizes, log) -> dict:
+    """Flow control's cost and accuracy. (1) For each of ``flow_configs`` (handler threads per
+    worker, handler seconds, tasks): paired ABBA drains by 4 worker processes of the queue without
+    a limit against the same queue limited to the workers' total concurrency. (2) ``flow_rate_tasks``
+    no-op tasks on a queue limited to ``flow_rate`` starts per second (burst: the rate) drained by 4
+    workers of 4 threads: starts per second from 3 s in (the burst long spent) to the last start."""
+    shardq = CONTENDERS["shardq"]
+    configs = []
+    for threads, seconds, tasks in sizes.flow_configs:
+        total_concurrency = PROCESSES * threads
+        pairs = []
+        for rep in range(sizes.burn_reps):
+            pair = {}
+            for mode in ("unlimited", "limited") if rep % 2 == 0 else ("limited", "unlimited"):
+                url = bench.shardq_database(f"flow_{mode}")
+                try:
+                    shardq_bench.enqueue_many(url, tasks)
+                    if mode == "limited":
+                        shardq_bench.set_limits(url, concurrency=total_concurrency)
+                    vacuum_analyze(url)
+                    checkpoint(url)
+                    spec = _worker_spec(url, drain=True, concurrency=threads, sleep=seconds)
+                    cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap,
+                                    server_cpu=bench.server_cpu)
+                    pair[mode] = _cell_summary(cell, left=shardq.pending(url))
+                finally:
+                    bench.drop(url)
+                log(f"flow {threads} threads, {seconds * 1e3:g} ms tasks, rep {rep + 1} {mode}: "
+                    f"{pair[mode]['rate']:,.0f} tasks/s")
+            pair["ratio"] = pair["limited"]["rate"] / pair["unlimited"]["rate"] if pair["unlimited"]["rate"] else None
+            pairs.append(pair)
+        ratios = [p["ratio"] for p in pairs if p["ratio"]]
+        configs.append({"threads_per_worker": threads, "handler_seconds": seconds, "tasks": tasks,
+                        "total_concurrency": total_concurrency, "pairs": pairs,
+                        "limited_over_unlimited_paired": statistics.median(ratios) if ratios else None})
+    url = bench.shardq_database("flow_rate")
+    try:
+        shardq_bench.enqueue_many(url, sizes.flow_rate_tasks)
+        shardq_bench.set_limits(url, rate=sizes.flow_rate)
+        vacuum_analyze(url)
+        spec = _worker_spec(url, drain=True, concurrency=4)
+        cap = sizes.flow_rate_tasks / sizes.flow_rate * 2 + 10
+        cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=cap, sample_every=0.1, server_cpu=bench.server_cpu)
+        rated = _cell_summary(cell, left=shardq.pending(url))
+    finally:
+        bench.drop(url)
+    steady = [(t, n) for t, n in cell.samples if t >= 3.0 and n < sizes.flow_rate_tasks]
+    sustained = ((steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
+                 if len(steady) >= 2 and steady[-1][0] > steady[0][0] else None)
+    busiest = max((n2 - n1 for (t1, n1) in cell.samples for (t2, n2) in cell.samples if 0.95 <= t2 - t1 <= 1.05),
+                  default=None)
+    log(f"flow rate {sizes.flow_rate}/s: sustained {sustained or 0:,.0f} starts/s, busiest second {busiest}, "
+        f"{rated['executed']} run")
+    return {
+        "configs": configs,
+        "rate": {"limit": sizes.flow_rate, "tasks": sizes.flow_rate_tasks, "sustained_per_s": sustained,
+                 "busiest_second": busiest, "executed": rated["executed"], "elapsed": rated["elapsed"],
+                 "left": rated.get("left"), "samples": cell.samples},
     }
 
 
@@ -713,6 +781,7 @@ SCENARIOS = {
     "depth": depth_and_reaper,
     "enqueue": enqueue,
     "task-api": task_api,
+    "flow": flow_control,
     "chaos": chaos,
 }
 

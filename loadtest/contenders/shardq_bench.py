@@ -107,6 +107,15 @@ def interleaved_enqueue(url: str, n: int, chunk: int = 1000) -> dict[str, float]
         app.close()
 
 
+def set_limits(url: str, **limits: int) -> None:
+    """Flow-control limits on the bench queue (``concurrency=``, ``rate=``, ``burst=``)."""
+    client = shardq.connect(url)
+    try:
+        client.set_queue(QUEUE, **limits)
+    finally:
+        client.close()
+
+
 def enqueue_single(url: str, n: int, payload: bytes = b"x" * 16) -> float:
     with shardq.connect(url) as client:
         producer = Producer(client.store)
@@ -145,6 +154,12 @@ def worker(spec: dict, ctl: Control) -> dict:
             rec.hit()
 
         handler = app.dispatch
+    elif spec.get("sleep"):  # a handler that takes this long (flow-control cell)
+        pause = spec["sleep"]
+
+        def handler(task) -> None:
+            rec.hit()
+            time.sleep(pause)
     else:
         def handler(task) -> None:
             rec.hit()

@@ -68,6 +68,9 @@ class ClaimRound:
     #: queues whose flow limit refused this call's claim, with the seconds until their next token
     #: (a rate) or None (every concurrency slot is held)
     throttled: dict[str, float | None] = field(default_factory=dict)
+    #: a queue with a flow limit was skipped: every handler slot of the caller was busy
+    #: (``start_room`` 0), so nothing could be claimed that would start at once
+    no_room: bool = False
 
 
 class Consumer:
@@ -223,8 +226,11 @@ class Consumer:
             self._position += 1
             bucket, queue_index = divmod(step, len(self.queues))
             queue = self.queues[queue_index]
+            if self.settings(queue).paused_dequeue or queue in result.throttled:
+                continue
             queue_want = self._limit_for(queue, want, start_room)
-            if self.settings(queue).paused_dequeue or queue_want <= 0 or queue in result.throttled:
+            if queue_want <= 0:
+                result.no_room = True
                 continue
             result.statements += 1
             try:
@@ -261,8 +267,11 @@ class Consumer:
         buckets = [(start + i) % count for i in range(count)]
         for step in range(len(self.queues)):
             queue = self.queues[(start + step) % len(self.queues)]
+            if self.settings(queue).paused_dequeue:
+                continue
             queue_want = self._limit_for(queue, want, start_room)
-            if self.settings(queue).paused_dequeue or queue_want <= 0:
+            if queue_want <= 0:
+                result.no_room = True
                 continue
             lease = self.lease_for(queue)
             result.statements += 1
@@ -290,6 +299,8 @@ class Consumer:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
         counts as empty only if the layout it walked is still the layout, no claim failed and no
         flow limit refused a claim (tasks may be waiting behind it)."""
+        if result.no_room:
+            return result  # not a round at all: a limited queue was not asked, for want of room
         refreshed = self.layout(refresh=True)
         if self.flow_slots.pools:
             self.flow_slots.release_idle(self.store)  # nothing to run here: other workers may have work

@@ -84,10 +84,12 @@ class SlotPool:
 class FlowSlots:
     """A worker's slot pools, one per concurrency-limited queue it has claimed from, and the claim
     that goes through them (:meth:`claim`). ``capacity``: at most this many slots per queue (the
-    worker's concurrency)."""
+    worker's concurrency); ``on_free`` is called whenever a slot becomes idle (the fetcher's wake-up)."""
 
-    def __init__(self, capacity: int = 1_000_000, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, capacity: int = 1_000_000, *, on_free: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity = capacity
+        self._on_free = on_free
         self.pools: dict[str, SlotPool] = {}
         self._clock = clock
         self._renewing = threading.Lock()
@@ -160,6 +162,8 @@ class FlowSlots:
             if slot is not None:
                 pool.idle.append(slot)
             pool.lost.discard(task.key.id)
+        if self._on_free is not None:
+            self._on_free()
 
     def lost(self, task: ClaimedTask) -> bool:
         """Whether ``task``'s slot was taken by another worker while it ran (do not renew it)."""

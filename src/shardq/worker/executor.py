@@ -162,10 +162,10 @@ class ThreadExecutor:
                         entry.running = False
                 if sink.trace_handled:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
-            if entry.claimed.flow_slot is not None:
-                flow_done(entry.claimed)  # its queue's concurrency slot is free for the next task
             put(entry)
             finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
+            if entry.claimed.flow_slot is not None:
+                flow_done(entry.claimed)  # its queue's slot is free: after the count the fetcher reads
             claim = entry.claim
             if next(claim.finished) >= claim.size:
                 settle_wake.set()  # the claim's last outcome: settle it now
@@ -351,10 +351,10 @@ class LoopExecutor:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
             if self._abandoned:
                 return
-            if entry.claimed.flow_slot is not None:
-                flow_done(entry.claimed)  # its queue's concurrency slot is free for the next task
             put(entry)
             finished[slot] += 1
+            if entry.claimed.flow_slot is not None:
+                flow_done(entry.claimed)  # its queue's slot is free: after the count the fetcher reads
             claim = entry.claim
             if next(claim.finished) >= claim.size:
                 settle_wake.set()

@@ -75,10 +75,11 @@ class Fetcher:
                 if table.want() <= 0:  # re-check: a wake-up may have come just before the clear
                     table.fetch_wake.wait(0.5)
                 continue
+            room = table.start_room()
             try:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
-                found = consumer.claim(limit=want, start_room=table.start_room())
+                found = consumer.claim(limit=want, start_room=room)
                 failures = 0
                 if listener is not None and not listener.active:
                     listener.retry()  # the database answers again (throttled: see notify.Listener)
@@ -113,6 +114,13 @@ class Fetcher:
                     stop.wait(pause)  # the next token comes at a known time
                 continue
             throttled_rounds = 0
+            if found.no_room:
+                # Every handler slot is busy and limited queues claim only what starts at once:
+                # wait for a handler to return (it sets the wake-up when it frees a queue slot).
+                table.fetch_wake.clear()
+                if table.start_room() <= 0:
+                    table.fetch_wake.wait(0.5)
+                continue
             if not found.round_empty:
                 continue
             self.totals.add(empty_rounds=1)

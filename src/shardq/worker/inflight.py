@@ -87,7 +87,7 @@ class InFlightTable:
     def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int) -> None:
         #: the concurrency slots of limited queues this worker holds (shardq.flow): the fetcher fills
         #: them, the executor frees one when its handler returns
-        self.flow = FlowSlots(capacity=slots)
+        self.flow = FlowSlots(capacity=slots, on_free=self._wake_fetcher)
         # Keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call, and
         # this dict is touched several times per task.
         self.entries: dict[int, InFlight] = {}
@@ -106,6 +106,9 @@ class InFlightTable:
         self.low_water = max(slots - 1, prefetch - batch)
         #: set when the fetcher should look again: the buffer ran low, a settle freed room, a stop
         self.fetch_wake = threading.Event()
+
+    def _wake_fetcher(self) -> None:
+        self.fetch_wake.set()
 
     def add(self, entries: Sequence[InFlight]) -> None:
         with self.lock:
