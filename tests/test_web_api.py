@@ -127,6 +127,15 @@ def test_dead_api_lists_dead_tasks_with_payload_text_cut_short(web):
     assert web.get("/api/queues/q/dead?limit=many", headers=BEARER).status_code == 400
 
 
+def test_a_queues_limits_and_slots_in_use_are_on_its_page_and_in_the_api(web):
+    web.db.client.set_queue("q", concurrency=3, rate=50, burst=10)
+    web.db.make_task("q")
+    data = web.get("/api/queues/q", headers=BEARER).json()
+    assert (data["queue"]["concurrency_limit"], data["queue"]["slots_in_use"], data["queue"]["rate_limit"]) == (3, 0, 50)
+    page = web.get("/queues/q", headers=BEARER).text
+    assert "3 (0 in use)" in page and "50/s, burst 10" in page
+
+
 def test_unknown_queue_or_task_is_a_404_page_and_a_json_error(web):
     for path in ("/queues/nope", "/queues/nope/dead", f"/tasks/{uuid.uuid4()}", "/tasks/not-a-uuid",
                  "/queues/bad%20name!"):

@@ -89,6 +89,10 @@ def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dic
         "lead_time_by_duration_s": None if q.lead_time_by_duration_s is None else round(q.lead_time_by_duration_s, 1),
         "paused_enqueue": bool(settings and settings.paused_enqueue),
         "paused_dequeue": bool(settings and settings.paused_dequeue),
+        "concurrency_limit": q.concurrency_limit,
+        "slots_in_use": q.slots_in_use,
+        "rate_limit": q.rate_limit,
+        "throttled": q.activity.throttled,
     }
     return out
 
