@@ -181,9 +181,11 @@ class Consumer:
         return gated
 
     def _limit_for(self, queue: str, want: int, start_room: int | None) -> int:
-        """How many tasks of ``queue`` to ask for: a limited queue's claims take slots and tokens
-        at once, so only as many as can start now (``start_room``), not a prefetch."""
-        if start_room is not None and self.settings(queue).limited:
+        """How many tasks of ``queue`` to ask for: a queue with a concurrency limit claims only
+        as many as can start now (``start_room``), not a prefetch, since a claimed task holds a
+        slot whether it runs or waits. (A rate-limited task spends its token when it is claimed, so
+        starting it a moment later keeps the rate; it may be prefetched.)"""
+        if start_room is not None and self.settings(queue).concurrency_limit is not None:
             return min(want, start_room)
         return want
 
