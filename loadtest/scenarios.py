@@ -58,7 +58,8 @@ class Sizes:
     flow_rate: int = 1000
     flow_rate_tasks: int = 15_000
     #: (handler threads per worker, handler seconds, tasks) of each limited/unlimited comparison
-    flow_configs: tuple[tuple[int, float, int], ...] = ((4, 0.0, 100_000), (100, 0.0, 100_000), (16, 0.005, 20_000))
+    flow_configs: tuple[tuple[int, float, int], ...] = ((4, 0.0, 100_000), (100, 0.0, 100_000), (16, 0.005, 20_000),
+                                                        (16, 0.05, 4_000))
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -81,7 +82,7 @@ class Sizes:
             chaos_lease=1.0,
             spark_rows=0,
             flow_rate_tasks=6_000,
-            flow_configs=((4, 0.0, 20_000), (100, 0.0, 20_000), (16, 0.005, 5_000)),
+            flow_configs=((4, 0.0, 20_000), (100, 0.0, 20_000), (16, 0.005, 5_000), (16, 0.05, 2_000)),
         )
 
 
