@@ -221,3 +221,38 @@ def test_limits_on_a_queue_that_does_not_exist_yet_apply_when_it_appears(db):
     db.client.enqueue_many("later", [NewTask(b"x"), NewTask(b"y")])
     consumer = Consumer(db.store, ["later"], batch=10)
     assert len(consumer.claim(start_room=10).tasks) == 1
+
+
+def test_an_async_handler_keeps_to_the_limit_too(db):
+    import asyncio
+
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 12)
+    running = peak = 0
+
+    async def handler(task) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    totals = work(db, handler, concurrency=8)
+    assert totals.acked == 12 and peak == 2
+    assert db.client.store.flow_usage() == {"q": (0, 2)}
+
+
+def test_a_worker_on_a_limited_and_an_unlimited_queue_limits_only_the_first(db):
+    db.client.set_queue("limited", concurrency=1)
+    db.client.enqueue_many("limited", [b"x"] * 6)
+    db.client.enqueue_many("free", [b"y"] * 6)
+    overlap = {"limited": Overlap(), "free": Overlap()}
+    handlers = {name: o(0.05) for name, o in overlap.items()}
+
+    def handler(task) -> None:
+        handlers[task.queue](task)
+
+    worker = db.client.worker(["limited", "free"], handler, concurrency=6, until_empty=True)
+    totals = worker.run(install_signal_handlers=False)
+    assert totals.acked == 12
+    assert overlap["limited"].peak == 1 and overlap["free"].peak > 1
