@@ -174,7 +174,9 @@ class Consumer:
 
         def gated(limit: int) -> list[ClaimedTask]:
             tasks, refused = self.flow_slots.claim(self.store, settings, limit, self.lease_for(queue), claim)
-            if refused is not None:
+            if refused is flow.NO_ROOM:
+                result.no_room = True
+            elif refused is not None:
                 result.throttled[queue] = refused if isinstance(refused, float) else None
             return tasks
 

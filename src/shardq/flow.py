@@ -53,6 +53,8 @@ SLOT_WAIT_MAX_SECONDS = 0.5
 
 #: What a refused claim reports when every slot was held (rather than a token wait in seconds).
 NO_SLOT = object()
+#: What a claim reports when the worker's own slots are all busy (not a refusal by the limit).
+NO_ROOM = object()
 
 
 @dataclass
@@ -107,7 +109,8 @@ class FlowSlots:
     ) -> tuple[list[ClaimedTask], float | object | None]:
         """Claim up to ``want`` tasks of ``settings.name`` within its limits with ``claim(limit)``.
         Returns the tasks (each with the slot it runs in) and whether a limit refused: None (it
-        did not), :data:`NO_SLOT`, or the seconds until the next token."""
+        did not), :data:`NO_SLOT`, the seconds until the next token, or :data:`NO_ROOM` (not a
+        refusal: this worker's own slots are all busy)."""
         pool = self.pool(settings.name) if settings.concurrency_limit is not None else None
         if pool is not None:
             pool.lease_seconds = lease_seconds
@@ -116,7 +119,9 @@ class FlowSlots:
                 self._take(store, pool, min(want - len(pool.idle), self.capacity - pool.held), lease_seconds)
             want = min(want, len(pool.idle))
             if want <= 0:
-                return [], NO_SLOT
+                # Every slot this worker may hold is busy: a handler has just returned and its
+                # slot is on its way back (the worker's own count runs a moment ahead of it).
+                return [], NO_ROOM if pool.held >= self.capacity else NO_SLOT
         if settings.rate_limit is not None:
             tasks, wait = claim_with_tokens(store, settings, want, claim)
         else:
