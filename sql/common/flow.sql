@@ -63,7 +63,7 @@ RETURNING s.slot
 -- Make sure slots 0 .. slots - 1 of a queue exist (new ones free). The unique (queue, slot) index
 -- is the conflict target: a held slot keeps its holder.
 INSERT INTO shardq_slots (queue, slot)
-SELECT %(queue)s, g.slot FROM generate_series(0, %(slots)s::INT4 - 1) AS g(slot)
+SELECT %(queue)s::TEXT, g.slot FROM generate_series(0, %(slots)s::INT4 - 1) AS g(slot)
 ON CONFLICT (queue, slot) DO NOTHING
 
 -- name: flow_slots_trim
@@ -83,7 +83,7 @@ WHERE queue = %(queue)s
 
 -- name: flow_tokens_reset
 -- A rate was set: a full bucket (burst tokens) as of now.
-INSERT INTO shardq_rate_tokens (queue, tokens, refilled_at) VALUES (%(queue)s, %(tokens)s::FLOAT8, now())
+INSERT INTO shardq_rate_tokens (queue, tokens, refilled_at) VALUES (%(queue)s::TEXT, %(tokens)s::FLOAT8, now())
 ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 
 -- name: flow_tokens_drop
