@@ -191,19 +191,22 @@ class FlowSlots:
             for pool in self.pools.values():
                 if not pool.held or pool.renew_at > now:
                     continue
-                kept = {slot for slot, _until in store.flow_slots_extend(pool.queue, pool.slots(), pool.token,
+                asked = set(pool.slots())
+                kept = {slot for slot, _until in store.flow_slots_extend(pool.queue, sorted(asked), pool.token,
                                                                          pool.lease_seconds)}
+                # Only slots this renewal asked about can be gone: the fetcher may have taken more
+                # meanwhile (they are a whole lease fresh).
+                gone = asked - kept
                 with pool.lock:
                     pool.renew_at = now + pool.lease_seconds / 3.0
-                    gone = [slot for slot in pool.idle + list(pool.busy.values()) if slot not in kept]
                     if gone:
                         log.warning("queue %s: %d concurrency slot(s) expired before they were renewed and "
                                     "went to another worker", pool.queue, len(gone))
-                    pool.idle = [slot for slot in pool.idle if slot in kept]
-                    for task_id, slot in list(pool.busy.items()):
-                        if slot not in kept:
-                            pool.lost.add(task_id)
-                            del pool.busy[task_id]
+                        pool.idle = [slot for slot in pool.idle if slot not in gone]
+                        for task_id, slot in list(pool.busy.items()):
+                            if slot in gone:
+                                pool.lost.add(task_id)
+                                del pool.busy[task_id]
 
     # -- giving back ---------------------------------------------------------------------------
     def release_idle(self, store: TaskStore) -> int:
