@@ -125,6 +125,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         f"processed {stats.acked}, retried {stats.retried}, dead {stats.dead}, "
         f"handed back {stats.released}, lease lost {stats.lease_lost}"
         + (f", timed out {stats.timeouts}" if stats.timeouts else "")
+        + (f", claims refused by a limit {stats.throttled}" if stats.throttled else "")
     )
     if stats.abandoned_limit_reached:
         click.echo(f"shardq work: stopped after {stats.abandoned} handler threads were left running past their "

@@ -299,6 +299,8 @@ def test_queue_limits_are_set_shown_and_removed(shardq_cli):
     assert settings["slots_in_use"] == 0
     stats = json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]
     assert stats["concurrency_limit"] == 3 and stats["slots_in_use"] == 0 and stats["window"]["throttled"] == 0
+    table = shardq_cli("stats").stdout
+    assert "slots" in table and "0/3" in table
     shardq_cli("queue", "set", "q", "--rate", "0", "--concurrency", "0")
     [settings] = json.loads(shardq_cli("queue", "show", "q", "--json").stdout)
     assert settings["concurrency_limit"] is None and settings["rate_limit"] is None

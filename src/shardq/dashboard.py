@@ -96,12 +96,17 @@ def _lead(q: QueueStats, value: float | None) -> str:
 # -- renderables --------------------------------------------------------------------------------
 def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) -> Table:
     """One row per queue: depth, lag, rates and lead time (``wide`` adds handler timings; a
-    ``backlog`` column appears when some queue has tasks waiting for an exclusive key)."""
+    ``backlog`` column appears when some queue has tasks waiting for an exclusive key, and
+    ``slots`` (held / limit) and ``throttled`` (refused claims in the window) when some queue
+    has a flow limit)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   collapse_padding=True)
     backlogs = any(q.backlog for q in stats.queues.values())
+    limited = any(q.concurrency_limit is not None or q.rate_limit is not None for q in stats.queues.values())
     columns = ["queue", "ready", "sched", "leased"] + (["backlog"] if backlogs else [])
     columns += ["dead", "oldest", "in/s", "done/s", "fail/s", "lead time"]
+    if limited:
+        columns += ["slots", "throttled"]
     if wide:
         columns += ["lead (dur)", "handler", "threads", "util"]
     for column in columns:
@@ -122,6 +127,11 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
                  style="yellow" if failing else ""),
             _lead(q, q.lead_time_s),
         ]
+        if limited:
+            row += [
+                "-" if q.concurrency_limit is None else f"{q.slots_in_use}/{q.concurrency_limit}",
+                str(q.activity.throttled) if q.concurrency_limit is not None or q.rate_limit is not None else "-",
+            ]
         if wide:
             row += [
                 _lead(q, q.lead_time_by_duration_s),
