@@ -6,19 +6,32 @@
 -- re-run keeps the chunking of the first attempt.
 INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES (%(run_id)s, %(queue)s, %(chunks)s)
 ON CONFLICT (run_id) DO NOTHING
+RETURNING run_id
+
+-- name: spark_run_mark
+-- In the transaction that registered a run (spark_run_register returned its row): note how the
+-- run splits its rows into chunks, as a ledger row with chunk -1 (merged chunks are 0..chunks-1)
+-- and the scheme's number in rows_merged. Runs registered before there were schemes have none and
+-- keep their chunking (shardq.spark.frame.CHUNK_BY_ID).
+INSERT INTO shardq_spark_chunks (run_id, chunk, rows_merged) VALUES (%(run_id)s, -1, %(scheme)s)
+ON CONFLICT (run_id, chunk) DO NOTHING
 
 -- name: spark_run_get
--- One run's pinned queue and chunk count, or no row.
-SELECT run_id, queue, chunks, created_at FROM shardq_spark_runs WHERE run_id = %(run_id)s
+-- One run's pinned queue, chunk count and chunking scheme (0: registered before schemes), or no row.
+SELECT r.run_id, r.queue, r.chunks, r.created_at,
+       coalesce((SELECT c.rows_merged FROM shardq_spark_chunks AS c WHERE c.run_id = r.run_id AND c.chunk = -1), 0)
+           AS scheme
+FROM shardq_spark_runs AS r WHERE r.run_id = %(run_id)s
 
 -- name: spark_run_progress
 -- How many chunks of a run have been merged, and how many tasks they inserted.
 SELECT count(*) AS chunks, coalesce(sum(rows_merged), 0)::INT8 AS tasks
-FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 
 -- name: spark_chunks_merged
--- The chunks of a run merged already (a re-run skips them without opening a transaction).
-SELECT chunk FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+-- The chunks of a run merged already, with the tasks each inserted (a re-run skips them without
+-- opening a transaction).
+SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 
 -- name: spark_chunk_claim
 -- First statement of a chunk's merge transaction: take the chunk's ledger row. No row back means

@@ -53,6 +53,9 @@ from ..models import PRIORITY_MAX, PRIORITY_MIN
 SEPARATOR = "\x1f"
 # Marks the messages of the checks below, so a failed Spark job can be told apart from others.
 CHECK_MARKER = "shardq-invalid-task:"
+#: How a run's rows are split into chunks (pinned per run, see :func:`stage_frame`).
+CHUNK_BY_KEY = "key"
+CHUNK_BY_ID = "id"
 
 
 @dataclass(frozen=True)
@@ -216,11 +219,23 @@ def stage_frame(
     skip_chunks: frozenset[int] = frozenset(),
     payload_limit: int = validation.PAYLOAD_MAX_BYTES,
     labels: Mapping[str, str] | None = None,
+    chunking: str = CHUNK_BY_KEY,
+    cluster: int | None = None,
 ) -> DataFrame:
     """The staging rows for ``df``: ``chunk``, ``id`` and one column per mapped task field, cast
     to the staging types and checked. Rows of ``skip_chunks`` (merged by an earlier attempt) are
     left out. ``labels`` names a field's source in messages (default: its column). Lazy: nothing
-    runs until the frame is written."""
+    runs until the frame is written.
+
+    ``chunking``: :data:`CHUNK_BY_KEY` (runs registered since the COPY writer: the range of the
+    row's *first-occurrence* id, known before identical rows are numbered) or :data:`CHUNK_BY_ID`
+    (runs registered before it: the range of the row's own id). The two differ only for the 2nd,
+    3rd… copy of an identical row. ``cluster`` (COPY writer, :data:`CHUNK_BY_KEY` only):
+    hash-partition the rows by chunk into that many partitions, each sorted by chunk, so one Spark
+    task holds whole chunks; ``id`` is then the id of the row's *first* occurrence and ``content``
+    (binary; NULL where the id does not depend on the number: a dedupe key) lets the writer number
+    identical rows (:func:`shardq.spark.writer.number_rows`, same ids). That shuffle is the job's
+    only one, and it makes every value check run (in its map stage) before any chunk is written."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -237,8 +252,24 @@ def stage_frame(
         values[name] = guarded
     frame = df.select(*[value.alias(name) for name, value in values.items()])
 
+    if chunking not in (CHUNK_BY_KEY, CHUNK_BY_ID):
+        raise ValueError(f"unknown chunking {chunking!r}")
+
+    def keyed(key: Column) -> Column:
+        if "dedupe_key" not in mapped:
+            return key
+        return F.when(F.col("dedupe_key").isNotNull(), F.concat(F.lit("k:"), F.col("dedupe_key"))).otherwise(key)
+
+    def task_id(key: Column) -> Column:
+        return F.md5(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), key))
+
+    def id_range(hex_id: Column) -> Column:
+        # Chunks are id ranges (the id's first 32 bits scaled to 0..chunks-1), not hashes: a
+        # chunk's rows then go into one narrow range of the id index instead of all over it.
+        return (F.conv(F.substring(hex_id, 1, 8), 16, 10).cast("long") * F.lit(chunks) / F.lit(1 << 32)).cast("int")
+
     if "row_key" in mapped:
-        row_key = F.concat(F.lit("r:"), F.col("row_key"))
+        base_key = F.concat(F.lit("r:"), F.col("row_key"))
     else:
         # Only the fixed-format fields go into the text part (they never contain the separator);
         # the payload comes last, as bytes, so the encoding is unambiguous.
@@ -246,23 +277,45 @@ def stage_frame(
                  for name in ("run_at", "delay", "max_attempts", "priority", "exclusive_key")]
         content = F.unhex(F.md5(F.concat(F.concat_ws(SEPARATOR, *fixed, F.lit("")).cast("binary"), F.col("payload"))))
         frame = frame.withColumn("_content", content)
+        base_key = F.concat(F.lit("c:"), F.hex("_content"), F.lit("#"))
+    staged = [name for name in mapped if name in STAGED]
+    if chunking == CHUNK_BY_KEY:
+        # The chunk of the row's first occurrence (for a row key or a dedupe key: of the row's own
+        # id), so it is known before identical rows are numbered and all copies share a chunk.
+        first = F.concat(base_key, F.lit("1")) if "row_key" not in mapped else base_key
+        frame = frame.withColumn("_first", task_id(keyed(first)))
+        frame = frame.withColumn("chunk", id_range(F.col("_first")))
+        if skip_chunks:
+            frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
+        if cluster is not None:
+            # The COPY writer numbers identical rows itself (shardq.spark.writer.number_rows):
+            # Spark only sorts each partition by the chunk (an INT4 key), not by content.
+            extra: list[Column] = []
+            if "row_key" not in mapped:
+                content = F.col("_content")
+                if "dedupe_key" in mapped:
+                    content = F.when(F.col("dedupe_key").isNull(), content)
+                extra.append(content.alias("content"))
+            frame = frame.repartition(cluster, "chunk").sortWithinPartitions("chunk")
+            return frame.select("chunk", F.col("_first").alias("id"), *extra, *staged)
+    if "row_key" in mapped:
+        row_key = base_key
+    else:
         # Identical rows are distinct tasks: number them 1..k (which one gets which number does
         # not matter, they are equal). This window is the one shuffle of the job.
-        occurrence = F.row_number().over(Window.partitionBy("_content").orderBy("_content"))
-        row_key = F.concat(F.lit("c:"), F.hex("_content"), F.lit("#"), occurrence.cast("string"))
-    if "dedupe_key" in mapped:
-        row_key = F.when(F.col("dedupe_key").isNotNull(), F.concat(F.lit("k:"), F.col("dedupe_key"))).otherwise(
-            row_key
-        )
-    frame = frame.withColumn("id", F.md5(F.concat_ws(SEPARATOR, F.lit(run_id), F.lit(queue), row_key)))
-    # Chunks are id ranges (the id's first 32 bits scaled to 0..chunks-1), not hashes: a chunk's
-    # merge then inserts into one narrow range of the id index instead of all over it.
-    frame = frame.withColumn(
-        "chunk", (F.conv(F.substring("id", 1, 8), 16, 10).cast("long") * F.lit(chunks) / F.lit(1 << 32)).cast("int")
-    )
-    if skip_chunks:
-        frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
-    return frame.select("chunk", "id", *(name for name in mapped if name in STAGED))
+        # Rows with a dedupe key take their id from it, not from their number: they are numbered
+        # apart, so they cannot take numbers from the identical rows that have none.
+        groups: list[Column] = [F.col("_content")]
+        if "dedupe_key" in mapped:
+            groups.append(F.col("dedupe_key").isNull())
+        occurrence = F.row_number().over(Window.partitionBy(*groups).orderBy("_content"))
+        row_key = F.concat(base_key, occurrence.cast("string"))
+    frame = frame.withColumn("id", task_id(keyed(row_key)))
+    if chunking == CHUNK_BY_ID:
+        frame = frame.withColumn("chunk", id_range(F.col("id")))
+        if skip_chunks:
+            frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
+    return frame.select("chunk", "id", *staged)
 
 
 #: fields that also take a string column, parsed (Spark's try_cast) as: (type, what it must be)

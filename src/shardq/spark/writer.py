@@ -1,0 +1,375 @@
+"""The COPY writer: Spark's write tasks put each chunk into ``shardq_tasks`` themselves, in one
+transaction with the chunk's ledger row (PostgreSQL; ``pyarrow`` on the executors).
+
+How
+    :func:`shardq.spark.frame.stage_frame` (``cluster=partitions``) hash-partitions the rows by
+    chunk (the numbering of identical rows rides on that one shuffle), so each Spark task holds
+    whole chunks, sorted by chunk. :func:`copy_frame` renders each row as CSV with Spark
+    built-ins; ``mapInArrow`` hands the task's rows to :func:`write_partition` as Arrow batches,
+    which, per chunk, opens a transaction, takes the chunk's ledger row (``spark_chunk_claim``;
+    taken: skip the chunk), then
+
+    * **plain rows** (the run maps no run_at, delay, dedupe key or exclusive key): reads the
+      queue's settings and ``now()`` (``spark_chunk_open``) and ``COPY``s the chunk, sorted by id,
+      straight into ``shardq_tasks`` (``spark_chunk_copy_tasks``): state ready, rank = priority,
+      due at the transaction's ``now()``, as ``spark_chunk_merge`` would insert them;
+    * **other rows**: ``COPY``s the chunk into the connection's ``TEMP`` table and runs the very
+      statements of the staging path on it (``spark_chunk_merge``: due times, scheduled rows,
+      live dedupe keys; exclusive keys through :mod:`shardq.exclusive`);
+
+    records the count (``spark_chunk_record``) and commits. Rows cross the network once and are
+    written once; nothing else is written but the ledger row.
+
+Guarantees (as the staging path's)
+    * Every value check runs in the shuffle's map stage, which Spark finishes before any write
+      task starts: a bad row fails the job before any chunk is written.
+    * A chunk's tasks and its ledger row commit together, so a retried or speculative Spark task,
+      a re-run after any failure, or consumers acking tasks in between never enqueue a chunk
+      twice; a second writer of the same chunk waits on its ledger row, then skips it.
+    * The chunk of a row depends only on the run and the row (never on Spark's partitioning), so
+      a re-run puts every row in the chunk it had.
+
+Does not
+    * run without ``pyarrow`` and ``shardq`` importable on the executors (``WriteOptions(writer=
+      "jdbc")`` then), nor on CockroachDB (the staging path; see docs/spark.md);
+    * call ``on_chunk`` while the job runs: the executors commit the chunks, and the driver
+      reports them from the ledger once the write has finished.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..db import Dsn, Session
+from ..errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    QueuePaused,
+    SerializationConflict,
+    StatementTimeout,
+)
+from ..models import RANK_SCHEDULED
+from .ledger import Run, Stage, _merge_keyed_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+#: The connection's TEMP table for one chunk's rows (spark_chunk_table_create).
+CHUNK_TABLE = "shardq_chunk_in"
+#: Marks a write task's failure in Spark's error text, with the shardq error's class name.
+WRITER_MARKER = "shardq-copy-writer:"
+#: fields whose rows cannot go straight into the tasks table
+MERGED_FIELDS = ("run_at", "delay", "dedupe_key", "exclusive_key")
+_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (QueuePaused, DatabaseUnavailable, SerializationConflict, StatementTimeout)
+}
+
+
+def available() -> bool:
+    """Whether the driver can run the COPY writer (the executors need the same)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """What a write task needs, pickled to the executors with :func:`write_partition`."""
+
+    dsn: Dsn
+    run_id: str
+    queue: str
+    chunks: int
+    plain: bool  # rows go straight into shardq_tasks (see module docstring)
+    keyed: bool  # the run maps an exclusive key
+    max_attempts_mapped: bool
+
+
+def _csv_text(column: Any) -> Any:
+    """A string column as one CSV field: quoted (quotes doubled), NULL as an empty unquoted field."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.concat(F.lit('"'), F.regexp_replace(column, '"', '""'), F.lit('"')), F.lit(""))
+
+
+def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
+    """``rows`` (from ``stage_frame(cluster=…)``) as ``chunk``, ``id`` (of the first occurrence),
+    ``content`` (when present), ``tail`` (the rest of the row's CSV line after the id, see the COPY
+    statements) and, for plain rows with a max_attempts column, ``max_attempts``; and whether the
+    rows are plain. Built with Spark built-ins only: the executors' Python numbers identical rows
+    and concatenates."""
+    from pyspark.sql import functions as F
+
+    plain = not (set(MERGED_FIELDS) & mapped)
+    keep = [c for c in ("chunk", "id", "content") if c in rows.columns]
+    if plain:
+        # COPY's binary format, assembled by _plain_rows from the values themselves
+        return rows.select(*keep, *(c for c in ("payload", "priority", "max_attempts") if c in mapped)), True
+    payload = F.concat(F.lit("\\x"), F.hex("payload"))
+
+    def number(name: str) -> Any:
+        return F.coalesce(F.col(name).cast("string"), F.lit("")) if name in mapped else F.lit("")
+
+    run_at = (F.coalesce(F.date_format("run_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"), F.lit(""))
+              if "run_at" in mapped else F.lit(""))
+    fields = [
+        F.lit(""), F.col("chunk").cast("string"), payload, run_at, number("delay"),
+        _csv_text(F.col("dedupe_key")) if "dedupe_key" in mapped else F.lit(""),
+        number("max_attempts"), number("priority"),
+        _csv_text(F.col("exclusive_key")) if "exclusive_key" in mapped else F.lit(""),
+    ]
+    # id | ,chunk,payload,run_at,delay,dedupe_key,max_attempts,priority,exclusive_key\n
+    tail = F.concat(F.concat_ws(",", *fields), F.lit("\n"))
+    return rows.select(*keep, tail.alias("tail")), False
+
+
+def run_writer(frame: DataFrame, spec: WriterSpec) -> list[tuple[int, int]]:
+    """Run the write tasks; (chunk, tasks inserted or -1 when another writer had it) as the
+    successful task attempts reported them."""
+    fn = functools.partial(write_partition, spec=spec)
+    out = frame.mapInArrow(fn, "chunk INT, tasks LONG").collect()
+    return [(int(r["chunk"]), int(r["tasks"])) for r in out]
+
+
+def writer_failure(exc: BaseException) -> Exception | None:
+    """The shardq error a failed write task raised, from Spark's error text, if it is one."""
+    text = str(exc)
+    start = text.find(WRITER_MARKER)
+    if start < 0:
+        return None
+    line = text[start + len(WRITER_MARKER):].splitlines()[0].strip()
+    kind, _, message = line.partition(" ")
+    return _ERRORS.get(kind, DatabaseError)(message or line)
+
+
+# -- executor side ---------------------------------------------------------------------------
+def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> Iterator[pa.RecordBatch]:
+    """One Spark task: write each chunk of its rows (arriving sorted by chunk) in its own
+    transaction; yield one (chunk, tasks) row per chunk (tasks -1: written before)."""
+    import numpy as np
+    import pyarrow as pa
+
+    run = Run(spec.run_id, spec.queue, spec.chunks)
+    seen: set[int] = set()
+    current: int | None = None
+    pending: list[pa.RecordBatch] = []
+    with Session(spec.dsn, application_name="shardq-spark") as session:
+        if not spec.plain:
+            session.execute_ddl("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})
+
+        def flush() -> pa.RecordBatch:
+            assert current is not None
+            seen.add(current)
+            tasks = _guarded(write_chunk, session, spec, run, current, pa.Table.from_batches(pending))
+            return pa.RecordBatch.from_pydict({"chunk": pa.array([current], pa.int32()),
+                                               "tasks": pa.array([-1 if tasks is None else tasks], pa.int64())})
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            chunks = batch.column(0).to_numpy(zero_copy_only=False)
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(chunks)) + 1))
+            ends = np.append(starts[1:], len(chunks))
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+                chunk = int(chunks[start])
+                if chunk != current:
+                    if current is not None:
+                        yield flush()
+                    if chunk in seen:  # the frame is sorted by chunk; anything else is a bug
+                        raise RuntimeError(f"{WRITER_MARKER} DatabaseError rows of chunk {chunk} arrived apart")
+                    current, pending = chunk, []
+                pending.append(batch.slice(start, end - start))
+        if current is not None:
+            yield flush()
+
+
+def _guarded(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (QueuePaused, DatabaseError) as exc:
+        # Spark hands the driver only the text of an executor's error: mark it with its class.
+        raise RuntimeError(f"{WRITER_MARKER} {type(exc).__name__} {exc}") from exc
+
+
+def number_rows(table: pa.Table, run_id: str, queue: str) -> pa.Table:
+    """One chunk's rows sorted by id, with identical rows numbered as
+    :func:`shardq.spark.frame.stage_frame` numbers them (the k-th copy of a row whose first
+    occurrence has id ``md5(run ␟ queue ␟ "c:" ‖ HEX(content) ‖ "#1")`` gets ``… "#k"``), and
+    rows sharing an id that is not numbered (a row key, a dedupe key) kept once."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = table.sort_by("id")
+    n = table.num_rows
+    if n < 2:
+        return table
+    ids = table.column("id").combine_chunks()
+    same = pc.equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    if not same.any():
+        return table
+    repeat = np.concatenate(([False], same))
+    # position of each row in its run of equal ids: 0 for the first
+    starts = np.flatnonzero(~repeat)
+    position = np.arange(n) - starts[np.cumsum(~repeat) - 1]
+    keep = ~repeat
+    new_ids = ids.to_pylist()
+    if "content" in table.column_names:
+        contents = table.column("content").combine_chunks()
+        prefix = f"{run_id}\x1f{queue}\x1fc:"
+        for row in np.flatnonzero(repeat).tolist():
+            content = contents[row].as_py()
+            if content is None:
+                continue  # a dedupe key: one task per key
+            key = f"{prefix}{content.hex().upper()}#{int(position[row]) + 1}"
+            new_ids[row] = hashlib.md5(key.encode("utf-8")).hexdigest()
+            keep[row] = True
+    table = table.set_column(table.column_names.index("id"), "id", pa.array(new_ids, pa.string()))
+    return table.filter(pa.array(keep)).sort_by("id")
+
+
+def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table) -> int | None:
+    """One chunk in one transaction with its ledger row; None when it was written before."""
+    import pyarrow.compute as pc
+
+    table = number_rows(table, run.run_id, run.queue)
+    params = {"run_id": run.run_id, "chunk": chunk}
+
+    def body(s: Session) -> int | None:
+        if s.fetch_one("spark_chunk_claim", params) is None:
+            return None
+        if spec.plain:
+            opened = s.fetch_row("spark_chunk_open", {"queue": spec.queue})
+            if opened["paused"]:
+                raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
+            _copy(s, "spark_chunk_copy_tasks", _plain_rows(table, spec, opened))
+            merged = table.num_rows
+        else:
+            stage = Stage(CHUNK_TABLE)
+            lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
+            _copy(s, "spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
+            row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                              identifiers={"stage": CHUNK_TABLE})
+            if row and row["paused"]:
+                raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")
+            merged = int(row["merged"]) if row else 0
+            if spec.keyed:
+                merged += _merge_keyed_rows(s, run, stage, chunk)
+        s.execute("spark_chunk_record", {**params, "merged": merged})
+        return merged
+
+    return session.transaction(body)
+
+
+#: COPY's binary format: signature, flags, header extension length; and the trailer
+COPY_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+COPY_BINARY_TRAILER = struct.pack(">h", -1)
+_PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
+    """The chunk's COPY data for spark_chunk_copy_tasks, in COPY's binary format (nothing for the
+    server to parse): per row the id, rank and priority (the row's priority, else 0), payload,
+    max_attempts (the row's, else the queue's), state 'ready', the queue and the transaction's
+    now() as the due time. Assembled with numpy and Arrow, no Python per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    head = np.empty((n, 50), np.uint8)  # field count, id, rank, priority, payload length
+    head[:, 0:2] = (0, 8)
+    head[:, 2:6] = (0, 0, 0, 16)
+    head[:, 6:22] = _uuid_bytes(table.column("id"))
+    head[:, 22:26] = head[:, 34:38] = (0, 0, 0, 8)
+    if "priority" in table.column_names:
+        priority = pc.fill_null(table.column("priority"), 0).to_numpy().astype(">i8")
+    else:
+        priority = np.zeros(n, ">i8")
+    head[:, 26:34] = head[:, 38:46] = priority.view(np.uint8).reshape(n, 8)
+    payload = table.column("payload").combine_chunks()
+    if pa.types.is_large_binary(payload.type):
+        payload = payload.cast(pa.binary())
+    head[:, 46:50] = pc.binary_length(payload).to_numpy().astype(">i4").view(np.uint8).reshape(n, 4)
+
+    queue = spec.queue.encode("utf-8")
+    micros = (opened["now"] - _PG_EPOCH) // dt.timedelta(microseconds=1)
+    constant = (struct.pack(">ii", 4, int(opened["max_attempts"])) + struct.pack(">i", 5) + b"ready"
+                + struct.pack(">i", len(queue)) + queue + struct.pack(">iq", 8, micros))
+    tail = np.frombuffer(constant, np.uint8)[np.newaxis, :].repeat(n, axis=0)
+    if "max_attempts" in table.column_names:
+        attempts = pc.fill_null(table.column("max_attempts"), int(opened["max_attempts"])).to_numpy()
+        tail[:, 4:8] = attempts.astype(">i4").view(np.uint8).reshape(n, 4)
+    rows = pc.binary_join_element_wise(_fixed(head), payload, _fixed(tail), pa.scalar(b"", pa.binary()))
+    return [COPY_BINARY_HEADER, _buffer(rows), COPY_BINARY_TRAILER]
+
+
+def _uuid_bytes(column: Any) -> Any:
+    """32-hex-digit strings (md5 hex, as Spark writes them) as an (n, 16) array of bytes."""
+    import numpy as np
+
+    array = column.combine_chunks()
+    _, offsets, data = array.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int32)[array.offset: array.offset + len(array) + 1]
+    digits = np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])]
+    if len(digits) != 32 * len(array):
+        raise ValueError("task ids must be 32 hex digits")
+    nibbles = _hex_values()[digits].reshape(len(array), 16, 2)
+    return (nibbles[:, :, 0] << 4) | nibbles[:, :, 1]
+
+
+def _fixed(rows: Any) -> Any:
+    """An (n, w) byte array as an Arrow binary array of n values of w bytes (no copy of the bytes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n, width = rows.shape
+    offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))])
+
+
+@functools.cache
+def _hex_values() -> Any:
+    import numpy as np
+
+    table = np.zeros(256, np.uint8)
+    for value, digit in enumerate(b"0123456789abcdef"):
+        table[digit] = table[bytes([digit]).upper()[0]] = value
+    return table
+
+
+def _buffer(column: Any) -> memoryview:
+    """The bytes of a string column's values, end to end (each value ends in a newline)."""
+    import numpy as np
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(array) == 0:
+        return memoryview(b"")
+    _, offsets, data = array.buffers()
+    width = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
+    bounds = np.frombuffer(offsets, dtype=width)[array.offset: array.offset + len(array) + 1]
+    return memoryview(data)[int(bounds[0]): int(bounds[-1])]
+
+
+def _copy(session: Session, name: str, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
+    """``COPY … FROM STDIN`` of a named statement with ``data`` (bytes, or a list of them), on the
+    session's connection, in its transaction (errors are translated by :meth:`Session.transaction`)."""
+    conn = session._connection()
+    with conn.cursor() as cur, cur.copy(session._query(name, identifiers)) as copy:
+        step = 1 << 20
+        for part in data if isinstance(data, list) else [data]:
+            view = memoryview(part)
+            for start in range(0, len(view), step):
+                copy.write(view[start:start + step])
+
