@@ -41,6 +41,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,12 +132,17 @@ def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
     return rows.select(*keep, tail.alias("tail")), False
 
 
-def run_writer(frame: DataFrame, spec: WriterSpec) -> list[tuple[int, int]]:
-    """Run the write tasks; (chunk, tasks inserted or -1 when another writer had it) as the
-    successful task attempts reported them."""
+#: what each write task reports per chunk (seconds: on the executor, summed per phase)
+REPORT_SCHEMA = ("chunk INT, tasks LONG, rows LONG, assemble_seconds DOUBLE, copy_seconds DOUBLE, "
+                 "statement_seconds DOUBLE, commit_seconds DOUBLE")
+
+
+def run_writer(frame: DataFrame, spec: WriterSpec) -> list[dict]:
+    """Run the write tasks; per chunk, as the successful task attempts reported it: ``tasks``
+    inserted (-1: another writer had it), ``rows`` received, and the seconds spent numbering and
+    assembling rows, in COPY, in the other statements and in BEGIN/COMMIT."""
     fn = functools.partial(write_partition, spec=spec)
-    out = frame.mapInArrow(fn, "chunk INT, tasks LONG").collect()
-    return [(int(r["chunk"]), int(r["tasks"])) for r in out]
+    return [row.asDict() for row in frame.mapInArrow(fn, REPORT_SCHEMA).collect()]
 
 
 def writer_failure(exc: BaseException) -> Exception | None:
@@ -168,9 +174,15 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> I
         def flush() -> pa.RecordBatch:
             assert current is not None
             seen.add(current)
-            tasks = _guarded(write_chunk, session, spec, run, current, pa.Table.from_batches(pending))
-            return pa.RecordBatch.from_pydict({"chunk": pa.array([current], pa.int32()),
-                                               "tasks": pa.array([-1 if tasks is None else tasks], pa.int64())})
+            table = pa.Table.from_batches(pending)
+            clock: dict[str, float] = {}
+            tasks = _guarded(write_chunk, session, spec, run, current, table, clock)
+            report = {"chunk": pa.array([current], pa.int32()),
+                      "tasks": pa.array([-1 if tasks is None else tasks], pa.int64()),
+                      "rows": pa.array([table.num_rows], pa.int64())}
+            for name in ("assemble", "copy", "statement", "commit"):
+                report[f"{name}_seconds"] = pa.array([clock.get(name, 0.0)], pa.float64())
+            return pa.RecordBatch.from_pydict(report)
 
         for batch in batches:
             if batch.num_rows == 0:
@@ -238,26 +250,39 @@ def number_rows(table: pa.Table, run_id: str, queue: str) -> pa.Table:
     return table.filter(pa.array(keep)).sort_by("id")
 
 
-def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table) -> int | None:
-    """One chunk in one transaction with its ledger row; None when it was written before."""
+def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table,
+                clock: dict[str, float] | None = None) -> int | None:
+    """One chunk in one transaction with its ledger row; None when it was written before.
+    ``clock`` gets the seconds of each phase (see :func:`run_writer`)."""
     import pyarrow.compute as pc
 
+    clock = {} if clock is None else clock
+    started = time.perf_counter()
     table = number_rows(table, run.run_id, run.queue)
+    clock["assemble"] = time.perf_counter() - started
     params = {"run_id": run.run_id, "chunk": chunk}
 
     def body(s: Session) -> int | None:
+        for phase in ("copy", "statement", "rows"):  # a retried body starts again
+            clock[phase] = 0.0
+        mark = time.perf_counter()
         if s.fetch_one("spark_chunk_claim", params) is None:
             return None
         if spec.plain:
             opened = s.fetch_row("spark_chunk_open", {"queue": spec.queue})
             if opened["paused"]:
                 raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
-            _copy(s, "spark_chunk_copy_tasks", _plain_rows(table, spec, opened))
+            mark = _lap(clock, "statement", mark)
+            data = _plain_rows(table, spec, opened)
+            mark = _lap(clock, "rows", mark)
+            _copy(s, "spark_chunk_copy_tasks", data)
+            mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
             stage = Stage(CHUNK_TABLE)
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
             _copy(s, "spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
+            mark = _lap(clock, "copy", mark)
             row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
                               identifiers={"stage": CHUNK_TABLE})
             if row and row["paused"]:
@@ -266,9 +291,21 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             if spec.keyed:
                 merged += _merge_keyed_rows(s, run, stage, chunk)
         s.execute("spark_chunk_record", {**params, "merged": merged})
+        _lap(clock, "statement", mark)
         return merged
 
-    return session.transaction(body)
+    started = time.perf_counter()
+    merged = session.transaction(body)
+    inside = sum(clock.get(phase, 0.0) for phase in ("copy", "statement", "rows"))
+    clock["commit"] = time.perf_counter() - started - inside  # BEGIN, COMMIT (its WAL flush), the rest
+    clock["assemble"] += clock.pop("rows", 0.0)
+    return merged
+
+
+def _lap(clock: dict[str, float], phase: str, since: float) -> float:
+    now = time.perf_counter()
+    clock[phase] = clock.get(phase, 0.0) + now - since
+    return now
 
 
 #: COPY's binary format: signature, flags, header extension length; and the trailer
