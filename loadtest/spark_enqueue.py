@@ -32,6 +32,7 @@ PostgreSQL, Spark and this script share its cores.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -127,7 +128,8 @@ def copy_floor(rows: int, dsn: Dsn, connections: int = 2) -> float:
     return time.perf_counter() - started
 
 
-def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, row_key: bool = False) -> dict:
+def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, row_key: bool = False,
+            compare_staging: bool = False) -> dict:
     from pyspark.sql import functions as F
 
     migrate.upgrade(dsn)
@@ -139,7 +141,10 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
     warm = df.limit(20_000)
     plain_write(warm, dsn, options)
     shardq_write(warm, dsn, options)
-    plain, ours, details = [], [], []
+    staging_options = dataclasses.replace(options, writer="jdbc")
+    if compare_staging:
+        shardq_write(warm, dsn, staging_options)
+    plain, ours, details, staging = [], [], [], []
     for _ in range(rounds):
         with Session(dsn) as session:
             session.execute_raw("CHECKPOINT")
@@ -148,6 +153,10 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
         ours.append(seconds)
         details.append(result)
         assert result["enqueued"] == rows, result
+        if compare_staging:
+            seconds, result = shardq_write(df, dsn, staging_options)
+            staging.append(seconds)
+            assert result["enqueued"] == rows, result
     floor = [copy_floor(rows, dsn) for _ in range(rounds)]
     plain_rate = rows / statistics.median(plain)
     ours_rate = rows / statistics.median(ours)
@@ -160,6 +169,9 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
         "floor_seconds": floor, "floor_rows_per_s": round(rows / statistics.median(floor)),
         "floor_ratio": round(rows / statistics.median(floor) / plain_rate, 3),
         "shardq_over_floor": round(ours_rate / (rows / statistics.median(floor)), 3),
+        **({"staging_seconds": staging, "staging_rows_per_s": round(rows / statistics.median(staging)),
+            "staging_over_floor": round(rows / statistics.median(staging) / (rows / statistics.median(floor)), 3)}
+           if staging else {}),
         "writer": "COPY writer" if options.writer != "jdbc" else "staging + chunked merge",
     }
 
@@ -173,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=None)
     parser.add_argument("--merge-workers", type=int, default=WriteOptions.merge_workers)
     parser.add_argument("--writer", choices=("auto", "copy", "jdbc"), default="auto")
+    parser.add_argument("--compare-staging", action="store_true",
+                        help="Also run the staging path (writer jdbc) in each round, after the default writer")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--row-key", action="store_true",
                         help="Give each row a key column (ids from it, no shuffle); the plain table gets it too")
@@ -188,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         dsn, drop = scratch_database()
     spark = spark_session(master=args.master, conf={"spark.driver.memory": "2g"})
     try:
-        figures = measure(args.rows, args.rounds, dsn, options, spark, row_key=args.row_key)
+        figures = measure(args.rows, args.rounds, dsn, options, spark, row_key=args.row_key,
+                          compare_staging=args.compare_staging)
     finally:
         spark.stop()
         if drop:
@@ -199,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"floor (COPY straight into shardq_tasks, no Spark): {figures['floor_rows_per_s']:,} rows/s"
           f" = {figures['floor_ratio']:.3f} x plain")
     print(f"shardq / floor: {figures['shardq_over_floor']:.3f}  (goal >= 0.7)")
+    if "staging_seconds" in figures:
+        print(f"staging path : {figures['staging_rows_per_s']:>9,} rows/s  {figures['staging_seconds']}"
+              f" = {figures['staging_over_floor']:.3f} x floor")
     for run in figures["shardq_runs"]:
         print(f"  write {run['write_seconds']:.2f}s  merge {run['merge_seconds']:.2f}s  staged {run['staged_rows']}")
     if args.out:

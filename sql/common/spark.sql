@@ -3,7 +3,10 @@
 
 -- name: spark_run_register
 -- Record a run and the number of chunks its rows are hashed into, unless it is known already: a
--- re-run keeps the chunking of the first attempt.
+-- re-run keeps the chunking of the first attempt. Returns the row only when this call inserted it
+-- (then the caller adds spark_run_mark in the same transaction); on a conflict no row comes back,
+-- on CockroachDB too (cockroachdb/cockroach pkg/sql/logictest/testdata/logic_test/upsert, "Handle
+-- INSERT ... ON CONFLICT DO NOTHING ... RETURNING": only the inserted row is returned).
 INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES (%(run_id)s, %(queue)s, %(chunks)s)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_id
@@ -12,12 +15,14 @@ RETURNING run_id
 -- In the transaction that registered a run (spark_run_register returned its row): note how the
 -- run splits its rows into chunks, as a ledger row with chunk -1 (merged chunks are 0..chunks-1)
 -- and the scheme's number in rows_merged. Runs registered before there were schemes have none and
--- keep their chunking (shardq.spark.frame.CHUNK_BY_ID).
+-- keep their chunking (shardq.spark.frame.CHUNK_BY_ID). Same shape as spark_chunk_claim.
 INSERT INTO shardq_spark_chunks (run_id, chunk, rows_merged) VALUES (%(run_id)s, -1, %(scheme)s)
 ON CONFLICT (run_id, chunk) DO NOTHING
 
 -- name: spark_run_get
 -- One run's pinned queue, chunk count and chunking scheme (0: registered before schemes), or no row.
+-- The correlated scalar subquery in the select list is supported on CockroachDB
+-- (pkg/sql/logictest/testdata/logic_test/subquery_correlated, "Subqueries in projection lists").
 SELECT r.run_id, r.queue, r.chunks, r.created_at,
        coalesce((SELECT c.rows_merged FROM shardq_spark_chunks AS c WHERE c.run_id = r.run_id AND c.chunk = -1), 0)
            AS scheme

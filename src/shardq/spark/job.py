@@ -49,6 +49,14 @@ class WriteOptions:
     how many merge transactions the run is split into; pinned by the first attempt of a run.
     ``merge_workers`` (2): chunks merged concurrently. ``stage_ttl_seconds`` (1 day): staging
     tables older than this, left by crashed attempts, are dropped when a job starts.
+
+    ``writer`` ("auto"): "copy" — Spark's write tasks COPY each chunk into the tasks table
+    themselves (:mod:`shardq.spark.writer`; PostgreSQL; pyarrow, pandas and shardq on the
+    executors; ``partitions`` write tasks, each holding one chunk's rows in memory at a time, so
+    give a large input enough ``chunks``: about one per million rows or more); "jdbc" — the
+    staging table and the chunked merge (no Python on the executors); "auto" — "copy" where it can
+    run (PostgreSQL, pyarrow importable, a run registered with chunking by first-occurrence id),
+    else "jdbc". ``batch_size`` and ``merge_workers`` apply to "jdbc" only.
     """
 
     partitions: int = 4
