@@ -232,7 +232,8 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
         with Session(dsn) as session:
             SparkLedger(session).run_register(run_id, "lt", chunks)
         copy_rows, plain = frame(data, run_id)
-        spec = writer.WriterSpec(dsn, run_id, "lt", chunks, plain=plain, keyed=False, max_attempts_mapped=False)
+        spec = writer.WriterSpec(dsn, run_id, "lt", chunks, plain=plain, keyed=False, max_attempts_mapped=False,
+                                 numbered=not row_key)
         started = time.perf_counter()
         report = writer.run_writer(copy_rows, spec)
         wall = time.perf_counter() - started

@@ -255,6 +255,16 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     for r in staged:
         by_payload.setdefault(r["payload"], set()).add(r["chunk"])
     assert all(len(chunks) == 1 for chunks in by_payload.values())
+    # Plain rows (straight into the tasks table, the writer hashing the copies' content again),
+    # with a priority and max_attempts in the content.
+    plain = base.select("payload", (F.length("payload") % 3).alias("prio"),
+                        F.when(F.col("payload").endswith("1"), F.lit(5)).alias("tries"))
+    columns = TaskColumns(priority="prio", max_attempts="tries")
+    result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    staged = frame_module.stage_frame(plain, queue="plain", run_id="plain", chunks=8, columns=columns).collect()
+    assert result.enqueued == len(staged) == 600
+    got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'plain'"))
+    assert got == sorted(r["id"] for r in staged)
 
 
 def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db):

@@ -53,6 +53,9 @@ from ..models import PRIORITY_MAX, PRIORITY_MIN
 SEPARATOR = "\x1f"
 # Marks the messages of the checks below, so a failed Spark job can be told apart from others.
 CHECK_MARKER = "shardq-invalid-task:"
+#: Task fields whose rows the COPY writer cannot put straight into the tasks table (they need the
+#: merge statements' rules: due times, live dedupe keys, exclusive-key backlogs).
+MERGED_FIELDS = ("run_at", "delay", "dedupe_key", "exclusive_key")
 #: How a run's rows are split into chunks (pinned per run, see :func:`stage_frame`).
 CHUNK_BY_KEY = "key"
 CHUNK_BY_ID = "id"
@@ -232,9 +235,11 @@ def stage_frame(
     (runs registered before it: the range of the row's own id). The two differ only for the 2nd,
     3rd… copy of an identical row. ``cluster`` (COPY writer, :data:`CHUNK_BY_KEY` only):
     hash-partition the rows by chunk into that many partitions, each sorted by chunk, so one Spark
-    task holds whole chunks; ``id`` is then the id of the row's *first* occurrence and ``content``
-    (binary; NULL where the id does not depend on the number: a dedupe key) lets the writer number
-    identical rows (:func:`shardq.spark.writer.number_rows`, same ids). That shuffle is the job's
+    task holds whole chunks; ``id`` is then the id of the row's *first* occurrence (its 16 bytes
+    when no :data:`MERGED_FIELDS` field is mapped, else the hex text) and, for content-derived ids
+    with a merged field mapped, ``content`` (binary; NULL where the id does not depend on the
+    number: a dedupe key) lets the writer number identical rows
+    (:func:`shardq.spark.writer.number_rows`, same ids). That shuffle is the job's
     only one, and it makes every value check run (in its map stage) before any chunk is written."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -289,15 +294,24 @@ def stage_frame(
             frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
         if cluster is not None:
             # The COPY writer numbers identical rows itself (shardq.spark.writer.number_rows):
-            # Spark only sorts each partition by the chunk (an INT4 key), not by content.
+            # Spark only sorts each partition by the chunk (an INT4 key), not by content. Plain
+            # rows (see MERGED_FIELDS) travel lighter: the id as its 16 bytes, and no content
+            # (the writer hashes it again for the rare 2nd, 3rd… copy of a row).
+            plain = not (set(MERGED_FIELDS) & set(mapped))
             extra: list[Column] = []
-            if "row_key" not in mapped:
+            if "row_key" not in mapped and not plain:
                 content = F.col("_content")
                 if "dedupe_key" in mapped:
                     content = F.when(F.col("dedupe_key").isNull(), content)
                 extra.append(content.alias("content"))
-            frame = frame.repartition(cluster, "chunk").sortWithinPartitions("chunk")
-            return frame.select("chunk", F.col("_first").alias("id"), *extra, *staged)
+            first_id = F.unhex(F.col("_first")) if plain else F.col("_first")
+            frame = frame.select("chunk", first_id.alias("_first"), *extra, *staged)
+            # Chunk c goes to partition c mod cluster, so every write task gets the same number
+            # of chunks (hashing the chunk itself gave 11, 21, 16 and 16 of 64 chunks to 4 tasks).
+            keys = F.array(*[F.lit(k) for k in spread_keys(cluster)])
+            target = F.element_at(keys, F.pmod(F.col("chunk"), F.lit(cluster)) + 1)
+            frame = frame.repartition(cluster, target).sortWithinPartitions("chunk")
+            return frame.select("chunk", F.col("_first").alias("id"), *(["content"] if extra else []), *staged)
     if "row_key" in mapped:
         row_key = base_key
     else:
@@ -316,6 +330,39 @@ def stage_frame(
         if skip_chunks:
             frame = frame.where(~F.col("chunk").isin(sorted(skip_chunks)))
     return frame.select("chunk", "id", *staged)
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an INT value (Murmur3_x86_32.hashInt, seed 42), which its hash
+    partitioning takes ``pmod`` of."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k1 = (value & mask) * 0xCC9E2D51 & mask
+    k1 = rotl(k1, 15) * 0x1B873593 & mask
+    h1 = seed ^ k1
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def spread_keys(partitions: int) -> list[int]:
+    """For each partition p, the smallest INT that Spark's hash partitioning into ``partitions``
+    sends to p: repartitioning by ``keys[chunk mod partitions]`` puts chunk c in partition
+    c mod partitions."""
+    keys: dict[int, int] = {}
+    candidate = 0
+    while len(keys) < partitions:
+        keys.setdefault(spark_int_hash(candidate) % partitions, candidate)
+        candidate += 1
+    return [keys[p] for p in range(partitions)]
 
 
 #: fields that also take a string column, parsed (Spark's try_cast) as: (type, what it must be)

@@ -199,7 +199,8 @@ def enqueue_dataframe(
             copy_rows, plain = writer.copy_frame(rows, set(columns.mapped()))
             spec = writer.WriterSpec(dsn, run_id, queue, run.chunks, plain=plain,
                                      keyed=columns.exclusive_key is not None,
-                                     max_attempts_mapped=columns.max_attempts is not None)
+                                     max_attempts_mapped=columns.max_attempts is not None,
+                                     numbered=columns.row_key is None)
             try:
                 writer.run_writer(copy_rows, spec)
             except Exception as exc:

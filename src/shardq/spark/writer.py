@@ -55,6 +55,7 @@ from ..errors import (
     StatementTimeout,
 )
 from ..models import RANK_SCHEDULED
+from .frame import MERGED_FIELDS, SEPARATOR
 from .ledger import Run, Stage, _merge_keyed_rows
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ if TYPE_CHECKING:
 CHUNK_TABLE = "shardq_chunk_in"
 #: Marks a write task's failure in Spark's error text, with the shardq error's class name.
 WRITER_MARKER = "shardq-copy-writer:"
-#: fields whose rows cannot go straight into the tasks table
-MERGED_FIELDS = ("run_at", "delay", "dedupe_key", "exclusive_key")
 _ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls for cls in (QueuePaused, DatabaseUnavailable, SerializationConflict, StatementTimeout)
 }
@@ -92,6 +91,7 @@ class WriterSpec:
     plain: bool  # rows go straight into shardq_tasks (see module docstring)
     keyed: bool  # the run maps an exclusive key
     max_attempts_mapped: bool
+    numbered: bool = True  # ids from content and occurrence (no row key)
 
 
 def _csv_text(column: Any) -> Any:
@@ -211,11 +211,13 @@ def _guarded(fn: Any, *args: Any) -> Any:
         raise RuntimeError(f"{WRITER_MARKER} {type(exc).__name__} {exc}") from exc
 
 
-def number_rows(table: pa.Table, run_id: str, queue: str) -> pa.Table:
+def number_rows(table: pa.Table, spec: WriterSpec) -> pa.Table:
     """One chunk's rows sorted by id, with identical rows numbered as
     :func:`shardq.spark.frame.stage_frame` numbers them (the k-th copy of a row whose first
     occurrence has id ``md5(run ␟ queue ␟ "c:" ‖ HEX(content) ‖ "#1")`` gets ``… "#k"``), and
-    rows sharing an id that is not numbered (a row key, a dedupe key) kept once."""
+    rows sharing an id that is not numbered (a row key, a dedupe key) kept once. ``id`` is the
+    16 bytes (plain rows) or the hex text; a plain row's content is hashed again here, as
+    ``stage_frame`` hashes it, for the copies only."""
     import hashlib
 
     import numpy as np
@@ -235,19 +237,37 @@ def number_rows(table: pa.Table, run_id: str, queue: str) -> pa.Table:
     starts = np.flatnonzero(~repeat)
     position = np.arange(n) - starts[np.cumsum(~repeat) - 1]
     keep = ~repeat
+    binary = pa.types.is_binary(ids.type) or pa.types.is_large_binary(ids.type)
     new_ids = ids.to_pylist()
-    if "content" in table.column_names:
-        contents = table.column("content").combine_chunks()
-        prefix = f"{run_id}\x1f{queue}\x1fc:"
+    if spec.numbered:
+        prefix = f"{spec.run_id}{SEPARATOR}{spec.queue}{SEPARATOR}c:"
         for row in np.flatnonzero(repeat).tolist():
-            content = contents[row].as_py()
+            content = _content(table, row)
             if content is None:
                 continue  # a dedupe key: one task per key
             key = f"{prefix}{content.hex().upper()}#{int(position[row]) + 1}"
-            new_ids[row] = hashlib.md5(key.encode("utf-8")).hexdigest()
+            digest = hashlib.md5(key.encode("utf-8"))  # an id, as Spark's md5()
+            new_ids[row] = digest.digest() if binary else digest.hexdigest()
             keep[row] = True
-    table = table.set_column(table.column_names.index("id"), "id", pa.array(new_ids, pa.string()))
+    table = table.set_column(table.column_names.index("id"), "id", pa.array(new_ids, ids.type))
     return table.filter(pa.array(keep)).sort_by("id")
+
+
+def _content(table: pa.Table, row: int) -> bytes | None:
+    """The content hash of one row (stage_frame's ``_content``): the ``content`` column, or, for
+    plain rows, md5 over the fixed-format fields (only max_attempts and priority can be mapped)
+    and the payload, as stage_frame renders them."""
+    import hashlib
+
+    if "content" in table.column_names:
+        return table.column("content")[row].as_py()
+    fields = ["", ""]  # run_at, delay
+    for name in ("max_attempts", "priority"):
+        value = table.column(name)[row].as_py() if name in table.column_names else None
+        fields.append("" if value is None else str(value))
+    fields += ["", ""]  # exclusive_key, then the trailing separator
+    payload = table.column("payload")[row].as_py()
+    return hashlib.md5(SEPARATOR.join(fields).encode("utf-8") + payload).digest()
 
 
 def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table,
@@ -258,7 +278,7 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
 
     clock = {} if clock is None else clock
     started = time.perf_counter()
-    table = number_rows(table, run.run_id, run.queue)
+    table = number_rows(table, spec)
     clock["assemble"] = time.perf_counter() - started
     params = {"run_id": run.run_id, "chunk": chunk}
 
@@ -327,7 +347,7 @@ def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
     head = np.empty((n, 50), np.uint8)  # field count, id, rank, priority, payload length
     head[:, 0:2] = (0, 8)
     head[:, 2:6] = (0, 0, 0, 16)
-    head[:, 6:22] = _uuid_bytes(table.column("id"))
+    head[:, 6:22] = _fixed_bytes(table.column("id"), 16)
     head[:, 22:26] = head[:, 34:38] = (0, 0, 0, 8)
     if "priority" in table.column_names:
         priority = pc.fill_null(table.column("priority"), 0).to_numpy().astype(">i8")
@@ -351,18 +371,16 @@ def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
     return [COPY_BINARY_HEADER, _buffer(rows), COPY_BINARY_TRAILER]
 
 
-def _uuid_bytes(column: Any) -> Any:
-    """32-hex-digit strings (md5 hex, as Spark writes them) as an (n, 16) array of bytes."""
+def _fixed_bytes(column: Any, width: int) -> Any:
+    """A binary column whose values all have ``width`` bytes, as an (n, width) array (no copy)."""
     import numpy as np
 
     array = column.combine_chunks()
     _, offsets, data = array.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int32)[array.offset: array.offset + len(array) + 1]
-    digits = np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])]
-    if len(digits) != 32 * len(array):
-        raise ValueError("task ids must be 32 hex digits")
-    nibbles = _hex_values()[digits].reshape(len(array), 16, 2)
-    return (nibbles[:, :, 0] << 4) | nibbles[:, :, 1]
+    if bounds[-1] - bounds[0] != width * len(array):
+        raise ValueError(f"expected {width}-byte values")
+    return np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])].reshape(len(array), width)
 
 
 def _fixed(rows: Any) -> Any:
@@ -373,16 +391,6 @@ def _fixed(rows: Any) -> Any:
     n, width = rows.shape
     offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))])
-
-
-@functools.cache
-def _hex_values() -> Any:
-    import numpy as np
-
-    table = np.zeros(256, np.uint8)
-    for value, digit in enumerate(b"0123456789abcdef"):
-        table[digit] = table[bytes([digit]).upper()[0]] = value
-    return table
 
 
 def _buffer(column: Any) -> memoryview:
