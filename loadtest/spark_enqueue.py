@@ -4,8 +4,10 @@
 
 Both paths run in the same process, on the same cached DataFrame (``--rows`` rows, a 64-byte
 binary payload each), with the same JDBC settings (partitions, batch size,
-``reWriteBatchedInserts``, autocommit), alternating, after one small warm-up write of each (the
-first JDBC write in a fresh JVM is 30-40 % slower):
+``reWriteBatchedInserts``, autocommit), alternating, after one warm-up write of each on a tenth
+of the rows (at least 20k): the first JDBC write in a fresh JVM is 30-40 % slower, and the first
+shuffle-heavy jobs 1.5-2x (Spark alone on the same 1M rows, three times in a fresh JVM: 6.1, 4.1,
+3.1 s), so with a 20k-row warm-up a 2-round median mixed a cold and a warm round):
 
 * **plain**: ``df.write.jdbc`` append into an unconstrained, logged table with the DataFrame's own
   columns (what a Spark job that does not care about re-runs would do);
@@ -138,7 +140,7 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
     ).select(F.concat("payload", "payload").alias("payload"), "n")  # 64 bytes
     df = (df if row_key else df.select("payload")).cache()
     df.count()
-    warm = df.limit(20_000)
+    warm = df.limit(max(20_000, rows // 10))
     plain_write(warm, dsn, options)
     shardq_write(warm, dsn, options)
     staging_options = dataclasses.replace(options, writer="jdbc")

@@ -374,10 +374,12 @@ def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
 def _fixed_bytes(column: Any, width: int) -> Any:
     """A binary column whose values all have ``width`` bytes, as an (n, width) array (no copy)."""
     import numpy as np
+    import pyarrow as pa
 
     array = column.combine_chunks()
     _, offsets, data = array.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int32)[array.offset: array.offset + len(array) + 1]
+    kind = np.int64 if pa.types.is_large_binary(array.type) else np.int32  # Spark's large var types
+    bounds = np.frombuffer(offsets, dtype=kind)[array.offset: array.offset + len(array) + 1]
     if bounds[-1] - bounds[0] != width * len(array):
         raise ValueError(f"expected {width}-byte values")
     return np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])].reshape(len(array), width)
