@@ -295,13 +295,13 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             mark = _lap(clock, "statement", mark)
             data = _plain_rows(table, spec, opened)
             mark = _lap(clock, "rows", mark)
-            _copy(s, "spark_chunk_copy_tasks", data)
+            copy_in("spark_chunk_copy_tasks", s, data)
             mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
             stage = Stage(CHUNK_TABLE)
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
-            _copy(s, "spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
+            copy_in("spark_chunk_copy_rows", s, _buffer(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
             row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
                               identifiers={"stage": CHUNK_TABLE})
@@ -409,7 +409,7 @@ def _buffer(column: Any) -> memoryview:
     return memoryview(data)[int(bounds[0]): int(bounds[-1])]
 
 
-def _copy(session: Session, name: str, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
+def copy_in(name: str, session: Session, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
     """``COPY … FROM STDIN`` of a named statement with ``data`` (bytes, or a list of them), on the
     session's connection, in its transaction (errors are translated by :meth:`Session.transaction`)."""
     conn = session._connection()
