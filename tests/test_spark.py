@@ -240,7 +240,8 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     base = _frame(spark, 200, copies=3)  # each payload three times
     df = base.withColumn("k", F.when(F.col("payload").endswith("7"), F.col("payload")))  # some rows keyed
     columns = TaskColumns(dedupe_key="k")
-    result = enqueue_dataframe(df, "ids", run_id="ids", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    copy = dataclasses.replace(SMALL, writer="copy")
+    result = enqueue_dataframe(df, "ids", run_id="ids", dsn=pg_db.dsn, columns=columns, options=copy)
     staged = frame_module.stage_frame(df, queue="ids", run_id="ids", chunks=8, columns=columns).collect()
     assert result.enqueued == len({r["id"] for r in staged}) == 180 * 3 + 20
     got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'ids'"))
@@ -260,7 +261,7 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     plain = base.select("payload", (F.length("payload") % 3).alias("prio"),
                         F.when(F.col("payload").endswith("1"), F.lit(5)).alias("tries"))
     columns = TaskColumns(priority="prio", max_attempts="tries")
-    result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=SMALL)
+    result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=copy)
     staged = frame_module.stage_frame(plain, queue="plain", run_id="plain", chunks=8, columns=columns).collect()
     assert result.enqueued == len(staged) == 600
     got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'plain'"))
