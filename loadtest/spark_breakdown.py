@@ -1,9 +1,20 @@
 """Where ``enqueue_dataframe`` spends its time on PostgreSQL, phase by phase.
 
-    python loadtest/spark_breakdown.py [--rows 1000000] [--row-key] [--dsn URL] [--out breakdown.json]
+    python loadtest/spark_breakdown.py [--rows 1000000] [--row-key] [--writer copy|jdbc] [--rounds 2]
+                                       [--dsn URL] [--out breakdown.json]
 
-Runs the steps of :func:`shardq.spark.enqueue_dataframe` one by one on a cached DataFrame of
-``--rows`` rows (64-byte binary payloads), timing each:
+``--writer copy`` (the default writer, :mod:`shardq.spark.writer`), on a cached DataFrame of
+``--rows`` rows (64-byte binary payloads), in one process, each step ``--rounds`` times, alternating:
+
+* **spark**: the writer's frame (ids, the shuffle by chunk, the CSV/Arrow columns) handed to
+  ``mapInArrow`` and only counted there: what Spark costs before any row reaches the database;
+* **write**: the real write tasks into an emptied, checkpointed ``shardq_tasks``, with the seconds
+  each chunk spent (summed over chunks, on the executors) numbering and assembling its rows, in
+  ``COPY``, in the ledger statements and in BEGIN/COMMIT (commit: the WAL flush);
+* **write without shardq_tasks_id** and **without it and the primary key**: the same, with those
+  B-trees dropped (restored afterwards): what index maintenance costs.
+
+``--writer jdbc`` is the staging path's breakdown (staging write, index, merge):
 
 * **spark write**: ids (and the content shuffle unless ``--row-key``) and the JDBC append into
   the staging table;
@@ -175,6 +186,85 @@ def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: 
     return out
 
 
+def _count_only(batches):
+    """mapInArrow body that only counts what Spark hands over (the writer's report schema)."""
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({
+        "chunk": pa.array([0], pa.int32()), "tasks": pa.array([0], pa.int64()), "rows": pa.array([rows], pa.int64()),
+        **{f"{n}_seconds": pa.array([0.0], pa.float64()) for n in ("assemble", "copy", "statement", "commit")}})
+
+
+def _restore_indexes(dsn: Dsn) -> None:
+    with Session(dsn) as session:
+        session.execute_raw(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'shardq_tasks_pkey') "
+            "THEN ALTER TABLE shardq_tasks ADD CONSTRAINT shardq_tasks_pkey "
+            "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$")
+        for statement in RESTORE:
+            session.execute_raw(statement)
+
+
+def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, partitions: int, rounds: int) -> dict:
+    """The COPY writer's steps, ``rounds`` times each, alternating (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    from shardq.spark import writer
+
+    migrate.upgrade(dsn)
+    df = spark.range(rows).select(
+        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n"))
+    df = df.select(F.concat("payload", "payload").alias("payload"), "n")
+    df = (df if row_key else df.select("payload")).cache()
+    df.count()
+    columns = TaskColumns(row_key="n" if row_key else None)
+    mapped = set(columns.mapped())
+
+    def frame(data, run_id: str):
+        staged = frame_module.stage_frame(data, queue="lt", run_id=run_id, chunks=chunks, columns=columns,
+                                          cluster=partitions)
+        return writer.copy_frame(staged, mapped)
+
+    def write(data, variant: str) -> dict:
+        empty_tasks(dsn)
+        run_id = f"breakdown-{uuid.uuid4().hex[:8]}"
+        with Session(dsn) as session:
+            SparkLedger(session).run_register(run_id, "lt", chunks)
+        copy_rows, plain = frame(data, run_id)
+        spec = writer.WriterSpec(dsn, run_id, "lt", chunks, plain=plain, keyed=False, max_attempts_mapped=False,
+                                 numbered=not row_key)
+        started = time.perf_counter()
+        report = writer.run_writer(copy_rows, spec)
+        wall = time.perf_counter() - started
+        out = {"variant": variant, "wall_seconds": round(wall, 3), "tasks": sum(r["tasks"] for r in report)}
+        for name in ("assemble", "copy", "statement", "commit"):
+            out[f"{name}_seconds"] = round(sum(r[f"{name}_seconds"] for r in report), 3)
+        return out
+
+    write(df.limit(20_000), "warm-up")
+    steps: dict[str, list] = {"spark": [], "write": [], "write without shardq_tasks_id": [],
+                              "write without id index and primary key": []}
+    try:
+        for _ in range(rounds):
+            copy_rows, _ = frame(df, f"spark-{uuid.uuid4().hex[:8]}")
+            started = time.perf_counter()
+            copy_rows.mapInArrow(_count_only, writer.REPORT_SCHEMA).collect()
+            steps["spark"].append(round(time.perf_counter() - started, 3))
+            for variant, ddl in INDEX_VARIANTS.items():
+                _restore_indexes(dsn)
+                with Session(dsn) as session:
+                    for statement in ddl:
+                        session.execute_raw(statement)
+                name = "write" if variant == "all indexes" else f"write {variant}"
+                steps[name].append(write(df, variant))
+    finally:
+        empty_tasks(dsn)
+        _restore_indexes(dsn)
+    return {"rows": rows, "row_key": row_key, "chunks": chunks, "partitions": partitions, "rounds": rounds,
+            "writer": "copy", **steps}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -182,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=64)
     parser.add_argument("--merge-workers", type=int, default=WriteOptions.merge_workers)
     parser.add_argument("--repeat", action="store_true")
+    parser.add_argument("--writer", choices=("copy", "jdbc"), default="copy")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=WriteOptions.partitions)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--out", type=Path, default=None)
@@ -193,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         dsn, drop = scratch_database()
     spark = spark_session(master=args.master, conf={"spark.driver.memory": "2g"})
     try:
-        figures = measure(args.rows, dsn, spark, row_key=args.row_key, chunks=args.chunks,
-                          workers=args.merge_workers, repeat=args.repeat)
+        if args.writer == "copy":
+            figures = measure_copy(args.rows, dsn, spark, row_key=args.row_key, chunks=args.chunks,
+                                   partitions=args.partitions, rounds=args.rounds)
+        else:
+            figures = measure(args.rows, dsn, spark, row_key=args.row_key, chunks=args.chunks,
+                              workers=args.merge_workers, repeat=args.repeat)
     finally:
         spark.stop()
         if drop:

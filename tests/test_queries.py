@@ -36,6 +36,7 @@ DDL_SLOTS = {
     "spark_stage_create": {"stage"},
     "spark_stage_index": {"stage"},
     "spark_stage_drop": {"stage"},
+    "spark_chunk_table_create": {"stage"},
 }
 # Statements with bind parameters that also name a per-call table: Session.fetch_*/execute fill
 # the slot with psycopg.sql.Identifier through their `identifiers` argument.
@@ -43,11 +44,13 @@ IDENTIFIER_SLOTS = {
     "spark_chunk_merge": {"stage"},
     "spark_chunk_keyed_rows": {"stage"},
     "spark_stage_rows": {"stage"},
+    "spark_chunk_copy_rows": {"stage"},
     "embedded_database_create": {"database"},
 }
 
 
-ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call"
+# copy_in: ``COPY … FROM STDIN`` of a named statement (shardq.spark.writer).
+ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|copy_in"
 
 
 def used_names(call: str = ALL_CALLS) -> set[str]:
@@ -76,7 +79,10 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
                         "task_claim_round", "task_promote_due_round", "resize_lock_try", "resize_lock_release",
                         "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
                         "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",
-                        "stats_depth_many", "stats_leased_by_bucket"},
+                        "stats_depth_many", "stats_leased_by_bucket",
+                        # the Spark COPY writer runs on PostgreSQL only (Engine.spark_copy_writer)
+                        "spark_chunk_open", "spark_chunk_copy_tasks", "spark_chunk_table_create",
+                        "spark_chunk_copy_rows"},
     }
     missing = used_names() - defined - dialect_only[dialect]
     assert not missing

@@ -11,6 +11,7 @@ import datetime as dt
 import pytest
 
 from shardq.errors import (
+    DatabaseError,
     DatabaseUnavailable,
     InvalidInput,
     InvalidTaskFrame,
@@ -35,6 +36,8 @@ from shardq.spark import (
 from shardq.spark import frame as frame_module
 from shardq.spark import jdbc as jdbc_module
 from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
+
+from .spark_support import chunks_fail_after
 
 SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
 
@@ -171,7 +174,9 @@ def test_rerun_after_crash_mid_merge_and_acks_in_between_leaves_each_task_once(s
         if len(merged) == 3:
             raise RuntimeError("driver killed")
 
-    options = WriteOptions(partitions=2, chunks=8, merge_workers=1)
+    # The staging path: on_chunk runs between its chunk merges (the COPY writer's chunks commit on
+    # the executors; its version of this test fails a chunk in the database instead, below).
+    options = WriteOptions(partitions=2, chunks=8, merge_workers=1, writer="jdbc")
     with pytest.raises(RuntimeError, match="driver killed"):
         enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options, on_chunk=crash_after_three)
     first = pg_db.count()
@@ -190,6 +195,110 @@ def test_rerun_after_crash_mid_merge_and_acks_in_between_leaves_each_task_once(s
     again = enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options)
     assert (again.enqueued, again.merged_chunks, again.staged_rows) == (0, 0, 0)
     assert pg_db.count() == 1000 - len(acked)
+
+
+@pytest.mark.parametrize("writer", ["copy", "jdbc"])
+def test_rerun_after_a_chunk_failed_mid_write_and_acks_in_between_leaves_each_task_once(spark, pg_db, writer):
+    df = _frame(spark, 500, copies=2)  # 1000 tasks, payloads in pairs
+    options = WriteOptions(partitions=1, chunks=8, merge_workers=1, writer=writer)  # chunks in order
+    with chunks_fail_after(pg_db, "mid", 3), pytest.raises(DatabaseError, match="refused by the test"):
+        enqueue_dataframe(df, "mid", run_id="mid", dsn=pg_db.dsn, options=options)
+    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = 'mid' AND chunk >= 0") == [{"n": 3}]
+    first = pg_db.count()
+    assert 0 < first < 1000
+    claimed = pg_db.store.task_claim_batch(0, "mid", 50, 30) + pg_db.store.task_claim_batch(1, "mid", 50, 30)
+    acked = pg_db.store.task_ack_many([Fenced(t.key, t.lease_token) for t in claimed])
+    assert acked
+    result = enqueue_dataframe(df, "mid", run_id="mid", dsn=pg_db.dsn, options=options)
+    assert (result.skipped_chunks, result.merged_chunks, result.run_tasks) == (3, 5, 1000)
+    assert result.enqueued == 1000 - first
+    assert pg_db.count() == 1000 - len(acked)
+    remaining = _payloads(pg_db, "mid")
+    assert sorted(remaining + [t.payload for t in claimed]) == sorted(f"task-{i % 500}".encode() for i in range(1000))
+    again = enqueue_dataframe(df, "mid", run_id="mid", dsn=pg_db.dsn, options=options)
+    assert (again.enqueued, again.merged_chunks) == (0, 0) and pg_db.count() == 1000 - len(acked)
+
+
+def test_a_queue_paused_while_the_copy_writer_runs_stops_it_and_the_rerun_finishes(spark, pg_db):
+    df = _frame(spark, 300)
+    options = WriteOptions(partitions=1, chunks=8, writer="copy")
+    with chunks_fail_after(pg_db, "pause-mid", 2, pause_queue="pmid"), pytest.raises(QueuePaused, match="pmid"):
+        enqueue_dataframe(df, "pmid", run_id="pause-mid", dsn=pg_db.dsn, options=options)
+    # The pause rolled back with the chunk that saw it; the two chunks before it stay written.
+    assert pg_db.sql("SELECT paused_enqueue FROM shardq_queues WHERE name = 'pmid'") == [{"paused_enqueue": False}]
+    progress = pg_db.sql("SELECT count(*) AS n, sum(rows_merged) AS t FROM shardq_spark_chunks "
+                         "WHERE run_id = 'pause-mid' AND chunk >= 0")[0]
+    assert progress["n"] == 2 and pg_db.count() == progress["t"] and 0 < progress["t"] < 300
+    result = enqueue_dataframe(df, "pmid", run_id="pause-mid", dsn=pg_db.dsn, options=options)
+    assert (result.skipped_chunks, result.merged_chunks, result.run_tasks) == (2, 6, 300)
+    assert _payloads(pg_db, "pmid") == sorted(f"task-{i}".encode() for i in range(300))
+
+
+def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_chunk(spark, pg_db):
+    from pyspark.sql import functions as F
+
+    base = _frame(spark, 200, copies=3)  # each payload three times
+    df = base.withColumn("k", F.when(F.col("payload").endswith("7"), F.col("payload")))  # some rows keyed
+    columns = TaskColumns(dedupe_key="k")
+    copy = dataclasses.replace(SMALL, writer="copy")
+    result = enqueue_dataframe(df, "ids", run_id="ids", dsn=pg_db.dsn, columns=columns, options=copy)
+    staged = frame_module.stage_frame(df, queue="ids", run_id="ids", chunks=8, columns=columns).collect()
+    assert result.enqueued == len({r["id"] for r in staged}) == 180 * 3 + 20
+    got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'ids'"))
+    assert got == sorted({r["id"] for r in staged})
+    per_chunk = {r["chunk"]: r["rows_merged"] for r in pg_db.sql(
+        "SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = 'ids' AND chunk >= 0")}
+    counted: dict[int, set] = {}
+    for r in staged:
+        counted.setdefault(r["chunk"], set()).add(r["id"])
+    assert per_chunk == {c: len(ids) for c, ids in counted.items()}
+    by_payload: dict[str, set] = {}
+    for r in staged:
+        by_payload.setdefault(r["payload"], set()).add(r["chunk"])
+    assert all(len(chunks) == 1 for chunks in by_payload.values())
+    # Plain rows (straight into the tasks table, the writer hashing the copies' content again),
+    # with a priority and max_attempts in the content.
+    plain = base.select("payload", (F.length("payload") % 3).alias("prio"),
+                        F.when(F.col("payload").endswith("1"), F.lit(5)).alias("tries"))
+    columns = TaskColumns(priority="prio", max_attempts="tries")
+    result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=copy)
+    staged = frame_module.stage_frame(plain, queue="plain", run_id="plain", chunks=8, columns=columns).collect()
+    assert result.enqueued == len(staged) == 600
+    got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'plain'"))
+    assert got == sorted(r["id"] for r in staged)
+
+
+def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db):
+    """A run whose first attempt ran an older shardq (no scheme row, chunks = ranges of each row's
+    own id) is finished on the staging path with that chunking, so no row changes chunk."""
+    from shardq.spark.frame import CHUNK_BY_ID, CHUNK_BY_KEY
+
+    pg_db.sql("INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES ('legacy', 'old', 8)")
+    df = _frame(spark, 100, copies=3)
+    one_worker = WriteOptions(partitions=2, chunks=8, merge_workers=1)  # writer "auto": COPY, if it could
+    merged = []
+
+    def stop_after_three(chunk, tasks):
+        merged.append(chunk)
+        if len(merged) == 3:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        enqueue_dataframe(df, "old", run_id="legacy", dsn=pg_db.dsn, options=one_worker, on_chunk=stop_after_three)
+    result = enqueue_dataframe(df, "old", run_id="legacy", dsn=pg_db.dsn, options=one_worker)
+    assert (result.skipped_chunks, result.merged_chunks, result.run_tasks) == (3, 5, 300) and pg_db.count() == 300
+
+    def counts(chunking):
+        rows = frame_module.stage_frame(df, queue="old", run_id="legacy", chunks=8, columns=TaskColumns(),
+                                        chunking=chunking).collect()
+        out: dict[int, int] = {}
+        for r in rows:
+            out[r["chunk"]] = out.get(r["chunk"], 0) + 1
+        return out
+
+    ledger = {r["chunk"]: r["rows_merged"] for r in pg_db.sql(
+        "SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = 'legacy'")}
+    assert ledger == counts(CHUNK_BY_ID) != counts(CHUNK_BY_KEY)
 
 
 def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(spark, pg_db):
@@ -218,6 +327,8 @@ def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(
 
 
 def test_ids_do_not_depend_on_partitioning(spark, pg_db):
+    from pyspark.sql import functions as F
+
     df = _frame(spark, 100, copies=3)
     ids = []
     for parts in (1, 5):
@@ -225,6 +336,16 @@ def test_ids_do_not_depend_on_partitioning(spark, pg_db):
                                           columns=TaskColumns())
         ids.append(sorted((r["id"], r["chunk"]) for r in staged.collect()))
     assert ids[0] == ids[1] and len(set(ids[0])) == 300
+    # Identical rows of which one has a dedupe key: the others' numbers do not depend on it.
+    keyed = df.withColumn("k", F.when(F.rand(seed=1) < 0.3, F.concat(F.col("payload"), F.lit("-k"))))
+    keyed = keyed.cache()
+    sets = []
+    for parts in (1, 5, 7):
+        staged = frame_module.stage_frame(keyed.repartition(parts), queue="q", run_id="same", chunks=8,
+                                          columns=TaskColumns(dedupe_key="k"))
+        sets.append(sorted(r["id"] for r in staged.collect()))
+    assert sets[0] == sets[1] == sets[2]
+    keyed.unpersist()
 
 
 def test_run_id_is_pinned_to_its_queue(spark, pg_db):

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from shardq.errors import InvalidInput, InvalidTaskFrame
+from shardq.errors import DatabaseError, InvalidInput, InvalidTaskFrame
 from shardq.spark import TaskColumns, WriteOptions, await_stream, enqueue_stream, stream_run_id
+
+from .spark_support import chunks_fail_after
 
 pytestmark = pytest.mark.spark
 pyspark = pytest.importorskip("pyspark")
@@ -32,22 +34,20 @@ def test_a_stream_killed_mid_merge_and_restarted_enqueues_every_row_once(spark, 
         rows = [f"f{f}-r{r}" for r in range(40)] + [f"f{f}-same"] * 2  # identical rows are two tasks
         _add_file(incoming, f"part-{f}", rows)
         expected += rows
-    merged = []
-
-    def fail_in_second_batch(chunk, tasks):
-        merged.append(chunk)
-        if len(merged) == OPTIONS.chunks + 2:  # batch 0 done, batch 1 has merged two chunks
-            raise RuntimeError("driver killed mid-merge")
-
     batches = []
-    query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
-                           options=OPTIONS, trigger={"availableNow": True}, on_chunk=fail_in_second_batch,
-                           on_batch=lambda batch, result: batches.append((batch, result.enqueued)))
-    query_id = str(query.id)
-    with pytest.raises(RuntimeError, match="driver killed mid-merge"):
-        await_stream(query)
+    # Batch 1's third chunk fails in its transaction (after two of its four chunks committed),
+    # whichever writer runs it: the query stops with batch 1 half enqueued.
+    with chunks_fail_after(pg_db, "stream-%-1", 2):
+        query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
+                               options=OPTIONS, trigger={"availableNow": True},
+                               on_batch=lambda batch, result: batches.append((batch, result.enqueued)))
+        query_id = str(query.id)
+        with pytest.raises(DatabaseError, match="refused by the test"):
+            await_stream(query)
     assert batches == [(0, 42)]
-    assert 42 < pg_db.count() < 84  # the second batch is half merged
+    assert 42 < pg_db.count() < 84  # the second batch is half written
+    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = %(r)s AND chunk >= 0",
+                     {"r": stream_run_id(query_id, 1)}) == [{"n": 2}]
 
     # Restart from the checkpoint: batch 1 is replayed (its merged chunks are skipped), then batch 2.
     query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,

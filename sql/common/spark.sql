@@ -3,22 +3,40 @@
 
 -- name: spark_run_register
 -- Record a run and the number of chunks its rows are hashed into, unless it is known already: a
--- re-run keeps the chunking of the first attempt.
+-- re-run keeps the chunking of the first attempt. Returns the row only when this call inserted it
+-- (then the caller adds spark_run_mark in the same transaction); on a conflict no row comes back,
+-- on CockroachDB too (cockroachdb/cockroach pkg/sql/logictest/testdata/logic_test/upsert, "Handle
+-- INSERT ... ON CONFLICT DO NOTHING ... RETURNING": only the inserted row is returned).
 INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES (%(run_id)s, %(queue)s, %(chunks)s)
 ON CONFLICT (run_id) DO NOTHING
+RETURNING run_id
+
+-- name: spark_run_mark
+-- In the transaction that registered a run (spark_run_register returned its row): note how the
+-- run splits its rows into chunks, as a ledger row with chunk -1 (merged chunks are 0..chunks-1)
+-- and the scheme's number in rows_merged. Runs registered before there were schemes have none and
+-- keep their chunking (shardq.spark.frame.CHUNK_BY_ID). Same shape as spark_chunk_claim.
+INSERT INTO shardq_spark_chunks (run_id, chunk, rows_merged) VALUES (%(run_id)s, -1, %(scheme)s)
+ON CONFLICT (run_id, chunk) DO NOTHING
 
 -- name: spark_run_get
--- One run's pinned queue and chunk count, or no row.
-SELECT run_id, queue, chunks, created_at FROM shardq_spark_runs WHERE run_id = %(run_id)s
+-- One run's pinned queue, chunk count and chunking scheme (0: registered before schemes), or no row.
+-- The correlated scalar subquery in the select list is supported on CockroachDB
+-- (pkg/sql/logictest/testdata/logic_test/subquery_correlated, "Subqueries in projection lists").
+SELECT r.run_id, r.queue, r.chunks, r.created_at,
+       coalesce((SELECT c.rows_merged FROM shardq_spark_chunks AS c WHERE c.run_id = r.run_id AND c.chunk = -1), 0)
+           AS scheme
+FROM shardq_spark_runs AS r WHERE r.run_id = %(run_id)s
 
 -- name: spark_run_progress
 -- How many chunks of a run have been merged, and how many tasks they inserted.
 SELECT count(*) AS chunks, coalesce(sum(rows_merged), 0)::INT8 AS tasks
-FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 
 -- name: spark_chunks_merged
--- The chunks of a run merged already (a re-run skips them without opening a transaction).
-SELECT chunk FROM shardq_spark_chunks WHERE run_id = %(run_id)s
+-- The chunks of a run merged already, with the tasks each inserted (a re-run skips them without
+-- opening a transaction).
+SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 
 -- name: spark_chunk_claim
 -- First statement of a chunk's merge transaction: take the chunk's ledger row. No row back means

@@ -104,6 +104,9 @@ class Engine(ABC):
     spark_chunks_default: ClassVar[int]
     #: The Spark staging table needs an index on its chunk column after the write.
     spark_stage_needs_index: ClassVar[bool]
+    #: Spark's write tasks COPY each chunk into the tasks table themselves (shardq.spark.writer)
+    #: instead of staging rows for a merge.
+    spark_copy_writer: ClassVar[bool]
 
     # -- plan checks -----------------------------------------------------------------------------
     #: What precedes a statement to get its plan as text.

@@ -48,6 +48,7 @@ class PostgreSQLEngine(Engine):
     # Fewer, larger chunks merge faster (each chunk is one transaction, one index range scan).
     spark_chunks_default = 64
     spark_stage_needs_index = True
+    spark_copy_writer = True
 
     explain_prefix = "EXPLAIN (FORMAT JSON) "
     inlines_explain_values = False

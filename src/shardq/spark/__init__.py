@@ -8,37 +8,45 @@ re-runnable (``pip install 'shardq[spark]'``; needs Java 17+ and the PostgreSQL 
 ...                   columns=TaskColumns(payload="body", dedupe_key="message_id"))
 
 Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQL)
-    Spark's JDBC writer can only ``INSERT``; a job that fails half-way leaves the partitions it
-    had committed behind, a retried or speculative task writes its rows again, and the tasks
-    table forgets a task once it is acked. So Spark never writes into ``shardq_tasks``:
+    A job that fails half-way leaves the partitions it had committed behind, a retried or
+    speculative Spark task writes its rows again, and the tasks table forgets a task once it is
+    acked. So every task reaches ``shardq_tasks`` in a *chunk* transaction that also writes the
+    chunk's ledger row, and a chunk with a ledger row is never written again:
 
     1. **Run.** The caller names the logical job with a ``run_id`` that stays the same on every
-       re-run. ``shardq_spark_runs`` pins the run's queue and its number of chunks on the first
-       attempt.
+       re-run. ``shardq_spark_runs`` pins the run's queue, its number of chunks and (a ledger row
+       with chunk -1) how rows are split into chunks, on the first attempt.
     2. **Deterministic ids** (:mod:`shardq.spark.frame`): each row's task id is a hash of the run,
        the queue and either its dedupe key or its content plus an occurrence number among
-       identical rows, computed with Spark built-ins only; its chunk is the id's range (first 32
-       bits scaled to ``chunks``), so a chunk's merge inserts into one narrow stretch of the id
-       index. The same input always gives the same (id, chunk, task) rows.
-    3. **Staging.** Each attempt creates its own staging table ``shardq_stage_<run>_<nonce>``
-       (registered in ``shardq_spark_stages`` first) with no key or constraint, and Spark
-       appends to it (``reWriteBatchedInserts=true``, batches of ``k·128`` rows, a bounded
+       identical rows, computed with Spark built-ins only; its chunk is the range of its
+       first-occurrence id (first 32 bits scaled to ``chunks``), so all copies of a row share a
+       chunk and a chunk covers one narrow stretch of the id index. The same input always gives the
+       same (id, chunk, task) rows.
+    3. **COPY writer** (PostgreSQL, the default; :mod:`shardq.spark.writer`): one shuffle puts each
+       chunk's rows in one Spark partition (every value check runs in its map stage, before any
+       write); each write task numbers identical rows, then per chunk opens a transaction, takes
+       the chunk's ledger row (taken: skip), ``COPY``s the rows straight into ``shardq_tasks``
+       (binary format; rows with a run_at, delay, dedupe key or exclusive key go through a
+       ``TEMP`` table and the merge statements below), records the count and commits. Rows cross
+       the network once and are written once.
+    4. **Staging path** (CockroachDB, ``WriteOptions(writer="jdbc")``, runs registered before
+       chunking schemes): each attempt creates its own staging table ``shardq_stage_<run>_<nonce>``
+       (registered in ``shardq_spark_stages`` first) with no key or constraint, and Spark's JDBC
+       writer appends to it (``reWriteBatchedInserts=true``, batches of ``k·128`` rows, a bounded
        number of partitions/connections, autocommit): duplicate rows from retried tasks are
-       harmless there. Rows of chunks merged by an earlier attempt are not even written. The
-       schema of every table is owned by the migrations and by this module; Spark creates none.
-    4. **Chunked merge.** After ``save()`` returned (only then is every row in staging at least
-       once), the driver merges chunk by chunk, ``merge_workers`` at a time. Each chunk is one
-       transaction: take the chunk's row in ``shardq_spark_chunks`` (``ON CONFLICT DO NOTHING``;
-       no row means merged already: skip), insert the chunk's rows into ``shardq_tasks`` with
-       the same rules as ``task_insert_many`` (ready or scheduled by due time, rank from the
-       priority, a live dedupe key skips the row, the database fills the bucket / shard, the
-       queue is created on first use, a queue paused for enqueue rolls the chunk back; an id
-       staged twice is inserted once; a row with an exclusive key becomes its key's active task or
-       joins its backlog, as with ``enqueue_many``), record the count, commit. On CockroachDB a 40001 re-runs the whole chunk transaction
-       (:meth:`shardq.db.Session.transaction`); the merge SQL is the same on both databases.
-    5. **Cleanup.** The attempt drops its staging table whether it succeeded or failed. A killed
-       attempt leaves it behind; every job start (and ``shardq spark-gc``) drops staging tables
-       older than a day.
+       harmless there. Rows of chunks merged by an earlier attempt are not even written. Spark
+       creates no table. After ``save()`` returned, the driver merges chunk by chunk,
+       ``merge_workers`` at a time; each chunk is one transaction: take the chunk's ledger row
+       (``ON CONFLICT DO NOTHING``; no row means merged already: skip), insert the chunk's rows
+       into ``shardq_tasks`` with the same rules as ``task_insert_many`` (ready or scheduled by due
+       time, rank from the priority, a live dedupe key skips the row, the database fills the
+       bucket / shard, the queue is created on first use, a queue paused for enqueue rolls the
+       chunk back; an id staged twice is inserted once; a row with an exclusive key becomes its
+       key's active task or joins its backlog, as with ``enqueue_many``), record the count,
+       commit. On CockroachDB a 40001 re-runs the whole chunk transaction
+       (:meth:`shardq.db.Session.transaction`). The attempt drops its staging table whether it
+       succeeded or failed; a killed attempt leaves it behind, and every job start (and
+       ``shardq spark-gc``) drops staging tables older than a day.
 
 Guarantees
     * Re-running a run over the same input enqueues every task exactly once in total, whatever
@@ -54,8 +62,8 @@ Does not
 
 Modules: :mod:`.jdbc` (Java, driver jar, JDBC URL, SparkSession), :mod:`.frame` (column mapping,
 ids, checks), :mod:`.calls` (rows as calls of app tasks), :mod:`.ledger` (statements, merge),
-:mod:`.job` (the job, gc, file inputs), :mod:`.stream` (Structured Streaming, one run per
-micro-batch).
+:mod:`.writer` (the COPY writer's executor side), :mod:`.job` (the job, gc, file inputs),
+:mod:`.stream` (Structured Streaming, one run per micro-batch).
 """
 
 from .frame import TaskColumns

@@ -16,11 +16,11 @@ from ..config import resolve_dsn
 from ..db import Dsn, Session
 from ..errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
 from ..store import TaskStore
-from . import calls
+from . import calls, writer
 from . import frame as frame_module
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
-from .ledger import MergeOutcome, SparkLedger, merge_chunks, stage_name
+from .ledger import SCHEME_BY_KEY, MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,6 +34,7 @@ RUN_ID_MAX = 200
 STAGE_TTL_SECONDS_DEFAULT = 24 * 3600.0
 LEDGER_TTL_SECONDS_DEFAULT = 30 * 24 * 3600.0
 FORMATS = ("parquet", "csv", "json")
+WRITERS = ("auto", "copy", "jdbc")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,14 @@ class WriteOptions:
     how many merge transactions the run is split into; pinned by the first attempt of a run.
     ``merge_workers`` (2): chunks merged concurrently. ``stage_ttl_seconds`` (1 day): staging
     tables older than this, left by crashed attempts, are dropped when a job starts.
+
+    ``writer`` ("auto"): "copy" — Spark's write tasks COPY each chunk into the tasks table
+    themselves (:mod:`shardq.spark.writer`; PostgreSQL; pyarrow, pandas and shardq on the
+    executors; ``partitions`` write tasks, each holding one chunk's rows in memory at a time, so
+    give a large input enough ``chunks``: about one per million rows or more); "jdbc" — the
+    staging table and the chunked merge (no Python on the executors); "auto" — "copy" where it can
+    run (PostgreSQL, pyarrow importable, a run registered with chunking by first-occurrence id),
+    else "jdbc". ``batch_size`` and ``merge_workers`` apply to "jdbc" only.
     """
 
     partitions: int = 4
@@ -55,8 +64,11 @@ class WriteOptions:
     chunks: int | None = None
     merge_workers: int = 2
     stage_ttl_seconds: float = STAGE_TTL_SECONDS_DEFAULT
+    writer: str = "auto"
 
     def validate(self) -> WriteOptions:
+        if self.writer not in WRITERS:
+            raise InvalidInput(f"writer must be one of {', '.join(WRITERS)}")
         validation.positive_int(self.partitions, "partitions", maximum=256)
         validation.positive_int(self.batch_size, "batch size", maximum=1_048_576)
         if self.batch_size % 128:
@@ -176,7 +188,46 @@ def enqueue_dataframe(
         staged = 0
         write_seconds = merge_seconds = 0.0
         outcome = MergeOutcome(0, len(done_before), 0)
-        if todo:
+        if todo and _copy_writer(options, session, run):
+            started = time.perf_counter()
+            report("write", 0, 1)
+            rows = frame_module.stage_frame(
+                df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
+                skip_chunks=frozenset(done_before), labels=labels, payload_limit=limit,
+                chunking=run.chunking, cluster=options.partitions,
+            )
+            copy_rows, plain = writer.copy_frame(rows, set(columns.mapped()))
+            spec = writer.WriterSpec(dsn, run_id, queue, run.chunks, plain=plain,
+                                     keyed=columns.exclusive_key is not None,
+                                     max_attempts_mapped=columns.max_attempts is not None,
+                                     numbered=columns.row_key is None)
+            try:
+                writer.run_writer(copy_rows, spec)
+            except Exception as exc:
+                check = frame_module.is_check_failure(exc)
+                if check:
+                    # The checks fail in the shuffle's map stage: no chunk was written.
+                    raise InvalidTaskFrame(frame_module.count_bad_rows(df, checks) or check) from None
+                failure = writer.writer_failure(exc)
+                if failure is not None:
+                    raise failure from None
+                raise
+            write_seconds = time.perf_counter() - started
+            report("write", 1, 1)
+            # The executors committed the chunks; the ledger says which and how many tasks.
+            new = {c: n for c, n in sorted(ledger.chunks_done(run_id).items()) if c not in done_before}
+            outcome = MergeOutcome(len(new), len(done_before), sum(new.values()))
+            staged = outcome.tasks
+            counter = TaskStore(session)
+            counter.count_enqueued(queue, outcome.tasks)
+            counter.flush_enqueue_counts()
+            merged = len(done_before)
+            for chunk, tasks in new.items():
+                merged += 1
+                report("merge", merged, run.chunks)
+                if on_chunk is not None:
+                    on_chunk(chunk, tasks)
+        elif todo:
             stage = ledger.stage_create(stage_name(run_id), run_id)
             try:
                 started = time.perf_counter()
@@ -184,6 +235,7 @@ def enqueue_dataframe(
                 rows = frame_module.stage_frame(
                     df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
                     skip_chunks=frozenset(done_before), labels=labels, payload_limit=limit,
+                    chunking=run.chunking,
                 )
                 try:
                     _write(rows, stage.name, target, options)
@@ -219,6 +271,19 @@ def enqueue_dataframe(
         skipped_chunks=outcome.skipped_chunks, enqueued=outcome.tasks, run_tasks=run_tasks,
         staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds,
     )
+
+
+def _copy_writer(options: WriteOptions, session: Session, run: Run) -> bool:
+    """Whether this attempt writes through the COPY writer (:mod:`shardq.spark.writer`) rather
+    than staging and merging."""
+    if options.writer == "jdbc" or not session.engine.spark_copy_writer or run.scheme != SCHEME_BY_KEY:
+        return False
+    if writer.available():
+        return True
+    if options.writer == "copy":
+        raise SparkSetupError("the COPY writer needs pyarrow: pip install 'shardq[spark]'")
+    log.info("pyarrow is not installed: staging and merging instead of the COPY writer")
+    return False
 
 
 def _write(rows: DataFrame, stage: str, target: JdbcTarget, options: WriteOptions) -> None:

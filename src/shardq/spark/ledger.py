@@ -34,11 +34,23 @@ def stage_name(run_id: str, nonce: str | None = None) -> str:
     return f"{STAGE_PREFIX}{digest}_{nonce or secrets.token_hex(4)}"
 
 
+#: ``Run.scheme``: how the run's rows are split into chunks (:func:`shardq.spark.frame.stage_frame`).
+SCHEME_BY_ID = 0  # registered before schemes: the range of each row's own id (staging path only)
+SCHEME_BY_KEY = 1  # the range of the row's first-occurrence id (both writers)
+
+
 @dataclass(frozen=True)
 class Run:
     run_id: str
     queue: str
     chunks: int
+    scheme: int = SCHEME_BY_KEY
+
+    @property
+    def chunking(self) -> str:
+        from .frame import CHUNK_BY_ID, CHUNK_BY_KEY
+
+        return CHUNK_BY_KEY if self.scheme == SCHEME_BY_KEY else CHUNK_BY_ID
 
 
 @dataclass(frozen=True)
@@ -68,16 +80,23 @@ class SparkLedger:
 
     # -- runs -------------------------------------------------------------------------------
     def run_register(self, run_id: str, queue: str, chunks: int) -> Run:
-        """The run as first registered (a re-run keeps its queue and chunk count)."""
-        self.session.execute("spark_run_register", {"run_id": run_id, "queue": queue, "chunks": chunks})
-        row = self.session.fetch_one("spark_run_get", {"run_id": run_id})
-        if row is None:  # expired between the two statements: register again
+        """The run as first registered (a re-run keeps its queue, chunk count and chunking
+        scheme). A new run and its scheme row commit together, so a run without one was
+        registered by a shardq from before schemes and keeps the chunking it had."""
+
+        def body(session: Session) -> dict | None:
+            if session.fetch_one("spark_run_register", {"run_id": run_id, "queue": queue, "chunks": chunks}):
+                session.execute("spark_run_mark", {"run_id": run_id, "scheme": SCHEME_BY_KEY})
+            return session.fetch_one("spark_run_get", {"run_id": run_id})
+
+        row = self.session.transaction(body)
+        if row is None:  # expired in between: register again
             return self.run_register(run_id, queue, chunks)
-        return Run(row["run_id"], row["queue"], int(row["chunks"]))
+        return _run(row)
 
     def run_get(self, run_id: str) -> Run | None:
         row = self.session.fetch_one("spark_run_get", {"run_id": run_id})
-        return Run(row["run_id"], row["queue"], int(row["chunks"])) if row else None
+        return _run(row) if row else None
 
     def run_progress(self, run_id: str) -> tuple[int, int]:
         """(chunks merged, tasks inserted) over every attempt of the run."""
@@ -85,7 +104,12 @@ class SparkLedger:
         return (int(row["chunks"]), int(row["tasks"])) if row else (0, 0)
 
     def chunks_merged(self, run_id: str) -> set[int]:
-        return {int(r["chunk"]) for r in self.session.fetch_all("spark_chunks_merged", {"run_id": run_id})}
+        return set(self.chunks_done(run_id))
+
+    def chunks_done(self, run_id: str) -> dict[int, int]:
+        """Merged chunk -> tasks it inserted."""
+        rows = self.session.fetch_all("spark_chunks_merged", {"run_id": run_id})
+        return {int(r["chunk"]): int(r["rows_merged"]) for r in rows}
 
     def runs_expire(self, max_age_seconds: float, limit: int = 1000) -> int:
         rows = self.session.fetch_all("spark_runs_expire", {"max_age_seconds": max_age_seconds, "limit": limit})
@@ -157,6 +181,10 @@ class SparkLedger:
             return merged
 
         return self.session.transaction(body)
+
+
+def _run(row: dict) -> Run:
+    return Run(row["run_id"], row["queue"], int(row["chunks"]), int(row["scheme"]))
 
 
 def _merge_keyed_rows(session: Session, run: Run, stage: Stage, chunk: int) -> int:

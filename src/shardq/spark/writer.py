@@ -1,0 +1,422 @@
+"""The COPY writer: Spark's write tasks put each chunk into ``shardq_tasks`` themselves, in one
+transaction with the chunk's ledger row (PostgreSQL; ``pyarrow`` on the executors).
+
+How
+    :func:`shardq.spark.frame.stage_frame` (``cluster=partitions``) hash-partitions the rows by
+    chunk (the numbering of identical rows rides on that one shuffle), so each Spark task holds
+    whole chunks, sorted by chunk. :func:`copy_frame` renders each row as CSV with Spark
+    built-ins; ``mapInArrow`` hands the task's rows to :func:`write_partition` as Arrow batches,
+    which, per chunk, opens a transaction, takes the chunk's ledger row (``spark_chunk_claim``;
+    taken: skip the chunk), then
+
+    * **plain rows** (the run maps no run_at, delay, dedupe key or exclusive key): reads the
+      queue's settings and ``now()`` (``spark_chunk_open``) and ``COPY``s the chunk, sorted by id,
+      straight into ``shardq_tasks`` (``spark_chunk_copy_tasks``): state ready, rank = priority,
+      due at the transaction's ``now()``, as ``spark_chunk_merge`` would insert them;
+    * **other rows**: ``COPY``s the chunk into the connection's ``TEMP`` table and runs the very
+      statements of the staging path on it (``spark_chunk_merge``: due times, scheduled rows,
+      live dedupe keys; exclusive keys through :mod:`shardq.exclusive`);
+
+    records the count (``spark_chunk_record``) and commits. Rows cross the network once and are
+    written once; nothing else is written but the ledger row.
+
+Guarantees (as the staging path's)
+    * Every value check runs in the shuffle's map stage, which Spark finishes before any write
+      task starts: a bad row fails the job before any chunk is written.
+    * A chunk's tasks and its ledger row commit together, so a retried or speculative Spark task,
+      a re-run after any failure, or consumers acking tasks in between never enqueue a chunk
+      twice; a second writer of the same chunk waits on its ledger row, then skips it.
+    * The chunk of a row depends only on the run and the row (never on Spark's partitioning), so
+      a re-run puts every row in the chunk it had.
+
+Does not
+    * run without ``pyarrow`` and ``shardq`` importable on the executors (``WriteOptions(writer=
+      "jdbc")`` then), nor on CockroachDB (the staging path; see docs/spark.md);
+    * call ``on_chunk`` while the job runs: the executors commit the chunks, and the driver
+      reports them from the ledger once the write has finished.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..db import Dsn, Session
+from ..errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    QueuePaused,
+    SerializationConflict,
+    StatementTimeout,
+)
+from ..models import RANK_SCHEDULED
+from .frame import MERGED_FIELDS, SEPARATOR
+from .ledger import Run, Stage, _merge_keyed_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+#: The connection's TEMP table for one chunk's rows (spark_chunk_table_create).
+CHUNK_TABLE = "shardq_chunk_in"
+#: Marks a write task's failure in Spark's error text, with the shardq error's class name.
+WRITER_MARKER = "shardq-copy-writer:"
+_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (QueuePaused, DatabaseUnavailable, SerializationConflict, StatementTimeout)
+}
+
+
+def available() -> bool:
+    """Whether the driver can run the COPY writer (the executors need the same)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """What a write task needs, pickled to the executors with :func:`write_partition`."""
+
+    dsn: Dsn
+    run_id: str
+    queue: str
+    chunks: int
+    plain: bool  # rows go straight into shardq_tasks (see module docstring)
+    keyed: bool  # the run maps an exclusive key
+    max_attempts_mapped: bool
+    numbered: bool = True  # ids from content and occurrence (no row key)
+
+
+def _csv_text(column: Any) -> Any:
+    """A string column as one CSV field: quoted (quotes doubled), NULL as an empty unquoted field."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.concat(F.lit('"'), F.regexp_replace(column, '"', '""'), F.lit('"')), F.lit(""))
+
+
+def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
+    """``rows`` (from ``stage_frame(cluster=…)``) as ``chunk``, ``id`` (of the first occurrence),
+    ``content`` (when present), ``tail`` (the rest of the row's CSV line after the id, see the COPY
+    statements) and, for plain rows with a max_attempts column, ``max_attempts``; and whether the
+    rows are plain. Built with Spark built-ins only: the executors' Python numbers identical rows
+    and concatenates."""
+    from pyspark.sql import functions as F
+
+    plain = not (set(MERGED_FIELDS) & mapped)
+    keep = [c for c in ("chunk", "id", "content") if c in rows.columns]
+    if plain:
+        # COPY's binary format, assembled by _plain_rows from the values themselves
+        return rows.select(*keep, *(c for c in ("payload", "priority", "max_attempts") if c in mapped)), True
+    payload = F.concat(F.lit("\\x"), F.hex("payload"))
+
+    def number(name: str) -> Any:
+        return F.coalesce(F.col(name).cast("string"), F.lit("")) if name in mapped else F.lit("")
+
+    run_at = (F.coalesce(F.date_format("run_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"), F.lit(""))
+              if "run_at" in mapped else F.lit(""))
+    fields = [
+        F.lit(""), F.col("chunk").cast("string"), payload, run_at, number("delay"),
+        _csv_text(F.col("dedupe_key")) if "dedupe_key" in mapped else F.lit(""),
+        number("max_attempts"), number("priority"),
+        _csv_text(F.col("exclusive_key")) if "exclusive_key" in mapped else F.lit(""),
+    ]
+    # id | ,chunk,payload,run_at,delay,dedupe_key,max_attempts,priority,exclusive_key\n
+    tail = F.concat(F.concat_ws(",", *fields), F.lit("\n"))
+    return rows.select(*keep, tail.alias("tail")), False
+
+
+#: what each write task reports per chunk (seconds: on the executor, summed per phase)
+REPORT_SCHEMA = ("chunk INT, tasks LONG, rows LONG, assemble_seconds DOUBLE, copy_seconds DOUBLE, "
+                 "statement_seconds DOUBLE, commit_seconds DOUBLE")
+
+
+def run_writer(frame: DataFrame, spec: WriterSpec) -> list[dict]:
+    """Run the write tasks; per chunk, as the successful task attempts reported it: ``tasks``
+    inserted (-1: another writer had it), ``rows`` received, and the seconds spent numbering and
+    assembling rows, in COPY, in the other statements and in BEGIN/COMMIT."""
+    fn = functools.partial(write_partition, spec=spec)
+    return [row.asDict() for row in frame.mapInArrow(fn, REPORT_SCHEMA).collect()]
+
+
+def writer_failure(exc: BaseException) -> Exception | None:
+    """The shardq error a failed write task raised, from Spark's error text, if it is one."""
+    text = str(exc)
+    start = text.find(WRITER_MARKER)
+    if start < 0:
+        return None
+    line = text[start + len(WRITER_MARKER):].splitlines()[0].strip()
+    kind, _, message = line.partition(" ")
+    return _ERRORS.get(kind, DatabaseError)(message or line)
+
+
+# -- executor side ---------------------------------------------------------------------------
+def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> Iterator[pa.RecordBatch]:
+    """One Spark task: write each chunk of its rows (arriving sorted by chunk) in its own
+    transaction; yield one (chunk, tasks) row per chunk (tasks -1: written before)."""
+    import numpy as np
+    import pyarrow as pa
+
+    run = Run(spec.run_id, spec.queue, spec.chunks)
+    seen: set[int] = set()
+    current: int | None = None
+    pending: list[pa.RecordBatch] = []
+    with Session(spec.dsn, application_name="shardq-spark") as session:
+        if not spec.plain:
+            session.execute_ddl("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})
+
+        def flush() -> pa.RecordBatch:
+            assert current is not None
+            seen.add(current)
+            table = pa.Table.from_batches(pending)
+            clock: dict[str, float] = {}
+            tasks = _guarded(write_chunk, session, spec, run, current, table, clock)
+            report = {"chunk": pa.array([current], pa.int32()),
+                      "tasks": pa.array([-1 if tasks is None else tasks], pa.int64()),
+                      "rows": pa.array([table.num_rows], pa.int64())}
+            for name in ("assemble", "copy", "statement", "commit"):
+                report[f"{name}_seconds"] = pa.array([clock.get(name, 0.0)], pa.float64())
+            return pa.RecordBatch.from_pydict(report)
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            chunks = batch.column(0).to_numpy(zero_copy_only=False)
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(chunks)) + 1))
+            ends = np.append(starts[1:], len(chunks))
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+                chunk = int(chunks[start])
+                if chunk != current:
+                    if current is not None:
+                        yield flush()
+                    if chunk in seen:  # the frame is sorted by chunk; anything else is a bug
+                        raise RuntimeError(f"{WRITER_MARKER} DatabaseError rows of chunk {chunk} arrived apart")
+                    current, pending = chunk, []
+                pending.append(batch.slice(start, end - start))
+        if current is not None:
+            yield flush()
+
+
+def _guarded(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (QueuePaused, DatabaseError) as exc:
+        # Spark hands the driver only the text of an executor's error: mark it with its class.
+        raise RuntimeError(f"{WRITER_MARKER} {type(exc).__name__} {exc}") from exc
+
+
+def number_rows(table: pa.Table, spec: WriterSpec) -> pa.Table:
+    """One chunk's rows sorted by id, with identical rows numbered as
+    :func:`shardq.spark.frame.stage_frame` numbers them (the k-th copy of a row whose first
+    occurrence has id ``md5(run ␟ queue ␟ "c:" ‖ HEX(content) ‖ "#1")`` gets ``… "#k"``), and
+    rows sharing an id that is not numbered (a row key, a dedupe key) kept once. ``id`` is the
+    16 bytes (plain rows) or the hex text; a plain row's content is hashed again here, as
+    ``stage_frame`` hashes it, for the copies only."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = table.sort_by("id")
+    n = table.num_rows
+    if n < 2:
+        return table
+    ids = table.column("id").combine_chunks()
+    same = pc.equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    if not same.any():
+        return table
+    repeat = np.concatenate(([False], same))
+    # position of each row in its run of equal ids: 0 for the first
+    starts = np.flatnonzero(~repeat)
+    position = np.arange(n) - starts[np.cumsum(~repeat) - 1]
+    keep = ~repeat
+    binary = pa.types.is_binary(ids.type) or pa.types.is_large_binary(ids.type)
+    new_ids = ids.to_pylist()
+    if spec.numbered:
+        prefix = f"{spec.run_id}{SEPARATOR}{spec.queue}{SEPARATOR}c:"
+        for row in np.flatnonzero(repeat).tolist():
+            content = _content(table, row)
+            if content is None:
+                continue  # a dedupe key: one task per key
+            key = f"{prefix}{content.hex().upper()}#{int(position[row]) + 1}"
+            digest = hashlib.md5(key.encode("utf-8"))  # an id, as Spark's md5()
+            new_ids[row] = digest.digest() if binary else digest.hexdigest()
+            keep[row] = True
+    table = table.set_column(table.column_names.index("id"), "id", pa.array(new_ids, ids.type))
+    return table.filter(pa.array(keep)).sort_by("id")
+
+
+def _content(table: pa.Table, row: int) -> bytes | None:
+    """The content hash of one row (stage_frame's ``_content``): the ``content`` column, or, for
+    plain rows, md5 over the fixed-format fields (only max_attempts and priority can be mapped)
+    and the payload, as stage_frame renders them."""
+    import hashlib
+
+    if "content" in table.column_names:
+        return table.column("content")[row].as_py()
+    fields = ["", ""]  # run_at, delay
+    for name in ("max_attempts", "priority"):
+        value = table.column(name)[row].as_py() if name in table.column_names else None
+        fields.append("" if value is None else str(value))
+    fields += ["", ""]  # exclusive_key, then the trailing separator
+    payload = table.column("payload")[row].as_py()
+    return hashlib.md5(SEPARATOR.join(fields).encode("utf-8") + payload).digest()
+
+
+def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table,
+                clock: dict[str, float] | None = None) -> int | None:
+    """One chunk in one transaction with its ledger row; None when it was written before.
+    ``clock`` gets the seconds of each phase (see :func:`run_writer`)."""
+    import pyarrow.compute as pc
+
+    clock = {} if clock is None else clock
+    started = time.perf_counter()
+    table = number_rows(table, spec)
+    clock["assemble"] = time.perf_counter() - started
+    params = {"run_id": run.run_id, "chunk": chunk}
+
+    def body(s: Session) -> int | None:
+        for phase in ("copy", "statement", "rows"):  # a retried body starts again
+            clock[phase] = 0.0
+        mark = time.perf_counter()
+        if s.fetch_one("spark_chunk_claim", params) is None:
+            return None
+        if spec.plain:
+            opened = s.fetch_row("spark_chunk_open", {"queue": spec.queue})
+            if opened["paused"]:
+                raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
+            mark = _lap(clock, "statement", mark)
+            data = _plain_rows(table, spec, opened)
+            mark = _lap(clock, "rows", mark)
+            copy_in("spark_chunk_copy_tasks", s, data)
+            mark = _lap(clock, "copy", mark)
+            merged = table.num_rows
+        else:
+            stage = Stage(CHUNK_TABLE)
+            lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
+            copy_in("spark_chunk_copy_rows", s, _buffer(lines), {"stage": CHUNK_TABLE})
+            mark = _lap(clock, "copy", mark)
+            row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                              identifiers={"stage": CHUNK_TABLE})
+            if row and row["paused"]:
+                raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")
+            merged = int(row["merged"]) if row else 0
+            if spec.keyed:
+                merged += _merge_keyed_rows(s, run, stage, chunk)
+        s.execute("spark_chunk_record", {**params, "merged": merged})
+        _lap(clock, "statement", mark)
+        return merged
+
+    started = time.perf_counter()
+    merged = session.transaction(body)
+    inside = sum(clock.get(phase, 0.0) for phase in ("copy", "statement", "rows"))
+    clock["commit"] = time.perf_counter() - started - inside  # BEGIN, COMMIT (its WAL flush), the rest
+    clock["assemble"] += clock.pop("rows", 0.0)
+    return merged
+
+
+def _lap(clock: dict[str, float], phase: str, since: float) -> float:
+    now = time.perf_counter()
+    clock[phase] = clock.get(phase, 0.0) + now - since
+    return now
+
+
+#: COPY's binary format: signature, flags, header extension length; and the trailer
+COPY_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+COPY_BINARY_TRAILER = struct.pack(">h", -1)
+_PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
+    """The chunk's COPY data for spark_chunk_copy_tasks, in COPY's binary format (nothing for the
+    server to parse): per row the id, rank and priority (the row's priority, else 0), payload,
+    max_attempts (the row's, else the queue's), state 'ready', the queue and the transaction's
+    now() as the due time. Assembled with numpy and Arrow, no Python per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    head = np.empty((n, 50), np.uint8)  # field count, id, rank, priority, payload length
+    head[:, 0:2] = (0, 8)
+    head[:, 2:6] = (0, 0, 0, 16)
+    head[:, 6:22] = _fixed_bytes(table.column("id"), 16)
+    head[:, 22:26] = head[:, 34:38] = (0, 0, 0, 8)
+    if "priority" in table.column_names:
+        priority = pc.fill_null(table.column("priority"), 0).to_numpy().astype(">i8")
+    else:
+        priority = np.zeros(n, ">i8")
+    head[:, 26:34] = head[:, 38:46] = priority.view(np.uint8).reshape(n, 8)
+    payload = table.column("payload").combine_chunks()
+    if pa.types.is_large_binary(payload.type):
+        payload = payload.cast(pa.binary())
+    head[:, 46:50] = pc.binary_length(payload).to_numpy().astype(">i4").view(np.uint8).reshape(n, 4)
+
+    queue = spec.queue.encode("utf-8")
+    micros = (opened["now"] - _PG_EPOCH) // dt.timedelta(microseconds=1)
+    constant = (struct.pack(">ii", 4, int(opened["max_attempts"])) + struct.pack(">i", 5) + b"ready"
+                + struct.pack(">i", len(queue)) + queue + struct.pack(">iq", 8, micros))
+    tail = np.frombuffer(constant, np.uint8)[np.newaxis, :].repeat(n, axis=0)
+    if "max_attempts" in table.column_names:
+        attempts = pc.fill_null(table.column("max_attempts"), int(opened["max_attempts"])).to_numpy()
+        tail[:, 4:8] = attempts.astype(">i4").view(np.uint8).reshape(n, 4)
+    rows = pc.binary_join_element_wise(_fixed(head), payload, _fixed(tail), pa.scalar(b"", pa.binary()))
+    return [COPY_BINARY_HEADER, _buffer(rows), COPY_BINARY_TRAILER]
+
+
+def _fixed_bytes(column: Any, width: int) -> Any:
+    """A binary column whose values all have ``width`` bytes, as an (n, width) array (no copy)."""
+    import numpy as np
+    import pyarrow as pa
+
+    array = column.combine_chunks()
+    _, offsets, data = array.buffers()
+    kind = np.int64 if pa.types.is_large_binary(array.type) else np.int32  # Spark's large var types
+    bounds = np.frombuffer(offsets, dtype=kind)[array.offset: array.offset + len(array) + 1]
+    if bounds[-1] - bounds[0] != width * len(array):
+        raise ValueError(f"expected {width}-byte values")
+    return np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])].reshape(len(array), width)
+
+
+def _fixed(rows: Any) -> Any:
+    """An (n, w) byte array as an Arrow binary array of n values of w bytes (no copy of the bytes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n, width = rows.shape
+    offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))])
+
+
+def _buffer(column: Any) -> memoryview:
+    """The bytes of a string column's values, end to end (each value ends in a newline)."""
+    import numpy as np
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(array) == 0:
+        return memoryview(b"")
+    _, offsets, data = array.buffers()
+    width = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
+    bounds = np.frombuffer(offsets, dtype=width)[array.offset: array.offset + len(array) + 1]
+    return memoryview(data)[int(bounds[0]): int(bounds[-1])]
+
+
+def copy_in(name: str, session: Session, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
+    """``COPY … FROM STDIN`` of a named statement with ``data`` (bytes, or a list of them), on the
+    session's connection, in its transaction (errors are translated by :meth:`Session.transaction`)."""
+    conn = session._connection()
+    with conn.cursor() as cur, cur.copy(session._query(name, identifiers)) as copy:
+        step = 1 << 20
+        for part in data if isinstance(data, list) else [data]:
+            view = memoryview(part)
+            for start in range(0, len(view), step):
+                copy.write(view[start:start + step])
+
