@@ -449,10 +449,10 @@ def _flow_section(flow) -> list[str]:
         "## Flow control",
         "",
         "Each row: the same tasks drained by 4 worker processes from a queue without a limit and from the same "
-        "queue with `--concurrency` equal to the workers' total handler threads, pairs in ABBA order. A limited "
-        "queue's claims take only as many tasks as there are free handler threads (no prefetch: every claimed "
-        "task must be able to start), so with tasks far shorter than a claim round trip the claims are small "
-        "and alternate with execution instead of overlapping it (docs/flow-control.md).",
+        "queue with `--concurrency` equal to the workers' total handler threads, pairs in ABBA order. Each worker "
+        "then holds one slot per handler, so the limit does not bind it and it claims ahead as without a limit; "
+        "the difference is the per-task slot bookkeeping and the start of the drain, when a worker takes its "
+        "slots (docs/flow-control.md).",
         "",
     ]
     rows = []

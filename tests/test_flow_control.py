@@ -11,6 +11,7 @@ import pytest
 
 from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
+from shardq.flow import FlowSlots
 from shardq.models import NewTask
 from shardq.store import TaskStore
 
@@ -108,6 +109,97 @@ def test_idle_slots_are_given_back_when_a_round_finds_nothing(db):
         consumer.flow_slots.finished(task)
     assert consumer.claim(start_room=4).round_empty
     assert db.store.flow_usage() == {"q": (0, 4)}
+
+
+def saturating_consumer(db, handlers: int) -> Consumer:
+    """A consumer whose worker has ``handlers`` handlers (its slot pool's capacity)."""
+    return Consumer(db.store, ["q"], batch=10, flow_slots=FlowSlots(capacity=handlers))
+
+
+def test_a_worker_holding_a_slot_per_handler_claims_ahead(db):
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 10)
+    consumer = saturating_consumer(db, handlers=2)
+    first = consumer.claim(start_room=2).tasks
+    assert {t.flow_slot for t in first} == {0, 1}
+    ahead = consumer.claim(start_room=0).tasks  # both handlers busy: claimed ahead all the same
+    assert len(ahead) == 8 and all(t.flow_slot is None for t in ahead)
+    assert db.store.flow_usage() == {"q": (2, 2)}  # no slot more than before
+    slots = consumer.flow_slots
+    consumer.flow_slots.finished(first[0])
+    assert slots.seat(ahead[0])  # a handler returned: the next task takes its slot
+    assert not slots.seat(ahead[1])  # no idle slot: it must not start (the worker hands it back)
+    slots.finished(ahead[1])  # handed back unstarted
+    pool = slots.pools["q"]
+    assert pool.held == 2 and pool.unseated == {t.key.id for t in ahead[2:]}
+
+
+def test_a_worker_the_limit_binds_claims_only_what_starts_at_once(db):
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 10)
+    consumer = saturating_consumer(db, handlers=4)
+    assert len(consumer.claim(start_room=4).tasks) == 2
+    again = consumer.claim(start_room=2)
+    assert again.tasks == [] and again.throttled == {"q": None}
+
+
+def test_idle_slots_owed_to_tasks_claimed_ahead_are_kept_when_a_round_finds_nothing(db):
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"x"] * 3)
+    consumer = saturating_consumer(db, handlers=2)
+    first = consumer.claim(start_room=2).tasks
+    [ahead] = consumer.claim(start_room=0).tasks
+    for task in first:
+        consumer.flow_slots.finished(task)
+    assert consumer.claim(start_room=2).round_empty
+    assert db.store.flow_usage() == {"q": (1, 2)}  # one given back, one kept for the task claimed ahead
+    assert consumer.flow_slots.seat(ahead)
+
+
+def test_a_worker_whose_handlers_match_the_limit_claims_as_if_unlimited(db):
+    db.client.set_queue("q", concurrency=4)
+    db.client.enqueue_many("q", [b"x"] * 400)
+    overlap = Overlap()
+    totals = work(db, overlap(0.0005), concurrency=4, batch=100)
+    assert totals.acked == 400 and overlap.peak == 4
+    # Four tasks per claim (no claiming ahead) would take at least 100 claim statements.
+    assert totals.claim_statements < 40
+    assert db.client.store.flow_usage() == {"q": (0, 4)}
+
+
+def test_a_worker_claiming_ahead_and_one_the_limit_binds_share_the_limit(db):
+    db.client.set_queue("q", concurrency=6)
+    db.client.enqueue_many("q", [b"x"] * 80)
+    overlap = Overlap()
+    threads = [threading.Thread(target=work, args=(db, overlap(0.01)), kwargs={"concurrency": 4, "batch": 5})
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Whichever holds 4 slots claims ahead, the other holds at most 2 and claims only what starts.
+    # (How many ran at once depends on who claimed ahead of whom, as without a limit.)
+    assert overlap.peak <= 6
+    assert db.client.stats().queues["q"].ready == 0
+
+
+def test_an_async_worker_claiming_ahead_keeps_to_the_limit(db):
+    import asyncio
+
+    db.client.set_queue("q", concurrency=3)
+    db.client.enqueue_many("q", [b"x"] * 60)
+    running = peak = 0
+
+    async def handler(task) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.002)
+        running -= 1
+
+    totals = work(db, handler, concurrency=3)
+    assert totals.acked == 60 and peak == 3
+    assert db.client.store.flow_usage() == {"q": (0, 3)}
 
 
 def test_slots_of_a_dead_worker_come_back_when_they_expire(db):

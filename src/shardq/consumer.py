@@ -184,10 +184,13 @@ class Consumer:
 
     def _limit_for(self, queue: str, want: int, start_room: int | None) -> int:
         """How many tasks of ``queue`` to ask for: a queue with a concurrency limit claims only
-        as many as can start now (``start_room``), not a prefetch, since a claimed task holds a
-        slot whether it runs or waits. (A rate-limited task spends its token when it is claimed, so
-        starting it a moment later keeps the rate; it may be prefetched.)"""
-        if start_room is not None and self.settings(queue).concurrency_limit is not None:
+        as many as can start now (``start_room``), not a prefetch, while the limit binds this
+        consumer (it holds fewer slots than it has handlers): a task waiting in its buffer would
+        keep a task from another worker's free slot. Once it holds one slot per handler it claims
+        ahead like any worker (see :mod:`shardq.flow`). (A rate-limited task spends its token
+        when it is claimed, so starting it a moment later keeps the rate; it may be prefetched.)"""
+        if (start_room is not None and self.settings(queue).concurrency_limit is not None
+                and not self.flow_slots.saturated(queue)):
             return min(want, start_room)
         return want
 

@@ -7,13 +7,21 @@ unchanged.
 
 **Concurrency.** A queue with a limit of N has N slot rows. A worker takes slots and keeps them
 while it has work (:class:`SlotPool`): a slot row records which worker holds it (a token) and until
-when (``free_at``). A claim asks for at most as many tasks as the worker has idle slots, so a worker
-never claims a task it may not start; each claimed task runs in one of the worker's slots, and the
-slot is idle again, in memory, as soon as its handler returns. While the worker is busy its slots
-cost nothing per task; it renews them every third of a lease, gives back the idle ones when a claim
-round finds nothing, and all of them when it stops. A worker that dies stops renewing: its slots are
-free again once ``free_at`` passes, at most one lease later, with nobody cleaning up. Taking slots
-is a ``SKIP LOCKED`` scan, so workers taking slots at once take different ones and never wait.
+when (``free_at``). While a worker holds fewer slots than it has handlers, a claim asks for at most
+as many tasks as it has idle slots: every task it claims starts at once, none waits in its buffer
+holding back a task another worker's slot could run. Once it holds one slot per handler, the limit
+no longer binds it (its own handler count does), and it claims ahead like a worker on a queue
+without a limit: such a prefetched task is *unseated* and takes one of the worker's own idle slots
+when a handler picks it up (:meth:`FlowSlots.seat`). A handler is free only when a task of this
+worker ended, and a claim seats new tasks only in idle slots no unseated task is owed, so an
+unseated task finds its slot; should none be idle (a renewal lost slots, or a thread abandoned after
+its timeout still holds one), it is handed back unstarted rather than run over the limit. Each task
+runs in one of the worker's slots, and the slot is idle again, in memory, as soon as its handler
+returns. While the worker is busy its slots cost nothing per task; it renews them every third of a
+lease, gives back the idle ones when a claim round finds nothing, and all of them when it stops. A
+worker that dies stops renewing: its slots are free again once ``free_at`` passes, at most one lease
+later, with nobody cleaning up. Taking slots is a ``SKIP LOCKED`` scan, so workers taking slots at
+once take different ones and never wait.
 
 **Rate.** A rate-limited queue's claim is one transaction: lock the queue's token bucket, claim at
 most as many tasks as there are whole tokens, and write back what is left. Claims of one
@@ -70,6 +78,8 @@ class SlotPool:
     busy: dict[uuid.UUID, int] = field(default_factory=dict)
     #: tasks whose slot was lost while they ran (their leases are not renewed)
     lost: set[uuid.UUID] = field(default_factory=set)
+    #: tasks claimed ahead that have not started yet: each is owed one of the idle slots
+    unseated: set[uuid.UUID] = field(default_factory=set)
     lease_seconds: float = 30.0
     renew_at: float = math.inf
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -77,6 +87,11 @@ class SlotPool:
     @property
     def held(self) -> int:
         return len(self.idle) + len(self.busy)
+
+    @property
+    def free(self) -> int:
+        """Idle slots no unseated task is owed."""
+        return len(self.idle) - len(self.unseated)
 
     def slots(self) -> list[int]:
         with self.lock:
@@ -102,22 +117,29 @@ class FlowSlots:
             found = self.pools.setdefault(queue, SlotPool(queue))
         return found
 
+    def saturated(self, queue: str) -> bool:
+        """Whether this worker holds one slot of ``queue`` per handler (``capacity``): the limit
+        does not bind it, and it may claim ahead (see the module's docstring)."""
+        pool = self.pools.get(queue)
+        return pool is not None and pool.held >= self.capacity
+
     # -- claiming ------------------------------------------------------------------------------
     def claim(
         self, store: TaskStore, settings: QueueSettings, want: int, lease_seconds: float,
         claim: Callable[[int], list[ClaimedTask]],
     ) -> tuple[list[ClaimedTask], float | object | None]:
         """Claim up to ``want`` tasks of ``settings.name`` within its limits with ``claim(limit)``.
-        Returns the tasks (each with the slot it runs in) and whether a limit refused: None (it
-        did not), :data:`NO_SLOT`, the seconds until the next token, or :data:`NO_ROOM` (not a
-        refusal: this worker's own slots are all busy)."""
+        Returns the tasks (each with the slot it runs in; None when claimed ahead: it takes one
+        when it starts, see :meth:`seat`) and whether a limit refused: None (it did not), :data:`NO_SLOT`, the seconds until the
+        next token, or :data:`NO_ROOM` (not a refusal: this worker's own slots are all busy)."""
         pool = self.pool(settings.name) if settings.concurrency_limit is not None else None
         if pool is not None:
             pool.lease_seconds = lease_seconds
             self.renew_due(store)
-            if len(pool.idle) < want and pool.held < self.capacity:
-                self._take(store, pool, min(want - len(pool.idle), self.capacity - pool.held), lease_seconds)
-            want = min(want, len(pool.idle))
+            if pool.free < want and pool.held < self.capacity:
+                self._take(store, pool, min(want - pool.free, self.capacity - pool.held), lease_seconds)
+            if pool.held < self.capacity:
+                want = min(want, pool.free)  # the limit binds: only what starts at once
             if want <= 0:
                 # Every slot this worker may hold is busy: a handler has just returned and its
                 # slot is on its way back (the worker's own count runs a moment ahead of it).
@@ -142,19 +164,41 @@ class FlowSlots:
                 pool.renew_at = min(pool.renew_at, self._clock() + lease_seconds / 3.0)
 
     def _seat(self, pool: SlotPool, tasks: list[ClaimedTask]) -> list[ClaimedTask]:
+        """Give each new task an idle slot no unseated task is owed; the rest (claimed ahead by a
+        saturated worker) are unseated and owed one."""
         with pool.lock:
             seated = []
             for task in tasks:
-                if not pool.idle:
+                if len(pool.idle) > len(pool.unseated):
+                    slot = pool.idle.pop()
+                    pool.busy[task.key.id] = slot
+                    seated.append(task._replace(flow_slot=slot))
+                elif pool.held >= self.capacity:
+                    pool.unseated.add(task.key.id)
+                    seated.append(task)
+                else:
                     # A renewal found slots gone between the count and now: run the task, but as
                     # one that lost its slot (its lease is not renewed).
                     pool.lost.add(task.key.id)
                     seated.append(task)
-                    continue
-                slot = pool.idle.pop()
-                pool.busy[task.key.id] = slot
-                seated.append(task._replace(flow_slot=slot))
             return seated
+
+    def seat(self, task: ClaimedTask) -> bool:
+        """``task`` is about to start. A task claimed ahead (unseated) takes one of the worker's
+        idle slots; if none is idle (a renewal lost slots, or a thread abandoned after its
+        timeout still holds one) it must not start: False, and the caller hands it back
+        unstarted. Any other task already has its slot: True."""
+        pool = self.pools.get(task.key.queue)
+        if pool is None or not pool.unseated:
+            return True
+        with pool.lock:
+            if task.key.id not in pool.unseated:
+                return True
+            pool.unseated.discard(task.key.id)
+            if not pool.idle:
+                return False
+            pool.busy[task.key.id] = pool.idle.pop()
+            return True
 
     # -- running -------------------------------------------------------------------------------
     def finished(self, task: ClaimedTask) -> None:
@@ -167,7 +211,11 @@ class FlowSlots:
             if slot is not None:
                 pool.idle.append(slot)
             pool.lost.discard(task.key.id)
-        if self._on_free is not None:
+            pool.unseated.discard(task.key.id)  # handed back before it started
+            waited_for = pool.held < self.capacity
+        if waited_for and self._on_free is not None:
+            # Only a worker the limit binds waits for its slots; a saturated one claims ahead,
+            # paced by its buffer like any worker, and a wake-up per task would only spin it.
             self._on_free()
 
     def lost(self, task: ClaimedTask) -> bool:
@@ -210,11 +258,13 @@ class FlowSlots:
 
     # -- giving back ---------------------------------------------------------------------------
     def release_idle(self, store: TaskStore) -> int:
-        """Give back every idle slot (nothing to run: let other workers have them). Returns how many."""
+        """Give back every idle slot no unseated task is owed (nothing more to run: let other
+        workers have them). Returns how many."""
         released = 0
         for pool in self.pools.values():
             with pool.lock:
-                idle, pool.idle = pool.idle, []
+                keep = len(pool.unseated)
+                idle, pool.idle = pool.idle[keep:], pool.idle[:keep]
             if idle:
                 released += store.flow_slots_release(pool.queue, idle, pool.token)
         return released
@@ -225,6 +275,7 @@ class FlowSlots:
         for pool in self.pools.values():
             with pool.lock:
                 slots, pool.idle, pool.busy = pool.idle + list(pool.busy.values()), [], {}
+                pool.unseated.clear()
             if slots:
                 released += store.flow_slots_release(pool.queue, slots, pool.token)
         return released

@@ -121,7 +121,7 @@ class ThreadExecutor:
         started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
         sink, resolve, lock = self.sink, self.resolve, self.table.lock
-        flow_done = self.table.flow.finished
+        flow_pools, flow_done, flow_seat = self.table.flow.pools, self.table.flow.finished, self.table.flow.seat
         while True:
             entry = work.get()
             if entry is None:
@@ -129,8 +129,10 @@ class ThreadExecutor:
             started[slot] += 1
             if work.qsize() <= low_water and not wake.is_set():
                 wake.set()  # the buffer ran low: time for the fetcher's next claim
-            if stop.is_set() or monotonic() >= entry.local_deadline:
-                entry.kind = RELEASE  # not started: hand it back rather than run a task that may be elsewhere
+            if stop.is_set() or monotonic() >= entry.local_deadline or (flow_pools and not flow_seat(entry.claimed)):
+                # Not started: hand it back rather than run a task that may be elsewhere (or, claimed
+                # ahead, one that found no idle slot of its queue's limit).
+                entry.kind = RELEASE
             else:
                 t0 = perf_counter()
                 try:
@@ -156,7 +158,7 @@ class ThreadExecutor:
                 else:
                     with lock:
                         if entry.abandoned:
-                            if entry.claimed.flow_slot is not None:
+                            if flow_pools:
                                 flow_done(entry.claimed)  # the abandoned thread is done at last
                             return  # settled as timed out meanwhile, and this slot already replaced
                         entry.running = False
@@ -164,7 +166,7 @@ class ThreadExecutor:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)
             put(entry)
             finished[slot] += 1  # after the put: once nothing is in progress, every outcome is queued
-            if entry.claimed.flow_slot is not None:
+            if flow_pools:
                 flow_done(entry.claimed)  # its queue's slot is free: after the count the fetcher reads
             claim = entry.claim
             if next(claim.finished) >= claim.size:
@@ -304,7 +306,7 @@ class LoopExecutor:
         me = asyncio.current_task()
         assert me is not None
         sink, current = self.sink, self._current
-        flow_done = self.table.flow.finished
+        flow_pools, flow_done, flow_seat = self.table.flow.pools, self.table.flow.finished, self.table.flow.seat
         while True:
             entry = await work.get()
             if entry is None:
@@ -312,7 +314,7 @@ class LoopExecutor:
             started[slot] += 1
             if work.qsize() <= low_water and not wake.is_set():
                 wake.set()
-            if stop.is_set() or monotonic() >= entry.local_deadline:
+            if stop.is_set() or monotonic() >= entry.local_deadline or (flow_pools and not flow_seat(entry.claimed)):
                 entry.kind = RELEASE
             else:
                 entry.running = True
@@ -353,7 +355,7 @@ class LoopExecutor:
                 return
             put(entry)
             finished[slot] += 1
-            if entry.claimed.flow_slot is not None:
+            if flow_pools:
                 flow_done(entry.claimed)  # its queue's slot is free: after the count the fetcher reads
             claim = entry.claim
             if next(claim.finished) >= claim.size:

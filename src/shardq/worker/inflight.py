@@ -144,8 +144,8 @@ class InFlightTable:
 
     def start_room(self) -> int:
         """Tasks that could start at once: free slots not already promised to claimed tasks (what
-        a queue with a flow limit may claim: no prefetch, since a claimed task holds its queue's
-        slot and token whether it runs or waits)."""
+        a queue with a flow limit may claim while the limit binds this worker: no prefetch, see
+        :meth:`shardq.consumer.Consumer._limit_for`)."""
         started = sum(self.started)
         waiting = self.claimed_total - started
         running = started - sum(self.finished) - self.timed_out

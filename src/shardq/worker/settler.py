@@ -227,8 +227,7 @@ class Settler:
         flow_slots = self.table.flow
         if flow_slots.pools:
             for o in releases:  # handed back unstarted: the executor never freed their slots
-                if o.claimed.flow_slot is not None:
-                    flow_slots.finished(o.claimed)
+                flow_slots.finished(o.claimed)
         return Batch(outcomes, steps)
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
