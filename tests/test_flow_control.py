@@ -183,25 +183,6 @@ def test_a_worker_claiming_ahead_and_one_the_limit_binds_share_the_limit(db):
     assert db.client.stats().queues["q"].ready == 0
 
 
-def test_an_async_worker_claiming_ahead_keeps_to_the_limit(db):
-    import asyncio
-
-    db.client.set_queue("q", concurrency=3)
-    db.client.enqueue_many("q", [b"x"] * 60)
-    running = peak = 0
-
-    async def handler(task) -> None:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.002)
-        running -= 1
-
-    totals = work(db, handler, concurrency=3)
-    assert totals.acked == 60 and peak == 3
-    assert db.client.store.flow_usage() == {"q": (0, 3)}
-
-
 def test_slots_of_a_dead_worker_come_back_when_they_expire(db):
     db.client.set_queue("q", concurrency=2, lease_seconds=1)
     db.client.enqueue_many("q", [b"x"] * 4)
@@ -315,23 +296,25 @@ def test_limits_on_a_queue_that_does_not_exist_yet_apply_when_it_appears(db):
     assert len(consumer.claim(start_room=10).tasks) == 1
 
 
-def test_an_async_handler_keeps_to_the_limit_too(db):
+@pytest.mark.parametrize(("limit", "handlers", "tasks"), [(2, 8, 12), (3, 3, 60)],
+                         ids=["the limit binds the worker", "the worker claims ahead"])
+def test_an_async_handler_keeps_to_the_limit_too(db, limit, handlers, tasks):
     import asyncio
 
-    db.client.set_queue("q", concurrency=2)
-    db.client.enqueue_many("q", [b"x"] * 12)
+    db.client.set_queue("q", concurrency=limit)
+    db.client.enqueue_many("q", [b"x"] * tasks)
     running = peak = 0
 
     async def handler(task) -> None:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.01)
         running -= 1
 
-    totals = work(db, handler, concurrency=8)
-    assert totals.acked == 12 and peak == 2
-    assert db.client.store.flow_usage() == {"q": (0, 2)}
+    totals = work(db, handler, concurrency=handlers)
+    assert totals.acked == tasks and peak == limit
+    assert db.client.store.flow_usage() == {"q": (0, limit)}
 
 
 def test_a_worker_on_a_limited_and_an_unlimited_queue_limits_only_the_first(db):
