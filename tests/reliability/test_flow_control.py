@@ -1,6 +1,7 @@
 """Flow control across real `shardq work` processes: a queue's concurrency limit holds across
 workers, a rate limit spaces starts over the whole fleet, and the slots of a SIGKILLed worker come
-back within one lease with nobody cleaning up.
+back within one lease with nobody cleaning up; workers that claim ahead (a slot per handler) keep the
+limit, and a killed one's claimed-ahead tasks come back through the reaper.
 
 Handlers write a start and a finish line per execution (tests/reliability/crash_handlers.py) with
 the wall clock; overlaps are counted from those lines. A handler's [start, finish] lies inside the
@@ -114,4 +115,44 @@ def test_the_slots_of_a_killed_worker_come_back_within_one_lease(pg_db, tmp_path
     # Free at the latest one lease after the kill; then at most one throttled wait (0.5 s) and a
     # claim to notice it (generous for a loaded machine: the point is that no clean-up is needed).
     assert after[0] <= last_free + 3.0, (taken_back, held_until)
+    client.close()
+
+
+def test_workers_claiming_ahead_keep_the_limit_and_a_killed_ones_tasks_and_slots_come_back(pg_db, tmp_path, figures):
+    # 3 workers of 2 handlers on a limit of 6: each holds a slot per handler and claims ahead (up to
+    # its batch of 100). One is SIGKILLed with tasks running and more claimed ahead: the reaper
+    # returns its tasks, its slots free themselves, and at no moment do more than 6 run.
+    lease = 2.0
+    tasks = 240
+    client = Client(pg_db.dsn)
+    client.set_queue("q", concurrency=6, lease_seconds=lease)
+    client.enqueue_many("q", [f"t{i}".encode() for i in range(tasks)])
+    out = tmp_path / "records"
+    procs = Processes(pg_db.dsn.conninfo, out, extra_env={"SHARDQ_REL_SLEEP_MS": "50"})
+    workers = [procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "2"]) for _ in range(3)]
+    procs.start("reaper", ["reap", "--interval", "0.5"])
+    try:
+        wait_until(lambda: len(read_executions(out)) >= 20, timeout=60, what="20 tasks to start")
+        procs.kill(workers[0])
+        killed_at = time.time()
+
+        def every_task_finished():
+            runs = [r for task_runs in read_executions(out).values() for r in task_runs]
+            done = {r.payload for r in runs if r.finished is not None}
+            return runs if len(done) == tasks else None
+
+        runs = wait_until(every_task_finished, timeout=120, what=f"all {tasks} tasks to finish")
+        killed = workers[0].pid
+        cut_short = [r for r in runs if r.pid == killed and r.finished is None]
+        # A run the kill cut short ran until the kill; every other run until its finish line.
+        peak = _peak([(r.started, r.finished if r.finished is not None else killed_at)
+                      for r in runs if r.finished is not None or r.pid == killed])
+    finally:
+        procs.terminate_all()
+    ran_by_killed = sum(1 for r in runs if r.pid == killed)
+    figures.add("flow-claim-ahead-kill", check="3 workers x 2 handlers on a limit of 6, one SIGKILLed mid-drain",
+                tasks=tasks, peak_running=peak, runs_by_killed_worker=ran_by_killed, cut_short=len(cut_short))
+    assert ran_by_killed >= 1 and peak <= 6, procs.logs()[-3000:]
+    # The killed worker's slots free themselves within a lease; the others gave theirs back at stop.
+    wait_until(lambda: client.store.flow_usage() == {"q": (0, 6)}, timeout=lease + 5, what="every slot free")
     client.close()
