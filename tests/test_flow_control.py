@@ -183,6 +183,24 @@ def test_a_worker_claiming_ahead_and_one_the_limit_binds_share_the_limit(db):
     assert db.client.stats().queues["q"].ready == 0
 
 
+def test_a_thread_replacing_an_abandoned_one_waits_for_a_slot_instead_of_handing_tasks_back(db):
+    # Limit 2, 2 handlers: the worker holds both slots and claims ahead. The first task outlives
+    # its timeout; its thread is abandoned but keeps its slot until it ends, and the replacement
+    # thread makes 2 threads for 1 slot. It waits for the slot rather than hand back every task.
+    db.client.set_queue("q", concurrency=2)
+    db.client.enqueue_many("q", [b"stuck"] + [b"x"] * 30)
+    overlap = Overlap()
+    stuck, quick = overlap(1.0), overlap(0.02)
+
+    def handler(task) -> None:
+        (stuck if task.payload == b"stuck" and task.attempt == 1 else quick)(task)
+
+    totals = work(db, handler, concurrency=2, timeout=0.2)
+    assert totals.timeouts == 1 and totals.acked >= 30
+    assert overlap.peak <= 2  # the abandoned handler counted until it really returned
+    assert totals.released == 0
+
+
 def test_slots_of_a_dead_worker_come_back_when_they_expire(db):
     db.client.set_queue("q", concurrency=2, lease_seconds=1)
     db.client.enqueue_many("q", [b"x"] * 4)

@@ -15,13 +15,14 @@ without a limit: such a prefetched task is *unseated* and takes one of the worke
 when a handler picks it up (:meth:`FlowSlots.seat`). A handler is free only when a task of this
 worker ended, and a claim seats new tasks only in idle slots no unseated task is owed, so an
 unseated task finds its slot; should none be idle (a renewal lost slots, or a thread abandoned after
-its timeout still holds one), it is handed back unstarted rather than run over the limit. Each task
-runs in one of the worker's slots, and the slot is idle again, in memory, as soon as its handler
-returns. While the worker is busy its slots cost nothing per task; it renews them every third of a
-lease, gives back the idle ones when a claim round finds nothing, and all of them when it stops. A
-worker that dies stops renewing: its slots are free again once ``free_at`` passes, at most one lease
-later, with nobody cleaning up. Taking slots is a ``SKIP LOCKED`` scan, so workers taking slots at
-once take different ones and never wait.
+its timeout still holds one), its thread waits a moment for one (:data:`SEAT_WAIT_SECONDS`), then
+hands the task back unstarted rather than run it over the limit. Each task runs in one of the
+worker's slots, and the slot is idle again, in memory, as soon as its handler returns. While the
+worker is busy its slots cost nothing per task; it renews them every third of a lease, gives back
+the idle ones when a claim round finds nothing, and all of them when it stops. A worker that dies
+stops renewing: its slots are free again once ``free_at`` passes, at most one lease later, with
+nobody cleaning up. Taking slots is a ``SKIP LOCKED`` scan, so workers taking slots at once take
+different ones and never wait.
 
 **Rate.** A rate-limited queue's claim is one transaction: lock the queue's token bucket, claim at
 most as many tasks as there are whole tokens, and write back what is left. Claims of one
@@ -63,6 +64,10 @@ SLOT_WAIT_MAX_SECONDS = 0.5
 NO_SLOT = object()
 #: What a claim reports when the worker's own slots are all busy (not a refusal by the limit).
 NO_ROOM = object()
+#: How long a handler thread about to start a task claimed ahead waits for one of its worker's
+#: slots to come free (only when there are more threads than slots: a thread abandoned after its
+#: timeout still holds one, or a renewal lost one) before handing the task back unstarted.
+SEAT_WAIT_SECONDS = 2.0
 
 
 @dataclass
@@ -83,6 +88,12 @@ class SlotPool:
     lease_seconds: float = 30.0
     renew_at: float = math.inf
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: handler threads waiting in :meth:`FlowSlots.seat` for an idle slot (signalled on ``lock``)
+    seat_waiters: int = 0
+    freed: threading.Condition = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.freed = threading.Condition(self.lock)
 
     @property
     def held(self) -> int:
@@ -183,10 +194,11 @@ class FlowSlots:
                     seated.append(task)
             return seated
 
-    def seat(self, task: ClaimedTask) -> bool:
+    def seat(self, task: ClaimedTask, wait: float = 0.0) -> bool:
         """``task`` is about to start. A task claimed ahead (unseated) takes one of the worker's
-        idle slots; if none is idle (a renewal lost slots, or a thread abandoned after its
-        timeout still holds one) it must not start: False, and the caller hands it back
+        idle slots, waiting up to ``wait`` seconds for one (a thread pool may briefly have more
+        threads than slots: a thread abandoned after its timeout still holds one, or a renewal
+        lost one). If none comes free, it must not start: False, and the caller hands it back
         unstarted. Any other task already has its slot: True."""
         pool = self.pools.get(task.key.queue)
         if pool is None or not pool.unseated:
@@ -194,6 +206,12 @@ class FlowSlots:
         with pool.lock:
             if task.key.id not in pool.unseated:
                 return True
+            if not pool.idle and wait > 0:
+                pool.seat_waiters += 1
+                try:
+                    pool.freed.wait_for(lambda: pool.idle, timeout=wait)
+                finally:
+                    pool.seat_waiters -= 1
             pool.unseated.discard(task.key.id)
             if not pool.idle:
                 return False
@@ -210,6 +228,8 @@ class FlowSlots:
             slot = pool.busy.pop(task.key.id, None)
             if slot is not None:
                 pool.idle.append(slot)
+                if pool.seat_waiters:
+                    pool.freed.notify()
             pool.lost.discard(task.key.id)
             pool.unseated.discard(task.key.id)  # handed back before it started
             waited_for = pool.held < self.capacity

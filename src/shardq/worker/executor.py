@@ -31,6 +31,7 @@ from typing import Any, Protocol, cast
 
 from ..consumer import Task
 from ..errors import Permanent, Retry
+from ..flow import SEAT_WAIT_SECONDS
 from .config import WorkerTotals
 from .events import EventSink
 from .inflight import FAIL, RELEASE, RESCHEDULE, InFlight, InFlightTable, describe, timeout_text
@@ -129,9 +130,10 @@ class ThreadExecutor:
             started[slot] += 1
             if work.qsize() <= low_water and not wake.is_set():
                 wake.set()  # the buffer ran low: time for the fetcher's next claim
-            if stop.is_set() or monotonic() >= entry.local_deadline or (flow_pools and not flow_seat(entry.claimed)):
+            if (stop.is_set() or monotonic() >= entry.local_deadline
+                    or (flow_pools and (not flow_seat(entry.claimed, SEAT_WAIT_SECONDS) or stop.is_set()))):
                 # Not started: hand it back rather than run a task that may be elsewhere (or, claimed
-                # ahead, one that found no idle slot of its queue's limit).
+                # ahead, one that found no idle slot of its queue's limit in time).
                 entry.kind = RELEASE
             else:
                 t0 = perf_counter()
@@ -314,6 +316,8 @@ class LoopExecutor:
             started[slot] += 1
             if work.qsize() <= low_water and not wake.is_set():
                 wake.set()
+            # No wait for a slot here: it would block the loop (and this pool frees a timed-out task's
+            # slot at its timeout, so its coroutines never outnumber the slots).
             if stop.is_set() or monotonic() >= entry.local_deadline or (flow_pools and not flow_seat(entry.claimed)):
                 entry.kind = RELEASE
             else:
