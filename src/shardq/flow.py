@@ -132,7 +132,10 @@ class FlowSlots:
         """Whether this worker holds one slot of ``queue`` per handler (``capacity``): the limit
         does not bind it, and it may claim ahead (see the module's docstring)."""
         pool = self.pools.get(queue)
-        return pool is not None and pool.held >= self.capacity
+        return pool is not None and self._full(pool)
+
+    def _full(self, pool: SlotPool) -> bool:
+        return pool.held >= self.capacity
 
     # -- claiming ------------------------------------------------------------------------------
     def claim(
@@ -141,20 +144,21 @@ class FlowSlots:
     ) -> tuple[list[ClaimedTask], float | object | None]:
         """Claim up to ``want`` tasks of ``settings.name`` within its limits with ``claim(limit)``.
         Returns the tasks (each with the slot it runs in; None when claimed ahead: it takes one
-        when it starts, see :meth:`seat`) and whether a limit refused: None (it did not), :data:`NO_SLOT`, the seconds until the
-        next token, or :data:`NO_ROOM` (not a refusal: this worker's own slots are all busy)."""
+        when it starts, see :meth:`seat`) and whether a limit refused: None (it did not),
+        :data:`NO_SLOT`, the seconds until the next token, or :data:`NO_ROOM` (not a refusal:
+        this worker's own slots are all busy)."""
         pool = self.pool(settings.name) if settings.concurrency_limit is not None else None
         if pool is not None:
             pool.lease_seconds = lease_seconds
             self.renew_due(store)
-            if pool.free < want and pool.held < self.capacity:
+            if pool.free < want and not self._full(pool):
                 self._take(store, pool, min(want - pool.free, self.capacity - pool.held), lease_seconds)
-            if pool.held < self.capacity:
+            if not self._full(pool):
                 want = min(want, pool.free)  # the limit binds: only what starts at once
             if want <= 0:
                 # Every slot this worker may hold is busy: a handler has just returned and its
                 # slot is on its way back (the worker's own count runs a moment ahead of it).
-                return [], NO_ROOM if pool.held >= self.capacity else NO_SLOT
+                return [], NO_ROOM if self._full(pool) else NO_SLOT
         if settings.rate_limit is not None:
             tasks, wait = claim_with_tokens(store, settings, want, claim)
         else:
@@ -180,11 +184,11 @@ class FlowSlots:
         with pool.lock:
             seated = []
             for task in tasks:
-                if len(pool.idle) > len(pool.unseated):
+                if pool.free > 0:
                     slot = pool.idle.pop()
                     pool.busy[task.key.id] = slot
                     seated.append(task._replace(flow_slot=slot))
-                elif pool.held >= self.capacity:
+                elif self._full(pool):
                     pool.unseated.add(task.key.id)
                     seated.append(task)
                 else:
@@ -232,7 +236,7 @@ class FlowSlots:
                     pool.freed.notify()
             pool.lost.discard(task.key.id)
             pool.unseated.discard(task.key.id)  # handed back before it started
-            waited_for = pool.held < self.capacity
+            waited_for = not self._full(pool)
         if waited_for and self._on_free is not None:
             # Only a worker the limit binds waits for its slots; a saturated one claims ahead,
             # paced by its buffer like any worker, and a wake-up per task would only spin it.
