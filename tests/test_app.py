@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -295,6 +296,27 @@ def test_encoded_calls_decode_to_equal_values_of_the_same_types(value):
         return a == b or (isinstance(a, Decimal) and str(a) == str(b))
 
     assert name == "t" and same(args["v"], value)
+
+
+@pytest.mark.parametrize("value", [
+    # a wall time inside a gap (clocks went from 00:00 to 01:00): found by the property test above
+    dt.datetime(1966, 10, 30, 0, 0, tzinfo=ZoneInfo("America/Santo_Domingo")),
+    # the second pass of a repeated hour
+    dt.datetime(2026, 11, 1, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+    dt.datetime(2026, 11, 1, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
+], ids=["gap", "repeated hour, second pass", "repeated hour, first pass"])
+def test_a_zoned_datetime_comes_back_with_its_wall_time_and_fold(value):
+    _, args = decode_call(encode_call("t", {"v": value}))
+    back = args["v"]
+    assert (back.replace(tzinfo=None), back.fold, back.tzinfo, back.utcoffset()) == (
+        value.replace(tzinfo=None), value.fold, value.tzinfo, value.utcoffset())
+
+
+def test_a_zoned_datetime_whose_offset_the_zone_no_longer_has_keeps_its_instant():
+    payload = b'{"task": "t", "args": {"v": {"$shardq": "datetime", "v": "2026-06-01T12:00:00+03:17", "zone": "Europe/Paris"}}}'
+    _, args = decode_call(payload)
+    assert args["v"] == dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=3, minutes=17)))
+    assert args["v"].tzinfo == ZoneInfo("Europe/Paris")
 
 
 def test_an_app_with_async_and_sync_tasks_runs_both(app, db):

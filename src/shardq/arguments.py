@@ -6,7 +6,8 @@ Values are JSON's own (``str``, ``int``, ``float`` — finite —, ``bool``, ``N
 
 ==================  ================================================================
 ``datetime``        aware or naive (naive stays naive; a ``zoneinfo`` zone comes back as that zone,
-                    any other tzinfo as its fixed offset); ``{"$shardq": "datetime", "v": ISO 8601}``
+                    with the same wall time and fold; any other tzinfo as its fixed offset);
+                    ``{"$shardq": "datetime", "v": ISO 8601}``
 ``date``            ``{"$shardq": "date", "v": "YYYY-MM-DD"}``
 ``UUID``            ``{"$shardq": "uuid", "v": "…"}``
 ``Decimal``         ``{"$shardq": "decimal", "v": "…"}`` (exact, as its string)
@@ -100,7 +101,7 @@ def _decode(value: Any) -> Any:
         text = value["v"]
         if kind == "datetime":
             moment = dt.datetime.fromisoformat(text)
-            return moment.astimezone(ZoneInfo(value["zone"])) if "zone" in value else moment
+            return _in_zone(moment, ZoneInfo(value["zone"])) if "zone" in value else moment
         if kind == "date":
             return dt.date.fromisoformat(text)
         if kind == "uuid":
@@ -109,6 +110,19 @@ def _decode(value: Any) -> Any:
             return Decimal(text)
         raise ValueError(f"unknown shardq argument type {kind!r}")
     return value
+
+
+def _in_zone(moment: dt.datetime, zone: ZoneInfo) -> dt.datetime:
+    """``moment`` (a wall time with the offset it was written with) back in ``zone``: the same wall
+    time, with the fold whose offset it was written with. So a repeated hour's second pass stays
+    the second, and a wall time inside a gap (which ``astimezone`` would move to the instant's
+    other name) stays as the caller wrote it. If neither fold has that offset (the zone's rules
+    changed since), the instant is kept instead."""
+    for fold in (0, 1):
+        wall = moment.replace(tzinfo=zone, fold=fold)
+        if wall.utcoffset() == moment.utcoffset():
+            return wall
+    return moment.astimezone(zone)
 
 
 def encode_call(task: str, arguments: Mapping[str, Any]) -> bytes:
