@@ -68,7 +68,10 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
 @click.option("--grace", type=float, default=worker_config.GRACE_SECONDS_DEFAULT, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
 @click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
-@click.option("--until-empty", is_flag=True, help="Exit 0 once a full round finds nothing due and nothing is in flight.")
+@click.option("--until-empty", is_flag=True,
+              help="Exit 0 once a full round finds nothing due, nothing is in flight and no lease has expired.")
+@click.option("--sweep/--no-sweep", default=True, show_default=True,
+              help="Return crashed workers' expired leases to the queue (each worker a share; no reaper needed).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
@@ -84,8 +87,8 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--max-abandoned", type=int, default=None, metavar="N",
               help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).")
 @click.pass_context
-def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, metrics_port,
-         metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned) -> None:
+def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, sweep,
+         metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
     from shardq.runner import EarlySignals, run_worker
@@ -114,7 +117,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
-             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic),
+             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

@@ -48,7 +48,7 @@ def test_each_state_is_counted_exactly_per_queue(db):
     stats = snapshot(db)
     a, b = stats.queues["a"], stats.queues["b"]
     assert (a.ready, a.scheduled, a.leased, a.dead) == (4, 2, 1, 1)
-    assert (b.ready, b.scheduled, b.leased, b.dead) == (0, 0, 1, 0)
+    assert (a.expired, b.ready, b.scheduled, b.leased, b.expired, b.dead) == (0, 0, 0, 0, 1, 0)
     assert all(a.accuracy_of(c) is Accuracy.EXACT for c in ("ready", "scheduled", "leased", "dead"))
     assert 119 <= a.oldest_ready_age_s <= 180
     assert b.oldest_ready_age_s is None
@@ -289,8 +289,8 @@ def test_stats_json_keeps_the_contract_keys_and_adds_more_beside_them(db):
     for extra in ("enqueue_rate", "completion_rate", "failure_rate", "lead_time_s", "lead_time_by_duration_s",
                   "mean_handler_s", "accuracy"):
         assert extra in q
-    assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "backlog": "exact",
-                             "dead": "exact"}
+    assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "expired": "exact",
+                             "backlog": "exact", "dead": "exact"}
     assert q["backlog"] == 0
     assert "per_bucket" not in q
     assert {"as_of", "bucket_cap", "buckets_counted", "window_s"} <= set(data)

@@ -153,3 +153,25 @@ def test_stop_hands_back_claimed_tasks_that_have_not_started_with_the_attempt_re
     rows = db.sql("SELECT state, attempts FROM shardq_tasks")
     assert len(rows) == 40 - stats.acked
     assert all(r["state"] == "ready" and r["attempts"] == 0 for r in rows)
+
+
+def test_one_outcome_the_database_refuses_does_not_cost_the_batch_its_other_outcomes(db, monkeypatch):
+    # Let a NUL byte through to the database (describe() and storable() would have replaced it):
+    # the settle of the batch fails for that one row; every other outcome must still be settled,
+    # that one with a plain reason, and nothing left to the lease sweep.
+    monkeypatch.setattr("shardq.worker.executor.describe", lambda exc: f"{type(exc).__name__}: {exc}")
+    monkeypatch.setattr("shardq.store.storable", lambda text: text)
+    db.client.enqueue_many("q", [b"ok"] * 20 + [b"bad"] + [b"retry"])
+
+    def handler(task):
+        if task.payload == b"bad":
+            raise Permanent("nul \x00 byte")
+        if task.payload == b"retry":
+            raise RuntimeError("again \x00 later")
+
+    totals = db.client.work(["q"], handler, until_empty=True, batch=50, sweep=False)
+    assert totals.acked == 20 and totals.dead == 1 and totals.lease_lost == 0
+    dead = db.sql("SELECT last_error FROM shardq_dead")
+    assert len(dead) == 1 and "could not be stored" in dead[0]["last_error"]
+    left = db.sql("SELECT state, last_error FROM shardq_tasks")
+    assert len(left) == 1 and left[0]["state"] == "scheduled" and "could not be stored" in left[0]["last_error"]

@@ -96,14 +96,16 @@ def _lead(q: QueueStats, value: float | None) -> str:
 # -- renderables --------------------------------------------------------------------------------
 def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) -> Table:
     """One row per queue: depth, lag, rates and lead time (``wide`` adds handler timings; a
-    ``backlog`` column appears when some queue has tasks waiting for an exclusive key, and
+    ``backlog`` column appears when some queue has tasks waiting for an exclusive key, an
+    ``expired`` one when some queue holds leases that ran out (not running: waiting for a sweep), and
     ``slots`` (held / limit) and ``throttled`` (refused claims in the window) when some queue
     has a flow limit)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   collapse_padding=True)
     backlogs = any(q.backlog for q in stats.queues.values())
     limited = any(q.concurrency_limit is not None or q.rate_limit is not None for q in stats.queues.values())
-    columns = ["queue", "ready", "sched", "leased"] + (["backlog"] if backlogs else [])
+    expired = any(q.expired for q in stats.queues.values())
+    columns = ["queue", "ready", "sched", "leased"] + (["expired"] if expired else []) + (["backlog"] if backlogs else [])
     columns += ["dead", "oldest", "in/s", "done/s", "fail/s", "lead time"]
     if limited:
         columns += ["slots", "throttled"]
@@ -118,6 +120,8 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
             count_text(q.ready, q.accuracy_of("ready")),
             count_text(q.scheduled, q.accuracy_of("scheduled")),
             count_text(q.leased, q.accuracy_of("leased")),
+            *([Text(count_text(q.expired, q.accuracy_of("expired")), style="yellow" if q.expired else "")]
+              if expired else []),
             *([count_text(q.backlog, q.accuracy_of("backlog"))] if backlogs else []),
             Text(count_text(q.dead, q.accuracy_of("dead")), style="red" if q.dead else ""),
             duration_text(q.oldest_ready_age_s),

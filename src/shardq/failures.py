@@ -35,6 +35,8 @@ class Failure:
     permanent: bool = False
     dead_error: str | None = None
     ref: object = None
+    #: seconds until the retry is due, once :func:`settle_failures` decided to retry it
+    delay: float | None = None
 
     @property
     def queue(self) -> str:
@@ -87,6 +89,7 @@ def settle_failures(
         if decision.outcome is backoff.Outcome.DEAD:
             bury.append(failure)
         else:
+            failure.delay = decision.delay_seconds
             retry.append((failure, decision.delay_seconds))
     result = FailureResult()
     if retry:

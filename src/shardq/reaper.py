@@ -39,7 +39,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from . import backoff, validation
 from . import stats as stats_module
@@ -74,10 +75,15 @@ class ReaperConfig:
 
 @dataclass(frozen=True)
 class ReapResult:
+    """What a pass did: tasks put back to retry and dead-lettered, buckets swept, lease records
+    dropped, and per queue the longest backoff among the tasks it put back (seconds until the last
+    of them is due again)."""
+
     retried: int = 0
     dead: int = 0
     buckets: int = 0
     leases_dropped: int = 0
+    retry_due_in: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def reaped(self) -> int:
@@ -94,38 +100,59 @@ class Reaper:
         self._tally = stats_module.ActivityTally()
 
     def run_once(self) -> ReapResult:
-        """One pass over every bucket; returns what it did."""
+        """One pass over every bucket: reap (:meth:`reap`), promote due scheduled tasks of queues
+        no consumer may be polling, record the counts; returns what it reaped."""
         layout = self.store.layout()
-        settings = {s.name: s for s in self.store.queue_list()}
-        retried = dead = dropped = 0
+        settings = self._settings()
+        result = self.reap(range(layout.visit_count), settings)
+        # Backstop for queues no consumer is polling right now: due scheduled tasks become
+        # ready (and so visible in stats and to the next consumer) within one reaper interval.
         for bucket in range(layout.visit_count):
-            for _ in range(MAX_BATCHES_PER_BUCKET):
-                expired = self.store.task_reap_candidates(bucket, self.config.batch)
-                r, d = self._apply(expired, settings)
-                retried, dead = retried + r, dead + d
-                if len(expired) < self.config.batch:
-                    break
-            if self.store.uses_lease_records:
-                dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
-            # Backstop for queues no consumer is polling right now: due scheduled tasks become
-            # ready (and so visible in stats and to the next consumer) within one reaper interval.
             for queue in settings:
                 for _ in range(MAX_BATCHES_PER_BUCKET):
                     if self.store.task_promote_due(bucket, queue, self.config.batch) < self.config.batch:
                         break
-        result = ReapResult(retried, dead, layout.visit_count, dropped)
-        if result.reaped:
-            log.info("reaped %d expired leases: %d back to ready, %d dead", result.reaped, retried, dead)
-        self._tally.flush(self.store)
+        self.flush_counts()
         try:
             stats_module.prune(self.store)
         except DatabaseError as exc:  # housekeeping: the next run tries again
             log.debug("pruning old queue activity rows failed: %s", exc)
         return result
 
-    def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings]) -> tuple[int, int]:
+    def reap(self, buckets: Iterable[int], settings: dict[str, QueueSettings] | None = None) -> ReapResult:
+        """Reap the expired leases of ``buckets`` (in batches of ``batch``, at most
+        ``MAX_BATCHES_PER_BUCKET`` per bucket) and, on PostgreSQL, settle their expired lease
+        records. ``settings``: the queues' settings (default: read now). The counts are kept for
+        :meth:`flush_counts`."""
+        settings = self._settings() if settings is None else settings
+        retried = dead = dropped = swept = 0
+        due_in: dict[str, float] = {}
+        for bucket in buckets:
+            swept += 1
+            for _ in range(MAX_BATCHES_PER_BUCKET):
+                expired = self.store.task_reap_candidates(bucket, self.config.batch)
+                r, d = self._apply(expired, settings, due_in)
+                retried, dead = retried + r, dead + d
+                if len(expired) < self.config.batch:
+                    break
+            if self.store.uses_lease_records:
+                dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
+        if retried or dead:
+            log.info("reaped %d expired leases: %d back to ready, %d dead", retried + dead, retried, dead)
+        return ReapResult(retried, dead, swept, dropped, due_in)
+
+    def flush_counts(self) -> None:
+        """Add what was reaped since the last flush to ``shardq_stats`` (one statement)."""
+        self._tally.flush(self.store)
+
+    def _settings(self) -> dict[str, QueueSettings]:
+        return {s.name: s for s in self.store.queue_list()}
+
+    def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings],
+               due_in: dict[str, float]) -> tuple[int, int]:
         """Retry or dead-letter expired leases through :func:`shardq.failures.settle_failures`
-        (the worker's settler uses the same function and defaults)."""
+        (the worker's settler uses the same function and defaults); notes in ``due_in`` the
+        longest backoff per queue among those put back."""
         failures = [
             Failure(
                 Fenced(lease.key, lease.token),
@@ -142,6 +169,8 @@ class Reaper:
             self.store, failures, lambda queue: settings.get(queue) or QueueSettings(queue),
             require_expired=True, rng=self.rng,
         )
+        for failure in result.retried:
+            due_in[failure.queue] = max(due_in.get(failure.queue, 0.0), failure.delay or 0.0)
         return self._record(result.retried, "expired"), self._record(result.dead, "dead")
 
     def _record(self, applied: list[Failure], event: str) -> int:

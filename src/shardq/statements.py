@@ -73,14 +73,17 @@ _OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_atte
 
 
 def _depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
-               leased: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
+               leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
+    """``leased`` counts every leased task; the row's ``leased`` is those whose lease still runs,
+    ``expired`` the others."""
     known = [t for t in oldest if t is not None]
     return {
         "queue": queue, "bucket": bucket,
-        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": leased, "backlog": backlog,
+        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": max(0, leased - expired),
+        "expired": expired, "backlog": backlog,
         "oldest_ready": min(known) if known else None,
         "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
-        "leased_capped": leased_capped, "backlog_capped": backlog >= cap,
+        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap,
     }
 
 
@@ -210,7 +213,8 @@ def stats_add_many(slot: int, activity: Mapping[str, Activity]) -> Plan[None]:
 
 def stats_depth(queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan[list[dict[str, Any]]]:
     """One row per (queue, bucket): ``ready`` (scheduled tasks already due included: they are
-    claimable as soon as a consumer passes), ``scheduled``, ``leased``, ``backlog``,
+    claimable as soon as a consumer passes), ``scheduled``, ``leased`` (whose lease still runs),
+    ``expired`` (leased, the lease run out: waiting for a sweep), ``backlog``,
     ``oldest_ready`` (exec_time of the oldest due ready or scheduled task), and
     ``<count>_capped`` flags telling which counts stopped at a limit (the true number is
     higher). Each count reads at most ``cap`` rows (``ready``: twice that); the oldest ready
@@ -239,7 +243,8 @@ def stats_depth(queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan
                 after = head["rank"]
             out.append(_depth_row(
                 queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
-                scheduled=row["scheduled"], leased=row["leased"], leased_capped=row["leased"] >= cap,
+                scheduled=row["scheduled"], leased=row["leased"], expired=row["expired"],
+                leased_capped=row["leased"] >= cap,
                 backlog=row["backlog"], oldest=[*heads, row["oldest_due_scheduled"]],
             ))
     return out
@@ -250,6 +255,7 @@ def _stats_depth_postgresql(queues: Sequence[str], buckets: Sequence[int], cap: 
     limit = cap * len(buckets)
     leased_rows = yield Call("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
     leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
+    expired = {(row["queue"], int(row["bucket"])): row["expired"] for row in leased_rows}
     leased_capped = sum(leased.values()) >= limit
     rows = yield Call(
         "stats_depth_many",
@@ -257,10 +263,12 @@ def _stats_depth_postgresql(queues: Sequence[str], buckets: Sequence[int], cap: 
     )
     out = []
     for row in rows:
-        n_leased = leased.get((row["queue"], int(row["bucket"])), 0)
+        key = (row["queue"], int(row["bucket"]))
+        n_leased = leased.get(key, 0)
         depth = _depth_row(
             row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
             due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
+            expired=expired.get(key, 0),
             leased_capped=leased_capped, backlog=row["backlog"],
             oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
         )

@@ -158,8 +158,9 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
     oldest: dict[str, dt.datetime] = {}
     for row in depth:
         name, bucket = row["queue"], int(row["bucket"])
-        per_queue[name][bucket] = BucketDepth(row["ready"], row["scheduled"], row["leased"], row["backlog"])
-        for count in ("ready", "scheduled", "leased", "backlog"):
+        per_queue[name][bucket] = BucketDepth(row["ready"], row["scheduled"], row["leased"], row["backlog"],
+                                              row["expired"])
+        for count in ("ready", "scheduled", "leased", "expired", "backlog"):
             if row[f"{count}_capped"]:
                 capped[name].add(count)
         if row["oldest_ready"] is not None and (name not in oldest or row["oldest_ready"] < oldest[name]):
@@ -169,7 +170,8 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
     for name in names:
         buckets_of = per_queue[name].values()
         totals = {
-            count: sum(getattr(d, count) for d in buckets_of) for count in ("ready", "scheduled", "leased", "backlog")
+            count: sum(getattr(d, count) for d in buckets_of)
+            for count in ("ready", "scheduled", "leased", "expired", "backlog")
         }
         accuracy: dict[str, Accuracy] = {}
         for count in totals:
@@ -188,6 +190,7 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
             ready=totals["ready"],
             scheduled=totals["scheduled"],
             leased=totals["leased"],
+            expired=totals["expired"],
             dead=dead[name],
             oldest_ready_age_s=age,
             backlog=totals["backlog"],

@@ -67,7 +67,7 @@ class Accuracy(str, Enum):
 
 
 #: the depth counts of a queue, as named in :class:`QueueStats` and the stats JSON
-COUNTS = ("ready", "scheduled", "leased", "backlog", "dead")
+COUNTS = ("ready", "scheduled", "leased", "expired", "backlog", "dead")
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,11 @@ class BucketDepth:
 
     ready: int = 0
     scheduled: int = 0
+    #: leased tasks whose lease still runs (being worked on)
     leased: int = 0
     backlog: int = 0
+    #: leased tasks whose lease has run out (their worker is likely gone; a sweep puts them back)
+    expired: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class QueueStats:
 
     ready: int = 0
     scheduled: int = 0
+    #: tasks being worked on: leased, the lease still running
     leased: int = 0
     dead: int = 0
     oldest_ready_age_s: float | None = None
@@ -103,6 +107,9 @@ class QueueStats:
     concurrency_limit: int | None = None
     slots_in_use: int | None = None
     rate_limit: int | None = None
+    #: leased tasks whose lease has run out: not running any more (the worker likely crashed),
+    #: waiting for a worker's sweep or ``shardq reap`` to put them back
+    expired: int = 0
 
     def accuracy_of(self, count: str) -> Accuracy:
         return self.accuracy.get(count, Accuracy.EXACT)
@@ -149,9 +156,10 @@ class QueueStats:
 
     @property
     def due_depth(self) -> int:
-        """Tasks a task enqueued now waits behind: due ready ones and those being worked on (not
-        the backlog: those wait for their exclusive key, not for the queue)."""
-        return self.ready + self.leased
+        """Tasks a task enqueued now waits behind: due ready ones, those being worked on and those
+        whose lease expired (not the backlog: those wait for their exclusive key, not for the
+        queue)."""
+        return self.ready + self.leased + self.expired
 
     @property
     def lead_time_s(self) -> float | None:
@@ -200,6 +208,7 @@ class Stats:
                 "ready": q.ready,
                 "scheduled": q.scheduled,
                 "leased": q.leased,
+                "expired": q.expired,
                 "dead": q.dead,
                 "oldest_ready_age_s": q.oldest_ready_age_s,
                 "backlog": q.backlog,
@@ -222,7 +231,8 @@ class Stats:
                 entry["rate_limit"] = q.rate_limit
             if per_bucket:
                 entry["per_bucket"] = {
-                    str(b): {"ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "backlog": d.backlog}
+                    str(b): {"ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
+                             "backlog": d.backlog}
                     for b, d in sorted(q.per_bucket.items())
                 }
             queues[name] = entry

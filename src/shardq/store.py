@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from . import statements
 from .db import Session
 from .engine import Engine
+from .error_text import storable
 from .errors import NotMigrated, ShardLayoutChanged
 from .models import (
     MAX_ATTEMPTS_DEFAULT,
@@ -263,10 +264,11 @@ class TaskStore:
         require_expired: bool,
         refund: bool = False,
     ) -> set[uuid.UUID]:
-        """Put leased tasks back at now() + delay with their error text. With ``refund`` the
-        attempt each claim charged is given back (the handler asked for the retry)."""
+        """Put leased tasks back at now() + delay with their error text (made storable: see
+        :mod:`shardq.error_text`). With ``refund`` the attempt each claim charged is given back
+        (the handler asked for the retry)."""
         params = _key_arrays(items)
-        params.update(delays=list(delays), errors=list(errors), require_expired=require_expired,
+        params.update(delays=list(delays), errors=[storable(e) for e in errors], require_expired=require_expired,
                       refunds=[1 if refund else 0] * len(items))
         return {row["id"] for row in self.session.fetch_all("task_retry_many", params, resend_ambiguous=True)}
 
@@ -274,7 +276,7 @@ class TaskStore:
         self, items: Sequence[Fenced], errors: Sequence[str | None], *, require_expired: bool
     ) -> set[uuid.UUID]:
         params = _key_arrays(items)
-        params.update(errors=list(errors), require_expired=require_expired)
+        params.update(errors=[storable(e) for e in errors], require_expired=require_expired)
         return {row["id"] for row in self.session.fetch_all("task_bury_many", params, resend_ambiguous=True)}
 
     def task_release_many(self, items: Sequence[Fenced]) -> set[uuid.UUID]:
@@ -300,6 +302,12 @@ class TaskStore:
             )
             for row in rows
         ]
+
+    def sweep_turns_take(self, buckets: Sequence[int], every_seconds: float) -> list[int]:
+        """Take the sweeping turn of each of ``buckets`` not swept in the last ``every_seconds``;
+        returns the buckets taken (each taken by one caller at a time: see sql/common/sweeps.sql)."""
+        rows = self.session.fetch_all("sweep_turns_take", {"buckets": list(buckets), "every_seconds": every_seconds})
+        return sorted(row["bucket"] for row in rows)
 
     def lease_sweep(self, bucket: int, limit: int) -> tuple[int, int]:
         row = self.session.fetch_one("lease_sweep", {"bucket": bucket, "limit": limit})

@@ -112,12 +112,12 @@ def formatted(q: dict[str, Any]) -> dict[str, Any]:
     return {
         **q,
         "fmt": {
-            **{name: _count(q, name) for name in ("ready", "scheduled", "leased", "backlog", "dead")},
+            **{name: _count(q, name) for name in ("ready", "scheduled", "leased", "expired", "backlog", "dead")},
             "oldest": fmt.duration_text(q["oldest_ready_age_s"]),
             "enqueue_rate": fmt.rate_text(q["enqueue_rate"]),
             "ack_rate": fmt.rate_text(q["ack_rate"]),
             "failure_rate": fmt.rate_text(q["failure_rate"]),
-            "lead_time": ("∞" if q["ready"] + q["leased"] else "-") if lead is None else fmt.duration_text(lead),
+            "lead_time": ("∞" if q["ready"] + q["leased"] + q["expired"] else "-") if lead is None else fmt.duration_text(lead),
             "state": "paused: " + " and ".join(paused) if paused else "open",
         },
     }

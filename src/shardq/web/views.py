@@ -62,8 +62,9 @@ def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
 
 
 def skew(queue: QueueStats) -> dict[str, Any]:
-    """Due depth (ready + leased) per counted bucket and max/mean of it (1.0: even; None: empty)."""
-    depth = {b: d.ready + d.leased for b, d in sorted(queue.per_bucket.items())}
+    """Due depth (ready + leased + expired) per counted bucket and max/mean of it (1.0: even;
+    None: empty)."""
+    depth = {b: d.ready + d.leased + d.expired for b, d in sorted(queue.per_bucket.items())}
     mean = sum(depth.values()) / len(depth) if depth else 0.0
     peak = max(depth.values(), default=0)
     worst = max(depth, key=lambda b: depth[b]) if peak else None
@@ -77,9 +78,10 @@ def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dic
         "ready": q.ready,
         "scheduled": q.scheduled,
         "leased": q.leased,
+        "expired": q.expired,
         "backlog": q.backlog,
         "dead": q.dead,
-        "accuracy": {c: q.accuracy_of(c).value for c in ("ready", "scheduled", "leased", "backlog", "dead")},
+        "accuracy": {c: q.accuracy_of(c).value for c in ("ready", "scheduled", "leased", "expired", "backlog", "dead")},
         "oldest_ready_age_s": q.oldest_ready_age_s,
         "enqueue_rate": round(q.enqueue_rate, 3),
         "ack_rate": round(q.activity.acked / window, 3) if window > 0 else 0.0,
@@ -111,7 +113,7 @@ def _stats_header(stats: Stats) -> dict[str, Any]:
 
 # -- reads --------------------------------------------------------------------------------------
 def overview(store: TaskStore, options: StatsOptions | None = None) -> dict[str, Any]:
-    """Every queue: depth (ready, scheduled, leased, backlog, dead, each with its accuracy), the
+    """Every queue: depth (ready, scheduled, leased (running), expired, backlog, dead, each with its accuracy), the
     oldest due task's age, enqueue / ack / completion / failure rates, lead time and whether it
     is paused. One bounded stats snapshot (:func:`shardq.admin.stats`) plus the settings list."""
     stats = admin.stats(store, options)
@@ -134,8 +136,9 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
         "queue": _queue_json(queue, q, settings),
         "settings": settings.as_json(),
         "per_bucket": [
-            {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "backlog": d.backlog}
-            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "backlog": 0}
+            {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
+             "backlog": d.backlog}
+            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0}
             for b, d in sorted(per_bucket.items())
         ],
         "skew": skew(q),

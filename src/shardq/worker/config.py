@@ -49,6 +49,9 @@ class WorkerConfig:
     max_abandoned: int | None = None
     #: schedule the app's periodic tasks (``shardq work --no-periodic``: False)
     periodic: bool = True
+    #: sweep expired leases of crashed workers (``shardq work --no-sweep``: False; see
+    #: :mod:`shardq.worker.lease_sweeper`)
+    sweep: bool = True
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:

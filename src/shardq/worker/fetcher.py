@@ -16,13 +16,14 @@ import time
 from collections.abc import Sequence
 
 from .. import backoff, flow, notify
-from ..consumer import Consumer
+from ..consumer import PROMOTE_INTERVAL_SECONDS, Consumer
 from ..errors import DatabaseError
 from ..models import ClaimedTask
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import LoopExecutor, ThreadExecutor
 from .inflight import InFlightTable, entries_for
+from .lease_sweeper import LeaseSweeper
 from .sessions import SessionPerThread
 
 log = logging.getLogger("shardq.worker")
@@ -35,8 +36,9 @@ LISTEN_AFTER_EMPTY_ROUNDS = 2
 class Fetcher:
     def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable,
                  executor: ThreadExecutor | LoopExecutor, sink: EventSink, totals: WorkerTotals,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, *, sweeper: LeaseSweeper | None = None) -> None:
         self.config = config
+        self.sweeper = sweeper
         self.sessions = sessions
         self.table, self.executor, self.sink, self.totals = table, executor, sink, totals
         self.stop_event = stop
@@ -79,6 +81,7 @@ class Fetcher:
             try:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
+                round_started = time.monotonic()
                 found = consumer.claim(limit=want, start_room=room)
                 failures = 0
                 if listener is not None and not listener.active:
@@ -125,8 +128,8 @@ class Fetcher:
                 continue
             self.totals.add(empty_rounds=1)
             idle = not table.entries
-            if config.until_empty and idle:
-                log.info("a full round found nothing due and nothing is in flight: done")
+            if config.until_empty and idle and self._done(consumer, round_started):
+                log.info("a full round found nothing due, nothing is in flight and no lease has expired: done")
                 return
             empty_rounds += 1
             pause = backoff.idle_sleep(empty_rounds, minimum=config.idle_min, maximum=config.idle_max)
@@ -142,6 +145,27 @@ class Fetcher:
                     empty_rounds = 0
             else:
                 stop.wait(pause)
+
+    def _done(self, consumer: Consumer, round_started: float) -> bool:
+        """With ``until_empty``, once a round that began at ``round_started`` found nothing due and
+        nothing is in flight: sweep every bucket for expired leases first (a crashed worker's tasks
+        are not "done"), and go on while tasks of this worker's queues that a sweep put back could
+        not have been seen yet (due after the round began), so they run in this run."""
+        if self.sweeper is None:
+            return True
+        # A task put back is claimable once due and promoted (a consumer promotes a pair's due
+        # tasks at most every PROMOTE_INTERVAL_SECONDS).
+        if self.sweeper.put_back_due + PROMOTE_INTERVAL_SECONDS >= round_started:
+            return False
+        try:
+            self.sweeper.sweep_all(consumer.store)
+        except DatabaseError as exc:
+            log.warning("sweeping expired leases before stopping failed: %s", exc)
+            return not exc.transient  # a lost connection: look again next round
+        if self.sweeper.put_back_due + PROMOTE_INTERVAL_SECONDS >= round_started:
+            log.info("put back expired leases of this worker's queues; working on until they ran")
+            return False
+        return True
 
     def _accept(self, tasks: Sequence[ClaimedTask], consumer: Consumer) -> None:
         queue = tasks[0].queue

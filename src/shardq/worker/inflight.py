@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-import traceback
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from ..error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
 from ..flow import FlowSlots
 from ..models import ClaimedTask
-
-ERROR_TEXT_MAX = 4000  # last_error is for people; keep the row small
 
 # How a held task ends, as the settler applies it (plain strings: compared per task).
 ACK = "ack"  # the handler returned: delete the row
@@ -215,9 +213,3 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
 def timeout_text(seconds: float) -> str:
     """The error a timed-out attempt carries: ``timeout after 1.5 s``."""
     return f"timeout after {seconds:g} s"
-
-
-def describe(exc: BaseException) -> str:
-    """The exception as a task's ``last_error``: its last line(s), capped."""
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return text[:ERROR_TEXT_MAX]

@@ -21,6 +21,7 @@ from .executor import LoopExecutor, Outbox, Resolver, ThreadExecutor
 from .fetcher import Fetcher
 from .inflight import InFlightTable
 from .lease_keeper import LeaseKeeper
+from .lease_sweeper import LeaseSweeper
 from .sessions import SessionPerThread
 from .settler import Settler
 from .timeouts import TimeoutKeeper
@@ -96,8 +97,9 @@ class Worker:
                                                 self.executor.replace_slot, self._after_abandoned)
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
         self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
+        self.sweeper = LeaseSweeper(self.sessions, self._stop, queues=self.config.queues) if self.config.sweep else None
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
-                               self._stop)
+                               self._stop, sweeper=self.sweeper)
         self.stopped = threading.Event()
 
     @property
@@ -154,6 +156,8 @@ class Worker:
                 self.lease_keeper.thread.start()
             if self.scheduler is not None:
                 self.scheduler.thread.start()
+            if self.sweeper is not None:
+                self.sweeper.thread.start()
             self.fetcher.run()
         finally:
             self._shutdown(started)
@@ -198,6 +202,8 @@ class Worker:
             self.settler.thread.join(timeout=max(5.0, self.config.grace_seconds))
         if self.lease_keeper.thread.is_alive():
             self.lease_keeper.thread.join(timeout=5.0)
+        if self.sweeper is not None and self.sweeper.thread.is_alive():
+            self.sweeper.thread.join(timeout=5.0)
 
 
 def _sync_dispatch(resolver: Resolver) -> Handler:

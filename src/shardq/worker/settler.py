@@ -20,11 +20,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import backoff, exclusive
 from .. import stats as activity
 from ..consumer import fenced
+from ..error_text import storable
 from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
 from ..queue_settings import QueueSettingsCache
@@ -49,11 +51,23 @@ STATS_PRUNE_SECONDS = 60.0
 
 
 @dataclass(slots=True)
+class Step:
+    """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A step
+    can be re-run on any part of its items, which is how one bad outcome is kept from failing
+    the others (:meth:`Settler._isolate`). ``fallback`` (failures only) re-runs one item with a
+    plain reason in place of its own error text."""
+
+    run: Callable[[TaskStore, list], None]
+    items: list
+    fallback: Callable[[TaskStore, Any, Exception], None] | None = None
+
+
+@dataclass(slots=True)
 class Batch:
     """Outcomes taken together, and the statements still to run to settle them."""
 
     outcomes: list[InFlight]
-    steps: list[Callable[[TaskStore], None]]
+    steps: list[Step]
 
 
 class Settler:
@@ -99,20 +113,15 @@ class Settler:
                         self._prune_stats(store)
                 failures = 0
             except DatabaseError as exc:
-                if exc.transient:  # lost connection, statement timeout: the same settle may work later
+                if exc.transient:  # lost connection, statement timeout: the rest of the batch may work later
                     failures += 1
                     pause = backoff.idle_sleep(failures, minimum=0.1, maximum=5.0)
                     count = len(batch.outcomes) if batch else 0
                     log.warning("settling %d outcomes failed (%s); retrying in %.1fs", count, exc, pause)
                     time.sleep(pause)
                     continue
-                # The leases will expire and the reaper returns these tasks: at-least-once holds.
-                if batch is not None:
-                    log.error("could not settle %d outcomes, leaving them to the reaper: %s", len(batch.outcomes), exc)
-                    self.table.forget(batch.outcomes)
-                    batch = None
-                else:
-                    log.error("settler chore failed: %s", exc)
+                # Not a batch (_apply isolates those): a chore, tried again at its next turn.
+                log.error("settler chore failed: %s", exc)
         if store is not None:
             try:
                 self._flush_stats(store, last_flush)
@@ -195,35 +204,36 @@ class Settler:
             counts.handled += len(seconds)
             counts.handler_seconds += sum(seconds)
         whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
-        steps: list[Callable[[TaskStore], None]] = []
+        steps: list[Step] = []
         if releases:
-            def release(store: TaskStore) -> None:
-                done = store.task_release_many([fenced(o.claimed) for o in releases])
-                self._count(releases, done, "released")
-            steps.append(release)
+            def release(store: TaskStore, items: list[InFlight]) -> None:
+                self._count(items, store.task_release_many([fenced(o.claimed) for o in items]), "released")
+            steps.append(Step(release, releases))
         if fails:
-            steps.append(lambda store: self._settle_failures(store, fails))
+            steps.append(Step(self._settle_failures, fails, self._settle_failure_plainly))
         if reschedules:
-            def reschedule(store: TaskStore) -> None:
+            def reschedule(store: TaskStore, items: list[InFlight]) -> None:
                 done = store.task_retry_many(
-                    [fenced(o.claimed) for o in reschedules], [o.delay for o in reschedules],
-                    [o.error for o in reschedules], require_expired=False, refund=True,
+                    [fenced(o.claimed) for o in items], [o.delay for o in items], [o.error for o in items],
+                    require_expired=False, refund=True,
                 )
-                self._count(reschedules, done, "retried")
-            steps.append(reschedule)
+                self._count(items, done, "retried")
+            steps.append(Step(reschedule, reschedules, self._settle_failure_plainly))
         if keyed_acks:
-            def ack_keyed(store: TaskStore) -> None:
-                done = _remove_keyed(store, keyed_acks, lambda items: store.task_ack_many(items))
-                self._count(keyed_acks, done, "acked")
-            steps.append(ack_keyed)
+            def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
+                done = _remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
+                self._count(items, done, "acked")
+            steps.append(Step(ack_keyed, keyed_acks))
         if whole:
-            steps.append(lambda store: self._count(whole_acks, None, "acked", lost=store.task_ack_claims(whole)))
+            def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
+                lost = store.task_ack_claims([claim for claim, _ in items])
+                self._count([o for _, acks in items for o in acks], None, "acked", lost=lost)
+            steps.append(Step(ack_whole, _by_claim(whole, whole_acks)))
         if partial or closed:
-            def ack_by_key(store: TaskStore) -> None:
-                if partial or store.uses_lease_records:
-                    done = store.task_ack_many([fenced(o.claimed) for o in partial], closed)
-                    self._count(partial, done, "acked")
-            steps.append(ack_by_key)
+            def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
+                if items or store.uses_lease_records:  # else only lease records to drop, and none exist
+                    self._count(items, store.task_ack_many([fenced(o.claimed) for o in items], closed), "acked")
+            steps.append(Step(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
             for o in releases:  # handed back unstarted: the executor never freed their slots
@@ -232,12 +242,53 @@ class Settler:
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
         while batch.steps:
-            batch.steps[0](store)
+            step = batch.steps[0]
+            try:
+                step.run(store, step.items)
+            except Exception as exc:  # whatever refused it, the other outcomes go on
+                if isinstance(exc, DatabaseError) and exc.transient:
+                    raise  # the whole rest of the batch again, later (see run)
+                batch.steps[0:1] = self._isolate(store, step, exc)
+                continue
             batch.steps.pop(0)
         self.table.forget(batch.outcomes)
         if self._settled_counts and self.sink.wants("settled"):
             self.sink.emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
+
+    def _isolate(self, store: TaskStore, step: Step, exc: Exception) -> list[Step]:
+        """A step the database refused for good: settle its items one by one, so one bad outcome
+        does not cost the others theirs. Returns the steps that replace it. A single item refused
+        again is settled with a plain reason where it is a failure; anything else is left to the
+        lease sweep (its lease expires: at-least-once holds)."""
+        if len(step.items) > 1:
+            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(step.items), exc)
+            return [replace(step, items=[item]) for item in step.items]
+        if step.fallback is not None and step.items:
+            try:
+                step.fallback(store, step.items[0], exc)
+                return []
+            except Exception as again:
+                if isinstance(again, DatabaseError) and again.transient:
+                    raise
+                exc = again
+        log.error("could not settle an outcome, leaving it to the lease sweep: %s", exc)
+        return []
+
+    def _settle_failure_plainly(self, store: TaskStore, outcome: InFlight, exc: Exception) -> None:
+        """Settle a failure whose own error text the database refused, with a reason that names
+        the refusal instead."""
+        original = outcome.error
+        refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
+        log.error("task %s: storing its error text failed (%s); stored a plain reason instead (was: %r)",
+                  outcome.claimed.key.id, exc, (original or "")[:200])
+        if outcome.kind == RESCHEDULE:
+            done = store.task_retry_many([fenced(outcome.claimed)], [outcome.delay], [outcome.error],
+                                         require_expired=False, refund=True)
+            self._count([outcome], done, "retried")
+        else:
+            self._settle_failures(store, [outcome])
 
     def _close_claims(
         self, outcomes: list[InFlight], acks: list[InFlight]
@@ -351,3 +402,11 @@ def _remove_keyed(
     key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
     removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
     return removed
+
+
+def _by_claim(whole: list[WholeClaim], acks: list[InFlight]) -> list[tuple[WholeClaim, list[InFlight]]]:
+    """Each whole claim with the acks that close it (so a claim can be settled on its own)."""
+    of_token: dict[uuid.UUID, list[InFlight]] = {claim.token: [] for claim in whole}
+    for o in acks:
+        of_token[o.claim.token].append(o)
+    return [(claim, of_token[claim.token]) for claim in whole]

@@ -47,7 +47,7 @@
     return r.toFixed(2) + "/s";
   }
   function leadText(q) {
-    if (q.lead_time_s === null) { return (q.ready + q.leased) ? "∞" : "-"; }
+    if (q.lead_time_s === null) { return (q.ready + q.leased + q.expired) ? "∞" : "-"; }
     return durationText(q.lead_time_s);
   }
 
@@ -67,7 +67,7 @@
       var tr = el("tr");
       tr.setAttribute("data-queue", q.name);
       var name = el("td"); name.appendChild(link(path, q.name)); tr.appendChild(name);
-      ["ready", "scheduled", "leased", "backlog"].forEach(function (c) { tr.appendChild(el("td", countText(q[c], q.accuracy[c]))); });
+      ["ready", "scheduled", "leased", "expired", "backlog"].forEach(function (c) { tr.appendChild(el("td", countText(q[c], q.accuracy[c]))); });
       var dead = el("td");
       if (q.dead) { dead.appendChild(link(path + "/dead", countText(q.dead, q.accuracy.dead), "dead-count")); } else { dead.textContent = "0"; }
       tr.appendChild(dead);
