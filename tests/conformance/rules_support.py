@@ -43,8 +43,8 @@ ALTER_TABLE_COMMANDS = {
 DROP_KINDS = {ObjectType.OBJECT_TABLE: "DROP TABLE", ObjectType.OBJECT_INDEX: "DROP INDEX"}
 #: Kinds CockroachDB is known to refuse, for a precise message.
 REFUSED_KINDS = {
-    ast.LockStmt: "LOCK: no such statement in sql.y (stmt_without_legacy_transaction); CockroachDB "
-                  "has no table locks, use SELECT … FOR UPDATE",
+    ast.LockStmt: "LOCK: not among the statements of sql.y's stmt_without_legacy_transaction (a master-era "
+                  "sql.y read; its preparable_stmt was not read); lock rows with SELECT … FOR UPDATE",
     ast.ReindexStmt: "REINDEX: sql.y reindex_stmt purposelyUnimplemented ('CockroachDB does not require reindexing')",
 }
 
