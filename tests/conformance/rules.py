@@ -6,53 +6,20 @@ code). A rule returns the problems it finds in one sent statement, or none.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pglast
 from pglast import ast
 
+from .base import Rule, Unparsable, parse, walk  # noqa: F401  (re-exported for the tests)
+from .base import nodes as _nodes
 from .collect import Sent
-from .normalise import for_pglast
+from .rules_keys import HARD_LIMITED, SHARD_INPUT_EQUALITY
+from .rules_semantic import MULTIPLE_MODIFICATIONS, PLACEHOLDERS
+from .rules_support import CRDB_INTERNAL, FUNCTIONS, TEMP_TABLES, UNIMPLEMENTED
 
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    source: str
-    check: Callable[[Sent], list[str]]
-
-    def __call__(self, sent: Sent) -> list[str]:
-        return [f"{self.name} ({self.source}): {problem}" for problem in self.check(sent)]
-
-
-class Unparsable(Exception):
-    pass
-
-
-def parse(sent: Sent) -> tuple[ast.Node, ...]:
-    try:
-        return tuple(raw.stmt for raw in pglast.parse_sql(for_pglast(sent.text)))
-    except pglast.parser.ParseError as exc:
-        raise Unparsable(str(exc)) from exc
-
-
-def walk(node: object) -> Iterator[ast.Node]:
-    """Every AST node under ``node``, itself included."""
-    if isinstance(node, ast.Node):
-        yield node
-        for name in node.__slots__:
-            yield from walk(getattr(node, name, None))
-    elif isinstance(node, (tuple, list)):
-        for item in node:
-            yield from walk(item)
-
-
-def _nodes(sent: Sent) -> list[ast.Node]:
-    try:
-        return [n for stmt in parse(sent) for n in walk(stmt)]
-    except Unparsable:
-        return []  # reported by the parse rule
+__all__ = ["CRDB_INTERNAL", "CTE_RETURNING", "FUNCTIONS", "HARD_LIMITED", "MULTIPLE_MODIFICATIONS",
+           "NOTHING_MISSING", "PARSES", "PLACEHOLDERS", "RULES", "SHARD_INPUT_EQUALITY", "TEMP_TABLES",
+           "UNIMPLEMENTED", "VARIABLES"]
 
 
 # -- 1. data-modifying CTEs return columns -------------------------------------------------------
@@ -131,43 +98,24 @@ VARIABLES = Rule(
 )
 
 
-# -- 3. crdb_internal only on sessions that opt in ------------------------------------------------
-
-#: crdb_internal tables a session may read without allow_unsafe_internals. From 26.1 the default is
-#: off and only an allowlist passes (cockroachdb#151804, #158085; audit F4); shardq relies on none.
-CRDB_INTERNAL_ALLOWED: frozenset[str] = frozenset()
-
-
-def _internal_tables(sent: Sent) -> list[str]:
-    if sent.internals:
-        return []
-    return [
-        f"reads crdb_internal.{n.relname} on a session without allow_unsafe_internals"
-        for n in _nodes(sent)
-        if isinstance(n, ast.RangeVar) and n.schemaname == "crdb_internal" and n.relname not in CRDB_INTERNAL_ALLOWED
-    ]
-
-
-CRDB_INTERNAL = Rule(
-    "crdb_internal outside its allowlist",
-    "pkg/sql/crdb_internal.go and pkg/sql/vars.go (allow_unsafe_internals, default off from 26.1: "
-    "cockroachdb#151804, #158085)",
-    _internal_tables,
-)
-
-
 # -- 4. nothing CockroachDB lacks ------------------------------------------------------------------
 
-#: PostgreSQL functions CockroachDB does not provide as PostgreSQL does, with where that is said.
-MISSING_FUNCTIONS = {
-    "pg_advisory_lock": "pkg/sql/sem/builtins/pg_builtins.go: compatibility stubs, no lock is taken",
-    "pg_advisory_xact_lock": "pkg/sql/sem/builtins/pg_builtins.go: compatibility stubs, no lock is taken",
-    "pg_try_advisory_lock": "pkg/sql/sem/builtins/pg_builtins.go: compatibility stubs, no lock is taken",
-    "pg_try_advisory_xact_lock": "pkg/sql/sem/builtins/pg_builtins.go: compatibility stubs, no lock is taken",
-    "pg_advisory_unlock": "pkg/sql/sem/builtins/pg_builtins.go: compatibility stubs, no lock is taken",
-    "pg_notify": "no LISTEN/NOTIFY (pkg/sql/parser/sql.y: LISTEN/NOTIFY unimplemented)",
-    "hashtextextended": "not a CockroachDB builtin (docs/generated/sql/functions.md)",
-    "pg_postmaster_start_time": "not a CockroachDB builtin (docs/generated/sql/functions.md)",
+_ADVISORY = ("real transaction-level locks only on master (pkg/sql/logictest/testdata/logic_test/advisory_lock, "
+             "kept out of the 25.4, 26.1 and 26.2 mixed-version configurations); on the supported lines before "
+             "it pkg/sql/sem/builtins/pg_builtins.go registers compatibility stubs that take no lock")
+_NOTIFY = ("master turns NOTIFY into an UPSERT INTO system.notifications (pkg/sql/delegate/notify.go "
+           "delegateNotify); the supported lines before it have no LISTEN/NOTIFY (pkg/sql/parser/sql.y)")
+#: PostgreSQL features that exist on some CockroachDB line but not on every supported one, or not
+#: with PostgreSQL's meaning, so the CockroachDB path must not rely on them. (Whether a function
+#: exists at all is the FUNCTIONS rule's allowlist; these keep their reason even if that list is
+#: widened to the whole registry.)
+NOT_ON_EVERY_LINE = {
+    "pg_advisory_lock": _ADVISORY,
+    "pg_advisory_xact_lock": _ADVISORY,
+    "pg_try_advisory_lock": _ADVISORY,
+    "pg_try_advisory_xact_lock": _ADVISORY,
+    "pg_advisory_unlock": _ADVISORY,
+    "pg_notify": _NOTIFY,
 }
 #: PostgreSQL system columns; CockroachDB's are crdb_internal_mvcc_timestamp and tableoid
 #: (pkg/sql/catalog/colinfo/system_columns.go).
@@ -179,10 +127,10 @@ def _nothing_missing(sent: Sent) -> list[str]:
     for node in _nodes(sent):
         if isinstance(node, ast.FuncCall):
             name = node.funcname[-1].sval
-            if name in MISSING_FUNCTIONS:
-                problems.append(f"calls {name}(): {MISSING_FUNCTIONS[name]}")
+            if name in NOT_ON_EVERY_LINE:
+                problems.append(f"calls {name}(): {NOT_ON_EVERY_LINE[name]}")
         elif isinstance(node, (ast.ListenStmt, ast.NotifyStmt, ast.UnlistenStmt)):
-            problems.append(f"{type(node).__name__}: no LISTEN/NOTIFY (pkg/sql/parser/sql.y: unimplemented)")
+            problems.append(f"{type(node).__name__}: {_NOTIFY}")
         elif isinstance(node, ast.ColumnRef):
             last = node.fields[-1]
             if isinstance(last, ast.String) and last.sval in POSTGRESQL_SYSTEM_COLUMNS:
@@ -190,14 +138,16 @@ def _nothing_missing(sent: Sent) -> list[str]:
         elif isinstance(node, (ast.CreateStmt, ast.CreateTableAsStmt)):
             relation = node.relation if isinstance(node, ast.CreateStmt) else node.into.rel
             if relation.relpersistence == "u":
-                problems.append("an UNLOGGED table: CockroachDB keeps every table replicated and durable "
-                                "(pkg/sql/parser/sql.y accepts UNLOGGED only as a no-op)")
+                problems.append("an UNLOGGED table: accepted with the notice 'UNLOGGED TABLE will behave as a "
+                                "regular table in CockroachDB' (pkg/sql/create_table.go, persistence.IsUnlogged()), "
+                                "so it buys nothing; the CockroachDB path does not ask for it")
     return problems
 
 
 NOTHING_MISSING = Rule(
-    "PostgreSQL-only feature",
-    "pkg/sql/sem/builtins/pg_builtins.go, pkg/sql/parser/sql.y, pkg/sql/catalog/colinfo/system_columns.go",
+    "PostgreSQL feature not on every supported CockroachDB line",
+    "pkg/sql/sem/builtins/pg_builtins.go, logic_test/advisory_lock, pkg/sql/delegate/notify.go, "
+    "pkg/sql/create_table.go, pkg/sql/catalog/colinfo/system_columns.go",
     _nothing_missing,
 )
 
@@ -221,68 +171,5 @@ PARSES = Rule(
     _parses,
 )
 
-# -- 6. SKIP LOCKED scans are hard-limited spans of the key ----------------------------------------
-
-#: The primary keys SKIP LOCKED scans read, in key order: the tasks table's (its hidden shard column
-#: first: migration 0001, sql/cockroachdb/tasks.sql) and the flow slots' (migration 0006).
-LOCKED_SCAN_KEYS = {
-    "shardq_tasks": ("{shard_col}", "state", "queue", "rank", "exec_time", "id"),
-    "shardq_slots": ("queue", "free_at", "slot"),
-}
-
-
-def _column(node: object) -> str | None:
-    if isinstance(node, ast.ColumnRef) and isinstance(node.fields[-1], ast.String):
-        name = node.fields[-1].sval
-        return "{shard_col}" if name.startswith("crdb_internal_") and name.endswith("_shard_16") else name
-    return None
-
-
-def _hard_limited(sent: Sent) -> list[str]:
-    """A SKIP LOCKED SELECT of a table in LOCKED_SCAN_KEYS filters only on key columns, equalities
-    on a prefix of the key and at most one range on the next column, and orders by the columns
-    that follow the equalities: its whole WHERE is then the index span, the LIMIT is pushed into
-    the scan, and only the rows returned are locked."""
-    problems = []
-    for node in _nodes(sent):
-        if not isinstance(node, ast.SelectStmt) or not node.lockingClause:
-            continue
-        if not any(c.waitPolicy == pglast.enums.LockWaitPolicy.LockWaitSkip for c in node.lockingClause):
-            continue
-        tables = [r.relname for r in node.fromClause or () if isinstance(r, ast.RangeVar)]
-        if len(tables) != 1 or tables[0] not in LOCKED_SCAN_KEYS:
-            continue
-        key = LOCKED_SCAN_KEYS[tables[0]]
-        where = node.whereClause
-        terms = list(where.args) if isinstance(where, ast.BoolExpr) and where.boolop == 0 else [where]
-        equal, ranged = set(), []
-        for term in terms:
-            column = _column(term.lexpr) if isinstance(term, ast.A_Expr) else None
-            operator = term.name[-1].sval if isinstance(term, ast.A_Expr) else None
-            if column not in key or operator not in {"=", "<", "<=", ">", ">="}:
-                problems.append(f"{tables[0]}: a residual filter in a SKIP LOCKED scan ({type(term).__name__})")
-            elif operator == "=":
-                equal.add(column)
-            else:
-                ranged.append(column)
-        prefix = 0
-        while prefix < len(key) and key[prefix] in equal:
-            prefix += 1
-        if equal != set(key[:prefix]):
-            problems.append(f"{tables[0]}: equalities {sorted(equal)} are not a prefix of the key {key}")
-        if ranged and (len(ranged) > 1 or ranged[0] != key[prefix]):
-            problems.append(f"{tables[0]}: range on {ranged} is not on the key column after the prefix")
-        order = [_column(s.node) for s in node.sortClause or ()]
-        if order != list(key[prefix:prefix + len(order)]):
-            problems.append(f"{tables[0]}: ORDER BY {order} is not the key order after {key[:prefix]}")
-    return problems
-
-
-HARD_LIMITED = Rule(
-    "SKIP LOCKED scan with a residual filter",
-    "cockroachdb#121917 (a soft-limit locking scan locks every row it reads, filtered out or not); "
-    "../shared/reference/cockroachdb.md, SKIP LOCKED",
-    _hard_limited,
-)
-
-RULES = (CTE_RETURNING, VARIABLES, CRDB_INTERNAL, NOTHING_MISSING, PARSES, HARD_LIMITED)
+RULES = (CTE_RETURNING, VARIABLES, CRDB_INTERNAL, NOTHING_MISSING, PARSES, HARD_LIMITED, UNIMPLEMENTED,
+         FUNCTIONS, TEMP_TABLES, PLACEHOLDERS, MULTIPLE_MODIFICATIONS, SHARD_INPUT_EQUALITY)

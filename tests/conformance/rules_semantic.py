@@ -1,0 +1,150 @@
+"""Rules about what CockroachDB's semantic analysis refuses though the grammar accepts it: a
+placeholder it cannot type, and one statement modifying a table twice."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from pglast import ast
+from pglast.enums import A_Expr_Kind
+
+from .base import Rule, operator, statements, walk, walk_with_parent
+from .collect import Sent
+
+# -- placeholder typing ----------------------------------------------------------------------------
+
+_COMPARISONS = {"=", "<>", "!=", "<", "<=", ">", ">="}
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
+
+
+def _untyped(node: object) -> bool:
+    """A bare placeholder or NULL: an expression that gives its neighbours no type."""
+    return isinstance(node, ast.ParamRef) or (isinstance(node, ast.A_Const) and bool(node.isnull))
+
+
+def _type_name(cast: ast.TypeCast) -> str:
+    name = ".".join(p.sval for p in cast.typeName.names).removeprefix("pg_catalog.")
+    return name + "[]" * len(cast.typeName.arrayBounds or ())
+
+
+def _placeholder_context(node: ast.ParamRef, parents: dict[int, ast.Node | None]) -> str | None:
+    """Why CockroachDB can type ``node`` where it sits, or None when it cannot.
+
+    Accepted (pkg/sql/sem/tree/type_check.go; a placeholder takes the type its context desires,
+    Placeholder.TypeCheck, and fails with placeholderTypeAmbiguityError when none is desired):
+    an explicit cast; a comparison (=, <>, <, …, IN (…), = ANY/ALL) whose other side is typed
+    (typeCheckComparisonOp → typeCheckSameTypedExprs); an AND/OR/NOT operand and a CASE condition
+    (typeCheckAndRequire with types.Bool); LIMIT/OFFSET (optbuilder limit: types.Int); an UPDATE
+    SET value and an INSERT source column, SELECT list or VALUES row, typed by the target column
+    (optbuilder mutation builder, desired types from the target columns); a COALESCE, GREATEST,
+    LEAST, NULLIF or CASE result beside a typed one (typeCheckSameTypedExprs); an ARRAY[…] under a
+    cast. Everything else is refused here, including function arguments (overload resolution
+    depends on the function: `unnest($1)` is ambiguous), arithmetic, IS NULL, and a bare SELECT list
+    (TestPGPrepareFail: `SELECT $1`, `CASE WHEN TRUE THEN $1 END`).
+    """
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.TypeCast):
+        return "cast"
+    if isinstance(parent, ast.A_Expr):
+        if parent.kind in (A_Expr_Kind.AEXPR_IN, A_Expr_Kind.AEXPR_OP_ANY, A_Expr_Kind.AEXPR_OP_ALL):
+            return "compared" if parent.lexpr is not node and not _untyped(parent.lexpr) else None
+        if (parent.kind == A_Expr_Kind.AEXPR_OP and operator(parent) in _COMPARISONS) or (
+                parent.kind == A_Expr_Kind.AEXPR_NULLIF):
+            other = parent.rexpr if parent.lexpr is node else parent.lexpr
+            return "compared" if not _untyped(other) else None
+        return None
+    if isinstance(parent, ast.BoolExpr):
+        return "boolean"
+    if isinstance(parent, ast.CaseWhen):
+        if parent.expr is node:
+            return "boolean"
+        case = parents.get(id(parent))
+        assert isinstance(case, ast.CaseExpr)
+        results = [w.result for w in case.args] + ([case.defresult] if case.defresult is not None else [])
+        return "beside a typed result" if any(not _untyped(r) for r in results) else None
+    if isinstance(parent, (ast.CoalesceExpr, ast.MinMaxExpr)):
+        return "beside a typed argument" if any(not _untyped(a) for a in parent.args) else None
+    if isinstance(parent, ast.A_ArrayExpr):
+        return "array under a cast" if isinstance(parents.get(id(parent)), ast.TypeCast) else None
+    if isinstance(parent, ast.SelectStmt):
+        if node in (parent.limitCount, parent.limitOffset):
+            return "limit"
+        in_values = any(node is item for row in parent.valuesLists or () for item in row)
+        return "insert value" if in_values and isinstance(parents.get(id(parent)), ast.InsertStmt) else None
+    if isinstance(parent, ast.ResTarget):
+        holder = parents.get(id(parent))
+        if isinstance(holder, ast.UpdateStmt):
+            return "update value"
+        if isinstance(holder, ast.SelectStmt) and isinstance(parents.get(id(holder)), ast.InsertStmt):
+            return "insert value"
+    return None
+
+
+def _placeholders_typed(sent: Sent) -> list[str]:
+    names: list[str] = []
+    for match in _PLACEHOLDER.finditer(sent.text):
+        if match.group(1) not in names:
+            names.append(match.group(1))
+
+    def label(ref: ast.ParamRef) -> str:
+        return f"%({names[ref.number - 1]})s" if 0 < ref.number <= len(names) else f"${ref.number}"
+
+    problems = []
+    for stmt in statements(sent):
+        parents = {id(n): p for n, p in walk_with_parent(stmt)}
+        casts: dict[int, set[str]] = defaultdict(set)
+        for node in walk(stmt):
+            if not isinstance(node, ast.ParamRef):
+                continue
+            parent = parents.get(id(node))
+            if isinstance(parent, ast.TypeCast):
+                casts[node.number].add(_type_name(parent))
+            if _placeholder_context(node, parents) is None:
+                where = type(parent).__name__ if parent is not None else "top level"
+                problems.append(f"{label(node)} in a {where} has no type CockroachDB can infer "
+                                "(42P18 could not determine data type of placeholder): cast it")
+        problems += [f"{label(ast.ParamRef(number=n))} is cast to {sorted(types)}: one placeholder, two types"
+                     for n, types in casts.items() if len(types) > 1]
+    return problems
+
+
+PLACEHOLDERS = Rule(
+    "placeholder CockroachDB cannot type",
+    "pkg/sql/sem/tree/type_check.go (Placeholder.TypeCheck, placeholderTypeAmbiguityError: 42P18 "
+    "'could not determine data type of placeholder'); pkg/sql/pgwire TestPGPrepareFail",
+    _placeholders_typed,
+)
+
+# -- one modification per table --------------------------------------------------------------------
+
+
+def _modifications(sent: Sent) -> list[str]:
+    """Every INSERT, UPDATE and DELETE of a statement (CTEs, subqueries and the main one): a table
+    modified twice is refused unless every modification is an INSERT without ON CONFLICT."""
+    problems = []
+    for stmt in statements(sent):
+        found: dict[str, list[str]] = defaultdict(list)
+        for node in walk(stmt):
+            if isinstance(node, ast.InsertStmt):
+                found[node.relation.relname].append("INSERT" if node.onConflictClause is None else "INSERT ON CONFLICT")
+            elif isinstance(node, (ast.UpdateStmt, ast.DeleteStmt)):
+                found[node.relation.relname].append(type(node).__name__.removesuffix("Stmt").upper())
+        for table, kinds in found.items():
+            if len(kinds) > 1 and set(kinds) != {"INSERT"}:
+                problems.append(f"{table} is modified {len(kinds)} times in one statement ({', '.join(kinds)}): "
+                                "'multiple modification subqueries of the same table … are not supported "
+                                "unless they all use INSERT without ON CONFLICT' (0A000)")
+    return problems
+
+
+MULTIPLE_MODIFICATIONS = Rule(
+    "one statement modifying a table twice",
+    "pkg/sql/opt/optbuilder/insert.go (buildInsert: checkMultipleMutations(tab, ins.OnConflict == nil)), "
+    "delete.go (buildDelete: checkMultipleMutations(tab, generalMutation)), statement_tree.go; off by default: "
+    "pkg/sql/vars.go enable_multiple_modifications_of_table (GlobalDefault false, cockroachdb#70731), cluster "
+    "setting sql.multiple_modifications_of_table.enabled; pkg/sql/logictest/testdata/logic_test/with",
+    _modifications,
+)
+
+__all__ = ["MULTIPLE_MODIFICATIONS", "PLACEHOLDERS"]
