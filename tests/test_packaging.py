@@ -23,7 +23,7 @@ def test_the_wheel_builds_without_warnings_and_carries_every_runtime_file(tmp_pa
                 if "warn" in line.lower() and "Location 'file:" not in line]
     assert not warnings, "\n".join(warnings)
     names = set(zipfile.ZipFile(next(tmp_path.glob("shardq-*.whl"))).namelist())
-    expected_sql = {f"shardq/sql/{p.parent.name}/{p.name}" for p in (ROOT / "sql").glob("*/*.sql")}
+    expected_sql = {f"shardq/sql/{p.parent.name}/{p.name}" for p in (ROOT / "src" / "shardq" / "sql").glob("*/*.sql")}
     assert expected_sql and expected_sql <= names
     assert {"shardq/py.typed", "shardq/engine/cockroachdb.py", "shardq/migrations/versions/0001_initial.py",
             "shardq/migrations/script.py.mako", "shardq/cli/main.py", "shardq/cli/web_commands.py"} <= names
@@ -31,3 +31,20 @@ def test_the_wheel_builds_without_warnings_and_carries_every_runtime_file(tmp_pa
     expected_web = {f"shardq/web/{p.relative_to(web)}" for p in web.rglob("*")
                     if p.suffix in {".py", ".html", ".js", ".css"}}
     assert {"shardq/web/templates/base.html", "shardq/web/static/dashboard.js"} <= expected_web <= names
+
+
+def test_the_editable_install_builds_without_warnings(tmp_path):
+    # What `make setup` runs on a fresh clone: `pip install -e .` (setuptools' PEP 660 editable
+    # build, in pip's build isolation). Folders mapped into the package from elsewhere made it
+    # print a warning block every time.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "v")],
+                   check=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(tmp_path / "v" / "bin" / "python"), "install", "--no-deps",
+         "-e", str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in (result.stdout + result.stderr).splitlines()
+                if "warn" in line.lower() and "Location 'file:" not in line]
+    assert not warnings, "\n".join(warnings)
