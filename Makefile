@@ -30,10 +30,13 @@ test: system-deps setup
 conformance: setup
 	$(BIN)/pytest -q -m conformance tests/conformance
 
-# The CockroachDB suite: set SHARDQ_TEST_COCKROACH_URL (or have a Docker engine for testcontainers).
+# The CockroachDB suite against an insecure single node testcontainers starts (a Docker engine),
+# or the cluster SHARDQ_TEST_COCKROACH_URL names. COCKROACH=oldest (the 23.1 line) or newest (the
+# default), or an image: tests/cockroach_container.py.
+COCKROACH ?= newest
 test-cockroach:
 	$(MAKE) setup EXTRAS=dev,cockroach
-	$(BIN)/pytest -q -m cockroach
+	SHARDQ_TEST_COCKROACH_IMAGE=$(COCKROACH) $(BIN)/pytest -q -m cockroach
 
 # Everything, including the long crash/fuzz suites.
 test-full: system-deps setup
