@@ -139,8 +139,9 @@ class CockroachDBEngine(Engine):
 
     def layout_plan(self) -> Plan[ShardLayout]:
         """The shard column and bucket count of ``shardq_tasks``'s primary key, read in one
-        statement (``shard_layout_get``) from ``SHOW INDEX`` and ``pg_indexes``, which every
-        supported version serves without ``crdb_internal`` (gated from 26.1: audit F4)."""
+        statement (``shard_layout_get``) from ``information_schema.statistics`` and ``pg_indexes``,
+        which every supported version serves outside the unsafe-internals gate (``crdb_internal``
+        and a nested ``[SHOW INDEX]`` reading it are gated from 26.1: audits F4, N4)."""
         rows = yield Call("shard_layout_get")
         # The primary index keeps its default name <table>_pkey; prefer it should an operator have
         # added a hash-sharded secondary index of their own.
