@@ -519,5 +519,5 @@ def test_a_missing_column_of_a_current_read_still_says_to_migrate():
             raise pgerrors.UndefinedColumn('column "rate_limit" does not exist')
         return {"as_of": utcnow(), "minute": utcnow()} if name == "stats_now" else []
 
-    with pytest.raises(NotMigrated, match="shardq migrate.*queue_list"):
+    with pytest.raises(NotMigrated, match=r"shardq migrate.*queue_list"):
         _drive_on_cockroachdb(collect_plan(StatsOptions(follower_read=True)), answer)

@@ -59,6 +59,7 @@ class CockroachDBEngine(Engine):
     name = "cockroachdb"
     sqlalchemy_dialect = "cockroachdb"
     url_schemes = ("cockroachdb", "cockroachdb+psycopg")
+    supported_versions = f"supported: CockroachDB ≥ {MIN_VERSION[0]}.{MIN_VERSION[1]}"
 
     hash_sharded_key = True
     # CockroachDB runs a schema change atomically only alone (sqlalchemy-cockroachdb's
@@ -102,6 +103,30 @@ class CockroachDBEngine(Engine):
     def plan_reads_whole_table(self, plan: str) -> bool:
         # EXPLAIN marks an unconstrained scan "FULL SCAN" (pkg/sql/opt/exec/explain/emit.go).
         return "FULL SCAN" in plan
+
+    def plan_fans_out(self, plan: str, bucket_count: int) -> bool:
+        # EXPLAIN prints a scan's spans as up to 4 "[…]" groups then "… (N more)"
+        # (pkg/sql/opt/exec/explain/emit.go, spansStr): a span per bucket is bucket_count or more;
+        # a lookup over every bucket names the shard column with an IN list of the buckets.
+        for line in plan.splitlines():
+            text = line.strip(" │└├─")
+            if text.startswith("spans:") and bucket_count > 1:
+                more = re.search(r"\((\d+) more\)", text)
+                if text.count("[") + (int(more.group(1)) if more else 0) >= bucket_count:
+                    return True
+            if "_shard_" in text and " IN (" in text:
+                return True
+        return False
+
+    def plan_skip_locked_unbounded(self, plan: str) -> bool:
+        # Each "•" starts an operator; a scan's attributes follow it. A hard limit on the locking
+        # scan shows as "limit: N" (emit.go); without it the scan locks whole KV batches
+        # (cockroachdb#121917).
+        for node in plan.split("•")[1:]:
+            lowered = node.lower()
+            if lowered.lstrip().startswith("scan") and "skip locked" in lowered and "limit:" not in lowered:
+                return True
+        return False
 
     @classmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
