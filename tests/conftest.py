@@ -42,6 +42,59 @@ SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats",
                  "shardq_spark_runs", "shardq_spark_stages", "shardq_periodic", "shardq_slots", "shardq_rate_tokens")
 
 
+#: ``SHARDQ_TEST_ISOLATION=serializable`` (``make test-serializable``): the embedded PostgreSQL runs
+#: every transaction at that level (the isolation CockroachDB runs), so every retry path meets real
+#: 40001s; the run reports how many retries this process made.
+TEST_ISOLATION = os.environ.get("SHARDQ_TEST_ISOLATION", "").strip().lower() or None
+ISOLATION_LEVELS = ("read committed", "repeatable read", "serializable")
+_retries = {"count": 0}
+
+
+def _set_server_isolation(server: EmbeddedServer, level: str) -> None:
+    from psycopg import sql
+
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"SHARDQ_TEST_ISOLATION must be one of {ISOLATION_LEVELS}, not {level!r}")
+    with Session(Dsn.parse(server.url("postgres"))) as admin:
+        admin.execute_raw(sql.SQL("ALTER SYSTEM SET default_transaction_isolation = {}").format(sql.Literal(level)))
+        admin.execute_raw("SELECT pg_reload_conf()")
+    with Session(Dsn.parse(server.url("postgres"))) as check:
+        found = check.execute_raw("SHOW default_transaction_isolation")[0]["default_transaction_isolation"]
+    assert found == level, f"the server runs {found}, not {level}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def serialization_retries_counted():
+    """Counts every retry this process's sessions make after a 40001 (each goes through
+    retry_pause), for the summary of a run under SHARDQ_TEST_ISOLATION."""
+    if TEST_ISOLATION is None:
+        yield
+        return
+    import shardq.db
+    import shardq.db_async
+
+    original = shardq.db.retry_pause
+
+    def counting(*args, **kwargs):
+        _retries["count"] += 1
+        return original(*args, **kwargs)
+
+    shardq.db.retry_pause = counting
+    shardq.db_async.retry_pause = counting
+    try:
+        yield
+    finally:
+        shardq.db.retry_pause = original
+        shardq.db_async.retry_pause = original
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TEST_ISOLATION is not None:
+        terminalreporter.write_line(
+            f"shardq: PostgreSQL at {TEST_ISOLATION}: {_retries['count']} statement/transaction retries after "
+            "40001 in the test process (worker subprocesses not counted)")
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     # Not under pytest's basetemp: pytest keeps only the three newest basetemp directories of a user
@@ -51,6 +104,8 @@ def pg_server():
     server = EmbeddedServer(root)
     try:
         server.start()
+        if TEST_ISOLATION is not None:
+            _set_server_isolation(server, TEST_ISOLATION)
         yield server
         server.stop()
     finally:
