@@ -35,6 +35,8 @@ class Dsn:
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("DSN must be a non-empty string")
         text = text.strip()
+        if "\x00" in text:  # libpq reads C strings: it would parse only what precedes the NUL
+            raise InvalidInput("malformed DSN: it contains a NUL character")
         named = None
         if "://" in text:
             scheme, rest = text.split("://", 1)
