@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
+
+from . import validation
+from .errors import LeaseLost
 
 # The stats snapshot's values live in their own module; they are part of this vocabulary too.
 from .stats_figures import COUNTS, Accuracy, Activity, BucketDepth, QueueStats, Stats
+from .validation import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = ["COUNTS", "Accuracy", "Activity", "BucketDepth", "QueueStats", "Stats"]
+__all__ = ["COUNTS", "PRIORITY_MAX", "PRIORITY_MIN", "Accuracy", "Activity", "BucketDepth", "QueueStats", "Stats"]
 
 
 class TaskState(str, Enum):
@@ -29,11 +33,9 @@ class TaskState(str, Enum):
 
 
 # Ranks beyond every priority keep scheduled and backlogged tasks out of a claim's span
-# (see migration 0001). Priorities must stay inside [PRIORITY_MIN, PRIORITY_MAX].
+# (see migration 0001). Priorities must stay inside [PRIORITY_MIN, PRIORITY_MAX] (shardq.validation).
 RANK_SCHEDULED = 2**63 - 1
 RANK_BACKLOG = 2**63 - 2
-PRIORITY_MIN = -(2**62)
-PRIORITY_MAX = 2**62
 
 
 class TaskKey(NamedTuple):
@@ -107,9 +109,93 @@ class ClaimedTask(NamedTuple):
 _new_tuple = tuple.__new__
 
 
+class Task:
+    """What a handler receives.
+
+    Attributes: ``id`` (str), ``queue``, ``payload`` (bytes), ``attempt`` (1-based),
+    ``max_attempts``, ``priority``, ``exclusive_key``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
+    long work; it raises :class:`shardq.errors.LeaseLost` if the lease already passed to someone
+    else.
+    """
+
+    __slots__ = ("_extend", "claimed", "lease_expires_at")
+
+    def __init__(self, claimed: ClaimedTask, extend: Callable[[ClaimedTask, float], dt.datetime | None]) -> None:
+        self.claimed = claimed
+        self._extend = extend
+        self.lease_expires_at = claimed.lease_expires_at
+
+    @property
+    def id(self) -> str:
+        return self.claimed.id
+
+    @property
+    def queue(self) -> str:
+        return self.claimed.queue
+
+    @property
+    def payload(self) -> bytes:
+        return self.claimed.payload
+
+    @property
+    def attempt(self) -> int:
+        return self.claimed.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.claimed.max_attempts
+
+    @property
+    def priority(self) -> int:
+        return self.claimed.priority
+
+    @property
+    def exclusive_key(self) -> str | None:
+        return self.claimed.exclusive_key
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return self.claimed.created_at
+
+    def extend(self, seconds: float) -> dt.datetime:
+        """Renew this task's lease to now + ``seconds`` (server clock; at least 1, as every
+        lease). Returns the new expiry."""
+        seconds = validation.lease_seconds(seconds, "lease extension")
+        expires = self._extend(self.claimed, seconds)
+        if expires is None:
+            raise LeaseLost(f"task {self.id}: lease lost before it could be extended")
+        self.lease_expires_at = expires
+        return expires
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id!r}, queue={self.queue!r}, attempt={self.attempt})"
+
+
+class TaskOptions(TypedDict, total=False):
+    """How a task is enqueued, besides its payload: the keyword arguments of every enqueue call
+    (``Client.enqueue``, ``AsyncClient.enqueue``, ``Producer.enqueue``, ``AppTask.configure``),
+    declared here once. Their defaults are :class:`NewTask`'s, which carries the same fields.
+
+    * ``delay`` (seconds) or ``run_at`` (an aware datetime), not both: when it becomes due
+      (neither: now);
+    * ``dedupe_key``: nothing is inserted while a task of the queue with this key is live;
+    * ``max_attempts``: None takes the queue's;
+    * ``priority``: lower runs first (0);
+    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`).
+    """
+
+    delay: float | None
+    run_at: dt.datetime | None
+    dedupe_key: str | None
+    max_attempts: int | None
+    priority: int
+    exclusive_key: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class NewTask:
-    """One task to enqueue. ``delay`` (seconds) and ``run_at`` are exclusive; neither means now."""
+    """One task to enqueue: its payload and the :class:`TaskOptions` with their defaults (the
+    fields are the same, in that order; a test holds them together)."""
 
     payload: bytes | str  # str is sent as UTF-8
     delay: float | None = None
