@@ -119,3 +119,31 @@ def test_one_bad_task_in_a_batch_writes_nothing(db):
     with pytest.raises(InvalidInput):
         db.client.enqueue_many("q", [b"ok", b"ok", 3.5])
     assert db.count() == 0
+
+
+def test_the_enqueue_options_are_declared_once_and_newtask_carries_exactly_them():
+    import dataclasses
+    import typing
+
+    from shardq.deferral import CALL_OPTIONS
+    from shardq.models import TaskOptions
+
+    fields = typing.get_type_hints(NewTask)
+    options = typing.get_type_hints(TaskOptions)
+    assert [f.name for f in dataclasses.fields(NewTask)] == ["payload", *options]  # same names, same order
+    assert {name: fields[name] for name in options} == options  # same types
+    assert TaskOptions.__optional_keys__ == options.keys()  # every option may be left out
+    assert (*options, "queue", "connection") == CALL_OPTIONS
+
+
+def test_enqueue_keeps_its_keyword_only_options_and_refuses_an_unknown_one(db):
+    with pytest.raises(TypeError):
+        db.client.enqueue("q", b"x", 30)  # type: ignore[misc]  # options are keyword-only
+    with pytest.raises(TypeError, match="colour"):
+        db.client.enqueue("q", b"x", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(InvalidInput):
+        db.client.enqueue("q", b"x", delay=-1)
+    assert db.count() == 0
+    result = db.client.enqueue("q", b"x", priority=-2, dedupe_key="k", max_attempts=3)
+    [task] = claim_all(db)
+    assert (task.id, task.priority, task.max_attempts) == (result.enqueued_ids[0], -2, 3)

@@ -23,7 +23,7 @@ Guarantees
     * The handler receives the arguments as they were given: ``datetime`` (aware or naive),
       ``date``, ``UUID`` and ``Decimal`` come back as the same types with equal values.
     * With ``connection=`` the task is written on the caller's connection inside its transaction
-      and nothing is committed (:class:`shardq.db.BorrowedSession`): rolled back, no task;
+      and nothing is committed (:class:`shardq.borrowed.BorrowedSession`): rolled back, no task;
       committed, it runs. Such enqueues are not counted in the enqueue rate of ``stats``.
     * ``await task.defer_async(...)``, ``await task.configure(...).defer_async(...)`` and
       ``await task.defer_many_async([...])`` do the same for asyncio code through the app's
@@ -51,17 +51,17 @@ import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, Unpack
 
 from . import validation
 from .arguments import decode_call
 from .client import Client, connect
 from .client_async import AsyncClient
-from .consumer import Task
 from .db import Dsn
-from .deferral import CALL_OPTIONS, Deferral, TaskContext
+from .deferral import CALL_OPTIONS, CallOptions, Deferral, TaskContext, TaskTemplate
 from .errors import InvalidInput, Permanent
-from .periodic import Schedule
+from .models import Task
+from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
 
 P = ParamSpec("P")
@@ -72,9 +72,10 @@ DEFAULT_QUEUE = "default"
 __all__ = ["CALL_OPTIONS", "DEFAULT_QUEUE", "App", "AppTask", "Deferral", "TaskContext", "load_app"]
 
 
-class AppTask(Generic[P, R]):
+class AppTask(Deferral[P, R]):
     """A function declared with ``@app.task``: call it to run it here, :meth:`defer` to enqueue
-    it. ``name``, ``queue``, ``priority`` and ``max_attempts`` are its defaults."""
+    it. ``name``, ``queue``, ``priority`` and ``max_attempts`` are its defaults: it is its own
+    :class:`Deferral` without per-call options, and :meth:`configure` makes one with some."""
 
     def __init__(
         self,
@@ -117,6 +118,7 @@ class AppTask(Generic[P, R]):
         )
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
+        super().__init__(TaskTemplate(name, queue, priority, max_attempts, self.check_arguments), app, {})
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)
@@ -132,25 +134,11 @@ class AppTask(Generic[P, R]):
         except TypeError as exc:
             raise InvalidInput(f"{self.name}: {exc}") from None
 
-    def configure(self, **options: Any) -> Deferral[P, R]:
-        """This task with per-call options (see :class:`Deferral`)."""
-        return Deferral(self, options)
-
-    def defer(self, **arguments: Any) -> str | None:
-        """Enqueue a call with these keyword arguments; returns the task id."""
-        return Deferral(self, {}).defer(**arguments)
-
-    def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
-        """Enqueue many calls, one statement per batch; returns their ids in order."""
-        return Deferral(self, {}).defer_many(calls)
-
-    async def defer_async(self, **arguments: Any) -> str | None:
-        """:meth:`defer` for asyncio code (see :meth:`Deferral.defer_async`)."""
-        return await Deferral(self, {}).defer_async(**arguments)
-
-    async def defer_many_async(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
-        """:meth:`defer_many` for asyncio code (see :meth:`Deferral.defer_many_async`)."""
-        return await Deferral(self, {}).defer_many_async(calls)
+    def configure(self, **options: Unpack[CallOptions]) -> Deferral[P, R]:
+        """This task with per-call options (see :class:`Deferral`); an unknown or invalid option is
+        :class:`InvalidInput` here. ``defer``, ``defer_many``, ``defer_async`` and
+        ``defer_many_async`` of the task itself are :class:`Deferral`'s without options."""
+        return Deferral(self.template, self.enqueuer, options)
 
     def run(self, handle: Task, arguments: dict[str, Any]) -> object:
         """Run the function for a claimed task (the worker's side)."""
@@ -255,8 +243,10 @@ class App:
         def declare(task: AppTask[P, R]) -> AppTask[P, R]:
             if not isinstance(task, AppTask):
                 raise InvalidInput("@app.periodic goes above @app.task (it schedules a declared task)")
-            schedule = Schedule(name or task.name, task, cron=cron, every=every, args=dict(args or {}), tz=tz,
-                                catch_up=catch_up).validate()
+            fixed = dict(args or {})
+            schedule = Schedule(name or task.name, task.name, task.queue, cron=cron, every=every, args=fixed, tz=tz,
+                                catch_up=catch_up, priority=task.priority, max_attempts=task.max_attempts,
+                                takes_timestamp=takes_timestamp(task.function, fixed)).validate(task.check_arguments)
             with self._lock:
                 if schedule.name in self.schedules:
                     raise InvalidInput(f"a schedule named {schedule.name!r} is already declared (give name=)")

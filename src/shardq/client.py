@@ -13,11 +13,9 @@ A :class:`Client` is thread-safe: each thread gets its own database session.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from . import admin, validation
 from . import migrate as migrate_module
@@ -25,15 +23,13 @@ from . import resize as resize_module
 from .borrowed import borrow
 from .config import resolve_dsn
 from .db import Dsn, Session
-from .errors import DatabaseError
-from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
+from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats, TaskOptions
 from .notify import Notifier
 from .producer import Producer
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
 from .worker import Handler, Resolver, Worker, WorkerConfig, WorkerTotals
-
-log = logging.getLogger("shardq.client")
+from .worker.sessions import SessionPerThread
 
 
 class Client:
@@ -43,10 +39,10 @@ class Client:
         self.dsn = resolve_dsn(dsn)
         self.application_name = application_name
         self.notifier = Notifier() if notify else None
-        self._local = threading.local()
-        self._all: list[Session] = []
-        self._stores: list[TaskStore] = []
         self._guard = threading.Lock()
+        self._all: list[Session] = []  # every session made, for close()
+        self._threads = SessionPerThread(self.new_session)
+        self._producers = threading.local()
 
     def new_session(self, *, statement_timeout_ms: int | None = None) -> Session:
         session = Session(self.dsn, application_name=self.application_name, statement_timeout_ms=statement_timeout_ms)
@@ -57,13 +53,17 @@ class Client:
     @property
     def store(self) -> TaskStore:
         """This thread's store (and session)."""
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = TaskStore(self.new_session())
-            self._local.store = store
-            with self._guard:
-                self._stores.append(store)
-        return store
+        return self._threads.store()
+
+    def producer(self, connection: object | None = None) -> Producer:
+        """This thread's :class:`~shardq.producer.Producer` (made on its first use), or with
+        ``connection`` one that writes on the caller's connection (see :meth:`enqueue`)."""
+        if connection is not None:
+            return Producer(TaskStore(borrow(connection)), notifier=self.notifier)
+        producer: Producer | None = getattr(self._producers, "producer", None)
+        if producer is None:
+            producer = self._producers.producer = Producer(self.store, notifier=self.notifier)
+        return producer
 
     @property
     def dialect(self) -> str:
@@ -71,18 +71,14 @@ class Client:
 
     def close(self) -> None:
         """Close every session (no thread may use the client meanwhile), after writing the
-        enqueue counts still held in memory (see :meth:`TaskStore.task_insert_many`)."""
+        enqueue counts still held in memory (see :meth:`TaskStore.count_enqueued`)."""
+        threads, self._threads = self._threads, SessionPerThread(self.new_session)
+        self._producers = threading.local()
+        threads.close()
         with self._guard:
-            for store in self._stores:
-                try:
-                    store.flush_enqueue_counts()
-                except DatabaseError as exc:  # counters only; closing must not fail on them
-                    log.debug("could not record enqueue counts at close: %s", exc)
-            self._stores.clear()
             for session in self._all:
                 session.close()
             self._all.clear()
-        self._local = threading.local()
 
     def __enter__(self) -> Client:
         return self
@@ -96,26 +92,15 @@ class Client:
 
     # -- producing --------------------------------------------------------------------------
     def enqueue(
-        self,
-        queue: str,
-        payload: bytes | str,
-        *,
-        delay: float | None = None,
-        run_at: dt.datetime | None = None,
-        dedupe_key: str | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        exclusive_key: str | None = None,
-        connection: object | None = None,
+        self, queue: str, payload: bytes | str, *, connection: object | None = None, **options: Unpack[TaskOptions]
     ) -> EnqueueResult:
-        """Enqueue one task (see :meth:`shardq.producer.Producer.enqueue`). With ``connection``
-        (a psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the
-        task is written on that connection inside its transaction and nothing is committed: the
-        task exists exactly when the caller commits (see :class:`shardq.db.BorrowedSession`)."""
-        return self._producer(connection).enqueue(
-            queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts,
-            priority=priority, exclusive_key=exclusive_key,
-        )
+        """Enqueue one task; ``options`` are the :class:`~shardq.models.TaskOptions` (``delay``,
+        ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``; see
+        :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a psycopg ``Connection``,
+        or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
+        connection inside its transaction and nothing is committed: the task exists exactly when
+        the caller commits (see :class:`shardq.borrowed.BorrowedSession`)."""
+        return self.producer(connection).enqueue(queue, payload, **options)
 
     def enqueue_many(
         self,
@@ -126,11 +111,7 @@ class Client:
         connection: object | None = None,
     ) -> EnqueueResult:
         """Enqueue many tasks, ``batch_size`` per statement; ``connection`` as for :meth:`enqueue`."""
-        return self._producer(connection).enqueue_many(queue, tasks, batch_size=batch_size)
-
-    def _producer(self, connection: object | None) -> Producer:
-        store = self.store if connection is None else TaskStore(borrow(connection))
-        return Producer(store, notifier=self.notifier)
+        return self.producer(connection).enqueue_many(queue, tasks, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
     def worker(

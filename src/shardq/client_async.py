@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import threading
 from collections.abc import Generator, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from . import admin
 from .client import Client
@@ -49,7 +48,7 @@ from .config import resolve_dsn
 from .db import Dsn
 from .db_async import AsyncSession, borrow_async
 from .errors import DatabaseError
-from .models import EnqueueResult, NewTask, Stats
+from .models import EnqueueResult, NewTask, Stats, TaskOptions
 from .notify import Notifier
 from .plans import Plan, run_async
 from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
@@ -115,23 +114,13 @@ class AsyncClient:
 
     # -- producing --------------------------------------------------------------------------
     async def enqueue(
-        self,
-        queue: str,
-        payload: bytes | str,
-        *,
-        delay: float | None = None,
-        run_at: dt.datetime | None = None,
-        dedupe_key: str | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        exclusive_key: str | None = None,
-        connection: object | None = None,
+        self, queue: str, payload: bytes | str, *, connection: object | None = None, **options: Unpack[TaskOptions]
     ) -> EnqueueResult:
-        """Enqueue one task (see :meth:`shardq.Client.enqueue`). ``connection``: a psycopg
-        ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncConnection``: the task is
-        written inside that transaction, which is never committed here."""
-        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts, priority, exclusive_key)
-        return await self.enqueue_many(queue, [task], connection=connection)
+        """Enqueue one task with the :class:`~shardq.models.TaskOptions` (see
+        :meth:`shardq.Client.enqueue`). ``connection``: a psycopg ``AsyncConnection`` or a
+        SQLAlchemy ``AsyncSession``/``AsyncConnection``: the task is written inside that
+        transaction, which is never committed here."""
+        return await self.enqueue_many(queue, [NewTask(payload, **options)], connection=connection)
 
     async def enqueue_many(
         self,
@@ -143,7 +132,15 @@ class AsyncClient:
     ) -> EnqueueResult:
         """Enqueue many tasks, ``batch_size`` per statement (see :meth:`shardq.Client.enqueue_many`).
         Every task is validated before the first statement is sent."""
-        prepared = prepare(queue, tasks, batch_size=batch_size)
+        return await self.send(queue, prepare(queue, tasks, batch_size=batch_size), batch_size=batch_size,
+                               connection=connection)
+
+    async def send(
+        self, queue: str, prepared: Sequence[NewTask], *, batch_size: int = BATCH_SIZE_DEFAULT,
+        connection: object | None = None,
+    ) -> EnqueueResult:
+        """Enqueue tasks validated already, their queue name included (see
+        :meth:`shardq.producer.Producer.send`); ``connection`` as for :meth:`enqueue`."""
         if connection is None:
             return await self._run(enqueue_plan(queue, prepared, batch_size=batch_size,
                                                 counts=self.enqueue_counts, notifier=self.notifier))

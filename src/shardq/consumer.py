@@ -1,4 +1,5 @@
-"""Claiming tasks: the round-robin walk over buckets, and the handle a handler gets.
+"""Claiming tasks: the round-robin walk over buckets (the handle a handler gets,
+:class:`shardq.models.Task`, is importable from here too).
 
 A :class:`Consumer` starts at its own bucket offset and walks the buckets (and, within each
 bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready tasks
@@ -22,7 +23,6 @@ token nobody holds and the reaper returns them when the lease expires (see :mod:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 import uuid
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from . import flow, validation
-from .errors import AmbiguousResult, DatabaseError, LeaseLost, SerializationConflict, ShardLayoutChanged
+from .errors import AmbiguousResult, DatabaseError, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
+from .models import Task as Task  # the handler's task lives in shardq.models; this path keeps working
 from .queue_settings import QueueSettingsCache
 from .store import Fenced, TaskStore
 
@@ -316,68 +317,6 @@ class Consumer:
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
         result.round_empty = unchanged and not failed and not result.throttled
         return result
-
-
-class Task:
-    """What a handler receives.
-
-    Attributes: ``id`` (str), ``queue``, ``payload`` (bytes), ``attempt`` (1-based),
-    ``max_attempts``, ``priority``, ``exclusive_key``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
-    long work; it raises :class:`shardq.errors.LeaseLost` if the lease already passed to someone
-    else.
-    """
-
-    __slots__ = ("_extend", "claimed", "lease_expires_at")
-
-    def __init__(self, claimed: ClaimedTask, extend: Callable[[ClaimedTask, float], dt.datetime | None]) -> None:
-        self.claimed = claimed
-        self._extend = extend
-        self.lease_expires_at = claimed.lease_expires_at
-
-    @property
-    def id(self) -> str:
-        return self.claimed.id
-
-    @property
-    def queue(self) -> str:
-        return self.claimed.queue
-
-    @property
-    def payload(self) -> bytes:
-        return self.claimed.payload
-
-    @property
-    def attempt(self) -> int:
-        return self.claimed.attempt
-
-    @property
-    def max_attempts(self) -> int:
-        return self.claimed.max_attempts
-
-    @property
-    def priority(self) -> int:
-        return self.claimed.priority
-
-    @property
-    def exclusive_key(self) -> str | None:
-        return self.claimed.exclusive_key
-
-    @property
-    def created_at(self) -> dt.datetime:
-        return self.claimed.created_at
-
-    def extend(self, seconds: float) -> dt.datetime:
-        """Renew this task's lease to now + ``seconds`` (server clock; at least 1, as every
-        lease). Returns the new expiry."""
-        seconds = validation.lease_seconds(seconds, "lease extension")
-        expires = self._extend(self.claimed, seconds)
-        if expires is None:
-            raise LeaseLost(f"task {self.id}: lease lost before it could be extended")
-        self.lease_expires_at = expires
-        return expires
-
-    def __repr__(self) -> str:
-        return f"Task(id={self.id!r}, queue={self.queue!r}, attempt={self.attempt})"
 
 
 def fenced(task: ClaimedTask) -> Fenced:

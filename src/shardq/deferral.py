@@ -1,25 +1,35 @@
-"""A task's calls: :class:`Deferral` (per-call options, then ``defer`` and its friends) and the
-:class:`TaskContext` a ``pass_context=True`` task receives. See :mod:`shardq.app`."""
+"""A task's calls: :class:`Deferral` (a declared task with its per-call options fixed, then
+``defer`` and its friends) and the :class:`TaskContext` a ``pass_context=True`` task receives.
+See :mod:`shardq.app`.
+
+A deferral is handed everything it needs when it is made: the task's :class:`TaskTemplate`
+(plain values) and the :class:`Enqueuer` it enqueues through (the app, which owns the clients),
+so it never reaches back into the app. Its options are checked then, once; a call checks only its
+arguments, and goes from :meth:`Deferral.defer` to the producer's :meth:`~shardq.producer.Producer.send`.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import validation
 from .arguments import encode_call
-from .consumer import Task
 from .errors import InvalidInput
-from .models import EnqueueResult, NewTask
+from .models import EnqueueResult, NewTask, Task, TaskOptions
+from .producer import normalise
 
 if TYPE_CHECKING:
-    from .app import AppTask
+    from .client import Client
+    from .client_async import AsyncClient
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_PAYLOAD_MAX = validation.PAYLOAD_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -39,39 +49,79 @@ class TaskContext:
         return self._handle.extend(seconds)
 
 
-#: Per-call options of :meth:`AppTask.configure`, with what each means.
-CALL_OPTIONS = ("delay", "run_at", "priority", "dedupe_key", "exclusive_key", "queue", "max_attempts", "connection")
+class CallOptions(TaskOptions, total=False):
+    """Per-call options of :meth:`AppTask.configure`: the :class:`~shardq.models.TaskOptions`,
+    plus ``queue`` (another queue than the task's) and ``connection`` (write inside the caller's
+    transaction)."""
+
+    queue: str
+    connection: object | None
+
+
+#: The names of the per-call options (:class:`CallOptions`).
+CALL_OPTIONS = tuple(CallOptions.__annotations__)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTemplate:
+    """What a deferral needs of a declared task: its ``name``, its default ``queue``,
+    ``priority`` and ``max_attempts``, and ``check`` (refuses keyword arguments the function
+    does not take, :class:`InvalidInput`)."""
+
+    name: str
+    queue: str
+    priority: int
+    max_attempts: int | None
+    check: Callable[[Mapping[str, Any]], None]
+
+
+class Enqueuer(Protocol):
+    """What a deferral enqueues through (a :class:`shardq.App`): a sync client, and an asyncio
+    client for the running event loop."""
+
+    @property
+    def client(self) -> Client: ...
+
+    async def async_client(self) -> AsyncClient: ...
 
 
 class Deferral(Generic[P, R]):
-    """An :class:`AppTask` with per-call options fixed: ``delay`` (seconds) or ``run_at`` (aware
+    """A declared task with per-call options fixed: ``delay`` (seconds) or ``run_at`` (aware
     datetime), ``priority``, ``dedupe_key``, ``exclusive_key``, ``queue``, ``max_attempts`` and
-    ``connection`` (write inside the caller's transaction)."""
+    ``connection`` (write inside the caller's transaction); see :class:`CallOptions`. The options
+    are checked when it is made (:class:`InvalidInput`); options not given are the task's."""
 
-    def __init__(self, task: AppTask[P, R], options: Mapping[str, Any]) -> None:
+    def __init__(self, template: TaskTemplate, enqueuer: Enqueuer, options: Mapping[str, Any]) -> None:
         unknown = set(options) - set(CALL_OPTIONS)
         if unknown:
-            raise InvalidInput(f"{task.name}: unknown option(s) {', '.join(sorted(unknown))}")
-        self.task = task
+            raise InvalidInput(f"{template.name}: unknown option(s) {', '.join(sorted(unknown))}")
+        self.template = template
+        self.enqueuer = enqueuer
         self.options = dict(options)
+        get = self.options.get
+        self.name = template.name
+        self.queue = validation.queue_name(get("queue", template.queue))
+        self.connection = get("connection")
+        fixed = normalise(NewTask(b"", get("delay"), get("run_at"), get("dedupe_key"),
+                                  get("max_attempts", template.max_attempts), get("priority", template.priority),
+                                  get("exclusive_key")))
         # NewTask's fields other than the payload, the same for every call of this deferral.
-        self._fields = (
-            self.options.get("delay"), self.options.get("run_at"), self.options.get("dedupe_key"),
-            self.options.get("max_attempts", task.max_attempts), self.options.get("priority", task.priority),
-            self.options.get("exclusive_key"),
-        )
+        self._fields = (fixed.delay, fixed.run_at, fixed.dedupe_key, fixed.max_attempts, fixed.priority,
+                        fixed.exclusive_key)
+        self._check = template.check
 
     def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:
-        task = self.task
-        task.check_arguments(arguments)
-        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields
-        return NewTask(encode_call(task.name, arguments), delay, run_at, dedupe_key, max_attempts, priority,
-                       exclusive_key)
+        self._check(arguments)
+        payload = encode_call(self.name, arguments)
+        if len(payload) > _PAYLOAD_MAX:
+            validation.payload(payload)  # refuses it, worded as for every payload
+        return NewTask(payload, *self._fields)
 
     def defer(self, **arguments: Any) -> str | None:
         """Enqueue one call; returns its task id (None when ``dedupe_key`` matched a live task)."""
-        ids = self.defer_many([arguments])
-        return ids[0]
+        task = self._new_task(arguments)
+        result = self.enqueuer.client.producer(self.connection).send(self.queue, [task])
+        return result.enqueued_ids[0] if result.enqueued_ids else None
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """Enqueue many calls in one statement per batch of 1,000; every call is checked before
@@ -79,8 +129,7 @@ class Deferral(Generic[P, R]):
         ``connection`` must be a sync one here (an asyncio one is :class:`InvalidInput`: use
         :meth:`defer_many_async`)."""
         tasks = [self._new_task(arguments) for arguments in calls]
-        queue = validation.queue_name(self.options.get("queue", self.task.queue))
-        result = self.task.app.client.enqueue_many(queue, tasks, connection=self.options.get("connection"))
+        result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
 
     async def defer_async(self, **arguments: Any) -> str | None:
@@ -94,9 +143,8 @@ class Deferral(Generic[P, R]):
         """:meth:`defer_many` for asyncio code (see :meth:`defer_async`): the same checks before
         anything is sent, the same statements, ids in order."""
         tasks = [self._new_task(arguments) for arguments in calls]
-        queue = validation.queue_name(self.options.get("queue", self.task.queue))
-        client = await self.task.app.async_client()
-        result = await client.enqueue_many(queue, tasks, connection=self.options.get("connection"))
+        client = await self.enqueuer.async_client()
+        result = await client.send(self.queue, tasks, connection=self.connection)
         return _ids_in_order(tasks, result)
 
 

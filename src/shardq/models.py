@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
-# The stats snapshot's values live in their own module; they are part of this vocabulary too.
+from . import validation
+from .errors import LeaseLost
+
+# The stats snapshot's values and the records operators read live in their own modules; they are
+# part of this vocabulary too.
+from .operator_records import DeadTask, ResizeProgress, ResizeResult, SchemaJob, TaskInfo
 from .stats_figures import COUNTS, Accuracy, Activity, BucketDepth, QueueStats, Stats
+from .validation import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = ["COUNTS", "Accuracy", "Activity", "BucketDepth", "QueueStats", "Stats"]
+__all__ = ["COUNTS", "PRIORITY_MAX", "PRIORITY_MIN", "Accuracy", "Activity", "BucketDepth", "DeadTask",
+           "QueueStats", "ResizeProgress", "ResizeResult", "SchemaJob", "Stats", "TaskInfo"]
 
 
 class TaskState(str, Enum):
@@ -29,11 +36,9 @@ class TaskState(str, Enum):
 
 
 # Ranks beyond every priority keep scheduled and backlogged tasks out of a claim's span
-# (see migration 0001). Priorities must stay inside [PRIORITY_MIN, PRIORITY_MAX].
+# (see migration 0001). Priorities must stay inside [PRIORITY_MIN, PRIORITY_MAX] (shardq.validation).
 RANK_SCHEDULED = 2**63 - 1
 RANK_BACKLOG = 2**63 - 2
-PRIORITY_MIN = -(2**62)
-PRIORITY_MAX = 2**62
 
 
 class TaskKey(NamedTuple):
@@ -107,9 +112,93 @@ class ClaimedTask(NamedTuple):
 _new_tuple = tuple.__new__
 
 
+class Task:
+    """What a handler receives.
+
+    Attributes: ``id`` (str), ``queue``, ``payload`` (bytes), ``attempt`` (1-based),
+    ``max_attempts``, ``priority``, ``exclusive_key``, ``created_at``, ``lease_expires_at``. :meth:`extend` renews the lease for
+    long work; it raises :class:`shardq.errors.LeaseLost` if the lease already passed to someone
+    else.
+    """
+
+    __slots__ = ("_extend", "claimed", "lease_expires_at")
+
+    def __init__(self, claimed: ClaimedTask, extend: Callable[[ClaimedTask, float], dt.datetime | None]) -> None:
+        self.claimed = claimed
+        self._extend = extend
+        self.lease_expires_at = claimed.lease_expires_at
+
+    @property
+    def id(self) -> str:
+        return self.claimed.id
+
+    @property
+    def queue(self) -> str:
+        return self.claimed.queue
+
+    @property
+    def payload(self) -> bytes:
+        return self.claimed.payload
+
+    @property
+    def attempt(self) -> int:
+        return self.claimed.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.claimed.max_attempts
+
+    @property
+    def priority(self) -> int:
+        return self.claimed.priority
+
+    @property
+    def exclusive_key(self) -> str | None:
+        return self.claimed.exclusive_key
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return self.claimed.created_at
+
+    def extend(self, seconds: float) -> dt.datetime:
+        """Renew this task's lease to now + ``seconds`` (server clock; at least 1, as every
+        lease). Returns the new expiry."""
+        seconds = validation.lease_seconds(seconds, "lease extension")
+        expires = self._extend(self.claimed, seconds)
+        if expires is None:
+            raise LeaseLost(f"task {self.id}: lease lost before it could be extended")
+        self.lease_expires_at = expires
+        return expires
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id!r}, queue={self.queue!r}, attempt={self.attempt})"
+
+
+class TaskOptions(TypedDict, total=False):
+    """How a task is enqueued, besides its payload: the keyword arguments of every enqueue call
+    (``Client.enqueue``, ``AsyncClient.enqueue``, ``Producer.enqueue``, ``AppTask.configure``),
+    declared here once. Their defaults are :class:`NewTask`'s, which carries the same fields.
+
+    * ``delay`` (seconds) or ``run_at`` (an aware datetime), not both: when it becomes due
+      (neither: now);
+    * ``dedupe_key``: nothing is inserted while a task of the queue with this key is live;
+    * ``max_attempts``: None takes the queue's;
+    * ``priority``: lower runs first (0);
+    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`).
+    """
+
+    delay: float | None
+    run_at: dt.datetime | None
+    dedupe_key: str | None
+    max_attempts: int | None
+    priority: int
+    exclusive_key: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class NewTask:
-    """One task to enqueue. ``delay`` (seconds) and ``run_at`` are exclusive; neither means now."""
+    """One task to enqueue: its payload and the :class:`TaskOptions` with their defaults (the
+    fields are the same, in that order; a test holds them together)."""
 
     payload: bytes | str  # str is sent as UTF-8
     delay: float | None = None
@@ -250,147 +339,3 @@ class ShardLayout:
     def __post_init__(self) -> None:
         if self.visit_count == 0:
             object.__setattr__(self, "visit_count", self.bucket_count)
-
-
-@dataclass(frozen=True)
-class DeadTask:
-    """A task in ``shardq_dead``."""
-
-    id: str
-    queue: str
-    payload: bytes
-    attempts: int
-    last_error: str | None
-    died_at: dt.datetime
-    created_at: dt.datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> DeadTask:
-        return cls(
-            id=str(row["id"]),
-            queue=row["queue"],
-            payload=bytes(row["payload"]),
-            attempts=row["attempts"],
-            last_error=row["last_error"],
-            died_at=row["died_at"],
-            created_at=row["created_at"],
-        )
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """One task as an operator inspects it: from ``shardq_tasks`` (``state`` ready, scheduled,
-    leased or backlog) or from ``shardq_dead`` (``state`` dead, with ``died_at``). Fields a state
-    does not have are None (a dead task has no lease nor run time; only a leased task has a lease
-    expiry). ``attempts`` counts attempts started so far."""
-
-    id: str
-    queue: str
-    state: str
-    payload: bytes
-    attempts: int
-    max_attempts: int
-    created_at: dt.datetime
-    priority: int = 0
-    exclusive_key: str | None = None
-    dedupe_key: str | None = None
-    exec_time: dt.datetime | None = None
-    lease_expires_at: dt.datetime | None = None
-    last_error: str | None = None
-    died_at: dt.datetime | None = None
-
-    @classmethod
-    def from_task_row(cls, row: Mapping[str, Any]) -> TaskInfo:
-        return cls(
-            id=str(row["id"]), queue=row["queue"], state=row["state"], payload=bytes(row["payload"]),
-            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
-            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
-            exec_time=row["exec_time"], lease_expires_at=row["lease_expires_at"] if row["state"] == "leased" else None,
-            last_error=row["last_error"],
-        )
-
-    @classmethod
-    def from_dead_row(cls, row: Mapping[str, Any]) -> TaskInfo:
-        return cls(
-            id=str(row["id"]), queue=row["queue"], state="dead", payload=bytes(row["payload"]),
-            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
-            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
-            last_error=row["last_error"], died_at=row["died_at"],
-        )
-
-
-@dataclass(frozen=True)
-class SchemaJob:
-    """An unfinished CockroachDB schema-change job of ``shardq_tasks`` (a resize in progress)."""
-
-    job_id: int
-    job_type: str
-    status: str
-    fraction_completed: float | None
-    running_status: str | None
-    description: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.job_id),
-            "job_type": self.job_type,
-            "status": self.status,
-            "fraction_completed": self.fraction_completed,
-            "running_status": self.running_status,
-            "description": self.description,
-        }
-
-
-@dataclass(frozen=True)
-class ResizeProgress:
-    """One progress report of a running resize.
-
-    ``phase``: ``"switching"`` (new count being recorded), ``"moving"`` (PostgreSQL: rows moving
-    out of dropped buckets), ``"waiting"`` (PostgreSQL: only leased or locked rows left there;
-    waiting for workers to settle them), ``"schema-change"`` (CockroachDB: the ALTER PRIMARY KEY
-    job), ``"dropping-column"`` (CockroachDB) and ``"done"``. ``moved`` counts rows moved so far,
-    ``movable_left`` (ready, scheduled or backlogged) and ``leased_left`` what is still in dropped
-    buckets; ``fraction`` is the CockroachDB job's own estimate (0..1) when it gives one.
-    """
-
-    phase: str
-    detail: str = ""
-    moved: int = 0
-    movable_left: int = 0
-    leased_left: int = 0
-    fraction: float | None = None
-
-
-@dataclass(frozen=True)
-class ResizeResult:
-    """What ``shardq buckets resize`` did. ``changed`` is False for a no-op (same count);
-    ``complete`` is False when a PostgreSQL shrink was stopped before the dropped buckets were
-    empty (run the resize again to finish). ``stale_column_kept`` says why CockroachDB's old shard
-    column could not be dropped (None when it was dropped or there was none)."""
-
-    dialect: str
-    before: int
-    after: int
-    changed: bool
-    message: str
-    complete: bool = True
-    moved: int = 0
-    shard_column_before: str | None = None
-    shard_column_after: str | None = None
-    stale_column_dropped: bool = False
-    stale_column_kept: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "dialect": self.dialect,
-            "before": self.before,
-            "after": self.after,
-            "changed": self.changed,
-            "complete": self.complete,
-            "moved": self.moved,
-            "message": self.message,
-            "shard_column_before": self.shard_column_before,
-            "shard_column_after": self.shard_column_after,
-            "stale_column_dropped": self.stale_column_dropped,
-            "stale_column_kept": self.stale_column_kept,
-        }

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -43,9 +43,6 @@ from cronsim import CronSim, CronSimError
 from .arguments import encode_call
 from .errors import DatabaseError, InvalidInput
 from .store import TaskStore
-
-if TYPE_CHECKING:
-    from .app import AppTask
 
 log = logging.getLogger("shardq.periodic")
 
@@ -62,20 +59,36 @@ TIMESTAMP_ARGUMENT = "timestamp"
 UTC = dt.UTC
 
 
+def takes_timestamp(function: Callable[..., Any], args: Mapping[str, Any]) -> bool:
+    """Whether each slot passes its time to ``function``: it has a ``timestamp`` parameter that
+    the schedule's ``args`` do not fill."""
+    return TIMESTAMP_ARGUMENT in inspect.signature(function).parameters and TIMESTAMP_ARGUMENT not in args
+
+
 @dataclass(frozen=True)
 class Schedule:
     """One schedule of one task: ``cron`` (in ``tz``) or ``every`` seconds (slots at whole
-    multiples of ``every`` since the Unix epoch), with fixed ``args``."""
+    multiples of ``every`` since the Unix epoch), with fixed ``args``. It holds plain values taken
+    from the task when it is declared (``task`` is the task's name; ``queue``, ``priority``,
+    ``max_attempts`` its defaults; ``takes_timestamp``: see :func:`takes_timestamp`), so the
+    scheduler needs nothing of the app."""
 
     name: str
-    task: AppTask[Any, Any]
+    task: str
+    queue: str
     cron: str | None = None
     every: float | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
     tz: str = "UTC"
     catch_up: int = 0
+    priority: int = 0
+    max_attempts: int | None = None
+    takes_timestamp: bool = False
 
-    def validate(self) -> Schedule:
+    def validate(self, check: Callable[[Mapping[str, Any]], None] | None = None) -> Schedule:
+        """Refuse (:class:`InvalidInput`) a schedule that cannot run: neither or both of cron and
+        every, an unknown zone, a cron that does not parse, a bad ``every`` or ``catch_up``, args
+        that ``check`` (the task's argument check) refuses or that cannot be stored."""
         if (self.cron is None) == (self.every is None):
             raise InvalidInput(f"periodic {self.name}: give exactly one of cron= and every=")
         try:
@@ -97,17 +110,13 @@ class Schedule:
         arguments = dict(self.args)
         if self.takes_timestamp:
             arguments[TIMESTAMP_ARGUMENT] = 0
-        try:
-            self.task.check_arguments(arguments)
-        except InvalidInput as exc:
-            raise InvalidInput(f"periodic {self.name}: the schedule's args do not fit the task ({exc})") from None
-        encode_call(self.task.name, arguments)  # refuses what cannot be stored, now rather than at a slot
+        if check is not None:
+            try:
+                check(arguments)
+            except InvalidInput as exc:
+                raise InvalidInput(f"periodic {self.name}: the schedule's args do not fit the task ({exc})") from None
+        encode_call(self.task, arguments)  # refuses what cannot be stored, now rather than at a slot
         return self
-
-    @property
-    def takes_timestamp(self) -> bool:
-        parameters = inspect.signature(self.task.function).parameters
-        return TIMESTAMP_ARGUMENT in parameters and TIMESTAMP_ARGUMENT not in self.args
 
     def latest_slot(self, now: dt.datetime) -> dt.datetime:
         """The last slot at or before ``now`` (aware)."""
@@ -151,15 +160,14 @@ class Schedule:
         arguments = dict(self.args)
         if self.takes_timestamp:
             arguments[TIMESTAMP_ARGUMENT] = int(slot.timestamp())
-        return encode_call(self.task.name, arguments)
+        return encode_call(self.task, arguments)
 
 
 def take_slot(store: TaskStore, schedule: Schedule, slot: dt.datetime) -> bool:
     """Take ``slot`` of ``schedule`` and enqueue its task (one statement); False when another
     worker (or an earlier run) took it already."""
-    task = schedule.task
-    return store.periodic_slot_take(schedule.name, slot, task.queue, schedule.payload(slot),
-                                    priority=task.priority, max_attempts=task.max_attempts)
+    return store.periodic_slot_take(schedule.name, slot, schedule.queue, schedule.payload(slot),
+                                    priority=schedule.priority, max_attempts=schedule.max_attempts)
 
 
 def prune(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -> int:
@@ -193,7 +201,7 @@ def describe(store: TaskStore, schedules: list[Schedule], now: dt.datetime | Non
     now = now or dt.datetime.now(UTC)
     last = store.periodic_last_slots([s.name for s in schedules]) if schedules else {}
     return [
-        ScheduleView(s.name, s.task.name, s.task.queue,
+        ScheduleView(s.name, s.task, s.queue,
                      f"cron {s.cron} ({s.tz})" if s.cron else f"every {s.every:g} s",
                      last.get(s.name), s.next_slot(now))
         for s in sorted(schedules, key=lambda s: s.name)

@@ -25,13 +25,13 @@ Does not
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
+from typing import Unpack
 
 from . import exclusive, statements, validation
 from .errors import InvalidInput, QueuePaused
-from .models import EnqueueResult, NewTask
+from .models import EnqueueResult, NewTask, TaskOptions
 from .notify import Notifier
 from .plans import Plan, run
 from .statements import EnqueueCounts
@@ -75,7 +75,8 @@ def _due_now(task: NewTask) -> bool:
 
 
 class Producer:
-    """Enqueue tasks through one :class:`TaskStore`. Not thread-safe (one session)."""
+    """Enqueue tasks through one :class:`TaskStore`. Not thread-safe (one session): a
+    :class:`shardq.Client` keeps one per thread (:meth:`shardq.Client.producer`)."""
 
     def __init__(
         self,
@@ -89,24 +90,17 @@ class Producer:
         self.store = store
         self.payload_limit = payload_limit
         self.notifier = notifier
+        # Taken once here, so that an enqueue goes from send() straight to the plan driver.
+        self._session = store.session
+        self._counts = store.enqueue_counts
 
-    def enqueue(
-        self,
-        queue: str,
-        payload: bytes | str,
-        *,
-        delay: float | None = None,
-        run_at: dt.datetime | None = None,
-        dedupe_key: str | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        exclusive_key: str | None = None,
-    ) -> EnqueueResult:
-        """Enqueue one task. ``delay`` (seconds) or ``run_at`` (aware datetime) schedule it for
+    def enqueue(self, queue: str, payload: bytes | str, **options: Unpack[TaskOptions]) -> EnqueueResult:
+        """Enqueue one task with the :class:`~shardq.models.TaskOptions` (keyword only; defaults
+        :class:`NewTask`'s): ``delay`` (seconds) or ``run_at`` (aware datetime) schedule it for
         later; ``priority`` orders it (lower first); ``exclusive_key`` serialises it with the
-        queue's other tasks of that key (see :mod:`shardq.exclusive`)."""
-        task = NewTask(payload, delay, run_at, dedupe_key, max_attempts, priority, exclusive_key)
-        return self.enqueue_many(queue, [task])
+        queue's other tasks of that key (see :mod:`shardq.exclusive`). An unknown option is a
+        ``TypeError``."""
+        return self.enqueue_many(queue, [NewTask(payload, **options)])
 
     def enqueue_many(
         self, queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = BATCH_SIZE_DEFAULT
@@ -114,8 +108,13 @@ class Producer:
         """Enqueue many tasks, ``batch_size`` per statement. Every task is validated before the
         first statement runs, so bad input writes nothing."""
         prepared = prepare(queue, tasks, batch_size=batch_size, payload_limit=self.payload_limit)
-        return run(self.store.session, enqueue_plan(queue, prepared, batch_size=batch_size,
-                                                    counts=self.store.enqueue_counts, notifier=self.notifier))
+        return self.send(queue, prepared, batch_size=batch_size)
+
+    def send(self, queue: str, prepared: Sequence[NewTask], *, batch_size: int = BATCH_SIZE_DEFAULT) -> EnqueueResult:
+        """Enqueue tasks validated already, their queue name included (by :func:`prepare`, or by a
+        :class:`shardq.deferral.Deferral` when it was made): nothing is checked again here."""
+        return run(self._session, enqueue_plan(queue, prepared, batch_size=batch_size, counts=self._counts,
+                                                notifier=self.notifier))
 
 
 def prepare(

@@ -11,7 +11,11 @@ import math
 import re
 
 from .errors import InvalidInput
-from .models import PRIORITY_MAX, PRIORITY_MIN
+
+# The range a priority may take: ranks beyond it keep scheduled and backlogged tasks out of a
+# claim's span (see migration 0001 and shardq.models' RANK_*).
+PRIORITY_MIN = -(2**62)
+PRIORITY_MAX = 2**62
 
 QUEUE_NAME_MAX = 128
 # Names are shown in logs, metrics labels and CLI tables: keep them to a plain charset.

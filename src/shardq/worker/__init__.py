@@ -71,10 +71,10 @@ for a producer's wake-up instead of sleeping; see :mod:`shardq.notify`), ``block
 
 from __future__ import annotations
 
-from ..consumer import Task
+from ..models import Task
 from .config import STATEMENT_TIMEOUT_DEFAULT, WorkerConfig, WorkerTotals
-from .executor import Resolver
-from .runtime import Handler, Worker, runs_on_loop
+from .contract import Application, Handler, Resolver
+from .runtime import Worker, runs_on_loop
 
-__all__ = ["STATEMENT_TIMEOUT_DEFAULT", "Handler", "Resolver", "Task", "Worker", "WorkerConfig", "WorkerTotals",
+__all__ = ["STATEMENT_TIMEOUT_DEFAULT", "Application", "Handler", "Resolver", "Task", "Worker", "WorkerConfig", "WorkerTotals",
            "runs_on_loop"]

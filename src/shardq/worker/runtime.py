@@ -9,33 +9,35 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any
 
-from ..consumer import Task
 from ..db import Session
 from ..errors import DatabaseError, InvalidInput
+from ..models import Task
 from ..periodic import Scheduler
 from .config import WorkerConfig, WorkerTotals
+from .contract import Application, Handler, Resolver
 from .events import EventHook, EventSink
-from .executor import LoopExecutor, Outbox, Resolver, ThreadExecutor
 from .fetcher import Fetcher
 from .inflight import InFlightTable
 from .lease_keeper import LeaseKeeper
 from .lease_sweeper import LeaseSweeper
+from .loop_executor import LoopExecutor
+from .outcomes import Outbox
 from .sessions import SessionPerThread
 from .settler import Settler
+from .thread_executor import ThreadExecutor
 from .timeouts import TimeoutKeeper
 
 log = logging.getLogger("shardq.worker")
 
-Handler = Callable[[Task], Any]
+__all__ = ["Handler", "Worker", "runs_on_loop"]
 
 
 def runs_on_loop(handler: Handler | Resolver) -> bool:
     """Whether ``handler`` needs the event loop: an ``async def`` function (or a callable object
     whose ``__call__`` is one), or a resolver with async functions."""
-    if hasattr(handler, "resolve"):
-        return bool(getattr(handler, "has_async", False))
+    if isinstance(handler, Resolver):
+        return handler.has_async
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
         getattr(handler, "__call__", None)  # noqa: B004 - a callable object's own __call__
     )
@@ -63,12 +65,13 @@ class Worker:
         events: Collection[str] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        if not callable(handler) and not hasattr(handler, "resolve"):
+        if not callable(handler) and not isinstance(handler, Resolver):
             raise InvalidInput(f"a handler must be callable, not {type(handler).__name__}")
         self.config = config.validate()
         self.handler = handler
         # An app's periodic schedules: every worker running the app takes their due slots.
-        schedules = list(getattr(handler, "schedules", {}).values()) if self.config.periodic else []
+        app = handler if isinstance(handler, Application) else None
+        schedules = list(app.schedules.values()) if app is not None and self.config.periodic else []
         self.session_factory = session_factory
         self.stats = WorkerTotals()
         self.sink = EventSink(on_event, events)
@@ -87,11 +90,17 @@ class Worker:
                                          loop=loop, on_abandoned=self._after_abandoned)
         else:
             resolve = None
-            if hasattr(handler, "resolve"):  # an app, all of its tasks sync
-                if getattr(handler, "has_timeouts", True):
-                    resolve = handler.resolve  # per-task timeouts: resolved before each run
-                handler = getattr(handler, "dispatch", None) or _sync_dispatch(handler)  # type: ignore[arg-type]
-            self.executor = ThreadExecutor(handler, self.table, self.outbox, self.sink, self.stats,
+            run: Handler
+            if app is not None:  # an app, all of its tasks sync
+                if app.has_timeouts:
+                    resolve = app.resolve  # per-task timeouts: resolved before each run
+                run = app.dispatch
+            elif isinstance(handler, Resolver):  # another resolver: its tasks may carry timeouts
+                resolve = handler.resolve
+                run = _sync_dispatch(handler)
+            else:
+                run = handler
+            self.executor = ThreadExecutor(run, self.table, self.outbox, self.sink, self.stats,
                                            self._stop, self.lease_keeper.extend, resolve=resolve)
             self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.stats,
                                                 self.executor.replace_slot, self._after_abandoned)

@@ -1,12 +1,17 @@
-"""One database session per thread: how a worker's parts get theirs."""
+"""One database session per thread: how a worker's parts, and a :class:`shardq.Client`'s callers,
+get theirs."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from ..db import Session
+from ..errors import DatabaseError
 from ..store import TaskStore
+
+log = logging.getLogger("shardq.client")
 
 
 class SessionPerThread:
@@ -18,7 +23,7 @@ class SessionPerThread:
         self.factory = factory
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._sessions: list[Session] = []
+        self._stores: list[TaskStore] = []
         #: set once the layout is known, so stores made later point CockroachDB statements at
         #: the shard column from their first statement
         self.discover_layout = False
@@ -27,17 +32,23 @@ class SessionPerThread:
         """This thread's store (made now on first use)."""
         store = getattr(self._local, "store", None)
         if store is None:
-            session = self.factory()
+            store = TaskStore(self.factory())
             with self._lock:
-                self._sessions.append(session)
-            store = TaskStore(session)
+                self._stores.append(store)
             if self.discover_layout:
                 store.layout()
             self._local.store = store
         return store
 
     def close(self) -> None:
+        """Write the enqueue counts the stores still hold (see :meth:`TaskStore.count_enqueued`;
+        failures only logged), then close every session. No thread may use a store meanwhile."""
         with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
+            stores, self._stores = self._stores, []
+        for store in stores:
+            try:
+                store.flush_enqueue_counts()
+            except DatabaseError as exc:  # counters only; closing must not fail on them
+                log.debug("could not record enqueue counts at close: %s", exc)
+        for store in stores:
+            store.session.close()

@@ -1,0 +1,33 @@
+"""What both executors share: where a handler's outcome goes (:class:`Outbox`) and how a handler
+that raised is recorded (:func:`record_failure`)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from ..errors import Permanent, Retry
+from .config import WorkerTotals
+from .inflight import FAIL, RESCHEDULE, InFlight, describe
+
+
+def record_failure(entry: InFlight, exc: BaseException, totals: WorkerTotals) -> None:
+    """Set the outcome of a handler that raised: Permanent dead-letters, Retry reschedules without
+    using an attempt, anything else is a failed attempt."""
+    if isinstance(exc, Permanent):
+        entry.kind, entry.error, entry.permanent = FAIL, describe(exc), True
+    elif isinstance(exc, Retry):
+        entry.kind, entry.error, entry.delay = RESCHEDULE, describe(exc), exc.in_seconds
+    else:
+        totals.add(handler_errors=1)
+        entry.kind, entry.error = FAIL, describe(exc)
+
+
+class Outbox:
+    """Where outcomes go: the settler's deque, and the event that wakes it. A deque rather than a
+    blocking queue: the settler is woken once per claim, not once per task, so it does not take
+    the GIL from the handlers per task."""
+
+    def __init__(self) -> None:
+        self.outcomes: deque[InFlight | None] = deque()
+        self.wake = threading.Event()
