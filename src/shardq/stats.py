@@ -75,10 +75,9 @@ BUCKET_CAP_DEFAULT = 10_000
 # (queue, bucket) there would make a stats call cost thousands of round trips.
 MAX_BUCKETS_DEFAULT = 64
 WINDOW_MINUTES_DEFAULT = 5
-# Counter rows older than this are pruned; the window can therefore reach back at most this far.
+# Counter rows older than this are pruned (shardq.maintenance.pruning); the window can therefore
+# reach back at most this far.
 RETENTION_SECONDS = 3600.0
-PRUNE_BATCH = 1000
-PRUNE_MAX_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -253,14 +252,3 @@ class ActivityTally:
         self._pending = {}
         return True
 
-
-def prune(store: TaskStore, *, keep_seconds: float = RETENTION_SECONDS) -> int:
-    """Delete counter rows older than ``keep_seconds``, in bounded batches. Safe to run from many
-    processes at once. Returns how many rows went."""
-    total = 0
-    for _ in range(PRUNE_MAX_BATCHES):
-        deleted = store.stats_prune(keep_seconds, PRUNE_BATCH)
-        total += deleted
-        if deleted < PRUNE_BATCH:
-            break
-    return total

@@ -14,6 +14,7 @@ from typing import Any
 from ..consumer import Task
 from ..db import Session
 from ..errors import DatabaseError, InvalidInput
+from ..maintenance.lease_sweeper import LeaseSweeper
 from ..periodic import Scheduler
 from .config import WorkerConfig, WorkerTotals
 from .events import EventHook, EventSink
@@ -21,7 +22,6 @@ from .executor import LoopExecutor, Outbox, Resolver, ThreadExecutor
 from .fetcher import Fetcher
 from .inflight import InFlightTable
 from .lease_keeper import LeaseKeeper
-from .lease_sweeper import LeaseSweeper
 from .sessions import SessionPerThread
 from .settler import Settler
 from .timeouts import TimeoutKeeper
