@@ -23,7 +23,7 @@ Guarantees
     * The handler receives the arguments as they were given: ``datetime`` (aware or naive),
       ``date``, ``UUID`` and ``Decimal`` come back as the same types with equal values.
     * With ``connection=`` the task is written on the caller's connection inside its transaction
-      and nothing is committed (:class:`shardq.db.BorrowedSession`): rolled back, no task;
+      and nothing is committed (:class:`shardq.borrowed.BorrowedSession`): rolled back, no task;
       committed, it runs. Such enqueues are not counted in the enqueue rate of ``stats``.
     * ``await task.defer_async(...)``, ``await task.configure(...).defer_async(...)`` and
       ``await task.defer_many_async([...])`` do the same for asyncio code through the app's

@@ -111,7 +111,7 @@ class Client:
         """Enqueue one task (see :meth:`shardq.producer.Producer.enqueue`). With ``connection``
         (a psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the
         task is written on that connection inside its transaction and nothing is committed: the
-        task exists exactly when the caller commits (see :class:`shardq.db.BorrowedSession`)."""
+        task exists exactly when the caller commits (see :class:`shardq.borrowed.BorrowedSession`)."""
         return self._producer(connection).enqueue(
             queue, payload, delay=delay, run_at=run_at, dedupe_key=dedupe_key, max_attempts=max_attempts,
             priority=priority, exclusive_key=exclusive_key,
