@@ -12,6 +12,7 @@ from .. import validation
 from ..db import Dsn
 from ..errors import InvalidInput
 from .frame import TaskColumns
+from .job import enqueue_dataframe
 from .options import FORMATS, Progress, SparkEnqueueResult, WriteOptions
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ def enqueue_file(
     ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
     the same command over the same, unchanged input again is a re-run."""
     from .jdbc import find_jdbc_driver, spark_session
-    from .job import enqueue_dataframe  # the job above this module
 
     validation.queue_name(queue)
     columns = columns or TaskColumns()

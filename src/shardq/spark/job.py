@@ -1,7 +1,7 @@
 """One Spark bulk enqueue: register the run, stage, write through JDBC, merge, clean up.
 
-The job's options and result are in :mod:`.options`, cleaning up after it in :mod:`.cleanup`, file
-inputs in :mod:`.files`; their names are importable from here too.
+The job's options and result are in :mod:`.options` and cleaning up after it in :mod:`.cleanup`
+(their names are importable from here too); file inputs, which run this job, in :mod:`.files`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ..store import TaskStore
 from . import calls, writer
 from . import frame as frame_module
 from .cleanup import GcResult, collect_stale_stages, drop_quietly, gc, run_progress
-from .files import derive_run_id, enqueue_file, input_format, read_input
 from .frame import TaskColumns
 from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
 from .ledger import SCHEME_BY_KEY, MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
@@ -43,8 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS", "LEDGER_TTL_SECONDS_DEFAULT", "RUN_ID_MAX", "STAGE_TTL_SECONDS_DEFAULT", "WRITERS", "GcResult",
-    "Progress", "SparkEnqueueResult", "WriteOptions", "collect_stale_stages", "derive_run_id", "enqueue_dataframe",
-    "enqueue_file", "gc", "input_format", "read_input", "run_progress",
+    "Progress", "SparkEnqueueResult", "WriteOptions", "collect_stale_stages", "enqueue_dataframe", "gc", "run_progress",
 ]
 
 log = logging.getLogger("shardq.spark")
