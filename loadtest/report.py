@@ -21,6 +21,7 @@ GOALS = {
     "flow_limited_vs_unlimited": 0.8,
     "flow_rate_low": 950.0,
     "flow_rate_high": 1000.0,
+    "sweep_on_vs_off": 0.98,
 }
 
 
@@ -164,6 +165,19 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
                      (f"{chaos['recovered']} tasks recovered in {_f(chaos['recovery_seconds'], 1)} s, "
                      f"{chaos['duplicates']} ran twice")))
+    sweep = results.get("sweep")
+    if sweep and "pairs" in sweep:
+        ratio = sweep["on_over_off_paired"]
+        rows.append(("lease sweeping in every worker: drain with / without (paired median)",
+                     f"≥ {GOALS['sweep_on_vs_off']}", _f(ratio, 2),
+                     ratio is not None and ratio >= GOALS["sweep_on_vs_off"],
+                     f"{sweep['tasks']:,} no-op tasks, 4 workers, pairs in ABBA order"))
+        lone = sweep.get("chaos_no_reaper") or {}
+        if "lost" in lone:
+            rows.append(("chaos without a reaper: tasks lost after SIGKILL", "0", str(lone["lost"]), lone["lost"] == 0,
+                         (f"{lone['recovered']} tasks recovered by the workers' sweeps in "
+                          f"{_f(lone['recovery_seconds'], 1)} s (lease {lone['lease_seconds']} s), "
+                          f"{lone['duplicates']} ran twice")))
     return rows
 
 
@@ -247,6 +261,7 @@ def write(results: dict, out: Path) -> Path:
     parts += _task_api_section(results.get("task-api"))
     parts += _flow_section(results.get("flow"))
     parts += _chaos_section(results.get("chaos"), plots)
+    parts += _sweep_section(results.get("sweep"))
     errors = results.get("errors") or {}
     if errors:
         parts += ["## Scenarios that failed", ""] + [f"- {k}: `{v}`" for k, v in errors.items()] + [""]
@@ -470,6 +485,33 @@ def _flow_section(flow) -> list[str]:
         f"{rate['executed']:,} run in {_f(rate['elapsed'], 1)} s.",
         "",
     ]
+    return out
+
+
+def _sweep_section(sweep) -> list[str]:
+    if not sweep or "pairs" not in sweep:
+        return []
+    rows = [[i + 1, _f(p["off"]["rate"]), _f(p["on"]["rate"]), _f(p["ratio"], 2)] for i, p in enumerate(sweep["pairs"])]
+    out = [
+        "## Lease sweeping in the workers",
+        "",
+        f"The same {sweep['tasks']:,} no-op tasks drained by 4 worker processes with each worker's lease sweeper "
+        "on (the default) and off (`--no-sweep`), pairs in ABBA order: what sweeping costs a drain "
+        "(docs/reliability.md).",
+        "",
+        _table(["pair", "sweep off tasks/s", "sweep on tasks/s", "on / off"], rows),
+        "",
+    ]
+    lone = sweep.get("chaos_no_reaper") or {}
+    if "lost" in lone:
+        out += [
+            (f"Workers only, no `shardq reap`: 4 `shardq work` processes (lease {lone['lease_seconds']} s) drain "
+             f"{lone['tasks']:,} tasks; one is SIGKILLed once a third is done. Lost {lone['lost']}, "
+             f"{lone['recovered']} recovered by the other workers' sweeps, the first "
+             f"{_f(lone['first_recovery_seconds'], 1)} s and the last {_f(lone['recovery_seconds'], 1)} s after the "
+             f"kill; {lone['duplicates']} ran twice."),
+            "",
+        ]
     return out
 
 

@@ -683,7 +683,14 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
     """4 ``shardq work`` processes (lease ``chaos_lease`` s) and one ``shardq reap --interval
     0.5`` drain N tasks; one worker is SIGKILLed after a third is done. Recovery time = last start
     of a task's second attempt - kill; duplicates = executions beyond one per task."""
-    url = bench.shardq_database("chaos")
+    return _chaos(bench, sizes, log, reaper=True)
+
+
+def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
+    """The chaos cell, with a ``shardq reap`` process or (``reaper=False``) with workers only,
+    whose lease sweepers recover the killed worker's tasks."""
+    name = "chaos" if reaper else "chaos-no-reaper"
+    url = bench.shardq_database(name.replace("-", "_"))
     records = tempfile.mkdtemp(prefix="loadtest-chaos-")
     env = dict(os.environ, SHARDQ_DSN=url, LOADTEST_RECORD_DIR=records,
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -693,9 +700,9 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
         shardq_bench.enqueue_many(url, sizes.chaos_tasks)
         vacuum_analyze(url)
         conn = psycopg.connect(url, autocommit=True)
-        reaper = subprocess.Popen(shardq_cli + ["reap", "--interval", "0.5"], env=env, cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(reaper)
+        if reaper:
+            procs.append(subprocess.Popen(shardq_cli + ["reap", "--interval", "0.5"], env=env, cwd=REPO,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         started = time.time()
         workers = [
             subprocess.Popen(
@@ -715,13 +722,14 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
             if killed_at is None and left <= sizes.chaos_tasks * 2 // 3:
                 victim.send_signal(signal.SIGKILL)
                 killed_at = time.time()
-                log(f"chaos: SIGKILL worker pid {victim.pid} with {left:,} tasks left")
+                log(f"{name}: SIGKILL worker pid {victim.pid} with {left:,} tasks left")
             if left == 0:
                 break
             time.sleep(0.05)
         drained_at = time.time()
-        for w in workers[1:] + [reaper]:
-            w.send_signal(signal.SIGTERM)
+        for w in procs:
+            if w is not victim:
+                w.send_signal(signal.SIGTERM)
         for p in procs:
             try:
                 p.wait(20)
@@ -739,7 +747,7 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
         result = {
             "tasks": sizes.chaos_tasks,
             "lease_seconds": sizes.chaos_lease,
-            "reap_interval": 0.5,
+            "reap_interval": 0.5 if reaper else None,
             "left_at_end": left,
             "drain_seconds": drained_at - started,
             "killed_after_seconds": (killed_at - started) if killed_at else None,
@@ -755,7 +763,7 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
             "first_recovery_seconds": (min(t[2] for t in retried) - killed_at) if retried and killed_at else None,
             "timeline": _timeline(lines, started),
         }
-        log(f"chaos: recovered {result['recovered']} tasks in {result['recovery_seconds'] or 0:.2f} s, "
+        log(f"{name}: recovered {result['recovered']} tasks in {result['recovery_seconds'] or 0:.2f} s, "
             f"duplicates {result['duplicates']}, lost {result['lost']}")
         return result
     finally:
@@ -764,6 +772,38 @@ def chaos(bench: Bench, sizes: Sizes, log) -> dict:
                 p.kill()
         shutil.rmtree(records, ignore_errors=True)
         bench.drop(url)
+
+
+def sweep(bench: Bench, sizes: Sizes, log) -> dict:
+    """Workers sweeping expired leases themselves (shardq.maintenance.lease_sweeper): (1) its cost,
+    ``burn_reps`` paired ABBA drains of ``burn_tasks`` no-op tasks by 4 worker processes with the
+    sweeper on (the default) and off (``sweep=False``, the code before it); (2) the chaos cell with
+    workers only, no reaper process: recovery of a SIGKILLed worker's tasks."""
+    shardq = CONTENDERS["shardq"]
+    pairs = []
+    for rep in range(sizes.burn_reps):
+        pair = {}
+        for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+            url = bench.shardq_database(f"sweep_{mode}")
+            try:
+                shardq_bench.enqueue_many(url, sizes.burn_tasks)
+                vacuum_analyze(url)
+                checkpoint(url)
+                spec = _worker_spec(url, drain=True, options={"sweep": mode == "on"})
+                cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
+                pair[mode] = _cell_summary(cell, left=shardq.pending(url))
+            finally:
+                bench.drop(url)
+            log(f"sweep rep {rep + 1} {mode}: {pair[mode]['rate']:,.0f} tasks/s")
+        pair["ratio"] = pair["on"]["rate"] / pair["off"]["rate"] if pair["off"]["rate"] else None
+        pairs.append(pair)
+    ratios = [p["ratio"] for p in pairs if p["ratio"]]
+    return {
+        "tasks": sizes.burn_tasks,
+        "pairs": pairs,
+        "on_over_off_paired": statistics.median(ratios) if ratios else None,
+        "chaos_no_reaper": _chaos(bench, sizes, log, reaper=False),
+    }
 
 
 def _timeline(lines, started: float, step: float = 0.1) -> list[tuple[float, int, int]]:
@@ -784,6 +824,7 @@ SCENARIOS = {
     "task-api": task_api,
     "flow": flow_control,
     "chaos": chaos,
+    "sweep": sweep,
 }
 
 

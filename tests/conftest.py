@@ -4,7 +4,9 @@
   database is built once and each test gets a fresh copy (``CREATE DATABASE … TEMPLATE``), so
   tests never see each other's rows.
 * CockroachDB: ``SHARDQ_TEST_COCKROACH_URL`` (a root URL of a cluster that may be written to), or a
-  testcontainers CockroachDB when a Docker engine answers. One database is migrated per test
+  testcontainers CockroachDB when a Docker engine answers: an insecure single node of the image
+  ``SHARDQ_TEST_COCKROACH_IMAGE`` names (``oldest``, ``newest`` or an image; see
+  ``tests/cockroach_container.py``). One database is migrated per test
   session (migrations there are several schema-change jobs each) and emptied before each test;
   tests that change the schema (resizing) get a fresh database of their own (``crdb_db_fresh``).
   The embedded PostgreSQL is not started for CockroachDB tests. Where no CockroachDB exists the
@@ -31,16 +33,66 @@ from shardq.db import Dsn, Session
 from shardq.embedded import EmbeddedServer
 from shardq.errors import DatabaseError
 
+from .cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
 from .factories import TestDatabase
 
 TEST_BUCKETS = 4
-# The oldest line shardq supports is 23.1; the container runs a 24.1 patch that testcontainers'
-# own tests use. It runs insecure (no password): psycopg over TLS could hang on one result size
-# with servers before cockroachdb#148222 (audit F10), which v24.1.1 predates.
-COCKROACH_IMAGE = "cockroachdb/cockroach:v24.1.1"
 #: Tables emptied between CockroachDB tests that share one migrated database.
 SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_spark_chunks",
                  "shardq_spark_runs", "shardq_spark_stages", "shardq_periodic", "shardq_slots", "shardq_rate_tokens")
+
+
+#: ``SHARDQ_TEST_ISOLATION=serializable`` (``make test-serializable``): the embedded PostgreSQL runs
+#: every transaction at that level (the isolation CockroachDB runs), so every retry path meets real
+#: 40001s; the run reports how many retries this process made.
+TEST_ISOLATION = os.environ.get("SHARDQ_TEST_ISOLATION", "").strip().lower() or None
+ISOLATION_LEVELS = ("read committed", "repeatable read", "serializable")
+_retries = {"count": 0}
+
+
+def _set_server_isolation(server: EmbeddedServer, level: str) -> None:
+    from psycopg import sql
+
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"SHARDQ_TEST_ISOLATION must be one of {ISOLATION_LEVELS}, not {level!r}")
+    with Session(Dsn.parse(server.url("postgres"))) as admin:
+        admin.execute_raw(sql.SQL("ALTER SYSTEM SET default_transaction_isolation = {}").format(sql.Literal(level)))
+        admin.execute_raw("SELECT pg_reload_conf()")
+    with Session(Dsn.parse(server.url("postgres"))) as check:
+        found = check.execute_raw("SHOW default_transaction_isolation")[0]["default_transaction_isolation"]
+    assert found == level, f"the server runs {found}, not {level}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def serialization_retries_counted():
+    """Counts every retry this process's sessions make after a 40001 (each goes through
+    retry_pause), for the summary of a run under SHARDQ_TEST_ISOLATION."""
+    if TEST_ISOLATION is None:
+        yield
+        return
+    import shardq.db
+    import shardq.db_async
+
+    original = shardq.db.retry_pause
+
+    def counting(*args, **kwargs):
+        _retries["count"] += 1
+        return original(*args, **kwargs)
+
+    shardq.db.retry_pause = counting
+    shardq.db_async.retry_pause = counting
+    try:
+        yield
+    finally:
+        shardq.db.retry_pause = original
+        shardq.db_async.retry_pause = original
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TEST_ISOLATION is not None:
+        terminalreporter.write_line(
+            f"shardq: PostgreSQL at {TEST_ISOLATION}: {_retries['count']} statement/transaction retries after "
+            "40001 in the test process (worker subprocesses not counted)")
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +104,8 @@ def pg_server():
     server = EmbeddedServer(root)
     try:
         server.start()
+        if TEST_ISOLATION is not None:
+            _set_server_isolation(server, TEST_ISOLATION)
         yield server
         server.stop()
     finally:
@@ -92,17 +146,10 @@ def cockroach_root():
         docker.from_env().ping()
     except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
         pytest.skip("CockroachDB: no SHARDQ_TEST_COCKROACH_URL and no Docker engine answers")
-    try:
-        # testcontainers >= 4.15 moved the module; the old path still works with a DeprecationWarning.
-        from testcontainers.community.cockroachdb import CockroachDBContainer  # type: ignore
-    except ImportError:
-        from testcontainers.cockroachdb import CockroachDBContainer  # type: ignore
-    # Without a password the module starts an insecure node (build/deploy/cockroach.sh), reached
-    # as root without TLS (see COCKROACH_IMAGE).
-    container = CockroachDBContainer(COCKROACH_IMAGE, password="", dialect="cockroachdb+psycopg")
-    with container:
-        host, port = container.get_container_host_ip(), container.get_exposed_port(26257)
-        yield f"cockroachdb://root@{host}:{port}/defaultdb?sslmode=disable"
+    # An insecure single node of the image SHARDQ_TEST_COCKROACH_IMAGE names, reached as root
+    # without TLS (tests/cockroach_container.py says why and how).
+    with insecure_container(cockroach_image()) as container:
+        yield root_url(container.get_container_host_ip(), container.get_exposed_port(SQL_PORT))
 
 
 def _fresh_postgres(pg_server, pg_template) -> TestDatabase:

@@ -71,6 +71,17 @@ def test_the_bucket_count_is_read_from_the_hash_sharded_index_definition():
     assert bucket_count_of("CREATE UNIQUE INDEX shardq_tasks_id ON t USING btree (id ASC)") is None
 
 
+def test_layout_discovery_reads_only_catalogs_outside_the_unsafe_internals_gate():
+    # From 26.1 crdb_internal is refused without allow_unsafe_internals, and a nested
+    # [SHOW INDEX] delegate reads crdb_internal.table_indexes (audit N4); workers discover the
+    # layout every few seconds on sessions that do not opt in.
+    text = COCKROACHDB.statements()["shard_layout_get"].text
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    assert "information_schema.statistics" in body and "pg_catalog.pg_indexes" in body
+    assert "crdb_internal" not in body and "[SHOW" not in body.upper()
+    assert "shard_layout_get" not in COCKROACHDB.statements_needing_internals
+
+
 def test_every_engine_is_reachable_from_its_sqlalchemy_dialect():
     for engine in ENGINES:
         assert engine_for_sqlalchemy(engine.sqlalchemy_dialect) is engine

@@ -432,3 +432,93 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
     assert rows_read <= 2 * 4 * 101
     depth = pg_db.sql(text, params)
     assert sum(r["active"] for r in depth if r["queue"] == "q") == 400
+
+
+# -- follower reads (CockroachDB), driven without a server ----------------------------------------
+def _drive_on_cockroachdb(plan, answer):
+    """Run ``plan`` as a CockroachDB session would, answering each named statement with
+    ``answer(name, params, in_historical_read)``; a psycopg error it raises is translated exactly
+    as the gateway translates a failed named statement."""
+    import psycopg
+
+    from shardq.dsn import Dsn
+    from shardq.engine import COCKROACHDB
+    from shardq.errors import ShardqError
+    from shardq.gateway import statement_error
+    from shardq.plans import ENGINE, Atomically, Call, UseShardColumn
+
+    dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")
+    state = {"historical": False, "shard_column": None}
+
+    def step(plan):
+        value, error = None, None
+        while True:
+            try:
+                request = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                if request is ENGINE:
+                    value = COCKROACHDB
+                elif isinstance(request, UseShardColumn):
+                    state["shard_column"] = request.column
+                elif isinstance(request, Atomically):
+                    state["historical"] = False
+                    value = step(request.body())
+                elif isinstance(request, Call):
+                    if request.name == "stats_snapshot_historical":
+                        state["historical"] = True
+                    try:
+                        value = answer(request.name, request.params, state["historical"])
+                    except psycopg.Error as exc:
+                        raise statement_error(exc, dsn, COCKROACHDB, request.name, state["shard_column"]) from exc
+            except ShardqError as exc:
+                error = exc
+
+    return step(plan)
+
+
+def test_stats_read_the_present_when_the_follower_read_predates_a_migrated_column():
+    # For a few seconds after `migrate` adds a column (0005, 0006), a read AS OF SYSTEM TIME
+    # follower_read_timestamp() sees the older descriptor: 42703 on the new column (audit N3).
+    from psycopg import errors as pgerrors
+
+    from shardq.stats import collect_plan
+
+    now = utcnow()
+    sent = []
+
+    def answer(name, params, historical):
+        sent.append(name)
+        if name == "shard_layout_get":
+            return [{"index_name": "shardq_tasks_pkey", "shard_column": "crdb_internal_x_shard_4",
+                     "index_definition": "CREATE UNIQUE INDEX … USING HASH WITH (bucket_count=4)"}]
+        if name == "stats_now":
+            return {"as_of": now, "minute": now}
+        if name == "queue_list" and historical:
+            raise pgerrors.UndefinedColumn('column "rate_limit" does not exist')
+        return [] if name != "stats_snapshot_historical" else None
+
+    stats = _drive_on_cockroachdb(collect_plan(StatsOptions(follower_read=True)), answer)
+    assert stats.follower_read is False
+    assert sent.count("queue_list") == 2
+    assert sent.index("stats_snapshot_historical") < sent.index("stats_snapshot_begin")
+
+
+def test_a_missing_column_of_a_current_read_still_says_to_migrate():
+    from psycopg import errors as pgerrors
+
+    from shardq.errors import NotMigrated
+    from shardq.stats import collect_plan
+
+    def answer(name, params, historical):
+        if name == "shard_layout_get":
+            return [{"index_name": "shardq_tasks_pkey", "shard_column": "crdb_internal_x_shard_4",
+                     "index_definition": "USING HASH WITH (bucket_count=4)"}]
+        if name == "queue_list":
+            raise pgerrors.UndefinedColumn('column "rate_limit" does not exist')
+        return {"as_of": utcnow(), "minute": utcnow()} if name == "stats_now" else []
+
+    with pytest.raises(NotMigrated, match=r"shardq migrate.*queue_list"):
+        _drive_on_cockroachdb(collect_plan(StatsOptions(follower_read=True)), answer)

@@ -63,7 +63,7 @@ class AmbiguousResult(DatabaseError):
 
 
 class NotMigrated(DatabaseError):
-    """The shardq tables do not exist here yet: run `shardq migrate` first."""
+    """The shardq tables (or a column this shardq reads) do not exist here yet: run `shardq migrate` first."""
 
 
 class ShardLayoutChanged(DatabaseError):

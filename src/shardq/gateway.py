@@ -120,9 +120,17 @@ def resend_after(
 def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: str,
                     shard_column: str | None) -> DatabaseError:
     """The shardq error for a named statement that failed with ``exc``: a missing shard column
-    the session filters on means a resize dropped it (:class:`ShardLayoutChanged`); anything
-    else is translated as everywhere (:func:`_translate`)."""
+    the session filters on means a resize dropped it (:class:`ShardLayoutChanged`); any other
+    missing column (42703) of a named statement means the tables are older than this shardq's
+    statements (:class:`NotMigrated`), as a missing table (42P01) does. The second also happens
+    for a few seconds after ``migrate`` added a column, to a CockroachDB read ``AS OF SYSTEM
+    TIME`` a moment before it (the historical descriptor lacks the column): readers that fall
+    back to a current read on :class:`NotMigrated` thus cover both. Anything else is translated
+    as everywhere (:func:`_translate`)."""
     if (isinstance(exc, pgerrors.UndefinedColumn) and shard_column is not None and engine is not None
             and "shard_col" in engine.statements()[name].slots):
         return ShardLayoutChanged(f"{name}: shard column {shard_column} no longer exists; re-discover the layout")
+    if isinstance(exc, pgerrors.UndefinedColumn):
+        message = _translate(exc, dsn)
+        return NotMigrated(f"{NotMigrated.__doc__} ({name}: {message})")
     return _translate(exc, dsn)

@@ -99,3 +99,15 @@ def upgrade(dsn: Dsn, *, buckets: int = 16, target: str = "head") -> MigrationRe
 def downgrade(dsn: Dsn, *, target: str = "base") -> MigrationResult:
     """Revert the schema to ``target`` (default: nothing; every shardq table is dropped)."""
     return _run(dsn, "downgrade", target, 16)
+
+
+def head_revision() -> str:
+    """The newest migration revision this shardq ships (what ``upgrade`` brings a database to)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", _script_location())
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head

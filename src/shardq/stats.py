@@ -140,8 +140,9 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
     except (NotMigrated, ShardLayoutChanged):
         if not historical:
             raise
-        # A table (or, after a resize, a shard column) younger than the follower-read staleness
-        # does not exist at that time: read the present instead.
+        # A table, a column a migration added (42703, NotMigrated too) or, after a resize, a shard
+        # column younger than the follower-read staleness does not exist at that time: read the
+        # present instead.
         clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(False))
         historical = False
 

@@ -228,7 +228,7 @@ def account(
 def _explain(run: Execution, killed_pids: set[int], lease_lost: set[tuple[str, int]]) -> str | None:
     if run.pid in killed_pids:
         where = "mid-handler" if run.finished is None else "after the handler returned, before its ack"
-        return f"its worker was SIGKILLed {where}; the lease expired and the reaper handed the task on"
+        return f"its worker was SIGKILLed {where}; the lease expired and the task was handed on"
     if (run.task_id, run.attempt) in lease_lost:
         return "its lease expired before the ack (worker logged lease_lost; the ack changed nothing)"
     if run.finished is not None and run.finished > run.lease_expires:

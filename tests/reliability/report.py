@@ -58,6 +58,8 @@ def render(figures: Figures = FIGURES) -> str:
     fuzz = f.records.get("fuzz", [])
     secrets = f.records.get("secrets", [])
     periodic = f.records.get("periodic", [])
+    alone = f.records.get("crash-no-reaper", [])
+    handlers = f.records.get("handler-fuzz", [])
     out: list[str] = []
     out += [
         "# shardq reliability report",
@@ -75,18 +77,24 @@ def render(figures: Figures = FIGURES) -> str:
         "## Summary",
         "",
     ]
-    kills = sum(r["kills"] for r in crash) + sum(r["kills"] for r in reapers)
-    dup_total = sum(r["duplicates"] for r in crash) + sum(r.get("duplicates", 0) for r in restart)
-    unexplained = sum(r["unexplained"] for r in crash) + sum(r.get("unexplained", 0) for r in restart)
+    kills = sum(r["kills"] for r in crash) + sum(r["kills"] for r in reapers) + sum(r["kills"] for r in alone)
+    dup_total = (sum(r["duplicates"] for r in crash) + sum(r.get("duplicates", 0) for r in restart)
+                 + sum(r["duplicates"] for r in alone))
+    unexplained = (sum(r["unexplained"] for r in crash) + sum(r.get("unexplained", 0) for r in restart)
+                   + sum(r["unexplained"] for r in alone))
+    counted = (crash, reapers, restart, timeouts, alone, handlers)
     out += _table(
         ["figure", "value"],
         [
             ["crash rounds (workers and reapers SIGKILLed)", len(crash)],
+            ["crash rounds with no reaper process (workers alone)", len(alone)],
             ["processes killed (SIGKILL)", kills],
             ["tasks enqueued in crash rounds", sum(r["tasks"] for r in crash)],
-            ["tasks lost (all suites)", sum(r.get("lost", 0) for s in (crash, reapers, restart, timeouts) for r in s)],
-            ["tasks stuck (all suites)", sum(r.get("stuck", 0) for s in (crash, reapers, restart, timeouts) for r in s)],
-            ["dead-lettered without cause", sum(r.get("dead_unexpected", 0) for r in crash)],
+            ["tasks lost (all suites)", sum(r.get("lost", 0) for s in counted for r in s)],
+            ["tasks stuck (all suites)", sum(r.get("stuck", 0) for s in counted for r in s)],
+            ["dead-lettered without cause", sum(r.get("dead_unexpected", 0) for s in (crash, alone) for r in s)],
+            ["handler behaviours fuzzed (examples, tasks)",
+             f"{len(handlers)}, {sum(r['tasks'] for r in handlers)}"],
             ["duplicate executions (all explained by expired leases?)",
              f"{dup_total} ({'yes' if not unexplained else f'NO: {unexplained} unexplained'})"],
             ["database restarts survived", sum(r.get("restarts", 0) for r in restart)],
@@ -143,6 +151,41 @@ def render(figures: Figures = FIGURES) -> str:
              "duplicates (unexplained)", "lease records left"],
             [[r["scenario"], r["kills"], r["leases"], r["lost"], r["stuck"], r["double"], r["both"],
               f"{r['duplicates']} ({r['unexplained']})", r["stale"]] for r in reapers],
+        )
+    if alone:
+        out += ["", "### Workers alone, no reaper process", "",
+                "The same rounds (same kill moments, lease 1 s) with no `shardq reap` process and no",
+                "reaping by the test: only `shardq work` processes, replaced as they die. A killed",
+                "worker's tasks must be recovered by the other workers (each sweeps expired leases)",
+                "within the lease plus a few seconds; a round not done after "
+                "30 s counts what is left as stuck.", ""]
+        out += _table(
+            ["run", "rounds", "kills", "tasks", "processed", "lost", "stuck (still leased)", "dead (intended)",
+             "dead without cause", "duplicates", "unexplained", "seconds per round (max)"],
+            [[variant, len(rs), sum(r["kills"] for r in rs), sum(r["tasks"] for r in rs),
+              sum(r["processed"] for r in rs), sum(r["lost"] for r in rs),
+              f"{sum(r['stuck'] for r in rs)} ({sum(r.get('stuck_leased', 0) for r in rs)})",
+              sum(r["dead_expected"] for r in rs), sum(r["dead_unexpected"] for r in rs),
+              sum(r["duplicates"] for r in rs), sum(r["unexplained"] for r in rs),
+              f"{max(r['seconds'] for r in rs):.1f}"]
+             for variant, rs in _by_variant(alone).items()],
+        )
+    if handlers:
+        out += ["", "## Handler fuzzing (`tests/reliability/test_fuzz_handlers.py`, hypothesis)", "",
+                "Each example: a drawn mix of handler behaviours (return anything, raise anything with NUL",
+                "bytes, lone surrogates, invalid UTF-8, megabyte texts, a `__str__` that raises or returns a",
+                "non-str, KeyboardInterrupt/SystemExit/BaseException, Permanent and Retry with odd texts, hang",
+                "past a 0.5 s timeout, `os._exit`, print to closed streams), one task each (max 2 attempts,",
+                "lease 1 s), run by two `shardq work` processes (sync or async handler, replaced as they",
+                "exit) and no reaper. Every task must end as documented; nothing may be left leased.", ""]
+        out += _table(
+            ["run", "examples", "tasks", "acked", "dead (all intended)", "stuck", "worker processes",
+             "ended by a handler", "seconds (max)"],
+            [[variant, len(rs), sum(r["tasks"] for r in rs), sum(r["acked"] for r in rs),
+              f"{sum(r['dead'] for r in rs)} ({sum(r['dead_expected'] for r in rs)})", sum(r["stuck"] for r in rs),
+              sum(r["workers"] for r in rs), sum(r["ended_by_handler"] for r in rs),
+              f"{max(r['seconds'] for r in rs):.1f}"]
+             for variant, rs in _by_variant(handlers).items()],
         )
     if restart:
         out += ["", "## Database restart (`tests/reliability/test_restart.py`)", "",
@@ -202,6 +245,13 @@ def render(figures: Figures = FIGURES) -> str:
     else:
         out += ["None."]
     return "\n".join(out) + "\n"
+
+
+def _by_variant(records: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        grouped[str(record.get("variant", ""))].append(record)
+    return grouped
 
 
 def write_if_requested(figures: Figures = FIGURES) -> Path | None:

@@ -2,7 +2,9 @@
 moments, over many rounds, against the real (embedded) PostgreSQL.
 
 Promise under test: at-least-once, nothing lost, nothing stuck, nothing dead-lettered without
-cause, and a task runs more than once only when a lease genuinely expired.
+cause, and a task runs more than once only when a lease genuinely expired. The no-reaper variant
+runs only ``shardq work`` processes, killed at the same moments: the workers alone must recover
+what a killed worker held (the README's "survives crashes without anyone's help").
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ MOMENTS = ["handler", "claim-during", "claim-after", "ack-before", "ack-during",
 REAPER_MOMENTS = ["reap-during", "reap-after"]
 LEASE_SECONDS = 1.0
 ROUND_DEADLINE = 120.0
+# With workers only, a killed worker's tasks must run again within their lease plus a few seconds:
+# a round that is not done after this long has tasks nobody recovers.
+NO_REAPER_ROUND_DEADLINE = 30.0
 
 
 def _hook(moment: str, rng: random.Random) -> str | None:
@@ -40,9 +45,12 @@ def _worker_args(queue: str, rng: random.Random) -> list[str]:
             "--batch", str(rng.randint(3, 8)), "--lease", str(LEASE_SECONDS)]
 
 
-def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> dict:
-    queue = f"crash-{number}"
-    out = tmp_path / f"round{number}"
+def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int, reaper: bool = True,
+              deadline: float = ROUND_DEADLINE) -> dict:
+    """One round; ``reaper=False``: no ``shardq reap`` process and no reaping by the test, only
+    workers."""
+    queue = f"crash-{number}" if reaper else f"crash-alone-{number}"
+    out = tmp_path / (f"round{number}" if reaper else f"alone{number}")
     db.client.set_queue(queue, backoff_base=0.05, backoff_cap=0.25)
     payloads = [b"poison" if rng.random() < 0.05 else b"ok" for _ in range(tasks)]
     result = db.client.enqueue_many(queue, [NewTask(p) for p in payloads])
@@ -56,18 +64,20 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> d
         proc = procs.start("worker", _worker_args(queue, rng), kill_hook=_hook(moment, rng))
         proc.moment = moment
         live.append(proc)
-    reaper_moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
-    reaper = procs.start("reaper", ["reap", "--interval", "0.1"], kill_hook=f"{reaper_moment}:1")
-    reaper.moment = reaper_moment
-    test_reaper = db.client.reaper()
+    test_reaper = None
+    if reaper:
+        reaper_moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
+        reaper_proc = procs.start("reaper", ["reap", "--interval", "0.1"], kill_hook=f"{reaper_moment}:1")
+        reaper_proc.moment = reaper_moment
+        test_reaper = db.client.reaper()
     started = time.monotonic()
     next_reap = started
     while True:
         now = time.monotonic()
         remaining = db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})[0]["n"]
-        if remaining == 0 or now - started > ROUND_DEADLINE:
+        if remaining == 0 or now - started > deadline:
             break
-        if now >= next_reap:  # the test's own reaper; the reaper process races it
+        if test_reaper is not None and now >= next_reap:  # the test's own reaper; the reaper process races it
             test_reaper.run_once()
             next_reap = now + 0.5
         for proc in list(live):
@@ -86,9 +96,11 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> d
         time.sleep(0.05)
     seconds = time.monotonic() - started
     procs.terminate_all()
-    test_reaper.store.session.close()
+    if test_reaper is not None:
+        test_reaper.store.session.close()
 
     rows = db.sql("SELECT id::text AS id, state FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    leased = sum(1 for r in rows if r["state"] == "leased")
     dead = {r["id"] for r in db.sql("SELECT id::text AS id FROM shardq_dead WHERE queue = %(q)s", {"q": queue})}
     killed = procs.killed_pids()
     lost_logged = lease_lost_reports(procs.logs())
@@ -112,6 +124,7 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> d
         "processed": accounting.processed,
         "lost": len(accounting.lost),
         "stuck": len(accounting.stuck),
+        "stuck_leased": leased,
         "dead_expected": accounting.dead_expected,
         "dead_unexpected": len(accounting.dead_unexpected),
         "duplicates": len(accounting.duplicates),
@@ -120,7 +133,9 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int) -> d
         "lease_lost": len(lost_logged),
         "exit_codes": dict(exit_codes),
         "seconds": seconds,
-        "_problems": accounting.problems() + ([f"unclean exits: {unclean}"] if unclean else []),
+        "_problems": ([f"{leased} tasks still leased after {seconds:.0f} s"] if leased else [])
+        + accounting.problems()
+        + ([f"unclean exits: {unclean}"] if unclean else []),
     }
 
 
@@ -229,3 +244,28 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
     assert both == 0 and double == 0
     assert not accounting.problems(), accounting.problems()
     assert accounting.processed == tasks and stale == 0
+
+
+@pytest.mark.parametrize(
+    "rounds,tasks",
+    [pytest.param(3, 40, id="fast"), pytest.param(21, 150, id="full", marks=pytest.mark.slow)],
+)
+def test_killed_workers_alone_with_no_reaper_recover_every_task(pg_db, tmp_path, figures, rounds, tasks):
+    """The same kills with no ``shardq reap`` process at all: the surviving and replacement
+    workers must run every task a killed worker held, losing nothing and leaving nothing leased."""
+    seed = uuid.uuid4().int % 10_000
+    rng = random.Random(seed)
+    problems = []
+    records = []
+    for number in range(rounds):
+        record = run_round(pg_db, tmp_path, number, rng, tasks=tasks, reaper=False, deadline=NO_REAPER_ROUND_DEADLINE)
+        found = [f"round {number} (seed {seed}): {p}" for p in record.pop("_problems")]
+        record["seed"] = seed
+        record["variant"] = "full" if rounds > 3 else "fast"
+        records.append(record)
+        figures.add("crash-no-reaper", **record)
+        problems += found
+        if found:
+            break  # a round that failed waited out its deadline: the next would only wait as long
+    assert not problems, "\n".join(problems)
+    assert sum(r["kills"] for r in records) >= len(records), "the kill hooks did not fire: the suite tested nothing"

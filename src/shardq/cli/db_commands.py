@@ -63,3 +63,27 @@ def migrate(ctx: click.Context, buckets: int, down: bool) -> None:
         click.echo(f"already at {result.after} on {result.dialect}")
     if result.buckets_ignored and not down and ctx.get_parameter_source("buckets") is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: the tasks table already exists; use `shardq buckets resize N` to change the bucket count", err=True)
+
+
+@cli.command("doctor")
+@click.option("--dsn", "dsn_option", default=None, metavar="URL",
+              help="The database to check (default: the global --dsn, $SHARDQ_DSN, else the embedded PostgreSQL).")
+@click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
+@click.pass_context
+def doctor(ctx: click.Context, dsn_option: str | None, as_json: bool) -> None:
+    """Check a database before first use: engine and version, session, schema, layout,
+    privileges, and the plan of every statement shardq sends. Writes nothing. Exit 0 when
+    everything holds, 1 with one line per problem."""
+    import json
+
+    from shardq.config import resolve_dsn
+    from shardq.doctor import diagnose
+
+    diagnosis = diagnose(resolve_dsn(dsn_option) if dsn_option else dsn_from(ctx))
+    if as_json:
+        click.echo(json.dumps(diagnosis.as_dict(), indent=2, default=str))
+    else:
+        for line in diagnosis.lines():
+            click.echo(line)
+    if not diagnosis.ok:
+        ctx.exit(1)

@@ -60,6 +60,8 @@ class Engine(ABC):
     name: ClassVar[str]
     #: The SQLAlchemy dialect name Alembic runs the migrations with.
     sqlalchemy_dialect: ClassVar[str]
+    #: The server versions shardq supports, for reports ("CockroachDB ≥ 23.1").
+    supported_versions: ClassVar[str]
     #: URL schemes that name this engine up front (``cockroachdb://``); the server is asked otherwise.
     url_schemes: ClassVar[tuple[str, ...]] = ()
 
@@ -119,6 +121,16 @@ class Engine(ABC):
     def plan_reads_whole_table(self, plan: str) -> bool:
         """Whether a plan from :meth:`shardq.db.Session.explain` reads all of a shardq table
         (what no hot statement may do)."""
+
+    @abstractmethod
+    def plan_fans_out(self, plan: str, bucket_count: int) -> bool:
+        """Whether a plan of a statement that names one bucket reads the tasks table beyond that
+        bucket (a span or lookup per bucket: the point-lookup rule broken)."""
+
+    @abstractmethod
+    def plan_skip_locked_unbounded(self, plan: str) -> bool:
+        """Whether a plan locks rows with SKIP LOCKED in a scan no hard limit bounds (it would
+        lock whole batches, not the rows it returns)."""
 
     def statements(self) -> dict[str, queries.Statement]:
         """Every named statement this engine sends: ``sql/common`` overridden by its own folder."""

@@ -59,6 +59,7 @@ class CockroachDBEngine(Engine):
     name = "cockroachdb"
     sqlalchemy_dialect = "cockroachdb"
     url_schemes = ("cockroachdb", "cockroachdb+psycopg")
+    supported_versions = f"supported: CockroachDB ≥ {MIN_VERSION[0]}.{MIN_VERSION[1]}"
 
     hash_sharded_key = True
     # CockroachDB runs a schema change atomically only alone (sqlalchemy-cockroachdb's
@@ -103,6 +104,30 @@ class CockroachDBEngine(Engine):
         # EXPLAIN marks an unconstrained scan "FULL SCAN" (pkg/sql/opt/exec/explain/emit.go).
         return "FULL SCAN" in plan
 
+    def plan_fans_out(self, plan: str, bucket_count: int) -> bool:
+        # EXPLAIN prints a scan's spans as up to 4 "[…]" groups then "… (N more)"
+        # (pkg/sql/opt/exec/explain/emit.go, spansStr): a span per bucket is bucket_count or more;
+        # a lookup over every bucket names the shard column with an IN list of the buckets.
+        for line in plan.splitlines():
+            text = line.strip(" │└├─")
+            if text.startswith("spans:") and bucket_count > 1:
+                more = re.search(r"\((\d+) more\)", text)
+                if text.count("[") + (int(more.group(1)) if more else 0) >= bucket_count:
+                    return True
+            if "_shard_" in text and " IN (" in text:
+                return True
+        return False
+
+    def plan_skip_locked_unbounded(self, plan: str) -> bool:
+        # Each "•" starts an operator; a scan's attributes follow it. A hard limit on the locking
+        # scan shows as "limit: N" (emit.go); without it the scan locks whole KV batches
+        # (cockroachdb#121917).
+        for node in plan.split("•")[1:]:
+            lowered = node.lower()
+            if lowered.lstrip().startswith("scan") and "skip locked" in lowered and "limit:" not in lowered:
+                return True
+        return False
+
     @classmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
         # CockroachDB reports crdb_version at connect (pkg/sql/pgwire/conn.go, statusReportParams).
@@ -139,8 +164,9 @@ class CockroachDBEngine(Engine):
 
     def layout_plan(self) -> Plan[ShardLayout]:
         """The shard column and bucket count of ``shardq_tasks``'s primary key, read in one
-        statement (``shard_layout_get``) from ``SHOW INDEX`` and ``pg_indexes``, which every
-        supported version serves without ``crdb_internal`` (gated from 26.1: docs/cockroachdb.md, "Layout discovery")."""
+        statement (``shard_layout_get``) from ``information_schema.statistics`` and ``pg_indexes``,
+        which every supported version serves outside the unsafe-internals gate (``crdb_internal``
+        and a nested ``[SHOW INDEX]`` reading it are gated from 26.1: docs/cockroachdb.md, "Layout discovery")."""
         rows = yield Call("shard_layout_get")
         # The primary index keeps its default name <table>_pkey; prefer it should an operator have
         # added a hash-sharded secondary index of their own.

@@ -8,10 +8,11 @@ recorded in ``shardq_leases``; LISTEN/NOTIFY wakes idle workers.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NotMigrated, UnsupportedServer
 from ..models import ResizeResult, ShardLayout
@@ -33,6 +34,7 @@ class PostgreSQLEngine(Engine):
     sqlalchemy_dialect = "postgresql"
     # postgresql:// also reaches CockroachDB: only the server can tell, so no scheme names this engine.
     url_schemes = ()
+    supported_versions = f"supported: PostgreSQL ≥ {MIN_SERVER_VERSION}"
 
     hash_sharded_key = False
     transactional_ddl = True
@@ -56,6 +58,18 @@ class PostgreSQLEngine(Engine):
     def plan_reads_whole_table(self, plan: str) -> bool:
         # A sequential scan of a shardq table anywhere in the JSON plan.
         return bool(re.search(r'"Node Type": "Seq Scan",[^}]*?"Relation Name": "shardq_', plan))
+
+    def plan_fans_out(self, plan: str, bucket_count: int) -> bool:
+        # A scan of the tasks table whose index condition does not name the bucket reads every
+        # bucket's part of the key (a Tid Scan reaches rows already found, by ctid).
+        return any(node.get("Relation Name") == "shardq_tasks" and "Scan" in node["Node Type"]
+                   and node["Node Type"] != "Tid Scan"
+                   and "bucket" not in node.get("Index Cond", "") + node.get("Recheck Cond", "")
+                   for node, _ in _plan_nodes(plan))
+
+    def plan_skip_locked_unbounded(self, plan: str) -> bool:
+        # FOR UPDATE SKIP LOCKED is a LockRows node; a LIMIT bounds it only from above it.
+        return any(node["Node Type"] == "LockRows" and "Limit" not in above for node, above in _plan_nodes(plan))
 
     @classmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
@@ -107,3 +121,13 @@ class PostgreSQLEngine(Engine):
                 session, buckets, batch=batch, poll=poll if poll is not None else POLL_SECONDS_DEFAULT,
                 on_progress=on_progress, stop=stop,
             ).run()
+
+
+def _plan_nodes(plan: str) -> Iterator[tuple[dict[str, Any], tuple[str, ...]]]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan with the node types above it."""
+    tree = json.loads(plan)
+    stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(entry["Plan"], ()) for entry in tree]
+    while stack:
+        node, above = stack.pop()
+        yield node, above
+        stack.extend((child, (*above, node["Node Type"])) for child in node.get("Plans", []))

@@ -8,7 +8,9 @@ Parts (each in its own module, each with its own database session used only by i
       app that also has async ones run on a pool of ``concurrency`` threads beside them);
     * the **settler** (:mod:`.settler`) acks, retries, dead-letters and hands back in batches, and
       records activity counters;
-    * the **lease keeper** (:mod:`.lease_keeper`, with ``heartbeat``) renews running tasks' leases.
+    * the **lease keeper** (:mod:`.lease_keeper`, with ``heartbeat``) renews running tasks' leases;
+    * the **lease sweeper** (:mod:`.lease_sweeper`, unless ``sweep`` is off) returns crashed
+      workers' expired leases to the queue, each worker taking turns at a share of the buckets.
     They share only memory (:mod:`.inflight`): which tasks are held, and the counters that pace
     claims. Failures are decided by :func:`shardq.failures.settle_failures`, as in the reaper.
 
@@ -31,6 +33,11 @@ Guarantees
       instead of being started (it may already be running elsewhere).
     * An async handler that blocks the event loop for ``blocked_loop_seconds`` (0.5 s) or more is
       logged at WARNING on ``shardq.worker`` with its task id and queue, once per block.
+    * Without any ``shardq reap`` process, a crashed worker's tasks come back within their lease
+      plus about 3 s (see :mod:`.lease_sweeper`); ``until_empty`` sweeps every bucket before it
+      reports done, and runs the tasks of its queues that sweep put back.
+    * Whatever a handler raises is stored as text the database accepts (:mod:`shardq.error_text`);
+      an outcome the database refuses is settled alone, so the others of its batch still are.
 
 Does not
     * kill a sync handler's thread: Python cannot. A handler that outlives its lease keeps running,
@@ -55,7 +62,7 @@ Introspection
 Options: the fields of :class:`WorkerConfig`, whose defaults are the constants in
 :mod:`.config` (``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds`` per
 queue, ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
-``heartbeat`` off, ``until_empty`` off, ``stats_interval`` 2 s, ``statement_timeout`` 10 s (the
+``heartbeat`` off, ``until_empty`` off, ``sweep`` on, ``stats_interval`` 2 s, ``statement_timeout`` 10 s (the
 server cancels a statement of the worker's sessions after this long; a cancelled claim or settle is
 retried with backoff like a lost connection), ``listen`` on (on PostgreSQL an idle fetcher waits
 for a producer's wake-up instead of sleeping; see :mod:`shardq.notify`), ``blocked_loop_seconds``

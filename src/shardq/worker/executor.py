@@ -338,7 +338,9 @@ class LoopExecutor:
                     else:
                         entry.timeout_at = monotonic() + entry.timeout
                         try:
-                            await asyncio.wait_for(running, entry.timeout)
+                            # In a task of its own (wait_for's), a KeyboardInterrupt or SystemExit
+                            # from the handler would be re-raised out of the event loop.
+                            await asyncio.wait_for(_contained(running) if is_async else running, entry.timeout)
                         except TimeoutError:
                             if monotonic() < entry.timeout_at:
                                 raise  # the handler's own timeout, not ours
@@ -348,7 +350,7 @@ class LoopExecutor:
                         return  # handed back by the worker already (a copy was queued)
                     record_failure(entry, RuntimeError("the task's coroutine was cancelled"), self.totals)
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
-                    record_failure(entry, exc, self.totals)
+                    record_failure(entry, exc.raised if isinstance(exc, _Contained) else exc, self.totals)
                 finally:
                     current.pop(me, None)
                 entry.seconds = perf_counter() - t0
@@ -413,3 +415,21 @@ class LoopExecutor:
                         claimed.id, claimed.queue, blocked,
                         extra={"event": "blocked_loop", "task_id": claimed.id, "queue": claimed.queue},
                     )
+
+
+class _Contained(Exception):
+    """A KeyboardInterrupt or SystemExit a handler raised, carried as an ordinary exception."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(raised)
+        self.raised = raised
+
+
+async def _contained(awaitable: Any) -> Any:
+    """Await ``awaitable``, turning the exceptions asyncio re-raises out of a task's step (and so
+    out of the event loop: KeyboardInterrupt, SystemExit) into :class:`_Contained`, so a handler
+    that raises them fails its task instead of stopping the worker's loop."""
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Contained(exc) from exc

@@ -21,7 +21,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from .. import backoff, exclusive
 from .. import stats as activity
@@ -55,12 +54,12 @@ STATS_PRUNE_SECONDS = 60.0
 class Step:
     """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A step
     can be re-run on any part of its items, which is how one bad outcome is kept from failing
-    the others (:meth:`Settler._isolate`). ``fallback`` (failures only) re-runs one item with a
-    plain reason in place of its own error text."""
+    the others (:meth:`Settler._isolate`). ``writes_errors``: its items carry error texts, which a
+    last try replaces with a plain reason."""
 
     run: Callable[[TaskStore, list], None]
     items: list
-    fallback: Callable[[TaskStore, Any, Exception], None] | None = None
+    writes_errors: bool = False
 
 
 @dataclass(slots=True)
@@ -211,7 +210,7 @@ class Settler:
                 self._count(items, store.task_release_many([fenced(o.claimed) for o in items]), "released")
             steps.append(Step(release, releases))
         if fails:
-            steps.append(Step(self._settle_failures, fails, self._settle_failure_plainly))
+            steps.append(Step(self._settle_failures, fails, writes_errors=True))
         if reschedules:
             def reschedule(store: TaskStore, items: list[InFlight]) -> None:
                 done = store.task_retry_many(
@@ -219,7 +218,7 @@ class Settler:
                     require_expired=False, refund=True,
                 )
                 self._count(items, done, "retried")
-            steps.append(Step(reschedule, reschedules, self._settle_failure_plainly))
+            steps.append(Step(reschedule, reschedules, writes_errors=True))
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
                 done = _remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
@@ -265,9 +264,14 @@ class Settler:
         if len(step.items) > 1:
             log.warning("settling %d outcomes together failed (%s); settling them one by one", len(step.items), exc)
             return [replace(step, items=[item]) for item in step.items]
-        if step.fallback is not None and step.items:
+        if step.writes_errors and step.items:
+            outcome: InFlight = step.items[0]
+            refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.error("task %s: settling it with its error text failed (%s); settling it with a plain reason "
+                      "(was: %r)", outcome.claimed.key.id, refusal, (outcome.error or "")[:200])
+            outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
             try:
-                step.fallback(store, step.items[0], exc)
+                step.run(store, step.items)
                 return []
             except Exception as again:
                 if isinstance(again, DatabaseError) and again.transient:
@@ -275,21 +279,6 @@ class Settler:
                 exc = again
         log.error("could not settle an outcome, leaving it to the lease sweep: %s", exc)
         return []
-
-    def _settle_failure_plainly(self, store: TaskStore, outcome: InFlight, exc: Exception) -> None:
-        """Settle a failure whose own error text the database refused, with a reason that names
-        the refusal instead."""
-        original = outcome.error
-        refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
-        log.error("task %s: storing its error text failed (%s); stored a plain reason instead (was: %r)",
-                  outcome.claimed.key.id, exc, (original or "")[:200])
-        if outcome.kind == RESCHEDULE:
-            done = store.task_retry_many([fenced(outcome.claimed)], [outcome.delay], [outcome.error],
-                                         require_expired=False, refund=True)
-            self._count([outcome], done, "retried")
-        else:
-            self._settle_failures(store, [outcome])
 
     def _close_claims(
         self, outcomes: list[InFlight], acks: list[InFlight]

@@ -1,0 +1,118 @@
+"""The plan part of ``shardq doctor``: which named statements an engine can send are planned, with
+which representative values, and what a plan must not do.
+
+A statement is planned when it is a query or a data change (``SELECT``, ``WITH``, ``INSERT``,
+``UPDATE``, ``DELETE``, ``UPSERT``) and needs no per-call table (only the ``{shard_col}`` slot,
+filled from the discovered layout). DDL, ``SET``, ``LISTEN``, ``COPY`` and the statements reading
+engine internals (CockroachDB's job list, checked separately) are not. Values come from each
+parameter's cast in the SQL (``%(ids)s::UUID[]`` gets one UUID) or, uncast, from its name
+(:data:`VALUES_BY_NAME`); a parameter neither gives is a defect the test suite catches.
+
+Verdicts, each through the engine's own plan inspection (:mod:`shardq.engine`):
+    * ``full scan`` — :meth:`~shardq.engine.Engine.plan_reads_whole_table`, except for the
+      operators' reads in :data:`WHOLE_TABLE_READS`, which read every row by design;
+    * ``fans out over buckets`` — :meth:`~shardq.engine.Engine.plan_fans_out`, for statements
+      that name one bucket (a ``bucket`` parameter);
+    * ``SKIP LOCKED without a hard limit`` — :meth:`~shardq.engine.Engine.plan_skip_locked_unbounded`,
+      for statements that lock with ``SKIP LOCKED``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .engine import Engine
+from .models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED
+from .queries import Statement
+
+_PLANNED_KEYWORDS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "UPSERT")
+_PARAMETER = re.compile(r"%\((\w+)\)[sb](?:::([A-Za-z0-9_]+)(\[\])?)?")
+_NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+#: Statements that read every row of a table on purpose, never on a worker's per-task path: a full
+#: scan there is expected, not a problem.
+WHOLE_TABLE_READS = frozenset({
+    # `buckets show`: rows per bucket, every row counted.
+    "task_count_by_bucket", "task_count_by_bucket_current",
+    # shardq_buckets (PostgreSQL) holds one row.
+    "buckets_lock_get", "buckets_update", "layout_get",
+    # Periodic pruning and the Spark ledger's housekeeping look for old rows by age in small tables
+    # (one row per schedule slot kept, per Spark run, per staging table), at most once a minute.
+    "periodic_slots_prune", "spark_runs_expire", "spark_stages_stale",
+})
+
+_BY_TYPE: dict[str, Any] = {
+    "UUID": uuid.UUID(int=1), "INT": 0, "INT2": 0, "INT4": 0, "INT8": 0, "BIGINT": 0, "FLOAT8": 1.0,
+    "TEXT": "default", "STRING": "default", "BYTEA": b"x", "BYTES": b"x", "TIMESTAMPTZ": _NOW, "BOOL": False,
+}
+
+#: Values of parameters the SQL does not cast, by name.
+VALUES_BY_NAME: dict[str, Any] = {
+    "after": 0, "backlog_rank": RANK_BACKLOG, "scheduled_rank": RANK_SCHEDULED, "backoff_base": 1.0,
+    "backoff_cap": 60.0, "bucket": 0, "bucket_count": 16, "cap": 100, "chunk": 0, "chunks": 1, "merged": 0,
+    "exclusive_latest_only": None, "id": uuid.UUID(int=1), "lease_seconds": 30.0, "limit": 100,
+    "max_attempts": MAX_ATTEMPTS_DEFAULT, "name": "doctor", "paused_dequeue": None, "paused_enqueue": None,
+    "queue": "default", "rank_cap": 4, "resizing_from": None, "retry_jitter": None, "run_id": "doctor",
+    "scheme": "doctor", "slot": 0, "stage": "shardq_stage_doctor", "states": ["ready"], "timeout_clear": False,
+}
+
+
+#: Values for a parameter whose name means something else in one statement.
+VALUES_BY_STATEMENT: dict[str, dict[str, Any]] = {
+    "periodic_slot_take": {"slot": _NOW},
+    "spark_run_mark": {"scheme": 1},
+}
+
+
+def planned(engine: Engine) -> dict[str, Statement]:
+    """The engine's named statements ``shardq doctor`` plans (see the module documentation)."""
+    chosen = {}
+    for name, statement in sorted(engine.statements().items()):
+        keyword = _first_keyword(statement.text)
+        if (keyword in _PLANNED_KEYWORDS and statement.slots <= {"shard_col"}
+                and name not in engine.statements_needing_internals and not name.startswith("doctor_")):
+            chosen[name] = statement
+    return chosen
+
+
+def example_values(statement: Statement) -> dict[str, Any]:
+    """Representative bound values for every parameter of ``statement``; KeyError names one the
+    SQL neither casts nor :data:`VALUES_BY_NAME` knows."""
+    found = _PARAMETER.findall(statement.text)
+    values: dict[str, Any] = dict(VALUES_BY_STATEMENT.get(statement.name, {}))
+    for name, cast, array in found:  # a cast anywhere in the text types the parameter
+        if cast.upper() in _BY_TYPE and name not in values:
+            values[name] = [_BY_TYPE[cast.upper()]] if array else _BY_TYPE[cast.upper()]
+    for name, _, _ in found:
+        if name not in values:
+            values[name] = VALUES_BY_NAME[name]
+    return values
+
+
+def problems(engine: Engine, name: str, statement: Statement, plan: str, bucket_count: int) -> list[str]:
+    """What is wrong with ``plan``, the engine's plan of ``statement`` (empty: nothing)."""
+    found = []
+    if name not in WHOLE_TABLE_READS and engine.plan_reads_whole_table(plan):
+        found.append("full scan")
+    if "bucket" in example_values(statement) and engine.plan_fans_out(plan, bucket_count):
+        found.append("fans out over buckets")
+    if "SKIP LOCKED" in statement.text.upper() and engine.plan_skip_locked_unbounded(plan):
+        found.append("SKIP LOCKED without a hard limit")
+    return found
+
+
+def _first_keyword(text: str) -> str:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("--"):
+            return stripped.split(None, 1)[0].upper().rstrip("(")
+    return ""
+
+
+def describe(values: Mapping[str, Any]) -> str:
+    """The values a plan was asked for, shortened for a report line."""
+    return ", ".join(f"{k}={v!r}"[:40] for k, v in values.items())
