@@ -775,7 +775,7 @@ def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
 
 
 def sweep(bench: Bench, sizes: Sizes, log) -> dict:
-    """Workers sweeping expired leases themselves (shardq.worker.lease_sweeper): (1) its cost,
+    """Workers sweeping expired leases themselves (shardq.maintenance.lease_sweeper): (1) its cost,
     ``burn_reps`` paired ABBA drains of ``burn_tasks`` no-op tasks by 4 worker processes with the
     sweeper on (the default) and off (``sweep=False``, the code before it); (2) the chaos cell with
     workers only, no reaper process: recovery of a SIGKILLed worker's tasks."""

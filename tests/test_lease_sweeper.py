@@ -6,7 +6,7 @@ import datetime as dt
 import random
 import threading
 
-from shardq.worker.lease_sweeper import LeaseSweeper
+from shardq.maintenance.lease_sweeper import LeaseSweeper
 from shardq.worker.sessions import SessionPerThread
 
 from .factories import utcnow

@@ -16,7 +16,8 @@ import pytest
 
 import shardq
 from shardq.errors import InvalidInput
-from shardq.periodic import Scheduler, prune
+from shardq.maintenance.pruning import prune_slots as prune
+from shardq.periodic import Scheduler
 
 UTC = dt.UTC
 SHARDQ = str(Path(sys.executable).with_name("shardq"))

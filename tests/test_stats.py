@@ -16,10 +16,11 @@ from rich.console import Console
 from shardq import Permanent, dashboard
 from shardq.cli.main import cli
 from shardq.errors import DatabaseUnavailable
+from shardq.maintenance.pruning import prune_counters as prune
 from shardq.models import Accuracy, Activity, QueueStats, Stats
 from shardq.producer import Producer
 from shardq.reaper import Reaper
-from shardq.stats import StatsOptions, collect, prune
+from shardq.stats import StatsOptions, collect
 
 from .factories import fenced, utcnow
 

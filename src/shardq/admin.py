@@ -14,6 +14,7 @@ from typing import Any
 from . import flow, statements, validation
 from .db import Session
 from .errors import InvalidInput
+from .maintenance.batches import until_short_batch
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
 from .plans import Plan, run
 from .stats import StatsOptions, collect
@@ -112,12 +113,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
 def dead_purge(store: TaskStore, queue: str) -> int:
     """Delete every dead task of ``queue``, in bounded batches. Returns how many."""
     validation.queue_name(queue)
-    total = 0
-    while True:
-        deleted = store.dead_purge_batch(queue, PAGE)
-        total += deleted
-        if deleted < PAGE:
-            return total
+    return until_short_batch(lambda n: store.dead_purge_batch(queue, n), PAGE)
 
 
 def task_show(store: TaskStore, task_id: str) -> TaskInfo | None:

@@ -16,7 +16,7 @@ helpers, so the two gateways cannot drift apart:
   original as ``__cause__`` and the DSN's password redacted (:func:`shardq.db.statement_error`).
 
 :class:`AsyncBorrowedSession` runs statements on a caller's ``AsyncConnection`` inside the caller's
-transaction (never committing it), like :class:`shardq.db.BorrowedSession`; :func:`borrow_async`
+transaction (never committing it), like :class:`shardq.borrowed.BorrowedSession`; :func:`borrow_async`
 accepts a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncConnection`` on the
 psycopg driver.
 
@@ -221,7 +221,7 @@ class AsyncSession:
 
 class AsyncBorrowedSession(AsyncSession):
     """Named statements on a ``psycopg.AsyncConnection`` the caller owns, inside the caller's
-    transaction. Guarantees and limits as :class:`shardq.db.BorrowedSession`: nothing here
+    transaction. Guarantees and limits as :class:`shardq.borrowed.BorrowedSession`: nothing here
     commits, rolls back or closes the connection (a connection outside autocommit has its
     transaction begun by the first statement if none is open); no 40001 retry (the caller's
     transaction is aborted: :class:`SerializationConflict` surfaces), no reconnect."""

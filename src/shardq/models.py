@@ -50,7 +50,7 @@ class TaskKey(NamedTuple):
 
     A named tuple rather than a frozen dataclass, like :class:`ClaimedTask`: one is built per
     claimed task, and a tuple is built in C (a frozen dataclass pays a Python-level
-    ``object.__setattr__`` per field: 3.2 µs per claimed task for the two, against 0.6).
+    ``object.__setattr__`` per field; figures: docs/loadtest.md, "What the hot path was tuned with").
     """
 
     bucket: int

@@ -42,6 +42,7 @@ from cronsim import CronSim, CronSimError
 
 from .arguments import encode_call
 from .errors import DatabaseError, InvalidInput
+from .maintenance.pruning import prune_slots
 from .store import TaskStore
 
 log = logging.getLogger("shardq.periodic")
@@ -49,9 +50,8 @@ log = logging.getLogger("shardq.periodic")
 #: the longest a scheduler sleeps between looks at its schedules
 TICK_SECONDS_MAX = 0.5
 TICK_SECONDS_MIN = 0.05
+#: how often a scheduler prunes old slot rows (:func:`shardq.maintenance.pruning.prune_slots`)
 PRUNE_SECONDS = 60.0
-KEEP_SLOTS_SECONDS = 86_400.0
-PRUNE_BATCH = 1000
 CATCH_UP_MAX = 100
 #: the argument a periodic task may declare to receive its slot's time
 TIMESTAMP_ARGUMENT = "timestamp"
@@ -170,15 +170,6 @@ def take_slot(store: TaskStore, schedule: Schedule, slot: dt.datetime) -> bool:
                                     priority=schedule.priority, max_attempts=schedule.max_attempts)
 
 
-def prune(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -> int:
-    deleted = 0
-    while True:
-        batch = store.periodic_slots_prune(keep_seconds, PRUNE_BATCH)
-        deleted += batch
-        if batch < PRUNE_BATCH:
-            return deleted
-
-
 @dataclass(frozen=True)
 class ScheduleView:
     """A schedule as ``shardq periodic list`` shows it."""
@@ -255,7 +246,7 @@ class Scheduler:
                 self.run_once()
                 if time.monotonic() >= next_prune:
                     next_prune = time.monotonic() + PRUNE_SECONDS
-                    prune(self.store)
+                    prune_slots(self.store)
                 failures = 0
             except DatabaseError as exc:  # the next tick tries again: a slot is taken late, not lost
                 failures += 1

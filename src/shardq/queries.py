@@ -88,8 +88,8 @@ _ARRAY_PARAMETER = re.compile(r"%\((\w+)\)s(::[A-Za-z0-9_]+\[\])")
 def binary_array_parameters(text: str) -> str:
     """``%(name)s::TYPE[]`` -> ``%(name)b::TYPE[]``: the array is sent in PostgreSQL's binary
     format. psycopg renders a text array element by element in Python (quoting, escaping, hex for
-    bytea); the binary form is 5-10x cheaper per element for UUIDs and bytea, which is most of
-    an enqueue's or an ack's client CPU. The explicit cast keeps the statement's types whatever
+    bytea); the binary form costs a fraction of that per element for UUIDs and bytea, which are most of
+    an enqueue's or an ack's client CPU (figures: docs/loadtest.md, "What the hot path was tuned with"). The explicit cast keeps the statement's types whatever
     element type psycopg picks."""
     return _ARRAY_PARAMETER.sub(r"%(\1)b\2", text)
 

@@ -29,8 +29,8 @@ _RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK
 #: wait on each other's row lock; readers sum them.
 STATS_SLOTS = 8
 #: A producer adds its enqueues to the counters at once for a queue it has not counted yet, then at
-#: most this often (one small statement; an upsert inside every enqueue statement measured 2-12 %
-#: slower single-row enqueues).
+#: most this often (one small statement; an upsert inside every enqueue statement slowed single-row
+#: enqueues: docs/introspection.md, "What the hooks cost the hot path").
 ENQUEUE_COUNT_SECONDS = 1.0
 #: The oldest ready task of a (queue, bucket) is looked for among this many priorities (one index
 #: descent each); with more priorities in use in one bucket its age is a lower bound.

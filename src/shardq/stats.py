@@ -18,8 +18,7 @@ Depth, per (queue, bucket), from the tasks table itself
     shard. On PostgreSQL, where the state is not in the key, the ready count is an index-only
     count of the active range (ready or leased) minus the leased tasks, which are found through
     the lease records (one per claimed batch, sized by what is in flight): a state filter would
-    turn every counted entry into a heap visit (at 10M rows, 491 ms instead of 67 ms for
-    16 x 10,000 entries). Dead letters are counted per queue through their (queue, died_at)
+    turn every counted entry into a heap visit. Dead letters are counted per queue through their (queue, died_at)
     index, capped at ``bucket_cap`` x buckets. With more than ``max_buckets`` (64) buckets, a
     random sample of ``max_buckets`` buckets is counted and the sums scaled up.
 
@@ -47,9 +46,8 @@ Lead time (see :class:`shardq.models.QueueStats`)
     same backlog x mean handler duration / handler threads serving the queue. Both are ``None``
     when the window has no completions / no timings, and lower bounds when the backlog is.
 
-Measured on the embedded PostgreSQL with 10,000,000 ready tasks in 16 buckets: the full
-``GROUP BY queue`` this replaces took 2.7-5.9 s per call; :func:`collect` takes 41 ms with the
-default cap (16 x 10,000 index entries), 13 ms with a cap of 1,000 (docs/introspection.md).
+What it costs against the full ``GROUP BY queue`` it replaces, measured at 10,000,000 tasks:
+docs/introspection.md, "Why it is cheap, and what is exact".
 """
 
 from __future__ import annotations
@@ -75,10 +73,9 @@ BUCKET_CAP_DEFAULT = 10_000
 # (queue, bucket) there would make a stats call cost thousands of round trips.
 MAX_BUCKETS_DEFAULT = 64
 WINDOW_MINUTES_DEFAULT = 5
-# Counter rows older than this are pruned; the window can therefore reach back at most this far.
+# Counter rows older than this are pruned (shardq.maintenance.pruning); the window can therefore
+# reach back at most this far.
 RETENTION_SECONDS = 3600.0
-PRUNE_BATCH = 1000
-PRUNE_MAX_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -254,14 +251,3 @@ class ActivityTally:
         self._pending = {}
         return True
 
-
-def prune(store: TaskStore, *, keep_seconds: float = RETENTION_SECONDS) -> int:
-    """Delete counter rows older than ``keep_seconds``, in bounded batches. Safe to run from many
-    processes at once. Returns how many rows went."""
-    total = 0
-    for _ in range(PRUNE_MAX_BATCHES):
-        deleted = store.stats_prune(keep_seconds, PRUNE_BATCH)
-        total += deleted
-        if deleted < PRUNE_BATCH:
-            break
-    return total

@@ -90,9 +90,9 @@ class CockroachDBEngine(Engine):
     # Exclusive keys are correct only under SERIALIZABLE (no advisory locks: a racing backlog insert
     # and key release must abort one another with 40001). SERIALIZABLE is only the default:
     # READ COMMITTED exists from 23.2 and default_transaction_isolation can be set per role,
-    # database or cluster (audit F6), so every explicit transaction asks for it.
+    # database or cluster (docs/cockroachdb.md, "Connection"), so every explicit transaction asks for it.
     transaction_isolation = "SERIALIZABLE"
-    # Only crdb_internal.jobs carries a job's descriptor ids (audit F4: gated from 26.1).
+    # Only crdb_internal.jobs carries a job's descriptor ids (gated from 26.1: docs/cockroachdb.md, "Resizing").
     statements_needing_internals = frozenset({"table_schema_jobs_running"})
 
     # EXPLAIN's text rows; values inlined so the optimizer plans for the constants, as it does
@@ -142,7 +142,7 @@ class CockroachDBEngine(Engine):
         configurable in every version (``pkg/sql/vars.go``); a unitless ``statement_timeout`` is in
         milliseconds (``validateTimeoutVar``). ``results_buffer_size`` is *not* sent: it is
         read-only before 24.2 (cockroachdb#124437), which refused every connection, and from 24.1.1
-        its default is already 512 KiB (audit F2). ``allow_unsafe_internals`` (from 25.x; off by
+        its default is already 512 KiB (docs/cockroachdb.md, "Connection"). ``allow_unsafe_internals`` (from 25.x; off by
         default from 26.1) is sent only by sessions that read ``crdb_internal`` jobs; older servers
         do not know it and ignore it with a log line.
         """
@@ -166,7 +166,7 @@ class CockroachDBEngine(Engine):
         """The shard column and bucket count of ``shardq_tasks``'s primary key, read in one
         statement (``shard_layout_get``) from ``information_schema.statistics`` and ``pg_indexes``,
         which every supported version serves outside the unsafe-internals gate (``crdb_internal``
-        and a nested ``[SHOW INDEX]`` reading it are gated from 26.1: audits F4, N4)."""
+        and a nested ``[SHOW INDEX]`` reading it are gated from 26.1: docs/cockroachdb.md, "Layout discovery")."""
         rows = yield Call("shard_layout_get")
         # The primary index keeps its default name <table>_pkey; prefer it should an operator have
         # added a hash-sharded secondary index of their own.

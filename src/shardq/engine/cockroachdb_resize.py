@@ -111,7 +111,7 @@ def resize(
     wait for the table's remaining schema-change jobs; check the new layout; then try to drop the
     old shard column. CockroachDB keeps that column after the swap; a consumer still filtering on
     it would read the spans of every new bucket with the stale column as a residual filter (many
-    more rows than one bucket, and SKIP LOCKED locking what it scans: audit F13); once it is gone such a claim fails with
+    more rows than one bucket, and SKIP LOCKED locking what it scans: docs/cockroachdb.md, "Layout discovery"); once it is gone such a claim fails with
     :class:`~shardq.errors.ShardLayoutChanged` and the consumer re-discovers. If the server
     refuses the drop, the refusal is reported in ``stale_column_kept`` and consumers still switch
     within their refresh interval.

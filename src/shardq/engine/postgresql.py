@@ -78,8 +78,8 @@ class PostgreSQLEngine(Engine):
 
     def startup_options(self, *, statement_timeout_ms: int | None = None, internals: bool = False) -> list[str]:
         # Every shardq session runs in UTC: the timestamps it reads come back with
-        # datetime.timezone.utc, which psycopg decodes at 0.14 µs against 0.35-0.6 µs for a named
-        # zone such as the common default 'Etc/UTC' (a claimed task carries three). Nothing in
+        # datetime.timezone.utc, which psycopg decodes faster than a named zone such as the common
+        # default 'Etc/UTC' (a claimed task carries three; figures: docs/loadtest.md). Nothing in
         # shardq's SQL depends on the session's zone (only minute truncation, the same in all).
         options = ["-c timezone=UTC"]
         if statement_timeout_ms:

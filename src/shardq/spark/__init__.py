@@ -60,26 +60,21 @@ Does not
       may see other rows (rows of chunks merged earlier are then simply not enqueued again);
     * protect a run after its ledger rows were forgotten (``shardq spark-gc --forget-runs-after``).
 
-Modules: :mod:`.jdbc` (Java, driver jar, JDBC URL, SparkSession), :mod:`.frame` (column mapping,
-ids, checks), :mod:`.calls` (rows as calls of app tasks), :mod:`.ledger` (statements, merge),
-:mod:`.writer` (the COPY writer's executor side), :mod:`.job` (the job, gc, file inputs),
-:mod:`.stream` (Structured Streaming, one run per micro-batch).
+Modules: :mod:`.jdbc` (Java, driver jar, JDBC URL, SparkSession), :mod:`.columns` (column
+mapping, each field's cast and checks), :mod:`.checks` (value checks and their report),
+:mod:`.frame` (ids, chunks, the staging rows), :mod:`.calls` (rows as calls of app tasks),
+:mod:`.ledger` (statements, merge), :mod:`.writer` (the COPY writer's executor side),
+:mod:`.options` (the job's options and result), :mod:`.job` (the job), :mod:`.cleanup` (stale
+staging tables, old runs, progress), :mod:`.files` (file inputs), :mod:`.stream` (Structured
+Streaming, one run per micro-batch).
 """
 
-from .frame import TaskColumns
+from .cleanup import GcResult, gc, run_progress
+from .columns import TaskColumns
+from .files import derive_run_id, enqueue_file, input_format, read_input
 from .jdbc import JdbcDriver, find_java, find_jdbc_driver, jdbc_target, spark_session
-from .job import (
-    GcResult,
-    SparkEnqueueResult,
-    WriteOptions,
-    derive_run_id,
-    enqueue_dataframe,
-    enqueue_file,
-    gc,
-    input_format,
-    read_input,
-    run_progress,
-)
+from .job import enqueue_dataframe
+from .options import SparkEnqueueResult, WriteOptions
 from .stream import await_stream, enqueue_directory_stream, enqueue_stream, read_stream, stream_run_id
 
 __all__ = [

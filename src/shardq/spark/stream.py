@@ -166,7 +166,7 @@ def read_stream(
     """A file-source stream over the directory ``path`` (parquet, CSV with a header row, JSON
     lines). Spark needs the schema up front: it is inferred from the files already there, so the
     directory must hold at least one; files added later must share it."""
-    from .job import read_input
+    from .files import read_input
 
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -186,7 +186,8 @@ def read_stream(
 def stream_format(path: str | os.PathLike[str], fmt: str | None) -> str:
     """``fmt``, or the extension its files share (``.parquet``, ``.csv``, ``.json``/``.jsonl``),
     else parquet (Spark's own part files)."""
-    from .job import FORMATS, input_format
+    from .files import input_format
+    from .options import FORMATS
 
     if fmt:
         return input_format(path, fmt)

@@ -9,7 +9,7 @@ Parts (each in its own module, each with its own database session used only by i
     * the **settler** (:mod:`.settler`) acks, retries, dead-letters and hands back in batches, and
       records activity counters;
     * the **lease keeper** (:mod:`.lease_keeper`, with ``heartbeat``) renews running tasks' leases;
-    * the **lease sweeper** (:mod:`.lease_sweeper`, unless ``sweep`` is off) returns crashed
+    * the **lease sweeper** (:mod:`shardq.maintenance.lease_sweeper`, unless ``sweep`` is off) returns crashed
       workers' expired leases to the queue, each worker taking turns at a share of the buckets.
     They share only memory (:mod:`.inflight`): which tasks are held, and the counters that pace
     claims. Failures are decided by :func:`shardq.failures.settle_failures`, as in the reaper.
@@ -34,7 +34,7 @@ Guarantees
     * An async handler that blocks the event loop for ``blocked_loop_seconds`` (0.5 s) or more is
       logged at WARNING on ``shardq.worker`` with its task id and queue, once per block.
     * Without any ``shardq reap`` process, a crashed worker's tasks come back within their lease
-      plus about 3 s (see :mod:`.lease_sweeper`); ``until_empty`` sweeps every bucket before it
+      plus about 3 s (see :mod:`shardq.maintenance.lease_sweeper`); ``until_empty`` sweeps every bucket before it
       reports done, and runs the tasks of its queues that sweep put back.
     * Whatever a handler raises is stored as text the database accepts (:mod:`shardq.error_text`);
       an outcome the database refuses is settled alone, so the others of its batch still are.

@@ -50,7 +50,7 @@ class WorkerConfig:
     #: schedule the app's periodic tasks (``shardq work --no-periodic``: False)
     periodic: bool = True
     #: sweep expired leases of crashed workers (``shardq work --no-sweep``: False; see
-    #: :mod:`shardq.worker.lease_sweeper`)
+    #: :mod:`shardq.maintenance.lease_sweeper`)
     sweep: bool = True
 
     def validate(self) -> WorkerConfig:

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from .. import backoff, flow, notify
 from ..consumer import PROMOTE_INTERVAL_SECONDS, Consumer
 from ..errors import DatabaseError
+from ..maintenance.lease_sweeper import LeaseSweeper
 from ..models import ClaimedTask
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import LoopExecutor, ThreadExecutor
 from .inflight import InFlightTable, entries_for
-from .lease_sweeper import LeaseSweeper
 from .sessions import SessionPerThread
 
 log = logging.getLogger("shardq.worker")

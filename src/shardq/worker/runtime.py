@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 
 from ..db import Session
 from ..errors import DatabaseError, InvalidInput
+from ..maintenance.lease_sweeper import LeaseSweeper
 from ..models import Task
 from ..periodic import Scheduler
 from .config import WorkerConfig, WorkerTotals
@@ -20,7 +21,6 @@ from .events import EventHook, EventSink
 from .fetcher import Fetcher
 from .inflight import InFlightTable
 from .lease_keeper import LeaseKeeper
-from .lease_sweeper import LeaseSweeper
 from .loop_executor import LoopExecutor
 from .outcomes import Outbox
 from .sessions import SessionPerThread

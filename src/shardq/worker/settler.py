@@ -28,6 +28,7 @@ from ..consumer import fenced
 from ..error_text import storable
 from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
+from ..maintenance.pruning import prune_counters
 from ..queue_settings import QueueSettingsCache
 from ..store import Fenced, TaskStore, WholeClaim
 from .config import WorkerConfig, WorkerTotals
@@ -377,7 +378,7 @@ class Settler:
     @staticmethod
     def _prune_stats(store: TaskStore) -> None:
         try:
-            activity.prune(store)
+            prune_counters(store)
         except DatabaseError as exc:  # housekeeping: the next prune tries again
             log.debug("pruning old queue activity rows failed: %s", exc)
 

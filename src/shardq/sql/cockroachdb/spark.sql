@@ -3,9 +3,10 @@
 -- name: spark_stage_create
 -- A per-attempt staging table. Its primary key leads with the chunk, so each chunk merge reads one
 -- span. A new table is one range until it splits (by size or load), so the Spark writers share that
--- range at first (audit F12: spreading chunks does not help a table that has not split yet; see
--- docs/cockroachdb.md, "Spark staging"). rid only makes rows unique (Spark never writes it). No UNLOGGED or TEMP tables: CockroachDB has neither for this (temp tables are
--- per session, and Spark writes from its own connections).
+-- range at first (spreading chunks does not help a table that has not split yet: docs/cockroachdb.md,
+-- "Spark staging"). rid only makes rows unique (Spark never writes it). No UNLOGGED or TEMP tables:
+-- CockroachDB has neither for this (temp tables are per session, and Spark writes from its own
+-- connections).
 CREATE TABLE {stage} (
     chunk INT4 NOT NULL,
     rid UUID NOT NULL DEFAULT gen_random_uuid(),

@@ -10,7 +10,7 @@
 -- (pkg/sql/opt/lookupjoin/constraint_builder.go, findComputedColJoinEquality: "columns referenced
 -- in the computed expression are a subset of columns that already have equality constraints"); a
 -- column equal to a constant does not count, and the lookup then fans out over every bucket
--- (audit F5). So: claim and promote name the bucket their subquery found the row in
+-- (docs/cockroachdb.md, "Hot statements"). So: claim and promote name the bucket their subquery found the row in
 -- (`t.{shard_col} = %(bucket)s`), and the key-addressed statements take the state as an input
 -- column (`unnest(%(states)s …) AS k(state, …)`, always 'leased'), so all five shard inputs are
 -- join equalities and each row is one point lookup.

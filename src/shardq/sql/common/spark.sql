@@ -55,8 +55,8 @@ RETURNING chunk
 -- DISTINCT ON (id) keeps one. Rows with an exclusive key are left to spark_chunk_keyed_rows (they
 -- may have to wait in their key's backlog). The dedupe index is the only arbiter: the ids are
 -- distinct here and new (derived from the run, merged once per the ledger) and these rows carry no
--- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) made
--- the merge 1.6x slower. When the queue is paused for enqueue nothing is inserted and paused = true: the
+-- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) slowed
+-- the merge (docs/spark.md, "Before: the staging path"). When the queue is paused for enqueue nothing is inserted and paused = true: the
 -- caller rolls the chunk back. Spark binds NULL for every absent value; defaults are applied here.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,

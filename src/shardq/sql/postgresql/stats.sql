@@ -11,9 +11,8 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 -- Per (queue, bucket), each count capped at cap: tasks in the active span (rank < backlog_rank:
 -- ready and leased rows, ranked by priority; a claim leaves the key alone), scheduled tasks already
 -- due (not promoted yet: they count as ready) and not yet due, and backlog entries. The counts need
--- no state filter, so they are index-only scans of the primary key that stop at the LIMIT
--- (measured at 10M rows: 67 ms for 16 x 10,000 entries, against 491 ms with a state filter, which
--- turns every entry into a heap visit); the caller subtracts the leased tasks found through the
+-- no state filter, so they are index-only scans of the primary key that stop at the LIMIT (a state
+-- filter would turn every entry into a heap visit: docs/introspection.md, "Why it is cheap"); the caller subtracts the leased tasks found through the
 -- lease records. ORDER BY keeps them plain index scans: a bitmap scan would collect the whole
 -- range before the LIMIT applies. oldest_ready is the earliest exec_time among the first ready row
 -- of each priority (a loose index scan over at most rank_cap priorities) and the first due

@@ -141,8 +141,9 @@ SELECT id FROM done
 -- (rows of other claims interleave only where consumers raced for the same bucket). No per-task
 -- arrays travel, and one range scan replaces a lookup per task. Scalar parameters on purpose: the
 -- statement's plan does not depend on their values (the key's range scan), so once prepared the
--- server reuses one generic plan instead of planning each ack (~240 µs, about the ack's own
--- execution time, for the multi-claim form over unnested arrays this replaced). How many rows
+-- server reuses one generic plan instead of planning each ack (which cost about as much as the ack's
+-- own execution for the multi-claim form over unnested arrays this replaced: docs/loadtest.md,
+-- "What the hot path was tuned with"). How many rows
 -- went, and their ids only when fewer than expected (some lease had been lost; none deleted is an
 -- empty array, not NULL).
 WITH done AS (

@@ -19,7 +19,7 @@ Guarantees
       token and re-checks the expiry, as the reaper's are.
 
 Does not
-    * know whether the worker behind an expired lease is really gone (see :mod:`shardq.reaper`).
+    * know whether the worker behind an expired lease is really gone (see :mod:`shardq.maintenance.reaper`).
     * promote scheduled tasks or prune counters: consumers promote as they claim, and workers
       already prune the counters they write.
 
@@ -36,12 +36,11 @@ import random
 import threading
 import time
 from collections.abc import Collection
+from typing import Protocol
 
-from .. import backoff
-from ..errors import DatabaseError
-from ..reaper import Reaper, ReapResult
 from ..store import TaskStore
-from .sessions import SessionPerThread
+from .loop import repeat
+from .reaper import Reaper, ReapResult
 
 log = logging.getLogger("shardq.worker")
 
@@ -53,11 +52,17 @@ TURNS_PER_ROUND = 2
 RETRY_PAUSE_MAX = 30.0
 
 
+class StoreSource(Protocol):
+    """Where the sweeper's thread gets its store (a worker's :class:`shardq.worker.sessions.SessionPerThread`)."""
+
+    def store(self) -> TaskStore: ...
+
+
 class LeaseSweeper:
     """A worker's share of reaping; :meth:`run_once` is one turn, :meth:`run` only schedules turns
     on :attr:`thread` until ``stop`` is set."""
 
-    def __init__(self, sessions: SessionPerThread, stop: threading.Event, *, queues: Collection[str] = (),
+    def __init__(self, sessions: StoreSource, stop: threading.Event, *, queues: Collection[str] = (),
                  every: float = SWEEP_EVERY_SECONDS, rng: random.Random | None = None) -> None:
         self.sessions = sessions
         self.queues = frozenset(queues)
@@ -102,19 +107,11 @@ class LeaseSweeper:
             self.put_back_due = max(self.put_back_due, time.monotonic() + max(mine))
 
     def run(self) -> None:
-        failures = 0
+        """Take turns until ``stop`` is set (:func:`shardq.maintenance.loop.repeat`), the first
+        after a random part of one pause so the fleet's workers do not all start at once."""
         pause = self.every / TURNS_PER_ROUND
-        wait = self.rng.uniform(0, pause)  # the fleet's workers do not all start their turns at once
-        while not self.stop_event.wait(wait):
-            try:
-                self.run_once()
-                failures = 0
-                wait = pause * self.rng.uniform(0.8, 1.2)
-            except DatabaseError as exc:  # lost connection, a resize under way: the next turn tries again
-                failures += 1
-                wait = backoff.idle_sleep(failures, minimum=pause, maximum=RETRY_PAUSE_MAX, rng=self.rng)
-                log.log(logging.WARNING if exc.transient else logging.ERROR,
-                        "sweeping expired leases failed (%s); retrying in %.1fs", exc, wait)
+        repeat(self.run_once, self.stop_event, every=pause, retry_max=RETRY_PAUSE_MAX,
+               what="sweeping expired leases", log=log, rng=self.rng, first_wait=self.rng.uniform(0, pause))
 
     def _reaper_for(self, store: TaskStore) -> Reaper:
         if self._reaper is None or self._reaper.store is not store:

@@ -1,0 +1,39 @@
+"""Pruning: old rows of the activity counters and of the periodic slots, in bounded batches.
+
+``shardq_stats`` (per-minute activity counters, migration 0003) keeps an hour: rates read at most
+that far back. ``shardq_periodic`` (taken slots, migration 0005) keeps a day, and never a
+schedule's latest slot, which the scheduler reads to find missed slots. Both prunes go through
+:func:`shardq.maintenance.batches.until_short_batch`.
+
+Who runs them: the reaper prunes counters once per pass and every worker's settler about once a
+minute (:mod:`shardq.worker.settler`); every worker running an app with schedules prunes slots
+once a minute (:class:`shardq.periodic.Scheduler`).
+
+Guarantees
+    * Safe from many processes at once; each statement deletes at most its batch.
+"""
+
+from __future__ import annotations
+
+from ..stats import RETENTION_SECONDS
+from ..store import TaskStore
+from .batches import until_short_batch
+
+PRUNE_BATCH = 1000
+#: at most this many counter batches per call: a backlog of counter rows is worked off over calls
+COUNTERS_MAX_BATCHES = 20
+#: periodic slot rows are kept this long (a day), a schedule's latest always
+KEEP_SLOTS_SECONDS = 86_400.0
+
+
+def prune_counters(store: TaskStore, *, keep_seconds: float = RETENTION_SECONDS) -> int:
+    """Delete activity counter rows older than ``keep_seconds`` (an hour), at most
+    ``COUNTERS_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many rows went."""
+    return until_short_batch(lambda n: store.stats_prune(keep_seconds, n), PRUNE_BATCH,
+                             max_batches=COUNTERS_MAX_BATCHES)
+
+
+def prune_slots(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -> int:
+    """Delete periodic slot rows older than ``keep_seconds`` (a day), never a schedule's latest,
+    until none is left. Returns how many rows went."""
+    return until_short_batch(lambda n: store.periodic_slots_prune(keep_seconds, n), PRUNE_BATCH)
