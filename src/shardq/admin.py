@@ -15,7 +15,7 @@ from . import flow, statements, validation
 from .db import Session
 from .errors import InvalidInput
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
-from .plans import Plan, run
+from .plans import Plan
 from .stats import StatsOptions, collect
 from .store import TaskStore
 
@@ -143,7 +143,7 @@ def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
     later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
     the active task of an exclusive key releases the key's backlog. A malformed id, or none, is
     :class:`InvalidInput` before anything is sent."""
-    return run(store.session, cancel_plan(parse_cancel_ids(ids)))
+    return store.session.run(cancel_plan(parse_cancel_ids(ids)))
 
 
 def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:

@@ -78,6 +78,7 @@ from .errors import (
     DatabaseError,
     InvalidInput,
     SerializationConflict,
+    ShardqError,
 )
 from .gateway import (
     RETRY_LIMIT_DEFAULT,
@@ -89,6 +90,7 @@ from .gateway import (
     retry_pause,
     statement_error,
 )
+from .plans import Atomically, Call, Plan, SchemaChange, UseShardColumn, WithInternals
 
 log = logging.getLogger("shardq.db")
 
@@ -242,6 +244,24 @@ class Session:
             self._shard_column = column
             self._composed.clear()
 
+    # -- plans --------------------------------------------------------------------------------
+    def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` (:mod:`shardq.plans`) on this session and return its result. Each request
+        is served in turn; a shardq error a request raises is thrown into the plan at its
+        ``yield``."""
+        value: Any = None
+        error: ShardqError | None = None
+        while True:
+            try:
+                request = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            try:
+                value = _serve(self, request)
+            except ShardqError as exc:
+                value, error = None, exc
+
     # -- statements ---------------------------------------------------------------------------
     def _query(self, name: str, identifiers: Mapping[str, str] | None = None) -> Any:
         if identifiers:
@@ -349,19 +369,17 @@ class Session:
             raise _translate(exc, self.dsn) from exc
 
     def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
-        """The engine's plan of a named statement with these values, as text (one line per row
-        the server returned), for plan checks: see :meth:`shardq.engine.Engine.plan_reads_whole_table`."""
+        """The engine's EXPLAIN output for a named statement with these values, as text (one line
+        per row the server returned), for query-plan checks: see
+        :meth:`shardq.engine.Engine.explain_reads_whole_table`."""
         engine = self.engine
         query = self._query(name)
         try:
             conn = self._connection()
-            if engine.inlines_explain_values:
-                inlined = psycopg.ClientCursor(conn).mogrify(query, params or {})
-                rows = conn.execute(sql.SQL(engine.explain_prefix) + sql.SQL(inlined)).fetchall()
-            else:
-                prefixed = sql.Composed([sql.SQL(engine.explain_prefix), query if isinstance(query, sql.Composable)
-                                         else sql.SQL(query)])
-                rows = conn.execute(prefixed, params or {}).fetchall()
+            text = query if isinstance(query, str) else query.as_string(conn)
+            explain, values = engine.explain_query(
+                text, params or {}, lambda text, values: psycopg.ClientCursor(conn).mogrify(text, values))
+            rows = conn.execute(explain, values).fetchall()
         except psycopg.Error as exc:
             raise _translate(exc, self.dsn) from exc
         lines = (next(iter(row.values())) for row in rows)
@@ -437,6 +455,32 @@ class Session:
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     self._discard()
                 raise _translate(exc, self.dsn) from exc
+
+
+def _serve(session: Session, request: Any) -> Any:
+    if isinstance(request, Call):
+        if request.rows == "all":
+            return session.fetch_all(request.name, request.params, resend_ambiguous=request.resend_ambiguous,
+                                     identifiers=request.identifiers, binary=request.binary, tuples=request.tuples)
+        if request.rows == "one":
+            return session.fetch_one(request.name, request.params, identifiers=request.identifiers)
+        session.execute(request.name, request.params, identifiers=request.identifiers)
+        return None
+    if isinstance(request, SchemaChange):
+        session.execute_ddl(request.name, identifiers=request.identifiers, literals=request.literals)
+        return None
+    if isinstance(request, Atomically):
+        body = request.body
+        return session.transaction(lambda s: s.run(body()))
+    if isinstance(request, UseShardColumn):
+        session.set_shard_column(request.column)
+        return None
+    if isinstance(request, WithInternals):
+        if session.internals:
+            return session.run(request.body())
+        with session.sibling(internals=True) as internal:
+            return internal.run(request.body())
+    return session.engine
 
 
 def identifier(name: str) -> sql.Identifier:

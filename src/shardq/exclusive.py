@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from . import statements
 from .models import NewTask
-from .plans import Atomically, Plan, run
+from .plans import Atomically, Plan
 from .store import TaskStore
 
 
@@ -50,7 +50,7 @@ class ExclusiveEnqueue:
 def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
     """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
     into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
-    return run(store.session, enqueue_plan(queue, tasks, ids))
+    return store.session.run(enqueue_plan(queue, tasks, ids))
 
 
 def enqueue_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
@@ -65,7 +65,7 @@ def enqueue_in_transaction(
     """:func:`enqueue`'s work, inside a transaction the caller holds open (the Spark merge does
     this in each chunk's transaction). Takes the keys' locks first, so it must be the only part of
     that transaction that touches these keys' backlogs."""
-    return run(store.session, in_transaction_plan(queue, tasks, ids))
+    return store.session.run(in_transaction_plan(queue, tasks, ids))
 
 
 def in_transaction_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
@@ -107,7 +107,7 @@ def remove_and_release(
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return run(store.session, remove_and_release_plan(keys, remove_plan, key_of))
+    return store.session.run(remove_and_release_plan(keys, remove_plan, key_of))
 
 
 def remove_and_release_plan(

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from . import statements
 from .engine import Engine
 from .errors import DatabaseError, DatabaseUnavailable
-from .plans import ENGINE, Plan, run
+from .plans import ENGINE, Plan
 from .store import TaskStore
 
 log = logging.getLogger("shardq.notify")
@@ -91,7 +91,7 @@ class Notifier:
         """Call after an enqueue that inserted tasks due now has committed. Sends the wake-up
         unless the throttle says one went out recently; returns whether it did. A failure to send
         is logged and swallowed: polling covers it."""
-        return run(store.session, self.wake(queue))
+        return store.session.run(self.wake(queue))
 
     def wake(self, queue: str) -> Plan[bool]:
         """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""

@@ -33,7 +33,7 @@ from . import exclusive, statements, validation
 from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask
 from .notify import Notifier
-from .plans import Plan, run
+from .plans import Plan
 from .statements import EnqueueCounts
 from .store import TaskStore
 
@@ -114,7 +114,7 @@ class Producer:
         """Enqueue many tasks, ``batch_size`` per statement. Every task is validated before the
         first statement runs, so bad input writes nothing."""
         prepared = prepare(queue, tasks, batch_size=batch_size, payload_limit=self.payload_limit)
-        return run(self.store.session, enqueue_plan(queue, prepared, batch_size=batch_size,
+        return self.store.session.run(enqueue_plan(queue, prepared, batch_size=batch_size,
                                                     counts=self.store.enqueue_counts, notifier=self.notifier))
 
 

@@ -98,7 +98,7 @@ def binary_array_parameters(text: str) -> str:
 def statements_for(folder: str, *, binary: bool = False) -> dict[str, Statement]:
     """All statements of one engine: ``sql/common``, overridden by the engine's own ``folder``.
     With ``binary`` array parameters are sent in binary (:func:`binary_array_parameters`; the engine
-    decides, see :attr:`shardq.engine.Engine.sends_binary_arrays`)."""
+    decides: :meth:`shardq.engine.Engine.statements`)."""
     if folder not in FOLDERS:
         raise ValueError(f"no SQL folder {folder!r}")
     merged = dict(_read_folder("common"))

@@ -17,24 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine import Engine
+from .engine.common import RANKS, task_arrays
 from .errors import DatabaseError
-from .models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, Activity, NewTask, QueueSettings, ShardLayout
+from .models import Activity, NewTask, QueueSettings, ShardLayout
 from .plans import ENGINE, Call, Plan, UseShardColumn
 
 log = logging.getLogger("shardq.store")
 
-_RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
 #: wait on each other's row lock; readers sum them.
 STATS_SLOTS = 8
 #: A producer adds its enqueues to the counters at once for a queue it has not counted yet, then at
-#: most this often (one small statement; an upsert inside every enqueue statement measured 2-12 %
-#: slower single-row enqueues).
+#: most this often (one small statement instead of an upsert inside every enqueue statement,
+#: which made single-row enqueues slower).
 ENQUEUE_COUNT_SECONDS = 1.0
-#: The oldest ready task of a (queue, bucket) is looked for among this many priorities (one index
-#: descent each); with more priorities in use in one bucket its age is a lower bound.
-STATS_PRIORITIES_MAX = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,53 +44,12 @@ class CancelledTask:
     backlogged: bool
 
 
-def _task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, Any]:
-    """The parallel arrays of the task_insert_* statements. With ``compact`` (PostgreSQL), an
-    optional column no task sets is sent as NULL instead of an array of defaults: multi-argument
-    unnest pads it with NULLs, and most batches then carry just ids and payloads."""
-    arrays: dict[str, list | None] = {
-        "ids": list(ids),
-        "payloads": [t.payload for t in tasks],
-        "delays": [t.delay for t in tasks],
-        "run_ats": [t.run_at for t in tasks],
-        "max_attempts": [t.max_attempts for t in tasks],
-        "dedupe_keys": [t.dedupe_key for t in tasks],
-        "priorities": [t.priority for t in tasks],
-        "exclusive_keys": [t.exclusive_key for t in tasks],
-    }
-    if compact:
-        for name, default in _OPTIONAL_DEFAULTS.items():
-            if not any(value != default for value in arrays[name] or ()):
-                arrays[name] = None
-    return {**arrays, **_RANKS, "max_attempts_default": MAX_ATTEMPTS_DEFAULT}
-
-
-# Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
-_OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
-                      "priorities": 0, "exclusive_keys": None}
-
-
-def _depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
-               leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
-    """``leased`` counts every leased task; the row's ``leased`` is those whose lease still runs,
-    ``expired`` the others."""
-    known = [t for t in oldest if t is not None]
-    return {
-        "queue": queue, "bucket": bucket,
-        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": max(0, leased - expired),
-        "expired": expired, "backlog": backlog,
-        "oldest_ready": min(known) if known else None,
-        "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
-        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap,
-    }
-
-
 # -- layout ------------------------------------------------------------------------------------
 
 def layout() -> Plan[ShardLayout]:
     """Read the bucket layout and point the session's ``{shard_col}`` statements at it."""
     engine: Engine = yield ENGINE
-    found: ShardLayout = yield from engine.layout_plan()
+    found: ShardLayout = yield from engine.read_layout()
     yield UseShardColumn(found.shard_column)
     return found
 
@@ -103,7 +60,7 @@ def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UU
     """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
     enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
     engine: Engine = yield ENGINE
-    arrays = _task_arrays(tasks, ids, compact=engine.accepts_null_arrays)
+    arrays = engine.task_arrays(tasks, ids)
     if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
         del arrays["dedupe_keys"], arrays["exclusive_keys"]
         row = yield Call("task_insert_many_fresh", {"queue": queue, **arrays}, rows="one")
@@ -115,7 +72,7 @@ def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UU
 
 
 def task_insert_backlog_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call("task_insert_backlog_many", {"queue": queue, **_task_arrays(tasks, ids)})
+    rows = yield Call("task_insert_backlog_many", {"queue": queue, **task_arrays(tasks, ids)})
     return {row["id"] for row in rows}
 
 
@@ -131,7 +88,7 @@ def exclusive_keys_lock(pairs: Sequence[tuple[str, str]]) -> Plan[None]:
 
 def task_backlog_release(pairs: Sequence[tuple[str, str]]) -> Plan[set[uuid.UUID]]:
     rows = yield Call(
-        "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **_RANKS}
+        "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **RANKS}
     )
     return {row["id"] for row in rows}
 
@@ -172,15 +129,12 @@ def flow_usage() -> Plan[dict[str, tuple[int, int]]]:
 
 # -- introspection -------------------------------------------------------------------------------
 
-def stats_snapshot(*, historical: bool) -> Plan[None]:
-    """Start the stats transaction's snapshot: one consistent, read-only view (PostgreSQL), or
-    on CockroachDB with ``historical`` a follower read. Must be the transaction's first
-    statement."""
+def stats_snapshot(*, historical: bool) -> Plan[bool]:
+    """Start the stats transaction's snapshot: one consistent, read-only view, or with
+    ``historical`` a read slightly in the past where the engine has one. Must be the
+    transaction's first statement. Returns whether the snapshot is historical."""
     engine: Engine = yield ENGINE
-    if historical and engine.historical_reads:
-        yield Call("stats_snapshot_historical", rows="none")
-    else:
-        yield Call("stats_snapshot_begin", rows="none")
+    return (yield from engine.stats_snapshot(historical))
 
 
 def stats_now() -> Plan[dict[str, Any]]:
@@ -218,63 +172,11 @@ def stats_depth(queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan
     ``oldest_ready`` (exec_time of the oldest due ready or scheduled task), and
     ``<count>_capped`` flags telling which counts stopped at a limit (the true number is
     higher). Each count reads at most ``cap`` rows (``ready``: twice that); the oldest ready
-    task is looked for among the first :data:`STATS_PRIORITIES_MAX` priorities in use."""
+    task is looked for among the first :data:`shardq.engine.common.STATS_PRIORITIES_MAX` priorities in use."""
     if not queues or not buckets:
         return []
     engine: Engine = yield ENGINE
-    if engine.counts_depth_in_one_statement:
-        return (yield from _stats_depth_postgresql(queues, buckets, cap))
-    # CockroachDB: one statement per (queue, bucket), each a handful of capped single-shard
-    # spans with bound values (no correlated subquery for the optimizer to get wrong), and one
-    # short scan per priority in use for the oldest ready task.
-    out = []
-    for queue in queues:
-        for bucket in buckets:
-            row = yield Call("stats_depth_one", {"queue": queue, "bucket": bucket, "cap": cap, **_RANKS}, rows="one")
-            assert row is not None
-            heads = []
-            after = -(2**63)
-            for _ in range(STATS_PRIORITIES_MAX):
-                head = yield Call("stats_ready_head_after", {"queue": queue, "bucket": bucket, "after": after},
-                                  rows="one")
-                if head is None:
-                    break
-                heads.append(head["exec_time"])
-                after = head["rank"]
-            out.append(_depth_row(
-                queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
-                scheduled=row["scheduled"], leased=row["leased"], expired=row["expired"],
-                leased_capped=row["leased"] >= cap,
-                backlog=row["backlog"], oldest=[*heads, row["oldest_due_scheduled"]],
-            ))
-    return out
-
-
-def _stats_depth_postgresql(queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan[list[dict[str, Any]]]:
-    # Leased tasks through the lease records; the active span minus those is the ready ones.
-    limit = cap * len(buckets)
-    leased_rows = yield Call("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
-    leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
-    expired = {(row["queue"], int(row["bucket"])): row["expired"] for row in leased_rows}
-    leased_capped = sum(leased.values()) >= limit
-    rows = yield Call(
-        "stats_depth_many",
-        {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX, **_RANKS},
-    )
-    out = []
-    for row in rows:
-        key = (row["queue"], int(row["bucket"]))
-        n_leased = leased.get(key, 0)
-        depth = _depth_row(
-            row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
-            due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
-            expired=expired.get(key, 0),
-            leased_capped=leased_capped, backlog=row["backlog"],
-            oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
-        )
-        depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap
-        out.append(depth)
-    return out
+    return (yield from engine.depth(queues, buckets, cap))
 
 
 # -- the enqueue counter -------------------------------------------------------------------------

@@ -64,7 +64,7 @@ from . import statements, validation
 from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import Accuracy, Activity, BucketDepth, QueueStats, Stats
-from .plans import ENGINE, Atomically, Plan, run
+from .plans import ENGINE, Atomically, Plan
 from .statements import STATS_SLOTS
 from .store import TaskStore
 
@@ -114,19 +114,21 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
     """A :class:`~shardq.models.Stats` snapshot of every queue in ``shardq_queues`` (and any
     queue with recorded activity), empty ones included. See the module documentation for what
     is exact and what is estimated."""
-    return run(store.session, collect_plan((options or StatsOptions()).validate(), rng=rng))
+    return store.session.run(collect_plan((options or StatsOptions()).validate(), rng=rng))
 
 
 def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> Plan[Stats]:
     """:func:`collect` as a plan (:mod:`shardq.plans`), for either gateway; ``options`` validated."""
-    engine: Engine = yield ENGINE
+    engine: Engine = yield ENGINE  # its name, for the report
     layout = yield from statements.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())
     cap = options.bucket_cap
-    historical = options.follower_read and engine.historical_reads
+    # Whether the snapshot read is historical: the engine answers (only some have such reads).
+    historical = False
 
-    def read(historical: bool) -> Plan[tuple[Any, Any, Any, Any, Any]]:
-        yield from statements.stats_snapshot(historical=historical)
+    def read(wanted: bool) -> Plan[tuple[Any, Any, Any, Any, Any]]:
+        nonlocal historical
+        historical = yield from statements.stats_snapshot(historical=wanted)
         clock = yield from statements.stats_now()
         window = yield from statements.stats_window(options.window_minutes)
         settings = {q.name: q for q in (yield from statements.queue_list())}
@@ -139,7 +141,7 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
         return clock, window, names, depth, (dead, settings, usage)
 
     try:
-        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(historical))
+        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(options.follower_read))
     except (NotMigrated, ShardLayoutChanged):
         if not historical:
             raise

@@ -128,10 +128,10 @@ class SparkLedger:
         return row["started"] if row else None
 
     def stage_ready_for_merge(self, stage: str) -> None:
-        """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
-        already leads with it)."""
-        if self.session.engine.spark_stage_needs_index:
-            self.session.execute_ddl("spark_stage_index", identifiers={"stage": stage})
+        """After the Spark write: what the engine's staging table needs before chunks merge from
+        it (:meth:`shardq.engine.Engine.spark_stage_ready`: PostgreSQL indexes the chunk column;
+        CockroachDB's staging key already leads with it)."""
+        self.session.run(self.session.engine.spark_stage_ready(stage))
 
     def stage_rows(self, stage: str) -> int:
         return int(self.session.fetch_row("spark_stage_rows", identifiers={"stage": stage})["n"])

@@ -1,5 +1,5 @@
 """Online bucket resizing on PostgreSQL (the bucket is an ordinary column; the count lives in
-``shardq_buckets``). :func:`shardq.resize.resize_buckets` reaches it through the PostgreSQL engine.
+``shardq_buckets``). :func:`shardq.resize.resize_buckets` reaches it on PostgreSQL.
 
 * **Grow** (N above every bucket in use): one short transaction changes the ``bucket`` column's
   DEFAULT to ``floor(random() * N)`` and records N. Nothing moves. Consumers walk the new
