@@ -134,7 +134,7 @@ def test_no_module_outside_the_engine_package_reads_an_engine_trait():
 
 # The floor of the database layer: the plan vocabulary, the engines, the sessions and what they
 # share. Imports among these (TYPE_CHECKING ones included) must form no cycle.
-_FLOOR = ("shardq.plans", "shardq.dsn", "shardq.gateway", "shardq.db", "shardq.db_async", "shardq.borrowed",
+_FLOOR = ("shardq.plans", "shardq.dsn", "shardq.session_rules", "shardq.db", "shardq.db_async", "shardq.borrowed",
           "shardq.queries", "shardq.engine", "shardq.resize", "shardq.statements", "shardq.store")
 
 
@@ -208,6 +208,6 @@ def test_the_database_floor_has_no_import_cycle_and_the_engine_imports_no_sessio
     floor = {m for m in graph if m.startswith(_FLOOR)}
     assert _cycles_among(graph, floor) == []
     assert "shardq.plans" in floor and not graph["shardq.plans"], "plans.py is vocabulary: it imports nothing of shardq"
-    sessions = {"shardq.db", "shardq.db_async", "shardq.gateway", "shardq.borrowed", "shardq.resize"}
+    sessions = {"shardq.db", "shardq.db_async", "shardq.session_rules", "shardq.borrowed", "shardq.resize"}
     engine_imports = {m for name in floor if name.startswith("shardq.engine") for m in graph[name]}
     assert not engine_imports & sessions

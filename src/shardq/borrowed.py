@@ -15,7 +15,7 @@ from .errors import (
     DatabaseUnavailable,
     InvalidInput,
 )
-from .gateway import _translate
+from .session_rules import _translate
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ does not count as empty: the buckets it did not walk may hold tasks.
 
 A claim whose outcome is unknown (CockroachDB's 40003) or that kept failing with 40001 is counted
 as empty for its bucket and the walk goes on: if it did commit, its tasks stay leased under a
-token nobody holds and the reaper returns them when the lease expires (see :mod:`shardq.db`).
+token nobody holds and the reaper returns them when the lease expires (see :mod:`shardq.session_rules`).
 """
 
 from __future__ import annotations

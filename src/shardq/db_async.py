@@ -6,14 +6,14 @@ helpers, so the two gateways cannot drift apart:
 
 * connect: the engine's startup options and pinned isolation level, the engine learnt from the
   server (a ``postgresql://`` URL reaching CockroachDB reopens once with CockroachDB's options),
-  the server version checked (:func:`shardq.gateway.connect_arguments`, :func:`shardq.gateway.isolation_of`);
+  the server version checked (:func:`shardq.session_rules.connect_arguments`, :func:`shardq.session_rules.isolation_of`);
 * statements: the engine's named statements from ``sql/``, ``{shard_col}`` composed with
-  ``psycopg.sql.Identifier`` (:func:`shardq.gateway.compose_statement`);
+  ``psycopg.sql.Identifier`` (:func:`shardq.session_rules.compose_statement`);
 * 40001 retried with full-jitter backoff (the statement alone in autocommit, the whole body in
   :meth:`AsyncSession.transaction`); 40003 re-sent only for statements marked safe
-  (:func:`shardq.gateway.resend_after`, :func:`shardq.gateway.retry_pause`);
+  (:func:`shardq.session_rules.resend_after`, :func:`shardq.session_rules.retry_pause`);
 * every ``psycopg.Error`` leaves as a :class:`shardq.errors.DatabaseError` subclass with the
-  original as ``__cause__`` and the DSN's password redacted (:func:`shardq.gateway.statement_error`).
+  original as ``__cause__`` and the DSN's password redacted (:func:`shardq.session_rules.statement_error`).
 
 :class:`AsyncBorrowedSession` runs statements on a caller's ``AsyncConnection`` inside the caller's
 transaction (never committing it), like :class:`shardq.borrowed.BorrowedSession`; :func:`borrow_async`
@@ -39,7 +39,8 @@ from psycopg.rows import dict_row, tuple_row
 from .dsn import Dsn
 from .engine import POSTGRESQL, Engine, engine_for_server
 from .errors import DatabaseUnavailable, InvalidInput, SerializationConflict, ShardqError
-from .gateway import (
+from .plans import Atomically, Call, Plan, SchemaChange, UseShardColumn, WithInternals
+from .session_rules import (
     _translate,
     compose_statement,
     connect_arguments,
@@ -48,7 +49,6 @@ from .gateway import (
     retry_pause,
     statement_error,
 )
-from .plans import Atomically, Call, Plan, SchemaChange, UseShardColumn, WithInternals
 
 log = logging.getLogger("shardq.db")
 

@@ -38,7 +38,7 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Call:
     """Run the named statement ``name`` with ``params``; see the module documentation for
-    ``rows``. ``resend_ambiguous``: safe to re-send after CockroachDB's 40003 (see :mod:`shardq.db`).
+    ``rows``. ``resend_ambiguous``: safe to re-send after CockroachDB's 40003 (see :mod:`shardq.session_rules`).
     ``binary``: results in the server's binary format; ``tuples``: rows as tuples in the
     statement's column order (both for the claim, whose rows become objects at once; see
     :meth:`shardq.db.Session.fetch_all`). ``identifiers`` fills the statement's ``{slot}``

@@ -265,7 +265,7 @@ class TaskStore:
                           lease_seconds: float) -> list[tuple[int, dt.datetime]]:
         """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
         params = {"queue": queue, "slots": list(slots), "token": token, "lease_seconds": lease_seconds}
-        # Fenced by the holder's token: safe to re-send after 40003 (see shardq.db).
+        # Fenced by the holder's token: safe to re-send after 40003 (see shardq.session_rules).
         rows = self.session.fetch_all("flow_slots_extend", params, resend_ambiguous=True, tuples=True)
         return [(row[0], row[1]) for row in rows]
 

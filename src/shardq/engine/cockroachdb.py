@@ -66,7 +66,7 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
     _null_arrays = False
 
     # 40001 comes from every CockroachDB retry error; 40003 (StatementCompletionUnknown) is possible
-    # on an autocommit statement or COMMIT, so fenced statements are re-sent (see shardq.db).
+    # on an autocommit statement or COMMIT, so fenced statements are re-sent (see shardq.session_rules).
     retry = RetryPolicy(serialization_retries=10)
     # Exclusive keys are correct only under SERIALIZABLE (no advisory locks: a racing backlog insert
     # and key release must abort one another with 40001). SERIALIZABLE is only the default:

@@ -108,6 +108,6 @@ def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -
     records of ``closed_tokens`` where the engine keeps them. Returns the ids deleted."""
     params = key_arrays(items)
     params["closed_tokens"] = list(closed_tokens)
-    # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.db).
+    # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
     rows = yield Call("task_ack_many", params, resend_ambiguous=True)
     return {row["id"] for row in rows}

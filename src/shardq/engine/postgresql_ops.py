@@ -63,7 +63,7 @@ class PostgreSQLOperations:
         for c in claims:
             params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
                       "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys)}
-            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.db).
+            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.session_rules).
             rows = yield Call("task_ack_claim", params, resend_ambiguous=True)
             row = rows[0]
             if row["ids"] is not None:  # fewer deleted than held: name the ones left behind

@@ -295,13 +295,13 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             mark = _lap(clock, "statement", mark)
             data = _plain_rows(table, spec, opened)
             mark = _lap(clock, "rows", mark)
-            copy_in("spark_chunk_copy_tasks", s, data)
+            s.copy_in("spark_chunk_copy_tasks", data)
             mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
             stage = Stage(CHUNK_TABLE)
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
-            copy_in("spark_chunk_copy_rows", s, _buffer(lines), {"stage": CHUNK_TABLE})
+            s.copy_in("spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
             row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
                               identifiers={"stage": CHUNK_TABLE})
@@ -407,16 +407,3 @@ def _buffer(column: Any) -> memoryview:
     width = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
     bounds = np.frombuffer(offsets, dtype=width)[array.offset: array.offset + len(array) + 1]
     return memoryview(data)[int(bounds[0]): int(bounds[-1])]
-
-
-def copy_in(name: str, session: Session, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
-    """``COPY … FROM STDIN`` of a named statement with ``data`` (bytes, or a list of them), on the
-    session's connection, in its transaction (errors are translated by :meth:`Session.transaction`)."""
-    conn = session._connection()
-    with conn.cursor() as cur, cur.copy(session._query(name, identifiers)) as copy:
-        step = 1 << 20
-        for part in data if isinstance(data, list) else [data]:
-            view = memoryview(part)
-            for start in range(0, len(view), step):
-                copy.write(view[start:start + step])
-
