@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import shardq
-from shardq import plans, statements
+from shardq import operations, plans
 from shardq.db import Session
 from shardq.db_async import AsyncSession
 from shardq.errors import DatabaseError, StatementTimeout
@@ -150,12 +150,12 @@ def test_a_statements_error_is_raised_in_the_plan_where_it_yielded_on_both_drive
     assert Session.run(_Refusing(), _guarded()) == "caught: stats_now cancelled"
     assert asyncio.run(AsyncSession.run(_RefusingAsync(), _guarded())) == "caught: stats_now cancelled"
     with pytest.raises(StatementTimeout):
-        Session.run(_Refusing(), statements.stats_now())
+        Session.run(_Refusing(), operations.stats_now())
 
 
 def test_enqueue_counts_keep_what_a_failed_write_held_and_what_arrived_meanwhile():
     now = [0.0]
-    counts = statements.EnqueueCounts(clock=lambda: now[0])
+    counts = operations.EnqueueCounts(clock=lambda: now[0])
     assert Session.run(_Refusing(), counts.flush()) is True  # nothing held: nothing sent
     counts._uncounted["q"] = 5
     assert Session.run(_Refusing(), counts.flush()) is False

@@ -135,7 +135,7 @@ def test_no_module_outside_the_engine_package_reads_an_engine_trait():
 # The floor of the database layer: the plan vocabulary, the engines, the sessions and what they
 # share. Imports among these (TYPE_CHECKING ones included) must form no cycle.
 _FLOOR = ("shardq.plans", "shardq.dsn", "shardq.session_rules", "shardq.db", "shardq.db_async", "shardq.borrowed",
-          "shardq.queries", "shardq.engine", "shardq.resize", "shardq.statements", "shardq.store")
+          "shardq.queries", "shardq.engine", "shardq.resize", "shardq.operations", "shardq.store")
 
 
 def _module_name(path: Path) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import flow, statements, validation
+from . import flow, operations, validation
 from .db import Session
 from .errors import InvalidInput
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
@@ -160,11 +160,11 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
 
     # Lock the keys of every task named (a key never changes; whether the task is active may),
     # then delete, then release the keys whose active task was deleted.
-    keyed = yield from statements.task_exclusive_keys_by_id(wanted)
+    keyed = yield from operations.task_exclusive_keys_by_id(wanted)
     removed: set[uuid.UUID] = set()
 
     def remove() -> Plan[set[uuid.UUID]]:
-        gone = yield from statements.task_cancel_many(wanted)
+        gone = yield from operations.task_cancel_many(wanted)
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

@@ -51,9 +51,9 @@ from .db_async import AsyncSession, borrow_async
 from .errors import DatabaseError
 from .models import EnqueueResult, NewTask, Stats
 from .notify import Notifier
+from .operations import EnqueueCounts
 from .plans import Plan
 from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
-from .statements import EnqueueCounts
 from .worker import Handler, Resolver, WorkerTotals
 
 log = logging.getLogger("shardq.client")

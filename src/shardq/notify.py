@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from . import statements
+from . import operations
 from .engine import Engine
 from .errors import DatabaseError, DatabaseUnavailable
 from .plans import ENGINE, Plan
@@ -99,7 +99,7 @@ class Notifier:
         if not engine.supports_wakeups or not self.due(queue):
             return False
         try:
-            yield from statements.queue_notify(queue)
+            yield from operations.queue_notify(queue)
         except DatabaseError as exc:
             log.debug("wake-up for queue %s not sent (%s); workers will find the tasks by polling", queue, exc)
             return False

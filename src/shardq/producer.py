@@ -29,12 +29,12 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
 
-from . import exclusive, statements, validation
+from . import exclusive, operations, validation
 from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask
 from .notify import Notifier
+from .operations import EnqueueCounts
 from .plans import Plan
-from .statements import EnqueueCounts
 from .store import TaskStore
 
 BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the round trip,
@@ -154,7 +154,7 @@ def enqueue_plan(
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded
         else:
-            skipped, paused = yield from statements.task_insert_many(queue, chunk, ids)
+            skipped, paused = yield from operations.task_insert_many(queue, chunk, ids)
         if counts is not None:
             yield from counts.note(queue, len(chunk) - len(skipped))
         if paused:

@@ -1,27 +1,29 @@
-"""The sync typed facade over shardq's named statements: dataclasses in and out, each method
-one statement or one operation of the session's engine (:mod:`shardq.engine`), bound to one
-:class:`~shardq.db.Session`. The consumer, the worker, the reaper, flow control and admin reach
-the database through here; the enqueue path (:mod:`shardq.producer`, :mod:`shardq.exclusive`)
-and the asyncio client run the plans of :mod:`shardq.statements` on a session directly, and
-Spark and resize run their own statements on the sessions they open. None of them sees psycopg."""
+"""The sync typed facade over shardq's database operations: each method runs one plan on one
+:class:`~shardq.db.Session` — an operation of :mod:`shardq.operations` (what both engines send the
+same way) or of the session's engine (:mod:`shardq.engine`: claim, ack, reaping, depth, counts,
+layout) — with dataclasses in and out.
+
+Every named statement reaches the database the same way: as a plan the session runs
+(:meth:`shardq.db.Session.run`). This store is how the consumer, the worker, the reaper, flow
+control and admin run them; the enqueue path and the asyncio client run the same plans on their
+session directly; Spark and resize run the plans of their own statements on the sessions they
+open. None of them sees psycopg.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import statements
+from . import operations as ops
 from .db import Session
 from .engine import Engine
-from .engine.common import STATS_PRIORITIES_MAX, claim_batch, key_arrays, promote_due_one
-from .error_text import storable
+from .engine.common import STATS_PRIORITIES_MAX, claim_batch, promote_due_one
 from .leases import ExpiredLease, Fenced, WholeClaim
 from .models import (
-    MAX_ATTEMPTS_DEFAULT,
     Activity,
     ClaimedTask,
     DeadTask,
@@ -32,28 +34,19 @@ from .models import (
     TaskInfo,
     TokenBucket,
 )
+from .operations import ENQUEUE_COUNT_SECONDS, STATS_SLOTS, CancelledTask, EnqueueCounts
 from .plans import Plan
-from .statements import (
-    ENQUEUE_COUNT_SECONDS,
-    STATS_SLOTS,
-    CancelledTask,
-    EnqueueCounts,
-)
 
 __all__ = [  # names other modules and tests import from here
     "ENQUEUE_COUNT_SECONDS", "STATS_PRIORITIES_MAX", "STATS_SLOTS", "CancelledTask", "EnqueueCounts", "ExpiredLease",
     "Fenced", "TaskStore", "WholeClaim",
 ]
 
-log = logging.getLogger("shardq.store")
-
 T = TypeVar("T")
 
 
 class TaskStore:
-    """Statement wrappers bound to one :class:`~shardq.db.Session`. The statements the asyncio
-    client sends too are plans of :mod:`shardq.statements`, and the operations that differ per
-    engine are plans of the session's engine; both run here on the sync session.
+    """Typed operations bound to one :class:`~shardq.db.Session` (see the module documentation).
 
     It remembers how many tasks were enqueued through it that the activity counters do not know
     of yet (see :meth:`count_enqueued`); :meth:`flush_enqueue_counts` writes them out.
@@ -81,41 +74,40 @@ class TaskStore:
     def layout(self) -> ShardLayout:
         """Read the current bucket layout from the database and point this session's statements
         at it (CockroachDB's ``{shard_col}``)."""
-        return self.session.run(statements.layout())
+        return self.session.run(ops.layout())
 
     # -- producer ---------------------------------------------------------------------------
     def task_insert_many(
         self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
     ) -> tuple[set[uuid.UUID], bool]:
-        """See :func:`shardq.statements.task_insert_many`."""
-        return self.session.run(statements.task_insert_many(queue, tasks, ids))
+        """See :func:`shardq.operations.task_insert_many`."""
+        return self.session.run(ops.task_insert_many(queue, tasks, ids))
 
     def task_insert_backlog_many(self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        return self.session.run(statements.task_insert_backlog_many(queue, tasks, ids))
+        return self.session.run(ops.task_insert_backlog_many(queue, tasks, ids))
 
     def task_exclusive_active(self, queue: str, keys: Sequence[str]) -> set[str]:
-        rows = self.session.fetch_all("task_exclusive_active", {"queue": queue, "keys": list(keys)})
-        return {row["exclusive_key"] for row in rows}
+        return self.session.run(ops.task_exclusive_active(queue, keys))
 
     def task_backlog_supersede(self, queue: str, keys: Sequence[str], keep: Sequence[uuid.UUID]) -> int:
-        return self.session.run(statements.task_backlog_supersede(queue, keys, keep))
+        return self.session.run(ops.task_backlog_supersede(queue, keys, keep))
 
     def exclusive_keys_lock(self, pairs: Sequence[tuple[str, str]]) -> None:
         """Take the per-key locks (PostgreSQL; a no-op statement on CockroachDB) for this transaction."""
-        self.session.run(statements.exclusive_keys_lock(pairs))
+        self.session.run(ops.exclusive_keys_lock(pairs))
 
     def task_backlog_release(self, pairs: Sequence[tuple[str, str]]) -> set[uuid.UUID]:
-        return self.session.run(statements.task_backlog_release(pairs))
+        return self.session.run(ops.task_backlog_release(pairs))
 
     def task_exclusive_keys_by_id(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
-        return self.session.run(statements.task_exclusive_keys_by_id(ids))
+        return self.session.run(ops.task_exclusive_keys_by_id(ids))
 
     def task_cancel_many(self, ids: Sequence[uuid.UUID]) -> list[CancelledTask]:
-        return self.session.run(statements.task_cancel_many(ids))
+        return self.session.run(ops.task_cancel_many(ids))
 
     def count_enqueued(self, queue: str, count: int) -> None:
         """Note ``count`` tasks enqueued into ``queue`` for the activity counters (see
-        :class:`shardq.statements.EnqueueCounts`). Call it outside a transaction. On a caller's
+        :class:`shardq.operations.EnqueueCounts`). Call it outside a transaction. On a caller's
         connection nothing is counted: the tasks exist only if the caller commits, and a counter
         row written there would be locked until then."""
         if self.enqueue_counts is not None:
@@ -167,59 +159,39 @@ class TaskStore:
             return set()
         return self.session.run(self.session.engine.ack_claims(claims))
 
-    def task_retry_many(
-        self,
-        items: Sequence[Fenced],
-        delays: Sequence[float],
-        errors: Sequence[str | None],
-        *,
-        require_expired: bool,
-        refund: bool = False,
-    ) -> set[uuid.UUID]:
-        """Put leased tasks back at now() + delay with their error text (made storable: see
-        :mod:`shardq.error_text`). With ``refund`` the attempt each claim charged is given back
-        (the handler asked for the retry)."""
-        params = key_arrays(items)
-        params.update(delays=list(delays), errors=[storable(e) for e in errors], require_expired=require_expired,
-                      refunds=[1 if refund else 0] * len(items))
-        return {row["id"] for row in self.session.fetch_all("task_retry_many", params, resend_ambiguous=True)}
+    def task_retry_many(self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *,
+                        require_expired: bool, refund: bool = False) -> set[uuid.UUID]:
+        """See :func:`shardq.operations.task_retry_many`."""
+        return self.session.run(ops.task_retry_many(items, delays, errors, require_expired=require_expired,
+                                                    refund=refund))
 
-    def task_bury_many(
-        self, items: Sequence[Fenced], errors: Sequence[str | None], *, require_expired: bool
-    ) -> set[uuid.UUID]:
-        params = key_arrays(items)
-        params.update(errors=[storable(e) for e in errors], require_expired=require_expired)
-        return {row["id"] for row in self.session.fetch_all("task_bury_many", params, resend_ambiguous=True)}
+    def task_bury_many(self, items: Sequence[Fenced], errors: Sequence[str | None], *,
+                       require_expired: bool) -> set[uuid.UUID]:
+        return self.session.run(ops.task_bury_many(items, errors, require_expired=require_expired))
 
     def task_release_many(self, items: Sequence[Fenced]) -> set[uuid.UUID]:
-        rows = self.session.fetch_all("task_release_many", key_arrays(items), resend_ambiguous=True)
-        return {row["id"] for row in rows}
+        return self.session.run(ops.task_release_many(items))
 
     def task_extend_many(self, items: Sequence[Fenced], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
-        params = key_arrays(items)
-        params["lease_seconds"] = lease_seconds
-        rows = self.session.fetch_all("task_extend_many", params, resend_ambiguous=True)
-        return {row["id"]: row["lease_expires_at"] for row in rows}
+        return self.session.run(ops.task_extend_many(items, lease_seconds))
 
     # -- reaper -----------------------------------------------------------------------------
     def task_reap_candidates(self, bucket: int, limit: int) -> list[ExpiredLease]:
         return self.session.run(self.session.engine.reap_candidates(bucket, limit))
 
     def sweep_turns_take(self, buckets: Sequence[int], every_seconds: float) -> list[int]:
-        """Take the sweeping turn of each of ``buckets`` not swept in the last ``every_seconds``;
-        returns the buckets taken (each taken by one caller at a time: see sql/common/sweeps.sql)."""
-        rows = self.session.fetch_all("sweep_turns_take", {"buckets": list(buckets), "every_seconds": every_seconds})
-        return sorted(row["bucket"] for row in rows)
+        """See :func:`shardq.operations.sweep_turns_take`."""
+        return self.session.run(ops.sweep_turns_take(buckets, every_seconds))
 
     def lease_sweep(self, bucket: int, limit: int) -> tuple[int, int]:
         """Settle expired lease records of ``bucket`` (dropped, pushed); (0, 0) where the engine
         keeps none (see :meth:`shardq.engine.Engine.sweep_lease_records`)."""
         return self.session.run(self.session.engine.sweep_lease_records(bucket, limit))
 
-    # -- wake-ups (PostgreSQL) --------------------------------------------------------------
+    # -- wake-ups (an engine capability: see shardq.notify) ---------------------------------
     def queue_notify(self, queue: str) -> None:
         """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
-        self.session.run(statements.queue_notify(queue))
+        self.session.run(ops.queue_notify(queue))
 
     def notify_listen(self) -> None:
         """Subscribe this store's session to queue wake-ups, for as long as it lives."""
@@ -231,119 +203,84 @@ class TaskStore:
 
     # -- queues -----------------------------------------------------------------------------
     def queue_ensure(self, queue: str) -> None:
-        self.session.execute("queue_ensure", {"queue": queue})
+        self.session.run(ops.queue_ensure(queue))
 
     def queue_get(self, queue: str) -> QueueSettings | None:
-        return self.session.run(statements.queue_get(queue))
+        return self.session.run(ops.queue_get(queue))
 
     def queue_list(self) -> list[QueueSettings]:
-        return self.session.run(statements.queue_list())
+        return self.session.run(ops.queue_list())
 
     def queue_update(self, queue: str, **changes: object) -> QueueSettings | None:
-        fields = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
-                  "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds",
-                  "concurrency", "rate", "burst")
-        params: dict[str, object] = {name: changes.get(name) for name in fields}
-        params["timeout_clear"] = bool(changes.get("timeout_clear"))
-        row = self.session.fetch_one("queue_update", {"queue": queue, **params})
-        return QueueSettings.from_row(row) if row else None
+        return self.session.run(ops.queue_update(queue, changes))
 
-    # -- flow control (shardq.flow; statements in sql/common/flow.sql) ---------------------------
+    # -- flow control (shardq.flow) ---------------------------------------------------------
     def flow_slots_take(self, queue: str, limit: int) -> list[tuple[int, dt.datetime]]:
         """Lock up to ``limit`` free slots of ``queue``: (slot, free_at) each."""
-        rows = self.session.fetch_all("flow_slots_take", {"queue": queue, "limit": limit}, tuples=True)
-        return [(row[0], row[1]) for row in rows]
+        return self.session.run(ops.flow_slots_take(queue, limit))
 
     def flow_slots_hold(self, queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID,
                         lease_seconds: float) -> list[tuple[int, dt.datetime]]:
         """Hold slots just taken ((slot, free_at) each) for ``token`` until now + ``lease_seconds``."""
-        params = {"queue": queue, "slots": [s[0] for s in slots], "olds": [s[1] for s in slots], "token": token,
-                  "lease_seconds": lease_seconds}
-        return [(row[0], row[1]) for row in self.session.fetch_all("flow_slots_hold", params, tuples=True)]
+        return self.session.run(ops.flow_slots_hold(queue, slots, token, lease_seconds))
 
     def flow_slots_extend(self, queue: str, slots: Sequence[int], token: uuid.UUID,
                           lease_seconds: float) -> list[tuple[int, dt.datetime]]:
         """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
-        params = {"queue": queue, "slots": list(slots), "token": token, "lease_seconds": lease_seconds}
-        # Fenced by the holder's token: safe to re-send after 40003 (see shardq.session_rules).
-        rows = self.session.fetch_all("flow_slots_extend", params, resend_ambiguous=True, tuples=True)
-        return [(row[0], row[1]) for row in rows]
+        return self.session.run(ops.flow_slots_extend(queue, slots, token, lease_seconds))
 
     def flow_slots_release(self, queue: str, slots: Sequence[int], token: uuid.UUID) -> int:
         """Free ``token``'s slots at once; returns how many were still its own."""
-        params = {"queue": queue, "slots": list(slots), "token": token}
-        return len(self.session.fetch_all("flow_slots_release", params, resend_ambiguous=True))
+        return self.session.run(ops.flow_slots_release(queue, slots, token))
 
     def flow_slots_add(self, queue: str, slots: int) -> None:
-        self.session.execute("flow_slots_add", {"queue": queue, "slots": slots})
+        self.session.run(ops.flow_slots_add(queue, slots))
 
     def flow_slots_trim(self, queue: str, slots: int) -> None:
-        self.session.execute("flow_slots_trim", {"queue": queue, "slots": slots})
+        self.session.run(ops.flow_slots_trim(queue, slots))
 
     def flow_tokens_take(self, queue: str) -> TokenBucket | None:
         """Lock and read ``queue``'s token bucket, or None when it has none."""
-        rows = self.session.fetch_all("flow_tokens_take", {"queue": queue})
-        return TokenBucket(rows[0]["tokens"], rows[0]["refilled_at"], rows[0]["now"]) if rows else None
+        return self.session.run(ops.flow_tokens_take(queue))
 
     def flow_tokens_spend(self, queue: str, tokens: float, refilled_at: dt.datetime) -> None:
-        self.session.execute("flow_tokens_spend", {"queue": queue, "tokens": tokens, "refilled_at": refilled_at})
+        self.session.run(ops.flow_tokens_spend(queue, tokens, refilled_at))
 
     def flow_tokens_reset(self, queue: str, tokens: float) -> None:
-        self.session.execute("flow_tokens_reset", {"queue": queue, "tokens": tokens})
+        self.session.run(ops.flow_tokens_reset(queue, tokens))
 
     def flow_tokens_drop(self, queue: str) -> None:
-        self.session.execute("flow_tokens_drop", {"queue": queue})
+        self.session.run(ops.flow_tokens_drop(queue))
 
     def flow_usage(self) -> dict[str, tuple[int, int]]:
         """(slots held now, slots in all) per queue with a concurrency limit."""
-        return self.session.run(statements.flow_usage())
+        return self.session.run(ops.flow_usage())
 
-    # -- introspection and dead letters -----------------------------------------------------
-    def stats_snapshot(self, *, historical: bool) -> None:
-        """See :func:`shardq.statements.stats_snapshot`."""
-        self.session.run(statements.stats_snapshot(historical=historical))
+    # -- introspection ----------------------------------------------------------------------
+    def stats_snapshot(self, *, historical: bool) -> bool:
+        """See :func:`shardq.operations.stats_snapshot`."""
+        return self.session.run(ops.stats_snapshot(historical=historical))
 
     def stats_now(self) -> dict[str, Any]:
-        return self.session.run(statements.stats_now())
+        return self.session.run(ops.stats_now())
 
     def stats_depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> list[dict[str, Any]]:
-        """See :func:`shardq.statements.stats_depth`."""
-        return self.session.run(statements.stats_depth(queues, buckets, cap))
+        """See :func:`shardq.operations.stats_depth`."""
+        return self.session.run(ops.stats_depth(queues, buckets, cap))
 
     def stats_dead_count(self, queue: str, cap: int) -> int:
-        return self.session.run(statements.stats_dead_count(queue, cap))
+        return self.session.run(ops.stats_dead_count(queue, cap))
 
     def stats_window(self, minutes: int) -> dict[str, Activity]:
         """Activity per queue in the current minute and the ``minutes`` full minutes before it."""
-        return self.session.run(statements.stats_window(minutes))
+        return self.session.run(ops.stats_window(minutes))
 
     def stats_add_many(self, slot: int, activity: Mapping[str, Activity]) -> None:
         """Add each queue's activity to the current minute's counters in ``slot``."""
-        self.session.run(statements.stats_add_many(slot, activity))
-
-    # -- periodic slots (shardq.periodic) --------------------------------------------------------
-    def periodic_slot_take(self, name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,
-                           max_attempts: int | None) -> bool:
-        """Take ``slot`` of schedule ``name`` and enqueue its task into ``queue``, one statement;
-        False when the slot was taken already (by another worker, or before)."""
-        row = self.session.fetch_row("periodic_slot_take", {
-            "name": name, "slot": slot, "id": uuid.uuid4(), "queue": queue, "priority": priority,
-            "max_attempts": max_attempts, "payload": payload, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
-        })
-        return bool(row["taken"])
-
-    def periodic_last_slots(self, names: Sequence[str]) -> dict[str, dt.datetime]:
-        """The latest slot taken of each schedule named (schedules never taken are absent)."""
-        rows = self.session.fetch_all("periodic_last_slots", {"names": list(names)})
-        return {row["name"]: row["slot"] for row in rows}
-
-    def periodic_slots_prune(self, keep_seconds: float, limit: int) -> int:
-        """Delete up to ``limit`` slot rows older than ``keep_seconds``, never a schedule's latest."""
-        return len(self.session.fetch_all("periodic_slots_prune", {"keep_seconds": keep_seconds, "limit": limit}))
+        self.session.run(ops.stats_add_many(slot, activity))
 
     def stats_prune(self, keep_seconds: float, limit: int) -> int:
-        rows = self.session.fetch_all("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})
-        return len(rows)
+        return self.session.run(ops.stats_prune(keep_seconds, limit))
 
     def task_count_by_bucket(self, *, historical: bool = True) -> dict[int, int]:
         """Rows per bucket. With ``historical``, where the engine has historical reads
@@ -358,24 +295,35 @@ class TaskStore:
 
     def task_get(self, task_id: uuid.UUID) -> TaskInfo | None:
         """A task of the tasks table by id (one index descent), or None."""
-        row = self.session.fetch_one("task_get", {"id": task_id})
-        return TaskInfo.from_task_row(row) if row else None
+        return self.session.run(ops.task_get(task_id))
+
+    # -- periodic slots (shardq.periodic) and dead letters ----------------------------------
+    def periodic_slot_take(self, name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,
+                           max_attempts: int | None) -> bool:
+        """See :func:`shardq.operations.periodic_slot_take`."""
+        return self.session.run(ops.periodic_slot_take(name, slot, queue, payload, priority=priority,
+                                                       max_attempts=max_attempts))
+
+    def periodic_last_slots(self, names: Sequence[str]) -> dict[str, dt.datetime]:
+        """The latest slot taken of each schedule named (schedules never taken are absent)."""
+        return self.session.run(ops.periodic_last_slots(names))
+
+    def periodic_slots_prune(self, keep_seconds: float, limit: int) -> int:
+        """Delete up to ``limit`` slot rows older than ``keep_seconds``, never a schedule's latest."""
+        return self.session.run(ops.periodic_slots_prune(keep_seconds, limit))
 
     def dead_get(self, task_id: uuid.UUID) -> TaskInfo | None:
         """A dead-lettered task by id (its primary key), or None."""
-        row = self.session.fetch_one("dead_get", {"id": task_id})
-        return TaskInfo.from_dead_row(row) if row else None
+        return self.session.run(ops.dead_get(task_id))
 
     def dead_list(self, queue: str, limit: int) -> list[DeadTask]:
-        return [DeadTask.from_row(r) for r in self.session.fetch_all("dead_list", {"queue": queue, "limit": limit})]
+        return self.session.run(ops.dead_list(queue, limit))
 
     def dead_ids_page(self, queue: str, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
-        rows = self.session.fetch_all("dead_ids_page", {"queue": queue, "after": after, "limit": limit})
-        return [row["id"] for row in rows]
+        return self.session.run(ops.dead_ids_page(queue, after, limit))
 
     def dead_requeue_ids(self, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        rows = self.session.fetch_all("dead_requeue_ids", {"queue": queue, "ids": list(ids)})
-        return {row["id"] for row in rows}
+        return self.session.run(ops.dead_requeue_ids(queue, ids))
 
     def dead_purge_batch(self, queue: str, limit: int) -> int:
-        return len(self.session.fetch_all("dead_purge_batch", {"queue": queue, "limit": limit}))
+        return self.session.run(ops.dead_purge_batch(queue, limit))

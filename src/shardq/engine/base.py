@@ -196,7 +196,7 @@ class Engine(ABC):
 
     @abstractmethod
     def depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan[list[dict[str, Any]]]:
-        """One row per (queue, bucket): see :func:`shardq.statements.stats_depth`."""
+        """One row per (queue, bucket): see :func:`shardq.operations.stats_depth`."""
 
     @abstractmethod
     def count_by_bucket(self, historical: bool) -> Plan[dict[int, int]]:

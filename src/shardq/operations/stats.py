@@ -1,30 +1,21 @@
-"""One plan per named statement that both clients send (see :mod:`shardq.plans`): the statement's
-name, its parameters built from dataclasses, and its rows turned back into values.
-
-:class:`shardq.store.TaskStore` runs these on a sync session; :class:`shardq.AsyncClient` runs the
-same plans on an asyncio session, so both send byte-for-byte the same statements and parameters.
-The activity counter of enqueues (:class:`EnqueueCounts`) lives here too, for the same reason.
-"""
+"""Plans of the statistics statements: the operator snapshot's reads (its depth and snapshot are
+operations of :mod:`shardq.engine`), the ``shardq_stats`` activity counters, and the counter of
+enqueues a producer has not written yet (:class:`EnqueueCounts`)."""
 
 from __future__ import annotations
 
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .engine import Engine
-from .engine.common import RANKS, task_arrays
-from .errors import DatabaseError
-from .models import Activity, NewTask, QueueSettings, ShardLayout
-from .plans import ENGINE, Call, Plan, UseShardColumn
+from ..engine import Engine
+from ..errors import DatabaseError
+from ..models import Activity
+from ..plans import ENGINE, Call, Plan
 
 log = logging.getLogger("shardq.store")
-
-
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
 #: wait on each other's row lock; readers sum them.
@@ -34,100 +25,6 @@ STATS_SLOTS = 8
 #: which made single-row enqueues slower).
 ENQUEUE_COUNT_SECONDS = 1.0
 
-
-@dataclass(frozen=True, slots=True)
-class CancelledTask:
-    id: uuid.UUID
-    queue: str
-    state: str
-    exclusive_key: str | None
-    backlogged: bool
-
-
-# -- layout ------------------------------------------------------------------------------------
-
-def layout() -> Plan[ShardLayout]:
-    """Read the bucket layout and point the session's ``{shard_col}`` statements at it."""
-    engine: Engine = yield ENGINE
-    found: ShardLayout = yield from engine.read_layout()
-    yield UseShardColumn(found.shard_column)
-    return found
-
-
-# -- producer ----------------------------------------------------------------------------------
-
-def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[tuple[set[uuid.UUID], bool]]:
-    """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
-    enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
-    engine: Engine = yield ENGINE
-    arrays = engine.task_arrays(tasks, ids)
-    if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
-        del arrays["dedupe_keys"], arrays["exclusive_keys"]
-        row = yield Call("task_insert_many_fresh", {"queue": queue, **arrays}, rows="one")
-        return (set(ids), True) if row and row["paused"] else (set(), False)
-    rows = yield Call("task_insert_many", {"queue": queue, **arrays})
-    if any(row["paused"] for row in rows):
-        return set(ids), True
-    return {row["id"] for row in rows}, False
-
-
-def task_insert_backlog_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call("task_insert_backlog_many", {"queue": queue, **task_arrays(tasks, ids)})
-    return {row["id"] for row in rows}
-
-
-def task_backlog_supersede(queue: str, keys: Sequence[str], keep: Sequence[uuid.UUID]) -> Plan[int]:
-    rows = yield Call("task_backlog_supersede", {"queue": queue, "keys": list(keys), "keep": list(keep)})
-    return len(rows)
-
-
-def exclusive_keys_lock(pairs: Sequence[tuple[str, str]]) -> Plan[None]:
-    """Take the per-key locks (PostgreSQL; a no-op statement on CockroachDB) for this transaction."""
-    yield Call("exclusive_keys_lock", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]})
-
-
-def task_backlog_release(pairs: Sequence[tuple[str, str]]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call(
-        "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **RANKS}
-    )
-    return {row["id"] for row in rows}
-
-
-def task_exclusive_keys_by_id(ids: Sequence[uuid.UUID]) -> Plan[dict[uuid.UUID, tuple[str, str]]]:
-    rows = yield Call("task_exclusive_keys_by_id", {"ids": list(ids)})
-    return {row["id"]: (row["queue"], row["exclusive_key"]) for row in rows}
-
-
-def task_cancel_many(ids: Sequence[uuid.UUID]) -> Plan[list[CancelledTask]]:
-    rows = yield Call("task_cancel_many", {"ids": list(ids)})
-    return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"])
-            for row in rows]
-
-
-def queue_notify(queue: str) -> Plan[None]:
-    """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
-    yield Call("queue_notify", {"queue": queue}, rows="none")
-
-
-# -- queues ------------------------------------------------------------------------------------
-
-def queue_get(queue: str) -> Plan[QueueSettings | None]:
-    row = yield Call("queue_get", {"queue": queue}, rows="one")
-    return QueueSettings.from_row(row) if row else None
-
-
-def queue_list() -> Plan[list[QueueSettings]]:
-    rows = yield Call("queue_list")
-    return [QueueSettings.from_row(row) for row in rows]
-
-
-def flow_usage() -> Plan[dict[str, tuple[int, int]]]:
-    """(slots held now, slots in all) per queue with a concurrency limit (shardq.flow)."""
-    rows = yield Call("flow_usage")
-    return {row["queue"]: (row["in_use"], row["slots"]) for row in rows}
-
-
-# -- introspection -------------------------------------------------------------------------------
 
 def stats_snapshot(*, historical: bool) -> Plan[bool]:
     """Start the stats transaction's snapshot: one consistent, read-only view, or with
@@ -177,6 +74,12 @@ def stats_depth(queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan
         return []
     engine: Engine = yield ENGINE
     return (yield from engine.depth(queues, buckets, cap))
+
+
+def stats_prune(keep_seconds: float, limit: int) -> Plan[int]:
+    """Delete up to ``limit`` counter rows older than ``keep_seconds``; returns how many."""
+    rows = yield Call("stats_prune", {"keep_seconds": keep_seconds, "limit": limit})
+    return len(rows)
 
 
 # -- the enqueue counter -------------------------------------------------------------------------
