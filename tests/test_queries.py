@@ -49,8 +49,8 @@ IDENTIFIER_SLOTS = {
 }
 
 
-# copy_in: ``COPY … FROM STDIN`` of a named statement (shardq.spark.writer).
-ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|SchemaChange|copy_in"
+# CopyIn: ``COPY … FROM STDIN`` of a named statement (shardq.spark.writer).
+ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|SchemaChange|CopyIn"
 
 
 def used_names(call: str = ALL_CALLS) -> set[str]:

@@ -11,13 +11,11 @@ touch psycopg; everything else yields requests (:mod:`shardq.plans`) and gets di
 errors back.
 
 Engines
-    What differs between PostgreSQL and CockroachDB is asked of :attr:`Session.engine`
-    (:mod:`shardq.engine`): the statements sent, the startup options every connection carries, the
-    isolation level explicit transactions are pinned to, the retry policy and the supported
-    versions. A ``cockroachdb://`` URL names the engine up front; a ``postgresql://`` URL learns it
-    from the server at the first connect (and reopens once with the engine's own options if they
-    differ). A server older than the engine supports is refused with
-    :class:`~shardq.errors.UnsupportedServer`.
+    The session's :attr:`Session.engine` (:mod:`shardq.engine`) gives the statements, startup
+    options, pinned isolation, retry policy and supported versions. A ``cockroachdb://`` URL names
+    it up front; a ``postgresql://`` URL learns it from the server at the first connect (reopening
+    once with the engine's own options if they differ). A server older than the engine supports is
+    refused with :class:`~shardq.errors.UnsupportedServer`.
 
 Does not
     * pool connections: each worker thread or service owns its session;
@@ -47,7 +45,7 @@ from .errors import (
     SerializationConflict,
     ShardqError,
 )
-from .plans import Atomically, Call, Plan, SchemaChange, UseShardColumn, WithInternals
+from .plans import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
 from .session_rules import (
     RETRY_LIMIT_DEFAULT,
     _translate,
@@ -384,8 +382,9 @@ def _serve(session: Session, request: Any) -> Any:
         session.execute(request.name, request.params, identifiers=request.identifiers)
         return None
     if isinstance(request, SchemaChange):
-        session.execute_ddl(request.name, identifiers=request.identifiers, literals=request.literals)
-        return None
+        return session.execute_ddl(request.name, identifiers=request.identifiers, literals=request.literals)
+    if isinstance(request, CopyIn):
+        return session.copy_in(request.name, request.data, request.identifiers)
     if isinstance(request, Atomically):
         body = request.body
         return session.transaction(lambda s: s.run(body()))

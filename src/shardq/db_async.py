@@ -39,7 +39,7 @@ from psycopg.rows import dict_row, tuple_row
 from .dsn import Dsn
 from .engine import POSTGRESQL, Engine, engine_for_server
 from .errors import DatabaseUnavailable, InvalidInput, SerializationConflict, ShardqError
-from .plans import Atomically, Call, Plan, SchemaChange, UseShardColumn, WithInternals
+from .plans import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
 from .session_rules import (
     _translate,
     compose_statement,
@@ -257,7 +257,7 @@ async def _serve(session: AsyncSession, request: Any) -> Any:
     if isinstance(request, UseShardColumn):
         session.set_shard_column(request.column)
         return None
-    if isinstance(request, (WithInternals, SchemaChange)):
+    if isinstance(request, (WithInternals, SchemaChange, CopyIn)):
         raise InvalidInput(f"{type(request).__name__} needs the sync session")
     return await session.get_engine()
 

@@ -14,6 +14,7 @@ Requests and their answers
     * :class:`Call` — one named statement from ``sql/``: its rows (``rows="all"``, a list of dicts,
       or of tuples with ``tuples``), its first row or None (``"one"``), or None (``"none"``).
     * :class:`SchemaChange` — one named DDL statement, its slots filled with names or integers.
+    * :class:`CopyIn` — ``COPY … FROM STDIN`` of a named statement (the Spark COPY writer).
     * :class:`Atomically` — run ``body()``, a plan, inside one transaction and answer its result.
       On a 40001 the session re-runs the whole transaction with a *fresh* ``body()``, so a body
       may run more than once and must have no side effects other than its statements.
@@ -65,6 +66,17 @@ class SchemaChange:
 
 
 @dataclass(frozen=True, slots=True)
+class CopyIn:
+    """``COPY … FROM STDIN`` of the named statement with ``data`` (bytes, or a list of them), in
+    the current transaction (see :meth:`shardq.db.Session.copy_in`). Answers None. The sync
+    session only."""
+
+    name: str
+    data: Any
+    identifiers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Atomically:
     """Run the plan ``body()`` makes inside one transaction (made afresh for each attempt)."""
 
@@ -96,5 +108,11 @@ class _EngineRequest:
 #: Yield this to receive the session's engine.
 ENGINE = _EngineRequest()
 
-Request: TypeAlias = Call | SchemaChange | Atomically | UseShardColumn | WithInternals | _EngineRequest
+Request: TypeAlias = Call | SchemaChange | CopyIn | Atomically | UseShardColumn | WithInternals | _EngineRequest
 Plan: TypeAlias = Generator[Request, Any, T]
+
+
+def single(request: Request) -> Plan[Any]:
+    """The plan of one request: its answer."""
+    answer = yield request
+    return answer

@@ -55,8 +55,9 @@ from ..errors import (
     StatementTimeout,
 )
 from ..models import RANK_SCHEDULED
+from ..plans import Call, CopyIn, Plan, SchemaChange, single
 from .frame import MERGED_FIELDS, SEPARATOR
-from .ledger import Run, Stage, _merge_keyed_rows
+from .ledger import Run, Stage, in_transaction, merge_keyed_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -169,7 +170,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> I
     pending: list[pa.RecordBatch] = []
     with Session(spec.dsn, application_name="shardq-spark") as session:
         if not spec.plain:
-            session.execute_ddl("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})
+            session.run(single(SchemaChange("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})))
 
         def flush() -> pa.RecordBatch:
             assert current is not None
@@ -282,40 +283,42 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
     clock["assemble"] = time.perf_counter() - started
     params = {"run_id": run.run_id, "chunk": chunk}
 
-    def body(s: Session) -> int | None:
+    def body() -> Plan[int | None]:
         for phase in ("copy", "statement", "rows"):  # a retried body starts again
             clock[phase] = 0.0
         mark = time.perf_counter()
-        if s.fetch_one("spark_chunk_claim", params) is None:
+        if (yield Call("spark_chunk_claim", params, rows="one")) is None:
             return None
         if spec.plain:
-            opened = s.fetch_row("spark_chunk_open", {"queue": spec.queue})
+            opened = yield Call("spark_chunk_open", {"queue": spec.queue}, rows="one")
+            if opened is None:
+                raise DatabaseError("statement spark_chunk_open returned no row")
             if opened["paused"]:
                 raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
             mark = _lap(clock, "statement", mark)
             data = _plain_rows(table, spec, opened)
             mark = _lap(clock, "rows", mark)
-            s.copy_in("spark_chunk_copy_tasks", data)
+            yield CopyIn("spark_chunk_copy_tasks", data)
             mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
             stage = Stage(CHUNK_TABLE)
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
-            s.copy_in("spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
+            yield CopyIn("spark_chunk_copy_rows", _buffer(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
-            row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
-                              identifiers={"stage": CHUNK_TABLE})
+            row = yield Call("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                             rows="one", identifiers={"stage": CHUNK_TABLE})
             if row and row["paused"]:
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")
             merged = int(row["merged"]) if row else 0
             if spec.keyed:
-                merged += _merge_keyed_rows(s, run, stage, chunk)
-        s.execute("spark_chunk_record", {**params, "merged": merged})
+                merged += yield from merge_keyed_rows(run, stage, chunk)
+        yield Call("spark_chunk_record", {**params, "merged": merged}, rows="none")
         _lap(clock, "statement", mark)
         return merged
 
     started = time.perf_counter()
-    merged = session.transaction(body)
+    merged = session.run(in_transaction(body))
     inside = sum(clock.get(phase, 0.0) for phase in ("copy", "statement", "rows"))
     clock["commit"] = time.perf_counter() - started - inside  # BEGIN, COMMIT (its WAL flush), the rest
     clock["assemble"] += clock.pop("rows", 0.0)
