@@ -211,3 +211,20 @@ def test_the_database_floor_has_no_import_cycle_and_the_engine_imports_no_sessio
     sessions = {"shardq.db", "shardq.db_async", "shardq.session_rules", "shardq.borrowed", "shardq.resize"}
     engine_imports = {m for name in floor if name.startswith("shardq.engine") for m in graph[name]}
     assert not engine_imports & sessions
+
+
+# The sessions and what they share: the only modules that send a named statement themselves.
+_SESSION_MODULES = {"db.py", "db_async.py", "db_special.py", "borrowed.py", "session_rules.py", "embedded.py"}
+
+
+def test_every_named_statement_reaches_the_database_as_a_plan_a_session_runs():
+    sends = {"fetch_all", "fetch_one", "fetch_row", "execute", "execute_ddl", "copy_in"}
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(SRC)
+        if relative.name in _SESSION_MODULES or relative.parts[0] == "migrations":  # Alembic's op.execute
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in sends:
+                offenders.append(f"{relative}:{node.lineno}: .{node.func.attr}(…)")
+    assert not offenders

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import validation
 from .db import Dsn, Session
 from .engine import Engine
+from .plans import Call, single
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -67,7 +68,7 @@ def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
 
     with Session(dsn) as probe:
         engine = probe.engine
-        existing = probe.fetch_all("schema_tasks_table_present")
+        existing = probe.run(single(Call("schema_tasks_table_present")))
     sa_engine = _sqlalchemy_engine(dsn, engine)
     try:
         with sa_engine.connect() as connection:

@@ -19,6 +19,7 @@ from .. import validation
 from ..db import Session
 from ..errors import DatabaseError, ResizeInProgress
 from ..models import ResizeProgress, ResizeResult, SchemaJob
+from ..plans import SchemaChange, single
 
 if TYPE_CHECKING:
     from ..engine import CockroachDBEngine
@@ -133,7 +134,7 @@ def resize(
         )
     _report(on_progress, ResizeProgress("schema-change", f"ALTER PRIMARY KEY to {buckets} buckets"))
     with _JobWatcher(engine, open_session, poll, on_progress):
-        session.execute_ddl("table_primary_key_alter", literals={"bucket_count": buckets})
+        session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
     wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
     after = session.run(engine.read_layout())
     if after.bucket_count != buckets:
@@ -144,7 +145,7 @@ def resize(
     if before.shard_column and before.shard_column != after.shard_column:
         _report(on_progress, ResizeProgress("dropping-column", f"dropping stale shard column {before.shard_column}"))
         try:
-            session.execute_ddl("shard_column_drop", identifiers={"column": before.shard_column})
+            session.run(single(SchemaChange("shard_column_drop", identifiers={"column": before.shard_column})))
             wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
             dropped = True
         except DatabaseError as exc:
