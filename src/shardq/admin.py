@@ -155,7 +155,7 @@ def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
 
 
 def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
-    """:func:`cancel` as a plan (:mod:`shardq.plans`), for either gateway."""
+    """:func:`cancel` as a plan (:mod:`shardq.plans`), for either session."""
     from . import exclusive
 
     # Lock the keys of every task named (a key never changes; whether the task is active may),

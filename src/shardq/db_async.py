@@ -1,8 +1,9 @@
-"""The asyncio gateway: :class:`AsyncSession`, the asyncio twin of :class:`shardq.db.Session`.
+"""The asyncio session: :class:`AsyncSession`, the asyncio twin of :class:`shardq.db.Session`.
 
-It runs named statements on one ``psycopg.AsyncConnection`` (no threads: every round trip is
-awaited on the caller's event loop) under the rules :mod:`shardq.db` documents, through the same
-helpers, so the two gateways cannot drift apart:
+It runs plans (:meth:`AsyncSession.run`) and the named statements they request on one
+``psycopg.AsyncConnection`` (no threads: every round trip is awaited on the caller's event loop)
+under the rules :mod:`shardq.session_rules` documents, through the same helpers, so the two
+sessions cannot drift apart:
 
 * connect: the engine's startup options and pinned isolation level, the engine learnt from the
   server (a ``postgresql://`` URL reaching CockroachDB reopens once with CockroachDB's options),
@@ -21,7 +22,8 @@ accepts a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncCo
 psycopg driver.
 
 Does not: pool connections (one connection per session; statements of one session run one at a
-time), LISTEN, or run DDL.
+time), LISTEN, run DDL or COPY, or read engine-internal catalogs (a plan asking for one of these
+raises :class:`~shardq.errors.InvalidInput`).
 """
 
 from __future__ import annotations

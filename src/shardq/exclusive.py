@@ -54,7 +54,7 @@ def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequenc
 
 
 def enqueue_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
-    """:func:`enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+    """:func:`enqueue` as a plan (:mod:`shardq.plans`), for either session."""
     result: ExclusiveEnqueue = yield Atomically(lambda: in_transaction_plan(queue, tasks, ids))
     return result
 

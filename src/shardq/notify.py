@@ -94,7 +94,7 @@ class Notifier:
         return store.session.run(self.wake(queue))
 
     def wake(self, queue: str) -> Plan[bool]:
-        """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+        """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either session."""
         engine: Engine = yield ENGINE
         if not engine.supports_wakeups or not self.due(queue):
             return False

@@ -6,7 +6,7 @@ same on both databases, ``postgresql/`` and ``cockroachdb/`` for the ones that d
 the folder). A block starts with
 ``-- name: <entity>_<verb>[_qualifier]`` followed by ``-- `` description lines and the
 statement text. Values are always bind parameters (``%(name)s``); runtime identifiers fill
-``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.db`: CockroachDB's
+``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.session_rules`: CockroachDB's
 discovered shard column (``{shard_col}``), and names a caller passes explicitly (for example a Spark
 staging table, ``{stage}``). Literal braces in a statement must be doubled.
 """

@@ -104,7 +104,7 @@ def connect_arguments(dsn: Dsn, engine: Engine, *, application_name: str, statem
                       internals: bool) -> dict[str, Any]:
     """The keyword arguments of ``psycopg.connect`` / ``psycopg.AsyncConnection.connect`` for a
     session to ``engine``: autocommit, dict rows, the application name, and the engine's startup
-    options after any ``options`` the DSN carries. Shared by the sync and the asyncio gateway."""
+    options after any ``options`` the DSN carries. Shared by the sync and the asyncio session."""
     settings = engine.startup_options(statement_timeout_ms=statement_timeout_ms, internals=internals)
     given = conninfo_to_dict(dsn.conninfo).get("options")
     options = " ".join(([str(given)] if given else []) + settings)
@@ -142,7 +142,7 @@ def resend_after(
     """Whether a statement that failed with ``exc`` on attempt ``attempt`` is sent again (after
     :func:`retry_pause`): a 40001 outside a transaction, a 40003 of a statement marked
     ``resend_ambiguous`` outside a transaction, each at most ``max_retries`` times. See the module
-    documentation; shared by the sync and the asyncio gateway."""
+    documentation; shared by the sync and the asyncio session."""
     if in_transaction or attempt > max_retries:
         return False
     if isinstance(exc, pgerrors.SerializationFailure):

@@ -118,7 +118,7 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
 
 
 def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> Plan[Stats]:
-    """:func:`collect` as a plan (:mod:`shardq.plans`), for either gateway; ``options`` validated."""
+    """:func:`collect` as a plan (:mod:`shardq.plans`), for either session; ``options`` validated."""
     engine: Engine = yield ENGINE  # its name, for the report
     layout = yield from operations.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())
