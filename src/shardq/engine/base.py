@@ -147,8 +147,9 @@ class Engine(ABC):
     @abstractmethod
     def claim_groups(self, visit_count: int, turn: int) -> list[list[int]]:
         """How one round over ``visit_count`` buckets is cut into claim statements: each list is
-        the buckets one :meth:`claim` walks, in order. ``turn`` counts the caller's rounds, so an
-        engine that claims over many buckets at once can give each its turn to be drained first."""
+        the buckets one :meth:`claim` walks, in order (shared: callers do not change them).
+        ``turn`` counts the caller's rounds, so an engine that claims over many buckets at once
+        can give each its turn to be drained first."""
 
     @abstractmethod
     def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from ..errors import NotMigrated, ShardLayoutChanged
@@ -25,6 +26,13 @@ def bucket_count_of(index_definition: str) -> int | None:
     """The bucket count in a hash-sharded index's ``pg_indexes.indexdef``, or None."""
     match = _BUCKET_COUNT.search(index_definition or "")
     return int(match.group(1)) if match else None
+
+
+@cache
+def _one_bucket_groups(visit_count: int) -> list[list[int]]:
+    # Asked once per claim call: built once per bucket count (up to 2048 of them), shared, never
+    # changed by the caller.
+    return [[bucket] for bucket in range(visit_count)]
 
 
 class CockroachDBOperations:
@@ -64,7 +72,7 @@ class CockroachDBOperations:
     def claim_groups(self, visit_count: int, turn: int) -> list[list[int]]:
         # A SKIP LOCKED scan must stay inside one span of the key, or it locks far more rows than
         # it returns (cockroachdb#121917): one bucket per claim statement.
-        return [[bucket] for bucket in range(visit_count)]
+        return _one_bucket_groups(visit_count)
 
     def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
         """``task_claim_batch`` in the one bucket of ``buckets``."""
