@@ -37,7 +37,7 @@ class TestDatabase:
             url, name = self._drop
             with Session(Dsn.parse(url)) as s:
                 # CockroachDB has no WITH (FORCE); PostgreSQL's CASCADE is not for databases.
-                force = "CASCADE" if s.engine.hash_sharded_key else "WITH (FORCE)"
+                force = "CASCADE" if s.dialect == "cockroachdb" else "WITH (FORCE)"
                 s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" {force}')
 
     def sql(self, query: str, params: dict | None = None) -> list[dict]:

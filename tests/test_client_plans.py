@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 import shardq
-from shardq import plans, statements
+from shardq import operations, plans
+from shardq.db import Session
+from shardq.db_async import AsyncSession
 from shardq.errors import DatabaseError, StatementTimeout
 from shardq.models import NewTask
 from shardq.producer import enqueue_plan
@@ -145,18 +147,18 @@ def _guarded() -> plans.Plan[str]:
 
 
 def test_a_statements_error_is_raised_in_the_plan_where_it_yielded_on_both_drivers():
-    assert plans.run(_Refusing(), _guarded()) == "caught: stats_now cancelled"
-    assert asyncio.run(plans.run_async(_RefusingAsync(), _guarded())) == "caught: stats_now cancelled"
+    assert Session.run(_Refusing(), _guarded()) == "caught: stats_now cancelled"
+    assert asyncio.run(AsyncSession.run(_RefusingAsync(), _guarded())) == "caught: stats_now cancelled"
     with pytest.raises(StatementTimeout):
-        plans.run(_Refusing(), statements.stats_now())
+        Session.run(_Refusing(), operations.stats_now())
 
 
 def test_enqueue_counts_keep_what_a_failed_write_held_and_what_arrived_meanwhile():
     now = [0.0]
-    counts = statements.EnqueueCounts(clock=lambda: now[0])
-    assert plans.run(_Refusing(), counts.flush()) is True  # nothing held: nothing sent
+    counts = operations.EnqueueCounts(clock=lambda: now[0])
+    assert Session.run(_Refusing(), counts.flush()) is True  # nothing held: nothing sent
     counts._uncounted["q"] = 5
-    assert plans.run(_Refusing(), counts.flush()) is False
+    assert Session.run(_Refusing(), counts.flush()) is False
     assert counts._uncounted == {"q": 5}
 
     # A write that succeeds subtracts what it wrote, keeping counts noted while it was on its way.

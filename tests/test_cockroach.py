@@ -73,7 +73,7 @@ def test_the_layout_is_discovered_from_the_primary_key(crdb_db):
 def test_a_claim_scans_one_bucket_span_of_ready_tasks_and_never_the_whole_table(crdb_db):
     crdb_db.client.enqueue_many("q", [b"x"] * 200)
     plan = explain(crdb_db, "task_claim_batch", claim_params(1))
-    assert not COCKROACHDB.plan_reads_whole_table(plan), plan
+    assert not COCKROACHDB.explain_reads_whole_table(plan), plan
     spans = locking_scan_spans(plan)
     assert spans and all(s.startswith("[/1/'ready'/'q'") for s in spans), plan
 
@@ -89,13 +89,13 @@ def test_acks_and_retries_look_each_row_up_by_its_whole_key(crdb_db):
                         ("task_retry_many", {"delays": [0.0] * 3, "refunds": [0] * 3, "errors": ["e"] * 3, "require_expired": False,
                                              "scheduled_rank": 0})):
         plan = explain(crdb_db, name, {**keys, **extra})
-        assert not COCKROACHDB.plan_reads_whole_table(plan), plan
+        assert not COCKROACHDB.explain_reads_whole_table(plan), plan
         assert "lookup join" in plan and "equality cols are key" in plan, plan
 
 
 def test_the_reaper_scans_one_bucket_span_of_leased_tasks(crdb_db):
     plan = explain(crdb_db, "task_reap_candidates", {"bucket": 2, "limit": 500})
-    assert not COCKROACHDB.plan_reads_whole_table(plan), plan
+    assert not COCKROACHDB.explain_reads_whole_table(plan), plan
     spans = re.findall(r"spans: (.*)", plan)
     assert spans and all(s.startswith("[/2/'leased'") for s in spans), plan
 
@@ -207,7 +207,7 @@ def test_resize_switches_the_shard_column_and_consumers_follow_without_losing_a_
     assert consumer.layout().shard_column == after.shard_column
 
     plan = explain(crdb_db_fresh, "task_claim_batch", claim_params(5), layout=after)
-    assert not COCKROACHDB.plan_reads_whole_table(plan) and re.search(r"spans: \[/5/'ready'/'q'", plan), plan
+    assert not COCKROACHDB.explain_reads_whole_table(plan) and re.search(r"spans: \[/5/'ready'/'q'", plan), plan
     report = admin.buckets_show(crdb_db_fresh.store, historical=False)
     assert report.layout.bucket_count == 8 and not report.resizing
     assert sum(report.rows_per_bucket.values()) == len(rest)

@@ -64,10 +64,10 @@ def test_a_claim_without_its_limit_is_flagged_as_an_unbounded_skip_locked_scan(p
 
     statement = POSTGRESQL.statements()["task_claim_batch"]
     plan = pg_db.session.explain("task_claim_batch", doctor_plans.example_values(statement))
-    assert not POSTGRESQL.plan_skip_locked_unbounded(plan)
+    assert not POSTGRESQL.explain_skip_locked_unbounded(plan)
     unbounded = json.dumps([{"Plan": {"Node Type": "LockRows", "Plans": [
         {"Node Type": "Index Scan", "Relation Name": "shardq_tasks", "Index Cond": "(bucket = 0)"}]}}])
-    assert POSTGRESQL.plan_skip_locked_unbounded(unbounded)
+    assert POSTGRESQL.explain_skip_locked_unbounded(unbounded)
 
 
 def test_a_scan_without_the_bucket_is_a_fan_out_over_buckets():
@@ -75,16 +75,16 @@ def test_a_scan_without_the_bucket_is_a_fan_out_over_buckets():
 
     everywhere = json.dumps([{"Plan": {"Node Type": "Index Scan", "Relation Name": "shardq_tasks",
                                        "Index Cond": "(queue = 'q'::text)"}}])
-    assert POSTGRESQL.plan_fans_out(everywhere, 4)
+    assert POSTGRESQL.explain_fans_out(everywhere, 4)
     one = json.dumps([{"Plan": {"Node Type": "Index Scan", "Relation Name": "shardq_tasks",
                                 "Index Cond": "((bucket = 0) AND (queue = 'q'::text))"}}])
-    assert not POSTGRESQL.plan_fans_out(one, 4)
+    assert not POSTGRESQL.explain_fans_out(one, 4)
     # CockroachDB's EXPLAIN shows at most 4 spans and "… (N more)" (explain/emit.go, spansStr).
-    assert COCKROACHDB.plan_fans_out("  • scan\n    spans: [/0/'ready'] [/1/'ready'] [/2/'ready'] [/3/'ready'] … (12 more)", 16)
-    assert not COCKROACHDB.plan_fans_out("  • scan\n    spans: [/3/'ready'/'q' - /3/'ready'/'q']", 16)
-    assert COCKROACHDB.plan_skip_locked_unbounded(
+    assert COCKROACHDB.explain_fans_out("  • scan\n    spans: [/0/'ready'] [/1/'ready'] [/2/'ready'] [/3/'ready'] … (12 more)", 16)
+    assert not COCKROACHDB.explain_fans_out("  • scan\n    spans: [/3/'ready'/'q' - /3/'ready'/'q']", 16)
+    assert COCKROACHDB.explain_skip_locked_unbounded(
         "• scan\n  spans: [/3/'ready']\n  locking strength: for update\n  locking wait policy: skip locked")
-    assert not COCKROACHDB.plan_skip_locked_unbounded(
+    assert not COCKROACHDB.explain_skip_locked_unbounded(
         "• scan\n  spans: [/3/'ready']\n  limit: 100\n  locking wait policy: skip locked")
 
 

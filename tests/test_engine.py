@@ -3,6 +3,7 @@ knows which database it talks to. No database needed except for the CLI's refusa
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardq.db import Dsn
-from shardq.engine import COCKROACHDB, ENGINES, POSTGRESQL, engine_for_server, engine_for_sqlalchemy
+from shardq.engine import CAPABILITIES, COCKROACHDB, ENGINES, POSTGRESQL, engine_for_server, engine_for_sqlalchemy
 from shardq.engine.cockroachdb import MIN_VERSION, bucket_count_of, parse_version
 from shardq.errors import InvalidInput, UnsupportedServer
 
@@ -108,3 +109,133 @@ def test_the_cli_refuses_an_unsupported_server_with_one_line_and_exit_2(pg_db):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "older than 99, the oldest shardq supports" in lines[0]
+
+
+def _yes_no_facts() -> set[str]:
+    """Every public yes/no attribute an engine carries: what a caller could branch on."""
+    return {name for engine in ENGINES for name in dir(engine)
+            if not name.startswith("_") and isinstance(getattr(engine, name), bool)}
+
+
+def test_an_engine_has_no_yes_no_fact_but_its_declared_capabilities():
+    assert _yes_no_facts() <= set(CAPABILITIES), "a new flag: make it an operation of the engine"
+    assert len(CAPABILITIES) <= 2
+
+
+# The traits the engine seam used to be made of: no module outside the engine package may read
+# one, nor any other yes/no fact of an engine except the declared capabilities.
+_FORMER_TRAITS = {
+    "hash_sharded_key", "transactional_ddl", "has_fillfactor", "claims_whole_rounds", "uses_lease_records",
+    "counts_depth_in_one_statement", "historical_reads", "accepts_null_arrays", "sends_binary_arrays",
+    "inlines_explain_values", "spark_stage_needs_index", "layout_plan",
+}
+
+
+def test_no_module_outside_the_engine_package_reads_an_engine_trait():
+    forbidden = (_FORMER_TRAITS | _yes_no_facts()) - set(CAPABILITIES)
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path.relative_to(SRC).parts[0] == "engine":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in forbidden:
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: .{node.attr}")
+    assert not offenders
+
+
+# The floor of the database layer: the plan vocabulary, the engines, the sessions and what they
+# share. Imports among these (TYPE_CHECKING ones included) must form no cycle.
+_FLOOR = ("shardq.plans", "shardq.dsn", "shardq.session_rules", "shardq.db", "shardq.db_async", "shardq.borrowed",
+          "shardq.queries", "shardq.engine", "shardq.resize", "shardq.operations", "shardq.store")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_of(path: Path, module: str) -> set[str]:
+    """The shardq modules ``path`` imports (relative imports resolved; ``from . import x`` names
+    the submodule x when there is one)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("shardq")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if not base.startswith("shardq"):
+                continue
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                as_module = SRC.parent / (child.replace(".", "/") + ".py")
+                as_package = SRC.parent / child.replace(".", "/") / "__init__.py"
+                found.add(child if as_module.exists() or as_package.exists() else base)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in SRC.rglob("*.py")}
+    return {name: {m for m in _imports_of(path, name) if m in modules and m != name} for name, path in modules.items()}
+
+
+def _cycles_among(graph: dict[str, set[str]], members: set[str]) -> list[list[str]]:
+    """Strongly connected components of more than one module within ``members`` (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node] & members:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(members):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_database_floor_has_no_import_cycle_and_the_engine_imports_no_session():
+    graph = _import_graph()
+    floor = {m for m in graph if m.startswith(_FLOOR)}
+    assert _cycles_among(graph, floor) == []
+    assert "shardq.plans" in floor and not graph["shardq.plans"], "plans.py is vocabulary: it imports nothing of shardq"
+    sessions = {"shardq.db", "shardq.db_async", "shardq.session_rules", "shardq.borrowed", "shardq.resize"}
+    engine_imports = {m for name in floor if name.startswith("shardq.engine") for m in graph[name]}
+    assert not engine_imports & sessions
+
+
+# The sessions and what they share: the only modules that send a named statement themselves.
+_SESSION_MODULES = {"db.py", "db_async.py", "db_special.py", "borrowed.py", "session_rules.py", "embedded.py"}
+
+
+def test_every_named_statement_reaches_the_database_as_a_plan_a_session_runs():
+    sends = {"fetch_all", "fetch_one", "fetch_row", "execute", "execute_ddl", "copy_in"}
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(SRC)
+        if relative.name in _SESSION_MODULES or relative.parts[0] == "migrations":  # Alembic's op.execute
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in sends:
+                offenders.append(f"{relative}:{node.lineno}: .{node.func.attr}(…)")
+    assert not offenders

@@ -127,6 +127,6 @@ def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(se
         {"buckets": [0, 1, 2, 3], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 10,
          "lease_seconds": 30.0, "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG},
     )
-    assert not engine.plan_reads_whole_table(round_plan), round_plan
+    assert not engine.explain_reads_whole_table(round_plan), round_plan
     whole = seeded.session.explain("task_count_by_bucket")
-    assert engine.plan_reads_whole_table(whole), whole
+    assert engine.explain_reads_whole_table(whole), whole

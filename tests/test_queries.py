@@ -49,8 +49,8 @@ IDENTIFIER_SLOTS = {
 }
 
 
-# copy_in: ``COPY … FROM STDIN`` of a named statement (shardq.spark.writer).
-ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|copy_in"
+# CopyIn: ``COPY … FROM STDIN`` of a named statement (shardq.spark.writer).
+ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|SchemaChange|CopyIn"
 
 
 def used_names(call: str = ALL_CALLS) -> set[str]:
@@ -107,5 +107,5 @@ def test_no_statement_builds_sql_from_python_values():
 
 
 def test_ddl_statements_run_only_through_execute_ddl():
-    assert used_names("execute_ddl") == set(DDL_SLOTS)
+    assert used_names("execute_ddl|SchemaChange") == set(DDL_SLOTS)
     assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|fetch_row|execute|listen|Call")

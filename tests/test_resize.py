@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from shardq import exclusive
 from shardq.cli.main import cli
 from shardq.consumer import Consumer
-from shardq.engine.postgresql_resize import PostgresResize
 from shardq.errors import InvalidInput, ResizeInProgress
 from shardq.models import NewTask
 from shardq.producer import Producer
 from shardq.reaper import Reaper
 from shardq.resize import resize_buckets
+from shardq.resize.postgresql import PostgresResize
 from shardq.store import TaskStore
 
 from .factories import fenced, utcnow

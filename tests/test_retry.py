@@ -161,12 +161,10 @@ def test_a_consumer_moves_on_after_an_ambiguous_claim_and_the_reaper_recovers_it
     lost = TaskStore(pg_db.client.new_session())
     # The lost claim did commit: the task is leased under a token no consumer holds. (PostgreSQL
     # claims a whole round of buckets per statement, CockroachDB one bucket.)
-    if lost.claims_whole_rounds:
-        injector = Injector("task_claim_round", pgerrors.StatementCompletionUnknown, times=1,
-                            first=lambda: lost.task_claim_round(list(range(pg_db.layout.visit_count)), "q", 10, 30.0))
-    else:
-        injector = Injector("task_claim_batch", pgerrors.StatementCompletionUnknown, times=1,
-                            first=lambda: lost.task_claim_batch(0, "q", 10, 30.0))
+    first_group = lost.claim_groups(pg_db.layout.visit_count, 0)[0]
+    injector = Injector("task_claim_round" if len(first_group) > 1 else "task_claim_batch",
+                        pgerrors.StatementCompletionUnknown, times=1,
+                        first=lambda: lost.claim(first_group, "q", 10, 30.0))
     consumer = Consumer(hooked_store(pg_db, injector), ["q"], offset=0)
     first = consumer.claim()
     assert first.tasks == [] and not first.round_empty

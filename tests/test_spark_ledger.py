@@ -111,7 +111,7 @@ def test_a_chunk_merge_that_keeps_failing_with_40001_is_rolled_back_whole_on_coc
     # has moved 3 times, and every new SQL transaction starts again at epoch 0
     # (pkg/sql/txn_state.go, resetForNewSQLTxn): a merge retried as ROLLBACK + BEGIN fails each
     # attempt, and must leave neither tasks nor a ledger row behind (audit F3).
-    if not db.store.engine.hash_sharded_key:
+    if db.dialect != "cockroachdb":
         pytest.skip("CockroachDB's inject_retry_errors_enabled drives the 40001 path")
     ledger = SparkLedger(db.session)
     run = ledger.run_register("retry", "r", 1)

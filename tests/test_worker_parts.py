@@ -144,26 +144,25 @@ def test_a_worker_refuses_a_handler_that_cannot_be_called(db):
 def test_a_claim_keeps_its_first_batch_when_the_promote_after_it_fails(pg_db, monkeypatch, walk):
     pg_db.client.enqueue_many("q", [b"a", b"b"])
     store = TaskStore(Session(pg_db.dsn))
-    monkeypatch.setattr(TaskStore, "claims_whole_rounds", property(lambda self: walk == "round"))
+    if walk == "per-bucket":  # a round cut into one claim statement per bucket, as on CockroachDB
+        monkeypatch.setattr(store, "claim_groups", lambda visit_count, turn: [[b] for b in range(visit_count)])
 
     found_by_claim: list[int] = []
-    for name in ("task_claim_batch", "task_claim_round"):
-        original = getattr(store, name)
+    original = store.claim
 
-        def claim(*args, _original=original, **kwargs):
-            tasks = _original(*args, **kwargs)
-            found_by_claim.append(len(tasks))
-            return tasks
+    def claim(*args, **kwargs):
+        tasks = original(*args, **kwargs)
+        found_by_claim.append(len(tasks))
+        return tasks
 
-        monkeypatch.setattr(store, name, claim)
+    monkeypatch.setattr(store, "claim", claim)
 
     def broken(*args, **kwargs):
         if found_by_claim and found_by_claim[-1]:
             raise DatabaseUnavailable("the server went away after the claim")
         return 0
 
-    monkeypatch.setattr(store, "task_promote_due", broken)
-    monkeypatch.setattr(store, "task_promote_due_round", broken)
+    monkeypatch.setattr(store, "promote_due", broken)
     consumer = Consumer(store, ["q"], batch=10)
     found = []
     for _ in range(consumer.layout().visit_count):
@@ -176,11 +175,9 @@ def test_a_claim_keeps_its_first_batch_when_the_promote_after_it_fails(pg_db, mo
 
 def test_worker_and_reaper_decide_failures_with_one_function_and_one_set_of_defaults(db):
     db.client.enqueue_many("q", [NewTask(b"a", max_attempts=2), NewTask(b"b", max_attempts=2)])
-    claimed = db.client.store.task_claim_round(list(range(db.client.store.layout().visit_count)), "q", 10, 30) \
-        if db.client.store.claims_whole_rounds else []
-    if not claimed:
-        for bucket in range(db.client.store.layout().visit_count):
-            claimed += db.client.store.task_claim_batch(bucket, "q", 10, 30)
+    store = db.client.store
+    claimed = [t for group in store.claim_groups(store.layout().visit_count, 0)
+               for t in store.claim(group, "q", 10, 30)]
     first, second = claimed
     failures = [
         Failure(Fenced(first.key, first.lease_token), 1, 2, "boom"),

@@ -160,7 +160,7 @@ def test_one_outcome_the_database_refuses_does_not_cost_the_batch_its_other_outc
     # the settle of the batch fails for that one row; every other outcome must still be settled,
     # that one with a plain reason, and nothing left to the lease sweep.
     monkeypatch.setattr("shardq.worker.outcomes.describe", lambda exc: f"{type(exc).__name__}: {exc}")
-    monkeypatch.setattr("shardq.store.storable", lambda text: text)
+    monkeypatch.setattr("shardq.operations.tasks.storable", lambda text: text)
     db.client.enqueue_many("q", [b"ok"] * 20 + [b"bad"] + [b"retry"])
 
     def handler(task):

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import flow, statements, validation
+from . import flow, operations, validation
 from .db import Session
 from .errors import InvalidInput
 from .maintenance.batches import until_short_batch
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
-from .plans import Plan, run
+from .plans import Plan
 from .stats import StatsOptions, collect
 from .store import TaskStore
 
@@ -139,7 +139,7 @@ def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
     later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
     the active task of an exclusive key releases the key's backlog. A malformed id, or none, is
     :class:`InvalidInput` before anything is sent."""
-    return run(store.session, cancel_plan(parse_cancel_ids(ids)))
+    return store.session.run(cancel_plan(parse_cancel_ids(ids)))
 
 
 def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
@@ -151,16 +151,16 @@ def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
 
 
 def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
-    """:func:`cancel` as a plan (:mod:`shardq.plans`), for either gateway."""
+    """:func:`cancel` as a plan (:mod:`shardq.plans`), for either session."""
     from . import exclusive
 
     # Lock the keys of every task named (a key never changes; whether the task is active may),
     # then delete, then release the keys whose active task was deleted.
-    keyed = yield from statements.task_exclusive_keys_by_id(wanted)
+    keyed = yield from operations.task_exclusive_keys_by_id(wanted)
     removed: set[uuid.UUID] = set()
 
     def remove() -> Plan[set[uuid.UUID]]:
-        gone = yield from statements.task_cancel_many(wanted)
+        gone = yield from operations.task_cancel_many(wanted)
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

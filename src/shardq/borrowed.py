@@ -15,7 +15,7 @@ from .errors import (
     DatabaseUnavailable,
     InvalidInput,
 )
-from .gateway import _translate
+from .session_rules import _translate
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ def borrow(connection: object) -> BorrowedSession:
     ``cockroachdb+psycopg://``). Anything else is :class:`InvalidInput`."""
     if isinstance(connection, psycopg.Connection):
         return BorrowedSession(connection)
-    from .db_async import is_async_connection  # the asyncio gateway imports this module
+    from .db_async import is_async_connection  # the asyncio session module imports this one
 
     if is_async_connection(connection):
         raise InvalidInput(

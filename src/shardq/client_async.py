@@ -50,9 +50,9 @@ from .db_async import AsyncSession, borrow_async
 from .errors import DatabaseError
 from .models import EnqueueResult, NewTask, Stats, TaskOptions
 from .notify import Notifier
-from .plans import Plan, run_async
+from .operations import EnqueueCounts
+from .plans import Plan
 from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
-from .statements import EnqueueCounts
 from .worker import Handler, Resolver, WorkerTotals
 
 log = logging.getLogger("shardq.client")
@@ -83,14 +83,14 @@ class AsyncClient:
 
     async def _run(self, plan: Plan[T]) -> T:
         async with self._lock:
-            return await run_async(self.session, plan)
+            return await self.session.run(plan)
 
     async def close(self) -> None:
         """Write the enqueue counts still held in memory (failures only logged), then close the
         connection and the worker sessions."""
         async with self._lock:
             try:
-                await run_async(self.session, self.enqueue_counts.flush())
+                await self.session.run(self.enqueue_counts.flush())
             except DatabaseError as exc:  # counters only; closing must not fail on them
                 log.debug("could not record enqueue counts at close: %s", exc)
             await self.session.close()
@@ -147,7 +147,7 @@ class AsyncClient:
         borrowed = await borrow_async(connection)
         # On the caller's connection, like the sync client: not counted (the tasks exist only if
         # the caller commits), and the caller's connection serialises its own statements.
-        return await run_async(borrowed, enqueue_plan(queue, prepared, batch_size=batch_size, notifier=self.notifier))
+        return await borrowed.run(enqueue_plan(queue, prepared, batch_size=batch_size, notifier=self.notifier))
 
     # -- operating --------------------------------------------------------------------------
     async def cancel(self, *ids: str) -> admin.CancelResult:

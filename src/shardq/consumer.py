@@ -1,14 +1,16 @@
 """Claiming tasks: the round-robin walk over buckets (the handle a handler gets,
 :class:`shardq.models.Task`, is importable from here too).
 
-A :class:`Consumer` starts at its own bucket offset and walks the buckets (and, within each
-bucket, its queues) round-robin. Each step is one statement that leases up to ``batch`` ready tasks
-of one queue in one bucket, lowest priority first, with ``FOR UPDATE SKIP LOCKED``: consumers never
-wait on each other and never hold the same task at once. Empty buckets cost one short statement
-each. On PostgreSQL one statement does a whole round for a queue (bucket after bucket, the same
-per-bucket scans, until ``batch`` tasks are leased), so a queue whose tasks trickle into every
-bucket costs one statement per round, not one per bucket. When a step comes back short, the consumer also promotes that bucket's due scheduled tasks
-(at most every ``PROMOTE_INTERVAL_SECONDS`` per bucket and queue) and claims again.
+A :class:`Consumer` starts at its own offset and walks (group of buckets, queue) pairs
+round-robin. The engine decides how a round over the buckets is cut into groups
+(:meth:`shardq.engine.Engine.claim_groups`): on PostgreSQL one group of every bucket (one
+statement does a whole round for a queue, bucket after bucket, until ``batch`` tasks are leased,
+so a queue whose tasks trickle into every bucket costs one statement per round), on CockroachDB
+one group per bucket (empty buckets cost one short statement each). Each step is one statement
+that leases up to ``batch`` ready tasks of one queue, lowest priority first, with
+``FOR UPDATE SKIP LOCKED``: consumers never wait on each other and never hold the same task at
+once. When a step comes back short, the consumer also promotes that group's due scheduled tasks
+(at most every ``PROMOTE_INTERVAL_SECONDS`` per group and queue) and claims again.
 
 The layout (bucket count, CockroachDB's shard column) is re-discovered every
 ``LAYOUT_REFRESH_SECONDS`` (5 s), whenever a whole round finds nothing, and at once when a claim
@@ -18,7 +20,7 @@ does not count as empty: the buckets it did not walk may hold tasks.
 
 A claim whose outcome is unknown (CockroachDB's 40003) or that kept failing with 40001 is counted
 as empty for its bucket and the walk goes on: if it did commit, its tasks stay leased under a
-token nobody holds and the reaper returns them when the lease expires (see :mod:`shardq.db`).
+token nobody holds and the reaper returns them when the lease expires (see :mod:`shardq.session_rules`).
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ class ClaimRound:
     #: True when the call walked every (bucket, queue) pair once and all were empty
     round_empty: bool = False
     statements: int = 0
-    #: one (bucket, queue, seconds, tasks found) per claim statement, for metrics; a PostgreSQL
-    #: round claim gives one per bucket it took tasks from, its seconds on the first only (None
-    #: on the others)
+    #: one (bucket, queue, seconds, tasks found) per claim statement, for metrics; a claim over
+    #: several buckets gives one per bucket it took tasks from, its seconds on the first only
+    #: (None on the others)
     polls: list[tuple[int, str, float | None, int]] = field(default_factory=list)
     #: queues whose flow limit refused this call's claim, with the seconds until their next token
     #: (a rate) or None (every concurrency slot is held)
@@ -104,6 +106,7 @@ class Consumer:
         self._clock = clock
         self._offset = offset if offset is not None else uuid.uuid4().int
         self._position = 0
+        self._turn = 0
         self._layout: ShardLayout | None = None
         self._layout_at = 0.0
         self._promoted_at: dict[tuple[int, str], float] = {}
@@ -126,45 +129,32 @@ class Consumer:
         return self.queue_settings.lease_for(queue)
 
     # -- claiming ---------------------------------------------------------------------------
-    def _promote(self, bucket: int, queue: str, result: ClaimRound) -> bool:
-        """Promote due scheduled tasks of (bucket, queue) unless this consumer did so recently."""
+    def _promote(self, group: int, buckets: list[int], queue: str, result: ClaimRound) -> bool:
+        """Promote due scheduled tasks of ``queue`` in ``buckets`` (group ``group`` of the round)
+        unless this consumer did so recently."""
         now = self._clock()
-        if now - self._promoted_at.get((bucket, queue), -PROMOTE_INTERVAL_SECONDS) < PROMOTE_INTERVAL_SECONDS:
+        if now - self._promoted_at.get((group, queue), -PROMOTE_INTERVAL_SECONDS) < PROMOTE_INTERVAL_SECONDS:
             return False
-        self._promoted_at[(bucket, queue)] = now
+        self._promoted_at[(group, queue)] = now
         result.statements += 1
-        return self.store.task_promote_due(bucket, queue, PROMOTE_BATCH) > 0
+        return self.store.promote_due(buckets, queue, PROMOTE_BATCH) > 0
 
-    def _claim(self, bucket: int, queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
-        """One claim statement, timed into ``result.polls``."""
+    def _claim(self, buckets: list[int], queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
+        """One claim statement over ``buckets``, timed into ``result.polls``: one entry per bucket
+        it took tasks from (the statement's time on the first; None on the others), or one empty
+        poll."""
         started = time.perf_counter()
-        tasks = self.store.task_claim_batch(bucket, queue, limit, lease)
-        result.polls.append((bucket, queue, time.perf_counter() - started, len(tasks)))
-        return tasks
-
-    def _claim_round(self, buckets: list[int], queue: str, limit: int, lease: float, result: ClaimRound) -> list[ClaimedTask]:
-        """One round-claim statement, timed into ``result.polls``: one entry per bucket it took
-        tasks from (the statement's time on the first; None on the others), or one empty poll."""
-        started = time.perf_counter()
-        tasks = self.store.task_claim_round(buckets, queue, limit, lease)
+        tasks = self.store.claim(buckets, queue, limit, lease)
         seconds: float | None = time.perf_counter() - started
+        if len(buckets) == 1 or not tasks:
+            result.polls.append((buckets[0], queue, seconds, len(tasks)))
+            return tasks
         found = Counter(t.key.bucket for t in tasks)
         for bucket in buckets:
             if bucket in found:
                 result.polls.append((bucket, queue, seconds, found[bucket]))
                 seconds = None
-        if not tasks:
-            result.polls.append((buckets[0], queue, seconds, 0))
         return tasks
-
-    def _promote_round(self, buckets: list[int], queue: str, result: ClaimRound) -> bool:
-        """Promote due scheduled tasks of ``queue`` in every bucket, unless done recently."""
-        now = self._clock()
-        if now - self._promoted_at.get((-1, queue), -PROMOTE_INTERVAL_SECONDS) < PROMOTE_INTERVAL_SECONDS:
-            return False
-        self._promoted_at[(-1, queue)] = now
-        result.statements += 1
-        return self.store.task_promote_due_round(buckets, queue, PROMOTE_BATCH) > 0
 
     def _gated(self, queue: str, claim: Callable[[int], list[ClaimedTask]], result: ClaimRound
                ) -> Callable[[int], list[ClaimedTask]]:
@@ -199,11 +189,10 @@ class Consumer:
     def _claim_then_promote(
         claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound
     ) -> list[ClaimedTask]:
-        """Claim; when that came back short, promote due scheduled tasks and claim again. Both
-        walks (per bucket and per round) go through here, so both keep the first batch when a
-        later statement fails: those tasks are already leased under this claim's token, and
-        handing them out beats stranding them until their lease expires (the next call meets
-        the error again if it persists)."""
+        """Claim; when that came back short, promote due scheduled tasks and claim again. The
+        first batch is kept when a later statement fails: those tasks are already leased under
+        this claim's token, and handing them out beats stranding them until their lease expires
+        (the next call meets the error again if it persists)."""
         tasks = claim(want)
         try:
             if len(tasks) < want and promote():
@@ -217,22 +206,24 @@ class Consumer:
         return tasks
 
     def claim(self, limit: int | None = None, *, start_room: int | None = None) -> ClaimRound:
-        """Walk (bucket, queue) pairs from where the last call stopped until a claim returns
-        tasks or every pair has been tried once. At most ``limit`` (default ``batch``) tasks, and
-        of a queue with a flow limit at most ``start_room`` (tasks the caller can start at once;
-        None: ``limit``). On PostgreSQL one statement per queue walks all the buckets (see
-        :meth:`_claim_rounds`)."""
+        """Walk (group of buckets, queue) pairs from where the last call stopped until a claim
+        returns tasks or every pair has been tried once. The engine cuts a round into groups
+        (:meth:`shardq.engine.Engine.claim_groups`): every bucket in one statement (PostgreSQL,
+        starting one bucket further each call, so each bucket gets its turn to be drained first)
+        or one bucket per statement (CockroachDB). At most ``limit`` (default ``batch``) tasks,
+        and of a queue with a flow limit at most ``start_room`` (tasks the caller can start at
+        once; None: ``limit``)."""
         want = min(limit or self.batch, self.batch)
         layout = self.layout()
-        if self.store.claims_whole_rounds:
-            return self._claim_rounds(layout, want, start_room)
-        pairs = layout.visit_count * len(self.queues)
+        groups = self.store.claim_groups(layout.visit_count, self._offset + self._turn)
+        self._turn += 1
+        pairs = len(groups) * len(self.queues)
         result = ClaimRound()
         failed = False
         for _ in range(pairs):
             step = (self._offset + self._position) % pairs
             self._position += 1
-            bucket, queue_index = divmod(step, len(self.queues))
+            group, queue_index = divmod(step, len(self.queues))
             queue = self.queues[queue_index]
             if self.settings(queue).paused_dequeue or queue in result.throttled:
                 continue
@@ -240,13 +231,13 @@ class Consumer:
             if queue_want <= 0:
                 result.no_room = True
                 continue
+            buckets = groups[group]
             result.statements += 1
             try:
-                lease = self.lease_for(queue)
-                claim = partial(self._claim, bucket, queue, lease=lease, result=result)
+                claim = partial(self._claim, buckets, queue, lease=self.lease_for(queue), result=result)
                 tasks = self._claim_then_promote(
                     self._gated(queue, claim, result) if self.settings(queue).limited else claim,
-                    partial(self._promote, bucket, queue, result),
+                    partial(self._promote, group, buckets, queue, result),
                     queue_want, result,
                 )
             except ShardLayoutChanged as exc:
@@ -254,48 +245,7 @@ class Consumer:
                 self.layout(refresh=True)
                 return result  # not an empty round: the new layout has not been walked yet
             except (AmbiguousResult, SerializationConflict) as exc:
-                log.warning("claim in bucket %d of queue %s failed (%s); moving on", bucket, queue, exc)
-                failed = True
-                continue
-            if tasks:
-                result.tasks = tasks
-                return result
-        return self._end_empty_round(layout, result, failed)
-
-    def _claim_rounds(self, layout: ShardLayout, want: int, start_room: int | None = None) -> ClaimRound:
-        """PostgreSQL: per queue, one statement claims over every bucket, starting one bucket
-        further than the previous call (so each bucket gets its turn to be drained first); a
-        queue whose claim comes back short has its due scheduled tasks promoted (at most every
-        ``PROMOTE_INTERVAL_SECONDS``) and is claimed again."""
-        result = ClaimRound()
-        failed = False
-        count = layout.visit_count
-        start = self._offset + self._position
-        self._position += 1
-        buckets = [(start + i) % count for i in range(count)]
-        for step in range(len(self.queues)):
-            queue = self.queues[(start + step) % len(self.queues)]
-            if self.settings(queue).paused_dequeue:
-                continue
-            queue_want = self._limit_for(queue, want, start_room)
-            if queue_want <= 0:
-                result.no_room = True
-                continue
-            lease = self.lease_for(queue)
-            result.statements += 1
-            try:
-                claim = partial(self._claim_round, buckets, queue, lease=lease, result=result)
-                tasks = self._claim_then_promote(
-                    self._gated(queue, claim, result) if self.settings(queue).limited else claim,
-                    partial(self._promote_round, buckets, queue, result),
-                    queue_want, result,
-                )
-            except ShardLayoutChanged as exc:
-                log.info("layout changed under a claim (%s); re-discovering", exc)
-                self.layout(refresh=True)
-                return result
-            except (AmbiguousResult, SerializationConflict) as exc:
-                log.warning("claim round of queue %s failed (%s); moving on", queue, exc)
+                log.warning("claim in bucket %d of queue %s failed (%s); moving on", buckets[0], queue, exc)
                 failed = True
                 continue
             if tasks:

@@ -1,55 +1,21 @@
-"""The one gateway to the database: connections, statement execution, retries, error translation.
+"""The sync session: one database connection, the named statements and plans run on it.
 
-Only this module, its asyncio twin :mod:`shardq.db_async` (which reuses the helpers here:
-:func:`connect_arguments`, :func:`isolation_of`, :func:`compose_statement`, :func:`resend_after`,
-:func:`statement_error`, :func:`retry_pause`) and :mod:`shardq.queries` (which reads SQL text)
-touch psycopg. Everything else calls :class:`Session` methods with a statement *name* and a dict
-of bind values, or runs a plan (:mod:`shardq.plans`), and gets dict rows or shardq errors back.
-
-Guarantees
-    * Every ``psycopg.Error`` leaving a :class:`Session` is a :class:`shardq.errors.DatabaseError`
-      subclass with the original as ``__cause__``; the DSN's password never appears in a message.
-    * Statements run in autocommit, one statement per round trip, unless run through
-      :meth:`Session.transaction`.
-    * SQLSTATE 40001 (serialization failure: CockroachDB's ``restart transaction``, PostgreSQL's
-      serializable conflicts) is retried with exponential backoff and full jitter, at most
-      ``max_retries`` times (default: the engine's :class:`~shardq.engine.RetryPolicy`), then raised as :class:`SerializationConflict`. A statement outside a
-      transaction is re-sent alone; inside :meth:`Session.transaction` the whole body is re-run
-      (CockroachDB aborts the transaction, so re-sending one statement would be wrong). Every shardq
-      statement is safe to re-run after a 40001: the failed attempt changed nothing.
-    * SQLSTATE 40003 (CockroachDB: "result is ambiguous", only possible on a statement outside a
-      transaction or on COMMIT) means the statement may or may not have committed. It is re-sent
-      only for statements the caller marks ``resend_ambiguous`` (the lease-fenced ones, see below);
-      otherwise it surfaces as :class:`AmbiguousResult`.
-    * A statement the server cancels (``statement_timeout_ms``, or an operator's cancel) raises
-      :class:`StatementTimeout`; it changed nothing.
-
-Why the lease token makes re-sent acks (and lost claims) safe
-    A claim writes a fresh random ``lease_token`` into every row it leases and hands the token to
-    the worker. Ack, retry, dead-letter, release and extend name each row by its whole key *and*
-    that token (``… AND t.lease_token = k.token AND t.state = 'leased'``), and all but extend
-    change the row so that it stops matching: ack and dead-letter delete it, retry and release set
-    ``state = 'ready'`` and clear the token (on CockroachDB they also rewrite the key). So when the
-    first attempt did commit, the re-sent statement matches no row and changes nothing; the ids
-    missing from its result are counted as ``lease_lost``, which is harmless. A re-sent extend
-    matches again and sets the expiry to now + lease once more: what was asked for. If the lease
-    expired and another consumer claimed the task meanwhile, that claim wrote a different token,
-    so no re-send can touch the new holder's lease.
-
-    A claim is *not* re-sent after 40003: it would lease another batch under another token. The
-    consumer treats the ambiguous claim as empty. If it did commit, its tasks stay leased under a
-    token nobody holds until ``lease_expires_at``; the reaper then returns them to ``ready`` (the
-    attempt counts), so nothing is lost and nothing runs twice at once. An enqueue without a dedupe
-    key is not re-sent either (it could insert twice); the caller sees :class:`AmbiguousResult`.
+:class:`Session` connects (the engine's startup options, its pinned isolation level, the engine
+learnt from the server), runs plans (:meth:`Session.run`, the one way shardq's modules send named
+statements) and the statements they request, and translates errors. The rules it follows —
+autocommit, the 40001/40003 retries, why a re-sent ack is safe, error translation — are shared
+with the asyncio session (:mod:`shardq.db_async`) and documented in :mod:`shardq.session_rules`.
+Only these three modules, :mod:`shardq.borrowed` (a session on a caller's connection),
+:mod:`shardq.embedded` (the embedded server's bootstrap) and :mod:`shardq.spark.writer` (COPY)
+touch psycopg; everything else yields requests (:mod:`shardq.plans`) and gets dict rows or shardq
+errors back.
 
 Engines
-    What differs between PostgreSQL and CockroachDB is asked of :attr:`Session.engine`
-    (:mod:`shardq.engine`): the statements sent, the startup options every connection carries, the
-    isolation level explicit transactions are pinned to, the retry policy and the supported
-    versions. A ``cockroachdb://`` URL names the engine up front; a ``postgresql://`` URL learns it
-    from the server at the first connect (and reopens once with the engine's own options if they
-    differ). A server older than the engine supports is refused with
-    :class:`~shardq.errors.UnsupportedServer`.
+    The session's :attr:`Session.engine` (:mod:`shardq.engine`) gives the statements, startup
+    options, pinned isolation, retry policy and supported versions. A ``cockroachdb://`` URL names
+    it up front; a ``postgresql://`` URL learns it from the server at the first connect (reopening
+    once with the engine's own options if they differ). A server older than the engine supports is
+    refused with :class:`~shardq.errors.UnsupportedServer`.
 
 Does not
     * pool connections: each worker thread or service owns its session;
@@ -60,7 +26,6 @@ Does not
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -69,22 +34,27 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 
+from .db_special import SpecialStatements
 from .dsn import CONNECT_TIMEOUT_SECONDS, LIBPQ_URL_SCHEMES, Dsn, redact_text
 from .engine import POSTGRESQL, Engine, engine_for_server
 from .errors import (
     DatabaseError,
     InvalidInput,
     SerializationConflict,
+    ShardqError,
 )
-from .gateway import (
+from .plans import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
+from .session_rules import (
     RETRY_LIMIT_DEFAULT,
     _translate,
+    compose,
     compose_statement,
     connect_arguments,
+    identifier,
     isolation_of,
+    raw_connect,
     resend_after,
     retry_pause,
     statement_error,
@@ -101,7 +71,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Session:
+class Session(SpecialStatements):
     """One database connection and the statements run on it. Not thread-safe: one per thread.
 
     ``shard_column`` fills the ``{shard_col}`` slot of CockroachDB statements; set it with
@@ -242,6 +212,24 @@ class Session:
             self._shard_column = column
             self._composed.clear()
 
+    # -- plans --------------------------------------------------------------------------------
+    def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` (:mod:`shardq.plans`) on this session and return its result. Each request
+        is served in turn; a shardq error a request raises is thrown into the plan at its
+        ``yield``."""
+        value: Any = None
+        error: ShardqError | None = None
+        while True:
+            try:
+                request = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            try:
+                value = _serve(self, request)
+            except ShardqError as exc:
+                value, error = None, exc
+
     # -- statements ---------------------------------------------------------------------------
     def _query(self, name: str, identifiers: Mapping[str, str] | None = None) -> Any:
         if identifiers:
@@ -348,61 +336,6 @@ class Session:
                 self._discard()
             raise _translate(exc, self.dsn) from exc
 
-    def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
-        """The engine's plan of a named statement with these values, as text (one line per row
-        the server returned), for plan checks: see :meth:`shardq.engine.Engine.plan_reads_whole_table`."""
-        engine = self.engine
-        query = self._query(name)
-        try:
-            conn = self._connection()
-            if engine.inlines_explain_values:
-                inlined = psycopg.ClientCursor(conn).mogrify(query, params or {})
-                rows = conn.execute(sql.SQL(engine.explain_prefix) + sql.SQL(inlined)).fetchall()
-            else:
-                prefixed = sql.Composed([sql.SQL(engine.explain_prefix), query if isinstance(query, sql.Composable)
-                                         else sql.SQL(query)])
-                rows = conn.execute(prefixed, params or {}).fetchall()
-        except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
-        lines = (next(iter(row.values())) for row in rows)
-        # A JSON plan arrives decoded; hand it back as the JSON text the server wrote.
-        return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
-
-    def execute_ddl(
-        self,
-        name: str,
-        *,
-        identifiers: Mapping[str, str] | None = None,
-        literals: Mapping[str, int] | None = None,
-    ) -> None:
-        """Run a named DDL statement whose ``{slots}`` take identifiers or integer literals.
-
-        DDL takes no bind parameters (neither database plans a utility statement with them), so
-        this is the one place a value enters SQL text: only ``int`` values, rendered by
-        ``psycopg.sql.Literal``; names go through ``psycopg.sql.Identifier``. No 40001 retry here:
-        CockroachDB retries an autocommit schema change itself, and inside
-        :meth:`transaction` the body is retried as a whole.
-        """
-        slots: dict[str, Any] = {k: sql.Identifier(v) for k, v in (identifiers or {}).items()}
-        for key, value in (literals or {}).items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidInput(f"DDL literal {key} must be a whole number")
-            slots[key] = sql.Literal(value)
-        statement = self.engine.statements()[name]
-        self.execute_raw(sql.SQL(statement.text).format(**slots))
-
-    def execute_raw(self, query: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run SQL that is not a named statement: DDL composed with ``psycopg.sql`` (migrations,
-        resizing, Spark staging) or admin probes. Same error translation; no 40001 retry."""
-        try:
-            with self._connection().cursor(row_factory=dict_row) as cur:
-                cur.execute(query, params)
-                return cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._discard()
-            raise _translate(exc, self.dsn) from exc
-
     @contextmanager
     def _transaction_block(self) -> Iterator[None]:
         conn = self._connection()
@@ -454,20 +387,28 @@ class Session:
                 raise _translate(exc, self.dsn) from exc
 
 
-def identifier(name: str) -> sql.Identifier:
-    """A quoted identifier for composed statements (the only way names enter SQL)."""
-    return sql.Identifier(name)
-
-
-def compose(template: str, **identifiers: str) -> sql.Composed:
-    """Fill ``{slot}`` identifier slots of a fixed SQL template."""
-    return sql.SQL(template).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})
-
-
-def raw_connect(dsn: Dsn) -> psycopg.Connection:
-    """A plain psycopg connection, for tools that bring their own driver layer (Alembic's
-    SQLAlchemy engine). Errors are translated like everywhere else."""
-    try:
-        return psycopg.connect(dsn.conninfo, application_name="shardq-migrate")
-    except psycopg.Error as exc:
-        raise _translate(exc, dsn) from exc
+def _serve(session: Session, request: Any) -> Any:
+    if isinstance(request, Call):
+        if request.rows == "all":
+            return session.fetch_all(request.name, request.params, resend_ambiguous=request.resend_ambiguous,
+                                     identifiers=request.identifiers, binary=request.binary, tuples=request.tuples)
+        if request.rows == "one":
+            return session.fetch_one(request.name, request.params, identifiers=request.identifiers)
+        session.execute(request.name, request.params, identifiers=request.identifiers)
+        return None
+    if isinstance(request, SchemaChange):
+        return session.execute_ddl(request.name, identifiers=request.identifiers, literals=request.literals)
+    if isinstance(request, CopyIn):
+        return session.copy_in(request.name, request.data, request.identifiers)
+    if isinstance(request, Atomically):
+        body = request.body
+        return session.transaction(lambda s: s.run(body()))
+    if isinstance(request, UseShardColumn):
+        session.set_shard_column(request.column)
+        return None
+    if isinstance(request, WithInternals):
+        if session.internals:
+            return session.run(request.body())
+        with session.sibling(internals=True) as internal:
+            return internal.run(request.body())
+    return session.engine

@@ -1,19 +1,20 @@
-"""The asyncio gateway: :class:`AsyncSession`, the asyncio twin of :class:`shardq.db.Session`.
+"""The asyncio session: :class:`AsyncSession`, the asyncio twin of :class:`shardq.db.Session`.
 
-It runs named statements on one ``psycopg.AsyncConnection`` (no threads: every round trip is
-awaited on the caller's event loop) under the rules :mod:`shardq.db` documents, through the same
-helpers, so the two gateways cannot drift apart:
+It runs plans (:meth:`AsyncSession.run`) and the named statements they request on one
+``psycopg.AsyncConnection`` (no threads: every round trip is awaited on the caller's event loop)
+under the rules :mod:`shardq.session_rules` documents, through the same helpers, so the two
+sessions cannot drift apart:
 
 * connect: the engine's startup options and pinned isolation level, the engine learnt from the
   server (a ``postgresql://`` URL reaching CockroachDB reopens once with CockroachDB's options),
-  the server version checked (:func:`shardq.db.connect_arguments`, :func:`shardq.db.isolation_of`);
+  the server version checked (:func:`shardq.session_rules.connect_arguments`, :func:`shardq.session_rules.isolation_of`);
 * statements: the engine's named statements from ``sql/``, ``{shard_col}`` composed with
-  ``psycopg.sql.Identifier`` (:func:`shardq.db.compose_statement`);
+  ``psycopg.sql.Identifier`` (:func:`shardq.session_rules.compose_statement`);
 * 40001 retried with full-jitter backoff (the statement alone in autocommit, the whole body in
   :meth:`AsyncSession.transaction`); 40003 re-sent only for statements marked safe
-  (:func:`shardq.db.resend_after`, :func:`shardq.db.retry_pause`);
+  (:func:`shardq.session_rules.resend_after`, :func:`shardq.session_rules.retry_pause`);
 * every ``psycopg.Error`` leaves as a :class:`shardq.errors.DatabaseError` subclass with the
-  original as ``__cause__`` and the DSN's password redacted (:func:`shardq.db.statement_error`).
+  original as ``__cause__`` and the DSN's password redacted (:func:`shardq.session_rules.statement_error`).
 
 :class:`AsyncBorrowedSession` runs statements on a caller's ``AsyncConnection`` inside the caller's
 transaction (never committing it), like :class:`shardq.borrowed.BorrowedSession`; :func:`borrow_async`
@@ -21,7 +22,8 @@ accepts a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncCo
 psycopg driver.
 
 Does not: pool connections (one connection per session; statements of one session run one at a
-time), LISTEN, or run DDL.
+time), LISTEN, run DDL or COPY, or read engine-internal catalogs (a plan asking for one of these
+raises :class:`~shardq.errors.InvalidInput`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
-from .db import (
-    Dsn,
+from .dsn import Dsn
+from .engine import POSTGRESQL, Engine, engine_for_server
+from .errors import DatabaseUnavailable, InvalidInput, SerializationConflict, ShardqError
+from .plans import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
+from .session_rules import (
     _translate,
     compose_statement,
     connect_arguments,
@@ -46,8 +51,6 @@ from .db import (
     retry_pause,
     statement_error,
 )
-from .engine import POSTGRESQL, Engine, engine_for_server
-from .errors import DatabaseUnavailable, InvalidInput, SerializationConflict
 
 log = logging.getLogger("shardq.db")
 
@@ -153,19 +156,37 @@ class AsyncSession:
     def set_shard_column(self, column: str | None) -> None:
         self._shard_column = column
 
+    # -- plans --------------------------------------------------------------------------------
+    async def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` (:mod:`shardq.plans`) on this session and return its result, under the
+        rules of :meth:`shardq.db.Session.run`."""
+        value: Any = None
+        error: ShardqError | None = None
+        while True:
+            try:
+                request = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            try:
+                value = await _serve(self, request)
+            except ShardqError as exc:
+                value, error = None, exc
+
     # -- statements ---------------------------------------------------------------------------
     async def _run(self, name: str, params: Mapping[str, Any] | None, fetch: bool,
-                   resend_ambiguous: bool = False) -> list[Any]:
+                   resend_ambiguous: bool = False, identifiers: Mapping[str, str] | None = None,
+                   binary: bool = False, tuples: bool = False) -> list[Any]:
         attempt = 0
         while True:
             attempt += 1
             try:
                 conn = await self.connection()
                 engine = await self.get_engine()
-                query = compose_statement(engine, name, self._shard_column, {})
+                query = compose_statement(engine, name, self._shard_column, identifiers or {})
                 if self.before_statement is not None:
                     self.before_statement(name)
-                async with conn.cursor(row_factory=dict_row) as cur:
+                async with conn.cursor(binary=binary, row_factory=tuple_row if tuples else dict_row) as cur:
                     await cur.execute(query, params or {})
                     return await cur.fetchall() if fetch and cur.description is not None else []
             except psycopg.Error as exc:
@@ -178,17 +199,20 @@ class AsyncSession:
                 raise statement_error(exc, self.dsn, self._engine, name, self._shard_column) from exc
 
     async def fetch_all(self, name: str, params: Mapping[str, Any] | None = None, *,
-                        resend_ambiguous: bool = False) -> list[dict[str, Any]]:
-        """Run the named statement and return its rows as dicts (retrying 40001; re-sending after
-        40003 only with ``resend_ambiguous``)."""
-        return await self._run(name, params, True, resend_ambiguous)
+                        resend_ambiguous: bool = False, identifiers: Mapping[str, str] | None = None,
+                        binary: bool = False, tuples: bool = False) -> list[Any]:
+        """Run the named statement and return its rows (options as
+        :meth:`shardq.db.Session.fetch_all`)."""
+        return await self._run(name, params, True, resend_ambiguous, identifiers, binary, tuples)
 
-    async def fetch_one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        rows = await self._run(name, params, True)
+    async def fetch_one(self, name: str, params: Mapping[str, Any] | None = None, *,
+                        identifiers: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+        rows = await self._run(name, params, True, identifiers=identifiers)
         return rows[0] if rows else None
 
-    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> None:
-        await self._run(name, params, False)
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None, *,
+                      identifiers: Mapping[str, str] | None = None) -> None:
+        await self._run(name, params, False, identifiers=identifiers)
 
     async def transaction(self, body: Callable[[AsyncSession], Awaitable[T]]) -> T:
         """Run ``await body(self)`` inside one transaction, retrying the whole body on 40001.
@@ -217,6 +241,27 @@ class AsyncSession:
                 if self._conn is not None and (self._conn.closed or self._conn.broken):
                     await self._discard()
                 raise _translate(exc, self.dsn) from exc
+
+
+async def _serve(session: AsyncSession, request: Any) -> Any:
+    if isinstance(request, Call):
+        if request.rows == "all":
+            return await session.fetch_all(
+                request.name, request.params, resend_ambiguous=request.resend_ambiguous,
+                identifiers=request.identifiers, binary=request.binary, tuples=request.tuples)
+        if request.rows == "one":
+            return await session.fetch_one(request.name, request.params, identifiers=request.identifiers)
+        await session.execute(request.name, request.params, identifiers=request.identifiers)
+        return None
+    if isinstance(request, Atomically):
+        body = request.body
+        return await session.transaction(lambda s: s.run(body()))
+    if isinstance(request, UseShardColumn):
+        session.set_shard_column(request.column)
+        return None
+    if isinstance(request, (WithInternals, SchemaChange, CopyIn)):
+        raise InvalidInput(f"{type(request).__name__} needs the sync session")
+    return await session.get_engine()
 
 
 class AsyncBorrowedSession(AsyncSession):

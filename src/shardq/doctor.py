@@ -36,12 +36,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import doctor_plans, migrate, statements
+from . import doctor_plans, migrate, operations
 from .db import Session
 from .dsn import Dsn
 from .errors import DatabaseError, NotMigrated
 from .models import ShardLayout
-from .plans import run
+from .plans import Call, single
 
 #: Tables ``shardq work`` reads and writes (those of them the engine's migrations create).
 WORKER_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_periodic", "shardq_slots",
@@ -121,7 +121,7 @@ def _attempt(area: str, name: str, probe: Callable[[], Check]) -> Check:
 
 
 def _session_checks(session: Session) -> list[Check]:
-    row = session.fetch_one("doctor_settings")
+    row = _one(session, "doctor_settings")
     assert row is not None
     read_only = str(row["read_only"]).lower() in ("on", "true")
     return [
@@ -138,7 +138,7 @@ def _revision_check(session: Session) -> Check:
     head = migrate.head_revision()
 
     def probe() -> Check:
-        row = session.fetch_one("doctor_schema_revision")
+        row = _one(session, "doctor_schema_revision")
         found = row["version_num"] if row else None
         return Check("schema", "revision", found == head,
                      f"{found} (newest {head})" if found == head else f"{found or 'none'}, newest is {head}: run `shardq migrate`")
@@ -151,7 +151,7 @@ def _revision_check(session: Session) -> Check:
 
 def _layout(session: Session, checks: list[Check]) -> ShardLayout | None:
     try:
-        layout = run(session, statements.layout())
+        layout = session.run(operations.layout())
     except DatabaseError as exc:
         checks.append(Check("layout", "buckets", False, str(exc).splitlines()[0]))
         return None
@@ -164,13 +164,13 @@ def _layout(session: Session, checks: list[Check]) -> ShardLayout | None:
 
 def _privilege_checks(session: Session) -> list[Check]:
     def create() -> Check:
-        row = session.fetch_one("doctor_schema_create")
+        row = _one(session, "doctor_schema_create")
         allowed = bool(row and row["can_create"])
         return Check("privileges", "migrate", allowed, "CREATE on the schema" if allowed
                      else "no CREATE on the schema: `shardq migrate` cannot create or change tables")
 
     def work() -> Check:
-        rows = session.fetch_all("doctor_table_privileges", {"tables": list(WORKER_TABLES)})
+        rows = _all(session, "doctor_table_privileges", {"tables": list(WORKER_TABLES)})
         if not rows:
             return Check("privileges", "work", False, "no shardq tables in this schema")
         missing = [f"{row['table_name']} ({', '.join(p for p in ('select', 'insert', 'update', 'delete') if not row['can_' + p])})"
@@ -180,10 +180,10 @@ def _privilege_checks(session: Session) -> list[Check]:
 
     def resize() -> Check:
         if "doctor_tasks_owned" in session.engine.statements():
-            row = session.fetch_one("doctor_tasks_owned")
+            row = _one(session, "doctor_tasks_owned")
             if not (row and row["owned"]):
                 return Check("privileges", "resize", False, "not the owner of shardq_tasks: `buckets resize` cannot alter it")
-        jobs = session.engine.schema_jobs(session)
+        jobs = session.run(session.engine.schema_jobs())
         return Check("privileges", "resize", True, f"allowed ({len(jobs)} schema change(s) of shardq_tasks running)")
 
     return [_attempt("privileges", "migrate", create), _attempt("privileges", "work", work),
@@ -199,7 +199,7 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
 
         def plan_of(s: Session, name: str = name, values: dict[str, Any] = values) -> str:
             if setup:
-                s.execute("doctor_plan_setup")
+                s.run(single(Call("doctor_plan_setup", rows="none")))
             return s.explain(name, values)
 
         try:
@@ -210,3 +210,13 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
         found = doctor_plans.problems(engine, name, statement, plan, layout.bucket_count)
         checks.append(Check("plans", name, not found, ", ".join(found) if found else "ok"))
     return checks
+
+
+def _one(session: Session, name: str, params: dict[str, Any] | None = None) -> Any:
+    """The first row of the named statement (None when it returns none)."""
+    return session.run(single(Call(name, params, rows="one")))
+
+
+def _all(session: Session, name: str, params: dict[str, Any] | None = None) -> Any:
+    """Every row of the named statement."""
+    return session.run(single(Call(name, params)))

@@ -9,11 +9,11 @@ parameter's cast in the SQL (``%(ids)s::UUID[]`` gets one UUID) or, uncast, from
 (:data:`VALUES_BY_NAME`); a parameter neither gives is a defect the test suite catches.
 
 Verdicts, each through the engine's own plan inspection (:mod:`shardq.engine`):
-    * ``full scan`` — :meth:`~shardq.engine.Engine.plan_reads_whole_table`, except for the
+    * ``full scan`` — :meth:`~shardq.engine.Engine.explain_reads_whole_table`, except for the
       operators' reads in :data:`WHOLE_TABLE_READS`, which read every row by design;
-    * ``fans out over buckets`` — :meth:`~shardq.engine.Engine.plan_fans_out`, for statements
+    * ``fans out over buckets`` — :meth:`~shardq.engine.Engine.explain_fans_out`, for statements
       that name one bucket (a ``bucket`` parameter);
-    * ``SKIP LOCKED without a hard limit`` — :meth:`~shardq.engine.Engine.plan_skip_locked_unbounded`,
+    * ``SKIP LOCKED without a hard limit`` — :meth:`~shardq.engine.Engine.explain_skip_locked_unbounded`,
       for statements that lock with ``SKIP LOCKED``.
 """
 
@@ -96,11 +96,11 @@ def example_values(statement: Statement) -> dict[str, Any]:
 def problems(engine: Engine, name: str, statement: Statement, plan: str, bucket_count: int) -> list[str]:
     """What is wrong with ``plan``, the engine's plan of ``statement`` (empty: nothing)."""
     found = []
-    if name not in WHOLE_TABLE_READS and engine.plan_reads_whole_table(plan):
+    if name not in WHOLE_TABLE_READS and engine.explain_reads_whole_table(plan):
         found.append("full scan")
-    if "bucket" in example_values(statement) and engine.plan_fans_out(plan, bucket_count):
+    if "bucket" in example_values(statement) and engine.explain_fans_out(plan, bucket_count):
         found.append("fans out over buckets")
-    if "SKIP LOCKED" in statement.text.upper() and engine.plan_skip_locked_unbounded(plan):
+    if "SKIP LOCKED" in statement.text.upper() and engine.explain_skip_locked_unbounded(plan):
         found.append("SKIP LOCKED without a hard limit")
     return found
 

@@ -30,9 +30,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import statements
+from . import operations
 from .models import NewTask
-from .plans import Atomically, Plan, run
+from .plans import Atomically, Plan
 from .store import TaskStore
 
 
@@ -50,11 +50,11 @@ class ExclusiveEnqueue:
 def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
     """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
     into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
-    return run(store.session, enqueue_plan(queue, tasks, ids))
+    return store.session.run(enqueue_plan(queue, tasks, ids))
 
 
 def enqueue_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
-    """:func:`enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+    """:func:`enqueue` as a plan (:mod:`shardq.plans`), for either session."""
     result: ExclusiveEnqueue = yield Atomically(lambda: in_transaction_plan(queue, tasks, ids))
     return result
 
@@ -65,30 +65,30 @@ def enqueue_in_transaction(
     """:func:`enqueue`'s work, inside a transaction the caller holds open (the Spark merge does
     this in each chunk's transaction). Takes the keys' locks first, so it must be the only part of
     that transaction that touches these keys' backlogs."""
-    return run(store.session, in_transaction_plan(queue, tasks, ids))
+    return store.session.run(in_transaction_plan(queue, tasks, ids))
 
 
 def in_transaction_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
     """:func:`enqueue_in_transaction` as a plan."""
     pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
-    yield from statements.exclusive_keys_lock(pairs)
-    skipped, paused = yield from statements.task_insert_many(queue, tasks, ids)
+    yield from operations.exclusive_keys_lock(pairs)
+    skipped, paused = yield from operations.task_insert_many(queue, tasks, ids)
     if paused:
         return ExclusiveEnqueue(skipped, set(), 0, True)
     waiting = [(t, i) for t, i in zip(tasks, ids) if t.exclusive_key is not None and i in skipped]
     backlogged: set[uuid.UUID] = set()
     superseded = 0
     if waiting:
-        backlogged = yield from statements.task_insert_backlog_many(
+        backlogged = yield from operations.task_insert_backlog_many(
             queue, [t for t, _ in waiting], [i for _, i in waiting]
         )
-        settings = yield from statements.queue_get(queue)
+        settings = yield from operations.queue_get(queue)
         if settings is not None and settings.exclusive_latest_only and backlogged:
             newest: dict[str, uuid.UUID] = {}
             for task, task_id in waiting:
                 if task_id in backlogged and task.exclusive_key is not None:
                     newest[task.exclusive_key] = task_id  # later in the batch wins
-            superseded = yield from statements.task_backlog_supersede(queue, list(newest), list(newest.values()))
+            superseded = yield from operations.task_backlog_supersede(queue, list(newest), list(newest.values()))
             backlogged = {i for i in backlogged if i in set(newest.values())}
     return ExclusiveEnqueue(skipped - backlogged, backlogged, superseded, False)
 
@@ -107,7 +107,7 @@ def remove_and_release(
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return run(store.session, remove_and_release_plan(keys, remove_plan, key_of))
+    return store.session.run(remove_and_release_plan(keys, remove_plan, key_of))
 
 
 def remove_and_release_plan(
@@ -120,10 +120,10 @@ def remove_and_release_plan(
     ordered = sorted(set(keys))
 
     def body() -> Plan[tuple[set[uuid.UUID], set[uuid.UUID]]]:
-        yield from statements.exclusive_keys_lock(ordered)
+        yield from operations.exclusive_keys_lock(ordered)
         removed = yield from remove()
         released = sorted({key_of[i] for i in removed if i in key_of})
-        promoted = (yield from statements.task_backlog_release(released)) if released else set()
+        promoted = (yield from operations.task_backlog_release(released)) if released else set()
         return removed, promoted
 
     result: tuple[set[uuid.UUID], set[uuid.UUID]] = yield Atomically(body)

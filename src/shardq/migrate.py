@@ -7,6 +7,7 @@ the tasks table is first created; on an existing table it is reported as ignored
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import validation
 from .db import Dsn, Session
 from .engine import Engine
+from .plans import Call, single
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -45,14 +47,14 @@ def _sqlalchemy_engine(dsn: Dsn, engine: Engine) -> sqlalchemy.engine.Engine:
     from .db import raw_connect
 
     options: dict[str, Any] = {}
-    if engine.hash_sharded_key:
+    if engine.sqlalchemy_dialect_module is not None:
         try:
-            import sqlalchemy_cockroachdb  # noqa: F401  (registers the dialect)
+            importlib.import_module(engine.sqlalchemy_dialect_module)  # registers the dialect
         except ImportError:
             raise InvalidInput(
                 f"migrating {engine.name} needs its SQLAlchemy dialect: pip install 'shardq[cockroach]'"
             ) from None
-    if not engine.transactional_ddl:
+    if not engine.ddl.transactional:
         # Schema changes run atomically only one statement at a time: each commits alone.
         options["isolation_level"] = "AUTOCOMMIT"
     url = f"{engine.sqlalchemy_dialect}+psycopg://"
@@ -66,7 +68,7 @@ def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
 
     with Session(dsn) as probe:
         engine = probe.engine
-        existing = probe.fetch_all("schema_tasks_table_present")
+        existing = probe.run(single(Call("schema_tasks_table_present")))
     sa_engine = _sqlalchemy_engine(dsn, engine)
     try:
         with sa_engine.connect() as connection:

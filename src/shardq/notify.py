@@ -42,10 +42,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from . import statements
+from . import operations
 from .engine import Engine
 from .errors import DatabaseError, DatabaseUnavailable
-from .plans import ENGINE, Plan, run
+from .plans import ENGINE, Plan
 from .store import TaskStore
 
 log = logging.getLogger("shardq.notify")
@@ -91,15 +91,15 @@ class Notifier:
         """Call after an enqueue that inserted tasks due now has committed. Sends the wake-up
         unless the throttle says one went out recently; returns whether it did. A failure to send
         is logged and swallowed: polling covers it."""
-        return run(store.session, self.wake(queue))
+        return store.session.run(self.wake(queue))
 
     def wake(self, queue: str) -> Plan[bool]:
-        """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either gateway."""
+        """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either session."""
         engine: Engine = yield ENGINE
         if not engine.supports_wakeups or not self.due(queue):
             return False
         try:
-            yield from statements.queue_notify(queue)
+            yield from operations.queue_notify(queue)
         except DatabaseError as exc:
             log.debug("wake-up for queue %s not sent (%s); workers will find the tasks by polling", queue, exc)
             return False

@@ -1,50 +1,81 @@
-"""Plans: an operation's logic written once, run by the sync gateway and by the asyncio one.
+"""Plans: an operation's logic written once, run by the sync session and by the asyncio one.
 
 A *plan* is a generator that yields requests for the database and receives their answers. It
 decides which named statements run, with which parameters, in which transaction, and what their
-rows mean; it never does I/O itself and never imports psycopg. Two small drivers run plans:
-:func:`run` on a :class:`shardq.db.Session` (the sync :class:`shardq.Client`, workers, the CLI) and
-:func:`run_async` on a :class:`shardq.db_async.AsyncSession` (:class:`shardq.AsyncClient`). So the
-sync and the asyncio client send the same statements, with the same parameters, under the same
-rules: there is no second copy of the enqueue, exclusive-key, cancel or stats logic.
+rows mean; it never does I/O itself and never imports psycopg. This module is only the
+vocabulary: the requests below. The sessions run plans — :meth:`shardq.db.Session.run` (the sync
+:class:`shardq.Client`, workers, the CLI) and :meth:`shardq.db_async.AsyncSession.run`
+(:class:`shardq.AsyncClient`) — so the sync and the asyncio client send the same statements, with
+the same parameters, under the same rules: there is no second copy of the enqueue, exclusive-key,
+cancel or stats logic. It imports nothing of shardq: the engines, which write their operations as
+plans, and the sessions, which run them, both stand on it.
 
 Requests and their answers
-    * :class:`Call` — one named statement from ``sql/``: its rows (``rows="all"``, a list of dicts),
-      its first row or None (``"one"``), or None (``"none"``).
+    * :class:`Call` — one named statement from ``sql/``: its rows (``rows="all"``, a list of dicts,
+      or of tuples with ``tuples``), its first row or None (``"one"``), or None (``"none"``).
+    * :class:`SchemaChange` — one named DDL statement, its slots filled with names or integers.
+    * :class:`CopyIn` — ``COPY … FROM STDIN`` of a named statement (the Spark COPY writer).
     * :class:`Atomically` — run ``body()``, a plan, inside one transaction and answer its result.
-      On a 40001 the gateway re-runs the whole transaction with a *fresh* ``body()``, so a body
+      On a 40001 the session re-runs the whole transaction with a *fresh* ``body()``, so a body
       may run more than once and must have no side effects other than its statements.
     * :class:`UseShardColumn` — point the session's ``{shard_col}`` statements at this column.
+    * :class:`WithInternals` — run ``body()`` on a session that may read engine-internal catalogs.
     * :data:`ENGINE` — the session's :class:`~shardq.engine.Engine` (the first one connects).
 
     A shardq error raised by a request is thrown into the plan at its ``yield``, so plans handle
-    errors with ``try``/``except`` like ordinary code; an unhandled one leaves the driver.
+    errors with ``try``/``except`` like ordinary code; an unhandled one leaves the session's
+    ``run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
-
-from .errors import ShardqError
-
-if TYPE_CHECKING:
-    from .db import Session
-    from .db_async import AsyncSession
+from typing import Any, Literal, TypeAlias, TypeVar
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs about four times as much, and a Call is built
+# for every statement, the claim's and the ack's included. Nothing changes a Call once made.
+@dataclass(slots=True)
 class Call:
     """Run the named statement ``name`` with ``params``; see the module documentation for
-    ``rows``. ``resend_ambiguous``: safe to re-send after CockroachDB's 40003 (see :mod:`shardq.db`)."""
+    ``rows``. ``resend_ambiguous``: safe to re-send after CockroachDB's 40003 (see :mod:`shardq.session_rules`).
+    ``binary``: results in the server's binary format; ``tuples``: rows as tuples in the
+    statement's column order (both for the claim, whose rows become objects at once; see
+    :meth:`shardq.db.Session.fetch_all`). ``identifiers`` fills the statement's ``{slot}``
+    placeholders other than ``{shard_col}`` (a Spark staging table's name)."""
 
     name: str
     params: Mapping[str, Any] | None = None
     rows: Literal["all", "one", "none"] = "all"
     resend_ambiguous: bool = False
+    binary: bool = False
+    tuples: bool = False
+    identifiers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """Run the named DDL statement ``name`` with its ``{slots}`` filled: names from
+    ``identifiers``, whole numbers from ``literals`` (see :meth:`shardq.db.Session.execute_ddl`).
+    Answers None. The sync session only: the asyncio one runs no DDL."""
+
+    name: str
+    identifiers: Mapping[str, str] | None = None
+    literals: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyIn:
+    """``COPY … FROM STDIN`` of the named statement with ``data`` (bytes, or a list of them), in
+    the current transaction (see :meth:`shardq.db.Session.copy_in`). Answers None. The sync
+    session only."""
+
+    name: str
+    data: Any
+    identifiers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +92,16 @@ class UseShardColumn:
     column: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class WithInternals:
+    """Run the plan ``body()`` makes on a session that may read engine-internal catalogs
+    (CockroachDB's ``crdb_internal`` jobs; see :meth:`shardq.engine.Engine.startup_options`):
+    this session when it was opened so, else a sibling opened for the body. Operators' reads
+    only; the asyncio session has none."""
+
+    body: Callable[[], Plan[Any]]
+
+
 class _EngineRequest:
     def __repr__(self) -> str:
         return "ENGINE"
@@ -69,71 +110,11 @@ class _EngineRequest:
 #: Yield this to receive the session's engine.
 ENGINE = _EngineRequest()
 
-Request: TypeAlias = Call | Atomically | UseShardColumn | _EngineRequest
+Request: TypeAlias = Call | SchemaChange | CopyIn | Atomically | UseShardColumn | WithInternals | _EngineRequest
 Plan: TypeAlias = Generator[Request, Any, T]
 
 
-def run(session: Session, plan: Plan[T]) -> T:
-    """Run ``plan`` on a sync session and return its result."""
-    value: Any = None
-    error: ShardqError | None = None
-    while True:
-        try:
-            request = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        error = None
-        try:
-            value = _serve(session, request)
-        except ShardqError as exc:
-            value, error = None, exc
-
-
-def _serve(session: Session, request: Request) -> Any:
-    if isinstance(request, Call):
-        if request.rows == "one":
-            return session.fetch_one(request.name, request.params)
-        if request.rows == "none":
-            session.execute(request.name, request.params)
-            return None
-        return session.fetch_all(request.name, request.params, resend_ambiguous=request.resend_ambiguous)
-    if isinstance(request, Atomically):
-        body = request.body
-        return session.transaction(lambda s: run(s, body()))
-    if isinstance(request, UseShardColumn):
-        session.set_shard_column(request.column)
-        return None
-    return session.engine
-
-
-async def run_async(session: AsyncSession, plan: Plan[T]) -> T:
-    """Run ``plan`` on an asyncio session and return its result (same rules as :func:`run`)."""
-    value: Any = None
-    error: ShardqError | None = None
-    while True:
-        try:
-            request = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        error = None
-        try:
-            value = await _serve_async(session, request)
-        except ShardqError as exc:
-            value, error = None, exc
-
-
-async def _serve_async(session: AsyncSession, request: Request) -> Any:
-    if isinstance(request, Call):
-        if request.rows == "one":
-            return await session.fetch_one(request.name, request.params)
-        if request.rows == "none":
-            await session.execute(request.name, request.params)
-            return None
-        return await session.fetch_all(request.name, request.params, resend_ambiguous=request.resend_ambiguous)
-    if isinstance(request, Atomically):
-        body = request.body
-        return await session.transaction(lambda s: run_async(s, body()))
-    if isinstance(request, UseShardColumn):
-        session.set_shard_column(request.column)
-        return None
-    return await session.get_engine()
+def single(request: Request) -> Plan[Any]:
+    """The plan of one request: its answer."""
+    answer = yield request
+    return answer

@@ -29,12 +29,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Unpack
 
-from . import exclusive, statements, validation
+from . import exclusive, operations, validation
 from .errors import InvalidInput, QueuePaused
 from .models import EnqueueResult, NewTask, TaskOptions
 from .notify import Notifier
-from .plans import Plan, run
-from .statements import EnqueueCounts
+from .operations import EnqueueCounts
+from .plans import Plan
 from .store import TaskStore
 
 BATCH_SIZE_DEFAULT = 1000  # rows per statement: large enough to amortise the round trip,
@@ -113,8 +113,8 @@ class Producer:
     def send(self, queue: str, prepared: Sequence[NewTask], *, batch_size: int = BATCH_SIZE_DEFAULT) -> EnqueueResult:
         """Enqueue tasks validated already, their queue name included (by :func:`prepare`, or by a
         :class:`shardq.deferral.Deferral` when it was made): nothing is checked again here."""
-        return run(self._session, enqueue_plan(queue, prepared, batch_size=batch_size, counts=self._counts,
-                                                notifier=self.notifier))
+        return self._session.run(enqueue_plan(queue, prepared, batch_size=batch_size, counts=self._counts,
+                                                  notifier=self.notifier))
 
 
 def prepare(
@@ -153,7 +153,7 @@ def enqueue_plan(
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded
         else:
-            skipped, paused = yield from statements.task_insert_many(queue, chunk, ids)
+            skipped, paused = yield from operations.task_insert_many(queue, chunk, ids)
         if counts is not None:
             yield from counts.note(queue, len(chunk) - len(skipped))
         if paused:

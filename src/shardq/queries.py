@@ -6,7 +6,7 @@ same on both databases, ``postgresql/`` and ``cockroachdb/`` for the ones that d
 the folder). A block starts with
 ``-- name: <entity>_<verb>[_qualifier]`` followed by ``-- `` description lines and the
 statement text. Values are always bind parameters (``%(name)s``); runtime identifiers fill
-``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.db`: CockroachDB's
+``{slot}`` placeholders through ``psycopg.sql.Identifier`` in :mod:`shardq.session_rules`: CockroachDB's
 discovered shard column (``{shard_col}``), and names a caller passes explicitly (for example a Spark
 staging table, ``{stage}``). Literal braces in a statement must be doubled.
 """
@@ -98,7 +98,7 @@ def binary_array_parameters(text: str) -> str:
 def statements_for(folder: str, *, binary: bool = False) -> dict[str, Statement]:
     """All statements of one engine: ``sql/common``, overridden by the engine's own ``folder``.
     With ``binary`` array parameters are sent in binary (:func:`binary_array_parameters`; the engine
-    decides, see :attr:`shardq.engine.Engine.sends_binary_arrays`)."""
+    decides: :meth:`shardq.engine.Engine.statements`)."""
     if folder not in FOLDERS:
         raise ValueError(f"no SQL folder {folder!r}")
     merged = dict(_read_folder("common"))

@@ -58,12 +58,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from . import statements, validation
+from . import operations, validation
 from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import Accuracy, Activity, BucketDepth, QueueStats, Stats
-from .plans import ENGINE, Atomically, Plan, run
-from .statements import STATS_SLOTS
+from .operations import STATS_SLOTS
+from .plans import ENGINE, Atomically, Plan
 from .store import TaskStore
 
 log = logging.getLogger("shardq.stats")
@@ -111,32 +111,34 @@ def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: rando
     """A :class:`~shardq.models.Stats` snapshot of every queue in ``shardq_queues`` (and any
     queue with recorded activity), empty ones included. See the module documentation for what
     is exact and what is estimated."""
-    return run(store.session, collect_plan((options or StatsOptions()).validate(), rng=rng))
+    return store.session.run(collect_plan((options or StatsOptions()).validate(), rng=rng))
 
 
 def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> Plan[Stats]:
-    """:func:`collect` as a plan (:mod:`shardq.plans`), for either gateway; ``options`` validated."""
-    engine: Engine = yield ENGINE
-    layout = yield from statements.layout()  # before the snapshot: it points CockroachDB statements at the shard column
+    """:func:`collect` as a plan (:mod:`shardq.plans`), for either session; ``options`` validated."""
+    engine: Engine = yield ENGINE  # its name, for the report
+    layout = yield from operations.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())
     cap = options.bucket_cap
-    historical = options.follower_read and engine.historical_reads
+    # Whether the snapshot read is historical: the engine answers (only some have such reads).
+    historical = False
 
-    def read(historical: bool) -> Plan[tuple[Any, Any, Any, Any, Any]]:
-        yield from statements.stats_snapshot(historical=historical)
-        clock = yield from statements.stats_now()
-        window = yield from statements.stats_window(options.window_minutes)
-        settings = {q.name: q for q in (yield from statements.queue_list())}
+    def read(wanted: bool) -> Plan[tuple[Any, Any, Any, Any, Any]]:
+        nonlocal historical
+        historical = yield from operations.stats_snapshot(historical=wanted)
+        clock = yield from operations.stats_now()
+        window = yield from operations.stats_window(options.window_minutes)
+        settings = {q.name: q for q in (yield from operations.queue_list())}
         names = sorted(set(settings) | set(window))
-        depth = yield from statements.stats_depth(names, buckets, cap)
+        depth = yield from operations.stats_depth(names, buckets, cap)
         dead = {}
         for name in names:
-            dead[name] = yield from statements.stats_dead_count(name, cap * len(buckets))
-        usage = (yield from statements.flow_usage()) if any(q.limited for q in settings.values()) else {}
+            dead[name] = yield from operations.stats_dead_count(name, cap * len(buckets))
+        usage = (yield from operations.flow_usage()) if any(q.limited for q in settings.values()) else {}
         return clock, window, names, depth, (dead, settings, usage)
 
     try:
-        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(historical))
+        clock, window, names, depth, (dead, settings, usage) = yield Atomically(lambda: read(options.follower_read))
     except (NotMigrated, ShardLayoutChanged):
         if not historical:
             raise

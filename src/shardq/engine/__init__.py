@@ -1,16 +1,19 @@
 """The engine seam: everything PostgreSQL and CockroachDB do differently, in one package.
 
-:class:`Engine` (in :mod:`.base`) is the interface; :mod:`.postgresql` and :mod:`.cockroachdb`
-implement it. A :class:`~shardq.db.Session` finds its engine from the URL scheme or from what the
-server reports at connect, and every other module asks ``session.engine`` (or ``store.engine``)
-instead of comparing names. To add an engine: subclass :class:`Engine`, add its ``sql/<name>/``
-folder, and list an instance in :data:`ENGINES` before the fallback (PostgreSQL, which recognises
-any server).
+:class:`Engine` (in :mod:`.base`) is the interface: connection facts and operations written as
+plans. :mod:`.postgresql` and :mod:`.cockroachdb` implement it, their operations in
+:mod:`.postgresql_ops` and :mod:`.cockroachdb_ops` beside ``sql/<engine>/``. A
+:class:`~shardq.db.Session` finds its engine from the URL scheme or from what the server reports
+at connect; every other module calls the operations of ``session.engine`` (or ``store.engine``)
+and never asks which engine it is. The package runs nothing and imports no session. To add an
+engine: subclass :class:`Engine`, add its ``sql/<name>/`` folder, list an instance in
+:data:`ENGINES` before the fallback (PostgreSQL, which recognises any server), and add its
+resize to :mod:`shardq.resize`.
 """
 
 from __future__ import annotations
 
-from .base import DdlTypes, Engine, ParameterStatus, RetryPolicy
+from .base import CAPABILITIES, Ddl, Engine, ParameterStatus, RetryPolicy
 from .cockroachdb import CockroachDBEngine
 from .postgresql import PostgreSQLEngine
 
@@ -21,11 +24,12 @@ COCKROACHDB = CockroachDBEngine()
 ENGINES: tuple[Engine, ...] = (COCKROACHDB, POSTGRESQL)
 
 __all__ = [
+    "CAPABILITIES",
     "COCKROACHDB",
     "ENGINES",
     "POSTGRESQL",
     "CockroachDBEngine",
-    "DdlTypes",
+    "Ddl",
     "Engine",
     "PostgreSQLEngine",
     "RetryPolicy",

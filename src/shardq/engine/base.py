@@ -1,33 +1,41 @@
 """What an engine is: everything PostgreSQL and CockroachDB do differently, behind one interface.
 
-The rest of shardq never compares an engine's name. It asks the :class:`Engine` of its session
-(``session.engine``): which statements to send, which startup options a connection carries, how
-transactions are pinned, how 40001/40003 are retried, where the bucket layout comes from, whether
-wake-ups exist, how a resize runs, which server versions are supported. Adding a third engine
-means adding one subclass and registering it in :mod:`shardq.engine`.
+The rest of shardq never asks which engine it talks to. It takes the :class:`Engine` of its
+session (``session.engine``, or ``yield ENGINE`` in a plan) and calls an *operation*: claim a round,
+settle, find expired leases, promote, read depth, layout and counts, stage a Spark run, judge an
+EXPLAIN. Each operation is a plan (:mod:`shardq.plans`) the engine writes beside its own
+statements in ``sql/<engine>/``; the sync and the asyncio sessions run it. Besides operations the
+engine object holds connection facts (URL schemes, startup options, isolation, retry policy,
+version check), the DDL facts the migrations write with (:class:`Ddl`), and exactly the
+capabilities in :data:`CAPABILITIES`, which callers must plan around. Adding a third engine means
+adding one subclass and registering it in :mod:`shardq.engine` (and a module in
+:mod:`shardq.resize`).
 
 An engine object holds no connection and no state: one instance per engine, shared by every
-session. Methods that need the database take the :class:`~shardq.db.Session` to run on.
+session. It describes work and runs none: nothing here takes a session.
 """
 
 from __future__ import annotations
 
-import threading
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 from .. import queries
-
-if TYPE_CHECKING:
-    from ..db import Session
-    from ..models import ResizeProgress, ResizeResult, SchemaJob, ShardLayout
-    from ..plans import Plan
+from ..leases import ExpiredLease, Fenced, WholeClaim
+from ..models import ClaimedTask, NewTask, SchemaJob, ShardLayout, TaskKey
+from ..plans import Call, Plan
+from . import common
 
 #: Reads a parameter the server reported at connect (``server_version``, ``crdb_version`` …).
 ParameterStatus = Callable[[str], "str | None"]
-ProgressHook = Callable[["ResizeProgress"], None]
+
+#: The only yes/no facts of an engine a caller may read, because it must plan around them:
+#: whether idle workers can be woken (LISTEN/NOTIFY) and whether a Spark run's write tasks COPY
+#: into the tasks table themselves (the job then ships another writer to its executors).
+CAPABILITIES = ("supports_wakeups", "spark_copy_writer")
 
 
 @dataclass(frozen=True)
@@ -46,11 +54,16 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
-class DdlTypes:
-    """Column type names the migrations write for this engine."""
+class Ddl:
+    """How the migrations (``shardq/migrations``) write this engine's DDL: column type names,
+    whether schema changes may share a transaction, whether tables take ``fillfactor``, whether
+    the tasks table's key is hash-sharded by the database (CockroachDB ``USING HASH``)."""
 
     text: str
     blob: str
+    transactional: bool
+    fillfactor: bool
+    hash_sharded: bool
 
 
 class Engine(ABC):
@@ -60,82 +73,44 @@ class Engine(ABC):
     name: ClassVar[str]
     #: The SQLAlchemy dialect name Alembic runs the migrations with.
     sqlalchemy_dialect: ClassVar[str]
-    #: The server versions shardq supports, for reports ("CockroachDB ≥ 23.1").
+    #: The module that registers that dialect with SQLAlchemy, when it is not built in.
+    sqlalchemy_dialect_module: ClassVar[str | None] = None
+    #: The server versions shardq supports, for reports ("supported: CockroachDB ≥ 23.1").
     supported_versions: ClassVar[str]
     #: URL schemes that name this engine up front (``cockroachdb://``); the server is asked otherwise.
     url_schemes: ClassVar[tuple[str, ...]] = ()
-
-    # -- key layout ----------------------------------------------------------------------------
-    #: The tasks table's key is hashed by the database (CockroachDB ``USING HASH``): the bucket
-    #: is a hidden shard column found at run time, not an ordinary ``bucket`` column.
-    hash_sharded_key: ClassVar[bool]
-    #: Schema changes may share a transaction (otherwise every DDL statement commits alone).
-    transactional_ddl: ClassVar[bool]
-    ddl_types: ClassVar[DdlTypes]
-    #: Tables take the ``fillfactor`` storage parameter (CockroachDB has no heap pages to fill).
-    has_fillfactor: ClassVar[bool]
-    #: One statement can claim over a whole round of buckets (otherwise one bucket per statement).
-    claims_whole_rounds: ClassVar[bool]
-    #: Expired leases are found through ``shardq_leases`` records (otherwise through the key's
-    #: ``state = 'leased'`` span).
-    uses_lease_records: ClassVar[bool]
-    #: Queue depth per (queue, bucket) is read with one statement for all of them (otherwise one
-    #: statement per pair plus one per priority in use).
-    counts_depth_in_one_statement: ClassVar[bool]
-
-    # -- statements ----------------------------------------------------------------------------
-    #: Array parameters go in the server's binary format (otherwise text arrays).
-    sends_binary_arrays: ClassVar[bool]
-    #: An optional enqueue column no task of a batch sets may be sent as one NULL array.
-    accepts_null_arrays: ClassVar[bool]
+    ddl: ClassVar[Ddl]
 
     # -- sessions ------------------------------------------------------------------------------
     retry: ClassVar[RetryPolicy] = RetryPolicy()
     #: Isolation level every explicit transaction is pinned to, or None for the server's default.
     transaction_isolation: ClassVar[str | None] = None
     #: Statements that read engine-internal catalogs: they run only on sessions opened with
-    #: ``internals=True`` (see :meth:`startup_options`).
+    #: ``internals=True`` (see :meth:`startup_options`; plans reach one with
+    #: :class:`~shardq.plans.WithInternals`).
     statements_needing_internals: ClassVar[frozenset[str]] = frozenset()
+    #: What precedes a statement to get its EXPLAIN output as text.
+    explain_prefix: ClassVar[str]
 
-    # -- services ------------------------------------------------------------------------------
+    # -- capabilities (see CAPABILITIES) --------------------------------------------------------
     #: LISTEN/NOTIFY wake-ups exist (otherwise workers only poll).
     supports_wakeups: ClassVar[bool]
-    #: Stats and ``buckets show`` may read a slightly stale snapshot that never waits on writers.
-    historical_reads: ClassVar[bool]
-    #: Chunks of a Spark run when the caller does not choose.
-    spark_chunks_default: ClassVar[int]
-    #: The Spark staging table needs an index on its chunk column after the write.
-    spark_stage_needs_index: ClassVar[bool]
     #: Spark's write tasks COPY each chunk into the tasks table themselves (shardq.spark.writer)
     #: instead of staging rows for a merge.
     spark_copy_writer: ClassVar[bool]
+    #: Chunks of a Spark run when the caller does not choose.
+    spark_chunks_default: ClassVar[int]
 
-    # -- plan checks -----------------------------------------------------------------------------
-    #: What precedes a statement to get its plan as text.
-    explain_prefix: ClassVar[str]
-    #: Plans are asked for with the values inlined as literals (the plan is then the one for those
-    #: constants), not as bound parameters.
-    inlines_explain_values: ClassVar[bool]
-
-    @abstractmethod
-    def plan_reads_whole_table(self, plan: str) -> bool:
-        """Whether a plan from :meth:`shardq.db.Session.explain` reads all of a shardq table
-        (what no hot statement may do)."""
-
-    @abstractmethod
-    def plan_fans_out(self, plan: str, bucket_count: int) -> bool:
-        """Whether a plan of a statement that names one bucket reads the tasks table beyond that
-        bucket (a span or lookup per bucket: the point-lookup rule broken)."""
-
-    @abstractmethod
-    def plan_skip_locked_unbounded(self, plan: str) -> bool:
-        """Whether a plan locks rows with SKIP LOCKED in a scan no hard limit bounds (it would
-        lock whole batches, not the rows it returns)."""
+    # Array parameters go in the server's binary format (otherwise text arrays).
+    _binary_arrays: ClassVar[bool] = False
+    # An optional enqueue column no task of a batch sets may be sent as one NULL array.
+    _null_arrays: ClassVar[bool] = False
 
     def statements(self) -> dict[str, queries.Statement]:
         """Every named statement this engine sends: ``sql/common`` overridden by its own folder."""
-        return queries.statements_for(self.name, binary=self.sends_binary_arrays)
+        return queries.statements_for(self.name, binary=self._binary_arrays)
 
+    # -- connection facts ----------------------------------------------------------------------
     @classmethod
     @abstractmethod
     def recognises(cls, parameter_status: ParameterStatus) -> bool:
@@ -153,34 +128,113 @@ class Engine(ABC):
         """Raise :class:`~shardq.errors.UnsupportedServer` (one line naming the version found
         and the minimum) when the server is older than shardq supports."""
 
-    def discover_layout(self, session: Session) -> ShardLayout:
-        """The tasks table's current bucket layout (bucket count, buckets to visit, the shard
-        column statements must filter on), read on ``session``."""
-        from ..plans import run
-
-        return run(session, self.layout_plan())
-
+    # -- layout ----------------------------------------------------------------------------------
     @abstractmethod
-    def layout_plan(self) -> Plan[ShardLayout]:
-        """:meth:`discover_layout` as a plan (:mod:`shardq.plans`), for either gateway."""
+    def read_layout(self) -> Plan[ShardLayout]:
+        """The tasks table's current bucket layout (bucket count, buckets to visit, the shard
+        column statements must filter on)."""
 
-    def schema_jobs(self, session: Session) -> list[SchemaJob]:
+    def schema_jobs(self) -> Plan[list[SchemaJob]]:
         """Unfinished schema-change jobs of the tasks table (a resize in progress); none where
         schema changes are transactional."""
         return []
+        yield  # a plan that sends nothing
+
+    # -- enqueue ---------------------------------------------------------------------------------
+    def task_arrays(self, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+        """The parameters of ``task_insert_many``/``task_insert_many_fresh`` for ``tasks``."""
+        return common.task_arrays(tasks, ids, compact=self._null_arrays)
+
+    # -- claim -----------------------------------------------------------------------------------
+    @abstractmethod
+    def claim_groups(self, visit_count: int, turn: int) -> list[list[int]]:
+        """How one round over ``visit_count`` buckets is cut into claim statements: each list is
+        the buckets one :meth:`claim` walks, in order (shared: callers do not change them).
+        ``turn`` counts the caller's rounds, so an engine that claims over many buckets at once
+        can give each its turn to be drained first."""
 
     @abstractmethod
-    def resize(
-        self,
-        open_session: Callable[[], Session],
-        buckets: int,
-        *,
-        batch: int,
-        poll: float | None,
-        on_progress: ProgressHook | None,
-        stop: threading.Event | None,
-    ) -> ResizeResult:
-        """Change the bucket count online (see :func:`shardq.resize.resize_buckets`)."""
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
+        """Lease up to ``limit`` ready tasks of ``queue`` from ``buckets`` (one group of
+        :meth:`claim_groups`), one statement; returned in claim order (rank, then exec_time).
+        Tasks of one bucket share one lease token."""
+
+    @abstractmethod
+    def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
+        """Make due scheduled tasks of ``queue`` in ``buckets`` ready (one statement); how many."""
+
+    # -- settle ----------------------------------------------------------------------------------
+    def ack_keys(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
+        """Delete finished tasks by whole key and token and close the claims ``closed_tokens``
+        (dropping their lease records where the engine keeps them); returns the ids deleted."""
+        return common.ack_many(items, closed_tokens)
+
+    @abstractmethod
+    def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
+        """Ack whole claims (every task still held under each token finished); returns the ids
+        that were *not* deleted because their lease had passed to someone else."""
+
+    # -- expired leases ----------------------------------------------------------------------------
+    def reap_candidates(self, bucket: int, limit: int) -> Plan[list[ExpiredLease]]:
+        """Up to ``limit`` leased tasks of ``bucket`` whose lease has expired."""
+        rows = yield Call("task_reap_candidates", {"bucket": bucket, "limit": limit})
+        return [
+            ExpiredLease(TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
+                         row["attempts"], row["max_attempts"], row["lease_token"], row["exclusive_key"])
+            for row in rows
+        ]
+
+    def sweep_lease_records(self, bucket: int, limit: int) -> Plan[tuple[int, int]]:
+        """Settle up to ``limit`` expired lease records of ``bucket`` (records dropped, expiries
+        pushed); (0, 0) where leases are found through the key, not through records."""
+        return (0, 0)
+        yield  # a plan that sends nothing
+
+    # -- introspection -----------------------------------------------------------------------------
+    @abstractmethod
+    def stats_snapshot(self, historical: bool) -> Plan[bool]:
+        """Start the stats transaction's snapshot; must be its first statement. With
+        ``historical`` a read slightly in the past that never waits on writers, where the engine
+        has one. Returns whether the snapshot is historical."""
+
+    @abstractmethod
+    def depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan[list[dict[str, Any]]]:
+        """One row per (queue, bucket): see :func:`shardq.operations.stats_depth`."""
+
+    @abstractmethod
+    def count_by_bucket(self, historical: bool) -> Plan[dict[int, int]]:
+        """Rows per bucket; with ``historical`` a read slightly in the past where the engine has
+        one (falling back to a current read when the layout is younger than that)."""
+
+    # -- Spark -------------------------------------------------------------------------------------
+    def spark_stage_ready(self, stage: str) -> Plan[None]:
+        """What a Spark staging table needs after its rows are written and before chunks merge
+        from it (PostgreSQL: an index on its chunk column); nothing by default."""
+        return None
+        yield  # a plan that sends nothing
+
+    # -- EXPLAIN -----------------------------------------------------------------------------------
+    @abstractmethod
+    def explain_query(self, text: str, params: Mapping[str, Any] | None,
+                      inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
+        """The SQL and parameters that ask for the EXPLAIN output of statement ``text`` with
+        ``params``; ``inline`` renders values into the text as literals, for an engine that plans
+        bound values differently from constants."""
+
+    @abstractmethod
+    def explain_reads_whole_table(self, explain: str) -> bool:
+        """Whether EXPLAIN output from :meth:`shardq.db.Session.explain` reads all of a shardq
+        table (what no hot statement may do)."""
+
+    @abstractmethod
+    def explain_fans_out(self, explain: str, bucket_count: int) -> bool:
+        """Whether EXPLAIN output of a statement that names one bucket reads the tasks table
+        beyond that bucket (a span or lookup per bucket: the point-lookup rule broken)."""
+
+    @abstractmethod
+    def explain_skip_locked_unbounded(self, explain: str) -> bool:
+        """Whether EXPLAIN output shows rows locked with SKIP LOCKED in a scan no hard limit
+        bounds (it would lock whole batches, not the rows it returns)."""
 
     def __repr__(self) -> str:
         return f"<shardq engine {self.name}>"

@@ -137,8 +137,7 @@ class Reaper:
                 retried, dead = retried + r, dead + d
                 if len(expired) < self.config.batch:
                     break
-            if self.store.uses_lease_records:
-                dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
+            dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
         if retried or dead:
             log.info("reaped %d expired leases: %d back to ready, %d dead", retried + dead, retried, dead)
         return ReapResult(retried, dead, swept, dropped, due_in)

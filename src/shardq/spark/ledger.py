@@ -1,7 +1,8 @@
 """The database side of a Spark bulk enqueue: run and chunk ledger, staging tables, chunked merge.
 
-Only named statements (``sql/*/spark.sql``) through :class:`shardq.db.Session`; the staging
-table's name enters SQL only through the ``{stage}`` identifier slot.
+Only named statements (``sql/*/spark.sql``), sent as plans (:mod:`shardq.plans`) that a
+:class:`shardq.db.Session` runs; the staging table's name enters SQL only through the ``{stage}``
+identifier slot.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .. import exclusive
 from ..db import Session
 from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
 from ..models import RANK_SCHEDULED, NewTask
+from ..plans import Atomically, Call, Plan, SchemaChange, single
 from ..store import TaskStore
 
 log = logging.getLogger("shardq.spark")
+
+T = TypeVar("T")
 
 STAGE_PREFIX = "shardq_stage_"
 _STAGE_NAME = re.compile(r"^shardq_stage_[0-9a-f]{12}_[0-9a-f]{8}$")
@@ -73,7 +78,7 @@ class MergeOutcome:
 
 
 class SparkLedger:
-    """Statement wrappers for one session."""
+    """The ledger's operations, each a plan of ``sql/*/spark.sql`` statements run on one session."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -84,23 +89,24 @@ class SparkLedger:
         scheme). A new run and its scheme row commit together, so a run without one was
         registered by a shardq from before schemes and keeps the chunking it had."""
 
-        def body(session: Session) -> dict | None:
-            if session.fetch_one("spark_run_register", {"run_id": run_id, "queue": queue, "chunks": chunks}):
-                session.execute("spark_run_mark", {"run_id": run_id, "scheme": SCHEME_BY_KEY})
-            return session.fetch_one("spark_run_get", {"run_id": run_id})
+        def body() -> Plan[dict | None]:
+            if (yield Call("spark_run_register", {"run_id": run_id, "queue": queue, "chunks": chunks}, rows="one")):
+                yield Call("spark_run_mark", {"run_id": run_id, "scheme": SCHEME_BY_KEY}, rows="none")
+            row: dict | None = yield Call("spark_run_get", {"run_id": run_id}, rows="one")
+            return row
 
-        row = self.session.transaction(body)
+        row = self.session.run(in_transaction(body))
         if row is None:  # expired in between: register again
             return self.run_register(run_id, queue, chunks)
         return _run(row)
 
     def run_get(self, run_id: str) -> Run | None:
-        row = self.session.fetch_one("spark_run_get", {"run_id": run_id})
+        row = self.session.run(single(Call("spark_run_get", {"run_id": run_id}, rows="one")))
         return _run(row) if row else None
 
     def run_progress(self, run_id: str) -> tuple[int, int]:
         """(chunks merged, tasks inserted) over every attempt of the run."""
-        row = self.session.fetch_one("spark_run_progress", {"run_id": run_id})
+        row = self.session.run(single(Call("spark_run_progress", {"run_id": run_id}, rows="one")))
         return (int(row["chunks"]), int(row["tasks"])) if row else (0, 0)
 
     def chunks_merged(self, run_id: str) -> set[int]:
@@ -108,89 +114,110 @@ class SparkLedger:
 
     def chunks_done(self, run_id: str) -> dict[int, int]:
         """Merged chunk -> tasks it inserted."""
-        rows = self.session.fetch_all("spark_chunks_merged", {"run_id": run_id})
+        rows = self.session.run(single(Call("spark_chunks_merged", {"run_id": run_id})))
         return {int(r["chunk"]): int(r["rows_merged"]) for r in rows}
 
     def runs_expire(self, max_age_seconds: float, limit: int = 1000) -> int:
-        rows = self.session.fetch_all("spark_runs_expire", {"max_age_seconds": max_age_seconds, "limit": limit})
+        rows = self.session.run(single(Call("spark_runs_expire", {"max_age_seconds": max_age_seconds, "limit": limit})))
         return len(rows)
 
     # -- staging tables ---------------------------------------------------------------------
     def stage_create(self, stage: str, run_id: str) -> Stage:
         """Register, then create, a staging table (registered first, so it can never be lost)."""
-        self.session.execute("spark_stage_register", {"stage": stage, "run_id": run_id})
-        started = self.server_started()
-        self.session.execute_ddl("spark_stage_create", identifiers={"stage": stage})
-        return Stage(stage, started)
+
+        def create() -> Plan[Stage]:
+            yield Call("spark_stage_register", {"stage": stage, "run_id": run_id}, rows="none")
+            started = yield from _server_started()
+            yield SchemaChange("spark_stage_create", identifiers={"stage": stage})
+            return Stage(stage, started)
+
+        return self.session.run(create())
 
     def server_started(self) -> object:
-        row = self.session.fetch_one("spark_server_started")
-        return row["started"] if row else None
+        return self.session.run(_server_started())
 
     def stage_ready_for_merge(self, stage: str) -> None:
-        """After the Spark write: index the chunk column (PostgreSQL; CockroachDB's staging key
-        already leads with it)."""
-        if self.session.engine.spark_stage_needs_index:
-            self.session.execute_ddl("spark_stage_index", identifiers={"stage": stage})
+        """After the Spark write: what the engine's staging table needs before chunks merge from
+        it (:meth:`shardq.engine.Engine.spark_stage_ready`: PostgreSQL indexes the chunk column;
+        CockroachDB's staging key already leads with it)."""
+        self.session.run(self.session.engine.spark_stage_ready(stage))
 
     def stage_rows(self, stage: str) -> int:
-        return int(self.session.fetch_row("spark_stage_rows", identifiers={"stage": stage})["n"])
+        row = self.session.run(single(Call("spark_stage_rows", identifiers={"stage": stage}, rows="one")))
+        if row is None:
+            raise DatabaseError("statement spark_stage_rows returned no row")
+        return int(row["n"])
 
     def stage_drop(self, stage: str) -> None:
         if not _STAGE_NAME.match(stage):
             raise DatabaseError(f"refusing to drop {stage!r}: not a shardq staging table name")
-        self.session.execute_ddl("spark_stage_drop", identifiers={"stage": stage})
-        self.session.execute("spark_stage_forget", {"stage": stage})
+
+        def drop() -> Plan[None]:
+            yield SchemaChange("spark_stage_drop", identifiers={"stage": stage})
+            yield Call("spark_stage_forget", {"stage": stage}, rows="none")
+
+        self.session.run(drop())
 
     def stages_stale(self, max_age_seconds: float, limit: int = 1000) -> list[str]:
-        rows = self.session.fetch_all("spark_stages_stale", {"max_age_seconds": max_age_seconds, "limit": limit})
+        rows = self.session.run(single(Call("spark_stages_stale", {"max_age_seconds": max_age_seconds, "limit": limit})))
         return [r["stage"] for r in rows]
 
     # -- merge ------------------------------------------------------------------------------
     def chunk_merge(self, run: Run, stage: Stage, chunk: int, *, keyed: bool = False) -> int | None:
         """Merge one chunk in one transaction with its ledger row; ``None`` when the chunk was
         merged already (by this or another attempt). With ``keyed`` (the run maps an exclusive
-        key), rows carrying a key go through :func:`shardq.exclusive.enqueue_in_transaction` in
+        key), rows carrying a key go through :func:`shardq.exclusive.in_transaction_plan` in
         the same transaction. The body runs again after a 40001
         (CockroachDB), which is safe: the failed attempt left nothing behind. Raises
         :class:`DatabaseUnavailable` if the server restarted since the staging table was created
         (its rows may be gone; the chunk is not marked merged), :class:`QueuePaused` if the queue
         is paused for enqueue (likewise)."""
 
-        def body(session: Session) -> int | None:
-            if SparkLedger(session).server_started() != stage.server_started:
+        def body() -> Plan[int | None]:
+            if (yield from _server_started()) != stage.server_started:
                 raise DatabaseUnavailable(
                     "the database restarted after the Spark write, which may have emptied the staging "
                     "table: run the job again (chunks merged so far stay merged)"
                 )
             params = {"run_id": run.run_id, "chunk": chunk}
-            if session.fetch_one("spark_chunk_claim", params) is None:
+            if (yield Call("spark_chunk_claim", params, rows="one")) is None:
                 return None
-            row = session.fetch_one(
+            row = yield Call(
                 "spark_chunk_merge",
                 {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
-                identifiers={"stage": stage.name},
+                rows="one", identifiers={"stage": stage.name},
             )
             if row and row["paused"]:
                 # Raising rolls the claim back too: the chunk stays unmerged for the re-run.
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
             merged = int(row["merged"]) if row else 0
             if keyed:
-                merged += _merge_keyed_rows(session, run, stage, chunk)
-            session.execute("spark_chunk_record", {**params, "merged": merged})
+                merged += yield from merge_keyed_rows(run, stage, chunk)
+            yield Call("spark_chunk_record", {**params, "merged": merged}, rows="none")
             return merged
 
-        return self.session.transaction(body)
+        return self.session.run(in_transaction(body))
 
 
 def _run(row: dict) -> Run:
     return Run(row["run_id"], row["queue"], int(row["chunks"]), int(row["scheme"]))
 
 
-def _merge_keyed_rows(session: Session, run: Run, stage: Stage, chunk: int) -> int:
-    """Enqueue the chunk's rows that carry an exclusive key as enqueue_many would; returns how
-    many were inserted (active or backlogged)."""
-    rows = session.fetch_all("spark_chunk_keyed_rows", {"chunk": chunk}, identifiers={"stage": stage.name})
+def in_transaction(body: Callable[[], Plan[T]]) -> Plan[T]:
+    """``body()`` in one transaction (re-made for each attempt after a 40001)."""
+    result: T = yield Atomically(body)
+    return result
+
+
+def _server_started() -> Plan[object]:
+    row = yield Call("spark_server_started", rows="one")
+    return row["started"] if row else None
+
+
+def merge_keyed_rows(run: Run, stage: Stage, chunk: int) -> Plan[int]:
+    """Enqueue the chunk's rows that carry an exclusive key as enqueue_many would, inside the
+    caller's transaction; returns how many were inserted (active or backlogged)."""
+    rows = yield Call("spark_chunk_keyed_rows", {"chunk": chunk}, identifiers={"stage": stage.name})
     if not rows:
         return 0
     # Per key, the first row inserted becomes active and the rest wait: let the lowest priority go first.
@@ -200,7 +227,7 @@ def _merge_keyed_rows(session: Session, run: Run, stage: Stage, chunk: int) -> i
                 max_attempts=r["max_attempts"], priority=int(r["priority"]), exclusive_key=r["exclusive_key"])
         for r in rows
     ]
-    outcome = exclusive.enqueue_in_transaction(TaskStore(session), run.queue, tasks, [r["id"] for r in rows])
+    outcome = yield from exclusive.in_transaction_plan(run.queue, tasks, [r["id"] for r in rows])
     if outcome.paused:
         raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not merged)")
     return len(rows) - len(outcome.skipped)

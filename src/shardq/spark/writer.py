@@ -38,9 +38,7 @@ Does not
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,8 +53,10 @@ from ..errors import (
     StatementTimeout,
 )
 from ..models import RANK_SCHEDULED
+from ..plans import Call, CopyIn, Plan, SchemaChange, single
+from .copy_binary import buffer_of, plain_rows
 from .frame import MERGED_FIELDS, SEPARATOR
-from .ledger import Run, Stage, _merge_keyed_rows
+from .ledger import Run, Stage, in_transaction, merge_keyed_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,7 +112,7 @@ def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
     plain = not (set(MERGED_FIELDS) & mapped)
     keep = [c for c in ("chunk", "id", "content") if c in rows.columns]
     if plain:
-        # COPY's binary format, assembled by _plain_rows from the values themselves
+        # COPY's binary format, assembled by shardq.spark.copy_binary.plain_rows from the values themselves
         return rows.select(*keep, *(c for c in ("payload", "priority", "max_attempts") if c in mapped)), True
     payload = F.concat(F.lit("\\x"), F.hex("payload"))
 
@@ -169,7 +169,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> I
     pending: list[pa.RecordBatch] = []
     with Session(spec.dsn, application_name="shardq-spark") as session:
         if not spec.plain:
-            session.execute_ddl("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})
+            session.run(single(SchemaChange("spark_chunk_table_create", identifiers={"stage": CHUNK_TABLE})))
 
         def flush() -> pa.RecordBatch:
             assert current is not None
@@ -282,40 +282,42 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
     clock["assemble"] = time.perf_counter() - started
     params = {"run_id": run.run_id, "chunk": chunk}
 
-    def body(s: Session) -> int | None:
+    def body() -> Plan[int | None]:
         for phase in ("copy", "statement", "rows"):  # a retried body starts again
             clock[phase] = 0.0
         mark = time.perf_counter()
-        if s.fetch_one("spark_chunk_claim", params) is None:
+        if (yield Call("spark_chunk_claim", params, rows="one")) is None:
             return None
         if spec.plain:
-            opened = s.fetch_row("spark_chunk_open", {"queue": spec.queue})
+            opened = yield Call("spark_chunk_open", {"queue": spec.queue}, rows="one")
+            if opened is None:
+                raise DatabaseError("statement spark_chunk_open returned no row")
             if opened["paused"]:
                 raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
             mark = _lap(clock, "statement", mark)
-            data = _plain_rows(table, spec, opened)
+            data = plain_rows(table, spec.queue, opened)
             mark = _lap(clock, "rows", mark)
-            copy_in("spark_chunk_copy_tasks", s, data)
+            yield CopyIn("spark_chunk_copy_tasks", data)
             mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
             stage = Stage(CHUNK_TABLE)
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
-            copy_in("spark_chunk_copy_rows", s, _buffer(lines), {"stage": CHUNK_TABLE})
+            yield CopyIn("spark_chunk_copy_rows", buffer_of(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
-            row = s.fetch_one("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
-                              identifiers={"stage": CHUNK_TABLE})
+            row = yield Call("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                             rows="one", identifiers={"stage": CHUNK_TABLE})
             if row and row["paused"]:
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")
             merged = int(row["merged"]) if row else 0
             if spec.keyed:
-                merged += _merge_keyed_rows(s, run, stage, chunk)
-        s.execute("spark_chunk_record", {**params, "merged": merged})
+                merged += yield from merge_keyed_rows(run, stage, chunk)
+        yield Call("spark_chunk_record", {**params, "merged": merged}, rows="none")
         _lap(clock, "statement", mark)
         return merged
 
     started = time.perf_counter()
-    merged = session.transaction(body)
+    merged = session.run(in_transaction(body))
     inside = sum(clock.get(phase, 0.0) for phase in ("copy", "statement", "rows"))
     clock["commit"] = time.perf_counter() - started - inside  # BEGIN, COMMIT (its WAL flush), the rest
     clock["assemble"] += clock.pop("rows", 0.0)
@@ -326,97 +328,3 @@ def _lap(clock: dict[str, float], phase: str, since: float) -> float:
     now = time.perf_counter()
     clock[phase] = clock.get(phase, 0.0) + now - since
     return now
-
-
-#: COPY's binary format: signature, flags, header extension length; and the trailer
-COPY_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
-COPY_BINARY_TRAILER = struct.pack(">h", -1)
-_PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-
-
-def _plain_rows(table: pa.Table, spec: WriterSpec, opened: dict) -> list[Any]:
-    """The chunk's COPY data for spark_chunk_copy_tasks, in COPY's binary format (nothing for the
-    server to parse): per row the id, rank and priority (the row's priority, else 0), payload,
-    max_attempts (the row's, else the queue's), state 'ready', the queue and the transaction's
-    now() as the due time. Assembled with numpy and Arrow, no Python per row."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    head = np.empty((n, 50), np.uint8)  # field count, id, rank, priority, payload length
-    head[:, 0:2] = (0, 8)
-    head[:, 2:6] = (0, 0, 0, 16)
-    head[:, 6:22] = _fixed_bytes(table.column("id"), 16)
-    head[:, 22:26] = head[:, 34:38] = (0, 0, 0, 8)
-    if "priority" in table.column_names:
-        priority = pc.fill_null(table.column("priority"), 0).to_numpy().astype(">i8")
-    else:
-        priority = np.zeros(n, ">i8")
-    head[:, 26:34] = head[:, 38:46] = priority.view(np.uint8).reshape(n, 8)
-    payload = table.column("payload").combine_chunks()
-    if pa.types.is_large_binary(payload.type):
-        payload = payload.cast(pa.binary())
-    head[:, 46:50] = pc.binary_length(payload).to_numpy().astype(">i4").view(np.uint8).reshape(n, 4)
-
-    queue = spec.queue.encode("utf-8")
-    micros = (opened["now"] - _PG_EPOCH) // dt.timedelta(microseconds=1)
-    constant = (struct.pack(">ii", 4, int(opened["max_attempts"])) + struct.pack(">i", 5) + b"ready"
-                + struct.pack(">i", len(queue)) + queue + struct.pack(">iq", 8, micros))
-    tail = np.frombuffer(constant, np.uint8)[np.newaxis, :].repeat(n, axis=0)
-    if "max_attempts" in table.column_names:
-        attempts = pc.fill_null(table.column("max_attempts"), int(opened["max_attempts"])).to_numpy()
-        tail[:, 4:8] = attempts.astype(">i4").view(np.uint8).reshape(n, 4)
-    rows = pc.binary_join_element_wise(_fixed(head), payload, _fixed(tail), pa.scalar(b"", pa.binary()))
-    return [COPY_BINARY_HEADER, _buffer(rows), COPY_BINARY_TRAILER]
-
-
-def _fixed_bytes(column: Any, width: int) -> Any:
-    """A binary column whose values all have ``width`` bytes, as an (n, width) array (no copy)."""
-    import numpy as np
-    import pyarrow as pa
-
-    array = column.combine_chunks()
-    _, offsets, data = array.buffers()
-    kind = np.int64 if pa.types.is_large_binary(array.type) else np.int32  # Spark's large var types
-    bounds = np.frombuffer(offsets, dtype=kind)[array.offset: array.offset + len(array) + 1]
-    if bounds[-1] - bounds[0] != width * len(array):
-        raise ValueError(f"expected {width}-byte values")
-    return np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])].reshape(len(array), width)
-
-
-def _fixed(rows: Any) -> Any:
-    """An (n, w) byte array as an Arrow binary array of n values of w bytes (no copy of the bytes)."""
-    import numpy as np
-    import pyarrow as pa
-
-    n, width = rows.shape
-    offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))])
-
-
-def _buffer(column: Any) -> memoryview:
-    """The bytes of a string column's values, end to end (each value ends in a newline)."""
-    import numpy as np
-    import pyarrow as pa
-
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if len(array) == 0:
-        return memoryview(b"")
-    _, offsets, data = array.buffers()
-    width = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
-    bounds = np.frombuffer(offsets, dtype=width)[array.offset: array.offset + len(array) + 1]
-    return memoryview(data)[int(bounds[0]): int(bounds[-1])]
-
-
-def copy_in(name: str, session: Session, data: memoryview | list[Any], identifiers: dict[str, str] | None = None) -> None:
-    """``COPY … FROM STDIN`` of a named statement with ``data`` (bytes, or a list of them), on the
-    session's connection, in its transaction (errors are translated by :meth:`Session.transaction`)."""
-    conn = session._connection()
-    with conn.cursor() as cur, cur.copy(session._query(name, identifiers)) as copy:
-        step = 1 << 20
-        for part in data if isinstance(data, list) else [data]:
-            view = memoryview(part)
-            for start in range(0, len(view), step):
-                copy.write(view[start:start + step])
-

@@ -231,8 +231,8 @@ class Settler:
             steps.append(Step(ack_whole, _by_claim(whole, whole_acks)))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
-                if items or store.uses_lease_records:  # else only lease records to drop, and none exist
-                    self._count(items, store.task_ack_many([fenced(o.claimed) for o in items], closed), "acked")
+                # With no items the engine drops the closed claims' lease records, if it keeps any.
+                self._count(items, store.task_ack_many([fenced(o.claimed) for o in items], closed), "acked")
             steps.append(Step(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:

@@ -49,7 +49,7 @@ def _buckets() -> int:
 
 
 def _hash_sharded() -> bool:
-    return migration_engine().hash_sharded_key
+    return migration_engine().ddl.hash_sharded
 
 
 def upgrade() -> None:
@@ -149,7 +149,7 @@ def upgrade() -> None:
         "CREATE INDEX IF NOT EXISTS shardq_tasks_backlog ON shardq_tasks (queue, exclusive_key, priority, exec_time) "
         "WHERE backlogged"
     )
-    text, blob = migration_engine().ddl_types.text, migration_engine().ddl_types.blob
+    text, blob = migration_engine().ddl.text, migration_engine().ddl.blob
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_dead (

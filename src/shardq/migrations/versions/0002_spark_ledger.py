@@ -32,7 +32,7 @@ depends_on = None
 
 
 def _text() -> str:
-    return migration_engine().ddl_types.text
+    return migration_engine().ddl.text
 
 
 def upgrade() -> None:

@@ -32,7 +32,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    text = migration_engine().ddl_types.text
+    text = migration_engine().ddl.text
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_stats (

@@ -35,10 +35,10 @@ PREVIOUS_FILLFACTOR = 80
 
 
 def upgrade() -> None:
-    if migration_engine().has_fillfactor:
+    if migration_engine().ddl.fillfactor:
         op.execute(f"ALTER TABLE shardq_tasks SET (fillfactor = {TASKS_FILLFACTOR})")
 
 
 def downgrade() -> None:
-    if migration_engine().has_fillfactor:
+    if migration_engine().ddl.fillfactor:
         op.execute(f"ALTER TABLE shardq_tasks SET (fillfactor = {PREVIOUS_FILLFACTOR})")

@@ -30,7 +30,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    text = migration_engine().ddl_types.text
+    text = migration_engine().ddl.text
     op.execute("ALTER TABLE shardq_queues ADD COLUMN timeout_seconds FLOAT8")
     op.execute("ALTER TABLE shardq_stats ADD COLUMN timeouts INT8 NOT NULL DEFAULT 0")
     op.execute(

@@ -33,7 +33,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    text = migration_engine().ddl_types.text
+    text = migration_engine().ddl.text
     op.execute("ALTER TABLE shardq_queues ADD COLUMN concurrency_limit INT4")
     op.execute("ALTER TABLE shardq_queues ADD COLUMN rate_limit INT4")
     op.execute("ALTER TABLE shardq_queues ADD COLUMN rate_burst INT4")

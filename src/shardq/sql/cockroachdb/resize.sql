@@ -1,5 +1,5 @@
 -- CockroachDB: resizing is ALTER PRIMARY KEY to the same columns with another bucket_count, run alone
--- in autocommit (shardq.engine.cockroachdb_resize). Docs: docs/cockroachdb.md maps each statement to the
+-- in autocommit (shardq.resize.cockroachdb). Docs: docs/cockroachdb.md maps each statement to the
 -- documented fact it relies on.
 
 -- name: table_primary_key_alter

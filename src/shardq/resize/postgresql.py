@@ -1,5 +1,5 @@
 """Online bucket resizing on PostgreSQL (the bucket is an ordinary column; the count lives in
-``shardq_buckets``). :func:`shardq.resize.resize_buckets` reaches it through the PostgreSQL engine.
+``shardq_buckets``). :func:`shardq.resize.resize_buckets` reaches it on PostgreSQL.
 
 * **Grow** (N above every bucket in use): one short transaction changes the ``bucket`` column's
   DEFAULT to ``floor(random() * N)`` and records N. Nothing moves. Consumers walk the new
@@ -31,11 +31,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .. import validation
 from ..db import Session
-from ..errors import LockTimeout, ResizeInProgress
+from ..errors import DatabaseError, LockTimeout, ResizeInProgress
 from ..models import ResizeProgress, ResizeResult
+from ..plans import Atomically, Call, Plan, SchemaChange, single
 
 log = logging.getLogger("shardq.resize")
 
@@ -80,7 +82,7 @@ class PostgresResize:
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self) -> ResizeResult:
-        if not self.session.fetch_row("resize_lock_try")["locked"]:
+        if not self.session.run(_row(Call("resize_lock_try", rows="one")))["locked"]:
             raise ResizeInProgress()
         try:
             return self._run_locked()
@@ -89,12 +91,12 @@ class PostgresResize:
 
     def _unlock(self) -> None:
         try:
-            self.session.fetch_row("resize_lock_release")
+            self.session.run(_row(Call("resize_lock_release", rows="one")))
         except Exception as exc:  # noqa: BLE001 - the lock dies with the connection anyway
             log.debug("could not release the resize lock explicitly: %s", exc)
 
     def _run_locked(self) -> ResizeResult:
-        start = self.session.fetch_row("layout_get")
+        start = self.session.run(_row(Call("layout_get", rows="one")))
         before, resizing_from = start["bucket_count"], start["resizing_from"]
         self.extent = max(before, resizing_from or 0)
         if self.target == before and resizing_from is None:
@@ -121,18 +123,20 @@ class PostgresResize:
         extent rows may still occupy (the old count, or an unfinished shrink's extent)."""
         target = self.target
 
-        def body(session: Session) -> int:
-            session.fetch_row("lock_timeout_set_local", {"ms": LOCK_TIMEOUT_MS})
-            row = session.fetch_row("buckets_lock_get")
-            extent = max(row["bucket_count"], row["resizing_from"] or 0)
-            session.execute_ddl("bucket_default_set", literals={"bucket_count": target})
-            session.execute("buckets_update", {"bucket_count": target, "resizing_from": extent if target < extent else None})
+        def body() -> Plan[int]:
+            yield from _row(Call("lock_timeout_set_local", {"ms": LOCK_TIMEOUT_MS}, rows="one"))
+            row = yield from _row(Call("buckets_lock_get", rows="one"))
+            extent: int = max(row["bucket_count"], row["resizing_from"] or 0)
+            yield SchemaChange("bucket_default_set", literals={"bucket_count": target})
+            yield Call("buckets_update", {"bucket_count": target, "resizing_from": extent if target < extent else None},
+                       rows="none")
             return extent
 
         self._report(ResizeProgress("switching", f"recording {target} buckets"))
         for attempt in range(1, SWITCH_ATTEMPTS + 1):
             try:
-                return self.session.transaction(body)
+                extent: int = self.session.run(single(Atomically(body)))
+                return extent
             except LockTimeout:
                 if attempt == SWITCH_ATTEMPTS:
                     raise
@@ -147,14 +151,14 @@ class PostgresResize:
         moved = 0
         for bucket in range(self.target, self.extent):
             while True:
-                rows = self.session.fetch_all(
+                rows = self.session.run(single(Call(
                     "task_move_out_batch", {"bucket": bucket, "limit": self.batch, "bucket_count": self.target}
-                )
+                )))
                 moved += len(rows)
                 if len(rows) < self.batch:
                     break
         self.moved += moved
-        left = self.session.fetch_row("task_count_beyond", {"bucket_count": self.target})
+        left = self.session.run(_row(Call("task_count_beyond", {"bucket_count": self.target}, rows="one")))
         if left["movable"] == 0 and left["leased"] == 0 and self.finish():
             self._report(ResizeProgress("done", f"buckets {self.target}..{self.extent - 1} are empty", self.moved))
             return True
@@ -171,13 +175,22 @@ class PostgresResize:
         together with dropping their lease records). Returns whether it did."""
         target = self.target
 
-        def body(session: Session) -> bool:
-            session.fetch_row("buckets_lock_get")
-            left = session.fetch_row("task_count_beyond", {"bucket_count": target})
+        def body() -> Plan[bool]:
+            yield from _row(Call("buckets_lock_get", rows="one"))
+            left = yield from _row(Call("task_count_beyond", {"bucket_count": target}, rows="one"))
             if left["movable"] or left["leased"]:
                 return False
-            session.execute("lease_delete_beyond", {"bucket_count": target})
-            session.execute("buckets_update", {"bucket_count": target, "resizing_from": None})
+            yield Call("lease_delete_beyond", {"bucket_count": target}, rows="none")
+            yield Call("buckets_update", {"bucket_count": target, "resizing_from": None}, rows="none")
             return True
 
-        return self.session.transaction(body)
+        done: bool = self.session.run(single(Atomically(body)))
+        return done
+
+
+def _row(call: Call) -> Plan[dict[str, Any]]:
+    """The row of a statement that always returns one: none is an error."""
+    row = yield call
+    if row is None:
+        raise DatabaseError(f"statement {call.name} returned no row")
+    return row

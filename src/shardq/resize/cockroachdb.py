@@ -1,6 +1,6 @@
 """Resizing on CockroachDB: ``ALTER PRIMARY KEY … USING HASH WITH (bucket_count = N)``.
 
-Reached through :meth:`shardq.engine.cockroachdb.CockroachDBEngine.resize`. The statement runs
+Reached through :func:`shardq.resize.resize_buckets`. The statement runs
 alone in autocommit (CockroachDB runs a schema change atomically only alone); a second session
 reports the schema-change job's progress; consumers follow by re-discovering the layout.
 ``ALTER PRIMARY KEY`` to the same columns with another bucket count keeps no copy of the old key,
@@ -19,9 +19,10 @@ from .. import validation
 from ..db import Session
 from ..errors import DatabaseError, ResizeInProgress
 from ..models import ResizeProgress, ResizeResult, SchemaJob
+from ..plans import SchemaChange, single
 
 if TYPE_CHECKING:
-    from .cockroachdb import CockroachDBEngine
+    from ..engine import CockroachDBEngine
 
 log = logging.getLogger("shardq.resize")
 
@@ -71,7 +72,7 @@ class _JobWatcher:
         try:
             with self._open() as session:
                 while not self._stop.wait(self._poll):
-                    jobs = self._engine.schema_jobs(session)
+                    jobs = session.run(self._engine.schema_jobs())
                     if jobs:
                         _report(self._on_progress, _job_progress(jobs))
         except Exception as exc:  # noqa: BLE001 - progress is a courtesy: never let it break the resize
@@ -85,7 +86,7 @@ def wait_for_schema_jobs(
     """Block until ``shardq_tasks`` has no unfinished schema-change job, reporting progress."""
     pause = threading.Event()
     while True:
-        jobs = engine.schema_jobs(session)
+        jobs = session.run(engine.schema_jobs())
         if not jobs:
             return
         _report(on_progress, _job_progress(jobs))
@@ -120,8 +121,8 @@ def resize(
     or wait for the old index's GC job (it waits for ``gc.ttlseconds`` and blocks nothing).
     """
     validation.bucket_count(buckets)
-    before = engine.discover_layout(session)
-    running = engine.schema_jobs(session)
+    before = session.run(engine.read_layout())
+    running = session.run(engine.schema_jobs())
     if before.bucket_count == buckets:
         note = f" (schema change job {running[0].job_id} still {running[0].status})" if running else ""
         return ResizeResult("cockroachdb", buckets, buckets, False, f"already {buckets} buckets: nothing to do{note}",
@@ -133,9 +134,9 @@ def resize(
         )
     _report(on_progress, ResizeProgress("schema-change", f"ALTER PRIMARY KEY to {buckets} buckets"))
     with _JobWatcher(engine, open_session, poll, on_progress):
-        session.execute_ddl("table_primary_key_alter", literals={"bucket_count": buckets})
+        session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
     wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
-    after = engine.discover_layout(session)
+    after = session.run(engine.read_layout())
     if after.bucket_count != buckets:
         raise DatabaseError(
             f"ALTER PRIMARY KEY finished but shardq_tasks has {after.bucket_count} buckets, not {buckets}"
@@ -144,7 +145,7 @@ def resize(
     if before.shard_column and before.shard_column != after.shard_column:
         _report(on_progress, ResizeProgress("dropping-column", f"dropping stale shard column {before.shard_column}"))
         try:
-            session.execute_ddl("shard_column_drop", identifiers={"column": before.shard_column})
+            session.run(single(SchemaChange("shard_column_drop", identifiers={"column": before.shard_column})))
             wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
             dropped = True
         except DatabaseError as exc:

@@ -1,5 +1,43 @@
-"""What both gateways (:mod:`shardq.db` and :mod:`shardq.db_async`) share: connect arguments and
-isolation per engine, statement composition, the 40001/40003 retry rules, and error translation."""
+"""The rules both sessions (:class:`shardq.db.Session`, :class:`shardq.db_async.AsyncSession`)
+follow, written once: connect arguments and isolation per engine, statement composition, the
+40001/40003 retry rules, and error translation.
+
+Guarantees
+    * Every ``psycopg.Error`` leaving a session is a :class:`shardq.errors.DatabaseError`
+      subclass with the original as ``__cause__``; the DSN's password never appears in a message.
+    * Statements run in autocommit, one statement per round trip, unless run through
+      :meth:`shardq.db.Session.transaction`.
+    * SQLSTATE 40001 (serialization failure: CockroachDB's ``restart transaction``, PostgreSQL's
+      serializable conflicts) is retried with exponential backoff and full jitter, at most
+      ``max_retries`` times (default: the engine's :class:`~shardq.engine.RetryPolicy`), then raised as :class:`SerializationConflict`. A statement outside a
+      transaction is re-sent alone; inside a transaction the whole body is re-run
+      (CockroachDB aborts the transaction, so re-sending one statement would be wrong). Every shardq
+      statement is safe to re-run after a 40001: the failed attempt changed nothing.
+    * SQLSTATE 40003 (CockroachDB: "result is ambiguous", only possible on a statement outside a
+      transaction or on COMMIT) means the statement may or may not have committed. It is re-sent
+      only for statements the caller marks ``resend_ambiguous`` (the lease-fenced ones, see below);
+      otherwise it surfaces as :class:`AmbiguousResult`.
+    * A statement the server cancels (``statement_timeout_ms``, or an operator's cancel) raises
+      :class:`StatementTimeout`; it changed nothing.
+
+Why the lease token makes re-sent acks (and lost claims) safe
+    A claim writes a fresh random ``lease_token`` into every row it leases and hands the token to
+    the worker. Ack, retry, dead-letter, release and extend name each row by its whole key *and*
+    that token (``… AND t.lease_token = k.token AND t.state = 'leased'``), and all but extend
+    change the row so that it stops matching: ack and dead-letter delete it, retry and release set
+    ``state = 'ready'`` and clear the token (on CockroachDB they also rewrite the key). So when the
+    first attempt did commit, the re-sent statement matches no row and changes nothing; the ids
+    missing from its result are counted as ``lease_lost``, which is harmless. A re-sent extend
+    matches again and sets the expiry to now + lease once more: what was asked for. If the lease
+    expired and another consumer claimed the task meanwhile, that claim wrote a different token,
+    so no re-send can touch the new holder's lease.
+
+    A claim is *not* re-sent after 40003: it would lease another batch under another token. The
+    consumer treats the ambiguous claim as empty. If it did commit, its tasks stay leased under a
+    token nobody holds until ``lease_expires_at``; the reaper then returns them to ``ready`` (the
+    attempt counts), so nothing is lost and nothing runs twice at once. An enqueue without a dedupe
+    key is not re-sent either (it could insert twice); the caller sees :class:`AmbiguousResult`.
+"""
 
 from __future__ import annotations
 
@@ -66,7 +104,7 @@ def connect_arguments(dsn: Dsn, engine: Engine, *, application_name: str, statem
                       internals: bool) -> dict[str, Any]:
     """The keyword arguments of ``psycopg.connect`` / ``psycopg.AsyncConnection.connect`` for a
     session to ``engine``: autocommit, dict rows, the application name, and the engine's startup
-    options after any ``options`` the DSN carries. Shared by the sync and the asyncio gateway."""
+    options after any ``options`` the DSN carries. Shared by the sync and the asyncio session."""
     settings = engine.startup_options(statement_timeout_ms=statement_timeout_ms, internals=internals)
     given = conninfo_to_dict(dsn.conninfo).get("options")
     options = " ".join(([str(given)] if given else []) + settings)
@@ -104,7 +142,7 @@ def resend_after(
     """Whether a statement that failed with ``exc`` on attempt ``attempt`` is sent again (after
     :func:`retry_pause`): a 40001 outside a transaction, a 40003 of a statement marked
     ``resend_ambiguous`` outside a transaction, each at most ``max_retries`` times. See the module
-    documentation; shared by the sync and the asyncio gateway."""
+    documentation; shared by the sync and the asyncio session."""
     if in_transaction or attempt > max_retries:
         return False
     if isinstance(exc, pgerrors.SerializationFailure):
@@ -134,3 +172,22 @@ def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: s
         message = _translate(exc, dsn)
         return NotMigrated(f"{NotMigrated.__doc__} ({name}: {message})")
     return _translate(exc, dsn)
+
+
+def identifier(name: str) -> sql.Identifier:
+    """A quoted identifier for composed statements (the only way names enter SQL)."""
+    return sql.Identifier(name)
+
+
+def compose(template: str, **identifiers: str) -> sql.Composed:
+    """Fill ``{slot}`` identifier slots of a fixed SQL template."""
+    return sql.SQL(template).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})
+
+
+def raw_connect(dsn: Dsn) -> psycopg.Connection:
+    """A plain psycopg connection, for tools that bring their own driver layer (Alembic's
+    SQLAlchemy engine). Errors are translated like everywhere else."""
+    try:
+        return psycopg.connect(dsn.conninfo, application_name="shardq-migrate")
+    except psycopg.Error as exc:
+        raise _translate(exc, dsn) from exc

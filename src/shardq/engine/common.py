@@ -1,0 +1,113 @@
+"""Pieces the engines' operations share: the rank parameters, the parallel arrays of the
+statements that name tasks by fenced key, a depth row's shape, and the plans of the statements
+both engines send the same way (the claim of one bucket, its promotion, the ack by key)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from ..leases import Fenced
+from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, NewTask
+from ..plans import Call, Plan
+
+#: The ranks of scheduled and backlogged tasks, as every statement that tells them apart takes them.
+RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+
+#: The oldest ready task of a (queue, bucket) is looked for among this many priorities (one index
+#: descent each); with more priorities in use in one bucket its age is a lower bound.
+STATS_PRIORITIES_MAX = 32
+
+# Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
+_OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
+                                      "priorities": 0, "exclusive_keys": None}
+
+
+def task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, Any]:
+    """The parallel arrays of the task_insert_* statements. With ``compact``, an optional column
+    no task sets is sent as NULL instead of an array of defaults: multi-argument unnest pads it
+    with NULLs, and most batches then carry just ids and payloads."""
+    arrays: dict[str, list | None] = {
+        "ids": list(ids),
+        "payloads": [t.payload for t in tasks],
+        "delays": [t.delay for t in tasks],
+        "run_ats": [t.run_at for t in tasks],
+        "max_attempts": [t.max_attempts for t in tasks],
+        "dedupe_keys": [t.dedupe_key for t in tasks],
+        "priorities": [t.priority for t in tasks],
+        "exclusive_keys": [t.exclusive_key for t in tasks],
+    }
+    if compact:
+        for name, default in _OPTIONAL_DEFAULTS.items():
+            if not any(value != default for value in arrays[name] or ()):
+                arrays[name] = None
+    return {**arrays, **RANKS, "max_attempts_default": MAX_ATTEMPTS_DEFAULT}
+
+
+def key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
+    """The parallel arrays of the statements that name leased tasks by whole key and token."""
+    # "states": a fenced row is always leased. CockroachDB's statements join the state as an input
+    # column so the optimizer can compute the shard (sql/cockroachdb/tasks.sql); PostgreSQL's
+    # statements do not name it, and psycopg sends only the parameters a statement names.
+    return {
+        "states": ["leased"] * len(items),
+        "buckets": [f.key.bucket for f in items],
+        "queues": [f.key.queue for f in items],
+        "ranks": [f.key.rank for f in items],
+        "exec_times": [f.key.exec_time for f in items],
+        "ids": [f.key.id for f in items],
+        "tokens": [f.token for f in items],
+        **RANKS,
+    }
+
+
+def depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
+              leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
+    """One row of :meth:`shardq.engine.Engine.depth`. ``leased`` counts every leased task; the
+    row's ``leased`` is those whose lease still runs, ``expired`` the others."""
+    known = [t for t in oldest if t is not None]
+    return {
+        "queue": queue, "bucket": bucket,
+        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": max(0, leased - expired),
+        "expired": expired, "backlog": backlog,
+        "oldest_ready": min(known) if known else None,
+        "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
+        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap,
+    }
+
+
+# -- statement plans both engines' operations use ------------------------------------------------
+
+_claim_order = itemgetter("rank", "exec_time")
+
+
+def claim_batch(bucket: int, queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
+    """Lease up to ``limit`` ready tasks of ``queue`` in ``bucket`` under one fresh token
+    (``task_claim_batch``); returned in claim order: rank (priority), then exec_time."""
+    token = uuid.uuid4()
+    rows = yield Call(
+        "task_claim_batch",
+        {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token, **RANKS},
+        binary=True,
+    )
+    # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
+    rows.sort(key=_claim_order)
+    return [ClaimedTask.from_row(row, token) for row in rows]
+
+
+def promote_due_one(bucket: int, queue: str, limit: int) -> Plan[int]:
+    """Make due scheduled tasks of (``bucket``, ``queue``) ready; returns how many."""
+    rows = yield Call("task_promote_due", {"bucket": bucket, "queue": queue, "limit": limit, **RANKS})
+    return len(rows)
+
+
+def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
+    """Delete finished leased tasks by whole key and token (``task_ack_many``); drop the lease
+    records of ``closed_tokens`` where the engine keeps them. Returns the ids deleted."""
+    params = key_arrays(items)
+    params["closed_tokens"] = list(closed_tokens)
+    # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
+    rows = yield Call("task_ack_many", params, resend_ambiguous=True)
+    return {row["id"] for row in rows}

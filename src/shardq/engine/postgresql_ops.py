@@ -1,0 +1,119 @@
+"""PostgreSQL's operations (plans over ``sql/postgresql`` and ``sql/common``): the claim over a
+whole round of buckets, whole-claim acks and lease-record upkeep through ``shardq_leases``, the
+depth of every (queue, bucket) in one statement. Mixed into
+:class:`~shardq.engine.postgresql.PostgreSQLEngine`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any
+
+from ..errors import NotMigrated
+from ..leases import WholeClaim
+from ..models import ClaimedTask, ShardLayout
+from ..plans import Call, Plan, SchemaChange
+from .common import RANKS, STATS_PRIORITIES_MAX, depth_row
+
+_claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
+
+
+class PostgreSQLOperations:
+    """See the module documentation."""
+
+    def read_layout(self) -> Plan[ShardLayout]:
+        """The count lives in ``shardq_buckets``; while a shrink moves rows out of the dropped
+        buckets, consumers keep visiting the old, larger range."""
+        row = yield Call("layout_get", rows="one")
+        if row is None:
+            raise NotMigrated()
+        resizing_from = row["resizing_from"]
+        visit = max(row["bucket_count"], resizing_from or 0)
+        return ShardLayout(row["bucket_count"], None, visit, resizing_from)
+
+    def claim_groups(self, visit_count: int, turn: int) -> list[list[int]]:
+        # One statement walks every bucket, starting one bucket further each round, so a queue
+        # whose tasks trickle into every bucket costs one statement per round, not one per bucket.
+        return [[(turn + i) % visit_count for i in range(visit_count)]]
+
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
+        """``task_claim_round``: bucket by bucket in the order given, each bucket's tasks under a
+        lease token of their own."""
+        tokens = [uuid.uuid4() for _ in buckets]
+        rows = yield Call(
+            "task_claim_round",
+            {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
+             "lease_seconds": lease_seconds, **RANKS},
+            binary=True, tuples=True,
+        )
+        rows.sort(key=_claim_row_order)
+        token_of = dict(zip(buckets, tokens))
+        from_claim_row = ClaimedTask.from_claim_row
+        return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
+
+    def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
+        rows = yield Call("task_promote_due_round", {"buckets": list(buckets), "queue": queue, "limit": limit, **RANKS})
+        return len(rows)
+
+    def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
+        """One statement per claim deletes its rows by key range and token (no per-task arrays)
+        and drops its lease record (a worker settles about one claim at a time)."""
+        lost: set[uuid.UUID] = set()
+        for c in claims:
+            params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
+                      "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys)}
+            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.session_rules).
+            rows = yield Call("task_ack_claim", params, resend_ambiguous=True)
+            row = rows[0]
+            if row["ids"] is not None:  # fewer deleted than held: name the ones left behind
+                deleted = set(row["ids"])
+                lost.update(k.id for k in c.keys if k.id not in deleted)
+        return lost
+
+    def sweep_lease_records(self, bucket: int, limit: int) -> Plan[tuple[int, int]]:
+        row = yield Call("lease_sweep", {"bucket": bucket, "limit": limit}, rows="one")
+        return (row["dropped"], row["pushed"]) if row else (0, 0)
+
+    def stats_snapshot(self, historical: bool) -> Plan[bool]:
+        # One consistent, read-only view; PostgreSQL has no reads in the past.
+        yield Call("stats_snapshot_begin", rows="none")
+        return False
+
+    def depth(self, queues: Sequence[str], buckets: Sequence[int], cap: int) -> Plan[list[dict[str, Any]]]:
+        """Leased tasks through the lease records (one statement), everything else in one
+        statement for every (queue, bucket): the active span minus the leased is the ready."""
+        if not queues or not buckets:
+            return []
+        limit = cap * len(buckets)
+        leased_rows = yield Call("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
+        leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
+        expired = {(row["queue"], int(row["bucket"])): row["expired"] for row in leased_rows}
+        leased_capped = sum(leased.values()) >= limit
+        rows = yield Call(
+            "stats_depth_many",
+            {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX,
+             **RANKS},
+        )
+        out = []
+        for row in rows:
+            key = (row["queue"], int(row["bucket"]))
+            n_leased = leased.get(key, 0)
+            depth = depth_row(
+                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
+                due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
+                expired=expired.get(key, 0),
+                leased_capped=leased_capped, backlog=row["backlog"],
+                oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
+            )
+            depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap
+            out.append(depth)
+        return out
+
+    def count_by_bucket(self, historical: bool) -> Plan[dict[int, int]]:
+        rows = yield Call("task_count_by_bucket")
+        return {int(row["bucket"]): row["tasks"] for row in rows}
+
+    def spark_stage_ready(self, stage: str) -> Plan[None]:
+        # Each chunk's merge reads its rows by chunk: one index range scan, not a scan per chunk.
+        yield SchemaChange("spark_stage_index", identifiers={"stage": stage})

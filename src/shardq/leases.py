@@ -1,0 +1,42 @@
+"""What a held lease is, as the statements that settle it name it: a fenced key, a whole claim,
+an expired lease. Plain values, shared by the engines' operations, the store, the settler and the
+reaper."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .models import TaskKey
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """A task key plus the lease token that must still hold for a statement to touch the row."""
+
+    key: TaskKey
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class WholeClaim:
+    """Every task still held under one claim's lease token, all finished successfully. A claim
+    takes tasks of one bucket and queue in key order, so they lie between ``first`` and ``last``,
+    the smallest and largest (rank, exec_time) among them."""
+
+    bucket: int
+    queue: str
+    first: tuple
+    last: tuple
+    token: uuid.UUID
+    keys: Sequence[TaskKey]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    key: TaskKey
+    attempts: int
+    max_attempts: int
+    token: uuid.UUID
+    exclusive_key: str | None = None
