@@ -72,8 +72,7 @@ bench-quick:
 lint: setup
 	$(BIN)/ruff check src tests loadtest tools
 	$(BIN)/mypy
-# TODO: enable once cycles 1 (deferral/periodic -> app) and 2 (plans/engine -> db) are opened (tests/test_layers.py).
-#	$(BIN)/lint-imports
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

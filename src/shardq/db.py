@@ -346,21 +346,6 @@ class Session(SpecialStatements):
         finally:
             self._in_transaction = False
 
-    def rolled_back(self, body: Callable[[Session], T]) -> T:
-        """Run ``body(self)`` inside one transaction that is always rolled back, whatever it
-        did: for checks that must never change the database (``shardq doctor``). Not retried."""
-        conn = self._connection()
-        self._in_transaction = True
-        try:
-            with conn.transaction(force_rollback=True):
-                return body(self)
-        except psycopg.Error as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._discard()
-            raise _translate(exc, self.dsn) from exc
-        finally:
-            self._in_transaction = False
-
     def transaction(self, body: Callable[[Session], T]) -> T:
         """Run ``body(self)`` inside one transaction, retrying the whole body on 40001.
 

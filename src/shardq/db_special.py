@@ -1,13 +1,14 @@
 """Statements a sync session sends outside the ordinary named-statement path: DDL with its slots
 filled (:meth:`SpecialStatements.execute_ddl`), SQL composed elsewhere (migrations' probes, admin),
+a transaction that is always rolled back (:meth:`SpecialStatements.rolled_back`, ``shardq doctor``),
 ``COPY … FROM STDIN`` (the Spark COPY writer) and EXPLAIN for query-plan checks. Mixed into
 :class:`shardq.db.Session`; none of these is retried after a 40001 on its own."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -15,6 +16,8 @@ from psycopg.rows import dict_row
 
 from .errors import InvalidInput
 from .session_rules import _translate
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .dsn import Dsn
@@ -36,6 +39,23 @@ class SpecialStatements:
         def _query(self, name: str, identifiers: Mapping[str, str] | None = None) -> Any: ...
 
         def _discard(self) -> None: ...
+
+        _in_transaction: bool
+
+    def rolled_back(self, body: Callable[[Any], T]) -> T:
+        """Run ``body(self)`` inside one transaction that is always rolled back, whatever it
+        did: for checks that must never change the database (``shardq doctor``). Not retried."""
+        conn = self._connection()
+        self._in_transaction = True
+        try:
+            with conn.transaction(force_rollback=True):
+                return body(self)
+        except psycopg.Error as exc:
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._discard()
+            raise _translate(exc, self.dsn) from exc
+        finally:
+            self._in_transaction = False
 
     def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
         """The engine's EXPLAIN output for a named statement with these values, as text (one line

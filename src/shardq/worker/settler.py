@@ -19,10 +19,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from .. import backoff, exclusive
+from .. import backoff
 from .. import stats as activity
 from ..consumer import fenced
 from ..error_text import storable
@@ -30,12 +29,13 @@ from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
 from ..maintenance.pruning import prune_counters
 from ..queue_settings import QueueSettingsCache
-from ..store import Fenced, TaskStore, WholeClaim
+from ..store import TaskStore, WholeClaim
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
+from .settle_steps import Batch, Step, by_claim, remove_keyed
 
 log = logging.getLogger("shardq.worker")
 
@@ -48,26 +48,6 @@ ACK_LINGER_SECONDS = 0.02
 SETTLER_IDLE_WAIT_SECONDS = 0.05
 # Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
 STATS_PRUNE_SECONDS = 60.0
-
-
-@dataclass(slots=True)
-class Step:
-    """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A step
-    can be re-run on any part of its items, which is how one bad outcome is kept from failing
-    the others (:meth:`Settler._isolate`). ``writes_errors``: its items carry error texts, which a
-    last try replaces with a plain reason."""
-
-    run: Callable[[TaskStore, list], None]
-    items: list
-    writes_errors: bool = False
-
-
-@dataclass(slots=True)
-class Batch:
-    """Outcomes taken together, and the statements still to run to settle them."""
-
-    outcomes: list[InFlight]
-    steps: list[Step]
 
 
 class Settler:
@@ -221,14 +201,14 @@ class Settler:
             steps.append(Step(reschedule, reschedules, writes_errors=True))
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
-                done = _remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
+                done = remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
                 self._count(items, done, "acked")
             steps.append(Step(ack_keyed, keyed_acks))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 lost = store.task_ack_claims([claim for claim, _ in items])
                 self._count([o for _, acks in items for o in acks], None, "acked", lost=lost)
-            steps.append(Step(ack_whole, _by_claim(whole, whole_acks)))
+            steps.append(Step(ack_whole, by_claim(whole, whole_acks)))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
@@ -381,22 +361,3 @@ class Settler:
             prune_counters(store)
         except DatabaseError as exc:  # housekeeping: the next prune tries again
             log.debug("pruning old queue activity rows failed: %s", exc)
-
-
-def _remove_keyed(
-    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
-) -> set[uuid.UUID]:
-    """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
-    (see :mod:`shardq.exclusive`)."""
-    items = [fenced(o.claimed) for o in outcomes]
-    key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
-    removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
-    return removed
-
-
-def _by_claim(whole: list[WholeClaim], acks: list[InFlight]) -> list[tuple[WholeClaim, list[InFlight]]]:
-    """Each whole claim with the acks that close it (so a claim can be settled on its own)."""
-    of_token: dict[uuid.UUID, list[InFlight]] = {claim.token: [] for claim in whole}
-    for o in acks:
-        of_token[o.claim.token].append(o)
-    return [(claim, of_token[claim.token]) for claim in whole]

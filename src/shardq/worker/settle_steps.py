@@ -1,0 +1,53 @@
+"""The settler's units of work: a :class:`Step` (one statement, or a few for failures, over a
+list of outcomes that can be re-run on any part of it), a :class:`Batch` of them, and the helpers
+that build the steps of exclusive-key acks and whole-claim acks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import exclusive
+from ..consumer import fenced
+from ..store import Fenced, TaskStore, WholeClaim
+from .inflight import InFlight
+
+
+@dataclass(slots=True)
+class Step:
+    """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A step
+    can be re-run on any part of its items, which is how one bad outcome is kept from failing
+    the others (:meth:`Settler._isolate`). ``writes_errors``: its items carry error texts, which a
+    last try replaces with a plain reason."""
+
+    run: Callable[[TaskStore, list], None]
+    items: list
+    writes_errors: bool = False
+
+
+@dataclass(slots=True)
+class Batch:
+    """Outcomes taken together, and the statements still to run to settle them."""
+
+    outcomes: list[InFlight]
+    steps: list[Step]
+
+
+def remove_keyed(
+    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
+) -> set[uuid.UUID]:
+    """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
+    (see :mod:`shardq.exclusive`)."""
+    items = [fenced(o.claimed) for o in outcomes]
+    key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
+    removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
+    return removed
+
+
+def by_claim(whole: list[WholeClaim], acks: list[InFlight]) -> list[tuple[WholeClaim, list[InFlight]]]:
+    """Each whole claim with the acks that close it (so a claim can be settled on its own)."""
+    of_token: dict[uuid.UUID, list[InFlight]] = {claim.token: [] for claim in whole}
+    for o in acks:
+        of_token[o.claim.token].append(o)
+    return [(claim, of_token[claim.token]) for claim in whole]
