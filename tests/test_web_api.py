@@ -213,13 +213,13 @@ def test_without_the_token_nothing_is_read_or_changed(populated):
         for headers in ({}, {"Authorization": "Bearer wrong-token-xyz"}, {"Authorization": TOKEN},
                         {"Cookie": "shardq_session=made-up"}):
             response = web.get(path, headers=headers)
-            assert response.status_code == 401, (path, headers)
+            assert response.status_code in (401, 429), (path, headers)  # 429: too many wrong tokens by now
             for marker in ("payload-marker", "dead-error-marker", "paused: enqueue", "shardq_session="):
                 assert marker not in response.text, (path, headers, marker)
             assert "set-cookie" not in response.headers
     for path, body in [*ACTIONS, (f"/api/tasks/{task_id}/cancel", None), ("/queues/q/pause", None),
                        ("/queues/q/dead/purge", None), (f"/tasks/{task_id}/cancel", None)]:
-        assert web.post(path, json=body).status_code == 401, path
+        assert web.post(path, json=body).status_code in (401, 429), path
     assert snapshot(web.db) == before
     api = web.get("/api/queues")
     assert api.headers["www-authenticate"] == "Bearer" and api.json()["error"]
@@ -375,7 +375,7 @@ def test_a_token_is_generated_for_loopback_only():
     token, generated = resolve_token(None, "127.0.0.1")
     assert generated and len(token) >= 32
     assert resolve_token(None, "::1")[1] and resolve_token(None, "localhost")[1]
-    assert resolve_token("given-token", "0.0.0.0") == ("given-token", False)
+    assert resolve_token("a-given-token-of-24chars", "0.0.0.0") == ("a-given-token-of-24chars", False)
     for host in ("0.0.0.0", "192.168.1.5", "example.com", "::"):
         with pytest.raises(InvalidInput, match="without an explicit token"):
             resolve_token(None, host)
@@ -409,3 +409,113 @@ def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+# -- holes found in use (issue #33) -------------------------------------------------------------
+def _post_streamed(app, path: str, chunks: int, chunk_size: int, headers: list[tuple[bytes, bytes]] = ()):
+    """POST ``chunks`` x ``chunk_size`` bytes to ``app`` at the ASGI level; returns the status
+    and how many chunks the app pulled (what a server would have had to buffer)."""
+    import anyio
+
+    pulled = 0
+    sent: list[dict] = []
+
+    async def receive():
+        nonlocal pulled
+        if pulled >= chunks:
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {"type": "http.request", "body": b"t" * chunk_size, "more_body": pulled < chunks}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"content-type", b"application/x-www-form-urlencoded"), *headers],
+             "client": ("203.0.113.9", 5000), "server": ("127.0.0.1", 80), "scheme": "http",
+             "http_version": "1.1", "root_path": "", "state": {}}
+    anyio.run(app, scope, receive, send)
+    return next(m["status"] for m in sent if m["type"] == "http.response.start"), pulled
+
+
+def test_login_refuses_a_large_streamed_body_after_reading_only_up_to_the_limit(db):
+    from shardq.web.pages import FORM_MAX
+
+    app = create_app(db.client, TOKEN, stats_options=CURRENT)
+    chunk = 64 * 1024
+    status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk)  # 640 MiB offered
+    assert status == 413
+    assert pulled * chunk <= FORM_MAX + chunk  # bounded by the limit, not by what was sent
+    status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk,
+                                    headers=[(b"content-length", str(10_000 * chunk).encode())])
+    assert (status, pulled) == (413, 0)  # refused on the declared length before any byte is read
+
+
+def test_an_unreadable_cookie_of_another_app_does_not_hide_the_session(web):
+    response = web.post("/login", data={"token": TOKEN, "next": "/"})
+    session = response.cookies["shardq_session"]
+    web.cookies.clear()
+    for header in (f'prefs={{"theme":"dark"}}; shardq_session={session}',
+                   f'a="unterminated; shardq_session={session}; b=\\x',
+                   f'shardq_session={session}; prefs={{"theme":"dark"}}'):
+        assert web.get("/api/queues", headers={"Cookie": header}).status_code == 200, header
+        assert "<h1>Queues</h1>" in web.get("/", headers={"Cookie": header}).text, header
+
+
+def test_a_non_ascii_token_works_as_a_bearer_header_and_at_login(db):
+    token = "schlüssel-für-die-tür-ß"
+    with TestClient(create_app(db.client, token, stats_options=CURRENT), follow_redirects=False) as web:
+        assert web.get("/api/queues", headers={"Authorization": b"Bearer " + token.encode()}).status_code == 200
+        assert web.post("/login", data={"token": token}).status_code == 303
+
+
+def test_wrong_tokens_are_throttled_per_address_with_retry_after(web):
+    from shardq.web.throttle import FREE_FAILURES
+
+    for attempt in range(FREE_FAILURES):
+        assert web.post("/login", data={"token": f"guess-{attempt}"}).status_code == 401
+    assert web.get("/api/queues", headers={"Authorization": "Bearer guess-x"}).status_code == 401
+    for response in (web.post("/login", data={"token": TOKEN}), web.get("/api/queues", headers=BEARER),
+                     web.post("/login", data={"token": "guess-y"})):
+        # even the right token waits: while throttled nothing is compared
+        assert response.status_code == 429 and int(response.headers["retry-after"]) >= 1
+    assert "try again in" in web.get("/api/queues", headers=BEARER).json()["error"]
+    assert "set-cookie" not in web.post("/login", data={"token": TOKEN}).headers
+
+
+def test_the_throttle_doubles_the_delay_forgets_on_success_and_keeps_addresses_apart():
+    from shardq.web.throttle import Throttle
+
+    now = [0.0]
+    throttle = Throttle(clock=lambda: now[0], free=2, first_delay=1, max_delay=8, forget_after=100)
+    for _ in range(2):
+        throttle.failed("a")
+    assert throttle.wait_seconds("a") == 0
+    delays = []
+    for _ in range(5):
+        throttle.failed("a")
+        delays.append(throttle.wait_seconds("a"))
+        now[0] += delays[-1]
+    assert delays == [1, 2, 4, 8, 8]
+    throttle.failed("a")
+    assert throttle.wait_seconds("b") == 0
+    throttle.succeeded("a")
+    assert throttle.wait_seconds("a") == 0
+    throttle.failed("c")
+    throttle.failed("c")
+    throttle.failed("c")
+    now[0] += 1000
+    assert throttle.wait_seconds("c") == 0
+    throttle.failed("c")
+    assert throttle.wait_seconds("c") == 0  # forgotten after a long quiet: starts afresh
+
+
+def test_a_chosen_token_shorter_than_16_characters_is_refused_in_one_line(pg_db):
+    with pytest.raises(InvalidInput, match="at least 16"):
+        resolve_token("fifteen-chars-x", "127.0.0.1")
+    assert resolve_token("sixteen-chars-xx", "127.0.0.1") == ("sixteen-chars-xx", False)
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    result = subprocess.run([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0", "--token", "12345678"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "at least 16 characters" in result.stderr

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import views
-from .context import Dashboard, Failure, run_view
+from .context import Dashboard, Failure, read_body, run_view
 
 JSON_BODY_MAX = 1024 * 1024
 
@@ -42,9 +42,7 @@ async def _call(request: Request, view: Callable[..., Any], *args: Any, **kwargs
 
 async def _body(request: Request) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}``); :class:`Failure` 400 otherwise."""
-    raw = await request.body()
-    if len(raw) > JSON_BODY_MAX:
-        raise Failure(413, "body too large")
+    raw = await read_body(request, JSON_BODY_MAX)
     if not raw.strip():
         return {}
     try:

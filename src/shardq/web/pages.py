@@ -23,8 +23,8 @@ from starlette.routing import Route
 from .. import dashboard as fmt
 from ..models import Accuracy
 from . import views
-from .auth import LOGIN_PATH, expired_cookie, session_cookie
-from .context import Dashboard, Failure, run_view
+from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
+from .context import Dashboard, Failure, read_body, run_view
 
 FORM_MAX = 64 * 1024
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -90,6 +90,17 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 def login_page(request: Request, status: int = 200, problem: str | None = None, next_path: str = "/") -> HTMLResponse:
     return render(request, "login.html", status, problem=problem, next=_local_path(next_path))
+
+
+def throttled_text(seconds: int) -> str:
+    return f"too many wrong tokens from your address: try again in {seconds} s"
+
+
+def throttled_login_page(request: Request, seconds: int) -> HTMLResponse:
+    """The 429 for an address that must wait before presenting a token again."""
+    response = login_page(request, 429, throttled_text(seconds).capitalize() + ".")
+    response.headers["Retry-After"] = str(seconds)
+    return response
 
 
 def _local_path(path: str) -> str:
@@ -209,9 +220,7 @@ async def static(request: Request) -> Response:
 
 # -- forms --------------------------------------------------------------------------------------
 async def _form(request: Request) -> dict[str, list[str]]:
-    raw = await request.body()
-    if len(raw) > FORM_MAX:
-        raise Failure(413, "form too large")
+    raw = await read_body(request, FORM_MAX)
     try:
         return urllib.parse.parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
@@ -298,14 +307,20 @@ async def cancel_form(request: Request) -> Response:
 async def login(request: Request) -> Response:
     if request.method == "GET":
         return login_page(request, next_path=request.query_params.get("next", "/"))
+    dashboard = Dashboard.of(request)
+    address = client_address(request.scope)
+    wait = dashboard.auth.throttle.wait_seconds(address)
+    if wait:  # before reading the body: a waiting address's guesses are not even compared
+        return throttled_login_page(request, wait)
     try:
         form = await _form(request)
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    dashboard = Dashboard.of(request)
     next_path = _first(form, "next") or "/"
     if not dashboard.auth.token_ok(_first(form, "token")):
+        dashboard.auth.throttle.failed(address)
         return login_page(request, 401, "That is not the token.", next_path)
+    dashboard.auth.throttle.succeeded(address)
     session_id, _ = dashboard.auth.sessions.create()
     response = RedirectResponse(_local_path(next_path), status_code=303)
     response.headers.append("Set-Cookie", session_cookie(session_id))
