@@ -519,3 +519,29 @@ def test_a_chosen_token_shorter_than_16_characters_is_refused_in_one_line(pg_db)
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "at least 16 characters" in result.stderr
+
+
+def test_skew_from_capped_counts_is_a_lower_bound_or_unknown_never_a_false_one(pg_db):
+    from shardq.stats import StatsOptions
+
+    db = pg_db
+    n = db.layout.bucket_count
+    capped = StatsOptions(follower_read=False, bucket_cap=3)
+    for _ in range(12):
+        db.make_task("hot", bucket=0)
+    for bucket in range(1, n):
+        db.make_task("hot", bucket=bucket)
+    with TestClient(create_app(db.client, TOKEN, stats_options=capped)) as web:
+        skew = web.get("/api/queues/hot", headers=BEARER).json()["skew"]
+        assert skew["exact"] is False and skew["capped_buckets"] == 1
+        assert skew["max_over_mean"] == round(3 * n / ((n - 1) + 3), 2)  # the lowest skew those counts allow
+        page = web.get("/queues/hot", headers=BEARER).text
+        assert re.search(r'id="skew">at least [\d.]+<', page) and "≥" in page
+        for bucket in range(1, n):  # now every bucket reaches the cap: 16 equal bars would say "even"
+            for _ in range(3):
+                db.make_task("hot", bucket=bucket)
+        data = web.get("/api/queues/hot", headers=BEARER).json()
+        assert data["skew"]["max_over_mean"] is None and data["skew"]["capped_buckets"] == n
+        assert all(b["capped"] for b in data["per_bucket"])
+        page = web.get("/queues/hot", headers=BEARER).text
+        assert 'id="skew">unknown<' in page and "Skew max/mean <strong id=\"skew\">1.0" not in page

@@ -61,14 +61,33 @@ def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
     return settings
 
 
-def skew(queue: QueueStats) -> dict[str, Any]:
+def skew(queue: QueueStats, cap: int) -> dict[str, Any]:
     """Due depth (ready + leased + expired) per counted bucket and max/mean of it (1.0: even;
-    None: empty)."""
-    depth = {b: d.ready + d.leased + d.expired for b, d in sorted(queue.per_bucket.items())}
-    mean = sum(depth.values()) / len(depth) if depth else 0.0
+    None: empty or unknown).
+
+    A bucket whose count reached ``cap`` holds at least what was counted, so its true depth is
+    unknown. Then the figure is not exact (``exact`` False) and ``max_over_mean`` is the lowest
+    skew the counts allow: the capped buckets as deep as the deepest bucket seen and no deeper,
+    the others as counted (any deeper capped bucket only raises the true skew). When that bound
+    says nothing (1.0 or less, e.g. every bucket capped) it is None: the page says the skew is
+    unknown rather than claim the buckets are even. ``capped_buckets`` counts the capped ones."""
+    depth: dict[int, int] = {}
+    capped: set[int] = set()
+    for b, d in sorted(queue.per_bucket.items()):
+        depth[b] = d.ready + d.leased + d.expired
+        if max(d.ready, d.leased, d.expired) >= cap:
+            capped.add(b)
     peak = max(depth.values(), default=0)
     worst = max(depth, key=lambda b: depth[b]) if peak else None
-    return {"max_over_mean": round(peak / mean, 2) if mean else None, "worst_bucket": worst, "peak": peak}
+    figure: float | None = None
+    if peak and not capped:
+        figure = round(peak * len(depth) / sum(depth.values()), 2)
+    elif peak:
+        exact_sum = sum(d for b, d in depth.items() if b not in capped)
+        bound = peak * len(depth) / (exact_sum + len(capped) * peak)
+        figure = round(bound, 2) if bound > 1.005 else None
+    return {"max_over_mean": figure, "exact": not capped, "capped_buckets": len(capped), "bucket_cap": cap,
+            "worst_bucket": worst, "peak": peak}
 
 
 def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dict[str, Any]:
@@ -130,6 +149,7 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
     settings = _known_queue(store, queue)
     stats = admin.stats(store, options)
     q = stats.queues.get(queue, QueueStats())
+    cap = stats.bucket_cap if stats.bucket_cap is not None else (options or StatsOptions()).bucket_cap
     per_bucket = {b: q.per_bucket.get(b) for b in stats.buckets_counted}
     return {
         **_stats_header(stats),
@@ -137,11 +157,12 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
         "settings": settings.as_json(),
         "per_bucket": [
             {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
-             "backlog": d.backlog}
-            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0}
+             "backlog": d.backlog, "capped": max(d.ready, d.leased, d.expired) >= cap}
+            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0,
+                                   "capped": False}
             for b, d in sorted(per_bucket.items())
         ],
-        "skew": skew(q),
+        "skew": skew(q, cap),
     }
 
 
