@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_dead_api_lists_dead_tasks_with_payload_text_cut_short(web):
     assert data["dead"] == 1 and data["accuracy"] == "exact"
     (task,) = data["tasks"]
     assert task["last_error"] == "too long" and task["attempts"] == 3
-    assert task["payload"] == {"text": "x" * 200, "truncated": True, "bytes": 5000}
+    assert task["payload"] == {"text": "x" * 200, "binary": False, "truncated": True, "bytes": 5000}
     assert web.get("/api/queues/q/dead?limit=0", headers=BEARER).status_code == 400
     assert web.get("/api/queues/q/dead?limit=many", headers=BEARER).status_code == 400
 
@@ -301,7 +302,7 @@ def test_the_forms_act_and_redirect_back_with_a_message(populated):
     db = web.db
     csrf = login(web)
     response = web.post("/queues/q/resume", data={"csrf": csrf})
-    assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed"
+    assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed-both"
     assert not admin.queue_show(db.store, "q").paused_enqueue
     assert "Resumed enqueue and dequeue." in web.get(response.headers["location"]).text
     response = web.post("/queues/q/dead/requeue", data={"csrf": csrf, "id": str(db.dead_task.key.id)})
@@ -545,3 +546,122 @@ def test_skew_from_capped_counts_is_a_lower_bound_or_unknown_never_a_false_one(p
         assert all(b["capped"] for b in data["per_bucket"])
         page = web.get("/queues/hot", headers=BEARER).text
         assert 'id="skew">unknown<' in page and "Skew max/mean <strong id=\"skew\">1.0" not in page
+
+
+def test_the_task_page_shows_the_whole_payload_binary_as_hex_and_errors_with_their_line_breaks(web):
+    db = web.db
+    text = "".join(f"line {i}: {'é' * 10}\n" for i in range(400))  # ~9 KB, well past the old 200 characters
+    long_task = db.make_task("q", payload=text.encode())
+    page = web.get(f"/tasks/{long_task.key.id}", headers=BEARER).text
+    assert "line 399: éééééééééé" in page and "binary" not in page
+    assert web.get(f"/api/tasks/{long_task.key.id}", headers=BEARER).json()["payload"]["text"] == text
+    binary = make_dead(db, "q", payload=b"\x00\x01\xfe\xff<script>" + bytes(range(256)),
+                       error="Traceback (most recent call last):\n  File \"job.py\", line 3\n<b>ValueError</b>: bad")
+    page = web.get(f"/tasks/{binary.key.id}", headers=BEARER).text
+    assert "00 01 fe ff 3c 73 63 72" in page and "\ufffd" not in page and "binary" in page
+    assert "&lt;script&gt;" in page and "<script>" not in page.split("<body>")[1].replace('<script src="/static', "")
+    error = re.search(r'<pre class="card error" id="task-error">(.*?)</pre>', page, re.S).group(1)
+    assert error == ("Traceback (most recent call last):\n  File &#34;job.py&#34;, line 3\n"
+                     "&lt;b&gt;ValueError&lt;/b&gt;: bad")
+    data = web.get(f"/api/tasks/{binary.key.id}", headers=BEARER).json()["payload"]
+    assert data["binary"] is True and data["text"] is None and data["hex"].startswith("00000000  00 01 fe ff")
+    dead_page = web.get("/queues/q/dead", headers=BEARER).text
+    assert "\ufffd" not in dead_page and "00 01 fe ff" in dead_page
+
+
+def test_times_on_the_pages_are_to_the_second_with_their_zone(web):
+    db = web.db
+    dead = make_dead(db, "q")
+    for path in (f"/tasks/{dead.key.id}", "/queues/q/dead", "/"):
+        page = web.get(path, headers=BEARER).text
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), path
+        assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", page), path  # no raw ISO with microseconds
+    assert re.search(r"\.\d+\+00:00$", web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"]) \
+        or web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"].endswith("+00:00")  # the API keeps ISO
+
+
+def test_dead_letters_are_paged_by_keyset_past_the_first_page(web):
+    db = web.db
+    dead = [make_dead(db, "q", error=f"error {i}") for i in range(7)]
+    seen, cursor, pages = [], None, 0
+    while True:
+        query = "/api/queues/q/dead?limit=3" + (f"&after={urllib.parse.quote(cursor)}" if cursor else "")
+        data = web.get(query, headers=BEARER).json()
+        seen += [t["id"] for t in data["tasks"]]
+        pages += 1
+        cursor = data["next"]
+        if cursor is None:
+            break
+    assert pages == 3 and sorted(seen) == sorted(str(t.key.id) for t in dead) and len(set(seen)) == 7
+    first = web.get("/queues/q/dead", headers=BEARER).text  # 100 a page: one page here, no next link
+    assert 'id="next-page"' not in first and "7 shown" in first
+    assert web.get("/api/queues/q/dead?after=garbage", headers=BEARER).status_code == 400
+
+
+def test_rates_are_labelled_as_averages_over_the_stats_window(web):
+    web.db.make_task("q")
+    for path in ("/", "/queues/q"):
+        page = web.get(path, headers=BEARER).text
+        assert page.count("5-min avg") >= 3, path
+
+
+def test_the_forms_pause_dequeue_or_enqueue_apart(populated):
+    web = populated
+    db = web.db
+    csrf = login(web)
+    admin.queue_set(db.store, "q", paused_enqueue=False)
+    page = web.get("/queues/q").text
+    assert 'id="pause-dequeue"' in page and 'id="pause-enqueue"' in page and "data-confirm=" in page
+    response = web.post("/queues/q/pause", data={"csrf": csrf, "what": "dequeue"})
+    assert response.headers["location"] == "/queues/q?done=paused-dequeue"
+    settings = admin.queue_show(db.store, "q")
+    assert settings.paused_dequeue and not settings.paused_enqueue  # producers still enqueue
+    assert web.post("/queues/q/pause", data={"csrf": csrf}).status_code == 400  # pausing what?
+    web.post("/queues/q/pause", data={"csrf": csrf, "what": "enqueue"})
+    assert admin.queue_show(db.store, "q").paused_enqueue
+    web.post("/queues/q/resume", data={"csrf": csrf, "what": "dequeue"})
+    settings = admin.queue_show(db.store, "q")
+    assert not settings.paused_dequeue and settings.paused_enqueue
+
+
+def test_requeue_all_asks_with_the_count_and_is_disabled_with_none_dead(web):
+    db = web.db
+    db.make_task("q")
+    page = web.get("/queues/q/dead", headers=BEARER).text
+    assert re.search(r'id="requeue-all" disabled', page)
+    for _ in range(2):
+        make_dead(db, "q")
+    page = web.get("/queues/q/dead", headers=BEARER).text
+    assert 'data-confirm="Requeue all 2 dead tasks of q?' in page and not re.search(r'id="requeue-all" disabled', page)
+
+
+def test_a_wildcard_address_is_printed_as_one_a_browser_can_open_with_a_note(pg_db):
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    process = subprocess.Popen([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0",
+                                "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = process.stdout.readline().split("serving ")[1].strip()
+        note = process.stdout.readline()
+        assert url.startswith("http://127.0.0.1:") and "0.0.0.0" not in url
+        assert "every interface" in note and url.rsplit(":", 1)[1] in note
+        request = urllib.request.Request(url + "api/queues", headers=BEARER)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+
+def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
+    from rich.console import Console
+
+    from shardq import dashboard
+
+    long_name = "tenant-" + "x" * 110 + "-end"
+    db.make_task(long_name)
+    console = Console(width=120, record=True, color_system=None)
+    console.print(dashboard.queues_table(admin.stats(db.store, CURRENT)))
+    lines = console.export_text().splitlines()
+    row = next(line for line in lines if line.startswith("tenant-"))
+    assert "…" in row and "-end" not in row and row.rstrip().endswith("∞")  # lead time, the last column, is visible
+    assert all(len(line) <= 120 for line in lines) and "lead time" in lines[0]

@@ -1,6 +1,7 @@
 """The JSON API behind the pages (every route needs the token, see :mod:`shardq.web.auth`).
 
-``GET /api/queues``, ``/api/queues/{queue}``, ``/api/queues/{queue}/dead[?limit=N]``,
+``GET /api/queues``, ``/api/queues/{queue}``, ``/api/queues/{queue}/dead[?limit=N&after=CURSOR]``
+(keyset pages: ``after`` is the previous page's ``next``),
 ``/api/tasks/{id}``; ``POST /api/queues/{queue}/pause`` and ``/resume`` (optional body
 ``{"enqueue": bool, "dequeue": bool}``, both by default), ``/api/queues/{queue}/dead/requeue``
 (body ``{"ids": [...]}`` or ``{"all": true}``), ``/api/queues/{queue}/dead/purge``,
@@ -86,7 +87,8 @@ async def dead(request: Request) -> Response:
         limit = int(request.query_params.get("limit", views.DEAD_LIMIT_DEFAULT))
     except ValueError:
         return _error(400, "limit must be a whole number")
-    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit)
+    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit,
+                       after=request.query_params.get("after") or None)
 
 
 async def task(request: Request) -> Response:
