@@ -35,12 +35,15 @@
     return series[group][name];
   }
 
-  // A queue keeps its colour whatever other queues come and go: the hue is a hash of its name.
+  // A queue keeps its colour whatever other queues come and go: the colour is picked by a hash
+  // (FNV-1a) of its name from a palette legible on white (two queues may share one).
+  var PALETTE = ["#2463eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#c026d3", "#65a30d",
+                 "#ea580c", "#475569", "#be123c", "#0d9488"];
   function colorOf(name) {
     if (FIXED[name]) { return FIXED[name]; }
     var h = 2166136261;
     for (var i = 0; i < name.length; i++) { h ^= name.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
-    return "hsl(" + (h % 360) + ", 70%, " + (38 + (h >>> 9) % 3 * 6) + "%)";
+    return PALETTE[h % PALETTE.length];
   }
 
   function save() {
@@ -176,7 +179,7 @@
     var svg = document.getElementById(id);
     var legend = document.getElementById(legendId);
     var names = Object.keys(series[group]).sort();
-    var W = 400, H = 140, top = 12, bottom = 14;
+    var W = 400, H = 140, top = 18, bottom = 14;
     var peak = 0;
     names.forEach(function (n) { series[group][n].items.forEach(function (v) { if (v > peak) { peak = v; } }); });
     var scale = peak > 0 ? (H - top - bottom) / peak : 0;
