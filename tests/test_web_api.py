@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_dead_api_lists_dead_tasks_with_payload_text_cut_short(web):
     assert data["dead"] == 1 and data["accuracy"] == "exact"
     (task,) = data["tasks"]
     assert task["last_error"] == "too long" and task["attempts"] == 3
-    assert task["payload"] == {"text": "x" * 200, "truncated": True, "bytes": 5000}
+    assert task["payload"] == {"text": "x" * 200, "binary": False, "truncated": True, "bytes": 5000}
     assert web.get("/api/queues/q/dead?limit=0", headers=BEARER).status_code == 400
     assert web.get("/api/queues/q/dead?limit=many", headers=BEARER).status_code == 400
 
@@ -213,13 +214,13 @@ def test_without_the_token_nothing_is_read_or_changed(populated):
         for headers in ({}, {"Authorization": "Bearer wrong-token-xyz"}, {"Authorization": TOKEN},
                         {"Cookie": "shardq_session=made-up"}):
             response = web.get(path, headers=headers)
-            assert response.status_code == 401, (path, headers)
+            assert response.status_code in (401, 429), (path, headers)  # 429: too many wrong tokens by now
             for marker in ("payload-marker", "dead-error-marker", "paused: enqueue", "shardq_session="):
                 assert marker not in response.text, (path, headers, marker)
             assert "set-cookie" not in response.headers
     for path, body in [*ACTIONS, (f"/api/tasks/{task_id}/cancel", None), ("/queues/q/pause", None),
                        ("/queues/q/dead/purge", None), (f"/tasks/{task_id}/cancel", None)]:
-        assert web.post(path, json=body).status_code == 401, path
+        assert web.post(path, json=body).status_code in (401, 429), path
     assert snapshot(web.db) == before
     api = web.get("/api/queues")
     assert api.headers["www-authenticate"] == "Bearer" and api.json()["error"]
@@ -301,7 +302,7 @@ def test_the_forms_act_and_redirect_back_with_a_message(populated):
     db = web.db
     csrf = login(web)
     response = web.post("/queues/q/resume", data={"csrf": csrf})
-    assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed"
+    assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed-both"
     assert not admin.queue_show(db.store, "q").paused_enqueue
     assert "Resumed enqueue and dequeue." in web.get(response.headers["location"]).text
     response = web.post("/queues/q/dead/requeue", data={"csrf": csrf, "id": str(db.dead_task.key.id)})
@@ -375,7 +376,7 @@ def test_a_token_is_generated_for_loopback_only():
     token, generated = resolve_token(None, "127.0.0.1")
     assert generated and len(token) >= 32
     assert resolve_token(None, "::1")[1] and resolve_token(None, "localhost")[1]
-    assert resolve_token("given-token", "0.0.0.0") == ("given-token", False)
+    assert resolve_token("a-given-token-of-24chars", "0.0.0.0") == ("a-given-token-of-24chars", False)
     for host in ("0.0.0.0", "192.168.1.5", "example.com", "::"):
         with pytest.raises(InvalidInput, match="without an explicit token"):
             resolve_token(None, host)
@@ -409,3 +410,258 @@ def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+# -- holes found in use (issue #33) -------------------------------------------------------------
+def _post_streamed(app, path: str, chunks: int, chunk_size: int, headers: list[tuple[bytes, bytes]] = ()):
+    """POST ``chunks`` x ``chunk_size`` bytes to ``app`` at the ASGI level; returns the status
+    and how many chunks the app pulled (what a server would have had to buffer)."""
+    import anyio
+
+    pulled = 0
+    sent: list[dict] = []
+
+    async def receive():
+        nonlocal pulled
+        if pulled >= chunks:
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {"type": "http.request", "body": b"t" * chunk_size, "more_body": pulled < chunks}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"content-type", b"application/x-www-form-urlencoded"), *headers],
+             "client": ("203.0.113.9", 5000), "server": ("127.0.0.1", 80), "scheme": "http",
+             "http_version": "1.1", "root_path": "", "state": {}}
+    anyio.run(app, scope, receive, send)
+    return next(m["status"] for m in sent if m["type"] == "http.response.start"), pulled
+
+
+def test_login_refuses_a_large_streamed_body_after_reading_only_up_to_the_limit(db):
+    from shardq.web.pages import FORM_MAX
+
+    app = create_app(db.client, TOKEN, stats_options=CURRENT)
+    chunk = 64 * 1024
+    status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk)  # 640 MiB offered
+    assert status == 413
+    assert pulled * chunk <= FORM_MAX + chunk  # bounded by the limit, not by what was sent
+    status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk,
+                                    headers=[(b"content-length", str(10_000 * chunk).encode())])
+    assert (status, pulled) == (413, 0)  # refused on the declared length before any byte is read
+
+
+def test_an_unreadable_cookie_of_another_app_does_not_hide_the_session(web):
+    response = web.post("/login", data={"token": TOKEN, "next": "/"})
+    session = response.cookies["shardq_session"]
+    web.cookies.clear()
+    for header in (f'prefs={{"theme":"dark"}}; shardq_session={session}',
+                   f'a="unterminated; shardq_session={session}; b=\\x',
+                   f'shardq_session={session}; prefs={{"theme":"dark"}}'):
+        assert web.get("/api/queues", headers={"Cookie": header}).status_code == 200, header
+        assert "<h1>Queues</h1>" in web.get("/", headers={"Cookie": header}).text, header
+
+
+def test_a_non_ascii_token_works_as_a_bearer_header_and_at_login(db):
+    token = "schlüssel-für-die-tür-ß"
+    with TestClient(create_app(db.client, token, stats_options=CURRENT), follow_redirects=False) as web:
+        assert web.get("/api/queues", headers={"Authorization": b"Bearer " + token.encode()}).status_code == 200
+        assert web.post("/login", data={"token": token}).status_code == 303
+
+
+def test_wrong_tokens_are_throttled_per_address_with_retry_after(web):
+    from shardq.web.throttle import FREE_FAILURES
+
+    for attempt in range(FREE_FAILURES):
+        assert web.post("/login", data={"token": f"guess-{attempt}"}).status_code == 401
+    assert web.get("/api/queues", headers={"Authorization": "Bearer guess-x"}).status_code == 401
+    for response in (web.post("/login", data={"token": TOKEN}), web.get("/api/queues", headers=BEARER),
+                     web.post("/login", data={"token": "guess-y"})):
+        # even the right token waits: while throttled nothing is compared
+        assert response.status_code == 429 and int(response.headers["retry-after"]) >= 1
+    assert "try again in" in web.get("/api/queues", headers=BEARER).json()["error"]
+    assert "set-cookie" not in web.post("/login", data={"token": TOKEN}).headers
+
+
+def test_the_throttle_doubles_the_delay_forgets_on_success_and_keeps_addresses_apart():
+    from shardq.web.throttle import Throttle
+
+    now = [0.0]
+    throttle = Throttle(clock=lambda: now[0], free=2, first_delay=1, max_delay=8, forget_after=100)
+    for _ in range(2):
+        throttle.failed("a")
+    assert throttle.wait_seconds("a") == 0
+    delays = []
+    for _ in range(5):
+        throttle.failed("a")
+        delays.append(throttle.wait_seconds("a"))
+        now[0] += delays[-1]
+    assert delays == [1, 2, 4, 8, 8]
+    throttle.failed("a")
+    assert throttle.wait_seconds("b") == 0
+    throttle.succeeded("a")
+    assert throttle.wait_seconds("a") == 0
+    throttle.failed("c")
+    throttle.failed("c")
+    throttle.failed("c")
+    now[0] += 1000
+    assert throttle.wait_seconds("c") == 0
+    throttle.failed("c")
+    assert throttle.wait_seconds("c") == 0  # forgotten after a long quiet: starts afresh
+
+
+def test_a_chosen_token_shorter_than_16_characters_is_refused_in_one_line(pg_db):
+    with pytest.raises(InvalidInput, match="at least 16"):
+        resolve_token("fifteen-chars-x", "127.0.0.1")
+    assert resolve_token("sixteen-chars-xx", "127.0.0.1") == ("sixteen-chars-xx", False)
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    result = subprocess.run([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0", "--token", "12345678"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "at least 16 characters" in result.stderr
+
+
+def test_skew_from_capped_counts_is_a_lower_bound_or_unknown_never_a_false_one(pg_db):
+    from shardq.stats import StatsOptions
+
+    db = pg_db
+    n = db.layout.bucket_count
+    capped = StatsOptions(follower_read=False, bucket_cap=3)
+    for _ in range(12):
+        db.make_task("hot", bucket=0)
+    for bucket in range(1, n):
+        db.make_task("hot", bucket=bucket)
+    with TestClient(create_app(db.client, TOKEN, stats_options=capped)) as web:
+        skew = web.get("/api/queues/hot", headers=BEARER).json()["skew"]
+        assert skew["exact"] is False and skew["capped_buckets"] == 1
+        assert skew["max_over_mean"] == round(3 * n / ((n - 1) + 3), 2)  # the lowest skew those counts allow
+        page = web.get("/queues/hot", headers=BEARER).text
+        assert re.search(r'id="skew">at least [\d.]+<', page) and "≥" in page
+        for bucket in range(1, n):  # now every bucket reaches the cap: 16 equal bars would say "even"
+            for _ in range(3):
+                db.make_task("hot", bucket=bucket)
+        data = web.get("/api/queues/hot", headers=BEARER).json()
+        assert data["skew"]["max_over_mean"] is None and data["skew"]["capped_buckets"] == n
+        assert all(b["capped"] for b in data["per_bucket"])
+        page = web.get("/queues/hot", headers=BEARER).text
+        assert 'id="skew">unknown<' in page and "Skew max/mean <strong id=\"skew\">1.0" not in page
+
+
+def test_the_task_page_shows_the_whole_payload_binary_as_hex_and_errors_with_their_line_breaks(web):
+    db = web.db
+    text = "".join(f"line {i}: {'é' * 10}\n" for i in range(400))  # ~9 KB, well past the old 200 characters
+    long_task = db.make_task("q", payload=text.encode())
+    page = web.get(f"/tasks/{long_task.key.id}", headers=BEARER).text
+    assert "line 399: éééééééééé" in page and "binary" not in page
+    assert web.get(f"/api/tasks/{long_task.key.id}", headers=BEARER).json()["payload"]["text"] == text
+    binary = make_dead(db, "q", payload=b"\x00\x01\xfe\xff<script>" + bytes(range(256)),
+                       error="Traceback (most recent call last):\n  File \"job.py\", line 3\n<b>ValueError</b>: bad")
+    page = web.get(f"/tasks/{binary.key.id}", headers=BEARER).text
+    assert "00 01 fe ff 3c 73 63 72" in page and "\ufffd" not in page and "binary" in page
+    assert "&lt;script&gt;" in page and "<script>" not in page.split("<body>")[1].replace('<script src="/static', "")
+    error = re.search(r'<pre class="card error" id="task-error">(.*?)</pre>', page, re.S).group(1)
+    assert error == ("Traceback (most recent call last):\n  File &#34;job.py&#34;, line 3\n"
+                     "&lt;b&gt;ValueError&lt;/b&gt;: bad")
+    data = web.get(f"/api/tasks/{binary.key.id}", headers=BEARER).json()["payload"]
+    assert data["binary"] is True and data["text"] is None and data["hex"].startswith("00000000  00 01 fe ff")
+    dead_page = web.get("/queues/q/dead", headers=BEARER).text
+    assert "\ufffd" not in dead_page and "00 01 fe ff" in dead_page
+
+
+def test_times_on_the_pages_are_to_the_second_with_their_zone(web):
+    db = web.db
+    dead = make_dead(db, "q")
+    for path in (f"/tasks/{dead.key.id}", "/queues/q/dead", "/"):
+        page = web.get(path, headers=BEARER).text
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), path
+        assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", page), path  # no raw ISO with microseconds
+    assert re.search(r"\.\d+\+00:00$", web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"]) \
+        or web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"].endswith("+00:00")  # the API keeps ISO
+
+
+def test_dead_letters_are_paged_by_keyset_past_the_first_page(web):
+    db = web.db
+    dead = [make_dead(db, "q", error=f"error {i}") for i in range(7)]
+    seen, cursor, pages = [], None, 0
+    while True:
+        query = "/api/queues/q/dead?limit=3" + (f"&after={urllib.parse.quote(cursor)}" if cursor else "")
+        data = web.get(query, headers=BEARER).json()
+        seen += [t["id"] for t in data["tasks"]]
+        pages += 1
+        cursor = data["next"]
+        if cursor is None:
+            break
+    assert pages == 3 and sorted(seen) == sorted(str(t.key.id) for t in dead) and len(set(seen)) == 7
+    first = web.get("/queues/q/dead", headers=BEARER).text  # 100 a page: one page here, no next link
+    assert 'id="next-page"' not in first and "7 shown" in first
+    assert web.get("/api/queues/q/dead?after=garbage", headers=BEARER).status_code == 400
+
+
+def test_rates_are_labelled_as_averages_over_the_stats_window(web):
+    web.db.make_task("q")
+    for path in ("/", "/queues/q"):
+        page = web.get(path, headers=BEARER).text
+        assert page.count("5-min avg") >= 3, path
+
+
+def test_the_forms_pause_dequeue_or_enqueue_apart(populated):
+    web = populated
+    db = web.db
+    csrf = login(web)
+    admin.queue_set(db.store, "q", paused_enqueue=False)
+    page = web.get("/queues/q").text
+    assert 'id="pause-dequeue"' in page and 'id="pause-enqueue"' in page and "data-confirm=" in page
+    response = web.post("/queues/q/pause", data={"csrf": csrf, "what": "dequeue"})
+    assert response.headers["location"] == "/queues/q?done=paused-dequeue"
+    settings = admin.queue_show(db.store, "q")
+    assert settings.paused_dequeue and not settings.paused_enqueue  # producers still enqueue
+    assert web.post("/queues/q/pause", data={"csrf": csrf}).status_code == 400  # pausing what?
+    web.post("/queues/q/pause", data={"csrf": csrf, "what": "enqueue"})
+    assert admin.queue_show(db.store, "q").paused_enqueue
+    web.post("/queues/q/resume", data={"csrf": csrf, "what": "dequeue"})
+    settings = admin.queue_show(db.store, "q")
+    assert not settings.paused_dequeue and settings.paused_enqueue
+
+
+def test_requeue_all_asks_with_the_count_and_is_disabled_with_none_dead(web):
+    db = web.db
+    db.make_task("q")
+    page = web.get("/queues/q/dead", headers=BEARER).text
+    assert re.search(r'id="requeue-all" disabled', page)
+    for _ in range(2):
+        make_dead(db, "q")
+    page = web.get("/queues/q/dead", headers=BEARER).text
+    assert 'data-confirm="Requeue all 2 dead tasks of q?' in page and not re.search(r'id="requeue-all" disabled', page)
+
+
+def test_a_wildcard_address_is_printed_as_one_a_browser_can_open_with_a_note(pg_db):
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
+    process = subprocess.Popen([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0",
+                                "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = process.stdout.readline().split("serving ")[1].strip()
+        note = process.stdout.readline()
+        assert url.startswith("http://127.0.0.1:") and "0.0.0.0" not in url
+        assert "every interface" in note and url.rsplit(":", 1)[1] in note
+        request = urllib.request.Request(url + "api/queues", headers=BEARER)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+
+def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
+    from rich.console import Console
+
+    from shardq import dashboard
+
+    long_name = "tenant-" + "x" * 110 + "-end"
+    db.make_task(long_name)
+    console = Console(width=120, record=True, color_system=None)
+    console.print(dashboard.queues_table(admin.stats(db.store, CURRENT)))
+    lines = console.export_text().splitlines()
+    row = next(line for line in lines if line.startswith("tenant-"))
+    assert "…" in row and "-end" not in row and row.rstrip().endswith("∞")  # lead time, the last column, is visible
+    assert all(len(line) <= 120 for line in lines) and "lead time" in lines[0]

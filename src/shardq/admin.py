@@ -6,6 +6,7 @@ prints; none of them prints.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,9 +67,15 @@ def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
     return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.dialect, jobs)
 
 
-def dead_list(store: TaskStore, queue: str, *, limit: int = 100) -> list[DeadTask]:
+def dead_list(store: TaskStore, queue: str, *, limit: int = 100,
+              after: tuple[dt.datetime, uuid.UUID] | None = None) -> list[DeadTask]:
+    """A queue's dead tasks, oldest death first: the first ``limit``, or with ``after`` (the
+    ``(died_at, id)`` of the last one seen) the next ``limit`` (keyset paging: each page is one
+    index seek, however deep)."""
     validation.queue_name(queue)
     validation.positive_int(limit, "limit", maximum=100_000)
+    if after is not None:
+        return store.dead_list_after(queue, after[0], after[1], limit)
     return store.dead_list(queue, limit)
 
 

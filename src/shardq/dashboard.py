@@ -32,6 +32,8 @@ log = logging.getLogger("shardq.dashboard")
 BARS = " ▁▂▃▄▅▆▇█"
 BUCKET_TABLE_MAX = 32  # more buckets than this are drawn as one strip instead of a table
 BAR_WIDTH = 30
+#: Widest the queue column of ``shardq stats`` gets (longer names end in "…"; the web page shows them whole).
+QUEUE_COLUMN_MAX = 32
 PIPE_WIDTH = 160  # a pipe or file has no width; rich would assume 80 and truncate columns
 
 
@@ -112,7 +114,10 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
     if wide:
         columns += ["lead (dur)", "handler", "threads", "util"]
     for column in columns:
-        table.add_column(column, justify="left" if column == "queue" else "right", no_wrap=True)
+        if column == "queue":  # a long name is cut with an ellipsis, not allowed to push the numbers off
+            table.add_column(column, justify="left", no_wrap=True, overflow="ellipsis", max_width=QUEUE_COLUMN_MAX)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for name, q in sorted(stats.queues.items()):
         failing = q.failure_ratio is not None and q.failure_ratio > 0
         row = [

@@ -12,7 +12,8 @@ from .app import cli, client_from
               help="Address to listen on. Anything but loopback needs an explicit --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
 @click.option("--token", envvar="SHARDQ_WEB_TOKEN", default=None, metavar="TOKEN",
-              help="The token every request must carry (default: $SHARDQ_WEB_TOKEN, else one is generated and printed).")
+              help="The token every request must carry, at least 16 characters (default: $SHARDQ_WEB_TOKEN, "
+                   "else one is generated and printed).")
 @click.option("--refresh", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
               help="How often the overview polls for new numbers.")
 @click.option("--bucket-cap", type=int, default=10_000, show_default=True, metavar="N",
@@ -27,6 +28,8 @@ def web(ctx, host, port, token, refresh, bucket_cap) -> None:
 
     def started(info) -> None:
         click.echo(f"shardq web: serving {info.url}")
+        if info.note:
+            click.echo(f"shardq web: {info.note}")
         if info.generated:
             click.echo(f"shardq web: token (shown once): {info.token}")
 

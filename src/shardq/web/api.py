@@ -1,6 +1,7 @@
 """The JSON API behind the pages (every route needs the token, see :mod:`shardq.web.auth`).
 
-``GET /api/queues``, ``/api/queues/{queue}``, ``/api/queues/{queue}/dead[?limit=N]``,
+``GET /api/queues``, ``/api/queues/{queue}``, ``/api/queues/{queue}/dead[?limit=N&after=CURSOR]``
+(keyset pages: ``after`` is the previous page's ``next``),
 ``/api/tasks/{id}``; ``POST /api/queues/{queue}/pause`` and ``/resume`` (optional body
 ``{"enqueue": bool, "dequeue": bool}``, both by default), ``/api/queues/{queue}/dead/requeue``
 (body ``{"ids": [...]}`` or ``{"all": true}``), ``/api/queues/{queue}/dead/purge``,
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import views
-from .context import Dashboard, Failure, run_view
+from .context import Dashboard, Failure, read_body, run_view
 
 JSON_BODY_MAX = 1024 * 1024
 
@@ -42,9 +43,7 @@ async def _call(request: Request, view: Callable[..., Any], *args: Any, **kwargs
 
 async def _body(request: Request) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}``); :class:`Failure` 400 otherwise."""
-    raw = await request.body()
-    if len(raw) > JSON_BODY_MAX:
-        raise Failure(413, "body too large")
+    raw = await read_body(request, JSON_BODY_MAX)
     if not raw.strip():
         return {}
     try:
@@ -88,7 +87,8 @@ async def dead(request: Request) -> Response:
         limit = int(request.query_params.get("limit", views.DEAD_LIMIT_DEFAULT))
     except ValueError:
         return _error(400, "limit must be a whole number")
-    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit)
+    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit,
+                       after=request.query_params.get("after") or None)
 
 
 async def task(request: Request) -> Response:

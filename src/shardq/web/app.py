@@ -20,12 +20,18 @@ from .auth import Auth, AuthGate, Scope
 from .context import Dashboard
 
 
-def _refuse(scope: Scope) -> Any:
-    """The 401 for a request without the token: JSON for the API, the login form for pages."""
+def _refuse(scope: Scope, retry_after: int | None) -> Any:
+    """The 401 for a request without the token (or the 429 for an address that must wait
+    ``retry_after`` seconds after too many wrong ones): JSON for the API, the login form for pages."""
     if scope["path"].startswith("/api/"):
+        if retry_after is not None:
+            return JSONResponse({"error": pages.throttled_text(retry_after)}, status_code=429,
+                                headers={"Retry-After": str(retry_after), "Cache-Control": "no-store"})
         return JSONResponse({"error": "the dashboard token is required (Authorization: Bearer TOKEN)"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"})
     request = Request(scope)
+    if retry_after is not None:
+        return pages.throttled_login_page(request, retry_after)
     next_path = scope["path"] if scope["method"] == "GET" else "/"
     if scope["method"] == "GET" and scope.get("query_string"):
         next_path += "?" + scope["query_string"].decode("latin-1")

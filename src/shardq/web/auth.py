@@ -13,7 +13,15 @@ Guarantees:
 * Every session has its own CSRF token. A state-changing request (POST) authenticated by the
   cookie must repeat it (``X-CSRF-Token`` header or ``csrf`` form field, see :func:`csrf_ok`);
   one authenticated by the bearer header needs none (a browser never adds that header by itself).
-* :func:`resolve_token` refuses to serve a non-loopback address without an explicit token.
+* Cookies are parsed one by one (Starlette's parser): a cookie this dashboard cannot read,
+  such as ``prefs={"theme":"dark"}`` set by another app on the same host (browsers share
+  cookies across ports), is skipped instead of hiding the session cookie after it.
+* The token is compared as UTF-8 bytes, so a non-ASCII token works at ``/login`` and as a
+  Bearer header alike (header bytes are taken as sent, not re-encoded).
+* Wrong tokens are limited per client address (:mod:`shardq.web.throttle`): after a few, every
+  attempt from that address gets 429 with ``Retry-After`` until its delay has passed.
+* :func:`resolve_token` refuses to serve a non-loopback address without an explicit token, and
+  a chosen token shorter than :data:`TOKEN_MIN_CHARS`.
 """
 
 from __future__ import annotations
@@ -26,16 +34,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Any
 
+from starlette.requests import cookie_parser
+
 from ..errors import InvalidInput
+from .throttle import Throttle
 
 COOKIE = "shardq_session"
 SESSION_SECONDS = 12 * 3600.0
 SESSIONS_MAX = 1000
 #: The only path served without the token.
 LOGIN_PATH = "/login"
+#: The shortest token ``--token`` / ``SHARDQ_WEB_TOKEN`` may give (a generated one has 43).
+TOKEN_MIN_CHARS = 16
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,8 +73,8 @@ def resolve_token(token: str | None, host: str) -> tuple[str, bool]:
     printed line away from anyone who can read the logs, and an open dashboard worse)."""
     if token is not None:
         token = token.strip()
-        if len(token) < 8:
-            raise InvalidInput("the web token must be at least 8 characters")
+        if len(token) < TOKEN_MIN_CHARS:
+            raise InvalidInput(f"the web token must be at least {TOKEN_MIN_CHARS} characters (it has {len(token)})")
         return token, False
     if not is_loopback(host):
         raise InvalidInput(f"refusing to serve {host} without an explicit token: give --token or set SHARDQ_WEB_TOKEN")
@@ -116,31 +128,44 @@ class Sessions:
 
 
 class Auth:
-    """The token and the sessions of one dashboard."""
+    """The token, the sessions and the wrong-token throttle of one dashboard."""
 
-    def __init__(self, token: str, sessions: Sessions | None = None) -> None:
+    def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None) -> None:
         self._token = token.encode()
         self.sessions = sessions or Sessions()
+        self.throttle = throttle or Throttle()
 
-    def token_ok(self, supplied: str | None) -> bool:
-        return supplied is not None and hmac.compare_digest(supplied.encode(), self._token)
+    def token_ok(self, supplied: str | bytes | None) -> bool:
+        """Whether ``supplied`` is the token (text is compared as its UTF-8 bytes)."""
+        if supplied is None:
+            return False
+        raw = supplied.encode() if isinstance(supplied, str) else supplied
+        return hmac.compare_digest(raw, self._token)
+
+    @staticmethod
+    def bearer(headers: dict[str, str]) -> bytes | None:
+        """The bytes after ``Authorization: Bearer``, as sent (None without such a header).
+        Header values arrive decoded as latin-1, which maps bytes one to one: encoding them back
+        gives what the client sent, so a UTF-8 token matches."""
+        scheme, _, value = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return value.strip().encode("latin-1")
+
+    def session(self, headers: dict[str, str]) -> Identity | None:
+        """The live session the ``Cookie`` header names, or None. Cookies that cannot be read
+        are skipped, not fatal (see the module doc)."""
+        session_id = cookie_parser(headers.get("cookie", "")).get(COOKIE)
+        if not session_id:
+            return None
+        csrf = self.sessions.csrf_of(session_id)
+        return Identity("cookie", session_id, csrf) if csrf is not None else None
 
     def identify(self, headers: dict[str, str]) -> Identity | None:
-        """The identity a request's headers prove, or None."""
-        authorization = headers.get("authorization", "")
-        scheme, _, value = authorization.partition(" ")
-        if scheme.lower() == "bearer" and self.token_ok(value.strip()):
+        """The identity a request's headers prove, or None (no throttling: see :class:`AuthGate`)."""
+        if self.token_ok(self.bearer(headers)):
             return Identity("bearer")
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # noqa: BLE001 - http.cookies raises CookieError and others on junk: no session
-            return None
-        morsel = cookie.get(COOKIE)
-        if morsel is None or not morsel.value:
-            return None
-        csrf = self.sessions.csrf_of(morsel.value)
-        return Identity("cookie", morsel.value, csrf) if csrf is not None else None
+        return self.session(headers)
 
 
 def csrf_ok(identity: Identity, supplied: str | None) -> bool:
@@ -162,12 +187,20 @@ def expired_cookie() -> str:
     return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
 
 
+def client_address(scope: Scope) -> str:
+    """The address the request came from (what the throttle counts by)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
 class AuthGate:
     """ASGI middleware: requests without the token never reach a route (see the module doc).
-    ``refuse(scope)`` builds the 401 response (JSON for ``/api/``, the login form otherwise).
+    ``refuse(scope, retry_after)`` builds the refusal: 401 when ``retry_after`` is None, else 429
+    (JSON for ``/api/``, the login form otherwise). A wrong Bearer token counts against the
+    client's address; while the address must wait, its Bearer tokens are not even compared.
     The identity is left in ``scope["state"]["identity"]``."""
 
-    def __init__(self, app: ASGIApp, auth: Auth, refuse: Callable[[Scope], ASGIApp]) -> None:
+    def __init__(self, app: ASGIApp, auth: Auth, refuse: Callable[[Scope, int | None], ASGIApp]) -> None:
         self.app = app
         self.auth = auth
         self.refuse = refuse
@@ -180,9 +213,23 @@ class AuthGate:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        identity = self.auth.identify(headers)
+        identity: Identity | None = None
+        bearer = self.auth.bearer(headers)
+        if bearer is not None:
+            address = client_address(scope)
+            wait = self.auth.throttle.wait_seconds(address)
+            if wait:
+                await self.refuse(scope, wait)(scope, receive, send)
+                return
+            if self.auth.token_ok(bearer):
+                self.auth.throttle.succeeded(address)
+                identity = Identity("bearer")
+            else:
+                self.auth.throttle.failed(address)
         if identity is None:
-            await self.refuse(scope)(scope, receive, send)
+            identity = self.auth.session(headers)
+        if identity is None:
+            await self.refuse(scope, None)(scope, receive, send)
             return
         scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)

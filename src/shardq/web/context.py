@@ -1,5 +1,6 @@
-"""What every route shares: the :class:`Dashboard` (client, auth, options, templates) and
-:func:`run_view`, which runs a view off the event loop and turns its errors into statuses."""
+"""What every route shares: the :class:`Dashboard` (client, auth, options, templates),
+:func:`run_view`, which runs a view off the event loop and turns its errors into statuses, and
+:func:`read_body`, which reads a request body without letting it grow past a limit."""
 
 from __future__ import annotations
 
@@ -57,6 +58,27 @@ class Dashboard:
         already leave it out; this is a second guard, since the page is shown to a browser)."""
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return redact_text(text, self.client.dsn.conninfo)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes. Raises :class:`Failure` 413 as soon as it is
+    known to be larger: at once from a ``Content-Length`` above ``limit`` (nothing is read), or
+    while streaming, once the chunks received pass ``limit`` (nothing more is read). So an
+    oversized body costs at most ``limit`` plus one chunk of memory, whoever sends it."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise Failure(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise Failure(413, f"body too large (at most {limit} bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Failure(413, f"body too large (at most {limit} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def run_view(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

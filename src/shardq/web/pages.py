@@ -9,6 +9,7 @@ show comes from :mod:`shardq.web.views`.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import urllib.parse
 from collections.abc import Callable
@@ -23,8 +24,8 @@ from starlette.routing import Route
 from .. import dashboard as fmt
 from ..models import Accuracy
 from . import views
-from .auth import LOGIN_PATH, expired_cookie, session_cookie
-from .context import Dashboard, Failure, run_view
+from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
+from .context import Dashboard, Failure, read_body, run_view
 
 FORM_MAX = 64 * 1024
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -49,9 +50,29 @@ templates = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 
+def when(value: str | None) -> str:
+    """An ISO timestamp from a view as people read it: to the second, with its zone (UTC)."""
+    if not value:
+        return "-"
+    moment = dt.datetime.fromisoformat(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if moment.tzinfo is not None else "")
+
+
+templates.filters["when"] = when
+
+#: What a pause form may pause or resume: dequeue (the workers), enqueue (the producers), or both.
+PAUSE_TARGETS = {"dequeue": {"enqueue": False, "dequeue": True}, "enqueue": {"enqueue": True, "dequeue": False},
+                 "both": {"enqueue": True, "dequeue": True}}
+
 FLASH = {
-    "paused": "Paused enqueue and dequeue.",
-    "resumed": "Resumed enqueue and dequeue.",
+    "paused-dequeue": "Paused dequeue: workers take no new tasks of this queue; producers can still enqueue.",
+    "paused-enqueue": "Paused enqueue: producers are refused; workers keep taking what is queued.",
+    "paused-both": "Paused enqueue and dequeue.",
+    "resumed-dequeue": "Resumed dequeue.",
+    "resumed-enqueue": "Resumed enqueue.",
+    "resumed-both": "Resumed enqueue and dequeue.",
     "requeued": "Requeued {n} dead task(s).",
     "purged": "Purged {n} dead task(s).",
     "cancelled": "Cancelled the task.",
@@ -65,8 +86,9 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     if code in FLASH:
         count = request.query_params.get("n", "")
         flash = FLASH[code].format(n=int(count) if count.isdigit() else "?")
+    context.pop("script", None)  # every page runs the script: it asks before acting (data-confirm)
     page = templates.get_template(name).render(
-        css=CSS, script=context.pop("script", False), header=context.pop("header", None),
+        css=CSS, script=True, header=context.pop("header", None),
         signed_in=identity is not None, identity=identity, csrf=(identity.csrf if identity else "") or "",
         flash=flash, **context,
     )
@@ -90,6 +112,17 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 def login_page(request: Request, status: int = 200, problem: str | None = None, next_path: str = "/") -> HTMLResponse:
     return render(request, "login.html", status, problem=problem, next=_local_path(next_path))
+
+
+def throttled_text(seconds: int) -> str:
+    return f"too many wrong tokens from your address: try again in {seconds} s"
+
+
+def throttled_login_page(request: Request, seconds: int) -> HTMLResponse:
+    """The 429 for an address that must wait before presenting a token again."""
+    response = login_page(request, 429, throttled_text(seconds).capitalize() + ".")
+    response.headers["Retry-After"] = str(seconds)
+    return response
 
 
 def _local_path(path: str) -> str:
@@ -162,7 +195,13 @@ async def overview(request: Request) -> Response:
         request, "overview.html", script=True, header=data, queues=[formatted(q) for q in data["queues"]],
         refresh_ms=int(dashboard.refresh_seconds * 1000), refresh_label=_seconds(dashboard.refresh_seconds),
         history_points=dashboard.history_points, window_label=_seconds(round(data["window_s"])),
+        rate_label=rate_label(dashboard),
     )
+
+
+def rate_label(dashboard: Dashboard) -> str:
+    """What the rate columns average over (the stats window: full minutes plus the current one)."""
+    return f"{dashboard.stats_options.window_minutes}-min avg"
 
 
 async def queue(request: Request) -> Response:
@@ -172,16 +211,19 @@ async def queue(request: Request) -> Response:
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
     return render(request, "queue.html", header=data, q=formatted(data["queue"]), settings=data["settings"],
-                  per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"])
+                  per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"],
+                  rate_label=rate_label(dashboard))
 
 
 async def dead(request: Request) -> Response:
     try:
-        data = await _page(request, views.dead_detail, request.path_params["queue"])
+        data = await _page(request, views.dead_detail, request.path_params["queue"],
+                           after=request.query_params.get("after") or None)
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
     count = fmt.count_text(data["dead"], Accuracy(data["accuracy"]))
-    return render(request, "dead.html", queue=data["queue"], count=count, tasks=data["tasks"], limit=data["limit"])
+    return render(request, "dead.html", queue=data["queue"], count=count, dead=data["dead"], tasks=data["tasks"],
+                  limit=data["limit"], after=data["after"], next=data["next"])
 
 
 async def task(request: Request) -> Response:
@@ -189,7 +231,7 @@ async def task(request: Request) -> Response:
         data = await _page(request, views.task_detail, request.path_params["task_id"])
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    return render(request, "task.html", t=data)
+    return render(request, "task.html", t=data, payload_max=views.PAYLOAD_SHOWN_MAX)
 
 
 async def task_lookup(request: Request) -> Response:
@@ -209,9 +251,7 @@ async def static(request: Request) -> Response:
 
 # -- forms --------------------------------------------------------------------------------------
 async def _form(request: Request) -> dict[str, list[str]]:
-    raw = await request.body()
-    if len(raw) > FORM_MAX:
-        raise Failure(413, "form too large")
+    raw = await read_body(request, FORM_MAX)
     try:
         return urllib.parse.parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
@@ -244,8 +284,13 @@ def _pause_form(paused: bool) -> Callable[[Request], Any]:
         name = request.path_params["queue"]
 
         async def act(form: dict[str, list[str]]) -> str:
-            await run_view(request, views.set_paused, name, paused)
-            return _queue_path(name, "?done=" + ("paused" if paused else "resumed"))
+            # A pause says what it stops (the page offers dequeue and enqueue apart, each after
+            # a confirmation); a resume without a target resumes both.
+            what = _first(form, "what") or (None if paused else "both")
+            if what not in PAUSE_TARGETS:
+                raise Failure(400, "say what to pause: dequeue (workers), enqueue (producers) or both")
+            await run_view(request, views.set_paused, name, paused, **PAUSE_TARGETS[what])
+            return _queue_path(name, "?done=" + ("paused-" if paused else "resumed-") + what)
 
         return await _submit(request, act)
 
@@ -298,14 +343,20 @@ async def cancel_form(request: Request) -> Response:
 async def login(request: Request) -> Response:
     if request.method == "GET":
         return login_page(request, next_path=request.query_params.get("next", "/"))
+    dashboard = Dashboard.of(request)
+    address = client_address(request.scope)
+    wait = dashboard.auth.throttle.wait_seconds(address)
+    if wait:  # before reading the body: a waiting address's guesses are not even compared
+        return throttled_login_page(request, wait)
     try:
         form = await _form(request)
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    dashboard = Dashboard.of(request)
     next_path = _first(form, "next") or "/"
     if not dashboard.auth.token_ok(_first(form, "token")):
+        dashboard.auth.throttle.failed(address)
         return login_page(request, 401, "That is not the token.", next_path)
+    dashboard.auth.throttle.succeeded(address)
     session_id, _ = dashboard.auth.sessions.create()
     response = RedirectResponse(_local_path(next_path), status_code=303)
     response.headers.append("Set-Cookie", session_cookie(session_id))

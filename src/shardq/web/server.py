@@ -21,12 +21,14 @@ START_TIMEOUT_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Started:
-    """What :func:`serve` tells its caller once listening: the URL, the token, and whether the
-    token was generated (then it must be shown to the operator, once)."""
+    """What :func:`serve` tells its caller once listening: the URL to open (loopback for a
+    wildcard bind), the token, whether the token was generated (then it must be shown to the
+    operator, once) and, for a wildcard bind, a note on reaching it from elsewhere."""
 
     url: str
     token: str
     generated: bool
+    note: str | None = None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -44,9 +46,25 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _url(sock: socket.socket, host: str) -> str:
+    """The address to open: for a wildcard bind (``0.0.0.0``, ``::``), which no browser can
+    open, the loopback address of the same family."""
     port = sock.getsockname()[1]
-    shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+    bare = host.strip("[]")
+    if bare in ("0.0.0.0", ""):
+        bare = "127.0.0.1"
+    elif bare == "::":
+        bare = "::1"
+    shown = f"[{bare}]" if ":" in bare else bare
     return f"http://{shown}:{port}/"
+
+
+def _note(sock: socket.socket, host: str) -> str | None:
+    """For a wildcard bind, how other machines reach it."""
+    if host.strip("[]") not in ("0.0.0.0", "::", ""):
+        return None
+    port = sock.getsockname()[1]
+    return (f"listening on every interface ({host}); from another machine use this one's name or address, "
+            f"e.g. http://{socket.gethostname()}:{port}/")
 
 
 def _server(client: Client, token: str, *, stats_options: StatsOptions | None, refresh_seconds: float,
@@ -74,7 +92,7 @@ def serve(
     sock = _bind(host, port)
     try:
         if on_start is not None:
-            on_start(Started(_url(sock, host), token, generated))
+            on_start(Started(_url(sock, host), token, generated, _note(sock, host)))
         _server(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds).run(sockets=[sock])
     finally:
         sock.close()

@@ -10,13 +10,18 @@ Guarantees:
 * An unknown queue or task raises :class:`NotFound` before anything is written; bad input
   raises :class:`shardq.errors.InvalidInput` before anything is written (the admin functions
   validate first). So an action the dashboard refuses leaves the database as it was.
-* Payloads are returned as text (UTF-8, undecodable bytes replaced) cut to ``PAYLOAD_PREVIEW``
-  characters, with their full size; escaping is the templates' job (autoescape) and JSON's.
+* A task's payload is returned in full up to :data:`PAYLOAD_SHOWN_MAX` bytes: as text when it is
+  UTF-8 without NUL bytes, else (``binary``) as a hex dump; lists show a preview of
+  :data:`PAYLOAD_PREVIEW` characters (or bytes in hex). The full size is always given, and
+  whether something was cut. Escaping is the templates' job (autoescape) and JSON's.
+* Dead letters are listed in keyset pages (``after``: an opaque cursor from the previous page's
+  ``next``), each one index seek however deep.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 from .. import admin, validation
@@ -25,8 +30,12 @@ from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
 from ..stats import StatsOptions
 from ..store import TaskStore
 
-#: Characters of a payload shown on a page or in the API (the rest is cut, and said to be).
+#: Characters of a payload shown in a list (the rest is cut, and said to be).
 PAYLOAD_PREVIEW = 200
+#: Bytes of a payload shown on a task's page and in its API answer (the rest is cut, and said to be).
+PAYLOAD_SHOWN_MAX = 64 * 1024
+#: Bytes per line of a hex dump.
+HEX_WIDTH = 16
 #: Dead tasks listed at most per page / API call.
 DEAD_LIMIT_MAX = 1000
 DEAD_LIMIT_DEFAULT = 100
@@ -41,12 +50,66 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _as_text(payload: bytes) -> str | None:
+    """The payload as text if it is UTF-8 without NUL bytes (a cut multi-byte character at the
+    end is dropped), else None."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data" or len(payload) - exc.start > 3:
+            return None
+        text = payload[: exc.start].decode("utf-8")
+    return None if "\x00" in text else text
+
+
+def hex_dump(payload: bytes) -> str:
+    """Offset, bytes in hex and the printable ASCII of each :data:`HEX_WIDTH` bytes, one line each."""
+    lines = []
+    for start in range(0, len(payload), HEX_WIDTH):
+        chunk = payload[start: start + HEX_WIDTH]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{start:08x}  {hexes:<{HEX_WIDTH * 3 - 1}}  {ascii_}")
+    return "\n".join(lines)
+
+
+def payload_view(payload: bytes, limit: int = PAYLOAD_SHOWN_MAX) -> dict[str, Any]:
+    """The payload for a task's page: ``text`` (None when binary) or ``hex`` (None when text) of
+    its first ``limit`` bytes; ``truncated`` says whether something was cut, ``bytes`` is the
+    full size."""
+    shown = payload[:limit]
+    text = _as_text(shown)
+    return {"binary": text is None, "text": text, "hex": hex_dump(shown) if text is None else None,
+            "bytes": len(payload), "truncated": len(payload) > limit}
+
+
 def payload_preview(payload: bytes, limit: int = PAYLOAD_PREVIEW) -> dict[str, Any]:
-    """The payload as text for people: decoded as UTF-8 (bad bytes replaced), cut to ``limit``
-    characters. ``truncated`` says whether something was cut; ``bytes`` is the full size."""
-    text = payload[: limit * 4].decode("utf-8", "replace")
+    """The payload for a list: text cut to ``limit`` characters, or for a binary payload the
+    hex of its first ``limit // 4`` bytes. ``truncated`` says whether something was cut;
+    ``bytes`` is the full size."""
+    text = _as_text(payload[: limit * 4])
+    if text is None:
+        head = payload[: limit // 4]
+        return {"text": head.hex(" "), "binary": True, "truncated": len(payload) > len(head), "bytes": len(payload)}
     truncated = len(text) > limit or len(payload) > limit * 4
-    return {"text": text[:limit], "truncated": truncated, "bytes": len(payload)}
+    return {"text": text[:limit], "binary": False, "truncated": truncated, "bytes": len(payload)}
+
+
+def dead_cursor(died_at: dt.datetime, task_id: Any) -> str:
+    """The cursor of the page after a dead task (its death time and id)."""
+    return f"{died_at.isoformat()}_{task_id}"
+
+
+def _parse_cursor(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
+    at, _, task_id = cursor.rpartition("_")
+    try:
+        died_at = dt.datetime.fromisoformat(at)
+        parsed = uuid.UUID(task_id)
+    except ValueError:
+        raise InvalidInput(f"not a page cursor: {cursor!r}") from None
+    if died_at.tzinfo is None:
+        raise InvalidInput(f"not a page cursor: {cursor!r}")
+    return died_at, parsed
 
 
 def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
@@ -61,14 +124,33 @@ def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
     return settings
 
 
-def skew(queue: QueueStats) -> dict[str, Any]:
+def skew(queue: QueueStats, cap: int) -> dict[str, Any]:
     """Due depth (ready + leased + expired) per counted bucket and max/mean of it (1.0: even;
-    None: empty)."""
-    depth = {b: d.ready + d.leased + d.expired for b, d in sorted(queue.per_bucket.items())}
-    mean = sum(depth.values()) / len(depth) if depth else 0.0
+    None: empty or unknown).
+
+    A bucket whose count reached ``cap`` holds at least what was counted, so its true depth is
+    unknown. Then the figure is not exact (``exact`` False) and ``max_over_mean`` is the lowest
+    skew the counts allow: the capped buckets as deep as the deepest bucket seen and no deeper,
+    the others as counted (any deeper capped bucket only raises the true skew). When that bound
+    says nothing (1.0 or less, e.g. every bucket capped) it is None: the page says the skew is
+    unknown rather than claim the buckets are even. ``capped_buckets`` counts the capped ones."""
+    depth: dict[int, int] = {}
+    capped: set[int] = set()
+    for b, d in sorted(queue.per_bucket.items()):
+        depth[b] = d.ready + d.leased + d.expired
+        if max(d.ready, d.leased, d.expired) >= cap:
+            capped.add(b)
     peak = max(depth.values(), default=0)
     worst = max(depth, key=lambda b: depth[b]) if peak else None
-    return {"max_over_mean": round(peak / mean, 2) if mean else None, "worst_bucket": worst, "peak": peak}
+    figure: float | None = None
+    if peak and not capped:
+        figure = round(peak * len(depth) / sum(depth.values()), 2)
+    elif peak:
+        exact_sum = sum(d for b, d in depth.items() if b not in capped)
+        bound = peak * len(depth) / (exact_sum + len(capped) * peak)
+        figure = round(bound, 2) if bound > 1.005 else None
+    return {"max_over_mean": figure, "exact": not capped, "capped_buckets": len(capped), "bucket_cap": cap,
+            "worst_bucket": worst, "peak": peak}
 
 
 def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dict[str, Any]:
@@ -130,6 +212,7 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
     settings = _known_queue(store, queue)
     stats = admin.stats(store, options)
     q = stats.queues.get(queue, QueueStats())
+    cap = stats.bucket_cap if stats.bucket_cap is not None else (options or StatsOptions()).bucket_cap
     per_bucket = {b: q.per_bucket.get(b) for b in stats.buckets_counted}
     return {
         **_stats_header(stats),
@@ -137,28 +220,37 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
         "settings": settings.as_json(),
         "per_bucket": [
             {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
-             "backlog": d.backlog}
-            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0}
+             "backlog": d.backlog, "capped": max(d.ready, d.leased, d.expired) >= cap}
+            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0,
+                                   "capped": False}
             for b, d in sorted(per_bucket.items())
         ],
-        "skew": skew(q),
+        "skew": skew(q, cap),
     }
 
 
-def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT,
+def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT, after: str | None = None,
                 cap: int = 10_000) -> dict[str, Any]:
-    """The oldest ``limit`` dead tasks of a queue (id, attempts, error, times, payload preview)
-    and how many there are, counted up to ``cap`` (``accuracy`` ``at_least`` when it reached
-    it). :class:`NotFound` for an unknown queue."""
+    """One page of a queue's dead tasks, oldest death first (id, attempts, error, times, payload
+    preview): the first ``limit``, or those after the cursor ``after`` (a previous page's
+    ``next``; None on the last page). ``dead`` is how many there are, counted up to ``cap``
+    (``accuracy`` ``at_least`` when it reached it). :class:`NotFound` for an unknown queue;
+    InvalidInput for a malformed cursor."""
     _known_queue(store, queue)
     validation.positive_int(limit, "limit", maximum=DEAD_LIMIT_MAX)
-    tasks = admin.dead_list(store, queue, limit=limit)
+    position = _parse_cursor(after) if after else None
+    tasks = admin.dead_list(store, queue, limit=limit + 1, after=position)  # one more: is there a next page?
+    more = len(tasks) > limit
+    tasks = tasks[:limit]
     count = store.stats_dead_count(queue, cap)
+    last = tasks[-1] if tasks else None
     return {
         "queue": queue,
         "dead": count,
         "accuracy": (Accuracy.AT_LEAST if count >= cap else Accuracy.EXACT).value,
         "limit": limit,
+        "after": after,
+        "next": dead_cursor(last.died_at, last.id) if more and last is not None and last.died_at else None,
         "tasks": [
             {"id": t.id, "attempts": t.attempts, "last_error": t.last_error, "died_at": _iso(t.died_at),
              "created_at": _iso(t.created_at), "payload": payload_preview(t.payload)}
@@ -182,13 +274,13 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
         "lease_expires_at": _iso(task.lease_expires_at),
         "died_at": _iso(task.died_at),
         "last_error": task.last_error,
-        "payload": payload_preview(task.payload),
+        "payload": payload_view(task.payload),
     }
 
 
 def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
     """One task by id (state, attempts, lease expiry, run/creation/death times, last error,
-    payload preview), from the tasks table or the dead letters. :class:`NotFound` when neither
+    payload, see :func:`payload_view`), from the tasks table or the dead letters. :class:`NotFound` when neither
     holds it, and for a malformed id."""
     try:
         task = admin.task_show(store, task_id)

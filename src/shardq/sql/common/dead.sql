@@ -5,6 +5,17 @@ FROM shardq_dead WHERE queue = %(queue)s
 ORDER BY died_at, id
 LIMIT %(limit)s
 
+-- name: dead_list_after
+-- The next keyset page of dead_list: the dead tasks of one queue after (after_at, after_id) in
+-- (died_at, id) order. The redundant died_at >= after_at lets the (queue, died_at) index seek
+-- to the page instead of reading the pages before it.
+SELECT id, queue, payload, attempts, last_error, died_at, created_at
+FROM shardq_dead
+WHERE queue = %(queue)s AND died_at >= %(after_at)s::TIMESTAMPTZ
+  AND (died_at > %(after_at)s::TIMESTAMPTZ OR id > %(after_id)s::UUID)
+ORDER BY died_at, id
+LIMIT %(limit)s
+
 -- name: dead_ids_page
 -- One keyset page of dead task ids of a queue, for requeueing everything in bounded batches.
 SELECT id FROM shardq_dead

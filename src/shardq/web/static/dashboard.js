@@ -1,27 +1,72 @@
-// shardq dashboard: polls the JSON API, keeps the last samples in a ring buffer per series and
-// redraws the overview's SVG charts and table. Text goes into the page only through textContent
-// (never innerHTML), so queue names and values cannot become markup.
+// shardq dashboard. On every page: a form with data-confirm asks before it is sent. On the
+// overview: polls the JSON API, keeps the last samples per series (a ring buffer, also kept in
+// sessionStorage so a reload keeps the charts), redraws the SVG charts and updates the table's
+// cells in place (focus and text selection survive a refresh). Text goes into the page only
+// through textContent (never innerHTML), so queue names and values cannot become markup.
 (function () {
   "use strict";
+
+  document.addEventListener("submit", function (event) {
+    var message = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (message && !window.confirm(message)) { event.preventDefault(); }
+  });
+
   var root = document.getElementById("overview");
   if (!root) { return; }
   var api = root.getAttribute("data-api");
   var refresh = Math.max(100, parseInt(root.getAttribute("data-refresh"), 10) || 2000);
   var capacity = Math.max(2, parseInt(root.getAttribute("data-points"), 10) || 150);
   var SVG = "http://www.w3.org/2000/svg";
-  var COLORS = ["#2463eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#0ea5e9", "#d946ef", "#84cc16",
-                "#f97316", "#64748b"];
+  var STORE_KEY = "shardq-history:" + api;
+  //: samples older than this are not restored (the gap would draw as a straight line)
+  var RESTORE_MAX_AGE_MS = 10 * 60 * 1000;
+  var FIXED = { "enqueue/s": "#2463eb", "ack/s": "#10b981" };
 
-  function Ring(size) { this.size = size; this.items = []; }
+  function Ring(size, items) { this.size = size; this.items = (items || []).slice(-size); }
   Ring.prototype.push = function (v) { this.items.push(v); if (this.items.length > this.size) { this.items.shift(); } };
 
   var series = { ready: {}, leased: {}, rates: { "enqueue/s": new Ring(capacity), "ack/s": new Ring(capacity) } };
   var times = new Ring(capacity);
   var samples = 0;
+  var lastGood = null;
 
   function ring(group, name) {
     if (!series[group][name]) { series[group][name] = new Ring(capacity); }
     return series[group][name];
+  }
+
+  // A queue keeps its colour whatever other queues come and go: the colour is picked by a hash
+  // (FNV-1a) of its name from a palette legible on white (two queues may share one).
+  var PALETTE = ["#2463eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#c026d3", "#65a30d",
+                 "#ea580c", "#475569", "#be123c", "#0d9488"];
+  function colorOf(name) {
+    if (FIXED[name]) { return FIXED[name]; }
+    var h = 2166136261;
+    for (var i = 0; i < name.length; i++) { h ^= name.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
+    return PALETTE[h % PALETTE.length];
+  }
+
+  function save() {
+    try {
+      var data = { capacity: capacity, times: times.items, series: {} };
+      Object.keys(series).forEach(function (g) {
+        data.series[g] = {};
+        Object.keys(series[g]).forEach(function (n) { data.series[g][n] = series[g][n].items; });
+      });
+      window.sessionStorage.setItem(STORE_KEY, JSON.stringify(data));
+    } catch (e) { /* storage full or disabled: the charts just start afresh next time */ }
+  }
+  function restore() {
+    try {
+      var data = JSON.parse(window.sessionStorage.getItem(STORE_KEY) || "null");
+      if (!data || data.capacity !== capacity || !data.times || !data.times.length) { return 0; }
+      if (Date.now() - data.times[data.times.length - 1] > RESTORE_MAX_AGE_MS) { return 0; }
+      times = new Ring(capacity, data.times);
+      Object.keys(series).forEach(function (g) {
+        Object.keys(data.series[g] || {}).forEach(function (n) { series[g][n] = new Ring(capacity, data.series[g][n]); });
+      });
+      return times.items.length;
+    } catch (e) { return 0; }
   }
 
   function countText(value, accuracy) {
@@ -50,6 +95,8 @@
     if (q.lead_time_s === null) { return (q.ready + q.leased + q.expired) ? "∞" : "-"; }
     return durationText(q.lead_time_s);
   }
+  // As the pages show times: to the second, with the zone.
+  function whenText(date) { return isNaN(date.getTime()) ? "-" : date.toISOString().slice(0, 19).replace("T", " ") + " UTC"; }
 
   function el(tag, text, cls) {
     var node = document.createElement(tag);
@@ -59,43 +106,80 @@
   }
   function link(href, text, cls) { var a = el("a", text, cls); a.setAttribute("href", href); return a; }
 
+  // -- the table: one row per queue, cells changed only where their text changed -------------
+  var COLUMNS = 13;
+  function cellsOf(q) {
+    var paused = [];
+    if (q.paused_enqueue) { paused.push("enqueue"); }
+    if (q.paused_dequeue) { paused.push("dequeue"); }
+    return [
+      null,  // the name: never changes
+      countText(q.ready, q.accuracy.ready), countText(q.scheduled, q.accuracy.scheduled),
+      countText(q.leased, q.accuracy.leased), countText(q.expired, q.accuracy.expired),
+      countText(q.backlog, q.accuracy.backlog),
+      { dead: q.dead ? countText(q.dead, q.accuracy.dead) : "0" },
+      durationText(q.oldest_ready_age_s), rateText(q.enqueue_rate), rateText(q.ack_rate), rateText(q.failure_rate),
+      leadText(q),
+      { state: paused.length ? "paused: " + paused.join(" and ") : "open" }
+    ];
+  }
+  function fill(td, value, path) {
+    var key = typeof value === "string" ? value : JSON.stringify(value);
+    if (td.getAttribute("data-key") === key) { return; }
+    if (typeof value === "string") {
+      if (td.textContent !== value) { td.textContent = value; }
+    } else if (value.dead !== undefined) {
+      var a = td.querySelector("a");
+      if (value.dead === "0") { td.textContent = "0"; } else if (a) { if (a.textContent !== value.dead) { a.textContent = value.dead; } } else { td.replaceChildren(link(path + "/dead", value.dead, "dead-count")); }
+    } else {
+      var span = td.querySelector("span");
+      var cls = value.state === "open" ? "open" : "paused";
+      if (!span) { span = el("span"); td.replaceChildren(span); }
+      if (span.textContent !== value.state) { span.textContent = value.state; }
+      span.className = cls;
+    }
+    td.setAttribute("data-key", key);
+  }
+  function newRow(q, path) {
+    var tr = el("tr");
+    tr.setAttribute("data-queue", q.name);
+    var name = el("td", null, "name"); var a = link(path, q.name); a.setAttribute("title", q.name);
+    name.appendChild(a); tr.appendChild(name);
+    for (var i = 1; i < COLUMNS; i++) { tr.appendChild(el("td", null, i === COLUMNS - 1 ? "text" : null)); }
+    return tr;
+  }
   function renderTable(data) {
     var body = document.querySelector("#queues tbody");
-    var rows = document.createDocumentFragment();
+    var existing = {};
+    Array.prototype.forEach.call(body.querySelectorAll("tr"), function (tr) {
+      var name = tr.getAttribute("data-queue");
+      if (name === null) { body.removeChild(tr); } else { existing[name] = tr; }
+    });
+    var previous = null;
     data.queues.forEach(function (q) {
       var path = "/queues/" + encodeURIComponent(q.name);
-      var tr = el("tr");
-      tr.setAttribute("data-queue", q.name);
-      var name = el("td"); name.appendChild(link(path, q.name)); tr.appendChild(name);
-      ["ready", "scheduled", "leased", "expired", "backlog"].forEach(function (c) { tr.appendChild(el("td", countText(q[c], q.accuracy[c]))); });
-      var dead = el("td");
-      if (q.dead) { dead.appendChild(link(path + "/dead", countText(q.dead, q.accuracy.dead), "dead-count")); } else { dead.textContent = "0"; }
-      tr.appendChild(dead);
-      tr.appendChild(el("td", durationText(q.oldest_ready_age_s)));
-      tr.appendChild(el("td", rateText(q.enqueue_rate)));
-      tr.appendChild(el("td", rateText(q.ack_rate)));
-      tr.appendChild(el("td", rateText(q.failure_rate)));
-      tr.appendChild(el("td", leadText(q)));
-      var paused = [];
-      if (q.paused_enqueue) { paused.push("enqueue"); }
-      if (q.paused_dequeue) { paused.push("dequeue"); }
-      var state = el("td", null, "text");
-      state.appendChild(el("span", paused.length ? "paused: " + paused.join(" and ") : "open", paused.length ? "paused" : "open"));
-      tr.appendChild(state);
-      rows.appendChild(tr);
+      var tr = existing[q.name];
+      delete existing[q.name];
+      if (!tr) { tr = newRow(q, path); }
+      var tds = tr.children;
+      cellsOf(q).forEach(function (value, i) { if (value !== null && tds[i]) { fill(tds[i], value, path); } });
+      var wanted = previous ? previous.nextSibling : body.firstChild;
+      if (tr !== wanted) { body.insertBefore(tr, wanted); }  // only moves a row that is out of place
+      previous = tr;
     });
+    Object.keys(existing).forEach(function (name) { body.removeChild(existing[name]); });
     if (!data.queues.length) {
       var empty = el("tr"), cell = el("td", "No queues yet: enqueue a task and it appears here.", "muted");
-      cell.setAttribute("colspan", "12"); empty.appendChild(cell); rows.appendChild(empty);
+      cell.setAttribute("colspan", String(COLUMNS)); empty.appendChild(cell); body.appendChild(empty);
     }
-    body.replaceChildren(rows);
   }
 
+  // -- the charts -----------------------------------------------------------------------------
   function drawChart(id, group, legendId) {
     var svg = document.getElementById(id);
     var legend = document.getElementById(legendId);
     var names = Object.keys(series[group]).sort();
-    var W = 400, H = 140, top = 12, bottom = 14;
+    var W = 400, H = 140, top = 18, bottom = 14;
     var peak = 0;
     names.forEach(function (n) { series[group][n].items.forEach(function (v) { if (v > peak) { peak = v; } }); });
     var scale = peak > 0 ? (H - top - bottom) / peak : 0;
@@ -113,12 +197,14 @@
     span.textContent = times.items.length > 1 ? "last " + durationText((times.items[times.items.length - 1] - times.items[0]) / 1000) : "collecting…";
     parts.push(span);
     var keys = document.createDocumentFragment();
-    names.forEach(function (n, i) {
+    // x spans the samples held so far (not the whole ring), so a new chart is a line, not a speck
+    var total = Math.max(1, times.items.length - 1);
+    names.forEach(function (n) {
       var values = series[group][n].items;
-      var color = COLORS[i % COLORS.length];
-      var offset = capacity - values.length;
+      var color = colorOf(n);
+      var offset = times.items.length - values.length;
       var points = values.map(function (v, j) {
-        var x = (offset + j) / (capacity - 1) * W;
+        var x = times.items.length > 1 ? (offset + j) / total * W : W;
         return x.toFixed(1) + "," + (H - bottom - v * scale).toFixed(1);
       });
       var line = document.createElementNS(SVG, "polyline");
@@ -130,6 +216,11 @@
     });
     svg.replaceChildren.apply(svg, parts);
     legend.replaceChildren(keys);
+  }
+  function drawCharts() {
+    drawChart("chart-ready", "ready", "legend-ready");
+    drawChart("chart-leased", "leased", "legend-leased");
+    drawChart("chart-rates", "rates", "legend-rates");
   }
 
   function record(data) {
@@ -148,27 +239,51 @@
     series.rates["ack/s"].push(ack);
     samples += 1;
     root.setAttribute("data-samples", String(samples));
+    save();
+  }
+
+  // -- failures: say so, with the time of the last good refresh --------------------------------
+  function showStale(message) {
+    var banner = document.getElementById("stale");
+    root.classList.add("stale");
+    root.setAttribute("data-error", message);
+    if (!banner) { return; }
+    var since = lastGood ? "since " + whenText(lastGood) + " (" + durationText((Date.now() - lastGood.getTime()) / 1000) + " ago)" : "since the page loaded";
+    banner.textContent = "Not refreshed " + since + ": " + message + ". The numbers below are from then; retrying every " + durationText(refresh / 1000) + ".";
+    banner.hidden = false;
+  }
+  function clearStale() {
+    var banner = document.getElementById("stale");
+    root.classList.remove("stale");
+    root.removeAttribute("data-error");
+    if (banner) { banner.hidden = true; banner.textContent = ""; }
   }
 
   function poll() {
     fetch(api, { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (r) {
         if (r.status === 401) { window.location.assign("/login"); throw new Error("signed out"); }
-        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        if (!r.ok) {
+          return r.json().then(function (body) { throw new Error("HTTP " + r.status + (body && body.error ? " " + body.error : "")); },
+                               function () { throw new Error("HTTP " + r.status); });
+        }
         return r.json();
       })
       .then(function (data) {
         record(data);
         renderTable(data);
-        drawChart("chart-ready", "ready", "legend-ready");
-        drawChart("chart-leased", "leased", "legend-leased");
-        drawChart("chart-rates", "rates", "legend-rates");
+        drawCharts();
         var asOf = document.getElementById("as-of");
-        if (asOf && data.as_of) { asOf.textContent = data.as_of; }
-        root.removeAttribute("data-error");
+        if (asOf && data.as_of) { asOf.textContent = whenText(new Date(data.as_of)); }
+        lastGood = new Date();
+        clearStale();
       })
-      .catch(function (e) { root.setAttribute("data-error", String(e.message || e)); })
+      .catch(function (e) { showStale(String(e.message || e)); })
       .then(function () { window.setTimeout(poll, refresh); });
   }
+
+  var restored = restore();
+  root.setAttribute("data-restored", String(restored));
+  if (restored) { drawCharts(); }
   poll();
 }());
