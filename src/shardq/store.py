@@ -320,9 +320,7 @@ class TaskStore:
         return self.session.run(ops.dead_list(queue, limit))
 
     def dead_list_after(self, queue: str, after_at: dt.datetime, after_id: uuid.UUID, limit: int) -> list[DeadTask]:
-        rows = self.session.fetch_all("dead_list_after",
-                                      {"queue": queue, "after_at": after_at, "after_id": after_id, "limit": limit})
-        return [DeadTask.from_row(r) for r in rows]
+        return self.session.run(ops.dead_list_after(queue, after_at, after_id, limit))
 
     def dead_ids_page(self, queue: str, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
         return self.session.run(ops.dead_ids_page(queue, after, limit))

@@ -48,6 +48,12 @@ def dead_list(queue: str, limit: int) -> Plan[list[DeadTask]]:
     return [DeadTask.from_row(row) for row in rows]
 
 
+def dead_list_after(queue: str, after_at: dt.datetime, after_id: uuid.UUID, limit: int) -> Plan[list[DeadTask]]:
+    """The next page of a queue's dead letters after (``after_at``, ``after_id``), keyset order."""
+    rows = yield Call("dead_list_after", {"queue": queue, "after_at": after_at, "after_id": after_id, "limit": limit})
+    return [DeadTask.from_row(row) for row in rows]
+
+
 def dead_ids_page(queue: str, after: uuid.UUID, limit: int) -> Plan[list[uuid.UUID]]:
     rows = yield Call("dead_ids_page", {"queue": queue, "after": after, "limit": limit})
     return [row["id"] for row in rows]
