@@ -121,7 +121,7 @@ def _attempt(area: str, name: str, probe: Callable[[], Check]) -> Check:
 
 
 def _session_checks(session: Session) -> list[Check]:
-    row = _one(session, "doctor_settings")
+    row = session.run(single(Call("doctor_settings", rows="one")))
     assert row is not None
     read_only = str(row["read_only"]).lower() in ("on", "true")
     return [
@@ -138,7 +138,7 @@ def _revision_check(session: Session) -> Check:
     head = migrate.head_revision()
 
     def probe() -> Check:
-        row = _one(session, "doctor_schema_revision")
+        row = session.run(single(Call("doctor_schema_revision", rows="one")))
         found = row["version_num"] if row else None
         return Check("schema", "revision", found == head,
                      f"{found} (newest {head})" if found == head else f"{found or 'none'}, newest is {head}: run `shardq migrate`")
@@ -164,13 +164,13 @@ def _layout(session: Session, checks: list[Check]) -> ShardLayout | None:
 
 def _privilege_checks(session: Session) -> list[Check]:
     def create() -> Check:
-        row = _one(session, "doctor_schema_create")
+        row = session.run(single(Call("doctor_schema_create", rows="one")))
         allowed = bool(row and row["can_create"])
         return Check("privileges", "migrate", allowed, "CREATE on the schema" if allowed
                      else "no CREATE on the schema: `shardq migrate` cannot create or change tables")
 
     def work() -> Check:
-        rows = _all(session, "doctor_table_privileges", {"tables": list(WORKER_TABLES)})
+        rows = session.run(single(Call("doctor_table_privileges", {"tables": list(WORKER_TABLES)})))
         if not rows:
             return Check("privileges", "work", False, "no shardq tables in this schema")
         missing = [f"{row['table_name']} ({', '.join(p for p in ('select', 'insert', 'update', 'delete') if not row['can_' + p])})"
@@ -180,7 +180,7 @@ def _privilege_checks(session: Session) -> list[Check]:
 
     def resize() -> Check:
         if "doctor_tasks_owned" in session.engine.statements():
-            row = _one(session, "doctor_tasks_owned")
+            row = session.run(single(Call("doctor_tasks_owned", rows="one")))
             if not (row and row["owned"]):
                 return Check("privileges", "resize", False, "not the owner of shardq_tasks: `buckets resize` cannot alter it")
         jobs = session.run(session.engine.schema_jobs())
@@ -211,12 +211,3 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
         checks.append(Check("plans", name, not found, ", ".join(found) if found else "ok"))
     return checks
 
-
-def _one(session: Session, name: str, params: dict[str, Any] | None = None) -> Any:
-    """The first row of the named statement (None when it returns none)."""
-    return session.run(single(Call(name, params, rows="one")))
-
-
-def _all(session: Session, name: str, params: dict[str, Any] | None = None) -> Any:
-    """Every row of the named statement."""
-    return session.run(single(Call(name, params)))
