@@ -8,6 +8,7 @@ report from an existing ``results.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import signal
@@ -29,6 +30,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated subset of: {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results.json, report.md and *.png go")
     parser.add_argument("--report-only", action="store_true", help="re-render report.md from OUT/results.json")
+    parser.add_argument("--no-peers", action="store_true", help="burn-down: raw bound and shardq only (no peers)")
     args = parser.parse_args(argv)
     chosen = [s.strip() for s in args.scenarios.replace(" ", ",").split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SCENARIOS]
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM must unwind through the finally below, or the embedded server outlives the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = Sizes.quick() if args.quick else Sizes()
+    if args.no_peers:
+        sizes = dataclasses.replace(sizes, peers=())
     t0 = time.time()
 
     def log(message: str) -> None:

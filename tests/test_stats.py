@@ -438,13 +438,13 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
 def _drive_on_cockroachdb(plan, answer):
     """Run ``plan`` as a CockroachDB session would, answering each named statement with
     ``answer(name, params, in_historical_read)``; a psycopg error it raises is translated exactly
-    as the gateway translates a failed named statement."""
+    as the sessions translate a failed named statement."""
     import psycopg
 
     from shardq.dsn import Dsn
     from shardq.engine import COCKROACHDB
     from shardq.errors import ShardqError
-    from shardq.gateway import statement_error
+    from shardq.session_rules import statement_error
     from shardq.plans import ENGINE, Atomically, Call, UseShardColumn
 
     dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")

@@ -188,7 +188,7 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
             while True:
                 # bounded per-bucket counts: a lower bound while deep, exact once small (see shardq.stats)
                 stats = admin.stats(store).queues.get(queue)
-                left = (stats.ready + stats.scheduled + stats.leased + stats.backlog) if stats else 0
+                left = (stats.ready + stats.scheduled + stats.leased + stats.expired + stats.backlog) if stats else 0
                 dead = stats.dead if stats else 0
                 report_progress("drain", tasks - left, tasks)
                 if kill_one and report.killed_worker is None and tasks - left >= KILL_AT_FRACTION * tasks:
