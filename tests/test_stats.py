@@ -444,8 +444,8 @@ def _drive_on_cockroachdb(plan, answer):
     from shardq.dsn import Dsn
     from shardq.engine import COCKROACHDB
     from shardq.errors import ShardqError
-    from shardq.session_rules import statement_error
     from shardq.plans import ENGINE, Atomically, Call, UseShardColumn
+    from shardq.session_rules import statement_error
 
     dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")
     state = {"historical": False, "shard_column": None}
