@@ -107,11 +107,14 @@ class LeaseSweeper:
             self.put_back_due = max(self.put_back_due, time.monotonic() + max(mine))
 
     def run(self) -> None:
-        """Take turns until ``stop`` is set (:func:`shardq.maintenance.loop.repeat`), the first
-        after a random part of one pause so the fleet's workers do not all start at once."""
+        """Take turns until ``stop`` is set (:func:`shardq.maintenance.loop.repeat`). The first
+        comes one round (``every``) plus a random part of a pause after the start: a worker just
+        started opens its sweeping session when the others are busy claiming, not with them, and
+        the fleet's workers do not all take turns at once."""
         pause = self.every / TURNS_PER_ROUND
         repeat(self.run_once, self.stop_event, every=pause, retry_max=RETRY_PAUSE_MAX,
-               what="sweeping expired leases", log=log, rng=self.rng, first_wait=self.rng.uniform(0, pause))
+               what="sweeping expired leases", log=log, rng=self.rng,
+               first_wait=self.every + self.rng.uniform(0, pause))
 
     def _reaper_for(self, store: TaskStore) -> Reaper:
         if self._reaper is None or self._reaper.store is not store:
