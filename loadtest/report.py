@@ -232,6 +232,7 @@ def write(results: dict, out: Path) -> Path:
         f"pgqueuer {v['pgqueuer']} (asyncpg {v['asyncpg']}), procrastinate {v['procrastinate']}."),
         (f"Load average at start {_load(m.get('loadavg_at_start'))}, at end {_load(meta.get('loadavg_at_end'))}: "
         "the machine is shared, so compare ratios within this run, not absolute figures across runs."),
+        *[f"Note: {note}" for note in meta.get("notes", [])],
         "",
         ("Same server, a fresh database per contender per cell, `VACUUM ANALYZE` before timing, "
         f"{results.get('burn-down', {}).get('processes', 4)} worker processes and batch "

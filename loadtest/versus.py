@@ -43,8 +43,9 @@ def burn(src: Path, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "loadtest", "--scenarios", "burn-down", "--no-peers", "--out", str(out)],
                    cwd=REPO, env=env, check=True)
     burn_down = json.loads((out / "results.json").read_text())["burn-down"]
+    cpu = burn_down.get("cpu_us_per_task", {})
     return {"over_raw": burn_down["shardq_over_raw_paired"]["median"], "shardq": burn_down["rates"]["shardq"],
-            "raw": burn_down["rates"]["raw-bound"]}
+            "raw": burn_down["rates"]["raw-bound"], "cpu_shardq": cpu.get("shardq"), "cpu_raw": cpu.get("raw-bound")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,13 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "versus.json").write_text(json.dumps({"ref": args.ref, "runs": runs, "ratios": ratios,
                                                        "median": verdict}, indent=2))
-    rows = "\n".join(f"| {r['round']} | {r['side']} | {r['over_raw']:.3f} | {r['shardq']:,.0f} | {r['raw']:,.0f} |"
-                     for r in runs)
+    def cpu(value: float | None) -> str:
+        return "–" if value is None else f"{value:.0f}"
+
+    rows = "\n".join(f"| {r['round']} | {r['side']} | {r['over_raw']:.3f} | {r['shardq']:,.0f} | {r['raw']:,.0f} | "
+                     f"{cpu(r.get('cpu_shardq'))} / {cpu(r.get('cpu_raw'))} |" for r in runs)
     (args.out / "versus.md").write_text(
         f"# Burn-down: this checkout against `{args.ref}`\n\n"
         "Each run: `python -m loadtest --scenarios burn-down --no-peers` (4 worker processes, raw bound and "
         "shardq paired in ABBA order within the run); runs alternate ref, this, this, ref.\n\n"
-        "| round | code | shardq / raw (paired median) | shardq tasks/s | raw tasks/s |\n|---|---|---|---|---|\n"
+        "| round | code | shardq / raw (paired median) | shardq tasks/s | raw tasks/s | CPU µs/task shardq / raw |\n"
+        "|---|---|---|---|---|---|\n"
         f"{rows}\n\nthis / ref per round: {', '.join(f'{r:.3f}' for r in ratios)}; median **{verdict:.3f}**.\n")
     print(f"this / {args.ref}: {', '.join(f'{r:.3f}' for r in ratios)}; median {verdict:.3f}")
     return 0

@@ -1,6 +1,6 @@
 """The settler's units of work: a :class:`Step` (one statement, or a few for failures, over a
 list of outcomes that can be re-run on any part of it), a :class:`Batch` of them, and the helpers
-that build the steps of exclusive-key acks and whole-claim acks."""
+that builds the step of exclusive-key acks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import exclusive
 from ..consumer import fenced
-from ..store import Fenced, TaskStore, WholeClaim
+from ..store import Fenced, TaskStore
 from .inflight import InFlight
 
 
@@ -44,10 +44,3 @@ def remove_keyed(
     removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
     return removed
 
-
-def by_claim(whole: list[WholeClaim], acks: list[InFlight]) -> list[tuple[WholeClaim, list[InFlight]]]:
-    """Each whole claim with the acks that close it (so a claim can be settled on its own)."""
-    of_token: dict[uuid.UUID, list[InFlight]] = {claim.token: [] for claim in whole}
-    for o in acks:
-        of_token[o.claim.token].append(o)
-    return [(claim, of_token[claim.token]) for claim in whole]

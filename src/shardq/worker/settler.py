@@ -35,7 +35,7 @@ from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
-from .settle_steps import Batch, Step, by_claim, remove_keyed
+from .settle_steps import Batch, Step, remove_keyed
 
 log = logging.getLogger("shardq.worker")
 
@@ -183,7 +183,7 @@ class Settler:
             counts = self._tally.of(queue_name)
             counts.handled += len(seconds)
             counts.handler_seconds += sum(seconds)
-        whole, whole_acks, partial, closed = self._close_claims(outcomes, acks)
+        whole, partial, closed = self._close_claims(outcomes, acks)
         steps: list[Step] = []
         if releases:
             def release(store: TaskStore, items: list[InFlight]) -> None:
@@ -208,7 +208,7 @@ class Settler:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 lost = store.task_ack_claims([claim for claim, _ in items])
                 self._count([o for _, acks in items for o in acks], None, "acked", lost=lost)
-            steps.append(Step(ack_whole, by_claim(whole, whole_acks)))
+            steps.append(Step(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
@@ -262,14 +262,14 @@ class Settler:
 
     def _close_claims(
         self, outcomes: list[InFlight], acks: list[InFlight]
-    ) -> tuple[list[WholeClaim], list[InFlight], list[InFlight], set[uuid.UUID]]:
+    ) -> tuple[list[tuple[WholeClaim, list[InFlight]]], list[InFlight], set[uuid.UUID]]:
         """Count ``outcomes`` against their claims. Returns the claims they close whose every
-        remaining task was acked here and holds no exclusive key (as :class:`WholeClaim`, with
-        those acks), the other plain acks, and the tokens of the other claims they close (lease
-        records to drop)."""
+        remaining task was acked here and holds no exclusive key (each a :class:`WholeClaim` with
+        its acks, so it can be settled on its own), the other plain acks, and the tokens of the
+        other claims they close (lease records to drop)."""
         per_claim = Counter(map(claim_of, outcomes))
         acked = per_claim if len(acks) == len(outcomes) else Counter(map(claim_of, acks))
-        keys: dict[Claim, list] = {}  # claims closed here whose remaining tasks were all acked
+        keys: dict[Claim, tuple[list, list]] = {}  # claims closed here whose remaining tasks were all acked
         closed: set[uuid.UUID] = set()
         # No lock: a claim's count is read and lowered by this thread only.
         for claim, n in per_claim.items():
@@ -279,23 +279,23 @@ class Settler:
                 claim.left -= n
                 continue
             if not claim.keyed and acked.get(claim, 0) >= claim.left:
-                keys[claim] = []
+                keys[claim] = ([], [])
             else:
                 closed.add(claim.token)
             claim.left = 0
         if not keys:
-            return [], [], acks, closed
-        whole_acks: list[InFlight] = []
+            return [], acks, closed
         partial: list[InFlight] = []
         for o in acks:
-            group = keys.get(o.claim)
+            group = keys.get(o.claim)  # Claim hashes by identity: no per-task UUID hashing
             if group is None:
                 partial.append(o)
             else:
-                group.append(o.claimed.key)
-                whole_acks.append(o)
-        whole = [WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, group) for c, group in keys.items()]
-        return whole, whole_acks, partial, closed
+                group[0].append(o.claimed.key)
+                group[1].append(o)
+        whole = [(WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, task_keys), claim_acks)
+                 for c, (task_keys, claim_acks) in keys.items()]
+        return whole, partial, closed
 
     def _settle_failures(self, store: TaskStore, fails: list[InFlight]) -> None:
         assert self._settings is not None
