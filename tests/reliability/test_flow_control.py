@@ -133,6 +133,10 @@ def test_workers_claiming_ahead_keep_the_limit_and_a_killed_ones_tasks_and_slots
     procs.start("reaper", ["reap", "--interval", "0.5"])
     try:
         wait_until(lambda: len(read_executions(out)) >= 20, timeout=60, what="20 tasks to start")
+        # Kill a worker that is running tasks (the other two may have taken every slot first).
+        victim_started = lambda: any(r.pid == workers[0].pid for runs in read_executions(out).values()  # noqa: E731
+                                     for r in runs)
+        wait_until(victim_started, timeout=60, what="the worker to be killed to start a task")
         procs.kill(workers[0])
         killed_at = time.time()
 
