@@ -208,6 +208,33 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
     }
 
 
+def paired_drains(bench: Bench, sizes: Sizes, log, label: str, modes: tuple[str, str], fill, spec_of) -> list[dict]:
+    """``sizes.burn_reps`` pairs of drains by 4 worker processes, one per mode, in ABBA order
+    (a cell inherits its predecessor's background work, so neither mode should always go
+    second): ``fill(url, mode)`` puts the tasks in a fresh database, ``spec_of(url, mode)`` is the
+    workers' spec. Each pair gets ``ratio`` = second mode's rate / first mode's."""
+    shardq = CONTENDERS["shardq"]
+    base, other = modes
+    pairs = []
+    for rep in range(sizes.burn_reps):
+        pair: dict = {}
+        for mode in modes if rep % 2 == 0 else modes[::-1]:
+            url = bench.shardq_database(f"{label.split()[0].replace('-', '_')}_{mode}")
+            try:
+                fill(url, mode)
+                vacuum_analyze(url)
+                checkpoint(url)
+                cell = run_cell([(shardq.worker, spec_of(url, mode))] * PROCESSES, cap=sizes.burn_cap,
+                                server_cpu=bench.server_cpu)
+                pair[mode] = _cell_summary(cell, left=shardq.pending(url))
+            finally:
+                bench.drop(url)
+            log(f"{label} rep {rep + 1} {mode}: {pair[mode]['rate']:,.0f} tasks/s")
+        pair["ratio"] = pair[other]["rate"] / pair[base]["rate"] if pair[base]["rate"] else None
+        pairs.append(pair)
+    return pairs
+
+
 # -- task API -------------------------------------------------------------------------------
 def task_api(bench: Bench, sizes: Sizes, log) -> dict:
     """The task API's cost over the bytes API, paired in ABBA order like the burn-down: (1) a
@@ -216,25 +243,10 @@ def task_api(bench: Bench, sizes: Sizes, log) -> dict:
     bytes); (2) ``AppTask.defer_many`` against ``Client.enqueue_many`` of payloads of the same
     size, ``enqueue_bulk`` tasks each in alternating chunks of 1,000 in one database per repetition
     (separate databases per method measured the databases' drift more than the methods)."""
-    shardq = CONTENDERS["shardq"]
     payloads = shardq_bench.app_payloads(sizes.burn_tasks)
-    drains = []
-    for rep in range(sizes.burn_reps):
-        pair = {}
-        for mode in ("bare", "app") if rep % 2 == 0 else ("app", "bare"):
-            url = bench.shardq_database(f"api_{mode}")
-            try:
-                shardq_bench.enqueue_payloads(url, payloads)
-                vacuum_analyze(url)
-                checkpoint(url)
-                spec = _worker_spec(url, drain=True, app=mode == "app")
-                cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
-                pair[mode] = _cell_summary(cell, left=shardq.pending(url))
-            finally:
-                bench.drop(url)
-            log(f"task-api drain rep {rep + 1} {mode}: {pair[mode]['rate']:,.0f} tasks/s")
-        pair["ratio"] = pair["app"]["rate"] / pair["bare"]["rate"] if pair["bare"]["rate"] else None
-        drains.append(pair)
+    drains = paired_drains(bench, sizes, log, "task-api drain", ("bare", "app"),
+                           lambda url, mode: shardq_bench.enqueue_payloads(url, payloads),
+                           lambda url, mode: _worker_spec(url, drain=True, app=mode == "app"))
     enqueues = []
     for rep in range(max(2, sizes.burn_reps)):
         url = bench.shardq_database(f"api_enqueue_{rep}")
@@ -270,27 +282,15 @@ def flow_control(bench: Bench, sizes: Sizes, log) -> dict:
     configs = []
     for threads, seconds, tasks in sizes.flow_configs:
         total_concurrency = PROCESSES * threads
-        pairs = []
-        for rep in range(sizes.burn_reps):
-            pair = {}
-            for mode in ("unlimited", "limited") if rep % 2 == 0 else ("limited", "unlimited"):
-                url = bench.shardq_database(f"flow_{mode}")
-                try:
-                    shardq_bench.enqueue_many(url, tasks)
-                    if mode == "limited":
-                        shardq_bench.set_limits(url, concurrency=total_concurrency)
-                    vacuum_analyze(url)
-                    checkpoint(url)
-                    spec = _worker_spec(url, drain=True, concurrency=threads, sleep=seconds)
-                    cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap,
-                                    server_cpu=bench.server_cpu)
-                    pair[mode] = _cell_summary(cell, left=shardq.pending(url))
-                finally:
-                    bench.drop(url)
-                log(f"flow {threads} threads, {seconds * 1e3:g} ms tasks, rep {rep + 1} {mode}: "
-                    f"{pair[mode]['rate']:,.0f} tasks/s")
-            pair["ratio"] = pair["limited"]["rate"] / pair["unlimited"]["rate"] if pair["unlimited"]["rate"] else None
-            pairs.append(pair)
+        def fill(url: str, mode: str, tasks: int = tasks, total_concurrency: int = total_concurrency) -> None:
+            shardq_bench.enqueue_many(url, tasks)
+            if mode == "limited":
+                shardq_bench.set_limits(url, concurrency=total_concurrency)
+
+        pairs = paired_drains(bench, sizes, log, f"flow {threads} threads, {seconds * 1e3:g} ms tasks",
+                              ("unlimited", "limited"), fill,
+                              lambda url, mode, threads=threads, seconds=seconds: _worker_spec(
+                                  url, drain=True, concurrency=threads, sleep=seconds))
         ratios = [p["ratio"] for p in pairs if p["ratio"]]
         configs.append({"threads_per_worker": threads, "handler_seconds": seconds, "tasks": tasks,
                         "total_concurrency": total_concurrency, "pairs": pairs,
@@ -779,24 +779,9 @@ def sweep(bench: Bench, sizes: Sizes, log) -> dict:
     ``burn_reps`` paired ABBA drains of ``burn_tasks`` no-op tasks by 4 worker processes with the
     sweeper on (the default) and off (``sweep=False``, the code before it); (2) the chaos cell with
     workers only, no reaper process: recovery of a SIGKILLed worker's tasks."""
-    shardq = CONTENDERS["shardq"]
-    pairs = []
-    for rep in range(sizes.burn_reps):
-        pair = {}
-        for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
-            url = bench.shardq_database(f"sweep_{mode}")
-            try:
-                shardq_bench.enqueue_many(url, sizes.burn_tasks)
-                vacuum_analyze(url)
-                checkpoint(url)
-                spec = _worker_spec(url, drain=True, options={"sweep": mode == "on"})
-                cell = run_cell([(shardq.worker, spec)] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu)
-                pair[mode] = _cell_summary(cell, left=shardq.pending(url))
-            finally:
-                bench.drop(url)
-            log(f"sweep rep {rep + 1} {mode}: {pair[mode]['rate']:,.0f} tasks/s")
-        pair["ratio"] = pair["on"]["rate"] / pair["off"]["rate"] if pair["off"]["rate"] else None
-        pairs.append(pair)
+    pairs = paired_drains(bench, sizes, log, "sweep", ("off", "on"),
+                          lambda url, mode: shardq_bench.enqueue_many(url, sizes.burn_tasks),
+                          lambda url, mode: _worker_spec(url, drain=True, options={"sweep": mode == "on"}))
     ratios = [p["ratio"] for p in pairs if p["ratio"]]
     return {
         "tasks": sizes.burn_tasks,
