@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 
 from shardq.client import Client
 from shardq.db import Dsn, Session
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
+from shardq.errors import SerializationConflict
+from shardq.session_rules import retry_pause
 from shardq.store import Fenced, TaskStore
+
+PROBE_ATTEMPTS = 10
 
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def probe(session: Session, query: str, params: dict | None = None) -> list[dict]:
+    """``session.execute_raw`` for a test's own statement, retried on 40001 like the library's
+    named statements are."""
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        try:
+            return session.execute_raw(query, params or {})
+        except SerializationConflict:
+            if attempt == PROBE_ATTEMPTS:
+                raise
+            time.sleep(retry_pause(attempt))
+    raise AssertionError("unreachable")
 
 
 class TestDatabase:
@@ -41,7 +59,10 @@ class TestDatabase:
                 s.execute_raw(f'DROP DATABASE IF EXISTS "{name}" {force}')
 
     def sql(self, query: str, params: dict | None = None) -> list[dict]:
-        return self.session.execute_raw(query, params or {})
+        """One autocommit statement, run again when SERIALIZABLE cancels it (a probe that reads
+        while workers write can be the pivot; the statement rolled back, so running it again is
+        safe)."""
+        return probe(self.session, query, params)
 
     def make_task(
         self,

@@ -17,7 +17,7 @@ import pytest
 from shardq import Client, DatabaseError, NewTask, backoff
 from shardq.db import Dsn
 
-from ..factories import TestDatabase
+from ..factories import TestDatabase, probe
 from .harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
 
 QUEUE = "restart"
@@ -94,13 +94,13 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     client = Client(url, application_name="restart-test")
     try:
         def drained():
-            return client.store.session.execute_raw("SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 0
+            return probe(client.store.session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 0
 
         wait_until(drained, 120, interval=0.2, what="the queue to drain (workers and the reaper process)")
         alive = [p.role for p in procs.all if p.poll() is not None]
         procs.terminate_all()
-        dead = client.store.session.execute_raw("SELECT count(*) AS n FROM shardq_dead")[0]["n"]
-        remaining = client.store.session.execute_raw("SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
+        dead = probe(client.store.session, "SELECT count(*) AS n FROM shardq_dead")[0]["n"]
+        remaining = probe(client.store.session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
     finally:
         client.close()
 
@@ -165,7 +165,7 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
 
         def a_acked():
             try:
-                return session.execute_raw("SELECT count(*) AS n FROM shardq_tasks WHERE payload = 'a'")[0]["n"] == 0
+                return probe(session, "SELECT count(*) AS n FROM shardq_tasks WHERE payload = 'a'")[0]["n"] == 0
             except DatabaseError:
                 return False  # the first statement after the restart finds its connection gone
 
@@ -175,7 +175,7 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
 
         def returned():
             reaper.run_once()
-            rows = session.execute_raw("SELECT state FROM shardq_tasks")
+            rows = probe(session, "SELECT state FROM shardq_tasks")
             return len(rows) == 3 and all(r["state"] in ("ready", "scheduled") for r in rows)
 
         stuck = False
