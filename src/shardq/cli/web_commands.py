@@ -20,7 +20,7 @@ from .app import cli, client_from
               help="Rows counted at most per queue, bucket and state (as for `shardq stats`).")
 @click.pass_context
 def web(ctx, host, port, token, refresh, bucket_cap) -> None:
-    """Serve the dashboard (queues, per-bucket depth, dead letters, tasks; pause, requeue, purge,
+    """Serve the web dashboard (queues, per-bucket depth, dead letters, tasks; pause, requeue, purge,
     cancel) until Ctrl-C. Every request needs the token: open the printed URL and log in with it,
     or send `Authorization: Bearer TOKEN`."""
     from shardq import web as web_module
