@@ -75,7 +75,9 @@ def test_a_rate_of_twenty_a_second_over_two_hundred_tasks(pg_db, tmp_path, figur
     span = starts[-1] - starts[0]
     figures.add("flow-rate", check="rate 20/s (burst 20) over 200 tasks, 3 workers",
                 busiest_second=busiest, seconds=round(span, 2), ideal_seconds=(200 - 20) / 20)
-    assert busiest <= 20 + 20
+    # The limit holds where tokens are taken, at claim; a start is seen a hand-off later, and on a
+    # loaded machine hand-offs of up to a quarter second bunch starts of two windows into one.
+    assert busiest <= 20 + 20 * 1.25
     # 20 at once, then 20 a second: the other 180 take 9 s; at most 20 % over 200/20 s.
     assert (200 - 20) / 20 * 0.95 <= span <= 200 / 20 * 1.2
     client.close()
@@ -129,14 +131,16 @@ def test_workers_claiming_ahead_keep_the_limit_and_a_killed_ones_tasks_and_slots
     client.enqueue_many("q", [f"t{i}".encode() for i in range(tasks)])
     out = tmp_path / "records"
     procs = Processes(pg_db.dsn.conninfo, out, extra_env={"SHARDQ_REL_SLEEP_MS": "50"})
-    workers = [procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "2"]) for _ in range(3)]
+    # The worker to be killed starts first and runs tasks before the others start: on a loaded
+    # machine a worker that starts a few seconds late can find the drain already done.
+    workers = [procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "2"])]
+    victim_started = lambda: any(r.pid == workers[0].pid for runs in read_executions(out).values()  # noqa: E731
+                                 for r in runs)
     procs.start("reaper", ["reap", "--interval", "0.5"])
     try:
-        wait_until(lambda: len(read_executions(out)) >= 20, timeout=60, what="20 tasks to start")
-        # Kill a worker that is running tasks (the other two may have taken every slot first).
-        victim_started = lambda: any(r.pid == workers[0].pid for runs in read_executions(out).values()  # noqa: E731
-                                     for r in runs)
         wait_until(victim_started, timeout=60, what="the worker to be killed to start a task")
+        workers += [procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "2"]) for _ in range(2)]
+        wait_until(lambda: len(read_executions(out)) >= 20, timeout=60, what="20 tasks to start")
         procs.kill(workers[0])
         killed_at = time.time()
 
