@@ -60,6 +60,7 @@ from .client_async import AsyncClient
 from .db import Dsn
 from .deferral import CALL_OPTIONS, CallOptions, Deferral, TaskContext, TaskTemplate
 from .errors import InvalidInput, Permanent
+from .history_records import TaskStatus
 from .models import Task
 from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
@@ -254,6 +255,10 @@ class App:
             return task
 
         return declare
+
+    def status(self, task_id: object) -> TaskStatus:
+        """A task's state now, by id (see :meth:`shardq.Client.status`)."""
+        return self.client.status(task_id)
 
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""

@@ -17,12 +17,13 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
-from . import admin, validation
+from . import admin, history, validation
 from . import migrate as migrate_module
 from . import resize as resize_module
 from .borrowed import borrow
 from .config import resolve_dsn
 from .db import Dsn, Session
+from .history_records import FinishedTask, TaskStatus
 from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats, TaskOptions
 from .notify import Notifier
 from .producer import Producer
@@ -161,6 +162,18 @@ class Client:
 
         options.setdefault("follower_read", False)
         return admin.stats(self.store, StatsOptions(**options))
+
+    def status(self, task_id: object) -> TaskStatus:
+        """A task's state now, by id: scheduled, ready, running (with its attempt), retrying (with
+        the time), succeeded, dead, cancelled, or unknown (no such id, or finished in a queue that
+        keeps nothing, or past its retention), with its attempts (see :mod:`shardq.history`). A
+        malformed id raises :class:`shardq.InvalidInput`."""
+        return history.status(self.store, task_id)
+
+    def history(self, queue: str, **options: Any) -> list[FinishedTask]:
+        """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
+        ``after``, ``limit`` (see :func:`shardq.history.page`)."""
+        return history.page(self.store, queue, **options)
 
     def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""

@@ -258,6 +258,9 @@ class QueueSettings:
     rate_limit: int | None = None
     #: ... in bursts of up to this many (None: the rate)
     rate_burst: int | None = None
+    #: finished tasks (succeeded, dead, cancelled) are kept this long in the history (0: not kept,
+    #: and nothing is written for them; see shardq.history)
+    keep_finished_seconds: float = 0.0
 
     @property
     def burst(self) -> int:
@@ -285,6 +288,7 @@ class QueueSettings:
             concurrency_limit=row.get("concurrency_limit"),
             rate_limit=row.get("rate_limit"),
             rate_burst=row.get("rate_burst"),
+            keep_finished_seconds=row.get("keep_finished_seconds") or 0.0,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -302,6 +306,7 @@ class QueueSettings:
             "concurrency_limit": self.concurrency_limit,
             "rate_limit": self.rate_limit,
             "rate_burst": self.rate_burst if self.rate_limit is not None else None,
+            "keep_finished_seconds": self.keep_finished_seconds,
         }
 
 

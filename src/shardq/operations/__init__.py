@@ -4,7 +4,8 @@ once as a plan (:mod:`shardq.plans`) that the sync and the asyncio session run, 
 * :mod:`.tasks` — layout, enqueue, exclusive keys, cancel, settling by fenced key;
 * :mod:`.queues` — queue settings, wake-ups, flow control's slots and token buckets;
 * :mod:`.stats` — the snapshot's reads, the activity counters, :class:`EnqueueCounts`;
-* :mod:`.records` — periodic slots and dead letters.
+* :mod:`.records` — periodic slots and dead letters;
+* :mod:`.history` — finished tasks and failed attempts, a task's status by id.
 
 What differs per engine (claim, ack, reaping, depth, counts, layout discovery …) is an operation
 of the session's :class:`~shardq.engine.Engine`, reached the same way. Plans are re-exported here,
@@ -14,6 +15,20 @@ modules keep the plans of their own statements beside their logic.
 
 from __future__ import annotations
 
+from .history import (
+    ack_claims_recorded,
+    ack_keys_recorded,
+    acked_then_recorded,
+    attempt_record_many,
+    attempts_prune,
+    history_list,
+    history_prune,
+    history_record_cancelled,
+    history_record_dead,
+    history_record_many,
+    removed_recorded,
+    task_status,
+)
 from .queues import (
     QUEUE_FIELDS,
     flow_slots_add,
@@ -81,6 +96,11 @@ __all__ = [
     "STATS_SLOTS",
     "CancelledTask",
     "EnqueueCounts",
+    "ack_claims_recorded",
+    "ack_keys_recorded",
+    "acked_then_recorded",
+    "attempt_record_many",
+    "attempts_prune",
     "dead_get",
     "dead_ids_page",
     "dead_list",
@@ -99,6 +119,11 @@ __all__ = [
     "flow_tokens_spend",
     "flow_tokens_take",
     "flow_usage",
+    "history_list",
+    "history_prune",
+    "history_record_cancelled",
+    "history_record_dead",
+    "history_record_many",
     "layout",
     "periodic_last_slots",
     "periodic_slot_take",
@@ -108,6 +133,7 @@ __all__ = [
     "queue_list",
     "queue_notify",
     "queue_update",
+    "removed_recorded",
     "stats_add_many",
     "stats_dead_count",
     "stats_depth",
@@ -128,4 +154,5 @@ __all__ = [
     "task_insert_many",
     "task_release_many",
     "task_retry_many",
+    "task_status",
 ]

@@ -20,14 +20,16 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
+from typing import cast
 
 from .. import backoff
 from .. import stats as activity
+from ..arguments import task_name_of
 from ..consumer import fenced
 from ..error_text import storable
 from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
-from ..maintenance.pruning import prune_counters
+from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
 from .config import WorkerConfig, WorkerTotals
@@ -35,6 +37,7 @@ from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
+from .settle_records import split_kept, succeeded
 from .settle_steps import Batch, Step, remove_keyed
 
 log = logging.getLogger("shardq.worker")
@@ -48,6 +51,10 @@ ACK_LINGER_SECONDS = 0.02
 SETTLER_IDLE_WAIT_SECONDS = 0.05
 # Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
 STATS_PRUNE_SECONDS = 60.0
+
+
+def _queue_of(o: InFlight) -> str:
+    return o.claimed.key.queue
 
 
 class Settler:
@@ -199,20 +206,40 @@ class Settler:
                 )
                 self._count(items, done, "retried")
             steps.append(Step(reschedule, reschedules, writes_errors=True))
+        # Acks of queues that keep finished tasks also write their history rows, in the ack's
+        # transaction; the others send what they always did (see settle_records).
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
-                done = remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
-                self._count(items, done, "acked")
+                plain, kept = split_kept(items, _queue_of, self._keeps)
+                if plain:
+                    done = remove_keyed(store, plain, lambda fenced_items: store.task_ack_many(fenced_items))
+                    self._count(plain, done, "acked")
+                if kept:
+                    records = [succeeded(o) for o in kept]
+                    done = remove_keyed(store, kept, lambda fenced_items: store.task_ack_then_record(fenced_items,
+                                                                                                     records))
+                    self._count(kept, done, "acked")
             steps.append(Step(ack_keyed, keyed_acks))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
-                lost = store.task_ack_claims([claim for claim, _ in items])
-                self._count([o for _, acks in items for o in acks], None, "acked", lost=lost)
+                plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
+                if plain:
+                    lost = store.task_ack_claims([claim for claim, _ in plain])
+                    self._count([o for _, acks in plain for o in acks], None, "acked", lost=lost)
+                if kept:
+                    acked = [o for _, acks in kept for o in acks]
+                    lost = store.task_ack_claims_recorded([claim for claim, _ in kept], [succeeded(o) for o in acked])
+                    self._count(acked, None, "acked", lost=lost)
             steps.append(Step(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
+                plain, kept = split_kept(items, _queue_of, self._keeps)
+                if kept:  # before the lease records of their claims are dropped below
+                    done = store.task_ack_many_recorded([fenced(o.claimed) for o in kept], [succeeded(o) for o in kept])
+                    self._count(kept, done, "acked")
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
-                self._count(items, store.task_ack_many([fenced(o.claimed) for o in items], closed), "acked")
+                if plain or closed:
+                    self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")
             steps.append(Step(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
@@ -304,11 +331,20 @@ class Settler:
                     o.claimed.exclusive_key, permanent=o.permanent, ref=o)
             for o in fails
         ]
+        for failure in failures:  # what the history records, for queues that keep it
+            if self._keeps(failure.queue):
+                o = cast(InFlight, failure.ref)
+                failure.task, failure.run_seconds = task_name_of(o.claimed.payload), o.seconds
         result = settle_failures(store, failures, self._settings.settings, require_expired=False)
         retried = [f.ref for f in result.retried] + [f.ref for f in result.refused_retry]
         dead = [f.ref for f in result.dead] + [f.ref for f in result.refused_dead]
         self._count(retried, {f.item.key.id for f in result.retried}, "retried")  # type: ignore[arg-type]
         self._count(dead, {f.item.key.id for f in result.dead}, "dead")  # type: ignore[arg-type]
+
+    def _keeps(self, queue: str) -> bool:
+        """Whether ``queue`` keeps finished tasks (its settings, cached: see QueueSettingsCache)."""
+        assert self._settings is not None
+        return self._settings.settings(queue).keep_finished_seconds > 0
 
     # -- counting -------------------------------------------------------------------------------
     def _count(
@@ -359,5 +395,6 @@ class Settler:
     def _prune_stats(store: TaskStore) -> None:
         try:
             prune_counters(store)
+            prune_history(store)
         except DatabaseError as exc:  # housekeeping: the next prune tries again
-            log.debug("pruning old queue activity rows failed: %s", exc)
+            log.debug("pruning old queue activity or history rows failed: %s", exc)
