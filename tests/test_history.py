@@ -192,3 +192,48 @@ def test_keep_finished_is_a_queue_setting_shown_with_the_others(db):
     assert settings.as_json()["keep_finished_seconds"] == 7 * DAY
     with pytest.raises(InvalidInput):
         db.client.set_queue("q", keep_finished_seconds=-1)
+
+
+def test_a_task_declared_with_result_keeps_its_json_return_value_sync_or_async(db):
+    _keep(db, "kept")
+    app = shardq.App(db.dsn)
+    try:
+        @app.task(name="sums", queue="kept", result=True)
+        def sums(a: int, b: int) -> dict:
+            return {"sum": a + b, "parts": [a, b]}
+
+        @app.task(name="later", queue="kept", result=True)
+        async def later(x: str) -> str:
+            return x.upper()
+
+        @app.task(name="quiet", queue="kept")
+        def quiet() -> int:
+            return 42
+
+        first, second, third = sums.defer(a=1, b=2), later.defer(x="ü"), quiet.defer()
+        app.work(until_empty=True)
+        assert app.status(first).value() == {"sum": 3, "parts": [1, 2]}
+        assert app.status(second).value() == "Ü"
+        assert app.status(third).result is None  # not declared with result=True
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("returned, named", [(object(), "object is not JSON-encodable"),
+                                             ("x" * 300_000, "300,002 bytes of JSON")])
+def test_a_result_that_cannot_be_kept_fails_its_attempt_with_one_line_naming_type_or_size(db, returned, named):
+    _keep(db, "kept")
+    db.client.set_queue("kept", max_attempts=1)
+    app = shardq.App(db.dsn)
+    try:
+        @app.task(name="bad", queue="kept", result=True, max_attempts=1)
+        def bad() -> object:
+            return returned
+
+        task_id = bad.defer()
+        app.work(until_empty=True)
+        status = app.status(task_id)
+        assert status.state == "dead" and named in status.last_error
+        assert len(status.last_error.strip().splitlines()) == 1
+    finally:
+        app.close()

@@ -20,7 +20,35 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+from .errors import ResultNotStorable
+
+#: the largest JSON text of a result kept (bytes of UTF-8); a larger one fails its attempt
+RESULT_MAX_BYTES = 256 * 1024
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+class KeptResult(NamedTuple):
+    """A handler's return value encoded for the history: what a task declared with
+    ``result=True`` hands the worker in place of the value."""
+
+    text: str
+
+
+def encode_result(value: Any) -> KeptResult:
+    """The JSON text of a task's return value; :class:`shardq.errors.ResultNotStorable` (one
+    line naming the type, or the size) when it cannot be kept."""
+    try:
+        text = _RESULT_ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise ResultNotStorable(f"the task's result cannot be kept: {type(value).__name__} is not JSON-encodable "
+                                f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
+    size = len(text.encode())
+    if size > RESULT_MAX_BYTES:
+        raise ResultNotStorable(f"the task's result cannot be kept: {size:,} bytes of JSON, over the limit of "
+                                f"{RESULT_MAX_BYTES:,}")
+    return KeptResult(text)
 
 #: the states of a finished task
 FINISHED_STATES = ("succeeded", "dead", "cancelled")
