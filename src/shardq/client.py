@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
-from . import admin, history, validation
+from . import admin, history, validation, waiting
 from . import migrate as migrate_module
 from . import resize as resize_module
 from .borrowed import borrow
@@ -169,6 +169,17 @@ class Client:
         keeps nothing, or past its retention), with its attempts (see :mod:`shardq.history`). A
         malformed id raises :class:`shardq.InvalidInput`."""
         return history.status(self.store, task_id)
+
+    def wait(self, task_id: object, timeout: float | None = None) -> Any:
+        """Wait for a task's outcome: its result (None when it keeps none), or its failure raised
+        (:class:`shardq.TaskDead`, :class:`shardq.TaskCancelled`, :class:`shardq.OutcomeNotKept`);
+        :class:`shardq.WaitTimeout` after ``timeout`` seconds, leaving the task alone. Woken by
+        the process's one listener on PostgreSQL, polling on CockroachDB (see :mod:`shardq.waiting`)."""
+        wanted = history.parse_task_id(task_id)
+        if timeout is not None:
+            timeout = validation.non_negative_seconds(timeout, "timeout")
+        return waiting.wait(lambda: history.status(self.store, wanted), wanted, timeout,
+                            waiting.listener_for(self.dsn))
 
     def history(self, queue: str, **options: Any) -> list[FinishedTask]:
         """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-from . import admin, operations
+from . import admin, operations, validation, waiting
 from .client import Client
 from .config import resolve_dsn
 from .db import Dsn
@@ -159,6 +159,15 @@ class AsyncClient:
     async def status(self, task_id: object) -> TaskStatus:
         """A task's state now, by id (see :meth:`shardq.Client.status`)."""
         return await self._run(operations.task_status(parse_task_id(task_id)))
+
+    async def wait(self, task_id: object, timeout: float | None = None) -> Any:
+        """Await a task's outcome (see :meth:`shardq.Client.wait`): the process's one listener
+        wakes it on PostgreSQL; it polls on CockroachDB."""
+        wanted = parse_task_id(task_id)
+        if timeout is not None:
+            timeout = validation.non_negative_seconds(timeout, "timeout")
+        return await waiting.wait_async(lambda: self._run(operations.task_status(wanted)), wanted, timeout,
+                                        waiting.listener_for(self.dsn))
 
     async def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""

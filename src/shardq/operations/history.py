@@ -20,10 +20,27 @@ from ..leases import Fenced, WholeClaim
 from ..plans import ENGINE, Atomically, Call, Plan
 
 
+#: task ids per outcome notification: 36 characters and a comma each, under NOTIFY's 8000 bytes
+NOTIFY_IDS_PER_CHUNK = 200
+
+
+def outcome_notify(ids: Sequence[uuid.UUID]) -> Plan[None]:
+    """Wake processes waiting for these tasks (:mod:`shardq.waiting`), at commit: PostgreSQL
+    only, where waiters listen; elsewhere they poll and nothing is sent."""
+    engine: Engine = yield ENGINE
+    if not ids or not engine.supports_wakeups:
+        return
+    text = [str(i) for i in ids]
+    chunks = [",".join(text[i:i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
+    yield Call("outcome_notify", {"chunks": chunks}, rows="none")
+
+
 def history_record_many(records: Sequence[Finished]) -> Plan[None]:
-    """Write one history row per finished task (replacing an older row of the same id)."""
+    """Write one history row per finished task (replacing an older row of the same id), and wake
+    the waiters of those tasks at commit."""
     if not records:
         return
+    yield from outcome_notify([r.id for r in records])
     yield Call("history_record_many", {
         "ids": [r.id for r in records], "queues": [r.queue for r in records], "states": [r.state for r in records],
         "tasks": [r.task for r in records], "created_ats": [r.created_at for r in records],
@@ -34,9 +51,11 @@ def history_record_many(records: Sequence[Finished]) -> Plan[None]:
 
 
 def history_record_dead(records: Sequence[Finished]) -> Plan[None]:
-    """Write history rows for tasks just dead-lettered, from their dead-letter rows."""
+    """Write history rows for tasks just dead-lettered, from their dead-letter rows; wake their
+    waiters at commit."""
     if not records:
         return
+    yield from outcome_notify([r.id for r in records])
     yield Call("history_record_dead", {
         "ids": [r.id for r in records], "tasks": [r.task for r in records],
         "run_seconds": [r.run_seconds for r in records],
@@ -45,9 +64,10 @@ def history_record_dead(records: Sequence[Finished]) -> Plan[None]:
 
 def history_record_cancelled(records: Sequence[Finished]) -> Plan[None]:
     """Write history rows for cancelled tasks of the queues that keep finished tasks (the
-    statement reads the queues' settings itself)."""
+    statement reads the queues' settings itself); wake their waiters at commit."""
     if not records:
         return
+    yield from outcome_notify([r.id for r in records])
     yield Call("history_record_cancelled", {
         "ids": [r.id for r in records], "queues": [r.queue for r in records], "tasks": [r.task for r in records],
         "created_ats": [r.created_at for r in records], "attempts": [r.attempts for r in records],
