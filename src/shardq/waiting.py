@@ -30,6 +30,7 @@ Does not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -252,10 +253,8 @@ async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UU
     forget = None
     if listener is not None:
         def wake() -> None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed with the waiter on it: nobody to wake
                 loop.call_soon_threadsafe(woken.set)
-            except RuntimeError:  # the loop closed with the waiter on it: nobody to wake
-                pass
 
         forget = listener.watch(task_id, wake)
         if not await loop.run_in_executor(None, listener.start):
@@ -274,10 +273,8 @@ async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UU
             if left is not None and left <= 0:
                 raise WaitTimeout(f"task {task_id} still {status.state} after {timeout:g} s; it was left alone")
             nap = POLL_MAX_SECONDS if forget is not None else pause
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), nap if left is None else min(nap, left))
-            except TimeoutError:
-                pass
             pause = min(POLL_MAX_SECONDS, pause * 2)
     finally:
         if forget is not None:

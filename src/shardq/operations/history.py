@@ -19,7 +19,6 @@ from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTa
 from ..leases import Fenced, WholeClaim
 from ..plans import ENGINE, Atomically, Call, Plan
 
-
 #: task ids per outcome notification: 36 characters and a comma each, under NOTIFY's 8000 bytes
 NOTIFY_IDS_PER_CHUNK = 200
 
