@@ -237,3 +237,36 @@ def test_a_result_that_cannot_be_kept_fails_its_attempt_with_one_line_naming_typ
         assert len(status.last_error.strip().splitlines()) == 1
     finally:
         app.close()
+
+
+def test_acks_of_a_kept_queue_send_no_notification_while_nobody_listens(db, monkeypatch):
+    names: list[tuple[str, object]] = []
+    lock = threading.Lock()
+    original = Session._run
+
+    def recording(self, name, params=None, *args, **kwargs):
+        with lock:
+            names.append((name, (params or {}).get("notify")))
+        return original(self, name, params, *args, **kwargs)
+
+    _keep(db, "kept")
+    monkeypatch.setattr(Session, "_run", recording)
+    db.client.enqueue_many("kept", [f"t{i}".encode() for i in range(30)])
+    _drain(db, "kept", lambda task: None)
+    kept_acks = [notify for name, notify in names if name.startswith("task_ack_") and name.endswith("_kept")]
+    assert kept_acks and all(not notify for notify in kept_acks)
+    assert _history_count(db) == 30
+
+
+def test_kept_acks_of_exclusive_keys_record_each_task_and_release_the_backlog(db):
+    _keep(db, "kept")
+    ids = []
+    for i in range(6):
+        ids += db.client.enqueue("kept", f"t{i}".encode(), exclusive_key=f"k{i % 2}").enqueued_ids
+    acked = 0
+    for _ in range(6):  # each key's backlog is released one task at a time: drain until all ran
+        acked += _drain(db, "kept", lambda task: None).acked
+        if db.count() == 0:
+            break
+    assert acked == 6 and db.count() == 0
+    assert {db.client.status(i).state for i in ids} == {"succeeded"}

@@ -177,17 +177,19 @@ class TaskStore:
         return self.session.run(ops.task_extend_many(items, lease_seconds))
 
     # -- history (shardq.history): only for queues that keep finished tasks --------------------
-    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], records: Sequence[Finished]) -> set[uuid.UUID]:
-        """:meth:`task_ack_claims` and the history rows of the tasks it deleted, one transaction."""
-        return self.session.run(ops.ack_claims_recorded(claims, records))
+    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+                                 notify: bool = False) -> set[uuid.UUID]:
+        """:meth:`task_ack_claims` writing the history rows of the tasks it deleted, in the same
+        statements (``notify``: wake outcome waiters, see :mod:`shardq.waiting`)."""
+        if not claims:
+            return set()
+        return self.session.run(ops.ack_claims_recorded(claims, records, notify=notify))
 
-    def task_ack_many_recorded(self, items: Sequence[Fenced], records: Sequence[Finished]) -> set[uuid.UUID]:
-        """:meth:`task_ack_many` and the history rows of the tasks it deleted, one transaction."""
-        return self.session.run(ops.ack_keys_recorded(items, records))
-
-    def task_ack_then_record(self, items: Sequence[Fenced], records: Sequence[Finished]) -> set[uuid.UUID]:
-        """The ack and its history rows, inside the caller's transaction (exclusive keys)."""
-        return self.session.run(ops.acked_then_recorded(items, records))
+    def task_ack_many_recorded(self, items: Sequence[Fenced], records: Sequence[Finished],
+                               closed_tokens: Iterable[uuid.UUID] = (), *, notify: bool = False) -> set[uuid.UUID]:
+        """:meth:`task_ack_many` writing the history rows of the tasks it deleted, in the same
+        statement."""
+        return self.session.run(ops.ack_keys_recorded(items, records, list(closed_tokens), notify=notify))
 
     def task_retry_many_recorded(self, items: Sequence[Fenced], delays: Sequence[float],
                                  errors: Sequence[str | None], attempts: Sequence[FailedAttempt], *,

@@ -8,7 +8,12 @@ is finished, sleeps until it is woken or its next poll:
 * on PostgreSQL each process has one :class:`OutcomeListener`: one connection LISTENing on
   ``shardq_done`` and one thread, shared by every waiter of the process (thousands of waiters cost
   the database one listener per process). The statements that record finished tasks send the
-  tasks' ids in the same transaction, so a woken waiter reads a committed outcome;
+  tasks' ids in the same transaction, so a woken waiter reads a committed outcome. A NOTIFY
+  serialises the commits that send one (PostgreSQL takes a database-wide lock for it at commit),
+  so the workers' acks send them only while some process listens: a listener keeps a row in
+  ``shardq_listeners`` fresh (every ``SEEN_SECONDS``), and each worker reads whether one is
+  (:class:`ListenerPresence`, at most once per ``PRESENCE_SECONDS``). Dead letters and cancels
+  always notify (they are not the hot path);
 * on CockroachDB (no LISTEN/NOTIFY) waiters poll, from ``POLL_MIN_SECONDS`` doubling to
   ``POLL_MAX_SECONDS``.
 
@@ -17,8 +22,9 @@ Guarantees
       succeeded (None when it kept none), :class:`shardq.errors.TaskDead` with its last error,
       :class:`shardq.errors.TaskCancelled`.
     * Nothing depends on a notification arriving: a waiter on PostgreSQL also reads the status at
-      least every ``POLL_MAX_SECONDS``, so a lost notification (a dropped listening connection)
-      costs at most that long.
+      least every ``POLL_MAX_SECONDS``, so a lost notification (a dropped listening connection,
+      or an ack in the first ``PRESENCE_SECONDS`` after the first listener started) costs at most
+      that long.
     * A timeout raises :class:`shardq.errors.WaitTimeout` and changes nothing: the task runs on.
 
 Does not
@@ -38,9 +44,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import operations
 from .db import Dsn, Session
 from .errors import DatabaseError, OutcomeNotKept, TaskCancelled, TaskDead, WaitTimeout
 from .history_records import TaskStatus
+from .store import TaskStore
 
 log = logging.getLogger("shardq.waiting")
 
@@ -52,6 +60,10 @@ POLL_MAX_SECONDS = 1.0
 RELISTEN_SECONDS = 1.0
 #: a listener nobody watched for this long closes its connection and ends its thread
 IDLE_SECONDS = 30.0
+#: a listener renews its row in shardq_listeners this often; a row is fresh for three times as long
+SEEN_SECONDS = 10.0
+#: a worker reads whether anyone listens at most this often
+PRESENCE_SECONDS = 1.0
 
 
 def outcome(status: TaskStatus, *, seen_live: bool) -> tuple[bool, Any]:
@@ -85,6 +97,8 @@ class OutcomeListener:
         self._failed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: this listener's row in shardq_listeners
+        self.id = uuid.uuid4()
 
     def start(self, timeout: float = 5.0) -> bool:
         """Start the thread unless it runs, and wait up to ``timeout`` for its LISTEN; False when
@@ -134,11 +148,17 @@ class OutcomeListener:
                         self._stop.wait(IDLE_SECONDS)
                     else:
                         session.listen("outcome_listen")
+                        # Seen after LISTEN: a worker that finds the row notifies a listener.
+                        session.run(operations.outcome_listener_seen(self.id))
+                        seen = time.monotonic()
                         self._failed = False
                         self._ready.set()
                         while not self._stop.is_set():
                             for payload in session.notifications(0.2):
                                 self._wake(payload.split(","))
+                            if time.monotonic() - seen >= SEEN_SECONDS:
+                                session.run(operations.outcome_listener_seen(self.id))
+                                seen = time.monotonic()
                             idle_since = self._idle(idle_since)
                             if idle_since is None or time.monotonic() - idle_since < IDLE_SECONDS:
                                 continue
@@ -159,6 +179,8 @@ class OutcomeListener:
                     return
         finally:
             if session is not None:
+                with contextlib.suppress(DatabaseError):  # its row goes stale anyway
+                    session.run(operations.outcome_listener_gone(self.id, 3 * SEEN_SECONDS))
                 session.close()
 
     def _idle(self, since: float | None) -> float | None:
@@ -189,6 +211,26 @@ class OutcomeListener:
             woken = [wake for waiting in self._watchers.values() for wake in waiting]
         for wake in woken:
             wake()
+
+
+class ListenerPresence:
+    """Whether any process listens for outcome notifications now, as one worker's settler sees
+    it: read through its store at most once per ``PRESENCE_SECONDS`` (one tiny statement), and
+    only where the engine has notifications. Not thread-safe: one per settler."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._read_at = -PRESENCE_SECONDS
+        self._present = False
+
+    def present(self, store: TaskStore) -> bool:
+        if not store.engine.supports_wakeups:
+            return False
+        now = self._clock()
+        if now - self._read_at >= PRESENCE_SECONDS:
+            self._present = store.run(operations.outcome_listeners_present(3 * SEEN_SECONDS))
+            self._read_at = now
+        return self._present
 
 
 _listeners: dict[str, OutcomeListener] = {}

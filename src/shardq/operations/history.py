@@ -14,13 +14,11 @@ from collections.abc import Callable, Sequence
 
 from ..arguments import task_name_of
 from ..engine import Engine
+from ..engine.common import notify_chunks
 from ..error_text import storable
 from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, TaskStatus
 from ..leases import Fenced, WholeClaim
 from ..plans import ENGINE, Atomically, Call, Plan
-
-#: task ids per outcome notification: 36 characters and a comma each, under NOTIFY's 8000 bytes
-NOTIFY_IDS_PER_CHUNK = 200
 
 
 def outcome_notify(ids: Sequence[uuid.UUID]) -> Plan[None]:
@@ -29,24 +27,7 @@ def outcome_notify(ids: Sequence[uuid.UUID]) -> Plan[None]:
     engine: Engine = yield ENGINE
     if not ids or not engine.supports_wakeups:
         return
-    text = [str(i) for i in ids]
-    chunks = [",".join(text[i:i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
-    yield Call("outcome_notify", {"chunks": chunks}, rows="none")
-
-
-def history_record_many(records: Sequence[Finished]) -> Plan[None]:
-    """Write one history row per finished task (replacing an older row of the same id), and wake
-    the waiters of those tasks at commit."""
-    if not records:
-        return
-    yield from outcome_notify([r.id for r in records])
-    yield Call("history_record_many", {
-        "ids": [r.id for r in records], "queues": [r.queue for r in records], "states": [r.state for r in records],
-        "tasks": [r.task for r in records], "created_ats": [r.created_at for r in records],
-        "attempts": [r.attempts for r in records], "run_seconds": [r.run_seconds for r in records],
-        "errors": [storable(r.error) if r.error is not None else None for r in records],
-        "results": [r.result for r in records],
-    }, rows="none")
+    yield Call("outcome_notify", {"chunks": notify_chunks(ids)}, rows="none")
 
 
 def history_record_dead(records: Sequence[Finished]) -> Plan[None]:
@@ -85,42 +66,25 @@ def attempt_record_many(records: Sequence[FailedAttempt]) -> Plan[None]:
     }, rows="none")
 
 
-# -- finishing with a record: one transaction each --------------------------------------------
+# -- finishing with a record --------------------------------------------------------------------
 
-def ack_claims_recorded(claims: Sequence[WholeClaim], records: Sequence[Finished]) -> Plan[set[uuid.UUID]]:
-    """Ack whole claims (:meth:`shardq.engine.Engine.ack_claims`) and record the tasks it deleted,
-    in one transaction. Returns the ids not deleted (their lease had passed on)."""
-
-    def body() -> Plan[set[uuid.UUID]]:
-        engine: Engine = yield ENGINE
-        lost = yield from engine.ack_claims(claims)
-        yield from history_record_many([r for r in records if r.id not in lost])
-        return lost
-
-    lost: set[uuid.UUID] = yield Atomically(body)
+def ack_claims_recorded(claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+    """Ack whole claims and record the tasks deleted, each claim one statement
+    (:meth:`shardq.engine.Engine.ack_claims_kept`). Returns the ids not deleted (their lease had
+    passed on)."""
+    engine: Engine = yield ENGINE
+    lost: set[uuid.UUID] = yield from engine.ack_claims_kept(claims, {r.id: r for r in records}, notify)
     return lost
 
 
 def ack_keys_recorded(items: Sequence[Fenced], records: Sequence[Finished],
-                      closed_tokens: Sequence[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
-    """Ack tasks by whole key and token (:meth:`shardq.engine.Engine.ack_keys`) and record those
-    deleted, in one transaction. Returns the ids deleted."""
-
-    def body() -> Plan[set[uuid.UUID]]:
-        done = yield from acked_then_recorded(items, records, closed_tokens)
-        return done
-
-    done: set[uuid.UUID] = yield Atomically(body)
-    return done
-
-
-def acked_then_recorded(items: Sequence[Fenced], records: Sequence[Finished],
-                        closed_tokens: Sequence[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
-    """The two statements of :func:`ack_keys_recorded`, for a caller already in a transaction
-    (an exclusive key's release: :mod:`shardq.exclusive`)."""
+                      closed_tokens: Sequence[uuid.UUID] = (), *, notify: bool = False) -> Plan[set[uuid.UUID]]:
+    """Ack tasks by whole key and token and record those deleted, one statement
+    (:meth:`shardq.engine.Engine.ack_keys_kept`). Returns the ids deleted."""
     engine: Engine = yield ENGINE
-    done = yield from engine.ack_keys(items, closed_tokens)
-    yield from history_record_many([r for r in records if r.id in done])
+    done: set[uuid.UUID] = yield from engine.ack_keys_kept(items, {r.id: r for r in records}, closed_tokens,
+                                                           notify)
     return done
 
 
@@ -136,6 +100,22 @@ def removed_recorded(remove: Callable[[], Plan[set[uuid.UUID]]],
 
     done: set[uuid.UUID] = yield Atomically(body)
     return done
+
+
+# -- who listens for outcomes (shardq.waiting) ----------------------------------------------------
+
+def outcome_listener_seen(listener_id: uuid.UUID) -> Plan[None]:
+    yield Call("outcome_listener_seen", {"id": listener_id}, rows="none")
+
+
+def outcome_listener_gone(listener_id: uuid.UUID, stale_seconds: float) -> Plan[None]:
+    yield Call("outcome_listener_gone", {"id": listener_id, "stale_seconds": stale_seconds}, rows="none")
+
+
+def outcome_listeners_present(fresh_seconds: float) -> Plan[bool]:
+    """Whether a process listened for outcome notifications within ``fresh_seconds``."""
+    row = yield Call("outcome_listeners_present", {"fresh_seconds": fresh_seconds}, rows="one")
+    return bool(row and row["present"])
 
 
 def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:

@@ -32,12 +32,13 @@ from ..failures import Failure, settle_failures
 from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
+from ..waiting import ListenerPresence
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
-from .settle_records import split_kept, succeeded
+from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, split_kept
 from .settle_steps import Batch, Step, remove_keyed
 
 log = logging.getLogger("shardq.worker")
@@ -71,6 +72,7 @@ class Settler:
         self._tally = activity.ActivityTally()
         self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
         self._settings: QueueSettingsCache | None = None
+        self._presence = ListenerPresence()
 
     def run(self) -> None:
         store: TaskStore | None = None
@@ -206,19 +208,15 @@ class Settler:
                 )
                 self._count(items, done, "retried")
             steps.append(Step(reschedule, reschedules, writes_errors=True))
-        # Acks of queues that keep finished tasks also write their history rows, in the ack's
-        # transaction; the others send what they always did (see settle_records).
+        # Acks of queues that keep finished tasks also write their history rows in the ack's own
+        # statement; the others send what they always did (see settle_records).
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if plain:
-                    done = remove_keyed(store, plain, lambda fenced_items: store.task_ack_many(fenced_items))
-                    self._count(plain, done, "acked")
+                    self._count(plain, remove_keyed(store, plain, store.task_ack_many), "acked")
                 if kept:
-                    records = [succeeded(o) for o in kept]
-                    done = remove_keyed(store, kept, lambda fenced_items: store.task_ack_then_record(fenced_items,
-                                                                                                     records))
-                    self._count(kept, done, "acked")
+                    self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
             steps.append(Step(ack_keyed, keyed_acks))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
@@ -227,16 +225,14 @@ class Settler:
                     lost = store.task_ack_claims([claim for claim, _ in plain])
                     self._count([o for _, acks in plain for o in acks], None, "acked", lost=lost)
                 if kept:
-                    acked = [o for _, acks in kept for o in acks]
-                    lost = store.task_ack_claims_recorded([claim for claim, _ in kept], [succeeded(o) for o in acked])
+                    acked, lost = ack_claims_kept(store, kept, self._presence.present(store))
                     self._count(acked, None, "acked", lost=lost)
             steps.append(Step(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if kept:  # before the lease records of their claims are dropped below
-                    done = store.task_ack_many_recorded([fenced(o.claimed) for o in kept], [succeeded(o) for o in kept])
-                    self._count(kept, done, "acked")
+                    self._count(kept, ack_keys_kept(store, kept, self._presence.present(store)), "acked")
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
                 if plain or closed:
                     self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")

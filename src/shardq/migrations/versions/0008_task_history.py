@@ -12,6 +12,10 @@ Create Date: 2026-11-26
   It is written in the same transaction as the ack, dead-letter or cancel that finishes the task.
 * ``shardq_attempts``: one row per failed attempt (retried) of a task of such a queue; the final
   attempt is the history row itself, so a task that succeeds at once writes one row, not two.
+* ``shardq_listeners``: one row per process listening for outcome notifications (PostgreSQL),
+  renewed while it listens. Workers send those notifications only while a fresh row exists: a
+  NOTIFY serialises the commits that send one, so nobody pays for it while nobody waits
+  (:mod:`shardq.waiting`).
 
 Keys. Both tables lead with the task id, a random UUID (v4): inserts land all over the key space,
 so on CockroachDB they spread over every range instead of all landing at the end of one
@@ -69,9 +73,18 @@ def upgrade() -> None:
         """
     )
     op.execute(f"CREATE INDEX IF NOT EXISTS shardq_attempts_by_queue ON shardq_attempts (queue, ended_at){hashed}")
+    op.execute(
+        """
+        CREATE TABLE IF NOT EXISTS shardq_listeners (
+            id UUID PRIMARY KEY,
+            seen_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE IF EXISTS shardq_listeners")
     op.execute("DROP TABLE IF EXISTS shardq_attempts")
     op.execute("DROP TABLE IF EXISTS shardq_history")
     op.execute("ALTER TABLE shardq_queues DROP COLUMN IF EXISTS keep_finished_seconds")

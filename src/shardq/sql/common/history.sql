@@ -2,20 +2,9 @@
 -- their failed attempts (shardq_attempts). Rows are written only for queues whose
 -- keep_finished_seconds > 0, in the transaction of the ack, dead-letter or cancel that finished the
 -- task, and only for the ids that fenced statement actually removed (a stale lease's outcome is
--- never recorded). Both tables are keyed by the task id (a random UUID): writes spread.
-
--- name: history_record_many
--- Record finished tasks (one row each). A task finished before (dead-lettered, requeued, and now
--- finished again) has its row replaced: the history tells how it ended last.
-INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, run_seconds, last_error, result)
-SELECT k.id, k.queue, k.state, k.task, k.created_at, k.attempts, k.run_seconds, k.last_error, k.result
-FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(states)s::TEXT[], %(tasks)s::TEXT[],
-            %(created_ats)s::TIMESTAMPTZ[], %(attempts)s::INT4[], %(run_seconds)s::FLOAT8[], %(errors)s::TEXT[],
-            %(results)s::TEXT[])
-     AS k(id, queue, state, task, created_at, attempts, run_seconds, last_error, result)
-ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, state = excluded.state, task = excluded.task,
-    created_at = excluded.created_at, finished_at = excluded.finished_at, attempts = excluded.attempts,
-    run_seconds = excluded.run_seconds, last_error = excluded.last_error, result = excluded.result
+-- never recorded). Both tables are keyed by the task id (a random UUID): writes spread. The acks'
+-- own statements, which write their history rows themselves, are per engine
+-- (sql/postgresql/history.sql, sql/cockroachdb/history.sql).
 
 -- name: history_record_dead
 -- Record tasks just moved to the dead letters, from their dead-letter rows (the reaper does not
@@ -95,3 +84,22 @@ WHERE (task_id, attempt) IN (
     LIMIT %(limit)s
 )
 RETURNING task_id
+
+-- name: outcome_listener_seen
+-- This process listens for outcome notifications (shardq.waiting): insert or renew its row.
+INSERT INTO shardq_listeners (id) VALUES (%(id)s::UUID)
+ON CONFLICT (id) DO UPDATE SET seen_at = now()
+
+-- name: outcome_listener_gone
+-- This process stopped listening; rows of listeners that died without saying so go too (a few at
+-- a time: they are already ignored once stale).
+DELETE FROM shardq_listeners
+WHERE id = %(id)s::UUID
+   OR id IN (SELECT id FROM shardq_listeners
+             WHERE seen_at < now() - %(stale_seconds)s::FLOAT8 * INTERVAL '1 second' LIMIT 100)
+
+-- name: outcome_listeners_present
+-- Whether any process listened for outcome notifications within fresh_seconds (one row read at most).
+SELECT count(*) AS present
+FROM (SELECT 1 FROM shardq_listeners
+      WHERE seen_at > now() - %(fresh_seconds)s::FLOAT8 * INTERVAL '1 second' LIMIT 1) AS l
