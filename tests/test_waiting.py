@@ -137,7 +137,7 @@ def test_asyncio_code_awaits_the_handle(app):
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_without_notifications_the_listener_declines_and_waiters_poll_until_the_outcome():
     class NoWakeups:
-        class engine:  # noqa: N801 - stands in for an Engine without LISTEN/NOTIFY (CockroachDB)
+        class engine:
             supports_wakeups = False
 
         def close(self) -> None: ...
