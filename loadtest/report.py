@@ -22,6 +22,7 @@ GOALS = {
     "flow_rate_low": 950.0,
     "flow_rate_high": 1000.0,
     "sweep_on_vs_off": 0.98,
+    "history_keep_vs_none": 0.85,
 }
 
 
@@ -165,6 +166,13 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
         rows.append(("chaos: tasks lost after SIGKILL", "0", str(chaos["lost"]), chaos["lost"] == 0,
                      (f"{chaos['recovered']} tasks recovered in {_f(chaos['recovery_seconds'], 1)} s, "
                      f"{chaos['duplicates']} ran twice")))
+    kept = results.get("history")
+    if kept and "pairs" in kept:
+        ratio = kept["keep_over_none_paired"]
+        rows.append(("keeping every finished task: drain keeping all / keeping none (paired median)",
+                     f"≥ {GOALS['history_keep_vs_none']}", _f(ratio, 2),
+                     ratio is not None and ratio >= GOALS["history_keep_vs_none"],
+                     f"{kept['tasks']:,} no-op tasks, 4 workers, pairs in ABBA order"))
     sweep = results.get("sweep")
     if sweep and "pairs" in sweep:
         ratio = sweep["on_over_off_paired"]

@@ -791,6 +791,24 @@ def sweep(bench: Bench, sizes: Sizes, log) -> dict:
     }
 
 
+def history(bench: Bench, sizes: Sizes, log) -> dict:
+    """Keeping finished tasks (shardq.history): ``burn_reps`` paired ABBA drains of ``burn_tasks``
+    no-op tasks by 4 worker processes from a queue that keeps nothing (the default) and from one
+    that keeps every finished task for a day (one history row per task, written in the ack's
+    transaction). Goal: keeping everything at least 0.85x keeping nothing."""
+
+    def fill(url: str, mode: str) -> None:
+        shardq_bench.enqueue_many(url, sizes.burn_tasks)
+        if mode == "keep":
+            shardq_bench.set_limits(url, keep_finished_seconds=86_400)
+
+    pairs = paired_drains(bench, sizes, log, "history", ("none", "keep"), fill,
+                          lambda url, mode: _worker_spec(url, drain=True))
+    ratios = [p["ratio"] for p in pairs if p["ratio"]]
+    return {"tasks": sizes.burn_tasks, "pairs": pairs,
+            "keep_over_none_paired": statistics.median(ratios) if ratios else None}
+
+
 def _timeline(lines, started: float, step: float = 0.1) -> list[tuple[float, int, int]]:
     """Executions per ``step`` seconds: (t, first attempts, later attempts)."""
     buckets: dict[int, list[int]] = {}
@@ -810,6 +828,7 @@ SCENARIOS = {
     "flow": flow_control,
     "chaos": chaos,
     "sweep": sweep,
+    "history": history,
 }
 
 

@@ -134,6 +134,9 @@ def test_buckets_show_json(shardq_cli):
         ("dead", "requeue", "q", "not-a-uuid"),
         ("dead", "requeue", "q"),
         ("stats", "--bogus"),
+        ("task", "not-a-uuid"),
+        ("queue", "set", "q", "--keep-finished", "soon"),
+        ("history", "q", "--since", "yesterday-ish"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_traceback(shardq_cli, args):
@@ -319,3 +322,20 @@ def test_bad_queue_limits_are_refused_with_one_line_exit_2_and_nothing_written(s
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr
     assert shardq_cli("queue", "show", "fresh", check=False).returncode == 1  # not even created
+
+
+def test_task_and_history_show_a_kept_queues_finished_tasks_and_unknown_ids(shardq_cli):
+    assert "keeps finished tasks 7d" in shardq_cli("queue", "set", "q", "--keep-finished", "7d").stdout
+    shardq_cli("enqueue", "q", "--lines", stdin="a\nb\nc\n")
+    shardq_cli("work", "q", "--handler", "handlers_for_test:record", "--until-empty")
+    page = json.loads(shardq_cli("history", "q", "--json", "--limit", "2").stdout)
+    assert [t["state"] for t in page["tasks"]] == ["succeeded", "succeeded"] and page["next"]
+    rest = json.loads(shardq_cli("history", "q", "--json", "--after", page["next"]).stdout)
+    assert len(rest["tasks"]) == 1 and rest["next"] is None
+    task_id = page["tasks"][0]["id"]
+    shown = json.loads(shardq_cli("task", task_id, "--json").stdout)
+    assert (shown["state"], shown["queue"], shown["attempts"]) == ("succeeded", "q", 1)
+    assert "succeeded" in shardq_cli("task", task_id).stdout
+    unknown = shardq_cli("task", "00000000-0000-4000-8000-000000000000")
+    assert unknown.returncode == 0 and "unknown" in unknown.stdout
+    assert "0 finished task(s)" in shardq_cli("history", "q", "--state", "dead", "--since", "1h").stdout

@@ -665,3 +665,21 @@ def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
     row = next(line for line in lines if line.startswith("tenant-"))
     assert "…" in row and "-end" not in row and row.rstrip().endswith("∞")  # lead time, the last column, is visible
     assert all(len(line) <= 120 for line in lines) and "lead time" in lines[0]
+
+
+def test_a_kept_finished_task_has_its_state_and_attempts_on_its_page_and_in_the_api(web):
+    db = web.db
+    db.client.set_queue("kept", keep_finished_seconds=3600)
+    (task_id,) = db.client.enqueue("kept", b"x").enqueued_ids
+    db.client.work(["kept"], lambda task: None, until_empty=True, install_signal_handlers=False)
+    data = web.get(f"/api/tasks/{task_id}", headers=BEARER).json()
+    assert data["state"] == "succeeded" and data["payload"] is None
+    assert [a["outcome"] for a in data["lifecycle"]["history"]] == ["succeeded"]
+    status = web.get(f"/api/tasks/{task_id}/status", headers=BEARER).json()
+    assert (status["state"], status["queue"], status["attempts"]) == ("succeeded", "kept", 1)
+    page = web.get(f"/tasks/{task_id}", headers=BEARER).text
+    assert 'id="task-attempts"' in page and "succeeded" in page and 'id="cancel"' not in page
+    running = db.make_task("q", state="leased", attempts=2)
+    assert "running (attempt 2)" in web.get(f"/tasks/{running.key.id}", headers=BEARER).text
+    assert web.get(f"/api/tasks/{uuid.uuid4()}/status", headers=BEARER).json()["state"] == "unknown"
+    assert web.get("/api/tasks/not-a-uuid/status", headers=BEARER).status_code == 400

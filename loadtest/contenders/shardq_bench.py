@@ -107,8 +107,9 @@ def interleaved_enqueue(url: str, n: int, chunk: int = 1000) -> dict[str, float]
         app.close()
 
 
-def set_limits(url: str, **limits: int) -> None:
-    """Flow-control limits on the bench queue (``concurrency=``, ``rate=``, ``burst=``)."""
+def set_limits(url: str, **limits: float) -> None:
+    """Settings of the bench queue: flow-control limits (``concurrency=``, ``rate=``, ``burst=``),
+    or any other ``Client.set_queue`` setting (``keep_finished_seconds=``)."""
     client = shardq.connect(url)
     try:
         client.set_queue(QUEUE, **limits)

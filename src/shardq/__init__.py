@@ -7,6 +7,7 @@ from .app import App, AppTask, TaskContext
 from .client import Client, connect
 from .client_async import AsyncClient, connect_async
 from .consumer import Consumer, Task
+from .deferral import TaskHandle
 from .errors import (
     AmbiguousResult,
     DatabaseError,
@@ -16,16 +17,23 @@ from .errors import (
     LeaseLost,
     LockTimeout,
     NotMigrated,
+    OutcomeNotKept,
     Permanent,
     QueuePaused,
     ResizeInProgress,
+    ResultNotStorable,
     Retry,
     SerializationConflict,
     ShardLayoutChanged,
     ShardqError,
     StatementTimeout,
+    TaskCancelled,
+    TaskDead,
+    TaskFailed,
     TaskNotFound,
+    WaitTimeout,
 )
+from .history_records import TaskStatus
 from .models import EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
 from .reaper import Reaper, ReaperConfig, ReapResult
 from .worker import Worker, WorkerConfig, WorkerTotals
@@ -48,6 +56,7 @@ __all__ = [
     "LockTimeout",
     "NewTask",
     "NotMigrated",
+    "OutcomeNotKept",
     "Permanent",
     "QueuePaused",
     "QueueSettings",
@@ -56,6 +65,7 @@ __all__ = [
     "ReaperConfig",
     "ResizeInProgress",
     "ResizeResult",
+    "ResultNotStorable",
     "Retry",
     "SerializationConflict",
     "ShardLayoutChanged",
@@ -63,8 +73,14 @@ __all__ = [
     "StatementTimeout",
     "Stats",
     "Task",
+    "TaskCancelled",
     "TaskContext",
+    "TaskDead",
+    "TaskFailed",
+    "TaskHandle",
     "TaskNotFound",
+    "TaskStatus",
+    "WaitTimeout",
     "Worker",
     "WorkerConfig",
     "WorkerTotals",

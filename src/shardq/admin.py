@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import flow, operations, validation
+from .arguments import task_name_of
 from .db import Session
 from .errors import InvalidInput
+from .history_records import Finished
 from .maintenance.batches import until_short_batch
 from .models import DeadTask, QueueSettings, SchemaJob, ShardLayout, Stats, TaskInfo
 from .plans import Plan
@@ -22,6 +24,7 @@ from .stats import StatsOptions, collect
 from .store import TaskStore
 
 PAGE = 1000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # a created_at the tasks table never lacks
 
 
 def stats(store: TaskStore, options: StatsOptions | None = None) -> Stats:
@@ -168,6 +171,10 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
 
     def remove() -> Plan[set[uuid.UUID]]:
         gone = yield from operations.task_cancel_many(wanted)
+        # The history keeps them where their queue keeps finished tasks (the statement checks).
+        yield from operations.history_record_cancelled([
+            Finished(t.id, t.queue, "cancelled", task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
+                     error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}
@@ -205,7 +212,9 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
     ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it),
     ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts per second
     across all workers) and ``burst`` (starts at once, default the rate; only with ``rate``), whole
-    numbers, 0 removing a limit (see :mod:`shardq.flow`). None leaves a setting unchanged."""
+    numbers, 0 removing a limit (see :mod:`shardq.flow`); ``keep_finished_seconds`` (how long
+    finished tasks stay in the history, 0 = not kept; see :mod:`shardq.history`). None leaves a
+    setting unchanged."""
     validation.queue_name(queue)
     checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
@@ -221,6 +230,7 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
         "concurrency": lambda v: validation.flow_limit(v, "concurrency limit"),
         "rate": lambda v: validation.flow_limit(v, "rate"),
         "burst": lambda v: validation.positive_int(v, "burst", maximum=validation.FLOW_LIMIT_MAX),
+        "keep_finished_seconds": lambda v: validation.non_negative_seconds(v, "keep finished"),
     }
     unknown = set(changes) - set(checks)
     if unknown:

@@ -60,6 +60,7 @@ from .client_async import AsyncClient
 from .db import Dsn
 from .deferral import CALL_OPTIONS, CallOptions, Deferral, TaskContext, TaskTemplate
 from .errors import InvalidInput, Permanent
+from .history_records import KeptResult, TaskStatus, encode_result
 from .models import Task
 from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
@@ -88,8 +89,11 @@ class AppTask(Deferral[P, R]):
         max_attempts: int | None,
         pass_context: bool,
         timeout: float | None = None,
+        result: bool = False,
     ) -> None:
         self.app = app
+        #: keep the return value (JSON) with the outcome, in queues that keep finished tasks
+        self.keeps_result = result
         #: execution timeout in seconds (over the queue's and the worker's; None: theirs apply)
         self.timeout = timeout
         self.function: Callable[..., R] = function
@@ -151,6 +155,22 @@ class AppTask(Deferral[P, R]):
         return f"<shardq task {self.name} on {self.queue!r}>"
 
 
+def _keeping_result(call: Callable[[], Any], is_async: bool) -> Callable[[], Any]:
+    """``call`` returning its value encoded (:class:`~shardq.history_records.KeptResult`), which
+    the worker hands to the settler; encoding in the handler's own call makes a value that cannot
+    be kept fail the attempt like any handler error."""
+    if is_async:
+        async def encoded_async() -> KeptResult:
+            return encode_result(await call())
+
+        return encoded_async
+
+    def encoded() -> KeptResult:
+        return encode_result(call())
+
+    return encoded
+
+
 class App:
     """A set of tasks and the database they run on (``dsn``: a URL, or None for ``$SHARDQ_DSN``,
     else the embedded PostgreSQL). Connects on first use; thread-safe to declare and defer."""
@@ -195,12 +215,17 @@ class App:
         max_attempts: int | None = None,
         pass_context: bool = False,
         timeout: float | None = None,
+        result: bool = False,
     ) -> Any:
         """Declare a task, as ``@app.task`` or ``@app.task(name=…, queue=…, priority=…,
         max_attempts=…, pass_context=…, timeout=…)``. The name defaults to ``module.function``;
         a name declared twice is :class:`InvalidInput`. ``timeout`` (seconds, > 0): an attempt
         running longer fails with ``timeout after S s`` (async tasks are cancelled; see
-        :mod:`shardq.worker.timeouts` for sync ones)."""
+        :mod:`shardq.worker.timeouts` for sync ones). ``result=True``: the return value is
+        stored, JSON-encoded, with the task's success, in the same transaction as the ack, and
+        read back by :meth:`status` and a handle's ``wait``; it needs a queue that keeps finished
+        tasks (``shardq queue set Q --keep-finished DURATION``). A value that is not JSON, or is
+        over 256 KiB of it, fails that attempt with one line naming its type or size."""
         validation.queue_name(queue)
         validation.priority(priority)
         if max_attempts is not None:
@@ -214,7 +239,8 @@ class App:
                 raise InvalidInput(f"task name {task_name[:60]!r}… has {len(task_name)} characters, at most "
                                    f"{validation.QUEUE_NAME_MAX}: give a shorter name=")
             declared: AppTask[Any, Any] = AppTask(self, fn, name=task_name, queue=queue, priority=priority,
-                               max_attempts=max_attempts, pass_context=pass_context, timeout=timeout)
+                               max_attempts=max_attempts, pass_context=pass_context, timeout=timeout,
+                               result=validation.flag(result, "result"))
             with self._lock:
                 if task_name in self.tasks:
                     raise InvalidInput(f"a task named {task_name!r} is already declared")
@@ -255,6 +281,10 @@ class App:
 
         return declare
 
+    def status(self, task_id: object) -> TaskStatus:
+        """A task's state now, by id (see :meth:`shardq.Client.status`)."""
+        return self.client.status(task_id)
+
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""
         return sorted({t.queue for t in self.tasks.values()})
@@ -273,7 +303,10 @@ class App:
         """Run the task the payload names with its arguments (sync tasks; for an async one this
         returns its coroutine)."""
         declared, arguments = self._declared(handle)
-        return declared.run(handle, arguments)
+        value = declared.run(handle, arguments)
+        if declared.keeps_result and not declared.is_async:
+            return encode_result(value)  # the worker keeps it (see _keeping_result)
+        return value
 
     @property
     def has_async(self) -> bool:
@@ -289,7 +322,10 @@ class App:
         """The worker's dispatch: the call that runs ``handle``'s task, whether it is async, and
         its own timeout."""
         declared, arguments = self._declared(handle)
-        return partial(declared.run, handle, arguments), declared.is_async, declared.timeout
+        call: Callable[[], Any] = partial(declared.run, handle, arguments)
+        if declared.keeps_result:
+            call = _keeping_result(call, declared.is_async)
+        return call, declared.is_async, declared.timeout
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's

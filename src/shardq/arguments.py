@@ -157,3 +157,27 @@ def decode_call(payload: bytes) -> tuple[str, dict[str, Any]]:
     if _TAG_TEXT not in text:  # no tagged value anywhere: JSON's own values are the arguments
         return document["task"], args
     return document["task"], {name: _decode(value) for name, value in args.items()}
+
+
+def task_name_of(payload: bytes | bytearray | memoryview | str) -> str | None:
+    """The task name a payload written by :func:`encode_call` carries, or None for any other
+    payload (bytes an application enqueued itself). Never raises: status and history show the
+    name when there is one."""
+    data = payload.encode() if isinstance(payload, str) else bytes(payload)
+    # encode_call writes the name first: read it without decoding the arguments (the settler
+    # asks this once per finished task of a queue that keeps them).
+    if data.startswith(_NAME_PREFIX):
+        end = data.find(b'"', len(_NAME_PREFIX))
+        name = data[len(_NAME_PREFIX):end]
+        if end > 0 and b"\\" not in name:
+            try:
+                return name.decode()
+            except UnicodeDecodeError:
+                return None
+    try:
+        return decode_call(data)[0]
+    except ValueError:
+        return None
+
+
+_NAME_PREFIX = b'{"task":"'

@@ -17,12 +17,13 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
-from . import admin, validation
+from . import admin, history, validation, waiting
 from . import migrate as migrate_module
 from . import resize as resize_module
 from .borrowed import borrow
 from .config import resolve_dsn
 from .db import Dsn, Session
+from .history_records import FinishedTask, TaskStatus
 from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats, TaskOptions
 from .notify import Notifier
 from .producer import Producer
@@ -95,9 +96,9 @@ class Client:
         self, queue: str, payload: bytes | str, *, connection: object | None = None, **options: Unpack[TaskOptions]
     ) -> EnqueueResult:
         """Enqueue one task; ``options`` are the :class:`~shardq.models.TaskOptions` (``delay``,
-        ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``; see
-        :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a psycopg ``Connection``,
-        or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
+        ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``,
+        ``dedupe_for``; see :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a
+        psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
         connection inside its transaction and nothing is committed: the task exists exactly when
         the caller commits (see :class:`shardq.borrowed.BorrowedSession`)."""
         return self.producer(connection).enqueue(queue, payload, **options)
@@ -161,6 +162,29 @@ class Client:
 
         options.setdefault("follower_read", False)
         return admin.stats(self.store, StatsOptions(**options))
+
+    def status(self, task_id: object) -> TaskStatus:
+        """A task's state now, by id: scheduled, ready, running (with its attempt), retrying (with
+        the time), succeeded, dead, cancelled, or unknown (no such id, or finished in a queue that
+        keeps nothing, or past its retention), with its attempts (see :mod:`shardq.history`). A
+        malformed id raises :class:`shardq.InvalidInput`."""
+        return history.status(self.store, task_id)
+
+    def wait(self, task_id: object, timeout: float | None = None) -> Any:
+        """Wait for a task's outcome: its result (None when it keeps none), or its failure raised
+        (:class:`shardq.TaskDead`, :class:`shardq.TaskCancelled`, :class:`shardq.OutcomeNotKept`);
+        :class:`shardq.WaitTimeout` after ``timeout`` seconds, leaving the task alone. Woken by
+        the process's one listener on PostgreSQL, polling on CockroachDB (see :mod:`shardq.waiting`)."""
+        wanted = history.parse_task_id(task_id)
+        if timeout is not None:
+            timeout = validation.non_negative_seconds(timeout, "timeout")
+        return waiting.wait(lambda: history.status(self.store, wanted), wanted, timeout,
+                            waiting.listener_for(self.dsn))
+
+    def history(self, queue: str, **options: Any) -> list[FinishedTask]:
+        """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
+        ``after``, ``limit`` (see :func:`shardq.history.page`)."""
+        return history.page(self.store, queue, **options)
 
     def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""

@@ -42,12 +42,14 @@ import threading
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-from . import admin
+from . import admin, operations, validation, waiting
 from .client import Client
 from .config import resolve_dsn
 from .db import Dsn
 from .db_async import AsyncSession, borrow_async
 from .errors import DatabaseError
+from .history import parse_task_id
+from .history_records import TaskStatus
 from .models import EnqueueResult, NewTask, Stats, TaskOptions
 from .notify import Notifier
 from .operations import EnqueueCounts
@@ -153,6 +155,19 @@ class AsyncClient:
     async def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
         return await self._run(admin.cancel_plan(admin.parse_cancel_ids(list(ids))))
+
+    async def status(self, task_id: object) -> TaskStatus:
+        """A task's state now, by id (see :meth:`shardq.Client.status`)."""
+        return await self._run(operations.task_status(parse_task_id(task_id)))
+
+    async def wait(self, task_id: object, timeout: float | None = None) -> Any:
+        """Await a task's outcome (see :meth:`shardq.Client.wait`): the process's one listener
+        wakes it on PostgreSQL; it polls on CockroachDB."""
+        wanted = parse_task_id(task_id)
+        if timeout is not None:
+            timeout = validation.non_negative_seconds(timeout, "timeout")
+        return await waiting.wait_async(lambda: self._run(operations.task_status(wanted)), wanted, timeout,
+                                        waiting.listener_for(self.dsn))
 
     async def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
@@ -85,6 +85,37 @@ class Enqueuer(Protocol):
     async def async_client(self) -> AsyncClient: ...
 
 
+class TaskHandle(str):
+    """The id of a deferred task — a ``str`` equal to the id, usable wherever the id was — that
+    can also wait for the task's outcome (see :mod:`shardq.waiting`):
+
+    * ``handle.wait(timeout=None)``: the task's result (None when it keeps none), or its failure
+      raised (:class:`shardq.TaskDead`, :class:`shardq.TaskCancelled`,
+      :class:`shardq.OutcomeNotKept`); :class:`shardq.WaitTimeout` after ``timeout`` seconds,
+      leaving the task alone;
+    * ``await handle`` or ``await handle.wait_async(timeout)`` in asyncio code.
+
+    The outcome is known only while the task's queue keeps finished tasks (``shardq queue set Q
+    --keep-finished DURATION``); a result only for a task declared with ``result=True``."""
+
+    _enqueuer: Enqueuer
+
+    def __new__(cls, task_id: str, enqueuer: Enqueuer) -> TaskHandle:
+        handle = super().__new__(cls, task_id)
+        handle._enqueuer = enqueuer
+        return handle
+
+    def wait(self, timeout: float | None = None) -> Any:
+        return self._enqueuer.client.wait(str(self), timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        client = await self._enqueuer.async_client()
+        return await client.wait(str(self), timeout)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.wait_async().__await__()
+
+
 class Deferral(Generic[P, R]):
     """A declared task with per-call options fixed: ``delay`` (seconds) or ``run_at`` (aware
     datetime), ``priority``, ``dedupe_key``, ``exclusive_key``, ``queue``, ``max_attempts`` and
@@ -104,10 +135,10 @@ class Deferral(Generic[P, R]):
         self.connection = get("connection")
         fixed = normalise(NewTask(b"", get("delay"), get("run_at"), get("dedupe_key"),
                                   get("max_attempts", template.max_attempts), get("priority", template.priority),
-                                  get("exclusive_key")))
+                                  get("exclusive_key"), get("dedupe_for")))
         # NewTask's fields other than the payload, the same for every call of this deferral.
         self._fields = (fixed.delay, fixed.run_at, fixed.dedupe_key, fixed.max_attempts, fixed.priority,
-                        fixed.exclusive_key)
+                        fixed.exclusive_key, fixed.dedupe_for)
         self._check = template.check
 
     def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:
@@ -117,11 +148,12 @@ class Deferral(Generic[P, R]):
             validation.payload(payload)  # refuses it, worded as for every payload
         return NewTask(payload, *self._fields)
 
-    def defer(self, **arguments: Any) -> str | None:
-        """Enqueue one call; returns its task id (None when ``dedupe_key`` matched a live task)."""
+    def defer(self, **arguments: Any) -> TaskHandle | None:
+        """Enqueue one call; returns its task id as a :class:`TaskHandle` (a ``str``, which can
+        also wait for the outcome), or None when ``dedupe_key`` matched a live task."""
         task = self._new_task(arguments)
         result = self.enqueuer.client.producer(self.connection).send(self.queue, [task])
-        return result.enqueued_ids[0] if result.enqueued_ids else None
+        return TaskHandle(result.enqueued_ids[0], self.enqueuer) if result.enqueued_ids else None
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """Enqueue many calls in one statement per batch of 1,000; every call is checked before
@@ -132,12 +164,12 @@ class Deferral(Generic[P, R]):
         result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
 
-    async def defer_async(self, **arguments: Any) -> str | None:
+    async def defer_async(self, **arguments: Any) -> TaskHandle | None:
         """:meth:`defer` for asyncio code, through the app's :class:`~shardq.AsyncClient`; with
         ``connection`` (a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession`` /
         ``AsyncConnection``) the task is written inside that transaction, never committed here."""
         ids = await self.defer_many_async([arguments])
-        return ids[0]
+        return TaskHandle(ids[0], self.enqueuer) if ids[0] is not None else None
 
     async def defer_many_async(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """:meth:`defer_many` for asyncio code (see :meth:`defer_async`): the same checks before

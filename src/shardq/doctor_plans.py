@@ -43,6 +43,8 @@ WHOLE_TABLE_READS = frozenset({
     # Periodic pruning and the Spark ledger's housekeeping look for old rows by age in small tables
     # (one row per schedule slot kept, per Spark run, per staging table), at most once a minute.
     "periodic_slots_prune", "spark_runs_expire", "spark_stages_stale",
+    # shardq_listeners holds one row per process waiting for task outcomes (shardq.waiting).
+    "outcome_listener_gone", "outcome_listeners_present",
 })
 
 _BY_TYPE: dict[str, Any] = {

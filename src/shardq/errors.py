@@ -95,6 +95,36 @@ class LeaseLost(ShardqError):
     """The task's lease expired and it was handed to someone else (or finished)."""
 
 
+class ResultNotStorable(ShardqError):
+    """A task's return value cannot be kept (not JSON-encodable, or over the size limit): the
+    attempt fails with this one line, like any handler error."""
+
+
+class TaskFailed(ShardqError):
+    """The task waited for did not succeed; ``status`` is its :class:`shardq.history_records.TaskStatus`."""
+
+    def __init__(self, message: str, status: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TaskDead(TaskFailed):
+    """The task waited for was dead-lettered (its last error is in the message)."""
+
+
+class TaskCancelled(TaskFailed):
+    """The task waited for was cancelled."""
+
+
+class OutcomeNotKept(TaskFailed):
+    """The task waited for finished, but its queue keeps no finished tasks, so how is unknown
+    (``shardq queue set Q --keep-finished DURATION``)."""
+
+
+class WaitTimeout(ShardqError, TimeoutError):
+    """Waiting for a task's outcome took longer than the timeout; the task itself is left alone."""
+
+
 class EmbeddedServerError(ShardqError):
     """The embedded PostgreSQL server could not be started or stopped."""
 

@@ -7,16 +7,23 @@ decisions in at most three statements: retries, plain dead letters, and dead let
 exclusive key (which also release the key's backlog, see :mod:`shardq.exclusive`). Every statement
 is fenced by the lease token, so a failure whose lease passed to someone else changes nothing and
 comes back as refused.
+
+Failures of a queue that keeps finished tasks (``keep_finished_seconds`` > 0) are settled by
+statements of their own that also record them (a row per retried attempt, a history row per dead
+letter) in the same transaction (:mod:`shardq.history`); other queues' failures send exactly what
+they did before.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import backoff, exclusive
+from .history_records import FailedAttempt, Finished
 from .models import QueueSettings
 from .store import Fenced, TaskStore
 
@@ -37,6 +44,10 @@ class Failure:
     ref: object = None
     #: seconds until the retry is due, once :func:`settle_failures` decided to retry it
     delay: float | None = None
+    #: for the history (queues that keep finished tasks): the task's name and how long the
+    #: attempt ran (None: unknown, e.g. a lease that ran out)
+    task: str | None = None
+    run_seconds: float | None = None
 
     @property
     def queue(self) -> str:
@@ -52,6 +63,10 @@ class FailureResult:
     dead: list[Failure] = field(default_factory=list)
     refused_retry: list[Failure] = field(default_factory=list)
     refused_dead: list[Failure] = field(default_factory=list)
+
+
+# Finished.created_at of a dead letter: the statement takes it from the dead-letter row instead.
+_NO_TIME = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def _split(group: Sequence[Failure], done: set[uuid.UUID]) -> tuple[list[Failure], list[Failure]]:
@@ -92,24 +107,46 @@ def settle_failures(
             failure.delay = decision.delay_seconds
             retry.append((failure, decision.delay_seconds))
     result = FailureResult()
-    if retry:
-        done = store.task_retry_many(
-            [f.item for f, _ in retry], [delay for _, delay in retry], [f.error for f, _ in retry],
-            require_expired=require_expired,
-        )
-        result.retried, result.refused_retry = _split([f for f, _ in retry], done)
-    plain = [f for f in bury if f.exclusive_key is None]
-    keyed = [f for f in bury if f.exclusive_key is not None]
-    for group in (plain, keyed):
+
+    def kept(failure: Failure) -> bool:
+        return settings_of(failure.queue).keep_finished_seconds > 0
+
+    for recorded in (False, True):
+        group_retry = [(f, delay) for f, delay in retry if kept(f) is recorded]
+        if not group_retry:
+            continue
+        items = [f.item for f, _ in group_retry]
+        delays = [delay for _, delay in group_retry]
+        errors = [f.error for f, _ in group_retry]
+        if recorded:
+            attempts = [FailedAttempt(f.item.key.id, f.queue, f.attempts, f.run_seconds, f.error)
+                        for f, _ in group_retry]
+            done = store.task_retry_many_recorded(items, delays, errors, attempts, require_expired=require_expired)
+        else:
+            done = store.task_retry_many(items, delays, errors, require_expired=require_expired)
+        applied, refused = _split([f for f, _ in group_retry], done)
+        result.retried += applied
+        result.refused_retry += refused
+    groups = [[f for f in bury if (f.exclusive_key is not None) is keyed and kept(f) is recorded]
+              for keyed in (False, True) for recorded in (False, True)]
+    for group in groups:
         if not group:
             continue
         items = [f.item for f in group]
         errors = [f.dead_error if f.dead_error is not None else f.error for f in group]
+        records = [Finished(f.item.key.id, f.queue, "dead", f.task, _NO_TIME, f.attempts, f.run_seconds)
+                   for f in group] if kept(group[0]) else None
+        in_keys = group[0].exclusive_key is not None
 
-        def remove(items: list[Fenced] = items, errors: list[str | None] = errors) -> set[uuid.UUID]:
-            return store.task_bury_many(items, errors, require_expired=require_expired)
+        def remove(items: list[Fenced] = items, errors: list[str | None] = errors,
+                   records: list[Finished] | None = records, in_keys: bool = in_keys) -> set[uuid.UUID]:
+            if records is None:
+                return store.task_bury_many(items, errors, require_expired=require_expired)
+            # Inside an exclusive key's release the caller's transaction holds both statements.
+            return store.task_bury_many_recorded(items, errors, records, require_expired=require_expired,
+                                                 atomically=not in_keys)
 
-        if group is plain:
+        if not in_keys:
             done = remove()
         else:
             key_of = {f.item.key.id: (f.queue, f.exclusive_key or "") for f in group}

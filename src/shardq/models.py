@@ -184,7 +184,10 @@ class TaskOptions(TypedDict, total=False):
     * ``dedupe_key``: nothing is inserted while a task of the queue with this key is live;
     * ``max_attempts``: None takes the queue's;
     * ``priority``: lower runs first (0);
-    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`).
+    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`);
+    * ``dedupe_for`` (seconds, with ``dedupe_key``): nothing is inserted either while a task of the
+      queue with this key finished less than this long ago (kept in the queue's history: see
+      :mod:`shardq.history`).
     """
 
     delay: float | None
@@ -193,6 +196,7 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int | None
     priority: int
     exclusive_key: str | None
+    dedupe_for: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,7 @@ class NewTask:
     max_attempts: int | None = None
     priority: int = 0
     exclusive_key: str | None = None
+    dedupe_for: float | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,9 @@ class QueueSettings:
     rate_limit: int | None = None
     #: ... in bursts of up to this many (None: the rate)
     rate_burst: int | None = None
+    #: finished tasks (succeeded, dead, cancelled) are kept this long in the history (0: not kept,
+    #: and nothing is written for them; see shardq.history)
+    keep_finished_seconds: float = 0.0
 
     @property
     def burst(self) -> int:
@@ -285,6 +293,7 @@ class QueueSettings:
             concurrency_limit=row.get("concurrency_limit"),
             rate_limit=row.get("rate_limit"),
             rate_burst=row.get("rate_burst"),
+            keep_finished_seconds=row.get("keep_finished_seconds") or 0.0,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -302,6 +311,7 @@ class QueueSettings:
             "concurrency_limit": self.concurrency_limit,
             "rate_limit": self.rate_limit,
             "rate_burst": self.rate_burst if self.rate_limit is not None else None,
+            "keep_finished_seconds": self.keep_finished_seconds,
         }
 
 

@@ -22,6 +22,7 @@ from . import operations as ops
 from .db import Session
 from .engine import Engine
 from .engine.common import STATS_PRIORITIES_MAX, claim_batch, promote_due_one
+from .history_records import FailedAttempt, Finished, FinishedTask, TaskStatus
 from .leases import ExpiredLease, Fenced, WholeClaim
 from .models import (
     Activity,
@@ -181,6 +182,62 @@ class TaskStore:
 
     def task_extend_many(self, items: Sequence[Fenced], lease_seconds: float) -> dict[uuid.UUID, dt.datetime]:
         return self.session.run(ops.task_extend_many(items, lease_seconds))
+
+    # -- history (shardq.history): only for queues that keep finished tasks --------------------
+    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+                                 notify: bool = False) -> set[uuid.UUID]:
+        """:meth:`task_ack_claims` writing the history rows of the tasks it deleted, in the same
+        statements (``notify``: wake outcome waiters, see :mod:`shardq.waiting`)."""
+        if not claims:
+            return set()
+        return self.session.run(ops.ack_claims_recorded(claims, records, notify=notify))
+
+    def task_ack_many_recorded(self, items: Sequence[Fenced], records: Sequence[Finished],
+                               closed_tokens: Iterable[uuid.UUID] = (), *, notify: bool = False) -> set[uuid.UUID]:
+        """:meth:`task_ack_many` writing the history rows of the tasks it deleted, in the same
+        statement."""
+        return self.session.run(ops.ack_keys_recorded(items, records, list(closed_tokens), notify=notify))
+
+    def task_retry_many_recorded(self, items: Sequence[Fenced], delays: Sequence[float],
+                                 errors: Sequence[str | None], attempts: Sequence[FailedAttempt], *,
+                                 require_expired: bool) -> set[uuid.UUID]:
+        """:meth:`task_retry_many` and a row per failed attempt it put back, one transaction."""
+        def record(done: set[uuid.UUID]) -> Plan[None]:
+            return ops.attempt_record_many([a for a in attempts if a.id in done])
+
+        return self.session.run(ops.removed_recorded(
+            lambda: ops.task_retry_many(items, delays, errors, require_expired=require_expired), record))
+
+    def task_bury_many_recorded(self, items: Sequence[Fenced], errors: Sequence[str | None],
+                                records: Sequence[Finished], *, require_expired: bool,
+                                atomically: bool = True) -> set[uuid.UUID]:
+        """:meth:`task_bury_many` and the history rows of the tasks it moved; one transaction of
+        its own, or (``atomically=False``) inside the caller's."""
+        def bury() -> Plan[set[uuid.UUID]]:
+            return ops.task_bury_many(items, errors, require_expired=require_expired)
+
+        def record(done: set[uuid.UUID]) -> Plan[None]:
+            return ops.history_record_dead([r for r in records if r.id in done])
+
+        if atomically:
+            return self.session.run(ops.removed_recorded(bury, record))
+        done = self.session.run(bury())
+        self.session.run(record(done))
+        return done
+
+    def task_status(self, task_id: uuid.UUID) -> TaskStatus:
+        """See :func:`shardq.operations.task_status`."""
+        return self.session.run(ops.task_status(task_id))
+
+    def history_list(self, queue: str, *, state: str | None = None, since: dt.datetime | None = None,
+                     after: tuple[dt.datetime, uuid.UUID] | None = None, limit: int = 50) -> list[FinishedTask]:
+        return self.session.run(ops.history_list(queue, state=state, since=since, after=after, limit=limit))
+
+    def history_prune(self, queue: str, keep_seconds: float, limit: int) -> int:
+        return self.session.run(ops.history_prune(queue, keep_seconds, limit))
+
+    def attempts_prune(self, queue: str, keep_seconds: float, limit: int) -> int:
+        return self.session.run(ops.attempts_prune(queue, keep_seconds, limit))
 
     # -- reaper -----------------------------------------------------------------------------
     def task_reap_candidates(self, bucket: int, limit: int) -> list[ExpiredLease]:

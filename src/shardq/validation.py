@@ -143,6 +143,22 @@ def non_negative_seconds(value: object, what: str) -> float:
     return seconds
 
 
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def duration(text: str, what: str) -> float:
+    """A duration as an operator types it: seconds (``90``, ``0``) or a number with one unit
+    ``s``, ``m``, ``h``, ``d`` (``30m``, ``7d``). Returns seconds (>= 0)."""
+    raw = text.strip().lower() if isinstance(text, str) else ""
+    unit = _DURATION_UNITS.get(raw[-1:]) if raw else None
+    number = raw[:-1] if unit is not None else raw
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise InvalidInput(f"{what} must be a duration like 90, 30m, 12h or 7d, got {text!r}") from None
+    return non_negative_seconds(value, what)
+
+
 def flag(value: object, what: str) -> bool:
     """A real bool: ``"no"`` or ``0`` would otherwise switch a setting by truthiness."""
     if not isinstance(value, bool):

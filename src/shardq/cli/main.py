@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (register commands)
     admin_commands,
     db_commands,
     demo_commands,
+    history_commands,
     periodic_commands,
     queue_commands,
     queue_settings_commands,

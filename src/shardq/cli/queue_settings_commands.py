@@ -28,7 +28,16 @@ def _print(settings, usage=None) -> None:
         f"dequeue {'paused' if settings.paused_dequeue else 'open'}"
         + (f", timeout {settings.timeout_seconds:g}s" if settings.timeout_seconds is not None else "")
         + _limits(settings, usage)
+        + (f", keeps finished tasks {_duration(settings.keep_finished_seconds)}"
+           if settings.keep_finished_seconds else "")
     )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 @cli.group("queue")
@@ -84,10 +93,16 @@ def _usage_json(settings, usage) -> dict:
 @click.option("--rate", type=int, metavar="R",
               help="At most R task starts per second across all workers (0 removes the limit).")
 @click.option("--burst", type=int, metavar="B", help="With --rate: up to B starts at once (default R).")
+@click.option("--keep-finished", "keep_finished", metavar="DURATION",
+              help="Keep finished tasks (succeeded, dead, cancelled) in the history this long: 90, 30m, 12h, 7d "
+                   "(0: not kept, the default).")
 @click.pass_context
-def queue_set(ctx, name, **changes) -> None:
+def queue_set(ctx, name, keep_finished, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""
-    from shardq import admin
+    from shardq import admin, validation
+
+    if keep_finished is not None:
+        changes["keep_finished_seconds"] = validation.duration(keep_finished, "--keep-finished")
 
     store = client_from(ctx).store
     settings = admin.queue_set(store, name, **changes)

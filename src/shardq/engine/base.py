@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import queries
+from ..history_records import Finished
 from ..leases import ExpiredLease, Fenced, WholeClaim
 from ..models import ClaimedTask, NewTask, SchemaJob, ShardLayout, TaskKey
 from ..plans import Call, Plan
@@ -173,6 +174,19 @@ class Engine(ABC):
     def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
         """Ack whole claims (every task still held under each token finished); returns the ids
         that were *not* deleted because their lease had passed to someone else."""
+
+    def ack_keys_kept(self, items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
+                      closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+        """:meth:`ack_keys` for a queue that keeps finished tasks: the same statement also writes
+        the history row of each task it deleted (``records`` by id), and with ``notify`` wakes
+        outcome waiters where the engine has notifications. Returns the ids deleted."""
+        return common.ack_many_kept(items, records, closed_tokens, notify)
+
+    @abstractmethod
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+        """:meth:`ack_claims` recording each task deleted (see :meth:`ack_keys_kept`); returns
+        the ids not deleted."""
 
     # -- expired leases ----------------------------------------------------------------------------
     def reap_candidates(self, bucket: int, limit: int) -> Plan[list[ExpiredLease]]:

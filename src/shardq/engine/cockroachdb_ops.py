@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
 from ..errors import NotMigrated, ShardLayoutChanged
+from ..history_records import Finished
 from ..leases import Fenced, WholeClaim
 from ..models import ClaimedTask, SchemaJob, ShardLayout
 from ..plans import Call, Plan, WithInternals
-from .common import RANKS, STATS_PRIORITIES_MAX, ack_many, claim_batch, depth_row, promote_due_one
+from .common import RANKS, STATS_PRIORITIES_MAX, ack_many, ack_many_kept, claim_batch, depth_row, promote_due_one
 
 # pg_indexes renders a hash-sharded index as "... USING HASH WITH (bucket_count=N)"
 # (pkg/sql/logictest/testdata/logic_test/hash_sharded_index).
@@ -96,6 +97,22 @@ class CockroachDBOperations:
             return set()
         items = [Fenced(key, c.token) for c in claims for key in c.keys]
         done = yield from ack_many(items, [c.token for c in claims])
+        return {f.key.id for f in items if f.key.id not in done}
+
+    def ack_keys_kept(self, items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
+                      closed_tokens: Any = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+        # No lease records, no notifications (waiters poll): only the tasks and their history.
+        if not items:
+            return set()
+        return (yield from ack_many_kept(items, records))
+
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+        """The per-key path, as :meth:`ack_claims`."""
+        if not claims:
+            return set()
+        items = [Fenced(key, c.token) for c in claims for key in c.keys]
+        done = yield from ack_many_kept(items, records)
         return {f.key.id for f in items if f.key.id not in done}
 
     def stats_snapshot(self, historical: bool) -> Plan[bool]:

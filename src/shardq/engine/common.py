@@ -5,10 +5,11 @@ both engines send the same way (the claim of one bucket, its promotion, the ack 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from ..history_records import Finished
 from ..leases import Fenced
 from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, NewTask
 from ..plans import Call, Plan
@@ -110,4 +111,35 @@ def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -
     params["closed_tokens"] = list(closed_tokens)
     # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
     rows = yield Call("task_ack_many", params, resend_ambiguous=True)
+    return {row["id"] for row in rows}
+
+
+#: task ids per outcome notification: 36 characters and a comma each, under NOTIFY's 8000 bytes
+NOTIFY_IDS_PER_CHUNK = 200
+
+
+def notify_chunks(ids: Iterable[uuid.UUID]) -> list[str]:
+    """Task ids joined by commas in chunks that fit one NOTIFY payload (shardq.waiting)."""
+    text = [str(i) for i in ids]
+    return [",".join(text[i:i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
+
+
+def record_arrays(ids: Sequence[uuid.UUID], records: Mapping[uuid.UUID, Finished]) -> dict[str, list]:
+    """The history arrays of the kept acks (``task_ack_*_kept``), in the order of ``ids``."""
+    rows = [records[i] for i in ids]
+    return {"tasks": [r.task for r in rows], "run_seconds": [r.run_seconds for r in rows],
+            "results": [r.result for r in rows]}
+
+
+def ack_many_kept(items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
+                  closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+    """:func:`ack_many` recording each task deleted in the history, one statement
+    (``task_ack_many_kept``); ``notify``: wake outcome waiters (engines that have them)."""
+    params = key_arrays(items)
+    params["closed_tokens"] = list(closed_tokens)
+    params.update(record_arrays(params["ids"], records))
+    params["notify"] = notify_chunks(params["ids"]) if notify else []
+    # Fenced by whole key + lease token: safe to re-send after 40003 (a re-sent insert replaces
+    # the same history rows; see shardq.session_rules).
+    rows = yield Call("task_ack_many_kept", params, resend_ambiguous=True)
     return {row["id"] for row in rows}

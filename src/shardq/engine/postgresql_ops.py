@@ -6,15 +6,16 @@ depth of every (queue, bucket) in one statement. Mixed into
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
 from ..errors import NotMigrated
+from ..history_records import Finished
 from ..leases import WholeClaim
 from ..models import ClaimedTask, ShardLayout
 from ..plans import Call, Plan, SchemaChange
-from .common import RANKS, STATS_PRIORITIES_MAX, depth_row
+from .common import RANKS, STATS_PRIORITIES_MAX, depth_row, notify_chunks, record_arrays
 
 _claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
 
@@ -69,6 +70,24 @@ class PostgreSQLOperations:
             if row["ids"] is not None:  # fewer deleted than held: name the ones left behind
                 deleted = set(row["ids"])
                 lost.update(k.id for k in c.keys if k.id not in deleted)
+        return lost
+
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+        """:meth:`ack_claims` with each deleted task's history row written by the same statement
+        (``task_ack_claim_kept``): the claim's ids travel once, with the task names, run times and
+        results; ``notify`` adds the claim's ids for outcome waiters."""
+        lost: set[uuid.UUID] = set()
+        for c in claims:
+            ids = [k.id for k in c.keys]
+            params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
+                      "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys),
+                      "ids": ids, "notify": notify_chunks(ids) if notify else [], **record_arrays(ids, records)}
+            rows = yield Call("task_ack_claim_kept", params, resend_ambiguous=True)
+            row = rows[0]
+            if row["ids"] is not None:
+                deleted = set(row["ids"])
+                lost.update(i for i in ids if i not in deleted)
         return lost
 
     def sweep_lease_records(self, bucket: int, limit: int) -> Plan[tuple[int, int]]:

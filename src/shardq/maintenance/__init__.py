@@ -12,6 +12,7 @@ sweep expired leases   :mod:`~shardq.maintenance.lease_sweeper`    every worker 
 promotion backstop     :mod:`~shardq.maintenance.promotion`        each reaper pass
 prune counter rows     :mod:`~shardq.maintenance.pruning`          each reaper pass; the worker's settler
 prune periodic slots   :mod:`~shardq.maintenance.pruning`          the worker's periodic scheduler
+prune task history     :mod:`~shardq.maintenance.pruning`          each reaper pass; the worker's settler
 =====================  ==========================================  ===================================
 
 Chores that stay on a worker's own threads because they ride on its hot path: the settler flushes

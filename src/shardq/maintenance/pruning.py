@@ -1,12 +1,16 @@
-"""Pruning: old rows of the activity counters and of the periodic slots, in bounded batches.
+"""Pruning: old rows of the activity counters, of the periodic slots and of the task history,
+in bounded batches.
 
 ``shardq_stats`` (per-minute activity counters, migration 0003) keeps an hour: rates read at most
 that far back. ``shardq_periodic`` (taken slots, migration 0005) keeps a day, and never a
 schedule's latest slot, which the scheduler reads to find missed slots. Both prunes go through
 :func:`shardq.maintenance.batches.until_short_batch`.
 
-Who runs them: the reaper prunes counters once per pass and every worker's settler about once a
-minute (:mod:`shardq.worker.settler`); every worker running an app with schedules prunes slots
+``shardq_history`` and ``shardq_attempts`` (migration 0008) keep each queue's rows for its
+``keep_finished_seconds`` (:mod:`shardq.history`).
+
+Who runs them: the reaper prunes counters and history once per pass and every worker's settler about once a
+minute (both) (:mod:`shardq.worker.settler`); every worker running an app with schedules prunes slots
 once a minute (:class:`shardq.periodic.Scheduler`).
 
 Guarantees
@@ -14,6 +18,8 @@ Guarantees
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from ..stats import RETENTION_SECONDS
 from ..store import TaskStore
@@ -37,3 +43,19 @@ def prune_slots(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -
     """Delete periodic slot rows older than ``keep_seconds`` (a day), never a schedule's latest,
     until none is left. Returns how many rows went."""
     return until_short_batch(lambda n: store.periodic_slots_prune(keep_seconds, n), PRUNE_BATCH)
+
+
+#: at most this many history batches per table and queue in one call (the rest waits for the next)
+HISTORY_MAX_BATCHES = 20
+
+
+def prune_history(store: TaskStore) -> int:
+    """Delete history and failed-attempt rows past their queue's retention, for every queue (a
+    queue set back to 0 loses what it kept), at most ``HISTORY_MAX_BATCHES`` batches of
+    ``PRUNE_BATCH`` per table and queue. Returns how many rows went."""
+    total = 0
+    for settings in store.queue_list():
+        queue, keep = settings.name, settings.keep_finished_seconds
+        for prune in (store.history_prune, store.attempts_prune):
+            total += until_short_batch(partial(prune, queue, keep), PRUNE_BATCH, max_batches=HISTORY_MAX_BATCHES)
+    return total

@@ -4,7 +4,8 @@ once as a plan (:mod:`shardq.plans`) that the sync and the asyncio session run, 
 * :mod:`.tasks` — layout, enqueue, exclusive keys, cancel, settling by fenced key;
 * :mod:`.queues` — queue settings, wake-ups, flow control's slots and token buckets;
 * :mod:`.stats` — the snapshot's reads, the activity counters, :class:`EnqueueCounts`;
-* :mod:`.records` — periodic slots and dead letters.
+* :mod:`.records` — periodic slots and dead letters;
+* :mod:`.history` — finished tasks and failed attempts, a task's status by id.
 
 What differs per engine (claim, ack, reaping, depth, counts, layout discovery …) is an operation
 of the session's :class:`~shardq.engine.Engine`, reached the same way. Plans are re-exported here,
@@ -14,6 +15,22 @@ modules keep the plans of their own statements beside their logic.
 
 from __future__ import annotations
 
+from .history import (
+    ack_claims_recorded,
+    ack_keys_recorded,
+    attempt_record_many,
+    attempts_prune,
+    history_dedupe_recent,
+    history_list,
+    history_prune,
+    history_record_cancelled,
+    history_record_dead,
+    outcome_listener_gone,
+    outcome_listener_seen,
+    outcome_listeners_present,
+    removed_recorded,
+    task_status,
+)
 from .queues import (
     QUEUE_FIELDS,
     flow_slots_add,
@@ -81,6 +98,10 @@ __all__ = [
     "QUEUE_FIELDS",
     "CancelledTask",
     "EnqueueCounts",
+    "ack_claims_recorded",
+    "ack_keys_recorded",
+    "attempt_record_many",
+    "attempts_prune",
     "dead_get",
     "dead_ids_page",
     "dead_list",
@@ -99,7 +120,15 @@ __all__ = [
     "flow_tokens_spend",
     "flow_tokens_take",
     "flow_usage",
+    "history_dedupe_recent",
+    "history_list",
+    "history_prune",
+    "history_record_cancelled",
+    "history_record_dead",
     "layout",
+    "outcome_listener_gone",
+    "outcome_listener_seen",
+    "outcome_listeners_present",
     "periodic_last_slots",
     "periodic_slot_take",
     "periodic_slots_prune",
@@ -108,6 +137,7 @@ __all__ = [
     "queue_list",
     "queue_notify",
     "queue_update",
+    "removed_recorded",
     "stats_add_many",
     "stats_dead_count",
     "stats_depth",
@@ -128,4 +158,5 @@ __all__ = [
     "task_insert_many",
     "task_release_many",
     "task_retry_many",
+    "task_status",
 ]

@@ -25,6 +25,12 @@ class CancelledTask:
     state: str
     exclusive_key: str | None
     backlogged: bool
+    #: what the history records of a cancelled task (shardq.history)
+    payload: bytes = b""
+    created_at: dt.datetime | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    dedupe_key: str | None = None
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -89,7 +95,9 @@ def task_exclusive_keys_by_id(ids: Sequence[uuid.UUID]) -> Plan[dict[uuid.UUID, 
 
 def task_cancel_many(ids: Sequence[uuid.UUID]) -> Plan[list[CancelledTask]]:
     rows = yield Call("task_cancel_many", {"ids": list(ids)})
-    return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"])
+    return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"],
+                          bytes(row["payload"]), row["created_at"], row["attempts"], row["last_error"],
+                          row["dedupe_key"])
             for row in rows]
 
 

@@ -24,7 +24,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from .. import admin, validation
+from .. import admin, history, validation
 from ..errors import InvalidInput
 from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
 from ..stats import StatsOptions
@@ -280,15 +280,32 @@ def _task_json(task: TaskInfo) -> dict[str, Any]:
 
 def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
     """One task by id (state, attempts, lease expiry, run/creation/death times, last error,
-    payload, see :func:`payload_view`), from the tasks table or the dead letters. :class:`NotFound` when neither
-    holds it, and for a malformed id."""
+    payload, see :func:`payload_view`), from the tasks table or the dead letters, with its
+    ``lifecycle`` (:func:`task_status`); a finished task its queue keeps comes from the history,
+    without payload. :class:`NotFound` when none holds it, and for a malformed id."""
     try:
         task = admin.task_show(store, task_id)
+        status = history.status(store, task_id)
     except InvalidInput:
-        task = None
+        task, status = None, None
     if task is None:
-        raise NotFound(f"no task {task_id!r} (finished, cancelled or never there)")
-    return _task_json(task)
+        if status is None or status.state == "unknown":
+            raise NotFound(f"no task {task_id!r} (finished in a queue that keeps nothing, or never there)")
+        # Finished and kept in the history (shardq.history): no payload is kept there.
+        return {"id": status.id, "queue": status.queue, "state": status.state, "attempts": status.attempts,
+                "max_attempts": None, "priority": None, "exclusive_key": None, "dedupe_key": None,
+                "created_at": _iso(status.created_at), "run_at": None, "lease_expires_at": None, "died_at": None,
+                "last_error": status.last_error, "payload": None, "lifecycle": status.as_json()}
+    shown = _task_json(task)
+    if status is not None:
+        shown["lifecycle"] = status.as_json()
+    return shown
+
+
+def task_status(store: TaskStore, task_id: str) -> dict[str, Any]:
+    """A task's state now and its attempts (:func:`shardq.history.status`): ``unknown`` for an id
+    shardq knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
+    return history.status(store, task_id).as_json()
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -68,6 +68,8 @@ class InFlight:
     timed_out: bool = False
     #: the executor slot running it (kept only for tasks with a timeout)
     slot: int = -1
+    #: the JSON text of the handler's return value, for a task declared with result=True
+    result: str | None = None
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""

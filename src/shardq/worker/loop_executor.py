@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, cast
 
+from ..history_records import KeptResult
 from ..models import Task
 from .config import WorkerTotals
 from .contract import Resolver
 from .events import EventSink
-from .inflight import FAIL, RELEASE, InFlight, InFlightTable, timeout_text
+from .inflight import ACK, FAIL, RELEASE, InFlight, InFlightTable, timeout_text
 from .outcomes import Outbox, record_failure
 from .thread_executor import Extend
 
@@ -148,6 +149,7 @@ class LoopExecutor:
                 entry.running = True
                 current[me] = entry
                 t0 = perf_counter()
+                value: Any = None
                 try:
                     task = Task(entry.claimed, extend)
                     call: Callable[[], Any]
@@ -159,13 +161,14 @@ class LoopExecutor:
                             entry.timeout = own_timeout
                     running = call() if is_async else loop.run_in_executor(self._pool, call)
                     if entry.timeout is None:
-                        await running
+                        value = await running
                     else:
                         entry.timeout_at = monotonic() + entry.timeout
                         try:
                             # In a task of its own (wait_for's), a KeyboardInterrupt or SystemExit
                             # from the handler would be re-raised out of the event loop.
-                            await asyncio.wait_for(_contained(running) if is_async else running, entry.timeout)
+                            value = await asyncio.wait_for(_contained(running) if is_async else running,
+                                                           entry.timeout)
                         except TimeoutError:
                             if monotonic() < entry.timeout_at:
                                 raise  # the handler's own timeout, not ours
@@ -178,6 +181,8 @@ class LoopExecutor:
                     record_failure(entry, exc.raised if isinstance(exc, _Contained) else exc, self.totals)
                 finally:
                     current.pop(me, None)
+                if type(value) is KeptResult and entry.kind == ACK:  # a task declared with result=True
+                    entry.result = value.text
                 entry.seconds = perf_counter() - t0
                 entry.running = False
                 if sink.trace_handled:

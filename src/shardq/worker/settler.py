@@ -20,21 +20,25 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
+from typing import cast
 
 from .. import backoff
 from .. import stats as activity
+from ..arguments import task_name_of
 from ..consumer import fenced
 from ..error_text import storable
 from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
-from ..maintenance.pruning import prune_counters
+from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
+from ..waiting import ListenerPresence
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
+from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, split_kept
 from .settle_steps import Batch, Step, remove_keyed
 
 log = logging.getLogger("shardq.worker")
@@ -48,6 +52,10 @@ ACK_LINGER_SECONDS = 0.02
 SETTLER_IDLE_WAIT_SECONDS = 0.05
 # Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
 STATS_PRUNE_SECONDS = 60.0
+
+
+def _queue_of(o: InFlight) -> str:
+    return o.claimed.key.queue
 
 
 class Settler:
@@ -64,6 +72,7 @@ class Settler:
         self._tally = activity.ActivityTally()
         self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
         self._settings: QueueSettingsCache | None = None
+        self._presence = ListenerPresence()
 
     def run(self) -> None:
         store: TaskStore | None = None
@@ -199,20 +208,34 @@ class Settler:
                 )
                 self._count(items, done, "retried")
             steps.append(Step(reschedule, reschedules, writes_errors=True))
+        # Acks of queues that keep finished tasks also write their history rows in the ack's own
+        # statement; the others send what they always did (see settle_records).
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
-                done = remove_keyed(store, items, lambda fenced_items: store.task_ack_many(fenced_items))
-                self._count(items, done, "acked")
+                plain, kept = split_kept(items, _queue_of, self._keeps)
+                if plain:
+                    self._count(plain, remove_keyed(store, plain, store.task_ack_many), "acked")
+                if kept:
+                    self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
             steps.append(Step(ack_keyed, keyed_acks))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
-                lost = store.task_ack_claims([claim for claim, _ in items])
-                self._count([o for _, acks in items for o in acks], None, "acked", lost=lost)
+                plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
+                if plain:
+                    lost = store.task_ack_claims([claim for claim, _ in plain])
+                    self._count([o for _, acks in plain for o in acks], None, "acked", lost=lost)
+                if kept:
+                    acked, lost = ack_claims_kept(store, kept, self._presence.present(store))
+                    self._count(acked, None, "acked", lost=lost)
             steps.append(Step(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
+                plain, kept = split_kept(items, _queue_of, self._keeps)
+                if kept:  # before the lease records of their claims are dropped below
+                    self._count(kept, ack_keys_kept(store, kept, self._presence.present(store)), "acked")
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
-                self._count(items, store.task_ack_many([fenced(o.claimed) for o in items], closed), "acked")
+                if plain or closed:
+                    self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")
             steps.append(Step(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
@@ -304,11 +327,20 @@ class Settler:
                     o.claimed.exclusive_key, permanent=o.permanent, ref=o)
             for o in fails
         ]
+        for failure in failures:  # what the history records, for queues that keep it
+            if self._keeps(failure.queue):
+                o = cast(InFlight, failure.ref)
+                failure.task, failure.run_seconds = task_name_of(o.claimed.payload), o.seconds
         result = settle_failures(store, failures, self._settings.settings, require_expired=False)
         retried = [f.ref for f in result.retried] + [f.ref for f in result.refused_retry]
         dead = [f.ref for f in result.dead] + [f.ref for f in result.refused_dead]
         self._count(retried, {f.item.key.id for f in result.retried}, "retried")  # type: ignore[arg-type]
         self._count(dead, {f.item.key.id for f in result.dead}, "dead")  # type: ignore[arg-type]
+
+    def _keeps(self, queue: str) -> bool:
+        """Whether ``queue`` keeps finished tasks (its settings, cached: see QueueSettingsCache)."""
+        assert self._settings is not None
+        return self._settings.settings(queue).keep_finished_seconds > 0
 
     # -- counting -------------------------------------------------------------------------------
     def _count(
@@ -359,5 +391,6 @@ class Settler:
     def _prune_stats(store: TaskStore) -> None:
         try:
             prune_counters(store)
+            prune_history(store)
         except DatabaseError as exc:  # housekeeping: the next prune tries again
-            log.debug("pruning old queue activity rows failed: %s", exc)
+            log.debug("pruning old queue activity or history rows failed: %s", exc)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..flow import SEAT_WAIT_SECONDS
+from ..history_records import KeptResult
 from ..models import Task
 from .config import WorkerTotals
 from .events import EventSink
@@ -91,10 +92,9 @@ class ThreadExecutor:
                         entry.slot = slot
                         entry.timeout_at = monotonic() + entry.timeout  # the timeout keeper watches it
                     entry.running = True  # one attribute store (atomic); the keepers read it under the lock
-                    if call is None:
-                        handler(Task(entry.claimed, extend))
-                    else:
-                        call()
+                    value = handler(Task(entry.claimed, extend)) if call is None else call()
+                    if type(value) is KeptResult:  # an app's task declared with result=True
+                        entry.result = value.text
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                     record_failure(entry, exc, self.totals)
                 entry.seconds = perf_counter() - t0

@@ -5,13 +5,15 @@ INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHIN
 -- name: queue_get
 -- One queue's settings, or no row.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst
+       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
+       keep_finished_seconds
 FROM shardq_queues WHERE name = %(queue)s
 
 -- name: queue_list
 -- Every known queue's settings, by name.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst
+       paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
+       keep_finished_seconds
 FROM shardq_queues ORDER BY name
 
 -- name: queue_update
@@ -33,7 +35,9 @@ SET lease_seconds = coalesce(%(lease_seconds)s, lease_seconds),
     rate_limit = CASE WHEN %(rate)s::INT4 IS NULL THEN rate_limit
                       WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(rate)s::INT4 END,
     rate_burst = CASE WHEN %(rate)s::INT4 IS NULL THEN rate_burst
-                      WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(burst)s::INT4 END
+                      WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(burst)s::INT4 END,
+    keep_finished_seconds = coalesce(%(keep_finished_seconds)s::FLOAT8, keep_finished_seconds)
 WHERE name = %(queue)s
 RETURNING name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
-          paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst
+          paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
+       keep_finished_seconds

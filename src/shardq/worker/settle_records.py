@@ -1,0 +1,62 @@
+"""What the settler records for queues that keep finished tasks (:mod:`shardq.history`): the
+history row of an acked task, and the split of a step's items into the queues that keep and those
+that do not. A queue that keeps nothing is settled with exactly the statements it had before:
+no extra statement, no extra parameter, no payload decoded."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from ..arguments import task_name_of
+from ..consumer import fenced
+from ..history_records import Finished
+from ..store import TaskStore, WholeClaim
+from .inflight import InFlight
+from .settle_steps import remove_keyed
+
+T = TypeVar("T")
+
+
+def split_kept(items: Sequence[T], queue_of: Callable[[T], str], keeps: Callable[[str], bool]) -> tuple[list[T], list[T]]:
+    """(items of queues that keep nothing, items of queues that keep finished tasks); asks
+    ``keeps`` once per queue."""
+    answers: dict[str, bool] = {}
+    plain: list[T] = []
+    kept: list[T] = []
+    for item in items:
+        queue = queue_of(item)
+        keep = answers.get(queue)
+        if keep is None:
+            keep = answers[queue] = keeps(queue)
+        (kept if keep else plain).append(item)
+    return plain, kept
+
+
+def succeeded(o: InFlight) -> Finished:
+    """The history row of a task whose handler returned (``o.result``: its encoded return value,
+    for a task that keeps one)."""
+    c = o.claimed
+    return Finished(c.key.id, c.key.queue, "succeeded", task_name_of(c.payload), c.created_at, c.attempt,
+                    o.seconds, None, o.result)
+
+
+def ack_keyed_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[uuid.UUID]:
+    """Acks holding exclusive keys, with their history rows, releasing the keys' backlogs in the
+    same transaction; returns the ids deleted."""
+    records = [succeeded(o) for o in kept]
+    return remove_keyed(store, kept, lambda items: store.task_ack_many_recorded(items, records, notify=notify))
+
+
+def ack_claims_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
+                    notify: bool) -> tuple[list[InFlight], set[uuid.UUID]]:
+    """Whole claims acked with their history rows: (the acks, the ids not deleted)."""
+    acked = [o for _, acks in claims for o in acks]
+    lost = store.task_ack_claims_recorded([claim for claim, _ in claims], [succeeded(o) for o in acked], notify=notify)
+    return acked, lost
+
+
+def ack_keys_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[uuid.UUID]:
+    """Acks by whole key with their history rows; returns the ids deleted."""
+    return store.task_ack_many_recorded([fenced(o.claimed) for o in kept], [succeeded(o) for o in kept], notify=notify)
