@@ -174,6 +174,8 @@ def task_name_of(payload: bytes | bytearray | memoryview | str) -> str | None:
                 return name.decode()
             except UnicodeDecodeError:
                 return None
+    if not data.lstrip().startswith(b"{"):  # not a JSON object: an application's own bytes
+        return None
     try:
         return decode_call(data)[0]
     except ValueError:
