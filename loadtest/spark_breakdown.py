@@ -113,7 +113,7 @@ def timed_merge(dsn: Dsn, run, stage, chunks: int, workers: int) -> dict:
                                workers=workers)
         wall = time.perf_counter() - started
     merge = clock.seconds["spark_chunk_merge"]
-    ledger = sum(clock.seconds[n] for n in ("spark_chunk_claim", "spark_chunk_record"))
+    ledger = sum(clock.seconds[n] for n in ("spark_chunk_take", "spark_chunk_record"))
     statements = sum(clock.seconds.values())
     return {"wall_seconds": round(wall, 3), "tasks": outcome.tasks, "workers": workers,
             "merge_statement_seconds": round(merge, 3), "ledger_statement_seconds": round(ledger, 3),

@@ -68,7 +68,7 @@ def test_closing_claims_without_tasks_sends_a_statement_only_where_lease_records
 
 def test_only_postgresql_sweeps_lease_records():
     swept, sent = drive(POSTGRESQL.sweep_lease_records(3, 100), lambda request: {"dropped": 2, "pushed": 1})
-    assert swept == (2, 1) and names(sent) == ["lease_sweep"]
+    assert swept == (2, 1) and names(sent) == ["lease_records_settle"]
     assert drive(COCKROACHDB.sweep_lease_records(3, 100)) == ((0, 0), [])
 
 

@@ -102,7 +102,7 @@ def test_a_worker_that_abandons_too_many_threads_stops_and_says_so(db):
     thread.join(60)
     assert not thread.is_alive()
     # The limit stops claims; a task already held may still time out while the worker finishes.
-    assert worker.stats.abandoned_limit_reached and worker.stats.abandoned >= 2
+    assert worker.totals.abandoned_limit_reached and worker.totals.abandoned >= 2
 
 
 def test_heartbeats_never_renew_a_lease_past_the_timeout(db):

@@ -75,7 +75,7 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
         "postgresql": {"shard_layout_get", "table_schema_jobs_running", "task_count_by_bucket_current",
                        "table_primary_key_alter", "shard_column_drop",
                        "stats_depth_one", "stats_ready_head_after", "stats_snapshot_historical"},
-        "cockroachdb": {"layout_get", "embedded_database_present", "embedded_database_create", "lease_sweep", "task_ack_claim", "queue_notify", "notify_listen",
+        "cockroachdb": {"layout_get", "embedded_database_present", "embedded_database_create", "lease_records_settle", "task_ack_claim", "queue_notify", "notify_listen",
                         "task_claim_round", "task_promote_due_round", "resize_lock_try", "resize_lock_release",
                         "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
                         "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",

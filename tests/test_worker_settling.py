@@ -81,7 +81,7 @@ def test_ack_of_a_whole_claim_spares_a_task_whose_lease_passed_to_someone_else(d
     done = threading.Event()
 
     def stop_when_settled(event, task, details) -> None:
-        if worker.stats.acked + worker.stats.lease_lost >= 12:
+        if worker.totals.acked + worker.totals.lease_lost >= 12:
             done.set()
 
     worker.on_event = stop_when_settled
@@ -90,7 +90,7 @@ def test_ack_of_a_whole_claim_spares_a_task_whose_lease_passed_to_someone_else(d
     assert done.wait(30)
     worker.stop()
     thread.join(30)
-    stats = worker.stats
+    stats = worker.totals
     assert stats.acked == 11 and stats.lease_lost == 1
     assert db.task_row(stolen[0]) is not None  # still there, for its new holder
 
@@ -147,7 +147,7 @@ def test_stop_hands_back_claimed_tasks_that_have_not_started_with_the_attempt_re
     worker.stop()
     release.set()
     thread.join(30)
-    stats = worker.stats
+    stats = worker.totals
     assert stats.acked + stats.released == stats.claimed
     assert stats.released >= 1
     rows = db.sql("SELECT state, attempts FROM shardq_tasks")

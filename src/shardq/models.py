@@ -306,15 +306,15 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
-class TokenBucket:
-    """A rate-limited queue's bucket as read under its lock, with the transaction's clock."""
+class RateTokens:
+    """A rate-limited queue's tokens as read under its lock, with the transaction's clock."""
 
     tokens: float
     refilled_at: dt.datetime
     now: dt.datetime
 
     def available(self, rate: int, burst: int) -> float:
-        """Tokens in the bucket now: what was left, plus ``rate`` per second since, at most ``burst``."""
+        """Tokens available now: what was left, plus ``rate`` per second since, at most ``burst``."""
         elapsed = max(0.0, (self.now - self.refilled_at).total_seconds())
         return min(float(burst), self.tokens + rate * elapsed)
 

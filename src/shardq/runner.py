@@ -95,7 +95,7 @@ def _run_with_progress(worker: Worker, install_signal_handlers: bool = True) -> 
 
         def refresh() -> None:
             while not done.wait(0.5):
-                s = worker.stats
+                s = worker.totals
                 bar.update(line, description=f"processed {s.acked}  retried {s.retried}  dead {s.dead}")
 
         watcher = threading.Thread(target=refresh, daemon=True)

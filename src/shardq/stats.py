@@ -62,7 +62,7 @@ from . import operations, validation
 from .engine import Engine
 from .errors import DatabaseError, NotMigrated, ShardLayoutChanged
 from .models import Accuracy, Activity, BucketDepth, QueueStats, Stats
-from .operations import STATS_SLOTS
+from .operations import ACTIVITY_ROWS_PER_MINUTE
 from .plans import ENGINE, Atomically, Plan
 from .store import TaskStore
 
@@ -222,8 +222,8 @@ class ActivityTally:
     writer that dies loses what it gathered since its last successful flush.
     """
 
-    def __init__(self, *, slot: int | None = None) -> None:
-        self.slot = random.randrange(STATS_SLOTS) if slot is None else slot
+    def __init__(self, *, row: int | None = None) -> None:
+        self.row = random.randrange(ACTIVITY_ROWS_PER_MINUTE) if row is None else row
         self._pending: dict[str, Activity] = {}
         self._failures = 0
 
@@ -243,7 +243,7 @@ class ActivityTally:
         if not self._pending:
             return True
         try:
-            store.stats_add_many(self.slot, self._pending)
+            store.stats_add_many(self.row, self._pending)
         except DatabaseError as exc:
             if self._failures == 0:
                 log.warning("could not record queue activity (kept for the next try): %s", exc)

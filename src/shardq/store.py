@@ -29,17 +29,24 @@ from .models import (
     DeadTask,
     NewTask,
     QueueSettings,
+    RateTokens,
     SchemaJob,
     ShardLayout,
     TaskInfo,
-    TokenBucket,
 )
-from .operations import ENQUEUE_COUNT_SECONDS, STATS_SLOTS, CancelledTask, EnqueueCounts
+from .operations import ACTIVITY_ROWS_PER_MINUTE, ENQUEUE_COUNT_SECONDS, CancelledTask, EnqueueCounts
 from .plans import Plan
 
 __all__ = [  # names other modules and tests import from here
-    "ENQUEUE_COUNT_SECONDS", "STATS_PRIORITIES_MAX", "STATS_SLOTS", "CancelledTask", "EnqueueCounts", "ExpiredLease",
-    "Fenced", "TaskStore", "WholeClaim",
+    "ACTIVITY_ROWS_PER_MINUTE",
+    "ENQUEUE_COUNT_SECONDS",
+    "STATS_PRIORITIES_MAX",
+    "CancelledTask",
+    "EnqueueCounts",
+    "ExpiredLease",
+    "Fenced",
+    "TaskStore",
+    "WholeClaim",
 ]
 
 T = TypeVar("T")
@@ -183,7 +190,7 @@ class TaskStore:
         """See :func:`shardq.operations.sweep_turns_take`."""
         return self.session.run(ops.sweep_turns_take(buckets, every_seconds))
 
-    def lease_sweep(self, bucket: int, limit: int) -> tuple[int, int]:
+    def lease_records_settle(self, bucket: int, limit: int) -> tuple[int, int]:
         """Settle expired lease records of ``bucket`` (dropped, pushed); (0, 0) where the engine
         keeps none (see :meth:`shardq.engine.Engine.sweep_lease_records`)."""
         return self.session.run(self.session.engine.sweep_lease_records(bucket, limit))
@@ -239,7 +246,7 @@ class TaskStore:
     def flow_slots_trim(self, queue: str, slots: int) -> None:
         self.session.run(ops.flow_slots_trim(queue, slots))
 
-    def flow_tokens_take(self, queue: str) -> TokenBucket | None:
+    def flow_tokens_take(self, queue: str) -> RateTokens | None:
         """Lock and read ``queue``'s token bucket, or None when it has none."""
         return self.session.run(ops.flow_tokens_take(queue))
 
@@ -275,9 +282,9 @@ class TaskStore:
         """Activity per queue in the current minute and the ``minutes`` full minutes before it."""
         return self.session.run(ops.stats_window(minutes))
 
-    def stats_add_many(self, slot: int, activity: Mapping[str, Activity]) -> None:
-        """Add each queue's activity to the current minute's counters in ``slot``."""
-        self.session.run(ops.stats_add_many(slot, activity))
+    def stats_add_many(self, row: int, activity: Mapping[str, Activity]) -> None:
+        """Add each queue's activity to the current minute's counters in writer row ``row``."""
+        self.session.run(ops.stats_add_many(row, activity))
 
     def stats_prune(self, keep_seconds: float, limit: int) -> int:
         return self.session.run(ops.stats_prune(keep_seconds, limit))

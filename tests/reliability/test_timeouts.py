@@ -113,7 +113,7 @@ def test_worker_rides_out_claims_and_acks_cancelled_by_the_statement_timeout(pg_
         thread.join(60)
     finally:
         worker.stop()
-    stats = worker.stats
+    stats = worker.totals
     timeouts = logwatch.count("statement timeout")
     figures.add("timeouts", scenario="worker statements cancelled by a 0.2 s statement timeout while the table is locked",
                 text=f"{timeouts} cancelled statements retried; {stats.acked} of 10 acked, lease_lost {stats.lease_lost}, "
@@ -238,7 +238,7 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
         worker.stop()
         killer.close()
         victim.close()
-    stats = worker.stats
+    stats = worker.totals
     remaining = pg_db.sql("SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
     figures.add("timeouts", scenario="worker connections cut with pg_terminate_backend during a drain",
                 text=f"{cuts} cuts; {len(set(seen))} of {len(ids)} processed, {len(seen) - len(set(seen))} "
@@ -285,11 +285,11 @@ def test_a_handler_that_hangs_past_its_lease_cannot_settle_the_task_someone_else
         threads[1].start()
         assert second_started.wait(30), "the reaped task was not handed to the healthy worker"
         first_release.set()  # the hung handler returns now: its ack must change nothing
-        wait_until(lambda: hung_worker.stats.lease_lost == 1, 30, what="the stale ack to be refused")
+        wait_until(lambda: hung_worker.totals.lease_lost == 1, 30, what="the stale ack to be refused")
         row = pg_db.task_row(task_id)
         held_by_other = row is not None and row["state"] == "leased" and row["attempts"] == 2
         second_release.set()
-        wait_until(lambda: healthy_worker.stats.acked == 1, 30, what="the healthy worker's ack")
+        wait_until(lambda: healthy_worker.totals.acked == 1, 30, what="the healthy worker's ack")
     finally:
         first_release.set()
         second_release.set()
@@ -300,10 +300,10 @@ def test_a_handler_that_hangs_past_its_lease_cannot_settle_the_task_someone_else
                 thread.join(30)
         reaper.store.session.close()
     figures.add("timeouts", scenario="handler hung past its 1 s lease; reaped; run by another worker",
-                text=f"executions {runs}; hung worker acked {hung_worker.stats.acked}, lease_lost "
-                     f"{hung_worker.stats.lease_lost}; other worker acked {healthy_worker.stats.acked}; "
+                text=f"executions {runs}; hung worker acked {hung_worker.totals.acked}, lease_lost "
+                     f"{hung_worker.totals.lease_lost}; other worker acked {healthy_worker.totals.acked}; "
                      f"row kept while the other held it: {held_by_other}")
     assert runs == [("hung", 1), ("healthy", 2)]
     assert held_by_other, "the stale ack deleted a task another worker was running"
-    assert hung_worker.stats.acked == 0 and hung_worker.stats.lease_lost == 1
+    assert hung_worker.totals.acked == 0 and hung_worker.totals.lease_lost == 1
     assert pg_db.task_row(task_id) is None and pg_db.count("shardq_dead") == 0

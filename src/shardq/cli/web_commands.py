@@ -23,9 +23,10 @@ from .app import cli, client_from
               help="Rows counted at most per queue, bucket and state (as for `shardq stats`).")
 @click.pass_context
 def web(ctx, host, port, token, read_token, refresh, bucket_cap) -> None:
-    """Serve the dashboard (queues, per-bucket depth, dead letters, tasks; pause, requeue, purge,
-    cancel) until Ctrl-C. Every request needs the token: open the printed URL and log in with it,
-    or send `Authorization: Bearer TOKEN`."""
+    """Serve the web dashboard (queues, per-bucket depth, tasks by state, workers, dead letters,
+    audit log; pause, requeue, purge, cancel, run now, re-prioritise) until Ctrl-C. Every request
+    needs the token: open the printed URL and log in with it, or send `Authorization: Bearer TOKEN`.
+    A --read-token session sees everything and changes nothing."""
     from shardq import web as web_module
     from shardq.stats import StatsOptions
 

@@ -72,7 +72,7 @@ class PostgreSQLOperations:
         return lost
 
     def sweep_lease_records(self, bucket: int, limit: int) -> Plan[tuple[int, int]]:
-        row = yield Call("lease_sweep", {"bucket": bucket, "limit": limit}, rows="one")
+        row = yield Call("lease_records_settle", {"bucket": bucket, "limit": limit}, rows="one")
         return (row["dropped"], row["pushed"]) if row else (0, 0)
 
     def stats_snapshot(self, historical: bool) -> Plan[bool]:

@@ -137,7 +137,7 @@ class Reaper:
                 retried, dead = retried + r, dead + d
                 if len(expired) < self.config.batch:
                     break
-            dropped += self.store.lease_sweep(bucket, self.config.batch)[0]
+            dropped += self.store.lease_records_settle(bucket, self.config.batch)[0]
         if retried or dead:
             log.info("reaped %d expired leases: %d back to ready, %d dead", retried + dead, retried, dead)
         return ReapResult(retried, dead, swept, dropped, due_in)

@@ -45,8 +45,8 @@ from .records import (
     periodic_slots_prune,
 )
 from .stats import (
+    ACTIVITY_ROWS_PER_MINUTE,
     ENQUEUE_COUNT_SECONDS,
-    STATS_SLOTS,
     EnqueueCounts,
     stats_add_many,
     stats_dead_count,
@@ -76,9 +76,9 @@ from .tasks import (
 )
 
 __all__ = [
+    "ACTIVITY_ROWS_PER_MINUTE",
     "ENQUEUE_COUNT_SECONDS",
     "QUEUE_FIELDS",
-    "STATS_SLOTS",
     "CancelledTask",
     "EnqueueCounts",
     "dead_get",

@@ -7,7 +7,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
-from ..models import QueueSettings, TokenBucket
+from ..models import QueueSettings, RateTokens
 from ..plans import Call, Plan
 
 #: The settings :func:`queue_update` may change.
@@ -89,10 +89,10 @@ def flow_slots_trim(queue: str, slots: int) -> Plan[None]:
     yield Call("flow_slots_trim", {"queue": queue, "slots": slots}, rows="none")
 
 
-def flow_tokens_take(queue: str) -> Plan[TokenBucket | None]:
+def flow_tokens_take(queue: str) -> Plan[RateTokens | None]:
     """Lock and read ``queue``'s token bucket, or None when it has none."""
     rows = yield Call("flow_tokens_take", {"queue": queue})
-    return TokenBucket(rows[0]["tokens"], rows[0]["refilled_at"], rows[0]["now"]) if rows else None
+    return RateTokens(rows[0]["tokens"], rows[0]["refilled_at"], rows[0]["now"]) if rows else None
 
 
 def flow_tokens_spend(queue: str, tokens: float, refilled_at: dt.datetime) -> Plan[None]:

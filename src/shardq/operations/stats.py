@@ -19,7 +19,7 @@ log = logging.getLogger("shardq.store")
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
 #: wait on each other's row lock; readers sum them.
-STATS_SLOTS = 8
+ACTIVITY_ROWS_PER_MINUTE = 8
 #: A producer adds its enqueues to the counters at once for a queue it has not counted yet, then at
 #: most this often (one small statement instead of an upsert inside every enqueue statement,
 #: which made single-row enqueues slower).
@@ -51,12 +51,13 @@ def stats_dead_count(queue: str, cap: int) -> Plan[int]:
     return row["dead"] if row else 0
 
 
-def stats_add_many(slot: int, activity: Mapping[str, Activity]) -> Plan[None]:
-    """Add each queue's activity to the current minute's counters in ``slot``."""
+def stats_add_many(row: int, activity: Mapping[str, Activity]) -> Plan[None]:
+    """Add each queue's activity to the current minute's counters in writer row ``row`` (the
+    ``slot`` column of ``shardq_stats``, one of :data:`ACTIVITY_ROWS_PER_MINUTE`)."""
     queues = [q for q, a in activity.items() if not a.is_empty()]
     if not queues:
         return
-    params: dict[str, Any] = {"slot": slot, "queues": queues}
+    params: dict[str, Any] = {"slot": row, "queues": queues}
     for name in Activity.FIELDS:
         params[name] = [getattr(activity[q], name) for q in queues]
     yield Call("stats_add_many", params, rows="none")
@@ -117,7 +118,7 @@ class EnqueueCounts:
         if not pending:
             return True
         try:
-            yield from stats_add_many(random.randrange(STATS_SLOTS), {q: Activity(enqueued=n) for q, n in pending.items()})
+            yield from stats_add_many(random.randrange(ACTIVITY_ROWS_PER_MINUTE), {q: Activity(enqueued=n) for q, n in pending.items()})
         except DatabaseError as exc:
             log.debug("could not record enqueue counts (kept for the next try): %s", exc)
             return False

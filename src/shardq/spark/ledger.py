@@ -180,7 +180,7 @@ class SparkLedger:
                     "table: run the job again (chunks merged so far stay merged)"
                 )
             params = {"run_id": run.run_id, "chunk": chunk}
-            if (yield Call("spark_chunk_claim", params, rows="one")) is None:
+            if (yield Call("spark_chunk_take", params, rows="one")) is None:
                 return None
             row = yield Call(
                 "spark_chunk_merge",

@@ -6,7 +6,7 @@ How
     chunk (the numbering of identical rows rides on that one shuffle), so each Spark task holds
     whole chunks, sorted by chunk. :func:`copy_frame` renders each row as CSV with Spark
     built-ins; ``mapInArrow`` hands the task's rows to :func:`write_partition` as Arrow batches,
-    which, per chunk, opens a transaction, takes the chunk's ledger row (``spark_chunk_claim``;
+    which, per chunk, opens a transaction, takes the chunk's ledger row (``spark_chunk_take``;
     taken: skip the chunk), then
 
     * **plain rows** (the run maps no run_at, delay, dedupe key or exclusive key): reads the
@@ -286,7 +286,7 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
         for phase in ("copy", "statement", "rows"):  # a retried body starts again
             clock[phase] = 0.0
         mark = time.perf_counter()
-        if (yield Call("spark_chunk_claim", params, rows="one")) is None:
+        if (yield Call("spark_chunk_take", params, rows="one")) is None:
             return None
         if spec.plain:
             opened = yield Call("spark_chunk_open", {"queue": spec.queue}, rows="one")

@@ -30,7 +30,7 @@ __all__ = ["serve"]
 
 
 def serve(client: Any, **options: Any) -> None:
-    """Serve the dashboard for ``client`` until stopped; see :func:`shardq.web.server.serve`."""
+    """Serve the web dashboard for ``client`` until stopped; see :func:`shardq.web.server.serve`."""
     try:
         from .server import serve as run
     except ImportError as exc:

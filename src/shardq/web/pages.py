@@ -24,7 +24,6 @@ from starlette.routing import Route
 from .. import dashboard as fmt
 from ..models import Accuracy
 from . import views
-from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
 from .context import Dashboard, Failure, read_body, run_action, run_view
 
 FORM_MAX = 64 * 1024
@@ -116,7 +115,7 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 
 def login_page(request: Request, status: int = 200, problem: str | None = None, next_path: str = "/") -> HTMLResponse:
-    return render(request, "login.html", status, problem=problem, next=_local_path(next_path))
+    return render(request, "login.html", status, problem=problem, next=local_path(next_path))
 
 
 def throttled_text(seconds: int) -> str:
@@ -130,7 +129,7 @@ def throttled_login_page(request: Request, seconds: int) -> HTMLResponse:
     return response
 
 
-def _local_path(path: str) -> str:
+def local_path(path: str) -> str:
     """Only a path on this server (no scheme, no host, no ``//``) may be a redirect target."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
@@ -255,7 +254,7 @@ async def static(request: Request) -> Response:
 
 
 # -- forms --------------------------------------------------------------------------------------
-async def _form(request: Request) -> dict[str, list[str]]:
+async def read_form(request: Request) -> dict[str, list[str]]:
     raw = await read_body(request, FORM_MAX)
     try:
         return urllib.parse.parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
@@ -271,7 +270,7 @@ def form_value(form: dict[str, list[str]], name: str) -> str | None:
 async def submit_form(request: Request, act: Callable[[dict[str, list[str]]], Any]) -> Response:
     """Parse the form, check its CSRF token, run ``act`` (which returns the redirect target)."""
     try:
-        form = await _form(request)
+        form = await read_form(request)
         if not Dashboard.of(request).csrf_ok(request, form_value(form, "csrf")):
             raise Failure(403, "missing or wrong CSRF token: reload the page and try again")
         target = await act(form)
@@ -346,50 +345,9 @@ async def cancel_form(request: Request) -> Response:
     return await submit_form(request, act)
 
 
-# -- signing in and out -------------------------------------------------------------------------
-async def login(request: Request) -> Response:
-    if request.method == "GET":
-        return login_page(request, next_path=request.query_params.get("next", "/"))
-    dashboard = Dashboard.of(request)
-    address = client_address(request.scope)
-    wait = dashboard.auth.throttle.wait_seconds(address)
-    if wait:  # before reading the body: a waiting address's guesses are not even compared
-        return throttled_login_page(request, wait)
-    try:
-        form = await _form(request)
-    except Failure as failure:
-        return error_page(request, failure.status, failure.message)
-    next_path = form_value(form, "next") or "/"
-    supplied = form_value(form, "token")
-    full = dashboard.auth.token_ok(supplied)
-    if not full and not dashboard.auth.read_token_ok(supplied):
-        dashboard.auth.throttle.failed(address)
-        return login_page(request, 401, "That is not the token.", next_path)
-    dashboard.auth.throttle.succeeded(address)
-    session_id, _ = dashboard.auth.sessions.create(read_only=not full)
-    response = RedirectResponse(_local_path(next_path), status_code=303)
-    response.headers.append("Set-Cookie", session_cookie(session_id))
-    return response
-
-
-async def logout(request: Request) -> Response:
-    async def act(form: dict[str, list[str]]) -> str:
-        session_id = Dashboard.identity(request).session_id
-        if session_id:
-            Dashboard.of(request).auth.sessions.end(session_id)
-        return LOGIN_PATH
-
-    response = await submit_form(request, act)
-    if response.status_code == 303:
-        response.headers.append("Set-Cookie", expired_cookie())
-    return response
-
-
 def routes() -> list[Route]:
     return [
         Route("/", overview, methods=["GET"]),
-        Route(LOGIN_PATH, login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
         Route("/static/{name}", static, methods=["GET"]),
         Route("/queues/{queue}", queue, methods=["GET"]),
         Route("/queues/{queue}/dead", dead, methods=["GET"]),

@@ -86,7 +86,7 @@ def serve(
     refresh_seconds: float = 2.0,
     on_start: Callable[[Started], None] | None = None,
 ) -> None:
-    """Serve the dashboard until SIGINT/SIGTERM. Without ``token`` one is generated (loopback
+    """Serve the web dashboard until SIGINT/SIGTERM. Without ``token`` one is generated (loopback
     only: a non-loopback ``host`` without a token raises :class:`~shardq.errors.InvalidInput`
     before anything listens). ``on_start`` is called once the socket listens, with the URL and
     the token. ``port`` 0 picks a free port. ``read_token``: a second token that sees everything

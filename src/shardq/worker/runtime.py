@@ -73,7 +73,7 @@ class Worker:
         app = handler if isinstance(handler, Application) else None
         schedules = list(app.schedules.values()) if app is not None and self.config.periodic else []
         self.session_factory = session_factory
-        self.stats = WorkerTotals()
+        self.totals = WorkerTotals()
         self.sink = EventSink(on_event, events)
         self._stop = threading.Event()
         self._force = threading.Event()
@@ -85,7 +85,7 @@ class Worker:
         self.executor: ThreadExecutor | LoopExecutor
         self.timeout_keeper: TimeoutKeeper | None = None
         if runs_on_loop(handler):
-            self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.stats, self._stop,
+            self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.totals, self._stop,
                                          self.lease_keeper.extend, blocked_loop_seconds=config.blocked_loop_seconds,
                                          loop=loop, on_abandoned=self._after_abandoned)
         else:
@@ -100,14 +100,14 @@ class Worker:
                 run = _sync_dispatch(handler)
             else:
                 run = handler
-            self.executor = ThreadExecutor(run, self.table, self.outbox, self.sink, self.stats,
+            self.executor = ThreadExecutor(run, self.table, self.outbox, self.sink, self.totals,
                                            self._stop, self.lease_keeper.extend, resolve=resolve)
-            self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.stats,
+            self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.totals,
                                                 self.executor.replace_slot, self._after_abandoned)
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
-        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.stats, self._stop)
+        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop)
         self.sweeper = LeaseSweeper(self.sessions, self._stop, queues=self.config.queues) if self.config.sweep else None
-        self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.stats,
+        self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.totals,
                                self._stop, sweeper=self.sweeper)
         self.stopped = threading.Event()
 
@@ -125,9 +125,9 @@ class Worker:
         """A handler thread was left running past its task's timeout (the timeout keeper's, or
         the loop executor's pool): at ``max_abandoned`` of them, stop so a supervisor restarts
         the process (:attr:`WorkerTotals.abandoned_limit_reached`)."""
-        if self.stats.reached_abandoned_limit(self.config.abandoned_limit):
+        if self.totals.reached_abandoned_limit(self.config.abandoned_limit):
             log.error("%d handler threads abandoned after their timeouts (limit %d): stopping this worker so a "
-                      "supervisor can restart it", self.stats.abandoned, self.config.abandoned_limit)
+                      "supervisor can restart it", self.totals.abandoned, self.config.abandoned_limit)
             self.stop()
 
     # -- control ----------------------------------------------------------------------------
@@ -173,7 +173,13 @@ class Worker:
                 signal.signal(sig, handler)
             self.sessions.close()
             self.stopped.set()
-        return self.stats
+        return self.totals
+
+    @property
+    def stats(self) -> WorkerTotals:
+        """The former name of :attr:`totals`, kept so existing code runs; new code reads ``totals``
+        (*stats* is the operator's snapshot, ``shardq stats``)."""
+        return self.totals
 
     # -- shutdown ---------------------------------------------------------------------------
     def _finish_executor(self) -> None:

@@ -73,7 +73,7 @@ DELETE FROM shardq_slots WHERE queue = %(queue)s AND slot >= %(slots)s::INT4
 
 -- name: flow_tokens_take
 -- Lock a rate-limited queue's token bucket and read it with the transaction's clock; the refill is
--- computed by the caller (shardq.flow.TokenBucket) from these three values.
+-- computed by the caller (shardq.flow.RateTokens) from these three values.
 SELECT tokens, refilled_at, now() AS now FROM shardq_rate_tokens WHERE queue = %(queue)s FOR UPDATE
 
 -- name: flow_tokens_spend

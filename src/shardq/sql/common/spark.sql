@@ -15,7 +15,7 @@ RETURNING run_id
 -- In the transaction that registered a run (spark_run_register returned its row): note how the
 -- run splits its rows into chunks, as a ledger row with chunk -1 (merged chunks are 0..chunks-1)
 -- and the scheme's number in rows_merged. Runs registered before there were schemes have none and
--- keep their chunking (shardq.spark.frame.CHUNK_BY_ID). Same shape as spark_chunk_claim.
+-- keep their chunking (shardq.spark.frame.CHUNK_BY_ID). Same shape as spark_chunk_take.
 INSERT INTO shardq_spark_chunks (run_id, chunk, rows_merged) VALUES (%(run_id)s, -1, %(scheme)s)
 ON CONFLICT (run_id, chunk) DO NOTHING
 
@@ -38,7 +38,7 @@ FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 -- opening a transaction).
 SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = %(run_id)s AND chunk >= 0
 
--- name: spark_chunk_claim
+-- name: spark_chunk_take
 -- First statement of a chunk's merge transaction: take the chunk's ledger row. No row back means
 -- another attempt merged (or is merging) this chunk: the caller rolls back and moves on. A
 -- concurrent attempt on the same chunk waits on this row's key until the first one commits.

@@ -28,7 +28,7 @@ CREATE INDEX ON {stage} (chunk)
 SELECT pg_postmaster_start_time() AS started
 
 -- name: spark_chunk_open
--- COPY writer (shardq.spark.writer), in a chunk's transaction after spark_chunk_claim: create the
+-- COPY writer (shardq.spark.writer), in a chunk's transaction after spark_chunk_take: create the
 -- queue on first use and read what the chunk's rows need from the database: whether the queue is
 -- paused for enqueue (then the caller rolls the chunk back), its max_attempts (for rows that give
 -- none) and the transaction's now() (the due time of rows due at once, as in spark_chunk_merge).

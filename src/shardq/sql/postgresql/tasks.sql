@@ -235,7 +235,7 @@ WHERE l.bucket = %(bucket)s AND l.expires_at <= now()
   AND t.lease_token = l.token AND t.state = 'leased' AND t.lease_expires_at <= now()
 LIMIT %(limit)s
 
--- name: lease_sweep
+-- name: lease_records_settle
 -- Settle expired lease records of one bucket: drop those with no task still leased under their
 -- token, push the others to the latest expiry among their tasks (leases extended since).
 WITH due AS (
