@@ -42,6 +42,8 @@ async def tasks(request: Request) -> Response:
     kept = {k: v for k, v in data["filters"].items() if v}
     if data["order"] != "asc":
         kept["order"] = data["order"]
+    if data["limit"] != browse.LIMIT_DEFAULT:  # the next page keeps the page size
+        kept["limit"] = str(data["limit"])
     base = queue_path(name, "/tasks?") + urllib.parse.urlencode({"state": state, **kept})
     return render(request, "tasks.html", queue=name, data=data, tabs=STATE_TABS, base=base,
                   first_page=base, next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe=""))

@@ -8,25 +8,34 @@
 -- name: task_browse_span
 -- One page's scan of one state's span, ascending: per bucket, the first scan keys of (bucket,
 -- queue, rank between rank_lo and rank_hi) after the cursor (after_rank, after_time, after_id),
--- with whether each matches the filters. The ready span also holds the few leased rows (a claim
--- leaves the key alone): the state filter skips them. Filters are NULL when not given; error_like
--- is an ILIKE pattern (the caller escapes it).
+-- with whether each matches the state and the filters. The keys are read first, alone: an
+-- index-only scan of the primary key in key order that stops at the LIMIT (with the filters in
+-- the same scan, the planner may prefer a bitmap scan that reads the whole span, then sorts);
+-- then each key's row is read for the filters. The ready span also holds the few leased rows (a
+-- claim leaves the key alone): they are scanned keys, not hits. Filters are NULL when not given;
+-- error_like is an ILIKE pattern (the caller escapes it).
 SELECT b.bucket, s.rank, s.exec_time, s.id, s.hit
 FROM unnest(%(buckets)s::INT4[]) AS b(bucket)
 CROSS JOIN LATERAL (
-    SELECT t.rank, t.exec_time, t.id,
-           (%(priority)s::INT8 IS NULL OR t.priority = %(priority)s::INT8)
+    SELECT k.rank, k.exec_time, k.id,
+           t.state = %(state)s::TEXT
+           AND (%(priority)s::INT8 IS NULL OR t.priority = %(priority)s::INT8)
            AND (%(exclusive_key)s::TEXT IS NULL OR t.exclusive_key = %(exclusive_key)s::TEXT)
            AND (%(dedupe_key)s::TEXT IS NULL OR t.dedupe_key = %(dedupe_key)s::TEXT)
            AND (%(created_before)s::TIMESTAMPTZ IS NULL OR t.created_at <= %(created_before)s::TIMESTAMPTZ)
            AND (%(error_like)s::TEXT IS NULL OR t.last_error ILIKE %(error_like)s::TEXT) AS hit
-    FROM shardq_tasks AS t
-    WHERE t.bucket = b.bucket AND t.queue = %(queue)s::TEXT
-      AND t.rank >= %(rank_lo)s::INT8 AND t.rank <= %(rank_hi)s::INT8
-      AND (t.rank, t.exec_time, t.id) > (%(after_rank)s::INT8, %(after_time)s::TIMESTAMPTZ, %(after_id)s::UUID)
-      AND t.state = %(state)s::TEXT
-    ORDER BY t.rank, t.exec_time, t.id
-    LIMIT %(scan)s::INT8
+    FROM (
+        SELECT x.rank, x.exec_time, x.id
+        FROM shardq_tasks AS x
+        WHERE x.bucket = b.bucket AND x.queue = %(queue)s::TEXT
+          AND x.rank >= %(rank_lo)s::INT8 AND x.rank <= %(rank_hi)s::INT8
+          AND (x.rank, x.exec_time, x.id) > (%(after_rank)s::INT8, %(after_time)s::TIMESTAMPTZ, %(after_id)s::UUID)
+        ORDER BY x.rank, x.exec_time, x.id
+        LIMIT %(scan)s::INT8
+    ) AS k
+    LEFT JOIN shardq_tasks AS t  -- a key whose row went meanwhile (acked) still counts as scanned
+      ON t.bucket = b.bucket AND t.queue = %(queue)s::TEXT AND t.rank = k.rank AND t.exec_time = k.exec_time
+     AND t.id = k.id
 ) AS s
 
 -- name: task_browse_span_desc
@@ -35,19 +44,25 @@ CROSS JOIN LATERAL (
 SELECT b.bucket, s.rank, s.exec_time, s.id, s.hit
 FROM unnest(%(buckets)s::INT4[]) AS b(bucket)
 CROSS JOIN LATERAL (
-    SELECT t.rank, t.exec_time, t.id,
-           (%(priority)s::INT8 IS NULL OR t.priority = %(priority)s::INT8)
+    SELECT k.rank, k.exec_time, k.id,
+           t.state = %(state)s::TEXT
+           AND (%(priority)s::INT8 IS NULL OR t.priority = %(priority)s::INT8)
            AND (%(exclusive_key)s::TEXT IS NULL OR t.exclusive_key = %(exclusive_key)s::TEXT)
            AND (%(dedupe_key)s::TEXT IS NULL OR t.dedupe_key = %(dedupe_key)s::TEXT)
            AND (%(created_before)s::TIMESTAMPTZ IS NULL OR t.created_at <= %(created_before)s::TIMESTAMPTZ)
            AND (%(error_like)s::TEXT IS NULL OR t.last_error ILIKE %(error_like)s::TEXT) AS hit
-    FROM shardq_tasks AS t
-    WHERE t.bucket = b.bucket AND t.queue = %(queue)s::TEXT
-      AND t.rank >= %(rank_lo)s::INT8 AND t.rank <= %(rank_hi)s::INT8
-      AND (t.rank, t.exec_time, t.id) < (%(after_rank)s::INT8, %(after_time)s::TIMESTAMPTZ, %(after_id)s::UUID)
-      AND t.state = %(state)s::TEXT
-    ORDER BY t.rank DESC, t.exec_time DESC, t.id DESC
-    LIMIT %(scan)s::INT8
+    FROM (
+        SELECT x.rank, x.exec_time, x.id
+        FROM shardq_tasks AS x
+        WHERE x.bucket = b.bucket AND x.queue = %(queue)s::TEXT
+          AND x.rank >= %(rank_lo)s::INT8 AND x.rank <= %(rank_hi)s::INT8
+          AND (x.rank, x.exec_time, x.id) < (%(after_rank)s::INT8, %(after_time)s::TIMESTAMPTZ, %(after_id)s::UUID)
+        ORDER BY x.rank DESC, x.exec_time DESC, x.id DESC
+        LIMIT %(scan)s::INT8
+    ) AS k
+    LEFT JOIN shardq_tasks AS t  -- a key whose row went meanwhile (acked) still counts as scanned
+      ON t.bucket = b.bucket AND t.queue = %(queue)s::TEXT AND t.rank = k.rank AND t.exec_time = k.exec_time
+     AND t.id = k.id
 ) AS s
 
 -- name: task_browse_leased

@@ -12,7 +12,7 @@
     var button = event.submitter;
     var message = (button && button.getAttribute && button.getAttribute("data-confirm")) ||
       (form.getAttribute && form.getAttribute("data-confirm"));
-    if (form.id === "bulk") {
+    if (form.getAttribute && form.getAttribute("id") === "bulk") {  // not form.id: the inputs named "id" shadow it
       // A bulk action names the tasks ticked on this page; it asks with their number.
       var chosen = form.querySelectorAll("input[type=checkbox][name=id]:checked").length;
       if (!chosen) { window.alert("Tick the tasks to act on first."); event.preventDefault(); return; }
