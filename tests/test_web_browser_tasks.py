@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from shardq import arguments
 from shardq.maintenance.worker_registry import Holding, WorkerRegistry
@@ -19,8 +20,6 @@ from shardq.web.server import BackgroundServer
 from .factories import utcnow
 from .test_web_browser import CHROMIUM
 from .web_support import CURRENT, SCRIPT, TOKEN
-
-from playwright.sync_api import expect, sync_playwright  # noqa: E402,I001  (test_web_browser skips without Chromium)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 READ_TOKEN = "read-only-token-0123456789"

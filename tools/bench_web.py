@@ -41,7 +41,7 @@ FROM generate_series(1, %(n)s) AS g
 
 def _percentile(times: list[float], p: float) -> float:
     ordered = sorted(times)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def explain(url: str, buckets: int) -> None:
