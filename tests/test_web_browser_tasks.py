@@ -200,3 +200,22 @@ def test_dark_mode_and_a_phone_screen(server, browser, tmp_path):
         assert not page.errors, page.errors
     finally:
         context.close()
+
+
+def test_editing_a_queues_settings_asks_first(site):
+    db = site.db
+    db.client.store.queue_ensure("q")
+    answers = ["no", "yes"]
+    site.on("dialog", lambda d: d.accept() if answers.pop(0) == "yes" else d.dismiss())
+    site.goto(site.server.url + "queues/q")
+    site.click("#edit-settings summary")
+    site.fill("input[name=max_attempts]", "9")
+    site.fill("input[name=concurrency]", "4")
+    site.click("#save-settings")  # dismissed: nothing changes
+    assert db.client.store.queue_get("q").max_attempts != 9
+    site.click("#save-settings")
+    expect(site.locator(".flash")).to_contain_text("Saved the queue's settings")
+    settings = db.client.store.queue_get("q")
+    assert (settings.max_attempts, settings.concurrency_limit) == (9, 4)
+    expect(site.locator("#concurrency-limit")).to_contain_text("4")
+    assert not answers and not site.errors, site.errors

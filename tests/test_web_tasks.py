@@ -230,3 +230,35 @@ def test_audit_log_pages_newest_first(web):
     assert len(ids) == len(set(ids)) == 5
     times = [e["at"] for e in first["entries"] + rest["entries"]]
     assert times == sorted(times, reverse=True)
+
+
+# -- queue settings -------------------------------------------------------------------------------
+def test_settings_form_changes_settings_and_limits_and_is_audited(web):
+    csrf = login(web)
+    web.db.client.store.queue_ensure("q")
+    form = {"csrf": csrf, "lease_seconds": "45", "max_attempts": "7", "backoff_base": "2", "backoff_cap": "600",
+            "retry_jitter": "0.5", "timeout_seconds": "120", "concurrency": "3", "rate": "", "burst": "",
+            "exclusive_latest_only": "1"}
+    response = web.post("/queues/q/settings", data=form)
+    assert response.status_code == 303 and "done=settings" in response.headers["location"]
+    settings = web.get("/api/queues/q", headers=BEARER).json()["settings"]
+    assert (settings["lease_seconds"], settings["max_attempts"], settings["timeout_seconds"],
+            settings["concurrency_limit"], settings["rate_limit"], settings["exclusive_latest_only"]) == (
+        45, 7, 120, 3, None, True)
+    form.update(timeout_seconds="", concurrency="")
+    web.post("/queues/q/settings", data=form)
+    settings = web.get("/api/queues/q", headers=BEARER).json()["settings"]
+    assert settings["timeout_seconds"] is None and settings["concurrency_limit"] is None
+    assert web.get("/api/audit", headers=BEARER).json()["entries"][0]["action"] == "change settings"
+
+
+def test_a_bad_setting_is_refused_and_changes_nothing(web):
+    csrf = login(web)
+    web.db.client.store.queue_ensure("q")
+    before = snapshot(web.db)
+    for bad in ({"lease_seconds": "soon"}, {"retry_jitter": "2"}, {"rate": "", "burst": "5"}):
+        response = web.post("/queues/q/settings", data={"csrf": csrf, "max_attempts": "3", **bad})
+        assert response.status_code == 400, bad
+    assert web.post("/api/queues/q/settings", json={"max_attempts": -1}, headers=BEARER).status_code == 400
+    assert web.post("/api/queues/nope/settings", json={"max_attempts": 3}, headers=BEARER).status_code == 404
+    assert snapshot(web.db) == before

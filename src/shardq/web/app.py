@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..client import Client
 from ..stats import StatsOptions
-from . import api, api_tasks, pages, pages_session, pages_tasks
+from . import api, api_tasks, pages, pages_session, pages_tasks, settings_form
 from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
 
@@ -81,7 +81,8 @@ def create_app(
     dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token)), (stats_options or StatsOptions()).validate(), refresh_seconds,
                           history_points)
     app = Starlette(
-        routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes()],
+        routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),
+                *settings_form.routes()],
         middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse, forbid=_forbid)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

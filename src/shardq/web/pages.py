@@ -76,6 +76,7 @@ FLASH = {
     "requeued": "Requeued {n} dead task(s).",
     "purged": "Purged {n} dead task(s).",
     "cancelled": "Cancelled the task.",
+    "settings": "Saved the queue's settings.",
     "tasks-cancel": "Cancelled {n} task(s); {m} left alone (gone, or not of this queue).",
     "tasks-run_now": "{n} task(s) will run now; {m} left alone (not scheduled any more, or gone).",
     "tasks-requeue": "Requeued {n} expired task(s); {m} left alone (lease renewed, settled or gone).",
