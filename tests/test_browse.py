@@ -166,3 +166,14 @@ def test_actions_touch_only_the_named_queue(db):
     other = db.make_task("other", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     assert browse.run_now(db.store, "q", [other.id]).changed == ()
     assert db.task_row(other.id)["state"] == "scheduled"
+
+
+def test_a_cursor_survives_an_unescaped_query_string(db):
+    # An ISO time's "+00:00" arrives as " 00:00" when a client puts the cursor in a URL unquoted.
+    made = [db.make_task("q") for _ in range(3)]
+    page = browse.browse(db.store, "q", "ready", limit=1)
+    assert all(c.isalnum() or c in "-_" for c in page.next)
+    rest, _ = _all_pages(db.store, "q", "ready", limit=1)
+    assert rest == [t.id for t in sorted(made, key=lambda t: (t.priority, t.key.exec_time, t.key.id))]
+    later = browse.browse(db.store, "q", "ready", limit=5, after=page.next)
+    assert [t.id for t in later.tasks] == rest[1:]

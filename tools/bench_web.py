@@ -15,6 +15,7 @@ import os
 import statistics
 import tempfile
 import time
+import urllib.parse
 
 import psycopg
 from starlette.testclient import TestClient
@@ -85,7 +86,8 @@ def main() -> None:
         for _ in range(200):  # 200 pages in: keyset paging costs the same however deep
             deep = http.get("/api/queues/q0/tasks/ready", params={"limit": 50, "after": deep}, headers=headers).json()["next"]
         paths = ["/", "/api/queues", "/queues/q0", "/api/queues/q0", "/queues/q0/dead", f"/tasks/{task_id}",
-                 "/api/queues/q0/tasks/ready?limit=50", f"/api/queues/q0/tasks/ready?limit=50&after={deep}",
+                 "/api/queues/q0/tasks/ready?limit=50",
+                 f"/api/queues/q0/tasks/ready?limit=50&after={urllib.parse.quote(deep, safe='')}",
                  "/queues/q0/tasks?state=ready", "/queues/q0/tasks?state=scheduled&error=keyerror",
                  "/api/queues/q0/tasks/scheduled?order=desc&limit=50", "/api/queues/q0/tasks/running",
                  "/workers", "/audit"]

@@ -148,20 +148,23 @@ class ActionResult:
     unchanged: tuple[str, ...]
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _cursor_text(key: tuple[int, dt.datetime, uuid.UUID]) -> str:
-    return f"{key[0]}_{key[1].isoformat()}_{key[2]}"
+    """``rank_microseconds_id``: the run time as whole microseconds since 1970 (UTC), so a cursor
+    has only URL-safe characters (an ISO time's ``+`` would arrive as a space in a query string)."""
+    micros = (key[1] - _EPOCH) // dt.timedelta(microseconds=1)
+    return f"{key[0]}_{micros}_{key[2]}"
 
 
 def parse_cursor(cursor: str) -> tuple[int, dt.datetime, uuid.UUID]:
     """The key a ``next`` cursor names; InvalidInput for anything else."""
     try:
-        rank, at, task_id = cursor.split("_")
-        key = (int(rank), dt.datetime.fromisoformat(at), uuid.UUID(task_id))
-    except ValueError:
+        rank, micros, task_id = cursor.split("_")
+        return int(rank), _EPOCH + dt.timedelta(microseconds=int(micros)), uuid.UUID(task_id)
+    except (ValueError, OverflowError):
         raise InvalidInput(f"not a page cursor: {cursor!r}") from None
-    if key[1].tzinfo is None:
-        raise InvalidInput(f"not a page cursor: {cursor!r}")
-    return key
 
 
 def _span(state: str, filters: Filters) -> tuple[str, int, int]:
