@@ -6,7 +6,8 @@ query: ``priority``, ``exclusive_key``, ``dedupe_key``, ``min_age`` (``90s``, ``
 ``1d``), ``error``, ``order`` (asc, desc), ``limit``, ``after`` (the previous page's ``next``));
 ``POST /api/queues/{queue}/tasks/{action}`` (action: cancel, run_now, requeue, set_priority; body
 ``{"ids": [...]}``, plus ``"priority": N`` for set_priority); ``GET /api/tasks/{id}/payload`` (the
-payload's bytes, as a download); ``GET /api/workers``; ``GET /api/audit[?before=CURSOR&limit=N]``.
+payload's bytes, as a download); ``GET /api/queues/{queue}/charts?range=1h|24h|7d`` (activity
+per minute or hour, :mod:`shardq.web.charts_view`); ``GET /api/workers``; ``GET /api/audit[?before=CURSOR&limit=N]``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.routing import Route
 
 from .. import admin
 from ..errors import InvalidInput
-from . import registry_views, task_list
+from . import charts_view, registry_views, task_list
 from .api import call_action, call_view, checked_action, error_json
 from .context import Failure, run_view
 from .views import NotFound
@@ -67,6 +68,11 @@ async def payload(request: Request) -> Response:
         "Cache-Control": "no-store"})
 
 
+async def charts(request: Request) -> Response:
+    return await call_view(request, charts_view.queue_charts, request.path_params["queue"],
+                           request.query_params.get("range") or "1h")
+
+
 async def workers(request: Request) -> Response:
     return await call_view(request, registry_views.workers)
 
@@ -84,6 +90,7 @@ def routes() -> list[Route]:
         Route("/api/queues/{queue}/tasks/{state}", tasks, methods=["GET"]),
         Route("/api/queues/{queue}/tasks/{action}", tasks_action, methods=["POST"]),
         Route("/api/tasks/{task_id}/payload", payload, methods=["GET"]),
+        Route("/api/queues/{queue}/charts", charts, methods=["GET"]),
         Route("/api/workers", workers, methods=["GET"]),
         Route("/api/audit", audit, methods=["GET"]),
     ]

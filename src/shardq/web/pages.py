@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from .. import dashboard as fmt
 from ..models import Accuracy
-from . import views
+from . import charts_view, views
 from .context import Dashboard, Failure, read_body, run_action, run_view
 
 FORM_MAX = 64 * 1024
@@ -213,9 +213,11 @@ async def queue(request: Request) -> Response:
     dashboard = Dashboard.of(request)
     try:
         data = await _page(request, views.queue_detail, request.path_params["queue"], dashboard.stats_options)
+        chart = await _page(request, charts_view.queue_charts, request.path_params["queue"],
+                            request.query_params.get("range") or "1h")
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    return render(request, "queue.html", header=data, q=formatted(data["queue"]), settings=data["settings"],
+    return render(request, "queue.html", header=data, chart=chart, q=formatted(data["queue"]), settings=data["settings"],
                   per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"],
                   rate_label=rate_label(dashboard))
 

@@ -1,4 +1,4 @@
-"""The dashboard's worker registry and audit log.
+"""The dashboard's worker registry, audit log and hourly activity counters.
 
 Revision ID: 0009_workers_audit
 Revises: 0007_lease_sweeps
@@ -10,6 +10,10 @@ Create Date: 2026-11-26
   task names its worker without any write on the claim path), when it started and its last beat.
   A worker deletes its row when it stops; rows whose beat is old are pruned by the other workers.
   Small (one row per worker), read whole.
+* ``shardq_stats_hourly``: the per-minute activity counters (``shardq_stats``, kept an hour)
+  summed per queue and hour, kept :data:`shardq.maintenance.pruning.KEEP_HOURLY_SECONDS` (8
+  days), for the dashboard's 24 h and 7 d charts. Written by whoever prunes the counters, just
+  before pruning (see sql/common/charts.sql).
 * ``shardq_audit``: what was done from the dashboard (who, what, to what, when), newest first by
   ``(at, id)``. Written only by operators' actions, so its index on time is no write hotspot.
 
@@ -58,8 +62,25 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE INDEX IF NOT EXISTS shardq_audit_at ON shardq_audit (at, id)")
+    op.execute(
+        f"""
+        CREATE TABLE IF NOT EXISTS shardq_stats_hourly (
+            queue {text} NOT NULL,
+            hour TIMESTAMPTZ NOT NULL,
+            enqueued INT8 NOT NULL,
+            acked INT8 NOT NULL,
+            retried INT8 NOT NULL,
+            expired INT8 NOT NULL,
+            dead INT8 NOT NULL,
+            handled INT8 NOT NULL,
+            handler_seconds FLOAT8 NOT NULL,
+            PRIMARY KEY (queue, hour)
+        )
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE IF EXISTS shardq_stats_hourly")
     op.execute("DROP TABLE IF EXISTS shardq_audit")
     op.execute("DROP TABLE IF EXISTS shardq_workers")
