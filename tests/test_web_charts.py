@@ -77,3 +77,31 @@ def test_the_queue_page_draws_the_chart_with_its_ranges(web):
     page = web.get("/queues/q?range=24h", headers=BEARER).text
     assert 'id="series-acked"' in page and 'id="range-7d"' in page
     assert 'id="range-24h" class="current"' in page
+
+
+# -- the Periodic page ----------------------------------------------------------------------------
+def test_the_periodic_page_lists_the_apps_schedules_with_last_and_next_slot(db):
+    import shardq
+    from shardq.periodic import Scheduler
+
+    app = shardq.App(db.dsn)
+    try:
+        @app.periodic(every=60, name="every-minute")
+        @app.task(name="tick", queue="ticks")
+        def tick() -> None: ...
+
+        schedules = list(app.schedules.values())
+        Scheduler(lambda: db.client.store, schedules).run_once()  # takes the latest slot
+        with TestClient(create_app(db.client, TOKEN, schedules=schedules)) as client:
+            data = client.get("/api/periodic", headers=BEARER).json()
+            (row,) = data["schedules"]
+            assert (row["name"], row["task"], row["queue"], row["when"]) == ("every-minute", "tick", "ticks", "every 60 s")
+            assert row["last_slot"] is not None and row["next_slot"] > row["last_slot"]
+            assert "every-minute" in client.get("/periodic", headers=BEARER).text
+    finally:
+        app.close()
+
+
+def test_without_an_app_the_periodic_page_says_how_to_give_one(web):
+    assert web.get("/api/periodic", headers=BEARER).json() == {"app_given": False, "schedules": []}
+    assert 'id="no-app"' in web.get("/periodic", headers=BEARER).text

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..client import Client
 from ..stats import StatsOptions
-from . import api, api_tasks, pages, pages_session, pages_tasks, settings_form
+from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form
 from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
 
@@ -62,13 +62,15 @@ def create_app(
     history_points: int = 150,
     started: threading.Event | None = None,
     read_token: str | None = None,
+    schedules: list[Any] | None = None,
 ) -> Starlette:
     """The dashboard for ``client``'s database, requiring ``token`` on every request (see
     :mod:`shardq.web.auth`). ``stats_options`` bound the counting exactly as for ``shardq stats``;
     the overview polls the API every ``refresh_seconds`` and its charts keep ``history_points``
     samples. ``started`` is set once the application has started (its lifespan began), so a
     caller running it in a thread can wait for that instead of sleeping. ``read_token``: a second
-    token that sees everything and changes nothing (see :mod:`shardq.web.auth`)."""
+    token that sees everything and changes nothing (see :mod:`shardq.web.auth`). ``schedules``: an
+    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page."""
     if refresh_seconds <= 0:
         raise ValueError("refresh_seconds must be positive")
 
@@ -79,10 +81,10 @@ def create_app(
         yield
 
     dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token)), (stats_options or StatsOptions()).validate(), refresh_seconds,
-                          history_points)
+                          history_points, schedules)
     app = Starlette(
         routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),
-                *settings_form.routes()],
+                *settings_form.routes(), *periodic_page.routes()],
         middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse, forbid=_forbid)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

@@ -37,13 +37,16 @@ class Failure(Exception):
 @dataclass
 class Dashboard:
     """One dashboard's state. ``refresh_seconds``: how often the overview polls the API;
-    ``history_points``: samples its charts keep (a ring buffer in the browser)."""
+    ``history_points``: samples its charts keep (a ring buffer in the browser); ``schedules``: the
+    app's periodic schedules, when the dashboard was given the app."""
 
     client: Client
     auth: Auth
     stats_options: StatsOptions = field(default_factory=StatsOptions)
     refresh_seconds: float = 2.0
     history_points: int = 150
+    #: the periodic schedules of the app given to ``shardq web --app`` (the Periodic page); None without one
+    schedules: list[Any] | None = None
 
     @staticmethod
     def of(request: Request) -> Dashboard:
