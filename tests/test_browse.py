@@ -4,6 +4,7 @@ filters applied to bounded scans, and the actions on chosen tasks."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -177,3 +178,31 @@ def test_a_cursor_survives_an_unescaped_query_string(db):
     assert rest == [t.id for t in sorted(made, key=lambda t: (t.priority, t.key.exec_time, t.key.id))]
     later = browse.browse(db.store, "q", "ready", limit=5, after=page.next)
     assert [t.id for t in later.tasks] == rest[1:]
+
+
+def test_a_first_page_of_scheduled_tasks_seeks_to_their_span_instead_of_walking_the_ready_one(pg_db):
+    # The first page's cursor is the lowest key; with it below the span's rank range, PostgreSQL's
+    # B-tree scan started at the ready tasks (rank 0) and walked them all to reach the scheduled ones.
+    from shardq.models import RANK_SCHEDULED
+    from shardq.queries import statements_for
+
+    db = pg_db
+    db.client.store.queue_ensure("q")
+    db.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, 'q', 0,"
+           " now() - g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', '\\x00'::BYTEA"
+           " FROM generate_series(1, 30000) AS g")
+    db.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, 'q', %(r)s,"
+           " now() + g * INTERVAL '1 second', gen_random_uuid(), 'scheduled', '\\x00'::BYTEA"
+           " FROM generate_series(1, 100) AS g", {"r": RANK_SCHEDULED})
+    db.sql("VACUUM ANALYZE shardq_tasks")
+    filters = Filters()
+    params = {"queue": "q", **filters.params(utcnow()),
+              **browse.span_params(1, "scheduled", filters, None, descending=False, limit=50)}
+    text = statements_for("postgresql")["task_browse_span"].text
+    plan = "\n".join(r["QUERY PLAN"] for r in db.sql("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params))
+    scan = plan[plan.index("Index Only Scan"):]
+    buffers = re.search(r"Buffers: shared ([^\n]*)", scan).group(1)
+    pages = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", buffers))
+    assert pages < 20, plan
+    page = browse.browse(db.store, "q", "scheduled", limit=50)
+    assert len(page.tasks) == 50
