@@ -14,7 +14,10 @@ from ..plans import Call, Plan
 def task_browse_span(params: Mapping[str, Any], *, descending: bool) -> Plan[list[dict[str, Any]]]:
     """One page's scan of one state's span in every bucket: (bucket, rank, exec_time, id, hit)
     rows, at most ``params["scan"]`` per bucket (see sql/*/browse.sql)."""
-    rows = yield Call("task_browse_span_desc" if descending else "task_browse_span", params)
+    if descending:
+        rows = yield Call("task_browse_span_desc", params)
+    else:
+        rows = yield Call("task_browse_span", params)
     return list(rows)
 
 
