@@ -15,6 +15,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from shardq import arguments
 from shardq.maintenance.worker_registry import Holding, WorkerRegistry
+from shardq.models import Activity
 from shardq.web.server import BackgroundServer
 
 from .factories import utcnow
@@ -202,9 +203,10 @@ def test_dark_mode_and_a_phone_screen(server, browser, tmp_path):
         context.close()
 
 
-def test_editing_a_queues_settings_asks_first(site):
+def test_editing_a_queues_settings_asks_first(site, tmp_path):
     db = site.db
     db.client.store.queue_ensure("q")
+    db.store.stats_add_many(0, {"q": Activity(enqueued=40, acked=31, retried=3)})
     answers = ["no", "yes"]
     site.on("dialog", lambda d: d.accept() if answers.pop(0) == "yes" else d.dismiss())
     site.goto(site.server.url + "queues/q")
@@ -218,4 +220,9 @@ def test_editing_a_queues_settings_asks_first(site):
     settings = db.client.store.queue_get("q")
     assert (settings.max_attempts, settings.concurrency_limit) == (9, 4)
     expect(site.locator("#concurrency-limit")).to_contain_text("4")
+    expect(site.locator("#series-acked")).to_have_count(1)
+    site.click("#range-24h")
+    expect(site.locator("#range-24h")).to_have_class("current")
+    site.click("#edit-settings summary")
+    _shot(site, "web-queue.png", tmp_path)
     assert not answers and not site.errors, site.errors

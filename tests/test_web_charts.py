@@ -105,3 +105,11 @@ def test_the_periodic_page_lists_the_apps_schedules_with_last_and_next_slot(db):
 def test_without_an_app_the_periodic_page_says_how_to_give_one(web):
     assert web.get("/api/periodic", headers=BEARER).json() == {"app_given": False, "schedules": []}
     assert 'id="no-app"' in web.get("/periodic", headers=BEARER).text
+
+
+def test_the_day_chart_shows_the_current_hour_before_any_prune(web):
+    db = web.db
+    db.client.store.queue_ensure("q")
+    db.store.stats_add_many(0, {"q": Activity(enqueued=4, acked=3)})
+    series = {s["name"]: s["values"] for s in web.get("/api/queues/q/charts?range=24h", headers=BEARER).json()["series"]}
+    assert series["acked"][-1] == 3 and series["enqueued"][-1] == 4

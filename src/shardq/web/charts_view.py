@@ -1,6 +1,7 @@
 """A queue's activity charts over a time range, drawn on the server from the stored counters:
 the last hour per minute (``shardq_stats``), the last 24 hours or 7 days per hour
-(``shardq_stats_hourly``, migration 0009). Series: enqueued, acked (throughput) and failed
+(``shardq_stats_hourly``, migration 0009; the current and the previous hour summed from the
+minutes themselves, whichever is larger). Series: enqueued, acked (throughput) and failed
 (retried + expired + dead), each a fixed colour, every slot of the range present (0 when nothing
 was counted), so a chart starts full width and does not depend on what the browser saw.
 
@@ -23,6 +24,7 @@ from .views import known_queue
 RANGES = {"1h": (dt.timedelta(minutes=1), 60), "24h": (dt.timedelta(hours=1), 24), "7d": (dt.timedelta(hours=1), 168)}
 #: series -> colour (fixed: a series keeps its colour whatever else is drawn)
 SERIES = {"enqueued": "#2463eb", "acked": "#10b981", "failed": "#dc2626"}
+MINUTE = dt.timedelta(minutes=1)
 WIDTH, HEIGHT = 640, 140
 
 
@@ -33,14 +35,31 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
     if range_name not in RANGES:
         raise InvalidInput(f"range must be one of {', '.join(RANGES)}")
     step, slots = RANGES[range_name]
-    if step == dt.timedelta(minutes=1):
-        rows = store.run(plans.stats_minutes_of_queue(queue, slots - 1))
+    minutes = store.run(plans.stats_minutes_of_queue(queue, slots - 1 if step == MINUTE else 119))
+    found: dict[dt.datetime, dict[str, int]] = {}
+    if step == MINUTE:
+        rows = minutes
+        for row in rows:
+            found[row["at"]] = {name: int(row[name]) for name in SERIES}
     else:
         rows = store.run(plans.stats_hours_of_queue(queue, slots - 1))
-    now_at = rows[0]["now_at"] if rows else _floor(dt.datetime.now(dt.UTC), step)
+        for row in rows:
+            found[row["at"]] = {name: int(row[name]) for name in SERIES}
+        # The current and the previous hour from the minutes themselves: their hourly rows are only
+        # as fresh as the last prune (about a minute; never, while no worker or reaper runs).
+        recent: dict[dt.datetime, dict[str, int]] = {}
+        for row in minutes:
+            hour = recent.setdefault(_floor(row["at"], step), dict.fromkeys(SERIES, 0))
+            for name in SERIES:
+                hour[name] += int(row[name])
+        for hour_at, sums in recent.items():
+            kept = found.setdefault(hour_at, dict.fromkeys(SERIES, 0))
+            for name in SERIES:
+                kept[name] = max(kept[name], sums[name])
+    source = rows or minutes
+    now_at = _floor(source[0]["now_at"], step) if source else _floor(dt.datetime.now(dt.UTC), step)
     starts = [now_at - step * (slots - 1 - i) for i in range(slots)]
-    found = {row["at"]: row for row in rows}
-    values = {name: [int(found[s][name]) if s in found else 0 for s in starts] for name in SERIES}
+    values = {name: [found[s][name] if s in found else 0 for s in starts] for name in SERIES}
     peak = max((max(v) for v in values.values()), default=0) or 1
     x_step = WIDTH / max(1, slots - 1)
 
@@ -58,6 +77,6 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
 
 
 def _floor(moment: dt.datetime, step: dt.timedelta) -> dt.datetime:
-    if step == dt.timedelta(minutes=1):
+    if step == MINUTE:
         return moment.replace(second=0, microsecond=0)
     return moment.replace(minute=0, second=0, microsecond=0)
