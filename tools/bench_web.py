@@ -11,6 +11,7 @@ scheduled an hour ahead, one in a hundred of those with a last error; a register
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import statistics
 import tempfile
@@ -21,6 +22,7 @@ import psycopg
 from starlette.testclient import TestClient
 
 import shardq
+from shardq import browse
 from shardq.models import RANK_SCHEDULED
 from shardq.queries import statements_for
 from shardq.web.app import create_app
@@ -46,14 +48,15 @@ def _percentile(times: list[float], p: float) -> float:
 
 
 def explain(url: str, buckets: int) -> None:
+    """EXPLAIN the first page of the scheduled list with an error filter, with the parameters the
+    task list sends (shardq.browse.span_params)."""
     text = statements_for("postgresql")["task_browse_span"].text
-    params = {"buckets": list(range(buckets)), "queue": "q0", "state": "scheduled", "rank_lo": RANK_SCHEDULED,
-              "rank_hi": RANK_SCHEDULED, "after_rank": -(2**63), "after_time": "0001-01-02T00:00:00+00:00",
-              "after_id": "00000000-0000-0000-0000-000000000000", "scan": 500, "priority": None,
-              "exclusive_key": None, "dedupe_key": None, "created_before": None, "error_like": "%keyerror%"}
+    filters = browse.Filters(error_text="keyerror")
+    params = {"queue": "q0", **filters.params(dt.datetime.now(dt.UTC)),
+              **browse.span_params(buckets, "scheduled", filters, None, descending=False, limit=50)}
     with psycopg.connect(url, autocommit=True) as conn:
         plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
-    print("EXPLAIN task_browse_span (scheduled, error filter, scan 500 per bucket):")
+    print(f"EXPLAIN task_browse_span (scheduled, error filter, scan {params['scan']} per bucket):")
     for (line,) in plan:
         print("   ", line)
 
@@ -62,7 +65,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--explain-only", metavar="URL", help="only EXPLAIN, against this database")
     args = parser.parse_args()
+    if args.explain_only:
+        explain(args.explain_only, 16)
+        return
     os.environ["SHARDQ_HOME"] = tempfile.mkdtemp(prefix="shardq-web-bench-")
     os.environ.pop("SHARDQ_DSN", None)
     client = shardq.connect()
