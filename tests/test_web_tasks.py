@@ -225,7 +225,8 @@ def test_audit_log_pages_newest_first(web):
         assert web.post("/api/queues/q/pause" if i % 2 else "/api/queues/q/resume", json={},
                         headers=BEARER).status_code == 200
     first = web.get("/api/audit?limit=2", headers=BEARER).json()
-    rest = web.get("/api/audit", params={"limit": 10, "before": first["next"]}, headers=BEARER).json()
+    assert re.fullmatch(r"[0-9A-Za-z_-]+", first["next"])  # safe in a query string unquoted
+    rest = web.get(f"/api/audit?limit=10&before={first['next']}", headers=BEARER).json()
     ids = [e["id"] for e in first["entries"] + rest["entries"]]
     assert len(ids) == len(set(ids)) == 5
     times = [e["at"] for e in first["entries"] + rest["entries"]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -23,6 +24,7 @@ from starlette.testclient import TestClient
 
 import shardq
 from shardq import browse
+from shardq.embedded import EmbeddedServer
 from shardq.models import RANK_SCHEDULED
 from shardq.queries import statements_for
 from shardq.web.app import create_app
@@ -109,6 +111,8 @@ def main() -> None:
             shown = path if len(path) < 58 else path[:55] + "…"
             print(f"{shown:58s} {statistics.median(times):7.1f} ms {_percentile(times, 99):7.1f} ms")
     client.close()
+    EmbeddedServer().stop()  # the scratch server (SHARDQ_HOME above) and its data go
+    shutil.rmtree(os.environ["SHARDQ_HOME"], ignore_errors=True)
 
 
 if __name__ == "__main__":

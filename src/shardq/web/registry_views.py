@@ -59,15 +59,20 @@ def worker_of(store: TaskStore, lease_token: uuid.UUID | None) -> dict[str, Any]
     return {"id": str(row["id"]), "host": row["host"], "pid": row["pid"], "beat_at": _iso(row["beat_at"])}
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _cursor(at: dt.datetime, entry_id: uuid.UUID) -> str:
+    """``microseconds_id``: URL-safe (an ISO time's ``+`` would arrive as a space in a query)."""
+    return f"{(at - _EPOCH) // dt.timedelta(microseconds=1)}_{entry_id}"
+
+
 def _parse_before(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
-    at, _, entry_id = cursor.rpartition("_")
+    micros, _, entry_id = cursor.partition("_")
     try:
-        moment, parsed = dt.datetime.fromisoformat(at), uuid.UUID(entry_id)
-    except ValueError:
+        return _EPOCH + dt.timedelta(microseconds=int(micros)), uuid.UUID(entry_id)
+    except (ValueError, OverflowError):
         raise InvalidInput(f"not a page cursor: {cursor!r}") from None
-    if moment.tzinfo is None:
-        raise InvalidInput(f"not a page cursor: {cursor!r}")
-    return moment, parsed
 
 
 def audit(store: TaskStore, *, before: str | None = None, limit: int = AUDIT_LIMIT_DEFAULT) -> dict[str, Any]:
@@ -81,7 +86,7 @@ def audit(store: TaskStore, *, before: str | None = None, limit: int = AUDIT_LIM
     last = rows[-1] if rows else None
     return {
         "before": before,
-        "next": f"{last['at'].isoformat()}_{last['id']}" if more and last else None,
+        "next": _cursor(last["at"], last["id"]) if more and last else None,
         "entries": [{"id": str(r["id"]), "at": _iso(r["at"]), "actor": r["actor"], "action": r["action"],
                      "target": r["target"], "detail": r["detail"]} for r in rows],
     }
