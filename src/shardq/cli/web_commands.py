@@ -14,16 +14,23 @@ from .app import cli, client_from
 @click.option("--token", envvar="SHARDQ_WEB_TOKEN", default=None, metavar="TOKEN",
               help="The token every request must carry, at least 16 characters (default: $SHARDQ_WEB_TOKEN, "
                    "else one is generated and printed).")
+@click.option("--read-token", envvar="SHARDQ_WEB_READ_TOKEN", default=None, metavar="TOKEN",
+              help="A second token, at least 16 characters, that sees everything and changes nothing "
+                   "(default: $SHARDQ_WEB_READ_TOKEN, else none).")
+@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
+              help="The shardq.App whose periodic schedules the Periodic page lists (optional).")
 @click.option("--refresh", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
               help="How often the overview polls for new numbers.")
 @click.option("--bucket-cap", type=int, default=10_000, show_default=True, metavar="N",
               help="Rows counted at most per queue, bucket and state (as for `shardq stats`).")
 @click.pass_context
-def web(ctx, host, port, token, refresh, bucket_cap) -> None:
-    """Serve the web dashboard (queues, per-bucket depth, dead letters, tasks; pause, requeue, purge,
-    cancel) until Ctrl-C. Every request needs the token: open the printed URL and log in with it,
-    or send `Authorization: Bearer TOKEN`."""
+def web(ctx, host, port, token, read_token, app_spec, refresh, bucket_cap) -> None:
+    """Serve the web dashboard (queues, per-bucket depth, tasks by state, workers, dead letters,
+    audit log; pause, requeue, purge, cancel, run now, re-prioritise) until Ctrl-C. Every request
+    needs the token: open the printed URL and log in with it, or send `Authorization: Bearer TOKEN`.
+    A --read-token session sees everything and changes nothing."""
     from shardq import web as web_module
+    from shardq.app import load_app
     from shardq.stats import StatsOptions
 
     def started(info) -> None:
@@ -33,5 +40,7 @@ def web(ctx, host, port, token, refresh, bucket_cap) -> None:
         if info.generated:
             click.echo(f"shardq web: token (shown once): {info.token}")
 
-    web_module.serve(client_from(ctx), host=host, port=port, token=token, refresh_seconds=refresh,
+    schedules = list(load_app(app_spec).schedules.values()) if app_spec else None
+    web_module.serve(client_from(ctx), host=host, port=port, token=token, read_token=read_token,
+                     refresh_seconds=refresh, schedules=schedules,
                      stats_options=StatsOptions(bucket_cap=bucket_cap), on_start=started)

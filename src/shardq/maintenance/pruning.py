@@ -2,7 +2,9 @@
 in bounded batches.
 
 ``shardq_stats`` (per-minute activity counters, migration 0003) keeps an hour: rates read at most
-that far back. ``shardq_periodic`` (taken slots, migration 0005) keeps a day, and never a
+that far back. Before pruning them, their hourly sums are brought up to date
+(``shardq_stats_hourly``, migration 0009, kept :data:`KEEP_HOURLY_SECONDS`: the dashboard's 24 h
+and 7 d charts). ``shardq_periodic`` (taken slots, migration 0005) keeps a day, and never a
 schedule's latest slot, which the scheduler reads to find missed slots. Both prunes go through
 :func:`shardq.maintenance.batches.until_short_batch`.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from ..operations import charts
 from ..stats import RETENTION_SECONDS
 from ..store import TaskStore
 from .batches import until_short_batch
@@ -30,11 +33,18 @@ PRUNE_BATCH = 1000
 COUNTERS_MAX_BATCHES = 20
 #: periodic slot rows are kept this long (a day), a schedule's latest always
 KEEP_SLOTS_SECONDS = 86_400.0
+#: hourly activity sums are kept this long (8 days: a week's chart and its first hour)
+KEEP_HOURLY_SECONDS = 8 * 86_400.0
 
 
 def prune_counters(store: TaskStore, *, keep_seconds: float = RETENTION_SECONDS) -> int:
     """Delete activity counter rows older than ``keep_seconds`` (an hour), at most
-    ``COUNTERS_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many rows went."""
+    ``COUNTERS_MAX_BATCHES`` batches of ``PRUNE_BATCH``, after summing the current and the previous
+    hour into their hourly rows (and pruning hourly rows past :data:`KEEP_HOURLY_SECONDS`).
+    Returns how many counter rows went."""
+    store.run(charts.stats_hourly_rollup())
+    until_short_batch(lambda n: store.run(charts.stats_hourly_prune(KEEP_HOURLY_SECONDS, n)), PRUNE_BATCH,
+                      max_batches=COUNTERS_MAX_BATCHES)
     return until_short_batch(lambda n: store.stats_prune(keep_seconds, n), PRUNE_BATCH,
                              max_batches=COUNTERS_MAX_BATCHES)
 

@@ -24,20 +24,30 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import views
-from .context import Dashboard, Failure, read_body, run_view
+from .context import Dashboard, Failure, read_body, run_action, run_view
 
 JSON_BODY_MAX = 1024 * 1024
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def error_json(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-async def _call(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+async def call_view(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
     try:
         result = await run_view(request, view, *args, **kwargs)
     except Failure as failure:
-        return _error(failure.status, failure.message)
+        return error_json(failure.status, failure.message)
+    return JSONResponse(result, headers={"Cache-Control": "no-store"})
+
+
+async def call_action(request: Request, action: str, target: str, view: Callable[..., Any], *args: Any,
+               **kwargs: Any) -> Response:
+    """:func:`call_view` for an action: recorded in the audit log once it succeeded."""
+    try:
+        result = await run_action(request, action, target, view, *args, **kwargs)
+    except Failure as failure:
+        return error_json(failure.status, failure.message)
     return JSONResponse(result, headers={"Cache-Control": "no-store"})
 
 
@@ -62,37 +72,37 @@ def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-async def _action(request: Request, handle: Callable[[dict[str, Any]], Any]) -> Response:
+async def checked_action(request: Request, handle: Callable[[dict[str, Any]], Any]) -> Response:
     """CSRF check (cookie requests), body parsing, then the view."""
     dashboard = Dashboard.of(request)
     if not dashboard.csrf_ok(request, request.headers.get("x-csrf-token")):
-        return _error(403, "missing or wrong CSRF token (X-CSRF-Token header)")
+        return error_json(403, "missing or wrong CSRF token (X-CSRF-Token header)")
     try:
         body = await _body(request)
         return await handle(body)
     except Failure as failure:
-        return _error(failure.status, failure.message)
+        return error_json(failure.status, failure.message)
 
 
 async def queues(request: Request) -> Response:
-    return await _call(request, views.overview, Dashboard.of(request).stats_options)
+    return await call_view(request, views.overview, Dashboard.of(request).stats_options)
 
 
 async def queue(request: Request) -> Response:
-    return await _call(request, views.queue_detail, request.path_params["queue"], Dashboard.of(request).stats_options)
+    return await call_view(request, views.queue_detail, request.path_params["queue"], Dashboard.of(request).stats_options)
 
 
 async def dead(request: Request) -> Response:
     try:
         limit = int(request.query_params.get("limit", views.DEAD_LIMIT_DEFAULT))
     except ValueError:
-        return _error(400, "limit must be a whole number")
-    return await _call(request, views.dead_detail, request.path_params["queue"], limit=limit,
+        return error_json(400, "limit must be a whole number")
+    return await call_view(request, views.dead_detail, request.path_params["queue"], limit=limit,
                        after=request.query_params.get("after") or None)
 
 
 async def task(request: Request) -> Response:
-    return await _call(request, views.task_detail, request.path_params["task_id"])
+    return await call_view(request, views.task_detail, request.path_params["task_id"])
 
 
 async def task_status(request: Request) -> Response:
@@ -103,10 +113,11 @@ def _pause_route(paused: bool) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         async def handle(body: dict[str, Any]) -> Response:
             enqueue, dequeue = _flag(body, "enqueue", True), _flag(body, "dequeue", True)
-            return await _call(request, views.set_paused, request.path_params["queue"], paused,
-                               enqueue=enqueue, dequeue=dequeue)
+            name = request.path_params["queue"]
+            return await call_action(request, "pause" if paused else "resume", f"queue {name}", views.set_paused, name,
+                              paused, enqueue=enqueue, dequeue=dequeue)
 
-        return await _action(request, handle)
+        return await checked_action(request, handle)
 
     return endpoint
 
@@ -120,27 +131,30 @@ async def dead_requeue(request: Request) -> Response:
             raise Failure(400, "'ids' must be a list of task id strings")
         if every == bool(ids):
             raise Failure(400, 'give either {"ids": [...]} (not empty) or {"all": true}')
-        return await _call(request, views.dead_requeue, request.path_params["queue"], ids, all_tasks=every)
+        name = request.path_params["queue"]
+        return await call_action(request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids, all_tasks=every)
 
-    return await _action(request, handle)
+    return await checked_action(request, handle)
 
 
 async def dead_purge(request: Request) -> Response:
     async def handle(body: dict[str, Any]) -> Response:
-        return await _call(request, views.dead_purge, request.path_params["queue"])
+        name = request.path_params["queue"]
+        return await call_action(request, "purge dead", f"queue {name}", views.dead_purge, name)
 
-    return await _action(request, handle)
+    return await checked_action(request, handle)
 
 
 async def cancel(request: Request) -> Response:
     async def handle(body: dict[str, Any]) -> Response:
-        return await _call(request, views.cancel, request.path_params["task_id"])
+        task_id = request.path_params["task_id"]
+        return await call_action(request, "cancel", f"task {task_id}", views.cancel, task_id)
 
-    return await _action(request, handle)
+    return await checked_action(request, handle)
 
 
 async def not_found(request: Request) -> Response:
-    return _error(404, "no such API route")
+    return error_json(404, "no such API route")
 
 
 def routes() -> list[Route]:

@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 
 from ..client import Client
 from ..stats import StatsOptions
-from . import api, pages
-from .auth import Auth, AuthGate, Scope
+from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form
+from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
 
 
@@ -38,6 +38,14 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
     return pages.login_page(request, 401, None, next_path)
 
 
+def _forbid(scope: Scope) -> Any:
+    """The 403 for a read-only identity's request that would change something."""
+    message = "this token is read-only: it can see everything and change nothing"
+    if scope["path"].startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=403, headers={"Cache-Control": "no-store"})
+    return pages.error_page(Request(scope), 403, message.capitalize() + ".")
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if request.url.path.startswith("/api/"):
@@ -53,12 +61,16 @@ def create_app(
     refresh_seconds: float = 2.0,
     history_points: int = 150,
     started: threading.Event | None = None,
+    read_token: str | None = None,
+    schedules: list[Any] | None = None,
 ) -> Starlette:
     """The dashboard for ``client``'s database, requiring ``token`` on every request (see
     :mod:`shardq.web.auth`). ``stats_options`` bound the counting exactly as for ``shardq stats``;
     the overview polls the API every ``refresh_seconds`` and its charts keep ``history_points``
     samples. ``started`` is set once the application has started (its lifespan began), so a
-    caller running it in a thread can wait for that instead of sleeping."""
+    caller running it in a thread can wait for that instead of sleeping. ``read_token``: a second
+    token that sees everything and changes nothing (see :mod:`shardq.web.auth`). ``schedules``: an
+    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page."""
     if refresh_seconds <= 0:
         raise ValueError("refresh_seconds must be positive")
 
@@ -68,11 +80,12 @@ def create_app(
             started.set()
         yield
 
-    dashboard = Dashboard(client, Auth(token), (stats_options or StatsOptions()).validate(), refresh_seconds,
-                          history_points)
+    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token)), (stats_options or StatsOptions()).validate(), refresh_seconds,
+                          history_points, schedules)
     app = Starlette(
-        routes=[*api.routes(), *pages.routes()],
-        middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse)],
+        routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),
+                *settings_form.routes(), *periodic_page.routes()],
+        middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse, forbid=_forbid)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )

@@ -20,12 +20,17 @@ Guarantees:
   Bearer header alike (header bytes are taken as sent, not re-encoded).
 * Wrong tokens are limited per client address (:mod:`shardq.web.throttle`): after a few, every
   attempt from that address gets 429 with ``Retry-After`` until its delay has passed.
+* A second, read-only token may be given (``--read-token``): a request or session that proved
+  only that token sees every page and API read and changes nothing. :class:`AuthGate` answers
+  every request of it other than GET and HEAD with 403 before any route runs (``/login`` and
+  ``/logout`` aside), so every action, present or future, is refused the same way.
 * :func:`resolve_token` refuses to serve a non-loopback address without an explicit token, and
   a chosen token shorter than :data:`TOKEN_MIN_CHARS`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import secrets
@@ -46,6 +51,10 @@ SESSION_SECONDS = 12 * 3600.0
 SESSIONS_MAX = 1000
 #: The only path served without the token.
 LOGIN_PATH = "/login"
+#: Methods a read-only identity may use: reads only.
+READ_METHODS = frozenset({"GET", "HEAD"})
+#: Posts a read-only session may still make (ending its own session changes no data).
+READ_ONLY_MAY_POST = frozenset({"/logout"})
 #: The shortest token ``--token`` / ``SHARDQ_WEB_TOKEN`` may give (a generated one has 43).
 TOKEN_MIN_CHARS = 16
 
@@ -81,14 +90,38 @@ def resolve_token(token: str | None, host: str) -> tuple[str, bool]:
     return secrets.token_urlsafe(32), True
 
 
+def resolve_read_token(read_token: str | None, token: str) -> str | None:
+    """The read-only token to accept besides ``token`` (None: none). It must have
+    :data:`TOKEN_MIN_CHARS` characters and differ from the full token (else a read-only user
+    would hold the full one); :class:`~shardq.errors.InvalidInput` otherwise."""
+    if read_token is None:
+        return None
+    read_token = read_token.strip()
+    if len(read_token) < TOKEN_MIN_CHARS:
+        raise InvalidInput(f"the read-only token must be at least {TOKEN_MIN_CHARS} characters (it has {len(read_token)})")
+    if hmac.compare_digest(read_token.encode(), token.encode()):
+        raise InvalidInput("the read-only token must differ from the full token")
+    return read_token
+
+
 @dataclass(frozen=True)
 class Identity:
     """How a request proved it holds the token: ``bearer`` (header) or ``cookie`` (a session
-    with its ``csrf`` token)."""
+    with its ``csrf`` token); ``read_only`` when it holds only the read-only token."""
 
     method: str
     session_id: str | None = None
     csrf: str | None = None
+    read_only: bool = False
+
+    def describe(self, address: str) -> str:
+        """Who acted, for the audit log: the kind of token, how it was shown, a short tag of the
+        session (never the session id itself), the client's address."""
+        role = "read-only token" if self.read_only else "full token"
+        if self.method == "cookie" and self.session_id:
+            tag = hashlib.sha256(self.session_id.encode()).hexdigest()[:8]
+            return f"{role}, session {tag}, from {address}"
+        return f"{role}, bearer header, from {address}"
 
 
 class Sessions:
@@ -96,23 +129,28 @@ class Sessions:
 
     def __init__(self, *, lifetime: float = SESSION_SECONDS, limit: int = SESSIONS_MAX,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._items: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str, float, bool]] = OrderedDict()
         self._lock = threading.Lock()
         self._lifetime = lifetime
         self._limit = limit
         self._clock = clock
 
-    def create(self) -> tuple[str, str]:
-        """A new (session id, CSRF token)."""
+    def create(self, *, read_only: bool = False) -> tuple[str, str]:
+        """A new (session id, CSRF token); ``read_only`` for a session opened with the read-only token."""
         session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         with self._lock:
-            self._items[session_id] = (csrf, self._clock() + self._lifetime)
+            self._items[session_id] = (csrf, self._clock() + self._lifetime, read_only)
             while len(self._items) > self._limit:
                 self._items.popitem(last=False)
         return session_id, csrf
 
     def csrf_of(self, session_id: str) -> str | None:
         """The CSRF token of a live session, or None (unknown or expired)."""
+        found = self.lookup(session_id)
+        return found[0] if found else None
+
+    def lookup(self, session_id: str) -> tuple[str, bool] | None:
+        """(CSRF token, read-only) of a live session, or None (unknown or expired)."""
         with self._lock:
             found = self._items.get(session_id)
             if found is None:
@@ -120,7 +158,7 @@ class Sessions:
             if found[1] < self._clock():
                 del self._items[session_id]
                 return None
-            return found[0]
+            return found[0], found[2]
 
     def end(self, session_id: str) -> None:
         with self._lock:
@@ -130,8 +168,10 @@ class Sessions:
 class Auth:
     """The token, the sessions and the wrong-token throttle of one dashboard."""
 
-    def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None) -> None:
+    def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None, *,
+                 read_token: str | None = None) -> None:
         self._token = token.encode()
+        self._read_token = read_token.encode() if read_token else None
         self.sessions = sessions or Sessions()
         self.throttle = throttle or Throttle()
 
@@ -141,6 +181,13 @@ class Auth:
             return False
         raw = supplied.encode() if isinstance(supplied, str) else supplied
         return hmac.compare_digest(raw, self._token)
+
+    def read_token_ok(self, supplied: str | bytes | None) -> bool:
+        """Whether ``supplied`` is the read-only token (False when there is none)."""
+        if supplied is None or self._read_token is None:
+            return False
+        raw = supplied.encode() if isinstance(supplied, str) else supplied
+        return hmac.compare_digest(raw, self._read_token)
 
     @staticmethod
     def bearer(headers: dict[str, str]) -> bytes | None:
@@ -158,13 +205,16 @@ class Auth:
         session_id = cookie_parser(headers.get("cookie", "")).get(COOKIE)
         if not session_id:
             return None
-        csrf = self.sessions.csrf_of(session_id)
-        return Identity("cookie", session_id, csrf) if csrf is not None else None
+        found = self.sessions.lookup(session_id)
+        return Identity("cookie", session_id, found[0], read_only=found[1]) if found is not None else None
 
     def identify(self, headers: dict[str, str]) -> Identity | None:
         """The identity a request's headers prove, or None (no throttling: see :class:`AuthGate`)."""
-        if self.token_ok(self.bearer(headers)):
+        bearer = self.bearer(headers)
+        if self.token_ok(bearer):
             return Identity("bearer")
+        if self.read_token_ok(bearer):
+            return Identity("bearer", read_only=True)
         return self.session(headers)
 
 
@@ -196,14 +246,17 @@ def client_address(scope: Scope) -> str:
 class AuthGate:
     """ASGI middleware: requests without the token never reach a route (see the module doc).
     ``refuse(scope, retry_after)`` builds the refusal: 401 when ``retry_after`` is None, else 429
-    (JSON for ``/api/``, the login form otherwise). A wrong Bearer token counts against the
+    (JSON for ``/api/``, the login form otherwise); ``forbid(scope)`` the 403 for a read-only
+    identity's request that is not a read. A wrong Bearer token counts against the
     client's address; while the address must wait, its Bearer tokens are not even compared.
     The identity is left in ``scope["state"]["identity"]``."""
 
-    def __init__(self, app: ASGIApp, auth: Auth, refuse: Callable[[Scope, int | None], ASGIApp]) -> None:
+    def __init__(self, app: ASGIApp, auth: Auth, refuse: Callable[[Scope, int | None], ASGIApp],
+                 forbid: Callable[[Scope], ASGIApp]) -> None:
         self.app = app
         self.auth = auth
         self.refuse = refuse
+        self.forbid = forbid
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -224,12 +277,18 @@ class AuthGate:
             if self.auth.token_ok(bearer):
                 self.auth.throttle.succeeded(address)
                 identity = Identity("bearer")
+            elif self.auth.read_token_ok(bearer):
+                self.auth.throttle.succeeded(address)
+                identity = Identity("bearer", read_only=True)
             else:
                 self.auth.throttle.failed(address)
         if identity is None:
             identity = self.auth.session(headers)
         if identity is None:
             await self.refuse(scope, None)(scope, receive, send)
+            return
+        if identity.read_only and scope["method"] not in READ_METHODS and scope["path"] not in READ_ONLY_MAY_POST:
+            await self.forbid(scope)(scope, receive, send)
             return
         scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)

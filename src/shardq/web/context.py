@@ -1,9 +1,11 @@
 """What every route shares: the :class:`Dashboard` (client, auth, options, templates),
-:func:`run_view`, which runs a view off the event loop and turns its errors into statuses, and
+:func:`run_view`, which runs a view off the event loop and turns its errors into statuses,
+:func:`run_action`, the same for an action, which it records in the audit log, and
 :func:`read_body`, which reads a request body without letting it grow past a limit."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,8 +17,9 @@ from starlette.requests import Request
 from ..client import Client
 from ..db import redact_text
 from ..errors import DatabaseError, InvalidInput, ShardqError
+from ..operations import registry
 from ..stats import StatsOptions
-from .auth import Auth, Identity, csrf_ok
+from .auth import Auth, Identity, client_address, csrf_ok
 from .views import NotFound
 
 log = logging.getLogger("shardq.web")
@@ -34,13 +37,16 @@ class Failure(Exception):
 @dataclass
 class Dashboard:
     """One dashboard's state. ``refresh_seconds``: how often the overview polls the API;
-    ``history_points``: samples its charts keep (a ring buffer in the browser)."""
+    ``history_points``: samples its charts keep (a ring buffer in the browser); ``schedules``: the
+    app's periodic schedules, when the dashboard was given the app."""
 
     client: Client
     auth: Auth
     stats_options: StatsOptions = field(default_factory=StatsOptions)
     refresh_seconds: float = 2.0
     history_points: int = 150
+    #: the periodic schedules of the app given to ``shardq web --app`` (the Periodic page); None without one
+    schedules: list[Any] | None = None
 
     @staticmethod
     def of(request: Request) -> Dashboard:
@@ -79,6 +85,30 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise Failure(413, f"body too large (at most {limit} bytes)")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+#: Characters of an action's outcome kept in its audit entry.
+AUDIT_DETAIL_MAX = 2000
+
+
+async def run_action(request: Request, action: str, target: str, view: Callable[..., Any], *args: Any,
+                     **kwargs: Any) -> Any:
+    """:func:`run_view` for an action that changes something: once it succeeded, an audit entry
+    says who (:meth:`~shardq.web.auth.Identity.describe`), ``action``, ``target`` and the outcome,
+    on the same thread's session. A refused action is not recorded (it changed nothing). If the
+    entry cannot be written, the action stands and the server log says so."""
+    actor = Dashboard.identity(request).describe(client_address(request.scope))
+
+    def act_and_record(store: Any, *a: Any, **kw: Any) -> Any:
+        result = view(store, *a, **kw)
+        detail = json.dumps(result, default=str, ensure_ascii=False)[:AUDIT_DETAIL_MAX]
+        try:
+            store.run(registry.audit_add(actor, action, target, detail))
+        except DatabaseError as exc:
+            log.error("audit entry for %s on %s not written: %s", action, target, exc)
+        return result
+
+    return await run_view(request, act_and_record, *args, **kwargs)
 
 
 async def run_view(request: Request, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

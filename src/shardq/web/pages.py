@@ -23,9 +23,8 @@ from starlette.routing import Route
 
 from .. import dashboard as fmt
 from ..models import Accuracy
-from . import views
-from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
-from .context import Dashboard, Failure, read_body, run_view
+from . import charts_view, views
+from .context import Dashboard, Failure, read_body, run_action, run_view
 
 FORM_MAX = 64 * 1024
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -61,6 +60,7 @@ def when(value: str | None) -> str:
 
 
 templates.filters["when"] = when
+templates.filters["hexdump"] = lambda text: views.hex_dump(text.encode("utf-8"))
 
 #: What a pause form may pause or resume: dequeue (the workers), enqueue (the producers), or both.
 PAUSE_TARGETS = {"dequeue": {"enqueue": False, "dequeue": True}, "enqueue": {"enqueue": True, "dequeue": False},
@@ -76,6 +76,11 @@ FLASH = {
     "requeued": "Requeued {n} dead task(s).",
     "purged": "Purged {n} dead task(s).",
     "cancelled": "Cancelled the task.",
+    "settings": "Saved the queue's settings.",
+    "tasks-cancel": "Cancelled {n} task(s); {m} left alone (gone, or not of this queue).",
+    "tasks-run_now": "{n} task(s) will run now; {m} left alone (not scheduled any more, or gone).",
+    "tasks-requeue": "Requeued {n} expired task(s); {m} left alone (lease renewed, settled or gone).",
+    "tasks-set_priority": "Changed the priority of {n} task(s); {m} left alone (running, or gone).",
 }
 
 
@@ -84,12 +89,12 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     flash = None
     code = request.query_params.get("done")
     if code in FLASH:
-        count = request.query_params.get("n", "")
-        flash = FLASH[code].format(n=int(count) if count.isdigit() else "?")
+        count, left = request.query_params.get("n", ""), request.query_params.get("m", "")
+        flash = FLASH[code].format(n=int(count) if count.isdigit() else "?", m=int(left) if left.isdigit() else "?")
     context.pop("script", None)  # every page runs the script: it asks before acting (data-confirm)
     page = templates.get_template(name).render(
         css=CSS, script=True, header=context.pop("header", None),
-        signed_in=identity is not None, identity=identity, csrf=(identity.csrf if identity else "") or "",
+        signed_in=identity is not None, identity=identity, read_only=bool(identity and identity.read_only), csrf=(identity.csrf if identity else "") or "",
         flash=flash, **context,
     )
     return HTMLResponse(page, status_code=status, headers=page_headers())
@@ -111,7 +116,7 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 
 def login_page(request: Request, status: int = 200, problem: str | None = None, next_path: str = "/") -> HTMLResponse:
-    return render(request, "login.html", status, problem=problem, next=_local_path(next_path))
+    return render(request, "login.html", status, problem=problem, next=local_path(next_path))
 
 
 def throttled_text(seconds: int) -> str:
@@ -125,7 +130,7 @@ def throttled_login_page(request: Request, seconds: int) -> HTMLResponse:
     return response
 
 
-def _local_path(path: str) -> str:
+def local_path(path: str) -> str:
     """Only a path on this server (no scheme, no host, no ``//``) may be a redirect target."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
@@ -208,9 +213,11 @@ async def queue(request: Request) -> Response:
     dashboard = Dashboard.of(request)
     try:
         data = await _page(request, views.queue_detail, request.path_params["queue"], dashboard.stats_options)
+        chart = await _page(request, charts_view.queue_charts, request.path_params["queue"],
+                            request.query_params.get("range") or "1h")
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    return render(request, "queue.html", header=data, q=formatted(data["queue"]), settings=data["settings"],
+    return render(request, "queue.html", header=data, chart=chart, q=formatted(data["queue"]), settings=data["settings"],
                   per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"],
                   rate_label=rate_label(dashboard))
 
@@ -250,7 +257,7 @@ async def static(request: Request) -> Response:
 
 
 # -- forms --------------------------------------------------------------------------------------
-async def _form(request: Request) -> dict[str, list[str]]:
+async def read_form(request: Request) -> dict[str, list[str]]:
     raw = await read_body(request, FORM_MAX)
     try:
         return urllib.parse.parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
@@ -258,16 +265,16 @@ async def _form(request: Request) -> dict[str, list[str]]:
         raise Failure(400, "the form is not UTF-8") from None
 
 
-def _first(form: dict[str, list[str]], name: str) -> str | None:
+def form_value(form: dict[str, list[str]], name: str) -> str | None:
     values = form.get(name)
     return values[0] if values else None
 
 
-async def _submit(request: Request, act: Callable[[dict[str, list[str]]], Any]) -> Response:
+async def submit_form(request: Request, act: Callable[[dict[str, list[str]]], Any]) -> Response:
     """Parse the form, check its CSRF token, run ``act`` (which returns the redirect target)."""
     try:
-        form = await _form(request)
-        if not Dashboard.of(request).csrf_ok(request, _first(form, "csrf")):
+        form = await read_form(request)
+        if not Dashboard.of(request).csrf_ok(request, form_value(form, "csrf")):
             raise Failure(403, "missing or wrong CSRF token: reload the page and try again")
         target = await act(form)
     except Failure as failure:
@@ -275,7 +282,7 @@ async def _submit(request: Request, act: Callable[[dict[str, list[str]]], Any]) 
     return RedirectResponse(target, status_code=303)
 
 
-def _queue_path(queue: str, suffix: str = "") -> str:
+def queue_path(queue: str, suffix: str = "") -> str:
     return "/queues/" + urllib.parse.quote(queue, safe="") + suffix
 
 
@@ -286,13 +293,14 @@ def _pause_form(paused: bool) -> Callable[[Request], Any]:
         async def act(form: dict[str, list[str]]) -> str:
             # A pause says what it stops (the page offers dequeue and enqueue apart, each after
             # a confirmation); a resume without a target resumes both.
-            what = _first(form, "what") or (None if paused else "both")
+            what = form_value(form, "what") or (None if paused else "both")
             if what not in PAUSE_TARGETS:
                 raise Failure(400, "say what to pause: dequeue (workers), enqueue (producers) or both")
-            await run_view(request, views.set_paused, name, paused, **PAUSE_TARGETS[what])
-            return _queue_path(name, "?done=" + ("paused-" if paused else "resumed-") + what)
+            await run_action(request, "pause" if paused else "resume", f"queue {name}", views.set_paused, name,
+                             paused, **PAUSE_TARGETS[what])
+            return queue_path(name, "?done=" + ("paused-" if paused else "resumed-") + what)
 
-        return await _submit(request, act)
+        return await submit_form(request, act)
 
     return endpoint
 
@@ -302,25 +310,26 @@ async def requeue_form(request: Request) -> Response:
 
     async def act(form: dict[str, list[str]]) -> str:
         ids = form.get("id", [])
-        every = _first(form, "all") == "1"
+        every = form_value(form, "all") == "1"
         if every == bool(ids):
             raise Failure(400, "choose tasks to requeue, or requeue all")
-        result = await run_view(request, views.dead_requeue, name, ids or None, all_tasks=every)
-        return _queue_path(name, f"/dead?done=requeued&n={result['requeued']}")
+        result = await run_action(request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids or None,
+                                  all_tasks=every)
+        return queue_path(name, f"/dead?done=requeued&n={result['requeued']}")
 
-    return await _submit(request, act)
+    return await submit_form(request, act)
 
 
 async def purge_form(request: Request) -> Response:
     name = request.path_params["queue"]
 
     async def act(form: dict[str, list[str]]) -> str:
-        if _first(form, "confirm") != "1":
+        if form_value(form, "confirm") != "1":
             raise Failure(400, "tick the box to confirm the purge")
-        result = await run_view(request, views.dead_purge, name)
-        return _queue_path(name, f"/dead?done=purged&n={result['purged']}")
+        result = await run_action(request, "purge dead", f"queue {name}", views.dead_purge, name)
+        return queue_path(name, f"/dead?done=purged&n={result['purged']}")
 
-    return await _submit(request, act)
+    return await submit_form(request, act)
 
 
 def _cancel_and_locate(store: Any, task_id: str) -> str:
@@ -333,54 +342,15 @@ async def cancel_form(request: Request) -> Response:
     task_id = request.path_params["task_id"]
 
     async def act(form: dict[str, list[str]]) -> str:
-        queue_name = await run_view(request, _cancel_and_locate, task_id)
-        return _queue_path(queue_name, "?done=cancelled")
+        queue_name = await run_action(request, "cancel", f"task {task_id}", _cancel_and_locate, task_id)
+        return queue_path(queue_name, "?done=cancelled")
 
-    return await _submit(request, act)
-
-
-# -- signing in and out -------------------------------------------------------------------------
-async def login(request: Request) -> Response:
-    if request.method == "GET":
-        return login_page(request, next_path=request.query_params.get("next", "/"))
-    dashboard = Dashboard.of(request)
-    address = client_address(request.scope)
-    wait = dashboard.auth.throttle.wait_seconds(address)
-    if wait:  # before reading the body: a waiting address's guesses are not even compared
-        return throttled_login_page(request, wait)
-    try:
-        form = await _form(request)
-    except Failure as failure:
-        return error_page(request, failure.status, failure.message)
-    next_path = _first(form, "next") or "/"
-    if not dashboard.auth.token_ok(_first(form, "token")):
-        dashboard.auth.throttle.failed(address)
-        return login_page(request, 401, "That is not the token.", next_path)
-    dashboard.auth.throttle.succeeded(address)
-    session_id, _ = dashboard.auth.sessions.create()
-    response = RedirectResponse(_local_path(next_path), status_code=303)
-    response.headers.append("Set-Cookie", session_cookie(session_id))
-    return response
-
-
-async def logout(request: Request) -> Response:
-    async def act(form: dict[str, list[str]]) -> str:
-        session_id = Dashboard.identity(request).session_id
-        if session_id:
-            Dashboard.of(request).auth.sessions.end(session_id)
-        return LOGIN_PATH
-
-    response = await _submit(request, act)
-    if response.status_code == 303:
-        response.headers.append("Set-Cookie", expired_cookie())
-    return response
+    return await submit_form(request, act)
 
 
 def routes() -> list[Route]:
     return [
         Route("/", overview, methods=["GET"]),
-        Route(LOGIN_PATH, login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
         Route("/static/{name}", static, methods=["GET"]),
         Route("/queues/{queue}", queue, methods=["GET"]),
         Route("/queues/{queue}/dead", dead, methods=["GET"]),

@@ -7,6 +7,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -14,7 +15,7 @@ from ..client import Client
 from ..errors import ShardqError
 from ..stats import StatsOptions
 from .app import create_app
-from .auth import resolve_token
+from .auth import resolve_read_token, resolve_token
 
 START_TIMEOUT_SECONDS = 30.0
 
@@ -68,8 +69,10 @@ def _note(sock: socket.socket, host: str) -> str | None:
 
 
 def _server(client: Client, token: str, *, stats_options: StatsOptions | None, refresh_seconds: float,
-            started: threading.Event | None = None) -> uvicorn.Server:
-    app = create_app(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds, started=started)
+            started: threading.Event | None = None, read_token: str | None = None,
+            schedules: list[Any] | None = None) -> uvicorn.Server:
+    app = create_app(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds, started=started,
+                     read_token=read_token, schedules=schedules)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
     return uvicorn.Server(config)
 
@@ -80,6 +83,8 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8080,
     token: str | None = None,
+    read_token: str | None = None,
+    schedules: list[Any] | None = None,
     stats_options: StatsOptions | None = None,
     refresh_seconds: float = 2.0,
     on_start: Callable[[Started], None] | None = None,
@@ -87,13 +92,17 @@ def serve(
     """Serve the web dashboard until SIGINT/SIGTERM. Without ``token`` one is generated (loopback
     only: a non-loopback ``host`` without a token raises :class:`~shardq.errors.InvalidInput`
     before anything listens). ``on_start`` is called once the socket listens, with the URL and
-    the token. ``port`` 0 picks a free port."""
+    the token. ``port`` 0 picks a free port. ``read_token``: a second token that sees everything
+    and changes nothing (checked before anything listens). ``schedules``: an app's periodic
+    schedules, listed on the Periodic page."""
     token, generated = resolve_token(token, host)
+    read_token = resolve_read_token(read_token, token)
     sock = _bind(host, port)
     try:
         if on_start is not None:
             on_start(Started(_url(sock, host), token, generated, _note(sock, host)))
-        _server(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds).run(sockets=[sock])
+        _server(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds,
+                read_token=read_token, schedules=schedules).run(sockets=[sock])
     finally:
         sock.close()
 
@@ -104,11 +113,12 @@ class BackgroundServer:
     for the thread."""
 
     def __init__(self, client: Client, token: str, *, host: str = "127.0.0.1",
-                 stats_options: StatsOptions | None = None, refresh_seconds: float = 2.0) -> None:
+                 stats_options: StatsOptions | None = None, refresh_seconds: float = 2.0,
+                 read_token: str | None = None, schedules: list[Any] | None = None) -> None:
         self.token, _ = resolve_token(token, host)
         self._started = threading.Event()
         self._server = _server(client, self.token, stats_options=stats_options, refresh_seconds=refresh_seconds,
-                               started=self._started)
+                               started=self._started, read_token=read_token, schedules=schedules)
         # uvicorn installs signal handlers only on the main thread: this one leaves them alone.
         self._sock = _bind(host, 0)
         self.url = _url(self._sock, host)

@@ -21,14 +21,17 @@ Guarantees:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
 from .. import admin, history, validation
 from ..errors import InvalidInput
 from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
+from ..operations import browse as browse_plans
 from ..stats import StatsOptions
 from ..store import TaskStore
+from . import registry_views
 
 #: Characters of a payload shown in a list (the rest is cut, and said to be).
 PAYLOAD_PREVIEW = 200
@@ -76,11 +79,30 @@ def hex_dump(payload: bytes) -> str:
 def payload_view(payload: bytes, limit: int = PAYLOAD_SHOWN_MAX) -> dict[str, Any]:
     """The payload for a task's page: ``text`` (None when binary) or ``hex`` (None when text) of
     its first ``limit`` bytes; ``truncated`` says whether something was cut, ``bytes`` is the
-    full size."""
+    full size. A whole payload that is JSON also comes as ``json`` (indented); an app task's
+    (``{"task": NAME, "args": {...}}``, :mod:`shardq.arguments`) as ``app_task``: its name and each
+    argument as indented JSON (tagged values such as datetimes shown as stored)."""
     shown = payload[:limit]
     text = _as_text(shown)
+    parsed, app_task = _json_of(text) if text is not None and len(payload) <= limit else (None, None)
     return {"binary": text is None, "text": text, "hex": hex_dump(shown) if text is None else None,
-            "bytes": len(payload), "truncated": len(payload) > limit}
+            "bytes": len(payload), "truncated": len(payload) > limit, "json": parsed, "app_task": app_task}
+
+
+def _json_of(text: str) -> tuple[str | None, dict[str, Any] | None]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(value, (dict, list)):
+        return None, None
+    app_task = None
+    if isinstance(value, dict) and set(value) == {"task", "args"} and isinstance(value["task"], str) \
+            and isinstance(value["args"], dict):
+        app_task = {"name": value["task"], "arguments": [
+            {"name": str(k), "json": json.dumps(v, indent=2, ensure_ascii=False)} for k, v in value["args"].items()
+        ]}
+    return json.dumps(value, indent=2, ensure_ascii=False), app_task
 
 
 def payload_preview(payload: bytes, limit: int = PAYLOAD_PREVIEW) -> dict[str, Any]:
@@ -112,7 +134,7 @@ def _parse_cursor(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
     return died_at, parsed
 
 
-def _known_queue(store: TaskStore, queue: str) -> QueueSettings:
+def known_queue(store: TaskStore, queue: str) -> QueueSettings:
     """The queue's settings; :class:`NotFound` for a name that is not a queue (malformed names
     included: no queue can have one)."""
     try:
@@ -209,7 +231,7 @@ def overview(store: TaskStore, options: StatsOptions | None = None) -> dict[str,
 def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = None) -> dict[str, Any]:
     """One queue: its settings, its numbers as in :func:`overview`, its depth per counted bucket
     and the skew (max/mean due depth over buckets). :class:`NotFound` for an unknown queue."""
-    settings = _known_queue(store, queue)
+    settings = known_queue(store, queue)
     stats = admin.stats(store, options)
     q = stats.queues.get(queue, QueueStats())
     cap = stats.bucket_cap if stats.bucket_cap is not None else (options or StatsOptions()).bucket_cap
@@ -236,7 +258,7 @@ def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT
     ``next``; None on the last page). ``dead`` is how many there are, counted up to ``cap``
     (``accuracy`` ``at_least`` when it reached it). :class:`NotFound` for an unknown queue;
     InvalidInput for a malformed cursor."""
-    _known_queue(store, queue)
+    known_queue(store, queue)
     validation.positive_int(limit, "limit", maximum=DEAD_LIMIT_MAX)
     position = _parse_cursor(after) if after else None
     tasks = admin.dead_list(store, queue, limit=limit + 1, after=position)  # one more: is there a next page?
@@ -295,8 +317,9 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
         return {"id": status.id, "queue": status.queue, "state": status.state, "attempts": status.attempts,
                 "max_attempts": None, "priority": None, "exclusive_key": None, "dedupe_key": None,
                 "created_at": _iso(status.created_at), "run_at": None, "lease_expires_at": None, "died_at": None,
-                "last_error": status.last_error, "payload": None, "lifecycle": status.as_json()}
+                "last_error": status.last_error, "payload": None, "worker": None, "lifecycle": status.as_json()}
     shown = _task_json(task)
+    shown["worker"] = _worker_holding(store, task)
     if status is not None:
         shown["lifecycle"] = status.as_json()
     return shown
@@ -308,12 +331,20 @@ def task_status(store: TaskStore, task_id: str) -> dict[str, Any]:
     return history.status(store, task_id).as_json()
 
 
+def _worker_holding(store: TaskStore, task: TaskInfo) -> dict[str, Any] | None:
+    """The registered worker that holds a leased task (by its claim's lease token), else None."""
+    if task.state != "leased":
+        return None
+    row = store.run(browse_plans.task_browse_rows([uuid.UUID(task.id)])).get(uuid.UUID(task.id))
+    return registry_views.worker_of(store, row["lease_token"]) if row else None
+
+
 # -- actions ------------------------------------------------------------------------------------
 def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = True,
                dequeue: bool = True) -> dict[str, Any]:
     """Pause (or resume) enqueue and/or dequeue of a known queue; returns its settings.
     :class:`NotFound` for an unknown queue (which is not created)."""
-    _known_queue(store, queue)
+    known_queue(store, queue)
     if not enqueue and not dequeue:
         raise InvalidInput("nothing to pause or resume: enqueue and dequeue are both false")
     changed = admin.queue_set(
@@ -328,14 +359,14 @@ def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = Tr
 def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None, *, all_tasks: bool) -> dict[str, Any]:
     """Requeue the given dead tasks of a known queue, or all of them (see
     :func:`shardq.admin.dead_requeue`). Malformed ids raise InvalidInput before any is moved."""
-    _known_queue(store, queue)
+    known_queue(store, queue)
     result = admin.dead_requeue(store, queue, ids, all_tasks=all_tasks)
     return {"requeued": result.requeued, "not_found_or_kept": result.not_found_or_kept}
 
 
 def dead_purge(store: TaskStore, queue: str) -> dict[str, Any]:
     """Delete every dead task of a known queue (bounded batches); returns how many."""
-    _known_queue(store, queue)
+    known_queue(store, queue)
     return {"purged": admin.dead_purge(store, queue)}
 
 

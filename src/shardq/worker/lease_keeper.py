@@ -1,5 +1,7 @@
 """The lease keeper: renews the leases of running tasks (``heartbeat``), on its own thread and
-session; and ``task.extend()``, on the calling handler's own session."""
+session; and ``task.extend()``, on the calling handler's own session. Its thread runs in every
+worker, also without ``heartbeat``: it keeps the worker's registry row
+(:mod:`shardq.maintenance.worker_registry`), one upsert every few seconds."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from .. import validation
 from ..consumer import fenced
 from ..errors import DatabaseError
+from ..maintenance.worker_registry import Holding, WorkerRegistry
 from ..models import ClaimedTask
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore
@@ -36,21 +39,38 @@ class LeaseKeeper:
         self.sessions = sessions
         self.table = table
         self.stop_event = stop
+        self.registry = WorkerRegistry(config.queues, config.concurrency, self.holding)
         self.thread = threading.Thread(target=self.run, name="shardq-lease-keeper", daemon=True)
+
+    def holding(self) -> Holding:
+        """What the worker holds now, for its registry row."""
+        with self.table.lock:
+            entries = list(self.table.entries.values())
+        return Holding(len(entries), sum(1 for e in entries if e.running), [e.claimed.lease_token for e in entries])
 
     def run(self) -> None:
         settings: QueueSettingsCache | None = None
         while True:
+            pause = self.registry.every
             try:
-                if settings is None:
-                    settings = QueueSettingsCache(self.sessions.store(), self.config.queues,
-                                                  lease_override=self.config.lease_seconds)
-                pause = self.beat(settings)
+                if self.config.heartbeat:
+                    if settings is None:
+                        settings = QueueSettingsCache(self.sessions.store(), self.config.queues,
+                                                      lease_override=self.config.lease_seconds)
+                    pause = self.beat(settings)
+                pause = min(pause, self.registry.beat_if_due(self.sessions.store()))
             except DatabaseError as exc:
-                log.error("lease renewal failed: %s", exc)
+                log.error("lease renewal or registry beat failed: %s", exc)
                 pause = BEAT_MIN_SECONDS
             if self.stop_event.wait(pause):
+                self._leave()
                 return
+
+    def _leave(self) -> None:
+        try:
+            self.registry.leave(self.sessions.store())
+        except DatabaseError as exc:  # the row is pruned once its beat is old
+            log.warning("could not remove this worker's registry row: %s", exc)
 
     def beat(self, settings: QueueSettingsCache) -> float:
         """Renew the running tasks' leases once; returns seconds until the next beat."""

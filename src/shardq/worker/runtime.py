@@ -161,8 +161,7 @@ class Worker:
             if self.timeout_keeper is not None:
                 self.timeout_keeper.thread.start()
             self.settler.thread.start()
-            if self.config.heartbeat:
-                self.lease_keeper.thread.start()
+            self.lease_keeper.thread.start()  # renews leases with heartbeat; keeps the registry row always
             if self.scheduler is not None:
                 self.scheduler.thread.start()
             if self.sweeper is not None:

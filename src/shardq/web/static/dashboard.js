@@ -1,4 +1,5 @@
-// shardq dashboard. On every page: a form with data-confirm asks before it is sent. On the
+// shardq dashboard. On every page: a form (or its submit button) with data-confirm asks before it
+// is sent; the task list's bulk form asks with the number of tasks ticked, and "all" ticks them. On the
 // overview: polls the JSON API, keeps the last samples per series (a ring buffer, also kept in
 // sessionStorage so a reload keeps the charts), redraws the SVG charts and updates the table's
 // cells in place (focus and text selection survive a refresh). Text goes into the page only
@@ -7,8 +8,24 @@
   "use strict";
 
   document.addEventListener("submit", function (event) {
-    var message = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    var form = event.target;
+    var button = event.submitter;
+    var message = (button && button.getAttribute && button.getAttribute("data-confirm")) ||
+      (form.getAttribute && form.getAttribute("data-confirm"));
+    if (form.getAttribute && form.getAttribute("id") === "bulk") {  // not form.id: the inputs named "id" shadow it
+      // A bulk action names the tasks ticked on this page; it asks with their number.
+      var chosen = form.querySelectorAll("input[type=checkbox][name=id]:checked").length;
+      if (!chosen) { window.alert("Tick the tasks to act on first."); event.preventDefault(); return; }
+      if (message) { message = message.replace("the selected tasks", chosen + " selected task(s)"); }
+    }
     if (message && !window.confirm(message)) { event.preventDefault(); }
+  });
+
+  document.addEventListener("change", function (event) {
+    var name = event.target.getAttribute && event.target.getAttribute("data-select-all");
+    if (!name) { return; }
+    var boxes = document.querySelectorAll("input[type=checkbox][name=" + name + "]");
+    for (var i = 0; i < boxes.length; i++) { boxes[i].checked = event.target.checked; }
   });
 
   var root = document.getElementById("overview");
