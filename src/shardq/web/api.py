@@ -106,7 +106,7 @@ async def task(request: Request) -> Response:
 
 
 async def task_status(request: Request) -> Response:
-    return await _call(request, views.task_status, request.path_params["task_id"])
+    return await call_view(request, views.task_status, request.path_params["task_id"])
 
 
 def _pause_route(paused: bool) -> Callable[[Request], Any]:
