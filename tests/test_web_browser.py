@@ -167,7 +167,7 @@ def test_finding_a_task_by_id_and_cancelling_it(site):
     site.goto(site.server.url)
     site.fill("input[name=id]", str(task.key.id))
     site.press("input[name=id]", "Enter")
-    expect(site.locator("#task-state")).to_have_text("leased")
+    expect(site.locator("#task-state")).to_have_text("running (attempt 1)")
     site.click("#cancel")
     expect(site.locator(".flash")).to_have_text("Cancelled the task.")
     assert db.task_row(task.key.id) is None

@@ -119,7 +119,7 @@ def test_task_page_shows_an_app_tasks_call_and_pretty_json(web):
     assert json.loads(data["payload"]["json"]) == json.loads(payload)
     page = web.get(f"/tasks/{task.id}").text
     assert 'id="app-task-name">billing.charge<' in page and 'id="payload-json"' in page
-    assert data["lifecycle"] is None  # kept by the task lifecycle (#31), not yet
+    assert data["lifecycle"]["state"] == "ready" and data["lifecycle"]["task"] == "billing.charge"
 
 
 def test_payload_download_gives_the_whole_payload_as_bytes(web):
