@@ -19,9 +19,11 @@ Spans, by OpenTelemetry's messaging semantic conventions (``messaging.system`` =
       ``messaging.message.id`` (task id), ``messaging.message.delivery_attempt`` (1-based),
       ``shardq.task.name``, ``shardq.outcome`` (``success``, ``retry`` for :class:`shardq.Retry`,
       ``error``), ``error.type`` and the exception recorded as an event on failure (status ERROR).
-    * ``settle {queue}`` (CLIENT), a child of the ``process`` span, from the end of the function to
-      the moment the worker wrote the outcome (batched acks make it wait): ``messaging.operation.name``
-      ``ack`` / ``retry`` / ``dead_letter`` / ``lease_lost``.
+    * ``settle {queue}`` (CLIENT), one per batch of outcomes the worker writes together (per queue
+      and outcome), linked to each task's ``process`` span, from the earliest end of those functions
+      to the moment the outcomes were written (batched acks make them wait):
+      ``messaging.operation.name`` ``ack`` / ``retry`` / ``dead_letter`` / ``lease_lost``,
+      ``messaging.batch.message_count`` (or ``messaging.message.id`` for one task).
 
 Metrics (meter ``shardq``, attribute ``messaging.destination.name``)
     ``messaging.client.consumed.messages`` (tasks claimed), ``messaging.process.duration`` (s, one per
@@ -44,10 +46,12 @@ Does not
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
@@ -61,6 +65,7 @@ _SETTLE_NAMES = {"acked": "ack", "retried": "retry", "dead": "dead_letter", "lea
                  "released": "release"}
 # Process spans ended but not yet settled, by task id; bounded so a lost settle event cannot grow it.
 _PENDING_MAX = 100_000
+_ROOT = context_api.Context()  # settle spans are roots: a batch settles tasks of many traces
 
 
 class OpenTelemetry(instrumentation.Instrument):
@@ -78,8 +83,12 @@ class OpenTelemetry(instrumentation.Instrument):
                                                     description="Time one claim statement took.")
         self.settled = meter.create_counter("shardq.tasks.settled", unit="{message}",
                                             description="Outcomes written, by outcome.")
-        # task id -> (process span context, end time in ns): the parent and start of its settle span
+        # task id -> (process span context, end time in ns): a link and the start of its settle span
         self._pending: dict[str, tuple[trace.SpanContext, int]] = {}
+        # per settler thread: (queue, outcome) -> what the batch being written settles
+        self._settling = threading.local()
+        # the last carrier read and its context: the calls of one defer_many share one carrier
+        self._last_carrier: tuple[str | None, Any, list[Link]] = (None, None, [])
 
     # -- producer side ---------------------------------------------------------------------------
 
@@ -130,12 +139,15 @@ class OpenTelemetry(instrumentation.Instrument):
         parent = None
         links: list[Link] = []
         if carrier:
-            context = propagate.extract(carrier)
-            sent = trace.get_current_span(context).get_span_context()
-            if sent.is_valid:
-                links.append(Link(sent))
-                if BATCH_KEY not in carrier:
-                    parent = context
+            traceparent = carrier.get("traceparent")
+            last, context, links = self._last_carrier
+            if traceparent is None or traceparent != last:
+                context = propagate.extract(carrier)
+                sent = trace.get_current_span(context).get_span_context()
+                links = [Link(sent)] if sent.is_valid else []
+                self._last_carrier = (traceparent, context, links)
+            if links and BATCH_KEY not in carrier:
+                parent = context
         queue = handle.queue
         attributes = {"messaging.system": SYSTEM, "messaging.operation.name": "process",
                       "messaging.operation.type": "process", "messaging.destination.name": queue,
@@ -168,19 +180,17 @@ class OpenTelemetry(instrumentation.Instrument):
         return self.on_event, frozenset({"claim", "settled", *_SETTLE_NAMES})
 
     def on_event(self, event: str, task: Any, details: dict) -> None:
-        """The worker's events: settle spans per task, metrics per claim and settled batch."""
+        """The worker's events: settle spans per settled batch, metrics per claim and batch."""
         name = _SETTLE_NAMES.get(event)
         if name is not None:
             pending = self._pending.pop(task.id, None)
-            if pending is None:  # not run by this instrument (a raw handler, or released unrun)
-                return
-            parent, start = pending
-            attributes = {"messaging.system": SYSTEM, "messaging.operation.name": name,
-                          "messaging.operation.type": "settle", "messaging.destination.name": task.queue,
-                          "messaging.message.id": task.id}
-            span = self.tracer.start_span(f"settle {task.queue}", context=trace.set_span_in_context(
-                trace.NonRecordingSpan(parent)), kind=SpanKind.CLIENT, attributes=attributes, start_time=start)
-            span.end()
+            if pending is not None:  # else not run by this instrument (a raw handler, or released unrun)
+                settling = self._settling.__dict__.setdefault("batch", {})
+                settling.setdefault((task.queue, name), []).append((*pending, task.id))
+        elif event == "settled":
+            self._end_settle_spans()
+            for (outcome, queue), count in details.get("counts", {}).items():
+                self.settled.add(count, {"messaging.destination.name": queue, "shardq.outcome": outcome})
         elif event == "claim":
             for _bucket, queue, seconds, found in details.get("polls", ()):
                 labels = {"messaging.destination.name": queue}
@@ -188,9 +198,23 @@ class OpenTelemetry(instrumentation.Instrument):
                     self.claim_seconds.record(seconds, {**labels, "messaging.operation.name": "claim"})
                 if found:
                     self.consumed.add(found, labels)
-        elif event == "settled":
-            for (outcome, queue), count in details.get("counts", {}).items():
-                self.settled.add(count, {"messaging.destination.name": queue, "shardq.outcome": outcome})
+
+    def _end_settle_spans(self) -> None:
+        """One span per queue and outcome of the batch the settler just wrote, linked to each of its
+        tasks' process spans (a span per task would cost as much again as the process span), from
+        the earliest of their ends to now."""
+        settling = self._settling.__dict__.pop("batch", None)
+        for (queue, name), items in (settling or {}).items():
+            attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.name": name,
+                                          "messaging.operation.type": "settle", "messaging.destination.name": queue}
+            if len(items) == 1:
+                attributes["messaging.message.id"] = items[0][2]
+            else:
+                attributes["messaging.batch.message_count"] = len(items)
+            span = self.tracer.start_span(f"settle {queue}", context=_ROOT, kind=SpanKind.CLIENT,
+                                          links=[Link(context) for context, _end, _id in items],
+                                          attributes=attributes, start_time=min(end for _c, end, _i in items))
+            span.end()
 
 
 _installed: OpenTelemetry | None = None
