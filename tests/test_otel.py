@@ -136,3 +136,17 @@ def test_a_raw_bytes_payload_is_stored_as_given_while_tracing(db, exporter):
     with instrument.tracer.start_as_current_span("request"):
         db.client.enqueue("raw", b"\x00not json")
     assert [bytes(r["payload"]) for r in db.sql("SELECT payload FROM shardq_tasks")] == [b"\x00not json"]
+
+
+def test_a_malformed_stored_context_starts_a_new_trace_and_the_task_still_runs(db, exporter):
+    spans, _instrument = exporter
+    app = build_app(db.dsn)
+    try:
+        db.client.enqueue(QUEUE, json.dumps({"task": "otel.ok", "args": {"n": 1},
+                                             "trace": {"traceparent": 5, "shardq-batch": []}}).encode())
+        totals = app.work(until_empty=True)
+    finally:
+        app.close()
+    assert totals.acked == 1
+    process = next(s for s in spans.get_finished_spans() if s.name == f"process {QUEUE}")
+    assert process.parent is None and not process.links
