@@ -70,7 +70,7 @@ bench-quick:
 # migrations, and the import contract (layers point down, no cycle: [tool.importlinter] in
 # pyproject.toml). Each must report nothing.
 lint: setup
-	$(BIN)/ruff check src tests loadtest tools
+	$(BIN)/ruff check src tests loadtest tools examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -89,7 +89,49 @@ def serialization_retries_counted():
         shardq.db_async.retry_pause = original
 
 
+#: CockroachDB variants taken out of this run, and why (see pytest_collection_modifyitems).
+_cockroach_deselected = {"count": 0, "why": ""}
+
+
+def _cockroach_unavailable() -> str | None:
+    """Why the CockroachDB variants cannot run here (the reasons cockroach_root skips with), or None."""
+    try:
+        import sqlalchemy_cockroachdb  # noqa: F401  (migrations need the dialect)
+    except ImportError:
+        return "the migration dialect is missing (pip install 'shardq[cockroach]')"
+    if _cockroach_root_url():
+        return None
+    try:
+        import docker  # type: ignore  # testcontainers' client
+
+        docker.from_env().ping()
+    except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
+        return "no SHARDQ_TEST_COCKROACH_URL and no Docker engine answers"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without a CockroachDB, its variants (every test marked ``cockroach``, about 260 in ``make
+    test``) are deselected, and the summary says so in one line, instead of one skip line per
+    test location. A run that asks for them (``-m cockroach``) still sees each skip."""
+    marked = [item for item in items if item.get_closest_marker("cockroach")]
+    expression = config.option.markexpr or ""
+    if not marked or ("cockroach" in expression and "not cockroach" not in expression):
+        return
+    why = _cockroach_unavailable()
+    if why is None:
+        return
+    config.hook.pytest_deselected(items=marked)
+    items[:] = [item for item in items if not item.get_closest_marker("cockroach")]
+    _cockroach_deselected.update(count=len(marked), why=why)
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _cockroach_deselected["count"]:
+        terminalreporter.write_line(
+            f"shardq: {_cockroach_deselected['count']} CockroachDB tests deselected: {_cockroach_deselected['why']}. "
+            "Run them with `make test-cockroach` (starts a CockroachDB in Docker) or against a cluster: "
+            "SHARDQ_TEST_COCKROACH_URL=postgresql://root@HOST:26257/defaultdb?sslmode=disable make test")
     if TEST_ISOLATION is not None:
         terminalreporter.write_line(
             f"shardq: PostgreSQL at {TEST_ISOLATION}: {_retries['count']} statement/transaction retries after "

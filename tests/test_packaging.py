@@ -1,6 +1,6 @@
 """The wheel users install: built without a packaging warning, and carrying everything shardq reads
 at run time (the SQL folders, the migrations, the CLI, the engine package, the web dashboard's
-modules, templates and static files, py.typed)."""
+modules, templates and static files, the stack adapters, Spark's logging configuration, py.typed)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ def test_the_wheel_builds_without_warnings_and_carries_every_runtime_file(tmp_pa
     assert expected_sql and expected_sql <= names
     assert {"shardq/py.typed", "shardq/engine/cockroachdb.py", "shardq/migrations/versions/0001_initial.py",
             "shardq/migrations/script.py.mako", "shardq/cli/main.py", "shardq/cli/web_commands.py"} <= names
+    # the stack adapters (Django finds management commands as modules of the package) and the
+    # Spark driver's logging configuration, read from the package at run time
+    assert {"shardq/instrumentation.py", "shardq/contrib/otel.py", "shardq/contrib/django/apps.py",
+            "shardq/contrib/django/management/commands/shardq_work.py",
+            "shardq/spark/log4j2.properties"} <= names
     web = ROOT / "src" / "shardq" / "web"
     expected_web = {f"shardq/web/{p.relative_to(web)}" for p in web.rglob("*")
                     if p.suffix in {".py", ".html", ".js", ".css"}}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import subprocess
+import sys
 
 import pytest
 
@@ -186,14 +188,14 @@ def test_rerun_after_crash_mid_merge_and_acks_in_between_leaves_each_task_once(s
     acked = pg_db.store.task_ack_many([Fenced(t.key, t.lease_token) for t in claimed])
     assert acked
     result = enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options)
-    assert result.skipped_chunks == 3 and result.merged_chunks == 5
+    assert result.skipped_chunks == 3 and result.merged_chunks == 5 and result.writer == "jdbc"
     assert result.run_tasks == 1000
     assert pg_db.count() == 1000 - len(acked)
     remaining = _payloads(pg_db, "crash")
     acked_payloads = sorted(t.payload for t in claimed)
     assert sorted(remaining + acked_payloads) == sorted(f"task-{i % 500}".encode() for i in range(1000))
     again = enqueue_dataframe(df, "crash", run_id="crash", dsn=pg_db.dsn, options=options)
-    assert (again.enqueued, again.merged_chunks, again.staged_rows) == (0, 0, 0)
+    assert (again.enqueued, again.merged_chunks, again.staged_rows, again.writer) == (0, 0, 0, "")
     assert pg_db.count() == 1000 - len(acked)
 
 
@@ -465,3 +467,13 @@ def test_demo_pipeline_processes_every_task_despite_a_killed_worker(spark, pg_db
     assert report.killed_worker is not None
     assert (report.never_started, report.left_in_queue, report.dead) == (0, 0, 0)
     assert report.latency_p50 is not None and report.enqueue_rate > 0 and report.drain_rate > 0
+    assert report.writer == "copy"  # PostgreSQL with pyarrow: the executors COPY
+
+
+def test_a_new_spark_session_prints_none_of_sparks_start_up_log_lines():
+    # A process of its own: the JVM's logging is set when it starts, and the tests' JVM is running.
+    started = subprocess.run([sys.executable, "-c", "from shardq.spark.jdbc import spark_session; "
+                              "spark_session(app_name='quiet').stop()"], capture_output=True, text=True, timeout=240)
+    assert started.returncode == 0, started.stderr
+    for chatter in ("log4j profile", "Setting default log level", "NativeCodeLoader", " WARN "):
+        assert chatter not in started.stderr, started.stderr

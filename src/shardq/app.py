@@ -53,8 +53,8 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, ParamSpec, TypeVar, Unpack
 
-from . import validation
-from .arguments import decode_call
+from . import instrumentation, validation
+from .arguments import decode_traced_call
 from .client import Client, connect
 from .client_async import AsyncClient
 from .db import Dsn
@@ -289,24 +289,28 @@ class App:
         """Every queue the app's tasks use, sorted."""
         return sorted({t.queue for t in self.tasks.values()})
 
-    def _declared(self, handle: Task) -> tuple[AppTask[Any, Any], dict[str, Any]]:
+    def _declared(self, handle: Task) -> tuple[AppTask[Any, Any], dict[str, Any], dict[str, str] | None]:
         try:
-            name, arguments = decode_call(handle.payload)
+            name, arguments, trace = decode_traced_call(handle.payload)
         except ValueError as exc:
             raise Permanent(f"payload is not valid task JSON: {exc}") from None
         declared = self.tasks.get(name)
         if declared is None:
             raise Permanent(f"unknown task '{name}'")
-        return declared, arguments
+        return declared, arguments, trace
 
     def dispatch(self, handle: Task) -> object:
         """Run the task the payload names with its arguments (sync tasks; for an async one this
         returns its coroutine)."""
-        declared, arguments = self._declared(handle)
-        value = declared.run(handle, arguments)
+        declared, arguments, trace = self._declared(handle)
+        call: Callable[[], Any] = partial(declared.run, handle, arguments)
         if declared.keeps_result and not declared.is_async:
-            return encode_result(value)  # the worker keeps it (see _keeping_result)
-        return value
+            call = _keeping_result(call, False)  # the worker keeps it (see _keeping_result)
+        instrument = instrumentation.active
+        if instrument is None:
+            return call()
+        return instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,
+                                  carrier=trace)()
 
     @property
     def has_async(self) -> bool:
@@ -321,10 +325,14 @@ class App:
     def resolve(self, handle: Task) -> tuple[Callable[[], Any], bool, float | None]:
         """The worker's dispatch: the call that runs ``handle``'s task, whether it is async, and
         its own timeout."""
-        declared, arguments = self._declared(handle)
+        declared, arguments, trace = self._declared(handle)
         call: Callable[[], Any] = partial(declared.run, handle, arguments)
         if declared.keeps_result:
             call = _keeping_result(call, declared.is_async)
+        instrument = instrumentation.active
+        if instrument is not None:
+            call = instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,
+                                      carrier=trace)
         return call, declared.is_async, declared.timeout
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:

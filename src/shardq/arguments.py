@@ -125,9 +125,10 @@ def _in_zone(moment: dt.datetime, zone: ZoneInfo) -> dt.datetime:
     return moment.astimezone(zone)
 
 
-def encode_call(task: str, arguments: Mapping[str, Any]) -> bytes:
+def encode_call(task: str, arguments: Mapping[str, Any], trace: Mapping[str, str] | None = None) -> bytes:
     """The payload of a call of ``task`` with keyword ``arguments``; refuses what would not come
-    back unchanged."""
+    back unchanged. ``trace``: a trace-context carrier stored beside them (``"trace"``; see
+    :mod:`shardq.instrumentation`); None writes no key."""
     args: Mapping[str, Any]
     for value in arguments.values():
         if type(value) not in _PLAIN:
@@ -135,7 +136,9 @@ def encode_call(task: str, arguments: Mapping[str, Any]) -> bytes:
             break
     else:
         args = arguments  # only str, int, bool and None: nothing to convert
-    document = {"task": task, "args": args}
+    document: dict[str, Any] = {"task": task, "args": args}
+    if trace is not None:
+        document["trace"] = trace
     if _C_ENCODE is not None:
         return "".join(_C_ENCODE(document, 0)).encode()
     return _ENCODER.encode(document).encode()
@@ -144,6 +147,13 @@ def encode_call(task: str, arguments: Mapping[str, Any]) -> bytes:
 def decode_call(payload: bytes) -> tuple[str, dict[str, Any]]:
     """(task name, keyword arguments) of a payload written by :func:`encode_call`. Raises
     ``ValueError`` for a payload that is not one."""
+    name, arguments, _trace = decode_traced_call(payload)
+    return name, arguments
+
+
+def decode_traced_call(payload: bytes) -> tuple[str, dict[str, Any], dict[str, str] | None]:
+    """:func:`decode_call`, and the trace carrier stored with the call (None when there is none,
+    or it is not an object)."""
     try:
         text = payload.decode() if isinstance(payload, (bytes, bytearray, memoryview)) else payload
     except UnicodeDecodeError as exc:
@@ -154,9 +164,12 @@ def decode_call(payload: bytes) -> tuple[str, dict[str, Any]]:
     args = document.get("args", {})
     if not isinstance(args, dict):
         raise ValueError("not a shardq task call (args is not an object)")
+    trace = document.get("trace")
+    if trace is not None and not isinstance(trace, dict):
+        trace = None
     if _TAG_TEXT not in text:  # no tagged value anywhere: JSON's own values are the arguments
-        return document["task"], args
-    return document["task"], {name: _decode(value) for name, value in args.items()}
+        return document["task"], args, trace
+    return document["task"], {name: _decode(value) for name, value in args.items()}, trace
 
 
 def task_name_of(payload: bytes | bytearray | memoryview | str) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-from . import validation
+from . import instrumentation, validation
 from .arguments import encode_call
 from .errors import InvalidInput
 from .models import EnqueueResult, NewTask, Task, TaskOptions
@@ -141,9 +141,9 @@ class Deferral(Generic[P, R]):
                         fixed.exclusive_key, fixed.dedupe_for)
         self._check = template.check
 
-    def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:
+    def _new_task(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None = None) -> NewTask:
         self._check(arguments)
-        payload = encode_call(self.name, arguments)
+        payload = encode_call(self.name, arguments, trace)
         if len(payload) > _PAYLOAD_MAX:
             validation.payload(payload)  # refuses it, worded as for every payload
         return NewTask(payload, *self._fields)
@@ -151,7 +151,14 @@ class Deferral(Generic[P, R]):
     def defer(self, **arguments: Any) -> TaskHandle | None:
         """Enqueue one call; returns its task id as a :class:`TaskHandle` (a ``str``, which can
         also wait for the outcome), or None when ``dedupe_key`` matched a live task."""
-        task = self._new_task(arguments)
+        instrument = instrumentation.active
+        if instrument is not None:
+            with instrument.sending(self.name, self.queue, 1) as trace:
+                return self._defer(arguments, trace)
+        return self._defer(arguments, None)
+
+    def _defer(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None) -> TaskHandle | None:
+        task = self._new_task(arguments, trace)
         result = self.enqueuer.client.producer(self.connection).send(self.queue, [task])
         return TaskHandle(result.enqueued_ids[0], self.enqueuer) if result.enqueued_ids else None
 
@@ -160,7 +167,15 @@ class Deferral(Generic[P, R]):
         the first is written. Returns their ids in order (None for a live ``dedupe_key``).
         ``connection`` must be a sync one here (an asyncio one is :class:`InvalidInput`: use
         :meth:`defer_many_async`)."""
-        tasks = [self._new_task(arguments) for arguments in calls]
+        calls = list(calls)
+        instrument = instrumentation.active
+        if instrument is not None:
+            with instrument.sending(self.name, self.queue, len(calls)) as trace:
+                return self._defer_many(calls, trace)
+        return self._defer_many(calls, None)
+
+    def _defer_many(self, calls: list[Mapping[str, Any]], trace: Mapping[str, str] | None) -> list[str | None]:
+        tasks = [self._new_task(arguments, trace) for arguments in calls]
         result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
 
@@ -174,7 +189,16 @@ class Deferral(Generic[P, R]):
     async def defer_many_async(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """:meth:`defer_many` for asyncio code (see :meth:`defer_async`): the same checks before
         anything is sent, the same statements, ids in order."""
-        tasks = [self._new_task(arguments) for arguments in calls]
+        calls = list(calls)
+        instrument = instrumentation.active
+        if instrument is not None:
+            with instrument.sending(self.name, self.queue, len(calls)) as trace:
+                return await self._defer_many_async(calls, trace)
+        return await self._defer_many_async(calls, None)
+
+    async def _defer_many_async(self, calls: list[Mapping[str, Any]],
+                                trace: Mapping[str, str] | None) -> list[str | None]:
+        tasks = [self._new_task(arguments, trace) for arguments in calls]
         client = await self.enqueuer.async_client()
         result = await client.send(self.queue, tasks, connection=self.connection)
         return _ids_in_order(tasks, result)

@@ -27,6 +27,7 @@ a SIGKILL cannot lose the record of a task that was acked.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -89,6 +90,8 @@ class DemoReport:
     #: tasks that ran on a second or later attempt: here, the killed worker's, returned by the reaper
     came_back: int = 0
     killed_worker: int | None = None
+    #: how Spark wrote the tasks (SparkEnqueueResult.writer): "copy" or "jdbc"
+    writer: str = ""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -170,7 +173,8 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
                                          stdout=logs, stderr=logs))
 
         report_progress("spark", 0, 1)
-        spark = spark_session(master="local[2]", app_name="shardq-demo")
+        with _stderr_to(logs):  # the JVM's own notices (it keeps this stderr): processes.log
+            spark = spark_session(master="local[2]", app_name="shardq-demo")
         report_progress("spark", 1, 1)
         from pyspark.sql import functions as F
 
@@ -180,6 +184,7 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
         result = enqueue_dataframe(df, queue, run_id=f"{queue}-run", dsn=dsn, progress=report_progress,
                                    options=WriteOptions(partitions=2))
         report.enqueue_seconds = time.perf_counter() - started
+        report.writer = result.writer
         if result.enqueued != tasks:
             report.problems.append(f"enqueued {result.enqueued} of {tasks}")
 
@@ -219,6 +224,21 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
             report.problems.append(f"{report.never_started} task(s) never started")
     finally:
         _stop(processes + services)
+
+
+@contextlib.contextmanager
+def _stderr_to(file: IO[bytes]) -> Iterator[None]:
+    """File descriptor 2 pointed at ``file`` meanwhile: a child started now (Spark's JVM) writes
+    its stderr there for good; this process's own stderr comes back afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:

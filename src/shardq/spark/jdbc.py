@@ -14,6 +14,7 @@ Driver jar, first match wins (:func:`find_jdbc_driver`):
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import re
 import shutil
@@ -185,8 +186,9 @@ def spark_session(
 ) -> SparkSession:
     """A local SparkSession set up for shardq (or the active one, which keeps its settings).
 
-    Checks pyspark, Java and the JDBC driver first and says which is missing. Spark's web UI and
-    console progress bars are off; the driver binds to 127.0.0.1; ``spark.sql.session.timeZone``
+    Checks pyspark, Java and the JDBC driver first and says which is missing. Spark's web UI,
+    console progress bars and start-up log lines are off (the driver logs errors only, unless
+    ``conf``'s ``spark.driver.extraJavaOptions`` names another log4j configuration); the driver binds to 127.0.0.1; ``spark.sql.session.timeZone``
     is UTC. JVM-level settings (the jar, memory) only count for the first session of a process.
     """
     require_pyspark()
@@ -208,7 +210,13 @@ def spark_session(
         "spark.default.parallelism": "4",
     }
     settings.update(driver.spark_conf())
-    settings.update(conf or {})
+    # Spark's start-up chatter off (log4j2.properties beside this module: errors only); a
+    # log4j configuration of the caller's own, or JVM options, come after and win.
+    quiet = importlib.resources.files("shardq.spark").joinpath("log4j2.properties")
+    java_options = f"-Dlog4j2.configurationFile={quiet}"
+    given = (conf or {}).get("spark.driver.extraJavaOptions")
+    settings["spark.driver.extraJavaOptions"] = f"{java_options} {given}" if given else java_options
+    settings.update({k: v for k, v in (conf or {}).items() if k != "spark.driver.extraJavaOptions"})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -120,7 +120,9 @@ def enqueue_dataframe(
         staged = 0
         write_seconds = merge_seconds = 0.0
         outcome = MergeOutcome(0, len(done_before), 0)
+        used = ""
         if todo and _copy_writer(options, session, run):
+            used = "copy"
             started = time.perf_counter()
             report("write", 0, 1)
             rows = frame_module.stage_frame(
@@ -160,6 +162,7 @@ def enqueue_dataframe(
                 if on_chunk is not None:
                     on_chunk(chunk, tasks)
         elif todo:
+            used = "jdbc"
             stage = ledger.stage_create(stage_name(run_id), run_id)
             try:
                 started = time.perf_counter()
@@ -201,7 +204,7 @@ def enqueue_dataframe(
     return SparkEnqueueResult(
         run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
         skipped_chunks=outcome.skipped_chunks, enqueued=outcome.tasks, run_tasks=run_tasks,
-        staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds,
+        staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds, writer=used,
     )
 
 

@@ -74,6 +74,9 @@ class SparkEnqueueResult:
     staged_rows: int
     write_seconds: float
     merge_seconds: float
+    #: how the rows reached the tasks table: ``copy`` (the executors COPY each chunk in,
+    #: :mod:`shardq.spark.writer`), ``jdbc`` (staged over JDBC, then merged), "" (nothing to write)
+    writer: str = ""
 
     @property
     def seconds(self) -> float:

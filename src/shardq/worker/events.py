@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
+from .. import instrumentation
 from ..models import ClaimedTask
 
 log = logging.getLogger("shardq.worker")
@@ -32,6 +33,10 @@ class EventSink:
     and logs every task event on ``shardq.worker``. A failing hook is logged, never raised."""
 
     def __init__(self, hook: EventHook | None, events: Collection[str] | None) -> None:
+        # An installed instrument (OpenTelemetry: settle spans, metrics) listens beside the hook.
+        listener = instrumentation.active.worker_events() if instrumentation.active is not None else None
+        if listener is not None:
+            hook, events = listener if hook is None else instrumentation.combine_listeners([(hook, events), listener])
         self.hook = hook
         self.events = frozenset(events) if events is not None else None
         self.trace_claimed = self.trace_handled = self.trace_outcomes = False
