@@ -64,6 +64,8 @@ from .history_records import KeptResult, TaskStatus, encode_result
 from .models import Task
 from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
+from .workflow_builder import Workflow
+from .workflows import WorkflowStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -284,6 +286,15 @@ class App:
     def status(self, task_id: object) -> TaskStatus:
         """A task's state now, by id (see :meth:`shardq.Client.status`)."""
         return self.client.status(task_id)
+
+    def workflow(self, name: str) -> Workflow:
+        """Declare a workflow of this app's tasks (chains, groups, fan-ins, any graph), then
+        ``.enqueue()`` it whole; see :mod:`shardq.workflow_builder` and :mod:`shardq.workflows`."""
+        return Workflow(name, lambda: self.client, lambda task: task in self.tasks)
+
+    def workflow_status(self, workflow_id: object) -> WorkflowStatus:
+        """A workflow's state and each step's (see :meth:`shardq.Client.workflow_status`)."""
+        return self.client.workflow_status(workflow_id)
 
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""
