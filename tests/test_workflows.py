@@ -220,3 +220,31 @@ def test_two_last_parents_acked_at_once_on_two_sessions_release_their_child_exac
         assert (child.state, child.waiting_on) == ("ready", 0)
         assert _task_states(db, handle)["child"] == "ready"
         db.sql("DELETE FROM shardq_tasks WHERE true")
+
+
+def test_shardq_workflow_shows_a_workflow_and_its_steps_as_text_and_json(app, db):
+    import json
+    import subprocess
+
+    from .test_cli import SHARDQ
+
+    if db.dialect != "postgresql":
+        pytest.skip("the CLI test runs on the embedded PostgreSQL")
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    wf = app.workflow("shown")
+    wf.chain(t.step(), t.step())
+    handle = wf.enqueue()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SHARDQ, *args], capture_output=True, text=True, timeout=120,
+                              env={"SHARDQ_DSN": db.dsn.conninfo, "PATH": ""})
+
+    shown = json.loads(run("workflow", handle, "--json").stdout)
+    assert shown["state"] == "running" and [s["state"] for s in shown["steps"]] == ["ready", "waiting"]
+    text = run("workflow", handle).stdout
+    assert "running (shown)" in text and "t-2: waiting, waiting on 1 after t" in text
+    assert run("workflow", "nope").returncode == 2
+    assert "cancelled 2 step(s)" in run("workflow-cancel", handle).stdout

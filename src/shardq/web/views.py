@@ -24,7 +24,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from .. import admin, history, validation
+from .. import admin, history, validation, workflows
 from ..errors import InvalidInput
 from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
 from ..stats import StatsOptions
@@ -306,6 +306,12 @@ def task_status(store: TaskStore, task_id: str) -> dict[str, Any]:
     """A task's state now and its attempts (:func:`shardq.history.status`): ``unknown`` for an id
     shardq knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
     return history.status(store, task_id).as_json()
+
+
+def workflow_status(store: TaskStore, workflow_id: str) -> dict[str, Any]:
+    """A workflow's state and each step's (:mod:`shardq.workflows`): ``unknown`` for an id shardq
+    knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
+    return store.session.run(workflows.status_plan(workflow_id)).to_json()
 
 
 # -- actions ------------------------------------------------------------------------------------
