@@ -185,7 +185,7 @@ def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
         try:
             barrier.wait()
             workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(task)]), "succeeded")
-        except Exception as exc:  # reported by the caller
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
 
     threads = [threading.Thread(target=ack, args=(s, task)) for s, task in zip(stores, tasks, strict=True)]
