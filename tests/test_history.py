@@ -270,3 +270,34 @@ def test_kept_acks_of_exclusive_keys_record_each_task_and_release_the_backlog(db
             break
     assert acked == 6 and db.count() == 0
     assert {db.client.status(i).state for i in ids} == {"succeeded"}
+
+
+def test_dedupe_for_refuses_a_key_for_a_while_after_its_task_finished(db):
+    _keep(db, "hooks")
+    first = db.client.enqueue("hooks", b"payload", dedupe_key="hook:1", dedupe_for=600)
+    assert first.enqueued == 1
+    _drain(db, "hooks", lambda task: None)
+    again = db.client.enqueue("hooks", b"payload", dedupe_key="hook:1", dedupe_for=600)
+    assert (again.enqueued, again.duplicate_keys) == (0, ("hook:1",))
+    # without a window, or once the window has passed, the key is free again
+    db.sql("UPDATE shardq_history SET finished_at = now() - interval '20 minutes'")
+    assert db.client.enqueue("hooks", b"payload", dedupe_key="hook:1", dedupe_for=600).enqueued == 1
+    assert db.client.enqueue("hooks", b"other", dedupe_key="hook:2", dedupe_for=600).enqueued == 1
+    with pytest.raises(InvalidInput, match="dedupe_for needs a dedupe_key"):
+        db.client.enqueue("hooks", b"payload", dedupe_for=600)
+
+
+def test_an_app_task_deferred_with_dedupe_for_is_skipped_within_the_window(db):
+    _keep(db, "hooks")
+    app = shardq.App(db.dsn)
+    try:
+        @app.task(name="hook", queue="hooks")
+        def hook(n: int) -> None: ...
+
+        windowed = hook.configure(dedupe_key="order:7", dedupe_for=3600)
+        assert windowed.defer(n=1) is not None
+        app.work(until_empty=True)
+        assert windowed.defer(n=2) is None
+        assert windowed.defer_many([{"n": 3}, {"n": 4}]) == [None, None]
+    finally:
+        app.close()

@@ -132,3 +132,26 @@ def test_asyncio_code_awaits_the_handle(app):
         return value
 
     assert asyncio.run(main()) == 42
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_without_notifications_the_listener_declines_and_waiters_poll_until_the_outcome():
+    class NoWakeups:
+        class engine:
+            supports_wakeups = False
+
+        def close(self) -> None: ...
+
+    listener = waiting.OutcomeListener(NoWakeups)
+    assert listener.start() is False
+    reads = iter(["ready", "running", "succeeded"])
+    seen = []
+
+    def read():
+        state = next(reads)
+        seen.append(state)
+        return shardq.TaskStatus("t", state, result="7" if state == "succeeded" else None)
+
+    assert waiting.wait(read, uuid.uuid4(), 10.0, listener) == 7
+    assert seen == ["ready", "running", "succeeded"]
+    listener.close()

@@ -174,7 +174,7 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
         # The history keeps them where their queue keeps finished tasks (the statement checks).
         yield from operations.history_record_cancelled([
             Finished(t.id, t.queue, "cancelled", task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
-                     error=t.last_error) for t in gone])
+                     error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

@@ -97,9 +97,9 @@ class Client:
         self, queue: str, payload: bytes | str, *, connection: object | None = None, **options: Unpack[TaskOptions]
     ) -> EnqueueResult:
         """Enqueue one task; ``options`` are the :class:`~shardq.models.TaskOptions` (``delay``,
-        ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``; see
-        :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a psycopg ``Connection``,
-        or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
+        ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``,
+        ``dedupe_for``; see :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a
+        psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
         connection inside its transaction and nothing is committed: the task exists exactly when
         the caller commits (see :class:`shardq.borrowed.BorrowedSession`)."""
         return self.producer(connection).enqueue(queue, payload, **options)

@@ -136,10 +136,10 @@ class Deferral(Generic[P, R]):
         self.connection = get("connection")
         fixed = normalise(NewTask(b"", get("delay"), get("run_at"), get("dedupe_key"),
                                   get("max_attempts", template.max_attempts), get("priority", template.priority),
-                                  get("exclusive_key")))
+                                  get("exclusive_key"), get("dedupe_for")))
         # NewTask's fields other than the payload, the same for every call of this deferral.
         self._fields = (fixed.delay, fixed.run_at, fixed.dedupe_key, fixed.max_attempts, fixed.priority,
-                        fixed.exclusive_key)
+                        fixed.exclusive_key, fixed.dedupe_for)
         self._check = template.check
 
     def _new_task(self, arguments: Mapping[str, Any]) -> NewTask:

@@ -70,6 +70,7 @@ class Finished:
     error: str | None = None
     #: the JSON text of the task's return value (tasks declared with result=True)
     result: str | None = None
+    dedupe_key: str | None = None
 
 
 @dataclass(slots=True)

@@ -188,7 +188,10 @@ class TaskOptions(TypedDict, total=False):
     * ``dedupe_key``: nothing is inserted while a task of the queue with this key is live;
     * ``max_attempts``: None takes the queue's;
     * ``priority``: lower runs first (0);
-    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`).
+    * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.exclusive`);
+    * ``dedupe_for`` (seconds, with ``dedupe_key``): nothing is inserted either while a task of the
+      queue with this key finished less than this long ago (kept in the queue's history: see
+      :mod:`shardq.history`).
     """
 
     delay: float | None
@@ -197,6 +200,7 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int | None
     priority: int
     exclusive_key: str | None
+    dedupe_for: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,7 @@ class NewTask:
     max_attempts: int | None = None
     priority: int = 0
     exclusive_key: str | None = None
+    dedupe_for: float | None = None
 
 
 @dataclass(frozen=True)

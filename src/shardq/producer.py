@@ -49,12 +49,14 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
     if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
     if (task.delay is None and task.run_at is None and task.dedupe_key is None and task.max_attempts is None
-            and task.exclusive_key is None and task.priority == 0):
+            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None):
         # Only the payload to check (the task API's usual call): the defaults are valid.
         payload = validation.payload(task.payload, limit=payload_limit)
         return task if payload is task.payload else NewTask(payload=payload)
     if task.delay is not None and task.run_at is not None:
         raise InvalidInput("give either delay or run_at, not both")
+    if task.dedupe_for is not None and task.dedupe_key is None:
+        raise InvalidInput("dedupe_for needs a dedupe_key")
     return NewTask(
         payload=validation.payload(task.payload, limit=payload_limit),
         delay=validation.delay(task.delay) if task.delay is not None else None,
@@ -67,6 +69,8 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         ),
         priority=validation.priority(task.priority),
         exclusive_key=validation.exclusive_key(task.exclusive_key),
+        dedupe_for=(validation.positive_seconds(task.dedupe_for, "dedupe_for")
+                    if task.dedupe_for is not None else None),
     )
 
 
@@ -146,6 +150,15 @@ def enqueue_plan(
     superseded = 0
     for start in range(0, len(prepared), batch_size):
         chunk = prepared[start : start + batch_size]
+        if any(t.dedupe_for for t in chunk):
+            # Keys whose task finished within their window (the queue's history) are duplicates.
+            recent = yield from operations.history_dedupe_recent(
+                queue, [(t.dedupe_key or "", t.dedupe_for) for t in chunk if t.dedupe_for])
+            blocked = [t for t in chunk if t.dedupe_for and t.dedupe_key in recent]
+            duplicates += [t.dedupe_key or "" for t in blocked]
+            chunk = [t for t in chunk if not (t.dedupe_for and t.dedupe_key in recent)]
+            if not chunk:
+                continue
         ids = [uuid.uuid4() for _ in chunk]
         if any(t.exclusive_key is not None for t in chunk):
             outcome = yield from exclusive.enqueue_plan(queue, chunk, ids)

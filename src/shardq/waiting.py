@@ -137,6 +137,7 @@ class OutcomeListener:
     def _run(self) -> None:
         session: Session | None = None
         idle_since: float | None = None
+        registered = False
         try:
             while not self._stop.is_set():
                 try:
@@ -150,7 +151,7 @@ class OutcomeListener:
                         session.listen("outcome_listen")
                         # Seen after LISTEN: a worker that finds the row notifies a listener.
                         session.run(operations.outcome_listener_seen(self.id))
-                        seen = time.monotonic()
+                        registered, seen = True, time.monotonic()
                         self._failed = False
                         self._ready.set()
                         while not self._stop.is_set():
@@ -179,8 +180,9 @@ class OutcomeListener:
                     return
         finally:
             if session is not None:
-                with contextlib.suppress(DatabaseError):  # its row goes stale anyway
-                    session.run(operations.outcome_listener_gone(self.id, 3 * SEEN_SECONDS))
+                if registered:
+                    with contextlib.suppress(DatabaseError):  # its row goes stale anyway
+                        session.run(operations.outcome_listener_gone(self.id, 3 * SEEN_SECONDS))
                 session.close()
 
     def _idle(self, since: float | None) -> float | None:

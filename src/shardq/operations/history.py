@@ -52,6 +52,7 @@ def history_record_cancelled(records: Sequence[Finished]) -> Plan[None]:
         "ids": [r.id for r in records], "queues": [r.queue for r in records], "tasks": [r.task for r in records],
         "created_ats": [r.created_at for r in records], "attempts": [r.attempts for r in records],
         "errors": [storable(r.error) if r.error is not None else None for r in records],
+        "dedupe_keys": [r.dedupe_key for r in records],
     }, rows="none")
 
 
@@ -116,6 +117,14 @@ def outcome_listeners_present(fresh_seconds: float) -> Plan[bool]:
     """Whether a process listened for outcome notifications within ``fresh_seconds``."""
     row = yield Call("outcome_listeners_present", {"fresh_seconds": fresh_seconds}, rows="one")
     return bool(row and row["present"])
+
+
+def history_dedupe_recent(queue: str, windows: Sequence[tuple[str, float]]) -> Plan[set[str]]:
+    """The keys of ``windows`` ((dedupe key, seconds) each) whose task of ``queue`` finished within
+    its seconds, as the history keeps them (``dedupe_for``)."""
+    rows = yield Call("history_dedupe_recent", {"queue": queue, "keys": [k for k, _ in windows],
+                                                "seconds": [s for _, s in windows]})
+    return {row["dedupe_key"] for row in rows}
 
 
 def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:

@@ -30,6 +30,7 @@ class CancelledTask:
     created_at: dt.datetime | None = None
     attempts: int = 0
     last_error: str | None = None
+    dedupe_key: str | None = None
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -95,7 +96,8 @@ def task_exclusive_keys_by_id(ids: Sequence[uuid.UUID]) -> Plan[dict[uuid.UUID, 
 def task_cancel_many(ids: Sequence[uuid.UUID]) -> Plan[list[CancelledTask]]:
     rows = yield Call("task_cancel_many", {"ids": list(ids)})
     return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"],
-                          bytes(row["payload"]), row["created_at"], row["attempts"], row["last_error"])
+                          bytes(row["payload"]), row["created_at"], row["attempts"], row["last_error"],
+                          row["dedupe_key"])
             for row in rows]
 
 

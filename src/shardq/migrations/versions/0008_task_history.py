@@ -10,6 +10,8 @@ Create Date: 2026-11-26
   (``succeeded``, ``dead``, ``cancelled``), task name, enqueue time, attempts, the final attempt's
   run time and error text, and the JSON-encoded result of a task declared with ``result=True``.
   It is written in the same transaction as the ack, dead-letter or cancel that finishes the task.
+  ``dedupe_key`` (indexed where set) lets ``dedupe_for`` refuse a key for a while after its task
+  finished.
 * ``shardq_attempts``: one row per failed attempt (retried) of a task of such a queue; the final
   attempt is the history row itself, so a task that succeeds at once writes one row, not two.
 * ``shardq_listeners``: one row per process listening for outcome notifications (PostgreSQL),
@@ -54,11 +56,15 @@ def upgrade() -> None:
             attempts INT4 NOT NULL,
             run_seconds FLOAT8,
             last_error {text},
-            result {text}
+            result {text},
+            dedupe_key {text}
         )
         """
     )
     op.execute(f"CREATE INDEX IF NOT EXISTS shardq_history_by_queue ON shardq_history (queue, finished_at, id){hashed}")
+    # dedupe_for: a key's latest finish; only tasks with a dedupe key have an entry.
+    op.execute("CREATE INDEX IF NOT EXISTS shardq_history_dedupe ON shardq_history (queue, dedupe_key, finished_at)"
+               " WHERE dedupe_key IS NOT NULL")
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_attempts (

@@ -12,16 +12,17 @@ WITH done AS (
                  %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(state, queue, rank, exec_time, id, token)
     WHERE t.state = k.state AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
       AND t.id = k.id AND t.lease_token = k.token
-    RETURNING t.id, t.queue, t.created_at, t.attempts
+    RETURNING t.id, t.queue, t.created_at, t.attempts, t.dedupe_key
 ), kept AS (
-    INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, run_seconds, result)
-    SELECT d.id, d.queue, 'succeeded', r.task, d.created_at, d.attempts, r.run_seconds, r.result
+    INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, run_seconds, result, dedupe_key)
+    SELECT d.id, d.queue, 'succeeded', r.task, d.created_at, d.attempts, r.run_seconds, r.result, d.dedupe_key
     FROM done AS d
     JOIN unnest(%(ids)s::UUID[], %(tasks)s::STRING[], %(run_seconds)s::FLOAT8[], %(results)s::STRING[])
          AS r(id, task, run_seconds, result) ON r.id = d.id
     ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, state = excluded.state, task = excluded.task,
         created_at = excluded.created_at, finished_at = excluded.finished_at, attempts = excluded.attempts,
-        run_seconds = excluded.run_seconds, last_error = NULL, result = excluded.result
+        run_seconds = excluded.run_seconds, last_error = NULL, result = excluded.result,
+        dedupe_key = excluded.dedupe_key
     RETURNING id
 )
 -- kept is read here so its insert runs whatever the engine does with an unread mutation.

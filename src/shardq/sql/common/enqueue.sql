@@ -100,7 +100,7 @@ RETURNING id
 -- the caller can release exclusive keys, and what the history records of it.
 DELETE FROM shardq_tasks
 WHERE id = ANY(%(ids)s::UUID[])
-RETURNING id, queue, state, exclusive_key, backlogged, payload, created_at, attempts, last_error
+RETURNING id, queue, state, exclusive_key, backlogged, payload, created_at, attempts, last_error, dedupe_key
 
 -- name: task_exclusive_keys_by_id
 -- The exclusive keys of the named tasks (those that have one), so they can be locked first.

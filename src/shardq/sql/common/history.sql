@@ -9,27 +9,28 @@
 -- name: history_record_dead
 -- Record tasks just moved to the dead letters, from their dead-letter rows (the reaper does not
 -- read payloads or enqueue times; the dead letter has them); task names and run times when known.
-INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, run_seconds, last_error)
-SELECT d.id, d.queue, 'dead', k.task, d.created_at, d.attempts, k.run_seconds, d.last_error
+INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, run_seconds, last_error, dedupe_key)
+SELECT d.id, d.queue, 'dead', k.task, d.created_at, d.attempts, k.run_seconds, d.last_error, d.dedupe_key
 FROM unnest(%(ids)s::UUID[], %(tasks)s::TEXT[], %(run_seconds)s::FLOAT8[]) AS k(id, task, run_seconds)
 JOIN shardq_dead AS d ON d.id = k.id
 ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, state = excluded.state, task = excluded.task,
     created_at = excluded.created_at, finished_at = excluded.finished_at, attempts = excluded.attempts,
-    run_seconds = excluded.run_seconds, last_error = excluded.last_error, result = NULL
+    run_seconds = excluded.run_seconds, last_error = excluded.last_error, result = NULL,
+    dedupe_key = excluded.dedupe_key
 
 -- name: history_record_cancelled
 -- Record cancelled tasks, only those of queues that keep finished tasks (cancelling is an
 -- operator's act, not the hot path: the queue's setting is read here rather than passed in).
-INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, last_error)
-SELECT k.id, k.queue, 'cancelled', k.task, k.created_at, k.attempts, k.last_error
+INSERT INTO shardq_history (id, queue, state, task, created_at, attempts, last_error, dedupe_key)
+SELECT k.id, k.queue, 'cancelled', k.task, k.created_at, k.attempts, k.last_error, k.dedupe_key
 FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(tasks)s::TEXT[], %(created_ats)s::TIMESTAMPTZ[],
-            %(attempts)s::INT4[], %(errors)s::TEXT[])
-     AS k(id, queue, task, created_at, attempts, last_error)
+            %(attempts)s::INT4[], %(errors)s::TEXT[], %(dedupe_keys)s::TEXT[])
+     AS k(id, queue, task, created_at, attempts, last_error, dedupe_key)
 JOIN shardq_queues AS q ON q.name = k.queue
 WHERE q.keep_finished_seconds > 0
 ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, state = excluded.state, task = excluded.task,
     created_at = excluded.created_at, finished_at = excluded.finished_at, attempts = excluded.attempts,
-    run_seconds = NULL, last_error = excluded.last_error, result = NULL
+    run_seconds = NULL, last_error = excluded.last_error, result = NULL, dedupe_key = excluded.dedupe_key
 
 -- name: attempt_record_many
 -- Record failed attempts that were put back to retry (one row per task and attempt number; an
@@ -103,3 +104,11 @@ WHERE id = %(id)s::UUID
 SELECT count(*) AS present
 FROM (SELECT 1 FROM shardq_listeners
       WHERE seen_at > now() - %(fresh_seconds)s::FLOAT8 * INTERVAL '1 second' LIMIT 1) AS l
+
+-- name: history_dedupe_recent
+-- The dedupe keys of a queue whose task finished within its window (dedupe_for, seconds per key):
+-- one descent of the dedupe index per key.
+SELECT DISTINCT h.dedupe_key
+FROM unnest(%(keys)s::TEXT[], %(seconds)s::FLOAT8[]) AS k(key, secs)
+JOIN shardq_history AS h ON h.queue = %(queue)s AND h.dedupe_key = k.key
+WHERE h.dedupe_key IS NOT NULL AND h.finished_at > now() - k.secs * INTERVAL '1 second'
