@@ -169,7 +169,7 @@ class Deferral(Generic[P, R]):
         """This call as a workflow step (see :meth:`shardq.App.workflow`): the arguments are
         checked and encoded now. A step starts when its parents succeeded, so ``delay``,
         ``run_at``, ``dedupe_key`` and ``exclusive_key`` are refused (:class:`InvalidInput`)."""
-        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields
+        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key, _dedupe_for = self._fields
         if delay or run_at is not None or dedupe_key is not None or exclusive_key is not None:
             raise InvalidInput(f"{self.name}: a workflow step takes no delay, run_at, dedupe_key or exclusive_key")
         task = self._new_task(arguments)
