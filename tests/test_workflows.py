@@ -248,3 +248,26 @@ def test_shardq_workflow_shows_a_workflow_and_its_steps_as_text_and_json(app, db
     assert "running (shown)" in text and "t-2: waiting, waiting on 1 after t" in text
     assert run("workflow", "nope").returncode == 2
     assert "cancelled 2 step(s)" in run("workflow-cancel", handle).stdout
+
+
+def test_a_step_whose_lease_ran_out_on_its_last_attempt_is_buried_by_the_reaper_and_its_dependents_cancelled(app, db):
+    @app.task(name="once", max_attempts=1)
+    def once() -> None: ...
+
+    wf = app.workflow("expired")
+    first = wf.add(once.step(), name="first")
+    wf.add(once.step(), after=first, name="next")
+    wf.add(once.step(), after=first, name="alert", on_failure=True)
+    handle = wf.enqueue()
+    [task] = Consumer(db.store, ["default"], lease_seconds=60).claim().tasks
+    db.sql("UPDATE shardq_tasks SET lease_expires_at = now() - INTERVAL '1 second' WHERE id = %(id)s",
+           {"id": task.key.id})
+    if db.dialect == "postgresql":  # the reaper finds expired leases through their claim's record there
+        db.sql("UPDATE shardq_leases SET expires_at = now() - INTERVAL '1 second' WHERE true")
+    reaper = db.client.reaper()
+    try:
+        reaper.run_once()
+    finally:
+        reaper.store.session.close()
+    assert {s.name: s.state for s in handle.status().steps} == {"first": "dead", "next": "cancelled", "alert": "ready"}
+    assert _task_states(db, handle) == {"first": "gone", "next": "gone", "alert": "ready"}
