@@ -271,3 +271,50 @@ def test_a_step_whose_lease_ran_out_on_its_last_attempt_is_buried_by_the_reaper_
         reaper.store.session.close()
     assert {s.name: s.state for s in handle.status().steps} == {"first": "dead", "next": "cancelled", "alert": "ready"}
     assert _task_states(db, handle) == {"first": "gone", "next": "gone", "alert": "ready"}
+
+
+def test_two_acks_crossing_the_parents_of_several_fan_ins_both_commit_without_a_deadlock(app, db):
+    @app.task(name="t")
+    def t() -> None: ...
+
+    for _round in range(6):
+        handles = []
+        for _ in range(8):
+            wf = app.workflow("crossed")
+            parents = wf.group(t.step(), t.step())
+            wf.add(t.step(), after=parents, name="child")
+            handles.append(wf.enqueue())
+        tasks = Consumer(db.store, ["default"], batch=100).claim().tasks
+        first = {h.task_ids["t"] for h in handles}
+        halves = [[task for task in tasks if (task.id in first) is side] for side in (True, False)]
+        halves[1].reverse()  # the second ack names the fan-ins in the opposite order
+        sessions = [db.client.new_session() for _ in halves]
+        stores = [TaskStore(s) for s in sessions]
+        for store in stores:
+            store.layout()
+        try:
+            assert _ack_at_once_many(stores, halves) == []
+        finally:
+            for session in sessions:
+                session.close()
+        assert {h.status().steps[0].state for h in handles} == {"ready"}  # "child" sorts first
+        db.sql("DELETE FROM shardq_tasks WHERE true")
+
+
+def _ack_at_once_many(stores: list[TaskStore], batches: list[list]) -> list[BaseException]:
+    barrier = threading.Barrier(len(batches))
+    errors: list[BaseException] = []
+
+    def ack(store: TaskStore, batch: list) -> None:
+        try:
+            barrier.wait()
+            workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(t) for t in batch]), "succeeded")
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ack, args=(s, b)) for s, b in zip(stores, batches, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
