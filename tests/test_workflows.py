@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import shardq
-from shardq import workflows
+from shardq import admin, workflows
 from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
 from shardq.store import TaskStore
@@ -318,3 +318,34 @@ def _ack_at_once_many(stores: list[TaskStore], batches: list[list]) -> list[Base
     for thread in threads:
         thread.join()
     return errors
+
+
+def test_requeueing_a_dead_step_resumes_its_workflow_from_it(app, db):
+    ran: list[str] = []
+    fail = {"boom": True}
+
+    @app.task(name="flaky", max_attempts=1)
+    def flaky() -> None:
+        if fail["boom"]:
+            raise RuntimeError("not yet")
+        ran.append("flaky")
+
+    @app.task(name="after")
+    def after(label: str) -> None:
+        ran.append(label)
+
+    wf = app.workflow("resumed")
+    first = wf.add(after.step(label="first"), name="first")
+    middle = wf.add(flaky.step(), after=first, name="flaky")
+    wf.chain(after.step(label="next"), after.step(label="then"), after=middle)
+    handle = wf.enqueue()
+    app.work(until_empty=True)
+    assert ran == ["first"] and handle.status().state == "failed"
+    fail["boom"] = False
+    result = admin.dead_requeue(db.store, "default", [handle.task_ids["flaky"]])
+    assert result.requeued == 1
+    states = {s.name: (s.state, s.waiting_on) for s in handle.status().steps}
+    assert states["flaky"] == ("ready", 0) and states["after"] == ("waiting", 1) and states["after-2"] == ("waiting", 1)
+    app.work(until_empty=True)
+    assert ran == ["first", "flaky", "next", "then"]
+    assert handle.status().state == "succeeded"

@@ -22,13 +22,15 @@ Guarantees:
 * **Failure.** A dead step (dead-lettered by its worker, or by the reaper when its lease ran out
   on its last attempt) cancels its waiting children, and theirs,
   and releases an on-failure child instead of cancelling it; an on-failure child whose parents
-  all succeeded is cancelled. :func:`cancel` cancels every step not finished yet and deletes
+  all succeeded is cancelled. Requeueing a dead step from the dead letters resumes its workflow
+  from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
+  cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
   their tasks (a running one's ack then deletes nothing and releases nothing).
 
 Does not:
 
-* resume a workflow when its dead step is requeued from the dead letters (its dependents were
-  cancelled when it died);
+* reopen a dependent cancelled by *another* dead parent than the one requeued: requeue each
+  dead parent (a dependent waits on every parent of its that has not succeeded);
 * pass a parent's result to its children;
 * accept a delay, run_at, dedupe or exclusive key on a step (a step starts when released).
 
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import operations
@@ -164,6 +166,35 @@ def _apply(moved: list[Moved]) -> Plan[None]:
         yield from operations.workflow_tasks_release(released)
     if dropped:
         yield from operations.workflow_tasks_drop(dropped)
+
+
+def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Requeue dead tasks (:func:`shardq.admin.dead_requeue`) and resume the workflows of those
+    that were steps, in one transaction; returns the ids requeued."""
+    return store.session.run(dead_requeue_plan(queue, ids))
+
+
+def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
+    """:func:`dead_requeue` as a plan: the requeued step is ``ready`` again and a step of its
+    workflow again; its dependents cancelled when it died wait again (their tasks enqueued again
+    from what their steps kept), level by level down the graph."""
+
+    def body() -> Plan[set[uuid.UUID]]:
+        done = yield from operations.dead_requeue_ids(queue, ids)
+        if not done:
+            return done
+        revived = yield from operations.workflow_steps_revive(sorted(done))
+        if revived:
+            yield from operations.workflow_tasks_rejoin(revived)
+            parents = [(w, step) for w, step, _task in revived]
+            while parents:
+                parents = yield from operations.workflow_steps_reopen(parents)
+                if parents:
+                    yield from operations.workflow_tasks_reinsert(parents)
+        return done
+
+    result: set[uuid.UUID] = yield Atomically(body)
+    return result
 
 
 def cancel_plan(workflow_id: object) -> Plan[int]:

@@ -100,7 +100,11 @@ from .workflows import (
     workflow_insert,
     workflow_steps_finish,
     workflow_steps_list,
+    workflow_steps_reopen,
+    workflow_steps_revive,
     workflow_tasks_drop,
+    workflow_tasks_reinsert,
+    workflow_tasks_rejoin,
     workflow_tasks_release,
 )
 
@@ -178,6 +182,10 @@ __all__ = [
     "workflow_insert",
     "workflow_steps_finish",
     "workflow_steps_list",
+    "workflow_steps_reopen",
+    "workflow_steps_revive",
     "workflow_tasks_drop",
+    "workflow_tasks_reinsert",
+    "workflow_tasks_rejoin",
     "workflow_tasks_release",
 ]

@@ -24,6 +24,8 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
         "workflow_id": workflow_id, "steps": [s.name for s in steps], "task_ids": list(task_ids),
         "tasks": [s.task for s in steps], "queues": [s.queue for s in steps],
         "waiting_on": [len(s.parents) for s in steps], "on_failure": [s.on_failure for s in steps],
+        "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
+        "max_attempts": [s.max_attempts for s in steps],
     }, rows="none")
     edges = [(parent, s.name) for s in steps for parent in s.parents]
     if edges:
@@ -72,6 +74,31 @@ def workflow_tasks_release(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]
 def workflow_tasks_drop(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
     rows = yield Call("workflow_tasks_drop", {"ids": list(task_ids)})
     return {row["id"] for row in rows}
+
+
+def workflow_steps_revive(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid.UUID, str, uuid.UUID]]]:
+    """Dead steps of these requeued tasks back to ``ready`` (not in a cancelled workflow);
+    returns (workflow id, step, task id) of each."""
+    rows = yield Call("workflow_steps_revive", {"task_ids": list(task_ids)})
+    return [(row["workflow_id"], row["step"], row["task_id"]) for row in rows]
+
+
+def workflow_tasks_rejoin(steps: Sequence[tuple[uuid.UUID, str, uuid.UUID]]) -> Plan[None]:
+    yield Call("workflow_tasks_rejoin", {"ids": [t for _w, _s, t in steps], "workflow_ids": [w for w, _s, _t in steps]},
+               rows="none")
+
+
+def workflow_steps_reopen(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str]]]:
+    """The cancelled children of ``parents`` waiting again; returns (workflow id, step) of each."""
+    rows = yield Call("workflow_steps_reopen", {"workflow_ids": [w for w, _ in parents],
+                                                "steps": [s for _, s in parents]})
+    return [(row["workflow_id"], row["step"]) for row in rows]
+
+
+def workflow_tasks_reinsert(steps: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
+    yield Call("workflow_tasks_reinsert", {"workflow_ids": [w for w, _ in steps], "steps": [s for _, s in steps],
+                                           "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT},
+               rows="none")
 
 
 def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:

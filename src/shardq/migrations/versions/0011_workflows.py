@@ -10,8 +10,10 @@ Create Date: 2026-11-26
 * ``shardq_workflows``: one row per workflow (id, name, when enqueued, when cancelled).
 * ``shardq_workflow_steps``: one row per step, keyed (workflow_id, step): its task id, task name
   and queue, its state (``waiting``, ``ready`` — released, its task runs or waits to —,
-  ``succeeded``, ``dead``, ``cancelled``), ``waiting_on`` (parents not yet succeeded) and
-  ``on_failure`` (a step that runs only when a parent died).
+  ``succeeded``, ``dead``, ``cancelled``), ``waiting_on`` (parents not yet succeeded),
+  ``on_failure`` (a step that runs only when a parent died), and for a step with parents its
+  task's payload, priority and max_attempts: a step cancelled because a parent died is enqueued
+  again from them when that parent is requeued from the dead letters.
 * ``shardq_workflow_edges``: one row per (parent, child) edge of a workflow's graph, read by
   parent when a step finishes.
 
@@ -31,7 +33,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    text = migration_engine().ddl.text
+    text, blob = migration_engine().ddl.text, migration_engine().ddl.blob
     op.execute("ALTER TABLE shardq_tasks ADD COLUMN IF NOT EXISTS workflow_id UUID NULL")
     op.execute(
         f"""
@@ -55,6 +57,9 @@ def upgrade() -> None:
             waiting_on INT4 NOT NULL,
             on_failure BOOL NOT NULL DEFAULT false,
             finished_at TIMESTAMPTZ NULL,
+            payload {blob} NULL,
+            priority INT8 NOT NULL DEFAULT 0,
+            max_attempts INT4 NULL,
             PRIMARY KEY (workflow_id, step)
         )
         """

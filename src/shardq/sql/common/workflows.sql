@@ -5,12 +5,17 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s, %(name)s)
 -- name: workflow_steps_insert
 -- Every step of one workflow (parallel arrays): a step without parents starts 'ready' (its task is
 -- inserted ready), the others 'waiting' on their parents' count.
-INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure)
+-- A step with parents keeps its task's payload, priority and attempts, to enqueue it again if it is
+-- cancelled by a dead parent that is then requeued (workflow_steps_reopen).
+INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
+                                   payload, priority, max_attempts)
 SELECT %(workflow_id)s, s.step, s.task_id, s.task, s.queue,
-       CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure
+       CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
+       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
-            %(waiting_on)s::INT4[], %(on_failure)s::BOOL[])
-     AS s(step, task_id, task, queue, waiting_on, on_failure)
+            %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
+            %(max_attempts)s::INT4[])
+     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts)
 
 -- name: workflow_edges_insert
 -- Every (parent, child) edge of one workflow.
@@ -99,6 +104,59 @@ RETURNING id
 -- nothing and finishes no step: it is fenced by its row).
 DELETE FROM shardq_tasks
 WHERE id = ANY(%(ids)s::UUID[])
+RETURNING id
+
+-- name: workflow_steps_revive
+-- Dead steps whose tasks were just requeued from the dead letters (in the same transaction): 'ready'
+-- again, unless their workflow was cancelled. Returns them, with their workflow ids for their tasks.
+UPDATE shardq_workflow_steps AS s
+SET state = 'ready', finished_at = NULL
+WHERE s.task_id = ANY(%(task_ids)s::UUID[]) AND s.state = 'dead'
+  AND NOT EXISTS (SELECT 1 FROM shardq_workflows AS w WHERE w.id = s.workflow_id AND w.cancelled_at IS NOT NULL)
+RETURNING s.workflow_id, s.step, s.task_id
+
+-- name: workflow_tasks_rejoin
+-- A requeued step's task row (shardq_dead keeps no workflow id) is a step again.
+UPDATE shardq_tasks AS t
+SET workflow_id = r.workflow_id
+FROM unnest(%(ids)s::UUID[], %(workflow_ids)s::UUID[]) AS r(id, workflow_id)
+WHERE t.id = r.id
+RETURNING t.id
+
+-- name: workflow_steps_reopen
+-- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
+-- on every parent of theirs that has not succeeded.
+WITH hits AS (
+    SELECT DISTINCT e.workflow_id, e.child
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+), counts AS (
+    SELECT h.workflow_id, h.child, count(*) AS n
+    FROM hits AS h
+    JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
+    JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+    WHERE p.state <> 'succeeded'
+    GROUP BY h.workflow_id, h.child
+)
+UPDATE shardq_workflow_steps AS s
+SET state = 'waiting', waiting_on = c.n, finished_at = NULL
+FROM counts AS c
+WHERE s.workflow_id = c.workflow_id AND s.step = c.child AND s.state = 'cancelled' AND NOT s.on_failure
+RETURNING s.workflow_id, s.step, s.task_id
+
+-- name: workflow_tasks_reinsert
+-- The task rows of reopened steps, 'waiting' again at backlog_rank, from what their step kept.
+INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
+                          workflow_id)
+SELECT 'waiting', %(backlog_rank)s, s.queue, now(), s.task_id, s.priority, 0,
+       coalesce(s.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = s.queue),
+                %(max_attempts_default)s::INT4),
+       s.payload, s.workflow_id
+FROM shardq_workflow_steps AS s
+JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS r(workflow_id, step)
+  ON s.workflow_id = r.workflow_id AND s.step = r.step
+WHERE s.payload IS NOT NULL
 RETURNING id
 
 -- name: workflow_cancel
