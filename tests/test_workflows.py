@@ -349,3 +349,29 @@ def test_requeueing_a_dead_step_resumes_its_workflow_from_it(app, db):
     app.work(until_empty=True)
     assert ran == ["first", "flaky", "next", "then"]
     assert handle.status().state == "succeeded"
+
+
+def test_a_fan_in_that_takes_results_receives_each_parents_kept_result_by_step_name(app, db):
+    db.client.set_queue("kept", keep_finished_seconds=3600)
+    seen: list[dict] = []
+
+    @app.task(name="square", queue="kept", result=True)
+    def square(n: int) -> int:
+        return n * n
+
+    @app.task(name="plain", queue="kept")
+    def plain() -> None: ...
+
+    @app.task(name="total")
+    def total(label: str, results: dict | None = None) -> None:
+        seen.append({"label": label, "results": results})
+
+    wf = app.workflow("sum")
+    members = wf.group(square.step(n=2), square.step(n=3), plain.step())
+    wf.add(total.step(label="fan-in"), after=members)
+    total.defer(label="alone")  # outside a workflow: no results read, the default stays
+    handle = wf.enqueue()
+    app.work(until_empty=True)
+    assert {"label": "alone", "results": None} in seen
+    assert {"label": "fan-in", "results": {"square": 4, "square-2": 9, "plain": None}} in seen
+    assert handle.status().state == "succeeded"

@@ -119,6 +119,8 @@ class AppTask(Deferral[P, R]):
         self._accepted = frozenset(p.name for p in parameters if p.kind in keyword)
         self._required = frozenset(p.name for p in parameters if p.kind in keyword and p.default is p.empty)
         self._open = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        #: as a workflow step, receives its parents' results as ``results`` (shardq.workflows)
+        self.takes_results = "results" in self._accepted
         self._fast_check = not any(
             p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is p.empty for p in parameters
         )
@@ -314,7 +316,10 @@ class App:
         """Run the task the payload names with its arguments (sync tasks; for an async one this
         returns its coroutine)."""
         declared, arguments = self._declared(handle)
-        value = declared.run(handle, arguments)
+        if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
+            value = self._run_step(declared, handle, arguments)
+        else:
+            value = declared.run(handle, arguments)
         if declared.keeps_result and not declared.is_async:
             return encode_result(value)  # the worker keeps it (see _keeping_result)
         return value
@@ -334,9 +339,15 @@ class App:
         its own timeout."""
         declared, arguments = self._declared(handle)
         call: Callable[[], Any] = partial(declared.run, handle, arguments)
+        if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
+            call = partial(self._run_step, declared, handle, arguments)
         if declared.keeps_result:
             call = _keeping_result(call, declared.is_async)
         return call, declared.is_async, declared.timeout
+
+    def _run_step(self, declared: AppTask[Any, Any], handle: Task, arguments: dict[str, Any]) -> object:
+        """Run a workflow step that takes ``results``: its parents' results, read first."""
+        return declared.run(handle, {**arguments, "results": self.client.parent_results(handle.id)})
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's

@@ -200,6 +200,10 @@ class Client:
         """A workflow's state and each step's, by id (state ``unknown`` for no such workflow)."""
         return self.store.session.run(workflows.status_plan(workflow_id))
 
+    def parent_results(self, task_id: object) -> dict[str, object]:
+        """The results of the parents of a workflow step, by step name (see :mod:`shardq.workflows`)."""
+        return workflows.parent_results(self.store, task_id)
+
     def cancel_workflow(self, workflow_id: object) -> int:
         """Cancel every step of a workflow not finished yet; returns how many."""
         return self.store.session.run(workflows.cancel_plan(workflow_id))

@@ -19,6 +19,10 @@ Guarantees:
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
   acked at once on two workers exactly one releases the child. A worker killed before the ack's
   commit leaves everything as it was: the lease runs out, the parent runs again.
+* **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
+  not give it) receives its parents' results as a dict by step name, read when it runs
+  (:func:`parent_results`; a parent's result is kept when its task is declared ``result=True``
+  and its queue keeps finished tasks, else None).
 * **Failure.** A dead step (dead-lettered by its worker, or by the reaper when its lease ran out
   on its last attempt) cancels its waiting children, and theirs,
   and releases an on-failure child instead of cancelling it; an on-failure child whose parents
@@ -31,7 +35,6 @@ Does not:
 
 * reopen a dependent cancelled by *another* dead parent than the one requeued: requeue each
   dead parent (a dependent waits on every parent of its that has not succeeded);
-* pass a parent's result to its children;
 * accept a delay, run_at, dedupe or exclusive key on a step (a step starts when released).
 
 Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
@@ -195,6 +198,13 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
 
     result: set[uuid.UUID] = yield Atomically(body)
     return result
+
+
+def parent_results(store: TaskStore, task_id: object) -> dict[str, object]:
+    """The results of the parents of the step whose task is ``task_id``, by step name (None where
+    a parent keeps none: its task is not declared ``result=True`` or its queue keeps no finished
+    tasks). One read."""
+    return store.session.run(operations.workflow_parent_results(_parse(task_id)))
 
 
 def cancel_plan(workflow_id: object) -> Plan[int]:

@@ -3,6 +3,7 @@ logic that strings them together is :mod:`shardq.workflows`."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -99,6 +100,12 @@ def workflow_tasks_reinsert(steps: Sequence[tuple[uuid.UUID, str]]) -> Plan[None
     yield Call("workflow_tasks_reinsert", {"workflow_ids": [w for w, _ in steps], "steps": [s for _, s in steps],
                                            "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT},
                rows="none")
+
+
+def workflow_parent_results(task_id: uuid.UUID) -> Plan[dict[str, Any]]:
+    """Step name -> decoded result (None where none is kept) of each parent of this task's step."""
+    rows = yield Call("workflow_parent_results", {"task_id": task_id})
+    return {row["step"]: json.loads(row["result"]) if row["result"] is not None else None for row in rows}
 
 
 def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:

@@ -159,6 +159,16 @@ JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS r(workflow_id, step)
 WHERE s.payload IS NOT NULL
 RETURNING id
 
+-- name: workflow_parent_results
+-- The parents of the step whose task this is, each with its kept result (NULL when its queue keeps
+-- no finished tasks, or its task keeps no result): what a step's ``results`` argument receives.
+SELECT p.step, h.result
+FROM shardq_workflow_steps AS c
+JOIN shardq_workflow_edges AS e ON e.workflow_id = c.workflow_id AND e.child = c.step
+JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+LEFT JOIN shardq_history AS h ON h.id = p.task_id
+WHERE c.task_id = %(task_id)s
+
 -- name: workflow_cancel
 -- Mark a workflow cancelled and cancel every step not finished yet; returns their task ids.
 WITH flagged AS (
