@@ -1,6 +1,6 @@
 -- name: workflow_insert
 -- One row per workflow (shardq.workflows): its id and name.
-INSERT INTO shardq_workflows (id, name) VALUES (%(id)s, %(name)s)
+INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 
 -- name: workflow_steps_insert
 -- Every step of one workflow (parallel arrays): a step without parents starts 'ready' (its task is
@@ -9,7 +9,7 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s, %(name)s)
 -- cancelled by a dead parent that is then requeued (workflow_steps_reopen).
 INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
                                    payload, priority, max_attempts)
-SELECT %(workflow_id)s, s.step, s.task_id, s.task, s.queue,
+SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
        CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
@@ -20,7 +20,7 @@ FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues
 -- name: workflow_edges_insert
 -- Every (parent, child) edge of one workflow.
 INSERT INTO shardq_workflow_edges (workflow_id, parent, child)
-SELECT %(workflow_id)s, e.parent, e.child
+SELECT %(workflow_id)s::UUID, e.parent, e.child
 FROM unnest(%(parents)s::TEXT[], %(children)s::TEXT[]) AS e(parent, child)
 
 -- name: workflow_tasks_insert
@@ -41,7 +41,7 @@ SELECT CASE WHEN n.waiting THEN 'waiting' ELSE 'ready' END,
        n.queue, now(), n.id, n.priority, 0,
        coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = n.queue),
                 %(max_attempts_default)s::INT4),
-       n.payload, %(workflow_id)s
+       n.payload, %(workflow_id)s::UUID
 FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
             %(max_attempts)s::INT4[], %(waiting)s::BOOL[])
      AS n(id, queue, payload, priority, max_attempts, waiting)
@@ -51,7 +51,7 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 -- transaction that removed them. Only a step still 'ready' finishes, so each step finishes once,
 -- whatever re-sends a retried transaction makes.
 UPDATE shardq_workflow_steps
-SET state = %(state)s, finished_at = now()
+SET state = %(state)s::TEXT, finished_at = now()
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
 RETURNING workflow_id, step
 
@@ -86,8 +86,8 @@ WITH hits AS (
       ON e.workflow_id = d.workflow_id AND e.parent = d.step
 )
 UPDATE shardq_workflow_steps AS s
-SET state = CASE WHEN s.on_failure AND %(died)s THEN 'ready' ELSE 'cancelled' END,
-    finished_at = CASE WHEN s.on_failure AND %(died)s THEN NULL ELSE now() END
+SET state = CASE WHEN s.on_failure AND %(died)s::BOOL THEN 'ready' ELSE 'cancelled' END,
+    finished_at = CASE WHEN s.on_failure AND %(died)s::BOOL THEN NULL ELSE now() END
 FROM hits AS h
 WHERE s.workflow_id = h.workflow_id AND s.step = h.child AND s.state = 'waiting'
 RETURNING s.workflow_id, s.step, s.task_id, s.state
@@ -167,30 +167,30 @@ FROM shardq_workflow_steps AS c
 JOIN shardq_workflow_edges AS e ON e.workflow_id = c.workflow_id AND e.child = c.step
 JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
 LEFT JOIN shardq_history AS h ON h.id = p.task_id
-WHERE c.task_id = %(task_id)s
+WHERE c.task_id = %(task_id)s::UUID
 
 -- name: workflow_cancel
 -- Mark a workflow cancelled and cancel every step not finished yet; returns their task ids.
 WITH flagged AS (
-    UPDATE shardq_workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = %(id)s
+    UPDATE shardq_workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = %(id)s::UUID
     RETURNING id
 )
 UPDATE shardq_workflow_steps
 SET state = 'cancelled', finished_at = now()
-WHERE workflow_id = %(id)s AND state IN ('waiting', 'ready')
+WHERE workflow_id = %(id)s::UUID AND state IN ('waiting', 'ready')
 RETURNING task_id
 
 -- name: workflow_get
 -- A workflow's own row, or none.
-SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)s
+SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)s::UUID
 
 -- name: workflow_steps_list
 -- Every step of a workflow, in name order (one span of the key).
 SELECT step, task_id, task, queue, state, waiting_on, on_failure, finished_at
 FROM shardq_workflow_steps
-WHERE workflow_id = %(id)s
+WHERE workflow_id = %(id)s::UUID
 ORDER BY step
 
 -- name: workflow_edges_list
 -- Every (parent, child) edge of a workflow (one span of the key).
-SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s ORDER BY parent, child
+SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID ORDER BY parent, child
