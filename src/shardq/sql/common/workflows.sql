@@ -69,7 +69,7 @@ WITH hits AS (
     GROUP BY e.workflow_id, e.child
 )
 UPDATE shardq_workflow_steps AS s
-SET waiting_on = s.waiting_on - h.n,
+SET waiting_on = (s.waiting_on - h.n)::INT4,
     state = CASE WHEN s.waiting_on - h.n > 0 THEN 'waiting' WHEN s.on_failure THEN 'cancelled' ELSE 'ready' END,
     finished_at = CASE WHEN s.waiting_on - h.n = 0 AND s.on_failure THEN now() END
 FROM hits AS h
@@ -140,7 +140,7 @@ WITH hits AS (
     GROUP BY h.workflow_id, h.child
 )
 UPDATE shardq_workflow_steps AS s
-SET state = 'waiting', waiting_on = c.n, finished_at = NULL
+SET state = 'waiting', waiting_on = c.n::INT4, finished_at = NULL
 FROM counts AS c
 WHERE s.workflow_id = c.workflow_id AND s.step = c.child AND s.state = 'cancelled' AND NOT s.on_failure
 RETURNING s.workflow_id, s.step, s.task_id
