@@ -40,7 +40,8 @@ TEST_BUCKETS = 4
 #: Tables emptied between CockroachDB tests that share one migrated database.
 SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_spark_chunks",
                  "shardq_spark_runs", "shardq_spark_stages", "shardq_periodic", "shardq_slots", "shardq_rate_tokens",
-                 "shardq_history", "shardq_attempts", "shardq_listeners")
+                 "shardq_history", "shardq_attempts", "shardq_listeners", "shardq_workflows", "shardq_workflow_steps",
+                 "shardq_workflow_edges")
 
 
 #: ``SHARDQ_TEST_ISOLATION=serializable`` (``make test-serializable``): the embedded PostgreSQL runs

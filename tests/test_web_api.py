@@ -683,3 +683,22 @@ def test_a_kept_finished_task_has_its_state_and_attempts_on_its_page_and_in_the_
     assert "running (attempt 2)" in web.get(f"/tasks/{running.key.id}", headers=BEARER).text
     assert web.get(f"/api/tasks/{uuid.uuid4()}/status", headers=BEARER).json()["state"] == "unknown"
     assert web.get("/api/tasks/not-a-uuid/status", headers=BEARER).status_code == 400
+
+
+def test_a_workflow_has_its_state_and_steps_in_the_api(web):
+    import shardq
+
+    app = shardq.App(web.db.dsn)
+    try:
+        @app.task(name="t")
+        def t() -> None: ...
+
+        wf = app.workflow("api")
+        wf.chain(t.step(), t.step())
+        handle = wf.enqueue()
+    finally:
+        app.close()
+    data = web.get(f"/api/workflows/{handle}", headers=BEARER).json()
+    assert data["state"] == "running" and [s["state"] for s in data["steps"]] == ["ready", "waiting"]
+    assert web.get(f"/api/workflows/{uuid.uuid4()}", headers=BEARER).json()["state"] == "unknown"
+    assert web.get("/api/workflows/not-a-uuid", headers=BEARER).status_code == 400

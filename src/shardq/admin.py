@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import flow, operations, validation
+from . import flow, operations, validation, workflows
 from .arguments import task_name_of
 from .db import Session
 from .errors import InvalidInput
@@ -106,7 +106,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         raise InvalidInput("give either task ids or --all")
     if not all_tasks:
         wanted = _parse_ids(ids or [])
-        done = store.dead_requeue_ids(queue, wanted)
+        done = workflows.dead_requeue(store, queue, wanted)
         return RequeueResult(len(done), len(set(wanted)) - len(done))
     requeued = kept = 0
     after = uuid.UUID(int=0)
@@ -114,7 +114,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         page = store.dead_ids_page(queue, after, PAGE)
         if not page:
             return RequeueResult(requeued, kept)
-        done = store.dead_requeue_ids(queue, page)
+        done = workflows.dead_requeue(store, queue, page)
         requeued += len(done)
         kept += len(page) - len(done)
         after = page[-1]

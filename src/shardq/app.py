@@ -64,6 +64,8 @@ from .history_records import KeptResult, TaskStatus, encode_result
 from .models import Task
 from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
+from .workflow_builder import Workflow
+from .workflows import WorkflowStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -117,6 +119,8 @@ class AppTask(Deferral[P, R]):
         self._accepted = frozenset(p.name for p in parameters if p.kind in keyword)
         self._required = frozenset(p.name for p in parameters if p.kind in keyword and p.default is p.empty)
         self._open = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        #: as a workflow step, receives its parents' results as ``results`` (shardq.workflows)
+        self.takes_results = "results" in self._accepted
         self._fast_check = not any(
             p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is p.empty for p in parameters
         )
@@ -285,6 +289,15 @@ class App:
         """A task's state now, by id (see :meth:`shardq.Client.status`)."""
         return self.client.status(task_id)
 
+    def workflow(self, name: str) -> Workflow:
+        """Declare a workflow of this app's tasks (chains, groups, fan-ins, any graph), then
+        ``.enqueue()`` it whole; see :mod:`shardq.workflow_builder` and :mod:`shardq.workflows`."""
+        return Workflow(name, lambda: self.client, lambda task: task in self.tasks)
+
+    def workflow_status(self, workflow_id: object) -> WorkflowStatus:
+        """A workflow's state and each step's (see :meth:`shardq.Client.workflow_status`)."""
+        return self.client.workflow_status(workflow_id)
+
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""
         return sorted({t.queue for t in self.tasks.values()})
@@ -304,6 +317,8 @@ class App:
         returns its coroutine)."""
         declared, arguments, trace = self._declared(handle)
         call: Callable[[], Any] = partial(declared.run, handle, arguments)
+        if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
+            call = partial(self._run_step, declared, handle, arguments)
         if declared.keeps_result and not declared.is_async:
             call = _keeping_result(call, False)  # the worker keeps it (see _keeping_result)
         instrument = instrumentation.active
@@ -327,6 +342,8 @@ class App:
         its own timeout."""
         declared, arguments, trace = self._declared(handle)
         call: Callable[[], Any] = partial(declared.run, handle, arguments)
+        if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
+            call = partial(self._run_step, declared, handle, arguments)
         if declared.keeps_result:
             call = _keeping_result(call, declared.is_async)
         instrument = instrumentation.active
@@ -334,6 +351,10 @@ class App:
             call = instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,
                                       carrier=trace)
         return call, declared.is_async, declared.timeout
+
+    def _run_step(self, declared: AppTask[Any, Any], handle: Task, arguments: dict[str, Any]) -> object:
+        """Run a workflow step that takes ``results``: its parents' results, read first."""
+        return declared.run(handle, {**arguments, "results": self.client.parent_results(handle.id)})
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
-from . import admin, history, validation, waiting
+from . import admin, history, validation, waiting, workflows
 from . import migrate as migrate_module
 from . import resize as resize_module
 from .borrowed import borrow
@@ -31,6 +31,7 @@ from .reaper import Reaper, ReaperConfig, ReapResult
 from .store import TaskStore
 from .worker import Handler, Resolver, Worker, WorkerConfig, WorkerTotals
 from .worker.sessions import SessionPerThread
+from .workflow_graph import Graph
 
 
 class Client:
@@ -185,6 +186,27 @@ class Client:
         """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
         ``after``, ``limit`` (see :func:`shardq.history.page`)."""
         return history.page(self.store, queue, **options)
+
+    # -- workflows (shardq.workflows) --------------------------------------------------------
+    def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
+        """Write a whole workflow in one transaction, or with ``connection`` inside the caller's
+        (never committed here); a graph :func:`shardq.workflow_graph.check` refuses writes nothing.
+        Usually reached through :meth:`shardq.App.workflow`."""
+        if connection is not None:
+            return TaskStore(borrow(connection)).session.run(workflows.enqueue_in_transaction_plan(graph))
+        return self.store.session.run(workflows.enqueue_plan(graph))
+
+    def workflow_status(self, workflow_id: object) -> workflows.WorkflowStatus:
+        """A workflow's state and each step's, by id (state ``unknown`` for no such workflow)."""
+        return self.store.session.run(workflows.status_plan(workflow_id))
+
+    def parent_results(self, task_id: object) -> dict[str, object]:
+        """The results of the parents of a workflow step, by step name (see :mod:`shardq.workflows`)."""
+        return workflows.parent_results(self.store, task_id)
+
+    def cancel_workflow(self, workflow_id: object) -> int:
+        """Cancel every step of a workflow not finished yet; returns how many."""
+        return self.store.session.run(workflows.cancel_plan(workflow_id))
 
     def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""

@@ -21,6 +21,7 @@ from .arguments import encode_call
 from .errors import InvalidInput
 from .models import EnqueueResult, NewTask, Task, TaskOptions
 from .producer import normalise
+from .workflow_graph import StepCall
 
 if TYPE_CHECKING:
     from .client import Client
@@ -178,6 +179,17 @@ class Deferral(Generic[P, R]):
         tasks = [self._new_task(arguments, trace) for arguments in calls]
         result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
+
+    def step(self, **arguments: Any) -> StepCall:
+        """This call as a workflow step (see :meth:`shardq.App.workflow`): the arguments are
+        checked and encoded now. A step starts when its parents succeeded, so ``delay``,
+        ``run_at``, ``dedupe_key`` and ``exclusive_key`` are refused (:class:`InvalidInput`)."""
+        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key, _dedupe_for = self._fields
+        if delay or run_at is not None or dedupe_key is not None or exclusive_key is not None:
+            raise InvalidInput(f"{self.name}: a workflow step takes no delay, run_at, dedupe_key or exclusive_key")
+        task = self._new_task(arguments)
+        payload = task.payload if isinstance(task.payload, bytes) else task.payload.encode()
+        return StepCall(self.name, payload, self.queue, priority, max_attempts)
 
     async def defer_async(self, **arguments: Any) -> TaskHandle | None:
         """:meth:`defer` for asyncio code, through the app's :class:`~shardq.AsyncClient`; with

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import backoff, exclusive
+from . import backoff, exclusive, workflows
 from .history_records import FailedAttempt, Finished
 from .models import QueueSettings
 from .store import Fenced, TaskStore
@@ -48,6 +48,8 @@ class Failure:
     #: attempt ran (None: unknown, e.g. a lease that ran out)
     task: str | None = None
     run_seconds: float | None = None
+    #: the workflow the task is a step of: its dead letter stops the step's children (shardq.workflows)
+    workflow_id: uuid.UUID | None = None
 
     @property
     def queue(self) -> str:
@@ -127,8 +129,10 @@ def settle_failures(
         applied, refused = _split([f for f, _ in group_retry], done)
         result.retried += applied
         result.refused_retry += refused
-    groups = [[f for f in bury if (f.exclusive_key is not None) is keyed and kept(f) is recorded]
-              for keyed in (False, True) for recorded in (False, True)]
+    # Steps never hold exclusive keys (shardq.workflows refuses them), so the groups are apart.
+    groups = [[f for f in bury if (f.exclusive_key is not None) is keyed and (f.workflow_id is not None) is step
+               and kept(f) is recorded]
+              for keyed, step in ((False, False), (True, False), (False, True)) for recorded in (False, True)]
     for group in groups:
         if not group:
             continue
@@ -136,7 +140,7 @@ def settle_failures(
         errors = [f.dead_error if f.dead_error is not None else f.error for f in group]
         records = [Finished(f.item.key.id, f.queue, "dead", f.task, _NO_TIME, f.attempts, f.run_seconds)
                    for f in group] if kept(group[0]) else None
-        in_keys = group[0].exclusive_key is not None
+        in_keys = group[0].exclusive_key is not None or group[0].workflow_id is not None
 
         def remove(items: list[Fenced] = items, errors: list[str | None] = errors,
                    records: list[Finished] | None = records, in_keys: bool = in_keys) -> set[uuid.UUID]:
@@ -148,6 +152,8 @@ def settle_failures(
 
         if not in_keys:
             done = remove()
+        elif group[0].workflow_id is not None:
+            done = workflows.remove_and_release(store, remove, "dead")
         else:
             key_of = {f.item.key.id: (f.queue, f.exclusive_key or "") for f in group}
             done, _promoted = exclusive.remove_and_release(store, list(key_of.values()), remove, key_of)

@@ -40,3 +40,4 @@ class ExpiredLease:
     max_attempts: int
     token: uuid.UUID
     exclusive_key: str | None = None
+    workflow_id: uuid.UUID | None = None

@@ -33,6 +33,7 @@ class TaskState(str, Enum):
     SCHEDULED = "scheduled"  # waiting for exec_time (a delay, or a retry's backoff)
     LEASED = "leased"  # held by a consumer until lease_expires_at
     BACKLOG = "backlog"  # waiting for its exclusive key to be released
+    WAITING = "waiting"  # a workflow step waiting for its parents (shardq.workflows), at RANK_BACKLOG
 
 
 # Ranks beyond every priority keep scheduled and backlogged tasks out of a claim's span
@@ -75,6 +76,8 @@ class ClaimedTask(NamedTuple):
     exclusive_key: str | None = None
     #: the concurrency slot the task runs in, in a queue with a concurrency limit (shardq.flow)
     flow_slot: int | None = None
+    #: the workflow the task is a step of (shardq.workflows); its ack releases the step's children
+    workflow_id: uuid.UUID | None = None
 
     @property
     def id(self) -> str:
@@ -87,11 +90,11 @@ class ClaimedTask(NamedTuple):
     @classmethod
     def from_claim_row(cls, row: tuple, queue: str, token: uuid.UUID) -> ClaimedTask:
         """From a ``task_claim_round`` tuple (bucket, rank, exec_time, id, attempts, max_attempts,
-        payload, lease_expires_at, created_at, exclusive_key): a claimed task is ready, so its
-        priority is its rank. Positional on purpose: this runs once per claimed task."""
-        bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive = row
+        payload, lease_expires_at, created_at, exclusive_key, workflow_id): a claimed task is ready,
+        so its priority is its rank. Positional on purpose: this runs once per claimed task."""
+        bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive, workflow = row
         return _new_tuple(cls, (_new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)), attempts,
-                                max_attempts, payload, token, expires, created, rank, exclusive, None))
+                                max_attempts, payload, token, expires, created, rank, exclusive, None, workflow))
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> ClaimedTask:
@@ -105,6 +108,7 @@ class ClaimedTask(NamedTuple):
             created_at=row["created_at"],
             priority=row["priority"],
             exclusive_key=row["exclusive_key"],
+            workflow_id=row.get("workflow_id"),
         )
 
 

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (register commands)
     queue_settings_commands,
     spark_commands,
     web_commands,
+    workflow_commands,
 )
 from .app import cli
 

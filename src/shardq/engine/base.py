@@ -194,7 +194,8 @@ class Engine(ABC):
         rows = yield Call("task_reap_candidates", {"bucket": bucket, "limit": limit})
         return [
             ExpiredLease(TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
-                         row["attempts"], row["max_attempts"], row["lease_token"], row["exclusive_key"])
+                         row["attempts"], row["max_attempts"], row["lease_token"], row["exclusive_key"],
+                         row["workflow_id"])
             for row in rows
         ]
 

@@ -164,6 +164,7 @@ class Reaper:
                 lease.exclusive_key,
                 dead_error=f"lease expired on the last attempt ({lease.attempts} of {lease.max_attempts})",
                 ref=lease,
+                workflow_id=lease.workflow_id,
             )
             for lease in expired
         ]

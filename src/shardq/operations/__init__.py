@@ -5,7 +5,8 @@ once as a plan (:mod:`shardq.plans`) that the sync and the asyncio session run, 
 * :mod:`.queues` — queue settings, wake-ups, flow control's slots and token buckets;
 * :mod:`.stats` — the snapshot's reads, the activity counters, :class:`EnqueueCounts`;
 * :mod:`.records` — periodic slots and dead letters;
-* :mod:`.history` — finished tasks and failed attempts, a task's status by id.
+* :mod:`.history` — finished tasks and failed attempts, a task's status by id;
+* :mod:`.workflows` — workflows: enqueue, release, cancel, status.
 
 What differs per engine (claim, ack, reaping, depth, counts, layout discovery …) is an operation
 of the session's :class:`~shardq.engine.Engine`, reached the same way. Plans are re-exported here,
@@ -91,6 +92,22 @@ from .tasks import (
     task_release_many,
     task_retry_many,
 )
+from .workflows import (
+    workflow_cancel,
+    workflow_children_advance,
+    workflow_children_stop,
+    workflow_get,
+    workflow_insert,
+    workflow_parent_results,
+    workflow_steps_finish,
+    workflow_steps_list,
+    workflow_steps_reopen,
+    workflow_steps_revive,
+    workflow_tasks_drop,
+    workflow_tasks_reinsert,
+    workflow_tasks_rejoin,
+    workflow_tasks_release,
+)
 
 __all__ = [
     "ACTIVITY_ROWS_PER_MINUTE",
@@ -159,4 +176,18 @@ __all__ = [
     "task_release_many",
     "task_retry_many",
     "task_status",
+    "workflow_cancel",
+    "workflow_children_advance",
+    "workflow_children_stop",
+    "workflow_get",
+    "workflow_insert",
+    "workflow_parent_results",
+    "workflow_steps_finish",
+    "workflow_steps_list",
+    "workflow_steps_reopen",
+    "workflow_steps_revive",
+    "workflow_tasks_drop",
+    "workflow_tasks_reinsert",
+    "workflow_tasks_rejoin",
+    "workflow_tasks_release",
 ]

@@ -109,6 +109,10 @@ async def task_status(request: Request) -> Response:
     return await call_view(request, views.task_status, request.path_params["task_id"])
 
 
+async def workflow_status(request: Request) -> Response:
+    return await call_view(request, views.workflow_status, request.path_params["workflow_id"])
+
+
 def _pause_route(paused: bool) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         async def handle(body: dict[str, Any]) -> Response:
@@ -168,6 +172,7 @@ def routes() -> list[Route]:
         Route("/api/queues/{queue}/dead/purge", dead_purge, methods=["POST"]),
         Route("/api/tasks/{task_id}", task, methods=["GET"]),
         Route("/api/tasks/{task_id}/status", task_status, methods=["GET"]),
+        Route("/api/workflows/{workflow_id}", workflow_status, methods=["GET"]),
         Route("/api/tasks/{task_id}/cancel", cancel, methods=["POST"]),
     ]
 

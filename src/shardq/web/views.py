@@ -25,7 +25,7 @@ import json
 import uuid
 from typing import Any
 
-from .. import admin, history, validation
+from .. import admin, history, validation, workflows
 from ..errors import InvalidInput
 from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
 from ..operations import browse as browse_plans
@@ -337,6 +337,12 @@ def _worker_holding(store: TaskStore, task: TaskInfo) -> dict[str, Any] | None:
         return None
     row = store.run(browse_plans.task_browse_rows([uuid.UUID(task.id)])).get(uuid.UUID(task.id))
     return registry_views.worker_of(store, row["lease_token"]) if row else None
+
+
+def workflow_status(store: TaskStore, workflow_id: str) -> dict[str, Any]:
+    """A workflow's state and each step's (:mod:`shardq.workflows`): ``unknown`` for an id shardq
+    knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
+    return store.session.run(workflows.status_plan(workflow_id)).to_json()
 
 
 # -- actions ------------------------------------------------------------------------------------

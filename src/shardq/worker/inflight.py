@@ -36,7 +36,7 @@ class Claim:
     first: tuple
     last: tuple
     left: int  # unsettled; lowered by the settler only, when it plans a batch (0: closed)
-    keyed: bool  # some task holds an exclusive key: its ack must release the key's backlog
+    keyed: bool  # some task holds an exclusive key or is a workflow step: its ack releases others
     token: uuid.UUID
     size: int = 0  # tasks claimed
     #: the executor takes the next number as it queues an outcome; the one that takes ``size``
@@ -171,6 +171,7 @@ class InFlightTable:
 # C-level getters for per-task passes (a generator expression costs a Python frame step per task).
 _lease_token_of = attrgetter("lease_token")
 _exclusive_key_of = attrgetter("exclusive_key")  # a key is never empty, so truthy when present
+_workflow_of = attrgetter("workflow_id")
 claim_of = attrgetter("claim")
 
 
@@ -181,7 +182,8 @@ def entries_for(tasks: Sequence[ClaimedTask], deadline: float) -> tuple[list[InF
     if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
         head, tail = tasks[0].key, tasks[-1].key
         claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
-                      len(tasks), any(map(_exclusive_key_of, tasks)), token, len(tasks))
+                      len(tasks), any(map(_exclusive_key_of, tasks)) or any(map(_workflow_of, tasks)), token,
+                      len(tasks))
         return [InFlight(claimed, deadline, claim) for claimed in tasks], [claim]
     claims = _group_claims(tasks)
     return [InFlight(claimed, deadline, claims[claimed.lease_token.int]) for claimed in tasks], list(claims.values())
@@ -198,11 +200,12 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
         if claim is None:
             key = claimed.key
             at = (key.rank, key.exec_time)
-            claims[token] = Claim(key.bucket, key.queue, at, at, 1, claimed.exclusive_key is not None,
+            claims[token] = Claim(key.bucket, key.queue, at, at, 1,
+                                  claimed.exclusive_key is not None or claimed.workflow_id is not None,
                                   claimed.lease_token)
         else:
             claim.left += 1
-            if claimed.exclusive_key is not None:
+            if claimed.exclusive_key is not None or claimed.workflow_id is not None:
                 claim.keyed = True
         last[token] = claimed
     for token, claimed in last.items():

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import exclusive
+from .. import exclusive, workflows
 from ..consumer import fenced
 from ..store import Fenced, TaskStore
 from .inflight import InFlight
@@ -38,7 +38,20 @@ def remove_keyed(
     store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
 ) -> set[uuid.UUID]:
     """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
-    (see :mod:`shardq.exclusive`)."""
+    (see :mod:`shardq.exclusive`), and workflow steps, releasing the children they were the last
+    parent of in the same transaction (see :mod:`shardq.workflows`)."""
+    steps = [o for o in outcomes if o.claimed.workflow_id is not None]
+    if not steps:
+        return _remove_keyed(store, outcomes, remove)
+    keyed = [o for o in outcomes if o.claimed.workflow_id is None]
+    step_items = [fenced(o.claimed) for o in steps]
+    removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded")
+    return removed | (_remove_keyed(store, keyed, remove) if keyed else set())
+
+
+def _remove_keyed(
+    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
+) -> set[uuid.UUID]:
     items = [fenced(o.claimed) for o in outcomes]
     key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
     removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)

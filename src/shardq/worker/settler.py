@@ -173,7 +173,8 @@ class Settler:
         for o in outcomes:
             kind = o.kind
             if kind == ACK:
-                (acks if o.claimed.exclusive_key is None else keyed_acks).append(o)
+                claimed = o.claimed
+                (acks if claimed.exclusive_key is None and claimed.workflow_id is None else keyed_acks).append(o)
             elif kind == FAIL:
                 fails.append(o)
             elif kind == RESCHEDULE:
@@ -324,7 +325,7 @@ class Settler:
         assert self._settings is not None
         failures = [
             Failure(fenced(o.claimed), o.claimed.attempt, o.claimed.max_attempts, o.error,
-                    o.claimed.exclusive_key, permanent=o.permanent, ref=o)
+                    o.claimed.exclusive_key, permanent=o.permanent, ref=o, workflow_id=o.claimed.workflow_id)
             for o in fails
         ]
         for failure in failures:  # what the history records, for queues that keep it

@@ -39,7 +39,7 @@ FROM (
 WHERE t.{shard_col} = %(bucket)s AND t.state = 'ready' AND t.queue = p.queue AND t.rank = p.rank
   AND t.exec_time = p.exec_time AND t.id = p.id
 RETURNING %(bucket)s::INT8 AS bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
-          t.lease_expires_at, t.created_at, t.priority, t.exclusive_key
+          t.lease_expires_at, t.created_at, t.priority, t.exclusive_key, t.workflow_id
 
 -- name: task_promote_due
 -- Make due scheduled tasks of one queue in one bucket ready (rank = their priority); the span
@@ -132,7 +132,8 @@ RETURNING t.id, t.lease_expires_at
 -- Expired leases in one bucket. The span `{shard_col} = b AND state = 'leased'` holds only leased
 -- rows, which are few (bounded by what is in flight); no locks are taken: the follow-up retry or
 -- bury statement is fenced by token and expiry, so racing reapers and consumers are harmless.
-SELECT %(bucket)s::INT8 AS bucket, queue, rank, exec_time, id, attempts, max_attempts, lease_token, exclusive_key
+SELECT %(bucket)s::INT8 AS bucket, queue, rank, exec_time, id, attempts, max_attempts, lease_token, exclusive_key,
+       workflow_id
 FROM shardq_tasks
 WHERE {shard_col} = %(bucket)s AND state = 'leased' AND lease_expires_at <= now()
 LIMIT %(limit)s

@@ -28,7 +28,7 @@ WITH picked AS MATERIALIZED (
         lease_token = %(token)s::UUID
     WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.state = 'ready'
     RETURNING t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
-              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key
+              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key, t.workflow_id
 ), lease AS (
     INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)
     SELECT %(token)s::UUID, %(bucket)s, %(queue)s, max(lease_expires_at), array_agg(rank), array_agg(exec_time),
@@ -37,7 +37,7 @@ WITH picked AS MATERIALIZED (
     HAVING count(*) > 0
 )
 SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
-       priority, exclusive_key
+       priority, exclusive_key, workflow_id
 FROM claimed
 
 -- name: task_claim_round
@@ -69,7 +69,7 @@ WITH picked AS MATERIALIZED (
         lease_token = (%(tokens)s::UUID[])[array_position(%(buckets)s::INT4[], t.bucket)]
     WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.state = 'ready'
     RETURNING t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
-              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key, t.lease_token
+              t.lease_expires_at, t.created_at, t.priority, t.exclusive_key, t.workflow_id, t.lease_token
 ), lease AS (
     INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)
     SELECT lease_token, bucket, %(queue)s, max(lease_expires_at), array_agg(rank), array_agg(exec_time), array_agg(id)
@@ -79,7 +79,8 @@ WITH picked AS MATERIALIZED (
 -- Only what the caller cannot know, since a result row is decoded per task: not the token (the
 -- caller chose each bucket's), the queue (one per statement) or the priority (a ready task's rank
 -- is its priority). Column order is ClaimedTask.from_claim_row's.
-SELECT bucket, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at, exclusive_key
+SELECT bucket, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at, exclusive_key,
+       workflow_id
 FROM claimed
 
 -- name: task_promote_due
@@ -226,7 +227,8 @@ RETURNING t.id, t.lease_expires_at
 -- name: task_reap_candidates
 -- Tasks of one bucket whose lease has expired, found through the bucket's expired lease records
 -- (bounded: the reaper's cost follows expired leases, not table size).
-SELECT t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.lease_token, t.exclusive_key
+SELECT t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.lease_token, t.exclusive_key,
+       t.workflow_id
 FROM shardq_leases AS l
 CROSS JOIN LATERAL unnest(l.ranks, l.exec_times, l.ids) AS k(rank, exec_time, id)
 JOIN shardq_tasks AS t

@@ -1,0 +1,128 @@
+"""Plans of the workflow statements (``sql/common/workflows.sql``), the same on both engines; the
+logic that strings them together is :mod:`shardq.workflows`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
+from ..plans import Call, Plan
+from ..workflow_graph import StepSpec
+
+#: (workflow id, step name, task id, new state) of a step a statement moved
+Moved = tuple[uuid.UUID, str, uuid.UUID, str]
+
+
+def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec],
+                    task_ids: Sequence[uuid.UUID]) -> Plan[None]:
+    """Write a whole workflow: its row, its steps, its edges and its steps' tasks (four statements;
+    the caller holds them in one transaction)."""
+    yield Call("workflow_insert", {"id": workflow_id, "name": name}, rows="none")
+    yield Call("workflow_steps_insert", {
+        "workflow_id": workflow_id, "steps": [s.name for s in steps], "task_ids": list(task_ids),
+        "tasks": [s.task for s in steps], "queues": [s.queue for s in steps],
+        "waiting_on": [len(s.parents) for s in steps], "on_failure": [s.on_failure for s in steps],
+        "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
+        "max_attempts": [s.max_attempts for s in steps],
+    }, rows="none")
+    edges = [(parent, s.name) for s in steps for parent in s.parents]
+    if edges:
+        yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _ in edges],
+                                             "children": [c for _, c in edges]}, rows="none")
+    yield Call("workflow_tasks_insert", {
+        "workflow_id": workflow_id, "ids": list(task_ids), "queues": [s.queue for s in steps],
+        "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
+        "max_attempts": [s.max_attempts for s in steps], "waiting": [bool(s.parents) for s in steps],
+        "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+    }, rows="none")
+
+
+def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[tuple[uuid.UUID, str]]]:
+    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns (workflow id, step) of
+    those that were running, each once."""
+    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state})
+    return [(row["workflow_id"], row["step"]) for row in rows]
+
+
+def _moved(rows: list[dict[str, Any]]) -> list[Moved]:
+    return [(row["workflow_id"], row["step"], row["task_id"], row["state"]) for row in rows]
+
+
+def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[Moved]]:
+    """Count these succeeded parents off their waiting children; returns the children it released
+    or cancelled (an on-failure child whose parents all succeeded)."""
+    rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
+                                                    "steps": [s for _, s in parents]})
+    return [m for m in _moved(rows) if m[3] != "waiting"]
+
+
+def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bool) -> Plan[list[Moved]]:
+    """Stop the waiting children of these dead (``died``) or cancelled parents: cancelled, or
+    released when an on-failure child of a dead parent."""
+    rows = yield Call("workflow_children_stop", {"workflow_ids": [w for w, _ in parents],
+                                                 "steps": [s for _, s in parents], "died": died})
+    return _moved(rows)
+
+
+def workflow_tasks_release(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
+    rows = yield Call("workflow_tasks_release", {"ids": list(task_ids)})
+    return {row["id"] for row in rows}
+
+
+def workflow_tasks_drop(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
+    rows = yield Call("workflow_tasks_drop", {"ids": list(task_ids)})
+    return {row["id"] for row in rows}
+
+
+def workflow_steps_revive(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid.UUID, str, uuid.UUID]]]:
+    """Dead steps of these requeued tasks back to ``ready`` (not in a cancelled workflow);
+    returns (workflow id, step, task id) of each."""
+    rows = yield Call("workflow_steps_revive", {"task_ids": list(task_ids)})
+    return [(row["workflow_id"], row["step"], row["task_id"]) for row in rows]
+
+
+def workflow_tasks_rejoin(steps: Sequence[tuple[uuid.UUID, str, uuid.UUID]]) -> Plan[None]:
+    yield Call("workflow_tasks_rejoin", {"ids": [t for _w, _s, t in steps], "workflow_ids": [w for w, _s, _t in steps]},
+               rows="none")
+
+
+def workflow_steps_reopen(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str]]]:
+    """The cancelled children of ``parents`` waiting again; returns (workflow id, step) of each."""
+    rows = yield Call("workflow_steps_reopen", {"workflow_ids": [w for w, _ in parents],
+                                                "steps": [s for _, s in parents]})
+    return [(row["workflow_id"], row["step"]) for row in rows]
+
+
+def workflow_tasks_reinsert(steps: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
+    yield Call("workflow_tasks_reinsert", {"workflow_ids": [w for w, _ in steps], "steps": [s for _, s in steps],
+                                           "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT},
+               rows="none")
+
+
+def workflow_parent_results(task_id: uuid.UUID) -> Plan[dict[str, Any]]:
+    """Step name -> decoded result (None where none is kept) of each parent of this task's step."""
+    rows = yield Call("workflow_parent_results", {"task_id": task_id})
+    return {row["step"]: json.loads(row["result"]) if row["result"] is not None else None for row in rows}
+
+
+def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:
+    rows = yield Call("workflow_cancel", {"id": workflow_id})
+    return [row["task_id"] for row in rows]
+
+
+def workflow_get(workflow_id: uuid.UUID) -> Plan[dict[str, Any] | None]:
+    row: dict[str, Any] | None = yield Call("workflow_get", {"id": workflow_id}, rows="one")
+    return row
+
+
+def workflow_steps_list(workflow_id: uuid.UUID) -> Plan[list[dict[str, Any]]]:
+    """Every step of a workflow, each with ``parents`` (a tuple of step names), in name order."""
+    rows: list[dict[str, Any]] = yield Call("workflow_steps_list", {"id": workflow_id})
+    edges = yield Call("workflow_edges_list", {"id": workflow_id})
+    parents: dict[str, list[str]] = {}
+    for edge in edges:
+        parents.setdefault(edge["child"], []).append(edge["parent"])
+    return [{**row, "parents": tuple(parents.get(row["step"], ()))} for row in rows]

@@ -1,0 +1,196 @@
+-- name: workflow_insert
+-- One row per workflow (shardq.workflows): its id and name.
+INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
+
+-- name: workflow_steps_insert
+-- Every step of one workflow (parallel arrays): a step without parents starts 'ready' (its task is
+-- inserted ready), the others 'waiting' on their parents' count.
+-- A step with parents keeps its task's payload, priority and attempts, to enqueue it again if it is
+-- cancelled by a dead parent that is then requeued (workflow_steps_reopen).
+INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
+                                   payload, priority, max_attempts)
+SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
+       CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
+       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts
+FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
+            %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
+            %(max_attempts)s::INT4[])
+     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts)
+
+-- name: workflow_edges_insert
+-- Every (parent, child) edge of one workflow.
+INSERT INTO shardq_workflow_edges (workflow_id, parent, child)
+SELECT %(workflow_id)s::UUID, e.parent, e.child
+FROM unnest(%(parents)s::TEXT[], %(children)s::TEXT[]) AS e(parent, child)
+
+-- name: workflow_tasks_insert
+-- The task rows of every step of one workflow, over any number of queues (created on first use):
+-- a root is 'ready' at rank = its priority; a step with parents is 'waiting' at backlog_rank, beyond
+-- every priority and so outside every claim's span (migration 0001), until its last parent's ack
+-- releases it. Paused queues are not consulted: a workflow is enqueued whole or not at all.
+WITH new_queues AS (
+    INSERT INTO shardq_queues (name)
+    SELECT DISTINCT u.q FROM unnest(%(queues)s::TEXT[]) AS u(q)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name
+)
+INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
+                          workflow_id)
+SELECT CASE WHEN n.waiting THEN 'waiting' ELSE 'ready' END,
+       CASE WHEN n.waiting THEN %(backlog_rank)s ELSE n.priority END,
+       n.queue, now(), n.id, n.priority, 0,
+       coalesce(n.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = n.queue),
+                %(max_attempts_default)s::INT4),
+       n.payload, %(workflow_id)s::UUID
+FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
+            %(max_attempts)s::INT4[], %(waiting)s::BOOL[])
+     AS n(id, queue, payload, priority, max_attempts, waiting)
+
+-- name: workflow_steps_finish
+-- The steps whose tasks just left for good (acked: 'succeeded'; dead-lettered: 'dead'), in the
+-- transaction that removed them. Only a step still 'ready' finishes, so each step finishes once,
+-- whatever re-sends a retried transaction makes.
+UPDATE shardq_workflow_steps
+SET state = %(state)s::TEXT, finished_at = now()
+WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
+RETURNING workflow_id, step
+
+-- name: workflow_children_advance
+-- Parents that succeeded: each waiting child's count drops by its parents among them. The child
+-- whose count reaches 0 is released ('ready'; an on-failure child, whose parents all succeeded,
+-- is 'cancelled' instead). The UPDATE takes each child's row lock (PostgreSQL re-reads a row that a
+-- concurrent ack changed before applying its own decrement; CockroachDB's serializable
+-- transactions retry on 40001), so of two last parents acked at once exactly one sees 0.
+WITH hits AS (
+    SELECT e.workflow_id, e.child, count(*) AS n
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    GROUP BY e.workflow_id, e.child
+)
+UPDATE shardq_workflow_steps AS s
+SET waiting_on = (s.waiting_on - h.n)::INT4,
+    state = CASE WHEN s.waiting_on - h.n > 0 THEN 'waiting' WHEN s.on_failure THEN 'cancelled' ELSE 'ready' END,
+    finished_at = CASE WHEN s.waiting_on - h.n = 0 AND s.on_failure THEN now() END
+FROM hits AS h
+WHERE s.workflow_id = h.workflow_id AND s.step = h.child AND s.state = 'waiting'
+RETURNING s.workflow_id, s.step, s.task_id, s.state
+
+-- name: workflow_children_stop
+-- Parents that died (died = true) or were cancelled: each waiting child is cancelled, except that
+-- an on-failure child of a dead parent is released instead (once: it is no longer waiting after).
+WITH hits AS (
+    SELECT DISTINCT e.workflow_id, e.child
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+)
+UPDATE shardq_workflow_steps AS s
+SET state = CASE WHEN s.on_failure AND %(died)s::BOOL THEN 'ready' ELSE 'cancelled' END,
+    finished_at = CASE WHEN s.on_failure AND %(died)s::BOOL THEN NULL ELSE now() END
+FROM hits AS h
+WHERE s.workflow_id = h.workflow_id AND s.step = h.child AND s.state = 'waiting'
+RETURNING s.workflow_id, s.step, s.task_id, s.state
+
+-- name: workflow_tasks_release
+-- Waiting step tasks become claimable: state 'ready' at rank = their priority.
+UPDATE shardq_tasks
+SET state = 'ready', rank = priority
+WHERE id = ANY(%(ids)s::UUID[]) AND state = 'waiting'
+RETURNING id
+
+-- name: workflow_tasks_drop
+-- Delete the tasks of cancelled steps whatever their state (a leased one's ack then deletes
+-- nothing and finishes no step: it is fenced by its row).
+DELETE FROM shardq_tasks
+WHERE id = ANY(%(ids)s::UUID[])
+RETURNING id
+
+-- name: workflow_steps_revive
+-- Dead steps whose tasks were just requeued from the dead letters (in the same transaction): 'ready'
+-- again, unless their workflow was cancelled. Returns them, with their workflow ids for their tasks.
+UPDATE shardq_workflow_steps AS s
+SET state = 'ready', finished_at = NULL
+WHERE s.task_id = ANY(%(task_ids)s::UUID[]) AND s.state = 'dead'
+  AND NOT EXISTS (SELECT 1 FROM shardq_workflows AS w WHERE w.id = s.workflow_id AND w.cancelled_at IS NOT NULL)
+RETURNING s.workflow_id, s.step, s.task_id
+
+-- name: workflow_tasks_rejoin
+-- A requeued step's task row (shardq_dead keeps no workflow id) is a step again.
+UPDATE shardq_tasks AS t
+SET workflow_id = r.workflow_id
+FROM unnest(%(ids)s::UUID[], %(workflow_ids)s::UUID[]) AS r(id, workflow_id)
+WHERE t.id = r.id
+RETURNING t.id
+
+-- name: workflow_steps_reopen
+-- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
+-- on every parent of theirs that has not succeeded.
+WITH hits AS (
+    SELECT DISTINCT e.workflow_id, e.child
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+), counts AS (
+    SELECT h.workflow_id, h.child, count(*) AS n
+    FROM hits AS h
+    JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
+    JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+    WHERE p.state <> 'succeeded'
+    GROUP BY h.workflow_id, h.child
+)
+UPDATE shardq_workflow_steps AS s
+SET state = 'waiting', waiting_on = c.n::INT4, finished_at = NULL
+FROM counts AS c
+WHERE s.workflow_id = c.workflow_id AND s.step = c.child AND s.state = 'cancelled' AND NOT s.on_failure
+RETURNING s.workflow_id, s.step, s.task_id
+
+-- name: workflow_tasks_reinsert
+-- The task rows of reopened steps, 'waiting' again at backlog_rank, from what their step kept.
+INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
+                          workflow_id)
+SELECT 'waiting', %(backlog_rank)s, s.queue, now(), s.task_id, s.priority, 0,
+       coalesce(s.max_attempts, (SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = s.queue),
+                %(max_attempts_default)s::INT4),
+       s.payload, s.workflow_id
+FROM shardq_workflow_steps AS s
+JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS r(workflow_id, step)
+  ON s.workflow_id = r.workflow_id AND s.step = r.step
+WHERE s.payload IS NOT NULL
+RETURNING id
+
+-- name: workflow_parent_results
+-- The parents of the step whose task this is, each with its kept result (NULL when its queue keeps
+-- no finished tasks, or its task keeps no result): what a step's ``results`` argument receives.
+SELECT p.step, h.result
+FROM shardq_workflow_steps AS c
+JOIN shardq_workflow_edges AS e ON e.workflow_id = c.workflow_id AND e.child = c.step
+JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+LEFT JOIN shardq_history AS h ON h.id = p.task_id
+WHERE c.task_id = %(task_id)s::UUID
+
+-- name: workflow_cancel
+-- Mark a workflow cancelled and cancel every step not finished yet; returns their task ids.
+WITH flagged AS (
+    UPDATE shardq_workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = %(id)s::UUID
+    RETURNING id
+)
+UPDATE shardq_workflow_steps
+SET state = 'cancelled', finished_at = now()
+WHERE workflow_id = %(id)s::UUID AND state IN ('waiting', 'ready')
+RETURNING task_id
+
+-- name: workflow_get
+-- A workflow's own row, or none.
+SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)s::UUID
+
+-- name: workflow_steps_list
+-- Every step of a workflow, in name order (one span of the key).
+SELECT step, task_id, task, queue, state, waiting_on, on_failure, finished_at
+FROM shardq_workflow_steps
+WHERE workflow_id = %(id)s::UUID
+ORDER BY step
+
+-- name: workflow_edges_list
+-- Every (parent, child) edge of a workflow (one span of the key).
+SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID ORDER BY parent, child

@@ -1,0 +1,262 @@
+"""Workflows: tasks that run once their parent steps succeeded, released without a scheduler.
+
+A workflow is a graph of steps (:mod:`shardq.workflow_graph`; built with
+:meth:`shardq.App.workflow`). Every step is a task of its own — its queue, priority, attempts,
+timeout and retries are its task's — and also a row of ``shardq_workflow_steps`` that counts the
+parents it still waits on.
+
+Guarantees:
+
+* **Atomic enqueue.** The workflow's row, its steps, its edges and every step's task are written
+  in one transaction (also inside the caller's own, with ``connection=``). A graph with a cycle,
+  an unknown parent or task, or over :data:`~shardq.workflow_graph.MAX_STEPS` steps is refused
+  before anything is written.
+* **Release in the ack.** A step with parents waits as a task row in state ``waiting`` at rank
+  ``RANK_BACKLOG``, outside every claim's span. Its last parent's ack — fenced by the lease token
+  like every ack — counts it off and makes it ``ready`` in the same transaction: no loop polls.
+* **Exactly once.** A step finishes only from ``ready`` (so a step's outcome counts once), and
+  a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
+  concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
+  acked at once on two workers exactly one releases the child. A worker killed before the ack's
+  commit leaves everything as it was: the lease runs out, the parent runs again.
+* **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
+  not give it) receives its parents' results as a dict by step name, read when it runs
+  (:func:`parent_results`; a parent's result is kept when its task is declared ``result=True``
+  and its queue keeps finished tasks, else None).
+* **Failure.** A dead step (dead-lettered by its worker, or by the reaper when its lease ran out
+  on its last attempt) cancels its waiting children, and theirs,
+  and releases an on-failure child instead of cancelling it; an on-failure child whose parents
+  all succeeded is cancelled. Requeueing a dead step from the dead letters resumes its workflow
+  from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
+  cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
+  their tasks (a running one's ack then deletes nothing and releases nothing).
+
+Does not:
+
+* reopen a dependent cancelled by *another* dead parent than the one requeued: requeue each
+  dead parent (a dependent waits on every parent of its that has not succeeded);
+* accept a delay, run_at, dedupe or exclusive key on a step (a step starts when released).
+
+Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
+its claim and its ack send the statements they always did. A step's ack is one transaction of
+two more statements (finish the step, count off its children), plus one per released or
+cancelled group of children. A fan-in's count is one row that every parent's ack updates: on
+PostgreSQL those acks queue on its row lock for a moment each; on CockroachDB they conflict and
+retry (docs/workflows.md, "Costs").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from . import operations
+from .errors import InvalidInput
+from .operations.workflows import Moved
+from .plans import Atomically, Plan
+from .store import TaskStore
+from .workflow_graph import Graph, check
+
+#: The states of a step, in the order a step moves through them
+STEP_STATES = ("waiting", "ready", "succeeded", "dead", "cancelled")
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """One step: its ``name``, ``task_id``, ``task`` (name), ``queue``, ``state`` (one of
+    :data:`STEP_STATES`; ``ready`` covers queued and running), ``parents``, ``waiting_on`` (parents
+    not yet succeeded), ``on_failure`` and ``finished_at``."""
+
+    name: str
+    task_id: str
+    task: str
+    queue: str
+    state: str
+    parents: tuple[str, ...]
+    waiting_on: int
+    on_failure: bool
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class WorkflowStatus:
+    """A workflow by id: ``state`` is ``unknown`` (no such workflow), ``cancelled``, ``running``
+    (some step not finished), ``succeeded`` (every step finished and none died; cancelled
+    on-failure steps count as finished) or ``failed`` (every step finished, some died)."""
+
+    id: str
+    state: str
+    name: str | None = None
+    created_at: dt.datetime | None = None
+    steps: tuple[StepStatus, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        def when(value: dt.datetime | None) -> str | None:
+            return value.isoformat() if value is not None else None
+
+        return {"id": self.id, "state": self.state, "name": self.name, "created_at": when(self.created_at),
+                "steps": [{"name": s.name, "task_id": s.task_id, "task": s.task, "queue": s.queue,
+                           "state": s.state, "parents": list(s.parents), "waiting_on": s.waiting_on,
+                           "on_failure": s.on_failure, "finished_at": when(s.finished_at)} for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """A workflow written: its ``id`` and each step's task id by step name."""
+
+    id: str
+    task_ids: dict[str, str]
+
+
+def enqueue_plan(graph: Graph) -> Plan[Enqueued]:
+    """Check ``graph`` (nothing is sent when it is refused) and write it in one transaction."""
+    order = check(graph)
+    workflow_id, task_ids = uuid.uuid4(), [uuid.uuid4() for _ in order]
+
+    def body() -> Plan[None]:
+        return operations.workflow_insert(workflow_id, graph.name, order, task_ids)
+
+    yield Atomically(body)
+    return Enqueued(str(workflow_id), {s.name: str(i) for s, i in zip(order, task_ids)})
+
+
+def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
+    """:func:`enqueue_plan` inside a transaction the caller holds open (``connection=``)."""
+    order = check(graph)
+    workflow_id, task_ids = uuid.uuid4(), [uuid.uuid4() for _ in order]
+    yield from operations.workflow_insert(workflow_id, graph.name, order, task_ids)
+    return Enqueued(str(workflow_id), {s.name: str(i) for s, i in zip(order, task_ids)})
+
+
+def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str) -> Plan[set[uuid.UUID]]:
+    """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
+    of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
+    ``remove()`` is called again for each attempt of the transaction. Returns the ids removed."""
+
+    def body() -> Plan[set[uuid.UUID]]:
+        removed = yield from remove()
+        if removed:
+            finished = yield from operations.workflow_steps_finish(sorted(removed), outcome)
+            if finished:
+                yield from _move_on(finished, outcome)
+        return removed
+
+    result: set[uuid.UUID] = yield Atomically(body)
+    return result
+
+
+def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str) -> Plan[None]:
+    """Count finished ``parents`` off their children; release the children that are due and stop
+    (cancel) the descendants of every cancelled one, level by level."""
+    if outcome == "succeeded":
+        moved = yield from operations.workflow_children_advance(parents)
+    else:
+        moved = yield from operations.workflow_children_stop(parents, died=True)
+    while moved:
+        yield from _apply(moved)
+        cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
+        if not cancelled:
+            return
+        moved = yield from operations.workflow_children_stop(cancelled, died=False)
+
+
+def _apply(moved: list[Moved]) -> Plan[None]:
+    released = [task for _w, _s, task, state in moved if state == "ready"]
+    dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
+    if released:
+        yield from operations.workflow_tasks_release(released)
+    if dropped:
+        yield from operations.workflow_tasks_drop(dropped)
+
+
+def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Requeue dead tasks (:func:`shardq.admin.dead_requeue`) and resume the workflows of those
+    that were steps, in one transaction; returns the ids requeued."""
+    return store.session.run(dead_requeue_plan(queue, ids))
+
+
+def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
+    """:func:`dead_requeue` as a plan: the requeued step is ``ready`` again and a step of its
+    workflow again; its dependents cancelled when it died wait again (their tasks enqueued again
+    from what their steps kept), level by level down the graph."""
+
+    def body() -> Plan[set[uuid.UUID]]:
+        done = yield from operations.dead_requeue_ids(queue, ids)
+        if not done:
+            return done
+        revived = yield from operations.workflow_steps_revive(sorted(done))
+        if revived:
+            yield from operations.workflow_tasks_rejoin(revived)
+            parents = [(w, step) for w, step, _task in revived]
+            while parents:
+                parents = yield from operations.workflow_steps_reopen(parents)
+                if parents:
+                    yield from operations.workflow_tasks_reinsert(parents)
+        return done
+
+    result: set[uuid.UUID] = yield Atomically(body)
+    return result
+
+
+def parent_results(store: TaskStore, task_id: object) -> dict[str, object]:
+    """The results of the parents of the step whose task is ``task_id``, by step name (None where
+    a parent keeps none: its task is not declared ``result=True`` or its queue keeps no finished
+    tasks). One read."""
+    return store.session.run(operations.workflow_parent_results(_parse(task_id)))
+
+
+def cancel_plan(workflow_id: object) -> Plan[int]:
+    """Cancel every step of the workflow not finished yet and delete their tasks, one
+    transaction; returns how many steps it cancelled (0: unknown or already finished)."""
+    wid = _parse(workflow_id)
+
+    def body() -> Plan[int]:
+        task_ids = yield from operations.workflow_cancel(wid)
+        if task_ids:
+            yield from operations.workflow_tasks_drop(task_ids)
+        return len(task_ids)
+
+    result: int = yield Atomically(body)
+    return result
+
+
+def status_plan(workflow_id: object) -> Plan[WorkflowStatus]:
+    """The workflow's state and each step's (two reads)."""
+    wid = _parse(workflow_id)
+    row = yield from operations.workflow_get(wid)
+    if row is None:
+        return WorkflowStatus(str(wid), "unknown")
+    rows = yield from operations.workflow_steps_list(wid)
+    steps = tuple(StepStatus(r["step"], str(r["task_id"]), r["task"], r["queue"], r["state"], tuple(r["parents"]),
+                             r["waiting_on"], r["on_failure"], r["finished_at"]) for r in rows)
+    return WorkflowStatus(str(wid), _state(row["cancelled_at"] is not None, steps), row["name"], row["created_at"],
+                          steps)
+
+
+def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
+    if cancelled:
+        return "cancelled"
+    if any(s.state in ("waiting", "ready") for s in steps):
+        return "running"
+    return "failed" if any(s.state == "dead" for s in steps) else "succeeded"
+
+
+def _parse(workflow_id: object) -> uuid.UUID:
+    if isinstance(workflow_id, uuid.UUID):
+        return workflow_id
+    try:
+        return uuid.UUID(str(workflow_id))
+    except ValueError:
+        raise InvalidInput(f"not a workflow id: {workflow_id!r}") from None
+
+
+def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str) -> set[uuid.UUID]:
+    """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
+
+    def remove_plan() -> Plan[set[uuid.UUID]]:
+        return remove()
+        yield  # a plan that runs ``remove`` on the sync session directly
+
+    return store.session.run(remove_and_release_plan(remove_plan, outcome))

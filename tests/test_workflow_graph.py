@@ -1,0 +1,86 @@
+"""Workflow graphs checked without a database (shardq.workflow_graph, shardq.workflow_builder)."""
+
+from __future__ import annotations
+
+import pytest
+
+import shardq
+from shardq.errors import InvalidInput
+from shardq.workflow_graph import MAX_STEPS, Graph, StepSpec, check
+
+
+def _graph(*steps: tuple[str, tuple[str, ...]]) -> Graph:
+    graph = Graph("g")
+    for name, parents in steps:
+        graph.add(StepSpec(name, "t", b"{}", "q", parents=parents))
+    return graph
+
+
+def test_check_orders_every_parent_before_its_children():
+    order = check(_graph(("d", ("b", "c")), ("b", ("a",)), ("c", ("a",)), ("a", ())))
+    names = [s.name for s in order]
+    assert names[0] == "a" and names[-1] == "d" and set(names[1:3]) == {"b", "c"}
+
+
+@pytest.mark.parametrize(("steps", "words"), [
+    ((("a", ("b",)), ("b", ("a",)), ("r", ())), "cycle"),
+    ((("a", ("a",)),), "cycle"),
+    ((("a", ()), ("b", ("nope",))), "'nope' is no step"),
+    ((("a", ()), ("a", ())), "declared twice"),
+    ((("a", ()), ("b", ("a", "a"))), "named twice"),
+    ((), "no steps"),
+])
+def test_check_refuses_a_graph_that_cannot_run_naming_the_step(steps, words):
+    with pytest.raises(InvalidInput, match=words):
+        check(_graph(*steps))
+
+
+def test_check_refuses_an_on_failure_step_without_parents_and_a_graph_over_the_limit():
+    graph = Graph("g", [StepSpec("a", "t", b"{}", "q", on_failure=True)])
+    with pytest.raises(InvalidInput, match="'a': an on-failure step needs a parent"):
+        check(graph)
+    big = Graph("g", [StepSpec(f"s{i}", "t", b"{}", "q") for i in range(MAX_STEPS + 1)])
+    with pytest.raises(InvalidInput, match="over the limit"):
+        check(big)
+
+
+def _app() -> tuple[shardq.App, object, object]:
+    app = shardq.App("postgresql://nobody@127.0.0.1:1/none")  # never connects in these tests
+
+    @app.task(name="fetch", queue="io")
+    def fetch(url: str) -> None: ...
+
+    @app.task(name="merge")
+    def merge() -> None: ...
+
+    return app, fetch, merge
+
+
+def test_the_builder_names_steps_and_links_chains_groups_and_fan_ins():
+    app, fetch, merge = _app()
+    wf = app.workflow("w")
+    group = wf.group(fetch.step(url="a"), fetch.step(url="b"))
+    fan_in = wf.add(merge.step(), after=group)
+    chain = wf.chain(fetch.step(url="c"), merge.step(), after=fan_in)
+    assert group == ["fetch", "fetch-2"] and fan_in == "merge"
+    steps = {s.name: s for s in wf.check()}
+    assert steps["merge"].parents == ("fetch", "fetch-2")
+    assert steps[chain[0]].parents == ("merge",) and steps[chain[1]].parents == (chain[0],)
+    assert steps["fetch"].queue == "io" and steps["merge"].queue == "default"
+
+
+def test_the_builder_refuses_bad_arguments_foreign_tasks_and_step_only_options_before_any_write():
+    app, fetch, _merge = _app()
+    other = shardq.App("postgresql://nobody@127.0.0.1:1/none")
+
+    @other.task(name="elsewhere")
+    def elsewhere() -> None: ...
+
+    wf = app.workflow("w")
+    with pytest.raises(InvalidInput, match="fetch"):
+        fetch.step(nope=1)
+    with pytest.raises(InvalidInput, match="takes no delay"):
+        fetch.configure(delay=5).step(url="a")
+    wf.add(elsewhere.step())
+    with pytest.raises(InvalidInput, match="'elsewhere' is not declared in this app"):
+        wf.enqueue()  # refused before the client (which could not connect) is reached
