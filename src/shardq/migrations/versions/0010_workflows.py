@@ -1,7 +1,7 @@
 """Workflows: steps that wait for their parents, released in their last parent's ack.
 
 Revision ID: 0010_workflows
-Revises: 0008_task_history
+Revises: 0009_workers_audit
 Create Date: 2026-11-26
 
 * ``shardq_tasks.workflow_id``: the workflow a task is a step of (NULL for every other task). The
