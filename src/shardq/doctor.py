@@ -46,7 +46,9 @@ from .plans import Call, single
 #: Tables ``shardq work`` reads and writes (those of them the engine's migrations create).
 WORKER_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_periodic", "shardq_slots",
                  "shardq_rate_tokens", "shardq_leases", "shardq_buckets", "shardq_spark_runs", "shardq_spark_chunks",
-                 "shardq_spark_stages", "shardq_history", "shardq_attempts", "shardq_listeners")
+                 "shardq_spark_stages", "shardq_history", "shardq_attempts", "shardq_listeners",
+                 "shardq_workers", "shardq_stats_hourly", "shardq_workflows", "shardq_workflow_steps",
+                 "shardq_workflow_edges")
 
 NOT_PLANNED = "not planned"
 

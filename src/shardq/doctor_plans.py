@@ -45,6 +45,9 @@ WHOLE_TABLE_READS = frozenset({
     "periodic_slots_prune", "spark_runs_expire", "spark_stages_stale",
     # shardq_listeners holds one row per process waiting for task outcomes (shardq.waiting).
     "outcome_listener_gone", "outcome_listeners_present",
+    # shardq_workers holds one row per running worker (the dashboard's registry); a task's worker
+    # is found by a token among each row's claims, on a page view, not on a worker's path.
+    "worker_by_token", "worker_list", "worker_prune",
 })
 
 _BY_TYPE: dict[str, Any] = {
