@@ -60,7 +60,7 @@ from .client_async import AsyncClient
 from .db import Dsn
 from .deferral import CALL_OPTIONS, CallOptions, Deferral, TaskContext, TaskTemplate
 from .errors import InvalidInput, Permanent
-from .history_records import KeptResult, TaskStatus, encode_result
+from .history_records import TaskStatus, keeping_result
 from .models import Task
 from .periodic import Schedule, takes_timestamp
 from .worker import WorkerTotals
@@ -157,22 +157,6 @@ class AppTask(Deferral[P, R]):
 
     def __repr__(self) -> str:
         return f"<shardq task {self.name} on {self.queue!r}>"
-
-
-def _keeping_result(call: Callable[[], Any], is_async: bool) -> Callable[[], Any]:
-    """``call`` returning its value encoded (:class:`~shardq.history_records.KeptResult`), which
-    the worker hands to the settler; encoding in the handler's own call makes a value that cannot
-    be kept fail the attempt like any handler error."""
-    if is_async:
-        async def encoded_async() -> KeptResult:
-            return encode_result(await call())
-
-        return encoded_async
-
-    def encoded() -> KeptResult:
-        return encode_result(call())
-
-    return encoded
 
 
 class App:
@@ -320,7 +304,7 @@ class App:
         if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
             call = partial(self._run_step, declared, handle, arguments)
         if declared.keeps_result and not declared.is_async:
-            call = _keeping_result(call, False)  # the worker keeps it (see _keeping_result)
+            call = keeping_result(call, False)  # the worker keeps it (see keeping_result)
         instrument = instrumentation.active
         if instrument is None:
             return call()
@@ -345,7 +329,7 @@ class App:
         if declared.takes_results and handle.claimed.workflow_id is not None and "results" not in arguments:
             call = partial(self._run_step, declared, handle, arguments)
         if declared.keeps_result:
-            call = _keeping_result(call, declared.is_async)
+            call = keeping_result(call, declared.is_async)
         instrument = instrumentation.active
         if instrument is not None:
             call = instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -54,6 +54,22 @@ def encode_result(value: Any) -> KeptResult:
 FINISHED_STATES = ("succeeded", "dead", "cancelled")
 #: every state a status may report
 STATES = ("scheduled", "ready", "running", "retrying", *FINISHED_STATES, "unknown")
+
+
+def keeping_result(call: Callable[[], Any], is_async: bool) -> Callable[[], Any]:
+    """``call`` returning its value encoded (:class:`KeptResult`), which
+    the worker hands to the settler; encoding in the handler's own call makes a value that cannot
+    be kept fail the attempt like any handler error."""
+    if is_async:
+        async def encoded_async() -> KeptResult:
+            return encode_result(await call())
+
+        return encoded_async
+
+    def encoded() -> KeptResult:
+        return encode_result(call())
+
+    return encoded
 
 
 @dataclass(slots=True)
