@@ -8,8 +8,8 @@ import uuid
 
 from shardq.client import Client
 from shardq.db import Dsn, Session
-from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
 from shardq.errors import SerializationConflict
+from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
 from shardq.session_rules import retry_pause
 from shardq.store import Fenced, TaskStore
 
