@@ -143,11 +143,14 @@ def plot(results: dict, out, plt, save) -> None:
     if not cells:
         return
     fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 4), squeeze=False)
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
+    colour = {name: palette[i % len(palette)] for i, name in enumerate(data["contenders"])}
     for ax, (key, row) in zip(axes[0], cells.items()):
-        for name, c in row.items():
-            sample = sorted(c.get("latency_sample") or [])
+        for name in data["contenders"]:  # the same colour and order in every panel (cells ran in turn)
+            sample = sorted((row.get(name) or {}).get("latency_sample") or [])
             if sample:
-                ax.plot([s * 1e3 for s in sample], [(i + 1) / len(sample) for i in range(len(sample))], label=name)
+                ax.plot([s * 1e3 for s in sample], [(i + 1) / len(sample) for i in range(len(sample))], label=name,
+                        color=colour[name])
         ax.set_xscale("log")
         ax.axhline(0.99, color="grey", linestyle=":")
         ax.set_title(f"{key} (tasks/s offered)")
