@@ -12,7 +12,8 @@ default), so a task enqueued on an idle queue waits up to about a second. With w
   found nothing, waits on it instead of sleeping: a wake-up for one of its queues starts the next
   claim round at once; otherwise it polls at its usual interval. Every wake-up wakes every
   waiting worker of the queue, and all but the first may find nothing: the throttle bounds that
-  to ``1 / interval`` rounds per second per waiting worker. A worker whose LISTEN failed (the database was
+  to ``1 / interval`` rounds per second per waiting worker, and a worker that found nothing sits
+  the next wake-up out (see :mod:`shardq.worker.fetcher`). A worker whose LISTEN failed (the database was
   unreachable as it started) polls, and LISTENs again after its next successful claim (at most
   once per ``LISTEN_RETRY_SECONDS``, 10 s), logging once when wake-ups resume.
 

@@ -4,8 +4,11 @@ It claims the next batch once at most ``concurrency - 1`` claimed tasks (or ``pr
 if larger) still wait for a slot, keeping at most ``concurrency + prefetch`` tasks waiting or
 running. While whole rounds come back empty it sleeps with a growing, capped, jittered interval;
 with ``listen``, from the first round that found nothing (``LISTEN_AFTER_EMPTY_ROUNDS``), it waits
-for a producer's wake-up for at most that long instead. It runs on the thread that calls
-:meth:`shardq.Worker.run`, with that thread's own session.
+for a producer's wake-up for at most that long instead. With ``listen`` too, a round that took
+every ready task (``ClaimRound.drained``) is followed by that wait rather than by a claim that
+would find nothing, and a round that answered a wake-up and found nothing (another worker was
+first) sleeps its pause without listening. A lost wake-up therefore costs at most one pause. It
+runs on the thread that calls :meth:`shardq.Worker.run`, with that thread's own session.
 """
 
 from __future__ import annotations
