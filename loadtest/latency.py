@@ -16,7 +16,7 @@ import random
 import time
 
 from .contenders import CONTENDERS
-from .env import Bench, loadavg, vacuum_analyze
+from .env import Bench, checkpoint, loadavg, vacuum_analyze
 from .procs import CellResult, Control, run_cell
 
 
@@ -52,6 +52,7 @@ def cells(bench: Bench, sizes, log) -> dict:
                     _, roles = _steady_roles(name, url, rate)
                     roles = roles + [("loadtest.latency:burner", {})] * load
                     vacuum_analyze(url)
+                    checkpoint(url)  # as before every timed phase: no checkpoint's fsyncs inside the cell
                     load_before = loadavg()
                     cell = run_cell(roles, duration=sizes.latency_seconds, cap=sizes.latency_seconds + 5,
                                     server_cpu=bench.server_cpu)

@@ -73,3 +73,30 @@ def test_a_round_answering_a_wake_up_that_finds_nothing_does_not_read_layout_and
     names.clear()
     assert consumer.claim().round_empty  # polled again: it reads them
     assert "queue_list" in names
+
+
+
+def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
+    # A round claim leases a few tasks in each of many buckets (one claim per bucket); committing
+    # each bucket's ack on its own cost a WAL flush per bucket, close to one per task.
+    import psycopg
+
+    from shardq.leases import WholeClaim
+
+    for bucket in (0, 1, 2):
+        pg_db.make_task(bucket=bucket)
+    tasks = Consumer(pg_db.store, ["q"]).claim().tasks
+    assert len({t.key.bucket for t in tasks}) == 3
+    claims = [WholeClaim(t.key.bucket, t.queue, (t.key.rank, t.key.exec_time), (t.key.rank, t.key.exec_time),
+                         t.lease_token, [t.key]) for t in tasks]
+    seen_from_outside: list[int] = []
+    with psycopg.connect(pg_db.dsn.conninfo, autocommit=True) as other:
+        def look(name: str) -> None:
+            if name == "task_ack_claim":
+                seen_from_outside.append(other.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0])
+
+        pg_db.store.session.before_statement = look
+        assert pg_db.store.task_ack_claims(claims) == set()
+        pg_db.store.session.before_statement = None
+        assert other.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0] == 0
+    assert seen_from_outside == [3, 3, 3]  # no bucket's ack committed before the others ran
