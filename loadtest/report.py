@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from . import latency
+
 GOALS = {
     "burn_vs_raw": 0.80,
     "burn_vs_pgqueuer": 4.0,
@@ -186,6 +188,7 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
                          (f"{lone['recovered']} tasks recovered by the workers' sweeps in "
                           f"{_f(lone['recovery_seconds'], 1)} s (lease {lone['lease_seconds']} s), "
                           f"{lone['duplicates']} ran twice")))
+    rows += latency.goals(results)
     return rows
 
 
@@ -265,6 +268,7 @@ def write(results: dict, out: Path) -> Path:
     parts += _burn_section(results.get("burn-down"), plots)
     parts += _steady_section(results.get("steady"), plots)
     parts += _idle_section(results.get("idle"), plots)
+    parts += latency.section(results, _table)
     parts += _depth_section(results.get("depth"), plots)
     parts += _enqueue_section(results.get("enqueue"), plots)
     parts += _task_api_section(results.get("task-api"))
@@ -602,6 +606,7 @@ def _plots(results: dict, out: Path) -> set[str]:
         ax.set_ylabel("fraction of tasks")
         ax.legend()
         save(fig, "steady_latency")
+    latency.plot(results, out, plt, save)
     depth = results.get("depth")
     if depth:
         small, large = depth["sizes"]

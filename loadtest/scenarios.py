@@ -24,6 +24,7 @@ import psycopg
 
 from .contenders import BATCH, CONTENDERS, shardq_bench
 from .env import Bench, _proc_cpu, checkpoint, loadavg, table_stats, vacuum_analyze
+from .latency import cells as latency_cells
 from .procs import CellResult, run_cell
 
 PROCESSES = 4
@@ -42,7 +43,12 @@ class Sizes:
     steady_rate: int = 2000
     steady_seconds: float = 15.0
     steady_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-tuned", "procrastinate-tuned")
-    idle_samples: int = 10
+    idle_samples: int = 30
+    #: the latency cells (loadtest.latency): offered rates, CPU load generators beside (0: quiet)
+    latency_rates: tuple[int, ...] = (2000, 10000)
+    latency_loads: tuple[int, ...] = (0, 1)
+    latency_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-defaults", "pgqueuer-tuned")
+    latency_seconds: float = 8.0
     depth_small: int = 10_000
     depth_large: int = 1_000_000
     depth_seconds: float = 6.0
@@ -71,6 +77,8 @@ class Sizes:
             steady_seconds=4.0,
             steady_contenders=("shardq", "shardq+poll"),
             idle_samples=3,
+            latency_rates=(2000,),
+            latency_seconds=3.0,
             depth_small=10_000,
             depth_large=50_000,
             depth_seconds=2.0,
@@ -822,6 +830,7 @@ SCENARIOS = {
     "burn-down": burn_down,
     "steady": steady,
     "idle": idle,
+    "latency": latency_cells,
     "depth": depth_and_reaper,
     "enqueue": enqueue,
     "task-api": task_api,

@@ -51,6 +51,11 @@ LAYOUT_REFRESH_SECONDS = 5.0
 # comes back short. Many consumers share the pairs, so a due task waits about this long at most.
 PROMOTE_INTERVAL_SECONDS = 0.25
 PROMOTE_BATCH = 500
+# A round that answers a wake-up and finds nothing reads the layout and the queue settings again
+# only when they are older than this (see Consumer.claim): every waiting worker wakes for each
+# wake-up, and reading both after each such round tripled the statements of a fleet that producers
+# wake every few milliseconds (docs/latency.md). A polled round always reads them.
+WOKEN_REFRESH_SECONDS = 0.25
 # A consumer whose claims a flow limit refuses reads the queue settings again at most this often
 # (otherwise after every empty round), so a limit removed meanwhile stops applying within about this.
 THROTTLED_SETTINGS_REFRESH_SECONDS = 1.0
@@ -74,6 +79,10 @@ class ClaimRound:
     #: a queue with a flow limit was skipped: every handler slot of the caller was busy
     #: (``start_room`` 0), so nothing could be claimed that would start at once
     no_room: bool = False
+    #: tasks were found by a round that saw every ready task there was: one statement over every
+    #: bucket of the only queue came back with fewer than it asked for (PostgreSQL: one group of
+    #: all buckets), so a claim right after it would most likely find nothing
+    drained: bool = False
 
 
 class Consumer:
@@ -205,14 +214,18 @@ class Consumer:
                         len(tasks), exc)
         return tasks
 
-    def claim(self, limit: int | None = None, *, start_room: int | None = None) -> ClaimRound:
+    def claim(self, limit: int | None = None, *, start_room: int | None = None, woken: bool = False) -> ClaimRound:
         """Walk (group of buckets, queue) pairs from where the last call stopped until a claim
         returns tasks or every pair has been tried once. The engine cuts a round into groups
         (:meth:`shardq.engine.Engine.claim_groups`): every bucket in one statement (PostgreSQL,
         starting one bucket further each call, so each bucket gets its turn to be drained first)
         or one bucket per statement (CockroachDB). At most ``limit`` (default ``batch``) tasks,
         and of a queue with a flow limit at most ``start_room`` (tasks the caller can start at
-        once; None: ``limit``)."""
+        once; None: ``limit``). ``woken``: the round answers a wake-up (:mod:`shardq.notify`); if
+        it finds nothing, the layout and settings are read again only when older than
+        ``WOKEN_REFRESH_SECONDS``: a wake-up wakes every waiting worker, and finding nothing then
+        mostly means another worker was first, not that anything changed (a polled round that
+        finds nothing always reads them)."""
         want = min(limit or self.batch, self.batch)
         layout = self.layout()
         groups = self.store.claim_groups(layout.visit_count, self._offset + self._turn)
@@ -250,20 +263,31 @@ class Consumer:
                 continue
             if tasks:
                 result.tasks = tasks
+                # One statement walked every bucket of the only queue and took all it found.
+                result.drained = pairs == 1 and len(tasks) < queue_want and not self.settings(queue).limited
                 return result
-        return self._end_empty_round(layout, result, failed)
+        return self._end_empty_round(layout, result, failed, woken)
 
-    def _end_empty_round(self, layout: ShardLayout, result: ClaimRound, failed: bool) -> ClaimRound:
+    def _end_empty_round(self, layout: ShardLayout, result: ClaimRound, failed: bool, woken: bool = False
+                         ) -> ClaimRound:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
         counts as empty only if the layout it walked is still the layout, no claim failed and no
         flow limit refused a claim (tasks may be waiting behind it)."""
         if result.no_room:
             return result  # not a round at all: a limited queue was not asked, for want of room
+        if (woken and not failed and not result.throttled and not self.flow_slots.pools
+                and self._clock() - self._layout_at < WOKEN_REFRESH_SECONDS
+                and self.queue_settings.age() < WOKEN_REFRESH_SECONDS):
+            result.round_empty = True  # read moments ago, by a round that found nothing either
+            return result
         refreshed = self.layout(refresh=True)
         if self.flow_slots.pools:
             self.flow_slots.release_idle(self.store)  # nothing to run here: other workers may have work
         if not result.throttled or self.queue_settings.age() >= THROTTLED_SETTINGS_REFRESH_SECONDS:
             self.queue_settings.expire()  # a removed limit is seen soon, without a read per refusal
+            # Read now, while nothing waits: read lazily, it delayed the claim of the next round,
+            # the one a wake-up starts (docs/latency.md).
+            self.settings(self.queues[0])
         unchanged = (refreshed.visit_count, refreshed.shard_column) == (layout.visit_count, layout.shard_column)
         result.round_empty = unchanged and not failed and not result.throttled
         return result

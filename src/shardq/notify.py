@@ -3,14 +3,17 @@
 A worker that finds nothing to claim sleeps with a growing interval (50 ms doubling to 1 s by
 default), so a task enqueued on an idle queue waits up to about a second. With wake-ups:
 
-* the **producer** sends ``pg_notify('shardq_wake', <queue>)`` after an enqueue statement that
-  inserted tasks due now has committed — at most once per queue per ``interval`` (50 ms) per
-  :class:`Notifier`, whatever the enqueue rate: never one per row, never from a trigger;
-* the **worker** LISTENs on its fetcher's own connection (no extra connection) and, once idle
-  (two rounds in a row found nothing), waits on it instead of sleeping: a wake-up for one of its
-  queues starts the next claim round at once; otherwise it polls at its usual interval. While
-  tasks keep coming it just polls at its short interval: every wake-up wakes every listening
-  worker, and all but one would find nothing. A worker whose LISTEN failed (the database was
+* the **producer** sends ``pg_notify('shardq_wake', <queue>)`` with an enqueue statement that
+  inserts tasks due now, delivered when it commits — at most once per queue per ``interval``
+  (2 ms) per :class:`Notifier`, whatever the enqueue rate: never one per row, never from a
+  trigger. A batch without dedupe or exclusive keys carries it in its own insert statement (no
+  extra round trip); other batches send it as a statement of its own after the insert;
+* the **worker** LISTENs on its fetcher's own connection (no extra connection) and, once a round
+  found nothing, waits on it instead of sleeping: a wake-up for one of its queues starts the next
+  claim round at once; otherwise it polls at its usual interval. Every wake-up wakes every
+  waiting worker of the queue, and all but the first may find nothing: the throttle bounds that
+  to ``1 / interval`` rounds per second per waiting worker, and a worker that found nothing sits
+  the next wake-up out (see :mod:`shardq.worker.fetcher`). A worker whose LISTEN failed (the database was
   unreachable as it started) polls, and LISTENs again after its next successful claim (at most
   once per ``LISTEN_RETRY_SECONDS``, 10 s), logging once when wake-ups resume.
 
@@ -29,8 +32,8 @@ Does not
 
 Both sides are on by default on PostgreSQL (``Client(notify=False)``, ``Producer(notifier=None)``,
 ``WorkerConfig(listen=False)`` or ``shardq work --no-listen`` turn them off): a producer adds at
-most ``1 / interval`` small statements per second per queue, and a woken worker does what a
-polling one does at its next poll, only sooner.
+most ``1 / interval`` notifications per second per queue (and as many small statements for keyed
+batches), and a woken worker does what a polling one does at its next poll, only sooner.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ from .store import TaskStore
 
 log = logging.getLogger("shardq.notify")
 
-NOTIFY_INTERVAL_DEFAULT = 0.05
+# Short enough that a producer sending every few milliseconds wakes workers for every batch (the
+# steady cell sends every 5 ms; at 50 ms, nine batches in ten waited for a poll: docs/latency.md),
+# long enough to bound what a storm of single enqueues costs the listening workers.
+NOTIFY_INTERVAL_DEFAULT = 0.002
 # A waiting worker re-checks its stop flag at least this often.
 STOP_CHECK_SECONDS = 0.1
 # A worker whose LISTEN failed tries again at most this often, and only after a claim succeeded:
@@ -92,6 +98,15 @@ class Notifier:
         unless the throttle says one went out recently; returns whether it did. A failure to send
         is logged and swallowed: polling covers it."""
         return store.session.run(self.wake(queue))
+
+    def wake_in_insert(self, queue: str) -> Plan[bool]:
+        """Whether the next insert into ``queue`` should carry the wake-up itself (the engine has
+        wake-ups and the throttle lets one through; counted as sent), as a plan."""
+        engine: Engine = yield ENGINE
+        if not engine.supports_wakeups or not self.due(queue):
+            return False
+        self.sent += 1
+        return True
 
     def wake(self, queue: str) -> Plan[bool]:
         """:meth:`after_enqueue` as a plan (:mod:`shardq.plans`), for either session."""

@@ -160,13 +160,18 @@ def enqueue_plan(
             if not chunk:
                 continue
         ids = [uuid.uuid4() for _ in chunk]
+        woke = False
         if any(t.exclusive_key is not None for t in chunk):
             outcome = yield from exclusive.enqueue_plan(queue, chunk, ids)
             skipped, paused = outcome.skipped, outcome.paused
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded
         else:
-            skipped, paused = yield from operations.task_insert_many(queue, chunk, ids)
+            # A batch without dedupe keys inserts every task (or none, paused): its statement can
+            # carry the wake-up, which then needs no round trip of its own.
+            woke = (notifier is not None and not any(t.dedupe_key is not None for t in chunk)
+                    and any(map(_due_now, chunk)) and (yield from notifier.wake_in_insert(queue)))
+            skipped, paused = yield from operations.task_insert_many(queue, chunk, ids, wake=woke)
         if counts is not None:
             yield from counts.note(queue, len(chunk) - len(skipped))
         if paused:
@@ -182,6 +187,6 @@ def enqueue_plan(
                     duplicates.append(task.dedupe_key or "")
                 else:
                     enqueued.append(str(task_id))
-        if notifier is not None and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
+        if notifier is not None and not woke and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
             yield from notifier.wake(queue)  # after the commit: autocommit
     return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)

@@ -14,7 +14,7 @@ from ..errors import NotMigrated
 from ..history_records import Finished
 from ..leases import WholeClaim
 from ..models import ClaimedTask, ShardLayout
-from ..plans import Call, Plan, SchemaChange
+from ..plans import Atomically, Call, Plan, SchemaChange
 from .common import RANKS, STATS_PRIORITIES_MAX, depth_row, notify_chunks, record_arrays
 
 _claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
@@ -59,7 +59,15 @@ class PostgreSQLOperations:
 
     def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
         """One statement per claim deletes its rows by key range and token (no per-task arrays)
-        and drops its lease record (a worker settles about one claim at a time)."""
+        and drops its lease record; several claims in one transaction. A round claim leases a few
+        tasks in each of many buckets, one claim per bucket: committed one by one, their acks cost
+        a WAL flush each, close to one per task when tasks trickle in (docs/latency.md)."""
+        if len(claims) > 1:
+            lost: set[uuid.UUID] = yield Atomically(lambda: self._ack_each(claims))
+            return lost
+        return (yield from self._ack_each(claims))
+
+    def _ack_each(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
         lost: set[uuid.UUID] = set()
         for c in claims:
             params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
@@ -76,7 +84,15 @@ class PostgreSQLOperations:
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
         """:meth:`ack_claims` with each deleted task's history row written by the same statement
         (``task_ack_claim_kept``): the claim's ids travel once, with the task names, run times and
-        results; ``notify`` adds the claim's ids for outcome waiters."""
+        results; ``notify`` adds the claim's ids for outcome waiters. Several claims commit in
+        one transaction, as in :meth:`ack_claims`."""
+        if len(claims) > 1:
+            lost: set[uuid.UUID] = yield Atomically(lambda: self._ack_each_kept(claims, records, notify))
+            return lost
+        return (yield from self._ack_each_kept(claims, records, notify))
+
+    def _ack_each_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+                       notify: bool) -> Plan[set[uuid.UUID]]:
         lost: set[uuid.UUID] = set()
         for c in claims:
             ids = [k.id for k in c.keys]

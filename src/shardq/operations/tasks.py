@@ -13,6 +13,7 @@ from typing import Any
 from ..engine import Engine
 from ..engine.common import RANKS, key_arrays, task_arrays
 from ..error_text import storable
+from ..errors import DatabaseError
 from ..leases import Fenced
 from ..models import NewTask, ShardLayout, TaskInfo
 from ..plans import ENGINE, Call, Plan, UseShardColumn
@@ -45,19 +46,41 @@ def layout() -> Plan[ShardLayout]:
 
 # -- enqueue -----------------------------------------------------------------------------------
 
-def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[tuple[set[uuid.UUID], bool]]:
+def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *,
+                     wake: bool = False) -> Plan[tuple[set[uuid.UUID], bool]]:
     """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
-    enqueue). When the queue is paused nothing was inserted and every id counts as skipped."""
+    enqueue). When the queue is paused nothing was inserted and every id counts as skipped.
+    ``wake`` (where the engine has wake-ups; see :meth:`shardq.notify.Notifier.wake_in_insert`):
+    for a batch without dedupe or exclusive keys, the same statement wakes the queue's listening
+    workers unless the queue is paused."""
     engine: Engine = yield ENGINE
     arrays = engine.task_arrays(tasks, ids)
     if not any(t.dedupe_key is not None or t.exclusive_key is not None for t in tasks):
         del arrays["dedupe_keys"], arrays["exclusive_keys"]
-        row = yield Call("task_insert_many_fresh", {"queue": queue, **arrays}, rows="one")
+        params: dict[str, Any] = {"queue": queue, **arrays}
+        if engine.supports_wakeups:
+            params["wake"] = wake
+        try:
+            row = yield Call("task_insert_many_fresh", params, rows="one")
+        except DatabaseError as exc:
+            if not (wake and _notify_queue_full(exc)):
+                raise
+            # A wake-up is an optimisation: a server whose notification queue is full (behind a
+            # listener that stopped reading) must not refuse the tasks. The statement failed whole
+            # at its commit, so nothing was inserted: insert again without it.
+            params["wake"] = False
+            row = yield Call("task_insert_many_fresh", params, rows="one")
         return (set(ids), True) if row and row["paused"] else (set(), False)
     rows = yield Call("task_insert_many", {"queue": queue, **arrays})
     if any(row["paused"] for row in rows):
         return set(ids), True
     return {row["id"] for row in rows}, False
+
+
+def _notify_queue_full(exc: DatabaseError) -> bool:
+    """PostgreSQL refused a NOTIFY at commit: "too many notifications in the NOTIFY queue"
+    (SQLSTATE 54000, program_limit_exceeded)."""
+    return getattr(exc.__cause__, "sqlstate", None) == "54000"
 
 
 def task_exclusive_active(queue: str, keys: Sequence[str]) -> Plan[set[str]]:

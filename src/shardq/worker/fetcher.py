@@ -3,9 +3,12 @@
 It claims the next batch once at most ``concurrency - 1`` claimed tasks (or ``prefetch - batch``,
 if larger) still wait for a slot, keeping at most ``concurrency + prefetch`` tasks waiting or
 running. While whole rounds come back empty it sleeps with a growing, capped, jittered interval;
-with ``listen``, once ``LISTEN_AFTER_EMPTY_ROUNDS`` rounds in a row found nothing, it waits for a
-producer's wake-up for at most that long instead. It runs on the thread that calls
-:meth:`shardq.Worker.run`, with that thread's own session.
+with ``listen``, from the first round that found nothing (``LISTEN_AFTER_EMPTY_ROUNDS``), it waits
+for a producer's wake-up for at most that long instead. With ``listen`` too, a round that took
+every ready task (``ClaimRound.drained``) is followed by that wait rather than by a claim that
+would find nothing, and a round that answered a wake-up and found nothing (another worker was
+first) sleeps its pause without listening. A lost wake-up therefore costs at most one pause. It
+runs on the thread that calls :meth:`shardq.Worker.run`, with that thread's own session.
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ from .sessions import SessionPerThread
 
 log = logging.getLogger("shardq.worker")
 
-# With ``listen``, an idle fetcher waits for wake-ups only once this many rounds in a row found
-# nothing (its pause has grown past idle_min); before that it just sleeps its short pause.
-LISTEN_AFTER_EMPTY_ROUNDS = 2
+# With ``listen``, a fetcher waits for wake-ups (instead of sleeping its pause) once this many
+# rounds in a row found nothing. One: a worker that has just emptied the queue is exactly the one a
+# producer's next enqueue should wake. Waiting for a second empty round first left a busy fleet
+# polling at 25-50 ms pauses, which was most of the steady cell's enqueue->start time
+# (docs/latency.md).
+LISTEN_AFTER_EMPTY_ROUNDS = 1
 
 
 class Fetcher:
@@ -60,6 +66,8 @@ class Fetcher:
         config, table, stop = self.config, self.table, self.stop_event
         empty_rounds = throttled_rounds = 0
         failures = 0
+        woken = answered = False  # the next round answers a wake-up; the last one did
+        drained = False  # the last round took every ready task there was
         listener = None
         if config.listen and not config.until_empty:
             listener = notify.Listener(consumer.store, config.queues)
@@ -77,12 +85,21 @@ class Fetcher:
                 if table.want() <= 0:  # re-check: a wake-up may have come just before the clear
                     table.fetch_wake.wait(0.5)
                 continue
+            if drained:
+                # The last round took every ready task: rather than a claim that would find
+                # nothing, wait for the next wake-up (an enqueue that committed during that round
+                # has sent one already, kept on the connection) or, at the latest, a short poll.
+                drained = False
+                if listener is not None and listener.active:
+                    woken = listener.wait(backoff.idle_sleep(1, minimum=config.idle_min, maximum=config.idle_max), stop)
+                    continue
             room = table.start_room()
             try:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
                 round_started = time.monotonic()
-                found = consumer.claim(limit=want, start_room=room)
+                answered, woken = woken, False
+                found = consumer.claim(limit=want, start_room=room, woken=answered)
                 failures = 0
                 if listener is not None and not listener.active:
                     listener.retry()  # the database answers again (throttled: see notify.Listener)
@@ -102,6 +119,7 @@ class Fetcher:
             if found.tasks:
                 empty_rounds = throttled_rounds = 0
                 self._accept(found.tasks, consumer)
+                drained = found.drained
                 continue
             if found.throttled:
                 # A flow limit refused: wait for the next token (rate), or for slots to come back
@@ -137,13 +155,18 @@ class Fetcher:
             if config.until_empty and not idle:
                 table.fetch_wake.clear()
                 table.fetch_wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
-            elif listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS:
-                # Idle for a while: a producer's wake-up ends the pause early, and the back-off
-                # restarts from idle_min. While tasks keep coming, plain short polls serve them
-                # better: every wake-up wakes every listening worker, and all but one find nothing.
+            elif (listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS
+                  and not answered):
+                # Nothing due: a producer's wake-up ends the pause early, and the back-off
+                # restarts from idle_min. Every wake-up wakes every waiting worker and all but one
+                # may find nothing; producers send at most one per queue per notify interval.
                 if listener.wait(pause, stop):
                     empty_rounds = 0
+                    woken = True
             else:
+                # Polling, or this round answered a wake-up and another worker was first: sit
+                # the next ones out for this pause (then poll, then listen again), so that a fleet
+                # does not send every worker's claim for every wake-up while one worker keeps up.
                 stop.wait(pause)
 
     def _done(self, consumer: Consumer, round_started: float) -> bool:
