@@ -76,6 +76,12 @@ class Dsn:
         return {key: str(value) for key, value in conninfo_to_dict(self.conninfo).items()}
 
 
+def conninfo_from_parts(**parts: str | None) -> str:
+    """A libpq conninfo string of the given keywords (``dbname``, ``user``, ``host`` …), quoted as
+    libpq needs; a part that is None or empty is left out."""
+    return make_conninfo(**{key: value for key, value in parts.items() if value})
+
+
 def _strings(params: Mapping[str, object]) -> dict[str, str]:
     """Connection parameters as libpq keyword strings (psycopg parses some as ints)."""
     return {key: str(value) for key, value in params.items() if value is not None}

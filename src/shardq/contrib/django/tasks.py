@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.conninfo import make_conninfo
-
 from ...app import App
 from ...client import Client
 from ...client_async import AsyncClient
+from ...dsn import conninfo_from_parts
 
 DEFAULTS = {"DSN": None, "DATABASE": "default", "BUCKETS": 16}
 
@@ -32,7 +31,7 @@ def dsn_from_settings() -> str:
     entry = settings.DATABASES[settings_value("DATABASE")]
     params = {"dbname": entry.get("NAME"), "user": entry.get("USER"), "password": entry.get("PASSWORD"),
               "host": entry.get("HOST"), "port": str(entry.get("PORT") or "") or None}
-    return make_conninfo(**{key: value for key, value in params.items() if value})
+    return conninfo_from_parts(**params)
 
 
 class _JoinsAtomicBlocks:
