@@ -112,3 +112,16 @@ def test_no_statement_builds_sql_from_python_values():
 def test_ddl_statements_run_only_through_execute_ddl():
     assert used_names("execute_ddl|SchemaChange") == set(DDL_SLOTS)
     assert not set(DDL_SLOTS) & used_names("fetch_all|fetch_one|fetch_row|execute|listen|Call")
+
+
+def test_postgresqls_waking_insert_inserts_exactly_what_the_common_insert_does():
+    # sql/postgresql/enqueue.sql copies the common task_insert_many_fresh to add the wake-up to
+    # its last SELECT; everything before that SELECT must stay the same text.
+    common = queries._read_folder("common")["task_insert_many_fresh"].text
+    waking = queries.statements_for("postgresql")["task_insert_many_fresh"].text
+
+    def before_last_select(text: str) -> str:
+        return text[: text.rindex("\nSELECT ")]
+
+    assert before_last_select(waking) == before_last_select(common)
+    assert "%(wake)s" in waking and "%(wake)s" not in common
