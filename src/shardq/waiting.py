@@ -257,6 +257,17 @@ def _uuid(text: str) -> uuid.UUID | None:
         return None
 
 
+def _nap(status: TaskStatus, task_id: uuid.UUID, timeout: float | None, left: float | None, pause: float, *,
+         listening: bool) -> float:
+    """How long a waiter whose task is not finished sleeps before reading again (``left``: seconds
+    to its deadline, None without one): the longest poll while a listener can wake it, else
+    ``pause``, never past the deadline; WaitTimeout once the deadline has passed."""
+    if left is not None and left <= 0:
+        raise WaitTimeout(f"task {task_id} still {status.state} after {timeout:g} s; it was left alone")
+    nap = POLL_MAX_SECONDS if listening else pause
+    return nap if left is None else min(nap, left)
+
+
 def wait(read: Callable[[], TaskStatus], task_id: uuid.UUID, timeout: float | None,
          listener: OutcomeListener | None) -> Any:
     """Wait for ``task_id``'s outcome reading its status with ``read()``: its result, or its
@@ -277,10 +288,7 @@ def wait(read: Callable[[], TaskStatus], task_id: uuid.UUID, timeout: float | No
                 return result
             seen_live = True
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise WaitTimeout(f"task {task_id} still {status.state} after {timeout:g} s; it was left alone")
-            nap = POLL_MAX_SECONDS if forget is not None else pause
-            woken.wait(nap if left is None else min(nap, left))
+            woken.wait(_nap(status, task_id, timeout, left, pause, listening=forget is not None))
             pause = min(POLL_MAX_SECONDS, pause * 2)
     finally:
         if forget is not None:
@@ -314,11 +322,9 @@ async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UU
                 return result
             seen_live = True
             left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                raise WaitTimeout(f"task {task_id} still {status.state} after {timeout:g} s; it was left alone")
-            nap = POLL_MAX_SECONDS if forget is not None else pause
+            nap = _nap(status, task_id, timeout, left, pause, listening=forget is not None)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), nap if left is None else min(nap, left))
+                await asyncio.wait_for(woken.wait(), nap)
             pause = min(POLL_MAX_SECONDS, pause * 2)
     finally:
         if forget is not None:
