@@ -123,7 +123,9 @@ def test_bulk_actions_ask_with_the_count_and_change_the_database(site):
     site.click("#act-run_now")
     expect(site.locator(".flash")).to_contain_text("2 task(s) will run now")
     assert [db.task_row(t.id)["state"] for t in scheduled] == ["ready", "ready", "scheduled"]
+    site.wait_for_load_state()  # the flash shows while the page still parses; its script comes after
     site.check("#select-all")
+    expect(site.locator("input[name=id]:checked")).to_have_count(1)
     site.fill("#new-priority", "7")
     answers.append("yes")
     site.click("#act-set_priority")
