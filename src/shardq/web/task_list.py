@@ -92,6 +92,8 @@ def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]
         "after": query.get("after") or None,
         "next": page.next,
         "scanned": page.scanned,
+        "capped": page.capped,
+        "cap": browse.LEASED_CAP,
         "filters": {name: query.get(name, "") for name in ("priority", "exclusive_key", "dedupe_key", "min_age", "error")},
         "actions": list(ACTIONS_BY_STATE[state]),
         "keeps_finished": settings.keep_finished_seconds > 0,
