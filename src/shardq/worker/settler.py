@@ -36,6 +36,7 @@ from ..waiting import ListenerPresence
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
+from . import latency
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
 from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, split_kept
@@ -183,6 +184,7 @@ class Settler:
                 releases.append(o)
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
+                latency.count(self._tally.of(o.claimed.key.queue), o)
         self._settled_counts = {}
         for o in fails:
             if o.timed_out:
