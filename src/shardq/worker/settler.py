@@ -33,10 +33,10 @@ from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
 from ..waiting import ListenerPresence
+from . import latency
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
-from . import latency
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
 from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, split_kept
