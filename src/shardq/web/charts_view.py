@@ -105,7 +105,8 @@ def _latency(found: dict[dt.datetime, dict[str, float]], starts: list[dt.datetim
             runs[-1].append(f"{round(i * x_step, 1)},{round(HEIGHT - 4 - v / scale * (HEIGHT - 8), 1)}")
         counted = sum(found[s][tasks] for s in starts if s in found)
         series.append({"name": name, "colour": colour, "values": means[name],
-                       "segments": [" ".join(run) for run in runs if run],
+                       # a lone point is a zero-length line: its round caps draw it as a dot
+                       "segments": [" ".join(run if len(run) > 1 else run * 2) for run in runs if run],
                        "mean": sum(found[s][seconds] for s in starts if s in found) / counted if counted else None})
     return {"peak_s": peak, "series": series}
 
