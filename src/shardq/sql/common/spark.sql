@@ -58,6 +58,7 @@ RETURNING chunk
 -- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) slowed
 -- the merge (docs/spark.md, "Before: the staging path"). When the queue is paused for enqueue nothing is inserted and paused = true: the
 -- caller rolls the chunk back. Spark binds NULL for every absent value; defaults are applied here.
+-- workflow_id: the run's callback workflow when the run declared then= (shardq.run_callbacks), else NULL.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
@@ -73,11 +74,12 @@ WITH settings AS (
     ORDER BY s.id
 ), merged AS (
     INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
-                              dedupe_key)
+                              dedupe_key, workflow_id)
     SELECT CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
            CASE WHEN i.due > now() THEN %(scheduled_rank)s ELSE i.priority END,
            %(queue)s, i.due, i.id, i.priority, 0,
-           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key
+           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key,
+           %(workflow_id)s::UUID
     FROM incoming AS i
     WHERE NOT (SELECT paused FROM settings)
     ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
