@@ -168,3 +168,16 @@ def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_e
         assert db.session.run(run_callbacks.get_plan(run_id)).state == "ready"
         assert [r["state"] for r in db.sql("SELECT state FROM shardq_tasks")] == ["ready"]
         db.sql("DELETE FROM shardq_tasks WHERE true")
+
+
+def test_forgetting_an_old_run_forgets_its_callback_too(app, db):
+    from shardq.spark.ledger import SparkLedger
+
+    @app.task(name="done")
+    def done() -> None: ...
+
+    ledger = SparkLedger(db.session)
+    ledger.run_register("old", "default", 2)
+    db.session.run(run_callbacks.register_plan("old", done.step()))
+    assert ledger.runs_expire(0) == 1
+    assert db.session.run(run_callbacks.get_plan("old")) is None

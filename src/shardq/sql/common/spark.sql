@@ -126,8 +126,9 @@ LIMIT %(limit)s
 SELECT count(*) AS n FROM {stage}
 
 -- name: spark_runs_expire
--- Forget up to limit runs older than max_age_seconds, with their chunk ledger. A run forgotten
--- this way is no longer protected: running it again enqueues its tasks again.
+-- Forget up to limit runs older than max_age_seconds, with their chunk ledger and their callback
+-- (then=; its workflow stays). A run forgotten this way is no longer protected: running it again
+-- enqueues its tasks again, and a callback still waiting is never released.
 WITH old AS (
     SELECT run_id FROM shardq_spark_runs
     WHERE created_at <= now() - %(max_age_seconds)s::FLOAT8 * INTERVAL '1 second'
@@ -135,6 +136,9 @@ WITH old AS (
     LIMIT %(limit)s
 ), chunks AS (
     DELETE FROM shardq_spark_chunks WHERE run_id IN (SELECT run_id FROM old)
+    RETURNING run_id
+), callbacks AS (
+    DELETE FROM shardq_spark_callbacks WHERE run_id IN (SELECT run_id FROM old)
     RETURNING run_id
 )
 DELETE FROM shardq_spark_runs WHERE run_id IN (SELECT run_id FROM old)
