@@ -48,7 +48,7 @@ Does not
 Costs: a task of a run without ``then=`` is untouched (no workflow id, no index entry, its ack
 unchanged). A task of a run with one: an index entry, and its ack goes through the keyed path
 (per-task fenced delete) plus two statements per ack batch (PostgreSQL: lock, probe; CockroachDB:
-read, probe). Figures: docs/spark-jdbc.md, "then=".
+read, probe). Figures: docs/spark.md, "A callback after the run".
 """
 
 from __future__ import annotations
