@@ -158,3 +158,22 @@ def test_cli_spark_enqueue_then_releases_the_callback_once_over_reruns(spark, pg
         assert stream.exit_code != 0 and "--then does not apply to --stream" in stream.output
     finally:
         app.close()
+
+
+def test_a_run_smaller_than_its_chunks_and_an_empty_one_complete_and_release_their_callbacks(spark, pg_db):
+    ran: list = []
+    app = _app(pg_db, ran)
+    options = WriteOptions(partitions=2, chunks=16, writer="copy")  # most chunks get no row
+    try:
+        small = enqueue_dataframe(_frame(spark, 3), "rows", run_id="small", dsn=pg_db.dsn, options=options,
+                                  task="item", then="done")
+        assert small.run_tasks == 3 and not small.callback_released
+        app.work(until_empty=True)
+        assert sorted(n for n in ran if n != "done") == [0, 1, 2] and ran[-1] == "done"
+        empty = enqueue_dataframe(_frame(spark, 0), "rows", run_id="empty", dsn=pg_db.dsn, options=options,
+                                  task="item", then="done")
+        assert (empty.run_tasks, empty.callback_released) == (0, True)
+        app.work(until_empty=True)
+        assert ran.count("done") == 2
+    finally:
+        app.close()

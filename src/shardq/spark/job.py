@@ -219,11 +219,13 @@ def enqueue_dataframe(
                 staged = ledger.stage_rows(stage.name)
             finally:
                 drop_quietly(ledger, stage.name)
-        merged_chunks, run_tasks = ledger.run_progress(run_id)
+        _, run_tasks = ledger.run_progress(run_id)
         released = False
-        if callback is not None and merged_chunks >= run.chunks:
-            # Every chunk is in: the run is complete, and if its tasks were all acked already
-            # (or a re-run finds them so) the callback is released here, once.
+        if callback is not None:
+            # This attempt wrote every row (a failed write raised above; a chunk another attempt
+            # was writing was waited for), though chunks without rows have no ledger row: the run
+            # is complete. If its tasks were all acked already (or a re-run finds them so), the
+            # callback is released here, once.
             released = session.run(run_callbacks.complete_plan(run_id))
     return SparkEnqueueResult(
         run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
