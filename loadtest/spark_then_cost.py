@@ -8,7 +8,8 @@ and a VACUUM before the clock starts), the run has a callback and is complete; t
 with the callback run once. Cells alternate within a round; the verdict is the median of
 then / plain over rounds. Then the probe's worst case: a run of N marked tasks of which N-1 were
 deleted one transaction at a time as acks delete them (no VACUUM in between), timed with one
-task left (``spark_callback_due`` through EXPLAIN ANALYZE). Prints one JSON document.
+task left (``spark_callback_due`` through EXPLAIN ANALYZE). Last, what the partial index costs a
+task without a mark (:func:`_plain_insert_with_and_without_the_index`). Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -91,6 +92,30 @@ def _probe_worst_case(url: str, tasks: int) -> dict:
             "probe_ms_median_of_next_4": round(statistics.median(timings[1:]), 3)}
 
 
+def _plain_insert_with_and_without_the_index(url: str, alternations: int = 6) -> dict:
+    """What the partial index costs a task without a mark: the server's time for one INSERT of
+    20,000 plain task rows (rolled back), with and without ``shardq_tasks_by_workflow``."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    insert = ("EXPLAIN (ANALYZE, FORMAT JSON) INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority,"
+              " attempts, max_attempts, payload) SELECT 'ready', 0, 'bench', now(), gen_random_uuid(), 0, 0, 25,"
+              " '\\x0102'::bytea FROM generate_series(1, 20000)")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO shardq_queues (name) VALUES ('bench') ON CONFLICT DO NOTHING")
+        for i in range(2 * alternations):
+            index = i % 2 == 0
+            if index:
+                conn.execute("CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
+                             " WHERE workflow_id IS NOT NULL")
+            else:
+                conn.execute("DROP INDEX IF EXISTS shardq_tasks_by_workflow")
+            conn.execute("BEGIN")
+            plan = conn.execute(insert).fetchone()[0][0]
+            conn.execute("ROLLBACK")
+            times[index].append(round(plan["Execution Time"], 1))
+    return {"with_index_ms": times[True], "without_index_ms": times[False],
+            "median_ratio": round(statistics.median(times[True]) / statistics.median(times[False]), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=20_000)
@@ -109,8 +134,11 @@ def main() -> None:
         url = bench.shardq_database("probe")
         probe = _probe_worst_case(url, args.tasks)
         bench.drop(url)
+        url = bench.shardq_database("insert")
+        insert = _plain_insert_with_and_without_the_index(url)
+        bench.drop(url)
         print(json.dumps({"cells": cells, "then_over_plain_median": round(statistics.median(ratios), 3),
-                          "probe_worst_case": probe}, indent=2))
+                          "probe_worst_case": probe, "plain_insert": insert}, indent=2))
     finally:
         bench.close()
 
