@@ -15,7 +15,7 @@ How
     * **Release without a counter.** An ack of run tasks asks, after its delete, whether any other
       task of the run is left: one probe of the partial index ``shardq_tasks_by_workflow``
       (``spark_callback_due``). The ack that finds none, once the run is marked ``complete`` (every
-      chunk merged: :func:`complete_plan`, at the end of each attempt of the job), releases the
+      row written: :func:`complete_plan`, at the end of each attempt of the job), releases the
       step and its task (``waiting`` → ``ready``; only a waiting step moves, so exactly once).
       Nothing is written per ack but the task's own delete: no row that every ack of a million-task
       run updates. The end of the job runs the same check, for a run whose tasks were all acked
@@ -29,7 +29,7 @@ How
       left. The probe's read spans the run's index entries up to the first task left, so acks
       conflict only when one deletes that entry while another reads through it.
     * **A dead task** (dead-lettered by its worker or by the reaper) cancels the run's workflow in
-      its own transaction: the callback step becomes ``cancelled``, its task is deleted, ``shardq
+      the transaction that dead-letters it: the callback step becomes ``cancelled``, its task is deleted, ``shardq
       workflow ID`` says ``cancelled``, and the callback never runs for that run.
 
 Guarantees
@@ -43,7 +43,9 @@ Does not
       done. Requeueing a dead task from the dead letters does not revive the callback (the task
       runs, outside the run);
     * pass the tasks' results to the callback, or accept an exclusive key column in a run that
-      declares one (:mod:`shardq.spark.job` refuses it).
+      declares one (:mod:`shardq.spark.job` refuses it), or apply to streams;
+    * release a callback still waiting when its run is forgotten (``shardq spark-gc
+      --forget-runs-after``).
 
 Costs: a task of a run without ``then=`` is untouched (no workflow id, no index entry, its ack
 unchanged). A task of a run with one: an index entry, and its ack goes through the keyed path
