@@ -7,10 +7,10 @@ was counted), so a chart starts full width and does not depend on what the brows
 
 A second chart (``latency``): per slot, the mean lead time (enqueue to ack) and the mean
 enqueue-to-start latency (due to the first attempt's start) of the tasks workers finished in it,
-from the latency counters workers add (migration 0014, :mod:`shardq.worker.latency`); a slot
+from the latency counters workers add (migration 0012, :mod:`shardq.worker.latency`); a slot
 where none was measured has no point (``None``), and its line breaks there.
 
-Does not: show latency for slots before migration 0014 or from workers older than it (none
+Does not: show latency for slots before migration 0012 or from workers older than it (none
 measured). Hours before the dashboard's migration, or older than the hourly rows kept (8 days),
 show as 0.
 """

@@ -1,4 +1,4 @@
-"""The latency counters a worker adds to ``shardq_stats`` with its other counts (migration 0014),
+"""The latency counters a worker adds to ``shardq_stats`` with its other counts (migration 0012),
 from which the dashboard charts lead time and enqueue-to-start latency per queue.
 
 For each task whose handler ran: a first attempt counts one ``first_starts`` and the seconds from

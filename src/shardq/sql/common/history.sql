@@ -128,4 +128,4 @@ WHERE queue = %(queue)s
   AND (%(after_at)s::TIMESTAMPTZ IS NULL
        OR (finished_at, id) < (%(after_at)s::TIMESTAMPTZ, %(after_id)s::UUID))
 ORDER BY finished_at DESC, id DESC
-LIMIT %(scan)s
+LIMIT %(scan)s::INT8

@@ -1,7 +1,7 @@
 """Latency counters: what the dashboard's lead-time and start-latency charts are drawn from.
 
-Revision ID: 0014_latency_counters
-Revises: 0010_workflows
+Revision ID: 0012_latency_counters
+Revises: 0011_spark_then
 Create Date: 2026-11-27
 
 Four columns on the per-minute activity counters (``shardq_stats``) and on their hourly sums
@@ -21,8 +21,8 @@ in autocommit (see ``migrations/env.py``).
 
 from alembic import op
 
-revision = "0014_latency_counters"
-down_revision = "0010_workflows"
+revision = "0012_latency_counters"
+down_revision = "0011_spark_then"
 branch_labels = None
 depends_on = None
 
