@@ -8,6 +8,11 @@ failed attempt that is retried leaves one row in ``shardq_attempts`` (migration 
 finished tasks; :func:`shardq.maintenance.pruning.prune_history` removes rows past their queue's
 retention (each reaper pass, and every worker's settler about once a minute).
 
+Results: a task declared with ``@app.task(result=True)`` keeps its JSON-encoded return value in
+its history row; a queue set to keep results (``shardq queue set Q --keep-results``,
+``keep_results=True``) does so for every task of it, also a plain handler's (the worker encodes
+what the handler returned; a value that cannot be kept fails the attempt, as for a declared task).
+
 Why the default is 0 (keep nothing): the default must not change what an upgrade costs. A
 queue that keeps nothing sends exactly the statements it sent before (the settler decides per
 queue from the cached settings; no statement, parameter or payload decoding is added), and the
