@@ -358,3 +358,20 @@ def test_keep_results_without_keep_finished_keeps_nothing_and_can_be_switched_of
     assert db.client.set_queue("q", keep_results=False).keep_results is False
     with pytest.raises(InvalidInput):
         db.client.set_queue("q", keep_results="yes")
+
+
+def test_each_kept_ack_records_its_own_result_when_a_batch_settles_many_claims_at_once(db):
+    db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True)
+    payloads = [f"t{i}".encode() for i in range(120)]
+    ids = dict(zip(payloads, db.client.enqueue_many("kept", payloads).enqueued_ids, strict=True))
+
+    def handler(task):
+        n = int(task.payload[1:])
+        return None if n % 3 == 0 else {"n": n}  # claims with and without results, side by side
+
+    assert _drain(db, "kept", handler).acked == 120
+    rows = {str(r["id"]): r["result"] for r in db.sql("SELECT id, result FROM shardq_history")}
+    assert len(rows) == 120
+    for payload, task_id in ids.items():
+        n = int(payload[1:])
+        assert rows[task_id] == (None if n % 3 == 0 else f'{{"n":{n}}}'), payload

@@ -16,7 +16,7 @@ from ..arguments import task_name_of
 from ..engine import Engine
 from ..engine.common import notify_chunks
 from ..error_text import storable
-from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, TaskStatus
+from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
 from ..leases import Fenced, WholeClaim
 from ..plans import ENGINE, Atomically, Call, Plan
 
@@ -69,13 +69,13 @@ def attempt_record_many(records: Sequence[FailedAttempt]) -> Plan[None]:
 
 # -- finishing with a record --------------------------------------------------------------------
 
-def ack_claims_recorded(claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+def ack_claims_recorded(claims: Sequence[WholeClaim], columns: SucceededColumns, *,
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
     """Ack whole claims and record the tasks deleted, each claim one statement
-    (:meth:`shardq.engine.Engine.ack_claims_kept`). Returns the ids not deleted (their lease had
-    passed on)."""
+    (:meth:`shardq.engine.Engine.ack_claims_kept`); ``columns`` in the order of the claims' keys.
+    Returns the ids not deleted (their lease had passed on)."""
     engine: Engine = yield ENGINE
-    lost: set[uuid.UUID] = yield from engine.ack_claims_kept(claims, {r.id: r for r in records}, notify)
+    lost: set[uuid.UUID] = yield from engine.ack_claims_kept(claims, columns, notify)
     return lost
 
 
