@@ -375,3 +375,25 @@ def test_each_kept_ack_records_its_own_result_when_a_batch_settles_many_claims_a
     for payload, task_id in ids.items():
         n = int(payload[1:])
         assert rows[task_id] == (None if n % 3 == 0 else f'{{"n":{n}}}'), payload
+
+
+def test_status_by_id_is_one_statement_for_a_live_a_kept_a_dead_letter_and_an_unknown_id(db, monkeypatch):
+    _keep(db, "kept")
+    (kept_id,) = db.client.enqueue("kept", b"k").enqueued_ids
+    assert _drain(db, "kept", lambda task: None).acked == 1
+    (live_id,) = db.client.enqueue("live", b"l").enqueued_ids
+    db.client.set_queue("plain", max_attempts=1)
+    (dead_id,) = db.client.enqueue("plain", b"d", max_attempts=1).enqueued_ids
+    assert _drain(db, "plain", lambda task: 1 / 0).dead == 1  # a dead letter, no history row
+    names: list[str] = []
+    original = Session._run
+
+    def recording(self, name, *args, **kwargs):
+        names.append(name)
+        return original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_run", recording)
+    states = [db.client.status(i).state for i in (live_id, kept_id, dead_id, str(uuid.uuid4()))]
+    assert states == ["ready", "succeeded", "dead", "unknown"]
+    assert names == ["task_status_read"] * 4
+    assert "ZeroDivisionError" in db.client.status(dead_id).last_error
