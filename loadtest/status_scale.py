@@ -7,10 +7,10 @@ for every tenth of them, by ``INSERT … SELECT generate_series`` (not the queue
 path would take hours, and the queue's write cost is the history cell's subject). Indexes are
 dropped for the fill and built again after it, as a bulk load does; then ``VACUUM ANALYZE``.
 
-It then times :func:`shardq.history.status` (the library call, four primary-key reads at most,
-over the client's own session) for ``--samples`` random ids of each kind, ``--rounds`` times: a kept task,
+It then times :func:`shardq.history.status` (the library call: one statement of at most four
+primary-key reads, over the client's own session) for ``--samples`` random ids of each kind, ``--rounds`` times: a kept task,
 an id found nowhere, and a live task (enqueued through the API, some of them leased), and writes
-p50/p99/max with the plan of each statement (``EXPLAIN (ANALYZE, BUFFERS)``) to
+p50/p99/max with the plan of its statement (``EXPLAIN (ANALYZE, BUFFERS)``) to
 ``OUT/status.json``. The database and the server are dropped at the end.
 
 Ids are ``md5(n || salt)::uuid``: random over the key space, as v4 ids are, yet a sample can be
@@ -132,14 +132,14 @@ def _time(client: shardq.Client, ids: list[uuid.UUID], expect: set[str]) -> dict
 
 
 def _plans(conn: psycopg.Connection, kept: uuid.UUID, live: uuid.UUID) -> dict[str, str]:
-    """EXPLAIN (ANALYZE, BUFFERS) of the four reads status makes, for a kept and a live id."""
+    """EXPLAIN (ANALYZE, BUFFERS) of the statement status sends, for a kept and a live id."""
     from shardq.queries import statements_for
 
+    text = statements_for("postgresql")["task_status_read"].text
     out = {}
-    for name, task in (("task_get", live), ("attempts_of", kept), ("history_get", kept), ("dead_get", kept)):
-        text = statements_for("postgresql")[name].text
+    for kind, task in (("kept", kept), ("live", live)):
         rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, {"id": task}).fetchall()
-        out[name] = "\n".join(r[0] for r in rows)
+        out[kind] = "\n".join(r[0] for r in rows)
     return out
 
 
