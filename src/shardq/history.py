@@ -24,8 +24,9 @@ Guarantees
       task, and only for the rows that statement removed: a crash leaves both or neither, and an
       outcome whose lease had passed to another worker (a task that ran twice) records nothing:
       the fenced ack's outcome (and result) is the one kept.
-    * A task's status by id costs at most four primary-key reads (tasks, attempts, history,
-      dead letters), whatever the tables' sizes.
+    * A task's status by id costs one statement of at most four primary-key reads (tasks,
+      attempts, history, dead letters), whatever the tables' sizes (under 0.5 ms p99 at 10M
+      kept tasks: docs/lifecycle.md).
     * Pruning deletes at most 1,000 rows per statement (:mod:`shardq.maintenance.batches`).
 
 Does not
