@@ -339,3 +339,13 @@ def test_task_and_history_show_a_kept_queues_finished_tasks_and_unknown_ids(shar
     unknown = shardq_cli("task", "00000000-0000-4000-8000-000000000000")
     assert unknown.returncode == 0 and "unknown" in unknown.stdout
     assert "0 finished task(s)" in shardq_cli("history", "q", "--state", "dead", "--since", "1h").stdout
+
+
+def test_queue_set_keep_results_is_shown_and_says_when_the_queue_keeps_no_finished_tasks(shardq_cli):
+    settings_line, note = shardq_cli("queue", "set", "q", "--keep-results").stdout.splitlines()
+    assert "keeps results" not in settings_line and "keeps results only while it keeps finished tasks" in note
+    both = shardq_cli("queue", "set", "q", "--keep-finished", "1d").stdout
+    assert "keeps finished tasks 1d, keeps results" in both and "note" not in both
+    shown = json.loads(shardq_cli("queue", "show", "q", "--json").stdout)
+    assert shown[0]["keep_results"] is True
+    assert "keeps results" not in shardq_cli("queue", "set", "q", "--no-keep-results").stdout

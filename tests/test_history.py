@@ -301,3 +301,99 @@ def test_an_app_task_deferred_with_dedupe_for_is_skipped_within_the_window(db):
         assert windowed.defer_many([{"n": 3}, {"n": 4}]) == [None, None]
     finally:
         app.close()
+
+
+def test_a_queue_that_keeps_results_keeps_every_plain_handlers_json_return_value_sync_or_async(db):
+    db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True)
+    returned = {b"a": {"n": 1}, b"b": [1, "two"], b"c": None}
+    ids = {payload: db.client.enqueue("kept", payload).enqueued_ids[0] for payload in returned}
+    assert _drain(db, "kept", lambda task: returned[task.payload]).acked == 3
+    assert db.client.status(ids[b"a"]).value() == {"n": 1}
+    assert db.client.status(ids[b"b"]).value() == [1, "two"]
+    assert db.client.status(ids[b"c"]).result is None  # None keeps no text: it reads back as None
+
+    async def later(task):
+        return task.payload.decode().upper()
+
+    (async_id,) = db.client.enqueue("kept", b"x").enqueued_ids
+    assert _drain(db, "kept", later).acked == 1
+    assert db.client.status(async_id).value() == "X"
+
+
+def test_a_queue_that_keeps_results_keeps_an_app_tasks_value_without_result_true(db):
+    db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True)
+    app = shardq.App(db.dsn)
+    try:
+        @app.task(name="quiet", queue="kept")
+        def quiet() -> int:
+            return 42
+
+        @app.task(name="declared", queue="kept", result=True)
+        def declared() -> str:
+            return "once"  # encoded once, by the task's own call, not again by the worker
+
+        first, second = quiet.defer(), declared.defer()
+        app.work(until_empty=True)
+        assert app.status(first).value() == 42
+        assert app.status(second).result == '"once"'
+    finally:
+        app.close()
+
+
+def test_a_plain_handlers_result_that_cannot_be_kept_fails_its_attempt_in_one_line(db):
+    db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True, max_attempts=1)
+    (task_id,) = db.client.enqueue("kept", b"x", max_attempts=1).enqueued_ids
+    assert _drain(db, "kept", lambda task: object()).dead == 1
+    status = db.client.status(task_id)
+    assert status.state == "dead" and "object is not JSON-encodable" in status.last_error
+
+
+def test_keep_results_without_keep_finished_keeps_nothing_and_can_be_switched_off(db):
+    settings = db.client.set_queue("q", keep_results=True)
+    assert settings.keep_results and not settings.results_kept
+    assert settings.as_json()["keep_results"] is True
+    (task_id,) = db.client.enqueue("q", b"x").enqueued_ids
+    assert _drain(db, "q", lambda task: {"big": "value"}).acked == 1
+    assert _history_count(db) == 0 and db.client.status(task_id).state == "unknown"
+    assert db.client.set_queue("q", keep_results=False).keep_results is False
+    with pytest.raises(InvalidInput):
+        db.client.set_queue("q", keep_results="yes")
+
+
+def test_each_kept_ack_records_its_own_result_when_a_batch_settles_many_claims_at_once(db):
+    db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True)
+    payloads = [f"t{i}".encode() for i in range(120)]
+    ids = dict(zip(payloads, db.client.enqueue_many("kept", payloads).enqueued_ids, strict=True))
+
+    def handler(task):
+        n = int(task.payload[1:])
+        return None if n % 3 == 0 else {"n": n}  # claims with and without results, side by side
+
+    assert _drain(db, "kept", handler).acked == 120
+    rows = {str(r["id"]): r["result"] for r in db.sql("SELECT id, result FROM shardq_history")}
+    assert len(rows) == 120
+    for payload, task_id in ids.items():
+        n = int(payload[1:])
+        assert rows[task_id] == (None if n % 3 == 0 else f'{{"n":{n}}}'), payload
+
+
+def test_status_by_id_is_one_statement_for_a_live_a_kept_a_dead_letter_and_an_unknown_id(db, monkeypatch):
+    _keep(db, "kept")
+    (kept_id,) = db.client.enqueue("kept", b"k").enqueued_ids
+    assert _drain(db, "kept", lambda task: None).acked == 1
+    (live_id,) = db.client.enqueue("live", b"l").enqueued_ids
+    db.client.set_queue("plain", max_attempts=1)
+    (dead_id,) = db.client.enqueue("plain", b"d", max_attempts=1).enqueued_ids
+    assert _drain(db, "plain", lambda task: 1 / 0).dead == 1  # a dead letter, no history row
+    names: list[str] = []
+    original = Session._run
+
+    def recording(self, name, *args, **kwargs):
+        names.append(name)
+        return original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_run", recording)
+    states = [db.client.status(i).state for i in (live_id, kept_id, dead_id, str(uuid.uuid4()))]
+    assert states == ["ready", "succeeded", "dead", "unknown"]
+    assert names == ["task_status_read"] * 4
+    assert "ZeroDivisionError" in db.client.status(dead_id).last_error

@@ -213,8 +213,10 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
     ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts per second
     across all workers) and ``burst`` (starts at once, default the rate; only with ``rate``), whole
     numbers, 0 removing a limit (see :mod:`shardq.flow`); ``keep_finished_seconds`` (how long
-    finished tasks stay in the history, 0 = not kept; see :mod:`shardq.history`). None leaves a
-    setting unchanged."""
+    finished tasks stay in the history, 0 = not kept; see :mod:`shardq.history`); ``keep_results``
+    (bool: while finished tasks are kept, every task of the queue that succeeds keeps its
+    JSON-encoded return value, as ``@app.task(result=True)`` does). None leaves a setting
+    unchanged."""
     validation.queue_name(queue)
     checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
@@ -231,6 +233,7 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
         "rate": lambda v: validation.flow_limit(v, "rate"),
         "burst": lambda v: validation.positive_int(v, "burst", maximum=validation.FLOW_LIMIT_MAX),
         "keep_finished_seconds": lambda v: validation.non_negative_seconds(v, "keep finished"),
+        "keep_results": lambda v: validation.flag(v, "keep_results"),
     }
     unknown = set(changes) - set(checks)
     if unknown:

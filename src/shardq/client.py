@@ -221,7 +221,8 @@ class Client:
         backoff_cap, retry_jitter, exclusive_latest_only, paused_enqueue, paused_dequeue,
         timeout_seconds (``timeout_clear=True`` removes it); flow control: ``concurrency`` (at most
         N tasks running at once across all workers), ``rate`` (at most R starts per second) and
-        ``burst`` (default R), 0 removing a limit (see :func:`shardq.admin.queue_set`)."""
+        ``burst`` (default R), 0 removing a limit; the history: ``keep_finished_seconds`` and
+        ``keep_results`` (see :func:`shardq.admin.queue_set`)."""
         return admin.queue_set(self.store, queue, **changes)
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:

@@ -8,6 +8,11 @@ failed attempt that is retried leaves one row in ``shardq_attempts`` (migration 
 finished tasks; :func:`shardq.maintenance.pruning.prune_history` removes rows past their queue's
 retention (each reaper pass, and every worker's settler about once a minute).
 
+Results: a task declared with ``@app.task(result=True)`` keeps its JSON-encoded return value in
+its history row; a queue set to keep results (``shardq queue set Q --keep-results``,
+``keep_results=True``) does so for every task of it, also a plain handler's (the worker encodes
+what the handler returned; a value that cannot be kept fails the attempt, as for a declared task).
+
 Why the default is 0 (keep nothing): the default must not change what an upgrade costs. A
 queue that keeps nothing sends exactly the statements it sent before (the settler decides per
 queue from the cached settings; no statement, parameter or payload decoding is added), and the
@@ -19,8 +24,9 @@ Guarantees
       task, and only for the rows that statement removed: a crash leaves both or neither, and an
       outcome whose lease had passed to another worker (a task that ran twice) records nothing:
       the fenced ack's outcome (and result) is the one kept.
-    * A task's status by id costs at most four primary-key reads (tasks, attempts, history,
-      dead letters), whatever the tables' sizes.
+    * A task's status by id costs one statement of at most four primary-key reads (tasks,
+      attempts, history, dead letters), whatever the tables' sizes (under 0.5 ms p99 at 10M
+      kept tasks: docs/lifecycle.md).
     * Pruning deletes at most 1,000 rows per statement (:mod:`shardq.maintenance.batches`).
 
 Does not

@@ -89,6 +89,17 @@ class Finished:
     dedupe_key: str | None = None
 
 
+class SucceededColumns(NamedTuple):
+    """The history columns of acked tasks, one list per column in the order of their claims'
+    keys (:class:`shardq.leases.WholeClaim`), as the whole-claim kept ack unnests them beside the
+    ids: built straight from the outcomes, with no per-task record or lookup by id (the ack path
+    of every kept task; figures: docs/lifecycle.md, "What a kept ack costs")."""
+
+    tasks: list[str | None]
+    run_seconds: list[float | None]
+    results: list[str | None]
+
+
 @dataclass(slots=True)
 class FailedAttempt:
     """One failed attempt that was put back to retry."""

@@ -270,11 +270,20 @@ class QueueSettings:
     #: finished tasks (succeeded, dead, cancelled) are kept this long in the history (0: not kept,
     #: and nothing is written for them; see shardq.history)
     keep_finished_seconds: float = 0.0
+    #: while finished tasks are kept, every succeeded task keeps its JSON-encoded return value, as
+    #: a task declared with ``result=True`` does (see shardq.history)
+    keep_results: bool = False
 
     @property
     def burst(self) -> int:
         """The rate limit's burst: ``rate_burst``, by default the rate itself."""
         return self.rate_burst if self.rate_burst is not None else (self.rate_limit or 0)
+
+    @property
+    def results_kept(self) -> bool:
+        """Every succeeded task of this queue keeps its return value: ``keep_results`` while the
+        queue keeps finished tasks (the result lives in the history row)."""
+        return self.keep_results and self.keep_finished_seconds > 0
 
     @property
     def limited(self) -> bool:
@@ -298,6 +307,7 @@ class QueueSettings:
             rate_limit=row.get("rate_limit"),
             rate_burst=row.get("rate_burst"),
             keep_finished_seconds=row.get("keep_finished_seconds") or 0.0,
+            keep_results=bool(row.get("keep_results")),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -316,6 +326,7 @@ class QueueSettings:
             "rate_limit": self.rate_limit,
             "rate_burst": self.rate_burst if self.rate_limit is not None else None,
             "keep_finished_seconds": self.keep_finished_seconds,
+            "keep_results": self.keep_results,
         }
 
 

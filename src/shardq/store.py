@@ -22,7 +22,7 @@ from . import operations as ops
 from .db import Session
 from .engine import Engine
 from .engine.common import STATS_PRIORITIES_MAX, claim_batch, promote_due_one
-from .history_records import FailedAttempt, Finished, FinishedTask, TaskStatus
+from .history_records import FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
 from .leases import ExpiredLease, Fenced, WholeClaim
 from .models import (
     Activity,
@@ -184,13 +184,14 @@ class TaskStore:
         return self.session.run(ops.task_extend_many(items, lease_seconds))
 
     # -- history (shardq.history): only for queues that keep finished tasks --------------------
-    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], columns: SucceededColumns, *,
                                  notify: bool = False) -> set[uuid.UUID]:
         """:meth:`task_ack_claims` writing the history rows of the tasks it deleted, in the same
-        statements (``notify``: wake outcome waiters, see :mod:`shardq.waiting`)."""
+        statements (``columns``: in the order of the claims' keys; ``notify``: wake outcome
+        waiters, see :mod:`shardq.waiting`)."""
         if not claims:
             return set()
-        return self.session.run(ops.ack_claims_recorded(claims, records, notify=notify))
+        return self.session.run(ops.ack_claims_recorded(claims, columns, notify=notify))
 
     def task_ack_many_recorded(self, items: Sequence[Fenced], records: Sequence[Finished],
                                closed_tokens: Iterable[uuid.UUID] = (), *, notify: bool = False) -> set[uuid.UUID]:

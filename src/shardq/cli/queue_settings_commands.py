@@ -30,7 +30,11 @@ def _print(settings, usage=None) -> None:
         + _limits(settings, usage)
         + (f", keeps finished tasks {_duration(settings.keep_finished_seconds)}"
            if settings.keep_finished_seconds else "")
+        + (", keeps results" if settings.results_kept else "")
     )
+    if settings.keep_results and not settings.results_kept:
+        click.echo(f"  note: {settings.name} keeps results only while it keeps finished tasks "
+                   "(--keep-finished DURATION); it keeps none now")
 
 
 def _duration(seconds: float) -> str:
@@ -96,6 +100,9 @@ def _usage_json(settings, usage) -> dict:
 @click.option("--keep-finished", "keep_finished", metavar="DURATION",
               help="Keep finished tasks (succeeded, dead, cancelled) in the history this long: 90, 30m, 12h, 7d "
                    "(0: not kept, the default).")
+@click.option("--keep-results/--no-keep-results", "keep_results", default=None,
+              help="Keep every succeeded task's JSON-encoded return value with its history row, as "
+                   "@app.task(result=True) does (needs --keep-finished).")
 @click.pass_context
 def queue_set(ctx, name, keep_finished, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""

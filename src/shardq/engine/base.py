@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import queries
-from ..history_records import Finished
+from ..history_records import Finished, SucceededColumns
 from ..leases import ExpiredLease, Fenced, WholeClaim
 from ..models import ClaimedTask, NewTask, SchemaJob, ShardLayout, TaskKey
 from ..plans import Call, Plan
@@ -183,10 +183,11 @@ class Engine(ABC):
         return common.ack_many_kept(items, records, closed_tokens, notify)
 
     @abstractmethod
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
-        """:meth:`ack_claims` recording each task deleted (see :meth:`ack_keys_kept`); returns
-        the ids not deleted."""
+        """:meth:`ack_claims` recording each task deleted (see :meth:`ack_keys_kept`), its
+        history columns in ``columns`` in the order of the claims' keys; returns the ids not
+        deleted."""
 
     # -- expired leases ----------------------------------------------------------------------------
     def reap_candidates(self, bucket: int, limit: int) -> Plan[list[ExpiredLease]]:

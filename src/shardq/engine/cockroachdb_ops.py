@@ -12,11 +12,20 @@ from functools import cache
 from typing import Any
 
 from ..errors import NotMigrated, ShardLayoutChanged
-from ..history_records import Finished
+from ..history_records import Finished, SucceededColumns
 from ..leases import Fenced, WholeClaim
 from ..models import ClaimedTask, SchemaJob, ShardLayout
 from ..plans import Call, Plan, WithInternals
-from .common import RANKS, STATS_PRIORITIES_MAX, ack_many, ack_many_kept, claim_batch, depth_row, promote_due_one
+from .common import (
+    RANKS,
+    STATS_PRIORITIES_MAX,
+    ack_many,
+    ack_many_kept,
+    ack_many_kept_columns,
+    claim_batch,
+    depth_row,
+    promote_due_one,
+)
 
 # pg_indexes renders a hash-sharded index as "... USING HASH WITH (bucket_count=N)"
 # (pkg/sql/logictest/testdata/logic_test/hash_sharded_index).
@@ -106,13 +115,14 @@ class CockroachDBOperations:
             return set()
         return (yield from ack_many_kept(items, records))
 
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
-        """The per-key path, as :meth:`ack_claims`."""
+        """The per-key path, as :meth:`ack_claims` (the items in the claims' key order, as
+        ``columns``)."""
         if not claims:
             return set()
         items = [Fenced(key, c.token) for c in claims for key in c.keys]
-        done = yield from ack_many_kept(items, records)
+        done = yield from ack_many_kept_columns(items, columns)
         return {f.key.id for f in items if f.key.id not in done}
 
     def stats_snapshot(self, historical: bool) -> Plan[bool]:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from ..history_records import Finished
+from ..history_records import Finished, SucceededColumns
 from ..leases import Fenced
 from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, NewTask
 from ..plans import Call, Plan
@@ -131,13 +131,40 @@ def record_arrays(ids: Sequence[uuid.UUID], records: Mapping[uuid.UUID, Finished
             "results": [r.result for r in rows]}
 
 
+def column_arrays(columns: SucceededColumns, start: int, stop: int, *, pad_nulls: bool) -> dict[str, list]:
+    """The history arrays of the kept acks for keys ``start:stop`` of ``columns``. With
+    ``pad_nulls`` (PostgreSQL: ``unnest`` of several arrays pads the shorter ones with NULLs), a
+    column that is NULL for every task is sent empty: most tasks keep no result, and a plain
+    handler's payload names no task."""
+    tasks, results = columns.tasks[start:stop], columns.results[start:stop]
+    if pad_nulls:
+        if results.count(None) == len(results):
+            results = []
+        if tasks.count(None) == len(tasks):
+            tasks = []
+    return {"tasks": tasks, "run_seconds": columns.run_seconds[start:stop], "results": results}
+
+
 def ack_many_kept(items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
                   closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
     """:func:`ack_many` recording each task deleted in the history, one statement
     (``task_ack_many_kept``); ``notify``: wake outcome waiters (engines that have them)."""
     params = key_arrays(items)
+    return (yield from _ack_many_kept(params, record_arrays(params["ids"], records), closed_tokens, notify))
+
+
+def ack_many_kept_columns(items: Sequence[Fenced], columns: SucceededColumns,
+                          closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+    """:func:`ack_many_kept` with the history columns in the order of ``items``."""
+    params = key_arrays(items)
+    return (yield from _ack_many_kept(params, column_arrays(columns, 0, len(items), pad_nulls=False), closed_tokens,
+                                      notify))
+
+
+def _ack_many_kept(params: dict[str, Any], arrays: dict[str, list], closed_tokens: Iterable[uuid.UUID],
+                   notify: bool) -> Plan[set[uuid.UUID]]:
     params["closed_tokens"] = list(closed_tokens)
-    params.update(record_arrays(params["ids"], records))
+    params.update(arrays)
     params["notify"] = notify_chunks(params["ids"]) if notify else []
     # Fenced by whole key + lease token: safe to re-send after 40003 (a re-sent insert replaces
     # the same history rows; see shardq.session_rules).

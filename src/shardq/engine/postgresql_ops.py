@@ -6,16 +6,16 @@ depth of every (queue, bucket) in one statement. Mixed into
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
 from ..errors import NotMigrated
-from ..history_records import Finished
+from ..history_records import SucceededColumns
 from ..leases import WholeClaim
 from ..models import ClaimedTask, ShardLayout
 from ..plans import Atomically, Call, Plan, SchemaChange
-from .common import RANKS, STATS_PRIORITIES_MAX, depth_row, notify_chunks, record_arrays
+from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, notify_chunks
 
 _claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
 
@@ -80,25 +80,30 @@ class PostgreSQLOperations:
                 lost.update(k.id for k in c.keys if k.id not in deleted)
         return lost
 
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
         """:meth:`ack_claims` with each deleted task's history row written by the same statement
         (``task_ack_claim_kept``): the claim's ids travel once, with the task names, run times and
-        results; ``notify`` adds the claim's ids for outcome waiters. Several claims commit in
-        one transaction, as in :meth:`ack_claims`."""
+        results (a column NULL for every task of the claim travels as an empty array);
+        ``notify`` adds the claim's ids for outcome waiters. Several claims commit in one
+        transaction, as in :meth:`ack_claims`."""
         if len(claims) > 1:
-            lost: set[uuid.UUID] = yield Atomically(lambda: self._ack_each_kept(claims, records, notify))
+            lost: set[uuid.UUID] = yield Atomically(lambda: self._ack_each_kept(claims, columns, notify))
             return lost
-        return (yield from self._ack_each_kept(claims, records, notify))
+        return (yield from self._ack_each_kept(claims, columns, notify))
 
-    def _ack_each_kept(self, claims: Sequence[WholeClaim], records: Mapping[uuid.UUID, Finished],
+    def _ack_each_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
                        notify: bool) -> Plan[set[uuid.UUID]]:
         lost: set[uuid.UUID] = set()
+        start = 0
         for c in claims:
             ids = [k.id for k in c.keys]
+            stop = start + len(ids)
             params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
                       "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys),
-                      "ids": ids, "notify": notify_chunks(ids) if notify else [], **record_arrays(ids, records)}
+                      "ids": ids, "notify": notify_chunks(ids) if notify else [],
+                      **column_arrays(columns, start, stop, pad_nulls=True)}
+            start = stop
             rows = yield Call("task_ack_claim_kept", params, resend_ambiguous=True)
             row = rows[0]
             if row["ids"] is not None:

@@ -17,7 +17,7 @@ from ..arguments import task_name_of
 from ..engine import Engine
 from ..engine.common import notify_chunks
 from ..error_text import storable
-from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, TaskStatus
+from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
 from ..leases import Fenced, WholeClaim
 from ..plans import ENGINE, Atomically, Call, Plan
 
@@ -70,13 +70,13 @@ def attempt_record_many(records: Sequence[FailedAttempt]) -> Plan[None]:
 
 # -- finishing with a record --------------------------------------------------------------------
 
-def ack_claims_recorded(claims: Sequence[WholeClaim], records: Sequence[Finished], *,
+def ack_claims_recorded(claims: Sequence[WholeClaim], columns: SucceededColumns, *,
                         notify: bool = False) -> Plan[set[uuid.UUID]]:
     """Ack whole claims and record the tasks deleted, each claim one statement
-    (:meth:`shardq.engine.Engine.ack_claims_kept`). Returns the ids not deleted (their lease had
-    passed on)."""
+    (:meth:`shardq.engine.Engine.ack_claims_kept`); ``columns`` in the order of the claims' keys.
+    Returns the ids not deleted (their lease had passed on)."""
     engine: Engine = yield ENGINE
-    lost: set[uuid.UUID] = yield from engine.ack_claims_kept(claims, {r.id: r for r in records}, notify)
+    lost: set[uuid.UUID] = yield from engine.ack_claims_kept(claims, columns, notify)
     return lost
 
 
@@ -130,13 +130,22 @@ def history_dedupe_recent(queue: str, windows: Sequence[tuple[str, float]]) -> P
 
 def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
     """The state of ``task_id`` now: from the tasks table when it is live, else from the history,
-    else from the dead letters, else ``unknown``. At most four primary-key reads."""
-    live = yield Call("task_get", {"id": task_id}, rows="one")
-    failed_rows = yield Call("attempts_of", {"id": task_id})
-    failed = [AttemptRecord(r["attempt"], r["ended_at"], r["run_seconds"], "failed", r["error"]) for r in failed_rows]
+    else from the dead letters, else ``unknown``. One statement (``task_status_read``): one
+    round trip of at most four primary-key reads, so a loaded machine has one chance to delay it,
+    not four (figures: docs/lifecycle.md)."""
+    rows = yield Call("task_status_read", {"id": task_id})
+    found: dict[str, dict] = {}
+    failed: list[AttemptRecord] = []
+    for r in rows:
+        if r["source"] == "attempt":
+            failed.append(AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], "failed", r["last_error"]))
+        else:
+            found[r["source"]] = r
+    failed.sort(key=lambda a: a.attempt)
+    live = found.get("task")
     if live is not None:
         return _live_status(live, failed)
-    row = yield Call("history_get", {"id": task_id}, rows="one")
+    row = found.get("history")
     if row is not None:
         done = FinishedTask.from_row(row)
         final = AttemptRecord(done.attempts, done.finished_at, done.run_seconds, done.state, done.last_error)
@@ -144,12 +153,12 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
         return TaskStatus(done.id, done.state, done.queue, done.task, done.created_at, done.attempts,
                           finished_at=done.finished_at, last_error=done.last_error, result=done.result,
                           history=tuple(attempts))
-    dead = yield Call("dead_get", {"id": task_id}, rows="one")
+    dead = found.get("dead")
     if dead is not None:
-        final = AttemptRecord(dead["attempts"], dead["died_at"], None, "dead", dead["last_error"])
+        final = AttemptRecord(dead["attempts"], dead["finished_at"], None, "dead", dead["last_error"])
         attempts = [a for a in failed if a.attempt != dead["attempts"]] + [final]
         return TaskStatus(str(task_id), "dead", dead["queue"], task_name_of(dead["payload"]), dead["created_at"],
-                          dead["attempts"], finished_at=dead["died_at"], last_error=dead["last_error"],
+                          dead["attempts"], finished_at=dead["finished_at"], last_error=dead["last_error"],
                           history=tuple(attempts))
     return TaskStatus(str(task_id), "unknown")
 

@@ -13,7 +13,7 @@ from ..plans import Call, Plan
 #: The settings :func:`queue_update` may change.
 QUEUE_FIELDS = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
                 "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds",
-                "concurrency", "rate", "burst", "keep_finished_seconds")
+                "concurrency", "rate", "burst", "keep_finished_seconds", "keep_results")
 
 
 def queue_ensure(queue: str) -> Plan[None]:

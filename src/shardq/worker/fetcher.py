@@ -194,10 +194,14 @@ class Fetcher:
         queue = tasks[0].queue
         deadline = time.monotonic() + consumer.lease_for(queue)
         entries, claims = entries_for(tasks, deadline)
-        timeout = consumer.settings(queue).timeout_seconds or self.config.timeout  # a task's own comes later
+        settings = consumer.settings(queue)
+        timeout = settings.timeout_seconds or self.config.timeout  # a task's own comes later
         if timeout is not None:
             for entry in entries:
                 entry.timeout = timeout
+        if settings.results_kept:  # the executor encodes each return value (shardq.history)
+            for entry in entries:
+                entry.keep_result = True
         self.table.add(entries)
         self.totals.add(claimed=len(tasks))
         for claim in claims:

@@ -70,8 +70,12 @@ class InFlight:
     timed_out: bool = False
     #: the executor slot running it (kept only for tasks with a timeout)
     slot: int = -1
-    #: the JSON text of the handler's return value, for a task declared with result=True
+    #: the JSON text of the handler's return value, for a task declared with result=True or of a
+    #: queue that keeps results
     result: str | None = None
+    #: its queue keeps every task's result (QueueSettings.results_kept): the executor encodes
+    #: whatever the handler returns
+    keep_result: bool = False
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""

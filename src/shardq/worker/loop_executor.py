@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, cast
 
-from ..history_records import KeptResult
+from ..errors import ResultNotStorable
+from ..history_records import KeptResult, encode_result
 from ..models import Task
 from .config import WorkerTotals
 from .contract import Resolver
@@ -181,8 +182,8 @@ class LoopExecutor:
                     record_failure(entry, exc.raised if isinstance(exc, _Contained) else exc, self.totals)
                 finally:
                     current.pop(me, None)
-                if type(value) is KeptResult and entry.kind == ACK:  # a task declared with result=True
-                    entry.result = value.text
+                if entry.kind == ACK and value is not None:
+                    kept_result(entry, value, self.totals)
                 entry.seconds = perf_counter() - t0
                 entry.ended_at = time.time()  # the latency counters' clock (worker.latency)
                 entry.running = False
@@ -246,6 +247,19 @@ class LoopExecutor:
                         claimed.id, claimed.queue, blocked,
                         extra={"event": "blocked_loop", "task_id": claimed.id, "queue": claimed.queue},
                     )
+
+
+def kept_result(entry: InFlight, value: object, totals: WorkerTotals) -> None:
+    """Keep what an acked task's handler returned: the text of a task declared with
+    ``result=True`` (encoded in its own call), or, for a queue that keeps results, the value
+    encoded here; one that cannot be kept fails the attempt, as for a declared task."""
+    if type(value) is KeptResult:
+        entry.result = value.text
+    elif entry.keep_result:
+        try:
+            entry.result = encode_result(value).text
+        except ResultNotStorable as exc:
+            record_failure(entry, exc, totals)
 
 
 class _Contained(Exception):

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from ..arguments import task_name_of
 from ..consumer import fenced
-from ..history_records import Finished
+from ..history_records import Finished, SucceededColumns
 from ..store import TaskStore, WholeClaim
 from .inflight import InFlight
 from .settle_steps import remove_keyed
@@ -52,8 +52,10 @@ def ack_keyed_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[
 def ack_claims_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
                     notify: bool) -> tuple[list[InFlight], set[uuid.UUID]]:
     """Whole claims acked with their history rows: (the acks, the ids not deleted)."""
-    acked = [o for _, acks in claims for o in acks]
-    lost = store.task_ack_claims_recorded([claim for claim, _ in claims], [succeeded(o) for o in acked], notify=notify)
+    acked = [o for _, acks in claims for o in acks]  # each claim's acks are in its keys' order
+    columns = SucceededColumns([task_name_of(o.claimed.payload) for o in acked], [o.seconds for o in acked],
+                               [o.result for o in acked])
+    lost = store.task_ack_claims_recorded([claim for claim, _ in claims], columns, notify=notify)
     return acked, lost
 
 

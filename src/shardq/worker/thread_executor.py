@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..flow import SEAT_WAIT_SECONDS
-from ..history_records import KeptResult
+from ..history_records import KeptResult, encode_result
 from ..models import Task
 from .config import WorkerTotals
 from .events import EventSink
@@ -95,6 +95,8 @@ class ThreadExecutor:
                     value = handler(Task(entry.claimed, extend)) if call is None else call()
                     if type(value) is KeptResult:  # an app's task declared with result=True
                         entry.result = value.text
+                    elif entry.keep_result and value is not None:  # a queue that keeps results
+                        entry.result = encode_result(value).text  # one that cannot be kept fails
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                     record_failure(entry, exc, self.totals)
                 entry.seconds = perf_counter() - t0

@@ -41,16 +41,29 @@ FROM unnest(%(ids)s::UUID[], %(attempts)s::INT4[], %(queues)s::TEXT[], %(run_sec
             %(errors)s::TEXT[]) AS k(task_id, attempt, queue, run_seconds, error)
 ON CONFLICT (task_id, attempt) DO NOTHING
 
--- name: history_get
--- One finished task by id (a primary-key lookup), or no row.
-SELECT id, queue, state, task, created_at, finished_at, attempts, run_seconds, last_error, result
-FROM shardq_history WHERE id = %(id)s::UUID
-
--- name: attempts_of
--- The failed attempts recorded for one task, in order (a primary-key prefix scan).
-SELECT attempt, ended_at, run_seconds, error
-FROM shardq_attempts WHERE task_id = %(id)s::UUID
-ORDER BY attempt
+-- name: task_status_read
+-- Everything a task's status reads, in one round trip: its live row ('task', through the tasks'
+-- unique id index), its history row ('history') and its dead letter ('dead', primary keys), and
+-- its failed attempts ('attempt', a primary-key prefix scan). The caller takes the live row,
+-- else the history row, else the dead letter; no row at all is an unknown id. Columns a source
+-- does not have are NULL; finished_at is a history row's finish, a dead letter's death and an
+-- attempt's end; attempts is an attempt's own number.
+SELECT 'task' AS source, t.id, t.queue, t.state, NULL::TEXT AS task, t.payload, t.backlogged, t.attempts,
+       t.exec_time, t.created_at, NULL::TIMESTAMPTZ AS finished_at, NULL::FLOAT8 AS run_seconds, t.last_error,
+       NULL::TEXT AS result
+FROM shardq_tasks AS t WHERE t.id = %(id)s::UUID
+UNION ALL
+SELECT 'history', h.id, h.queue, h.state, h.task, NULL::BYTEA, NULL::BOOL, h.attempts, NULL::TIMESTAMPTZ,
+       h.created_at, h.finished_at, h.run_seconds, h.last_error, h.result
+FROM shardq_history AS h WHERE h.id = %(id)s::UUID
+UNION ALL
+SELECT 'dead', d.id, d.queue, NULL::TEXT, NULL::TEXT, d.payload, NULL::BOOL, d.attempts, NULL::TIMESTAMPTZ,
+       d.created_at, d.died_at, NULL::FLOAT8, d.last_error, NULL::TEXT
+FROM shardq_dead AS d WHERE d.id = %(id)s::UUID
+UNION ALL
+SELECT 'attempt', a.task_id, a.queue, NULL::TEXT, NULL::TEXT, NULL::BYTEA, NULL::BOOL, a.attempt, NULL::TIMESTAMPTZ,
+       NULL::TIMESTAMPTZ, a.ended_at, a.run_seconds, a.error, NULL::TEXT
+FROM shardq_attempts AS a WHERE a.task_id = %(id)s::UUID
 
 -- name: history_list
 -- A page of a queue's finished tasks, newest first, after the keyset (after_at, after_id) when

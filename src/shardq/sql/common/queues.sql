@@ -6,14 +6,14 @@ INSERT INTO shardq_queues (name) VALUES (%(queue)s) ON CONFLICT (name) DO NOTHIN
 -- One queue's settings, or no row.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
        paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
-       keep_finished_seconds
+       keep_finished_seconds, keep_results
 FROM shardq_queues WHERE name = %(queue)s
 
 -- name: queue_list
 -- Every known queue's settings, by name.
 SELECT name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
        paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
-       keep_finished_seconds
+       keep_finished_seconds, keep_results
 FROM shardq_queues ORDER BY name
 
 -- name: queue_update
@@ -36,8 +36,9 @@ SET lease_seconds = coalesce(%(lease_seconds)s, lease_seconds),
                       WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(rate)s::INT4 END,
     rate_burst = CASE WHEN %(rate)s::INT4 IS NULL THEN rate_burst
                       WHEN %(rate)s::INT4 = 0 THEN NULL ELSE %(burst)s::INT4 END,
-    keep_finished_seconds = coalesce(%(keep_finished_seconds)s::FLOAT8, keep_finished_seconds)
+    keep_finished_seconds = coalesce(%(keep_finished_seconds)s::FLOAT8, keep_finished_seconds),
+    keep_results = coalesce(%(keep_results)s::BOOL, keep_results)
 WHERE name = %(queue)s
 RETURNING name, lease_seconds, max_attempts, backoff_base, backoff_cap, retry_jitter, exclusive_latest_only,
           paused_enqueue, paused_dequeue, timeout_seconds, concurrency_limit, rate_limit, rate_burst,
-       keep_finished_seconds
+          keep_finished_seconds, keep_results
