@@ -1,7 +1,7 @@
 """Queues that keep every task's result: ``shardq_queues.keep_results``.
 
 Revision ID: 0013_queue_keep_results
-Revises: 0010_workflows
+Revises: 0012_latency_counters
 Create Date: 2026-11-27
 
 * ``shardq_queues.keep_results``: while the queue keeps finished tasks
@@ -18,7 +18,7 @@ PostgreSQL adds the column without rewriting the table.
 from alembic import op
 
 revision = "0013_queue_keep_results"
-down_revision = "0010_workflows"
+down_revision = "0012_latency_counters"
 branch_labels = None
 depends_on = None
 
