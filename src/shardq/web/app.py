@@ -18,12 +18,14 @@ from ..stats import StatsOptions
 from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form
 from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
+from .mount import route_path
 
 
 def _refuse(scope: Scope, retry_after: int | None) -> Any:
     """The 401 for a request without the token (or the 429 for an address that must wait
     ``retry_after`` seconds after too many wrong ones): JSON for the API, the login form for pages."""
-    if scope["path"].startswith("/api/"):
+    path = route_path(scope)
+    if path.startswith("/api/"):
         if retry_after is not None:
             return JSONResponse({"error": pages.throttled_text(retry_after)}, status_code=429,
                                 headers={"Retry-After": str(retry_after), "Cache-Control": "no-store"})
@@ -32,7 +34,7 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
     request = Request(scope)
     if retry_after is not None:
         return pages.throttled_login_page(request, retry_after)
-    next_path = scope["path"] if scope["method"] == "GET" else "/"
+    next_path = path if scope["method"] == "GET" else "/"
     if scope["method"] == "GET" and scope.get("query_string"):
         next_path += "?" + scope["query_string"].decode("latin-1")
     return pages.login_page(request, 401, None, next_path)
@@ -41,14 +43,14 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
 def _forbid(scope: Scope) -> Any:
     """The 403 for a read-only identity's request that would change something."""
     message = "this token is read-only: it can see everything and change nothing"
-    if scope["path"].startswith("/api/"):
+    if route_path(scope).startswith("/api/"):
         return JSONResponse({"error": message}, status_code=403, headers={"Cache-Control": "no-store"})
     return pages.error_page(Request(scope), 403, message.capitalize() + ".")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if request.url.path.startswith("/api/"):
+    if route_path(request.scope).startswith("/api/"):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers={"Cache-Control": "no-store"})
     return pages.error_page(request, exc.status_code, str(exc.detail))
 

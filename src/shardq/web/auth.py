@@ -7,7 +7,8 @@ Guarantees:
   token or a live session cookie, before any route runs: without the token nothing is read or
   changed (static files included). API paths get a JSON error, pages the login form.
 * Tokens and CSRF tokens are compared with :func:`hmac.compare_digest`.
-* The cookie is ``HttpOnly``, ``SameSite=Strict``, ``Path=/``; it names a random session id
+* The cookie is ``HttpOnly``, ``SameSite=Strict``, its ``Path`` the mount prefix (``/`` at the
+  top, ``/queue-admin`` under ``Mount("/queue-admin", ...)``: see :mod:`shardq.web.mount`); it names a random session id
   kept in memory only (a restart logs everyone out). Sessions expire after
   :data:`SESSION_SECONDS`; at most :data:`SESSIONS_MAX` are kept (the oldest go first).
 * Every session has its own CSRF token. A state-changing request (POST) authenticated by the
@@ -44,6 +45,7 @@ from typing import Any
 from starlette.requests import cookie_parser
 
 from ..errors import InvalidInput
+from .mount import route_path
 from .throttle import Throttle
 
 COOKIE = "shardq_session"
@@ -228,13 +230,15 @@ def csrf_ok(identity: Identity, supplied: str | None) -> bool:
     )
 
 
-def session_cookie(session_id: str) -> str:
-    """The ``Set-Cookie`` value that opens a session."""
-    return f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(SESSION_SECONDS)}"
+def session_cookie(session_id: str, prefix: str = "") -> str:
+    """The ``Set-Cookie`` value that opens a session of the dashboard mounted at ``prefix`` (the
+    cookie goes only to the dashboard's own paths, not to the application around it)."""
+    return f"{COOKIE}={session_id}; Path={prefix or '/'}; HttpOnly; SameSite=Strict; Max-Age={int(SESSION_SECONDS)}"
 
 
-def expired_cookie() -> str:
-    return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+def expired_cookie(prefix: str = "") -> str:
+    """The ``Set-Cookie`` value that ends the session cookie :func:`session_cookie` set at ``prefix``."""
+    return f"{COOKIE}=; Path={prefix or '/'}; HttpOnly; SameSite=Strict; Max-Age=0"
 
 
 def client_address(scope: Scope) -> str:
@@ -262,7 +266,8 @@ class AuthGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] == LOGIN_PATH:
+        path = route_path(scope)  # the path inside the dashboard, wherever it is mounted
+        if path == LOGIN_PATH:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -287,7 +292,7 @@ class AuthGate:
         if identity is None:
             await self.refuse(scope, None)(scope, receive, send)
             return
-        if identity.read_only and scope["method"] not in READ_METHODS and scope["path"] not in READ_ONLY_MAY_POST:
+        if identity.read_only and scope["method"] not in READ_METHODS and path not in READ_ONLY_MAY_POST:
             await self.forbid(scope)(scope, receive, send)
             return
         scope.setdefault("state", {})["identity"] = identity
