@@ -65,6 +65,7 @@ def create_app(
     started: threading.Event | None = None,
     read_token: str | None = None,
     schedules: list[Any] | None = None,
+    upstream_login: bool = False,
 ) -> Starlette:
     """The dashboard for ``client``'s database, requiring ``token`` on every request (see
     :mod:`shardq.web.auth`). ``stats_options`` bound the counting exactly as for ``shardq stats``;
@@ -72,7 +73,10 @@ def create_app(
     samples. ``started`` is set once the application has started (its lifespan began), so a
     caller running it in a thread can wait for that instead of sleeping. ``read_token``: a second
     token that sees everything and changes nothing (see :mod:`shardq.web.auth`). ``schedules``: an
-    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page."""
+    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page.
+    ``upstream_login``: the enclosing application signs people in and hands over who they are
+    (:data:`shardq.web.auth.UPSTREAM_IDENTITY`; :mod:`shardq.contrib.django.dashboard`); only for a
+    dashboard reachable through that application alone (default False)."""
     if refresh_seconds <= 0:
         raise ValueError("refresh_seconds must be positive")
 
@@ -82,7 +86,7 @@ def create_app(
             started.set()
         yield
 
-    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token)), (stats_options or StatsOptions()).validate(), refresh_seconds,
+    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token), upstream=upstream_login), (stats_options or StatsOptions()).validate(), refresh_seconds,
                           history_points, schedules)
     app = Starlette(
         routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),

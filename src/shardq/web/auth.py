@@ -25,6 +25,11 @@ Guarantees:
   only that token sees every page and API read and changes nothing. :class:`AuthGate` answers
   every request of it other than GET and HEAD with 403 before any route runs (``/login`` and
   ``/logout`` aside), so every action, present or future, is refused the same way.
+* An enclosing application that signs people in itself (Django's staff login) may hand over
+  the :class:`Identity` it proved in the scope (:data:`UPSTREAM_IDENTITY`); the gate takes it only
+  from a dashboard built with ``upstream=True`` (``create_app(..., upstream_login=True)``), which
+  must then be reachable only through that application. Its forms repeat the CSRF token the
+  identity carries, and its read-only identities are refused changes like the read-only token's.
 * :func:`resolve_token` refuses to serve a non-loopback address without an explicit token, and
   a chosen token shorter than :data:`TOKEN_MIN_CHARS`.
 """
@@ -57,6 +62,9 @@ LOGIN_PATH = "/login"
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Posts a read-only session may still make (ending its own session changes no data).
 READ_ONLY_MAY_POST = frozenset({"/logout"})
+#: The scope key under which an enclosing application that signs people in itself (Django's staff
+#: login, :mod:`shardq.contrib.django.dashboard`) hands over the :class:`Identity` it proved.
+UPSTREAM_IDENTITY = "shardq.identity"
 #: The shortest token ``--token`` / ``SHARDQ_WEB_TOKEN`` may give (a generated one has 43).
 TOKEN_MIN_CHARS = 16
 
@@ -109,16 +117,22 @@ def resolve_read_token(read_token: str | None, token: str) -> str | None:
 @dataclass(frozen=True)
 class Identity:
     """How a request proved it holds the token: ``bearer`` (header) or ``cookie`` (a session
-    with its ``csrf`` token); ``read_only`` when it holds only the read-only token."""
+    with its ``csrf`` token); ``read_only`` when it holds only the read-only token. ``upstream``:
+    the enclosing application signed the request's ``user`` in (see :class:`AuthGate`); its
+    ``csrf`` token is the one its forms must repeat."""
 
     method: str
     session_id: str | None = None
     csrf: str | None = None
     read_only: bool = False
+    user: str | None = None
 
     def describe(self, address: str) -> str:
         """Who acted, for the audit log: the kind of token, how it was shown, a short tag of the
-        session (never the session id itself), the client's address."""
+        session (never the session id itself), the client's address; or the user the enclosing
+        application signed in."""
+        if self.method == "upstream":
+            return f"{'read-only' if self.read_only else 'full access'}, {self.user or 'unnamed user'}, from {address}"
         role = "read-only token" if self.read_only else "full token"
         if self.method == "cookie" and self.session_id:
             tag = hashlib.sha256(self.session_id.encode()).hexdigest()[:8]
@@ -168,14 +182,17 @@ class Sessions:
 
 
 class Auth:
-    """The token, the sessions and the wrong-token throttle of one dashboard."""
+    """The token, the sessions and the wrong-token throttle of one dashboard. ``upstream``: an
+    :class:`Identity` the enclosing application put in the scope (:data:`UPSTREAM_IDENTITY`) is
+    taken as proven (default False: only the token and its sessions let anyone in)."""
 
     def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None, *,
-                 read_token: str | None = None) -> None:
+                 read_token: str | None = None, upstream: bool = False) -> None:
         self._token = token.encode()
         self._read_token = read_token.encode() if read_token else None
         self.sessions = sessions or Sessions()
         self.throttle = throttle or Throttle()
+        self.upstream = upstream
 
     def token_ok(self, supplied: str | bytes | None) -> bool:
         """Whether ``supplied`` is the token (text is compared as its UTF-8 bytes)."""
@@ -272,7 +289,10 @@ class AuthGate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         identity: Identity | None = None
-        bearer = self.auth.bearer(headers)
+        upstream = scope.get(UPSTREAM_IDENTITY)
+        if self.auth.upstream and isinstance(upstream, Identity) and upstream.method == "upstream":
+            identity = upstream  # proven by the enclosing application (only when the dashboard was built to trust it)
+        bearer = self.auth.bearer(headers) if identity is None else None
         if bearer is not None:
             address = client_address(scope)
             wait = self.auth.throttle.wait_seconds(address)
