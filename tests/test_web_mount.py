@@ -13,6 +13,7 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from shardq.web.app import create_app
+from shardq.web.auth import UPSTREAM_IDENTITY, Identity
 from shardq.web.mount import root, route_path
 
 from .web_support import CURRENT, TOKEN, make_dead
@@ -106,3 +107,29 @@ def test_forms_and_lookups_redirect_under_the_prefix_and_logging_out_clears_the_
     response = mounted.post(PREFIX + "/logout", data={"csrf": csrf})
     assert response.status_code == 303 and response.headers["location"] == PREFIX + "/login"
     assert "Path=/queue-admin;" in response.headers["set-cookie"] and "Max-Age=0" in response.headers["set-cookie"]
+
+
+def _handing_over(app, identity):
+    async def wrapper(scope, receive, send):
+        if scope["type"] == "http":
+            scope = {**scope, UPSTREAM_IDENTITY: identity}
+        await app(scope, receive, send)
+
+    return wrapper
+
+
+def test_an_identity_handed_over_in_the_scope_counts_only_for_a_dashboard_built_to_trust_it(db):
+    db.make_task("q")
+    identity = Identity("upstream", csrf="c" * 20, user="someone")
+    plain = _handing_over(create_app(db.client, TOKEN, stats_options=CURRENT), identity)
+    with TestClient(plain, follow_redirects=False) as client:
+        assert client.get("/api/queues").status_code == 401
+    trusting = _handing_over(create_app(db.client, TOKEN, stats_options=CURRENT, upstream_login=True), identity)
+    with TestClient(trusting, follow_redirects=False) as client:
+        assert client.get("/api/queues").status_code == 200
+        assert client.post("/api/queues/q/pause").status_code == 403  # its forms must repeat its CSRF token
+        assert client.post("/api/queues/q/pause", headers={"X-CSRF-Token": "c" * 20}).status_code == 200
+    reader = _handing_over(create_app(db.client, TOKEN, stats_options=CURRENT, upstream_login=True),
+                           Identity("upstream", csrf="c" * 20, read_only=True, user="someone"))
+    with TestClient(reader, follow_redirects=False) as client:
+        assert client.post("/api/queues/q/resume", headers={"X-CSRF-Token": "c" * 20}).status_code == 403
