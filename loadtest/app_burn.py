@@ -6,8 +6,9 @@ calls of an app task (batches of 1,000), then ``app.work(until_empty=True)`` unt
 acked (``--work-ms``: each task sleeps that long, I/O-bound work; 0, the default: a no-op task, the
 worst case for any per-task cost). Tracing on means the SDK's TracerProvider with a BatchSpanProcessor whose exporter drops
 the spans (the cost of making and ending them, not of a collector). Runs are paired within a round
-(ref, off, on, on, off, ref) and the verdicts are the medians over rounds of on / off and
-off / ref. Prints one JSON document and a table.
+(ref, ref-on, off, on, on, off, ref-on, ref) and the verdicts are the medians over rounds of on /
+off, off / ref and, with a ref, the ref's own on / off (the tracing cost before and after, measured
+side by side). Prints one JSON document and a table.
 """
 
 from __future__ import annotations
@@ -90,14 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="shardq-app-burn-") as tmp:
         ref_src = ref_tree(args.ref, Path(tmp) / "ref") if args.ref else None
         try:
-            order = [("ref", False), ("off", False), ("on", True), ("on", True), ("off", False), ("ref", False)]
+            order = [("ref", False), ("ref-on", True), ("off", False), ("on", True), ("on", True), ("off", False),
+                     ("ref-on", True), ("ref", False)]
             for _ in range(args.rounds):
-                runs: dict[str, list[dict]] = {"ref": [], "off": [], "on": []}
+                runs: dict[str, list[dict]] = {"ref": [], "ref-on": [], "off": [], "on": []}
                 for label, tracing in order:
-                    if label == "ref" and ref_src is None:
+                    if label.startswith("ref") and ref_src is None:
                         continue
                     url = bench.shardq_database("appburn")
-                    src = ref_src if label == "ref" else REPO / "src"
+                    src = ref_src if label.startswith("ref") else REPO / "src"
                     runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms))  # type: ignore[arg-type]
                     bench.drop(url)
                 rounds.append(runs)
@@ -115,11 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         off, on = median("off", figure), median("on", figure)
         report[f"{figure}_on_over_off"] = statistics.median(a / b for a, b in zip(on, off))
         if args.ref:
-            report[f"{figure}_off_over_ref"] = statistics.median(a / b for a, b in zip(off, median("ref", figure)))
+            ref_off, ref_on = median("ref", figure), median("ref-on", figure)
+            report[f"{figure}_off_over_ref"] = statistics.median(a / b for a, b in zip(off, ref_off))
+            report[f"{figure}_ref_on_over_off"] = statistics.median(a / b for a, b in zip(ref_on, ref_off))
+            report[f"{figure}_on_over_ref_on"] = statistics.median(a / b for a, b in zip(on, ref_on))
+        report[f"{figure}_on_over_off_per_round"] = [round(a / b, 3) for a, b in zip(on, off)]
     print(json.dumps(report))
     for key, value in report.items():
-        if key.endswith(("_off", "_ref")):
-            print(f"{key:24} {value:.3f}")
+        if key.endswith(("_off", "_ref", "_ref_on")):
+            print(f"{key:28} {value:.3f}")
     return 0
 
 
