@@ -26,13 +26,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
-    """One run in this process: enqueue and burn ``tasks`` calls; rates in tasks per second."""
+def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0, sample: float | None = None) -> dict:
+    """One run in this process: enqueue and burn ``tasks`` calls; rates in tasks per second.
+    ``sample``: keep that fraction of traces (ParentBased(TraceIdRatioBased)); None: all."""
     import shardq
 
     if tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         from shardq.contrib import otel
 
@@ -40,7 +42,7 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
             def export(self, spans):  # type: ignore[no-untyped-def]
                 return SpanExportResult.SUCCESS
 
-        provider = TracerProvider()
+        provider = TracerProvider() if sample is None else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
         provider.add_span_processor(BatchSpanProcessor(Drop()))
         otel.instrument(provider)
     app = shardq.App(url)
@@ -54,17 +56,21 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
     for start in range(0, tasks, 1000):
         noop.defer_many([{"n": i} for i in range(start, min(tasks, start + 1000))])
     enqueued = time.perf_counter() - started
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     totals = app.work(until_empty=True)
-    burned = time.perf_counter() - started
+    burned, cpu = time.perf_counter() - started, time.process_time() - cpu
     app.close()
     assert totals.acked == tasks, totals
-    return {"enqueue": tasks / enqueued, "burn": tasks / burned}
+    # cpu_us: this process's CPU (every thread) per task burned, less sensitive than the rate to
+    # other work on a shared machine
+    return {"enqueue": tasks / enqueued, "burn": tasks / burned, "cpu_us": cpu / tasks * 1e6}
 
 
-def _run(src: Path, url: str, tasks: int, tracing: bool, work_ms: float) -> dict:
+def _run(src: Path, url: str, tasks: int, tracing: bool, work_ms: float, sample: float | None = None) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(REPO)]))
     args = [sys.executable, "-m", "loadtest.app_burn", "--one", url, "--tasks", str(tasks), "--work-ms", str(work_ms)]
+    if sample is not None:
+        args += ["--sample", str(sample)]
     done = subprocess.run(args + (["--tracing"] if tracing else []), cwd=REPO, env=env, check=True,
                           capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -76,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work-ms", type=float, default=0.0, help="each task sleeps this long (0: a no-op task)")
+    parser.add_argument("--sample", type=float, help="tracing on keeps this fraction of traces (default: all)")
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--tracing", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one, args.tasks, args.tracing, args.work_ms)))
+        print(json.dumps(one(args.one, args.tasks, args.tracing, args.work_ms, args.sample)))
         return 0
 
     from .env import Bench
@@ -100,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     url = bench.shardq_database("appburn")
                     src = ref_src if label.startswith("ref") else REPO / "src"
-                    runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms))  # type: ignore[arg-type]
+                    runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms,  # type: ignore[arg-type]
+                                            args.sample))
                     bench.drop(url)
                 rounds.append(runs)
         finally:
@@ -112,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     def median(label: str, figure: str) -> list[float]:
         return [statistics.median(r[figure] for r in runs[label]) for runs in rounds if runs[label]]
 
-    report: dict = {"tasks": args.tasks, "work_ms": args.work_ms, "rounds": rounds}
-    for figure in ("burn", "enqueue"):
+    report: dict = {"tasks": args.tasks, "work_ms": args.work_ms, "sample": args.sample, "rounds": rounds}
+    for figure in ("burn", "enqueue", "cpu_us"):
         off, on = median("off", figure), median("on", figure)
         report[f"{figure}_on_over_off"] = statistics.median(a / b for a, b in zip(on, off))
         if args.ref:
