@@ -199,8 +199,11 @@ class OpenTelemetry(instrumentation.Instrument):
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
         span.end()
         self.process_seconds.record(seconds, {"messaging.destination.name": queue})
-        if len(self._pending) < _PENDING_MAX:
-            self._pending[task_id] = (span.get_span_context(), time.time_ns())
+        context = span.get_span_context()
+        # Only a sampled span is worth a settle link: a sampler that keeps a fraction of traces
+        # then spares the settle bookkeeping of the rest too.
+        if context.trace_flags.sampled and len(self._pending) < _PENDING_MAX:
+            self._pending[task_id] = (context, time.time_ns())
 
     def worker_events(self) -> tuple[instrumentation.Listener, Collection[str] | None]:
         return self.on_event, frozenset({"claim", "settled", *_SETTLE_NAMES})
