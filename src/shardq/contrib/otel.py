@@ -20,7 +20,7 @@ Spans, by OpenTelemetry's messaging semantic conventions (``messaging.system`` =
       ``shardq.task.name``, ``shardq.outcome`` (``success``, ``retry`` for :class:`shardq.Retry`,
       ``error``), ``error.type`` and the exception recorded as an event on failure (status ERROR).
     * ``settle {queue}`` (CLIENT), one per batch of outcomes the worker writes together (per queue
-      and outcome), linked to each task's ``process`` span, from the earliest end of those functions
+      and outcome), linked to each task's sampled ``process`` span, from the earliest end of those functions
       to the moment the outcomes were written (batched acks make them wait):
       ``messaging.operation.name`` ``ack`` / ``retry`` / ``dead_letter`` / ``lease_lost``,
       ``messaging.batch.message_count`` (or ``messaging.message.id`` for one task).
@@ -37,18 +37,13 @@ Guarantees
       touched, so only app tasks carry their context.
     * A worker that does not know the ``"trace"`` key (older shardq) ignores it.
 
-Cost (``python -m loadtest.app_burn``: 10,000 app tasks, ``defer_many`` then ``app.work``, runs
-paired in one round as ref, off, on, on, off, ref, 2 rounds, medians of the ratios; a 2-core machine
-shared with other work, so single runs vary by up to 2×)
-    * tracing off against the code before it: burn-down 1.30× and 1.35× in two such runs, enqueue
-      0.88× and 1.57×: no cost above the noise (the off path is one attribute check);
-    * tracing on against off, tasks that sleep 2 ms (I/O-bound work): burn-down **0.95×**, enqueue
-      0.93×;
-    * tracing on against off, no-op tasks (the worst case): burn-down **0.34×–0.38×**. The SDK's
-      span costs about 60–100 µs of CPU here (a bare ``start_span().end()`` about 20–30 µs) while a
-      no-op task costs the worker about 80 µs in all, so no per-task span can stay within 0.9× of
-      a no-op burn-down. A sampler that drops most traces makes their spans non-recording, which
-      is cheaper (not measured here).
+Cost (``python -m loadtest.app_burn``; method, profiles and figures in docs/otel-cost.md)
+    * tracing off: one attribute check per defer and per task, no cost above the noise;
+    * tracing on, tasks that wait 2 ms: burn-down about 0.95× of off; no-op tasks (the worst
+      case): about 0.35×–0.4×, the SDK's recorded span costing about twice a no-op task's own CPU.
+      A sampler keeping a fraction of traces (``ParentBased(TraceIdRatioBased(r))``) is what
+      keeps very short tasks cheap: an unsampled span is non-recording, and no settle link is kept
+      for it.
 
 Does not
     * propagate through raw ``client.enqueue`` payloads or Spark runs (their payloads are the
