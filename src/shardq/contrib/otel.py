@@ -73,6 +73,8 @@ _SETTLE_NAMES = {"acked": "ack", "retried": "retry", "dead": "dead_letter", "lea
                  "released": "release"}
 # Process spans ended but not yet settled, by task id; bounded so a lost settle event cannot grow it.
 _PENDING_MAX = 100_000
+# (queue, task name) pairs whose shared span attributes are kept; more start the cache over.
+_BASES_MAX = 1_000
 _ROOT = context_api.Context()  # settle spans are roots: a batch settles tasks of many traces
 
 
@@ -170,6 +172,8 @@ class OpenTelemetry(instrumentation.Instrument):
         queue, task_id = handle.queue, handle.id
         base = self._bases.get((queue, task))
         if base is None:  # the attributes every task of this queue and name shares, built once
+            if len(self._bases) >= _BASES_MAX:  # queues named per tenant or per run: start over
+                self._bases.clear()
             base = self._bases[(queue, task)] = (f"process {queue}", {
                 "messaging.system": SYSTEM, "messaging.operation.name": "process",
                 "messaging.operation.type": "process", "messaging.destination.name": queue,
