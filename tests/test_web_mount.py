@@ -133,3 +133,16 @@ def test_an_identity_handed_over_in_the_scope_counts_only_for_a_dashboard_built_
                            Identity("upstream", csrf="c" * 20, read_only=True, user="someone"))
     with TestClient(reader, follow_redirects=False) as client:
         assert client.post("/api/queues/q/resume", headers={"X-CSRF-Token": "c" * 20}).status_code == 403
+
+
+def test_a_read_only_session_under_a_prefix_may_log_out_and_nothing_else(db):
+    read_token = "read-only-token-0123456789"
+    dashboard = create_app(db.client, TOKEN, stats_options=CURRENT, read_token=read_token)
+    host = Starlette(routes=[Mount(PREFIX, app=dashboard)])
+    db.make_task("q")
+    with TestClient(host, follow_redirects=False) as client:
+        assert client.post(PREFIX + "/login", data={"token": read_token, "next": "/"}).status_code == 303
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get(PREFIX + "/").text).group(1)
+        assert client.post(PREFIX + "/queues/q/pause", data={"csrf": csrf, "what": "dequeue"}).status_code == 403
+        response = client.post(PREFIX + "/logout", data={"csrf": csrf})
+        assert response.status_code == 303 and response.headers["location"] == PREFIX + "/login"
