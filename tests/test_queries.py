@@ -81,7 +81,7 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
                         "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",
                         "stats_depth_many", "stats_leased_by_bucket",
                         # the Spark COPY writer runs on PostgreSQL only (Engine.spark_copy_writer)
-                        "spark_chunk_open", "spark_chunk_copy_tasks", "spark_chunk_table_create",
+                        "spark_chunk_open", "spark_chunk_copy_tasks", "spark_chunk_copy_run_tasks", "spark_chunk_table_create",
                         "spark_chunk_copy_rows",
                         # shardq doctor: planner setting and table ownership, PostgreSQL's only
                         "doctor_plan_setup", "doctor_tasks_owned",

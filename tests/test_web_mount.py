@@ -79,7 +79,8 @@ def test_every_url_a_page_writes_is_under_the_prefix_and_answers(mounted):
     dead = make_dead(db, "q")
     _login(mounted)
     pages = [PREFIX + "/", PREFIX + "/queues/q", PREFIX + "/queues/q/dead", PREFIX + "/queues/q/tasks",
-             f"{PREFIX}/tasks/{dead.key.id}", PREFIX + "/workers", PREFIX + "/audit", PREFIX + "/periodic"]
+             f"{PREFIX}/tasks/{dead.key.id}", PREFIX + "/workers", PREFIX + "/audit", PREFIX + "/periodic",
+             PREFIX + "/queues/q/tasks?state=finished"]
     seen: set[str] = set()
     for path in pages:
         page = mounted.get(path)

@@ -56,7 +56,7 @@ def test_tasks_api_filters_and_refuses_bad_input(web):
     assert [t["exclusive_key"] for t in data["tasks"]] == ["acct-1"]
     for bad in ("priority=high", "min_age=soon", "order=sideways", "after=nope", "limit=0"):
         assert web.get(f"/api/queues/q/tasks/ready?{bad}", headers=BEARER).status_code == 400, bad
-    assert web.get("/api/queues/q/tasks/finished", headers=BEARER).status_code == 400
+    assert web.get("/api/queues/q/tasks/done", headers=BEARER).status_code == 400
     assert web.get("/api/queues/nope/tasks/ready", headers=BEARER).status_code == 404
 
 

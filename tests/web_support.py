@@ -27,3 +27,17 @@ def snapshot(db) -> dict:
         "dead": sorted(str(r["id"]) for r in db.sql("SELECT id FROM shardq_dead")),
         "queues": db.sql("SELECT * FROM shardq_queues ORDER BY name"),
     }
+
+
+def make_finished(db, queue: str = "q", *, state: str = "succeeded", error: str | None = None,
+                  minutes_ago: float = 0.0, count: int = 1, task: str = "job") -> list[str]:
+    """``count`` rows of ``queue``'s history in ``state``, finished ``minutes_ago`` (the ack path
+    that writes them is tests/test_history.py's; this puts them in exact states)."""
+    rows = db.sql(
+        "INSERT INTO shardq_history (id, queue, state, task, created_at, finished_at, attempts, run_seconds,"
+        " last_error) SELECT gen_random_uuid(), %(queue)s, %(state)s, %(task)s,"
+        " now() - (%(ago)s::FLOAT8 + 1) * INTERVAL '1 minute' - n * INTERVAL '1 millisecond',"
+        " now() - %(ago)s::FLOAT8 * INTERVAL '1 minute' - n * INTERVAL '1 millisecond', 1, 0.25, %(error)s"
+        " FROM generate_series(1, %(count)s::INT8) AS n RETURNING id",
+        {"queue": queue, "state": state, "task": task, "ago": minutes_ago, "error": error, "count": count})
+    return [str(r["id"]) for r in rows]

@@ -12,7 +12,8 @@ Guarantees:
   (``scan`` is the page size, or :data:`SCAN_FILTERED` per bucket when a filter other than the
   ready state's priority is given, capped at :data:`SCAN_ROWS_MAX` in all), each bucket's scan one
   span of its key after the cursor (keyset paging: as fast on page 10,000 as on page 1). Running
-  and expired tasks are read from the in-flight span (at most :data:`LEASED_CAP`).
+  and expired tasks are read from the in-flight span (at most :data:`LEASED_CAP`; a page that hit
+  the cap says so, ``capped``, and lists, filters and orders only those it read).
 * Pages are in key order: ``asc`` is claim order (priority, then run time, then id), ``desc`` the
   reverse. The cursor (``next``) is the key where the next page starts; following ``next`` visits
   every task that matched and stayed in its state, once.
@@ -129,7 +130,8 @@ class BrowsedTask:
 @dataclass(frozen=True)
 class Page:
     """One page: the tasks, the cursor of the next page (None: the scan reached the end), how many
-    keys the page read, and what it was asked."""
+    keys the page read, and what it was asked. ``capped``: the running or expired list read
+    :data:`LEASED_CAP` leased tasks and stopped there, so more may be leased than it lists."""
 
     tasks: list[BrowsedTask]
     next: str | None
@@ -138,6 +140,7 @@ class Page:
     order: str
     limit: int
     filters: Filters = field(default_factory=Filters)
+    capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,10 +220,12 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     position = parse_cursor(after) if after else None
     descending = order == "desc"
     params: dict[str, Any] = {"queue": queue, **filters.params(dt.datetime.now(dt.UTC))}
+    capped = False
     if state in ("running", "expired"):
         rows = store.run(plans.task_browse_leased({**params, "expired_only": state == "expired",
                                                     "cap": LEASED_CAP}))
         scanned = len(rows)
+        capped = scanned >= LEASED_CAP
         hits = sorted((r for r in rows if r["hit"]), key=_key, reverse=descending)
         if position is not None:
             hits = [r for r in hits if (_key(r) < position if descending else _key(r) > position)]
@@ -230,7 +235,7 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     else:
         page_rows, next_key, scanned = _scan_page(store, params, state, filters, position, descending, limit)
     return Page(_details(store, page_rows), _cursor_text(next_key) if next_key else None, scanned, state, order,
-                limit, filters)
+                limit, filters, capped)
 
 
 def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Filters,

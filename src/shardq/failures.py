@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import backoff, exclusive, workflows
+from . import backoff, exclusive, run_callbacks, workflows
 from .history_records import FailedAttempt, Finished
 from .models import QueueSettings
 from .store import Fenced, TaskStore
@@ -153,7 +153,9 @@ def settle_failures(
         if not in_keys:
             done = remove()
         elif group[0].workflow_id is not None:
-            done = workflows.remove_and_release(store, remove, "dead")
+            # A dead task of a Spark run cancels the run's callback, in the same transaction.
+            workflow_of = {f.item.key.id: f.workflow_id for f in group}
+            done = workflows.remove_and_release(store, run_callbacks.settling(store, remove, workflow_of, "dead"), "dead")
         else:
             key_of = {f.item.key.id: (f.queue, f.exclusive_key or "") for f in group}
             done, _promoted = exclusive.remove_and_release(store, list(key_of.values()), remove, key_of)

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from dataclasses import dataclass
 
 from .errors import InvalidInput
 from .history_records import FINISHED_STATES, FinishedTask, TaskStatus
+from .operations import history as history_plans
 from .store import TaskStore
 
 #: rows per :func:`page` by default, and at most
@@ -75,3 +77,73 @@ def page(store: TaskStore, queue: str, *, state: str | None = None, since: dt.da
         raise InvalidInput("since must be an aware datetime")
     limit = validation.positive_int(limit, "limit", maximum=PAGE_MAX)
     return store.history_list(queue, state=state, since=since, after=after, limit=limit)
+
+
+# -- the dashboard's finished tab -------------------------------------------------------------------
+#: rows of history one finished page reads at most when a filter other than ``since`` is given
+SCAN_FILTERED = 500
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class FinishedPage:
+    """One page of a queue's finished tasks (newest first): the tasks (``result`` is not read),
+    the cursor of the next page (None: the scan reached the end), and how many rows it read."""
+
+    tasks: list[FinishedTask]
+    next: str | None
+    scanned: int
+
+
+def finished_cursor(finished_at: dt.datetime, task_id: uuid.UUID) -> str:
+    """``micros_id``: the finish time as whole microseconds since 1970 (URL-safe), and the id."""
+    return f"{(finished_at - _EPOCH) // dt.timedelta(microseconds=1)}_{task_id}"
+
+
+def parse_finished_cursor(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
+    """The key a finished page's ``next`` names; InvalidInput for anything else."""
+    try:
+        micros, task_id = cursor.split("_")
+        return _EPOCH + dt.timedelta(microseconds=int(micros)), uuid.UUID(task_id)
+    except (ValueError, OverflowError):
+        raise InvalidInput(f"not a page cursor: {cursor!r}") from None
+
+
+def finished_page(store: TaskStore, queue: str, *, state: str | None = None, since: dt.datetime | None = None,
+                  error_text: str | None = None, after: str | None = None,
+                  limit: int = PAGE_DEFAULT) -> FinishedPage:
+    """A page of ``queue``'s finished tasks for the dashboard, bounded like
+    :func:`shardq.browse.browse`.
+
+    Guarantees: one scan of the queue's history index after the cursor, newest first, of at most
+    ``limit`` rows, or :data:`SCAN_FILTERED` when ``state`` or ``error_text`` (case-insensitive,
+    in the last error) is given: those are applied to what the scan read, so a page may hold fewer
+    than ``limit`` tasks (even none) and a ``next`` to go on from. ``since`` bounds the scan's key
+    (finished at or after it). Following ``next`` visits every matching row kept, once.
+
+    Does not: count the matches, or read results (the task's page shows those). InvalidInput for
+    a bad state, limit, filter or cursor, before anything is read."""
+    from . import validation
+
+    validation.queue_name(queue)
+    if state is not None and state not in FINISHED_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(FINISHED_STATES)}, got {state!r}")
+    if since is not None and since.tzinfo is None:
+        raise InvalidInput("since must be an aware datetime")
+    if error_text is not None and (not error_text or len(error_text) > 1000):
+        raise InvalidInput("error_text must be between 1 and 1000 characters")
+    limit = validation.positive_int(limit, "limit", maximum=PAGE_MAX)
+    position = parse_finished_cursor(after) if after else None
+    like = None
+    if error_text is not None:
+        like = "%" + error_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    scan = limit if state is None and like is None else max(limit, SCAN_FILTERED)
+    rows = store.run(history_plans.history_browse({
+        "queue": queue, "state": state, "error_like": like, "since": since,
+        "after_at": position[0] if position else None, "after_id": position[1] if position else None,
+        "scan": scan}))
+    hits = [row for row in rows if row["hit"]]
+    shown = hits[:limit]
+    last = shown[-1] if len(hits) > limit else (rows[-1] if len(rows) >= scan else None)
+    tasks = [FinishedTask.from_row({**row, "queue": queue, "result": None}) for row in shown]
+    return FinishedPage(tasks, finished_cursor(last["finished_at"], last["id"]) if last else None, len(rows))

@@ -34,9 +34,15 @@ class Activity:
     timeouts: int = 0
     #: claims a flow limit (concurrency or rate) refused
     throttled: int = 0
+    #: first attempts started, and the seconds they waited from due (enqueue, unless delayed) to start
+    first_starts: int = 0
+    start_wait_seconds: float = 0.0
+    #: tasks acked, and the seconds from their enqueue to their ack (lead time), summed
+    lead_acks: int = 0
+    lead_seconds: float = 0.0
 
     FIELDS = ("enqueued", "acked", "retried", "expired", "dead", "handled", "handler_seconds", "capacity_seconds",
-              "timeouts", "throttled")
+              "timeouts", "throttled", "first_starts", "start_wait_seconds", "lead_acks", "lead_seconds")
 
     @property
     def completed(self) -> int:

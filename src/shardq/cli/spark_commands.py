@@ -30,6 +30,9 @@ from .app import cli, dsn_from
               help="Each row calls this app task (shardq work --app runs it); its arguments are --args-column.")
 @click.option("--args-column", default="args", show_default=True,
               help="With --task: the arguments, a struct, map or JSON-object string column.")
+@click.option("--then", "then_task", default=None, metavar="TASK",
+              help="Enqueue this app task (no arguments, into QUEUE) once every task of the run succeeded; "
+                   "once per run id, re-runs included.")
 @click.option("--stream", is_flag=True,
               help="Read the --input directory as a stream, one micro-batch per trigger; needs --checkpoint.")
 @click.option("--checkpoint", default=None, metavar="DIR",
@@ -50,7 +53,7 @@ from .app import cli, dsn_from
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, run_at_column, delay_column,
-                  max_attempts_column, priority_column, key_column, row_key_column, task_name, args_column, stream,
+                  max_attempts_column, priority_column, key_column, row_key_column, task_name, args_column, then_task, stream,
                   checkpoint, follow, max_files_per_trigger, run_id, partitions, batch_size, chunks, merge_workers,
                   master, jdbc_jar, as_json) -> None:
     """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id
@@ -72,6 +75,8 @@ def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, ru
             raise InvalidInput("--stream needs --checkpoint DIR (it keeps the stream's identity across restarts)")
         if run_id:
             raise InvalidInput("--run-id does not apply to --stream (each micro-batch's run id comes from the checkpoint)")
+        if then_task:
+            raise InvalidInput("--then does not apply to --stream (a stream has no last task)")
 
         def batch_done(batch_id, result) -> None:
             if as_json:
@@ -92,6 +97,7 @@ def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, ru
         result = enqueue_file(
             queue, input_path, fmt=fmt, columns=columns, options=options, run_id=run_id, dsn=dsn_from(ctx),
             master=master, jdbc_jar=jdbc_jar, progress=report, task=task_name, args_col=args_column,
+            then=then_task,
         )
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=2, sort_keys=True))
@@ -101,6 +107,9 @@ def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, ru
         f"({result.merged_chunks} chunks merged, {result.skipped_chunks} merged before; "
         f"{result.run_tasks} tasks over all attempts) in {result.seconds:.1f}s"
     )
+    if result.callback_workflow:
+        click.echo(f"callback {then_task or ''}: {'released' if result.callback_released else 'waits for the run'}; "
+                   f"shardq workflow {result.callback_workflow} shows it")
 
 
 class _progress:

@@ -11,6 +11,11 @@ schedule's latest slot, which the scheduler reads to find missed slots. Both pru
 ``shardq_history`` and ``shardq_attempts`` (migration 0008) keep each queue's rows for its
 ``keep_finished_seconds`` (:mod:`shardq.history`).
 
+``shardq_audit`` (the dashboard's log of operators' actions, migration 0009) keeps
+:data:`KEEP_AUDIT_SECONDS` (90 days: a quarter's actions can be looked back on; the log is written
+only by people, so that many days stay small). The reaper prunes it once per pass
+(:func:`prune_audit`), at most :data:`AUDIT_MAX_BATCHES` batches.
+
 Who runs them: the reaper prunes counters and history once per pass and every worker's settler about once a
 minute (both) (:mod:`shardq.worker.settler`); every worker running an app with schedules prunes slots
 once a minute (:class:`shardq.periodic.Scheduler`).
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..operations import charts
+from ..operations import charts, registry
 from ..stats import RETENTION_SECONDS
 from ..store import TaskStore
 from .batches import until_short_batch
@@ -69,3 +74,16 @@ def prune_history(store: TaskStore) -> int:
         for prune in (store.history_prune, store.attempts_prune):
             total += until_short_batch(partial(prune, queue, keep), PRUNE_BATCH, max_batches=HISTORY_MAX_BATCHES)
     return total
+
+
+#: audit log entries are kept this long by default (90 days)
+KEEP_AUDIT_SECONDS = 90 * 86_400.0
+#: at most this many audit batches per call (a backlog is worked off over passes)
+AUDIT_MAX_BATCHES = 20
+
+
+def prune_audit(store: TaskStore, *, keep_seconds: float = KEEP_AUDIT_SECONDS) -> int:
+    """Delete audit log entries older than ``keep_seconds`` (90 days), oldest first, at most
+    ``AUDIT_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many went."""
+    return until_short_batch(lambda n: store.run(registry.audit_prune(keep_seconds, n)), PRUNE_BATCH,
+                             max_batches=AUDIT_MAX_BATCHES)

@@ -10,7 +10,8 @@ the decisions with one fenced statement per kind — back to ready at now + expo
 full jitter, or to ``shardq_dead`` when the attempt was the last one. On PostgreSQL it then settles
 the bucket's expired lease records (see migration 0001 for why they exist). A pass then runs the
 promotion backstop (:mod:`shardq.maintenance.promotion`), adds its counts to ``shardq_stats`` and
-prunes old counter rows and the task history past its retention (:mod:`shardq.maintenance.pruning`).
+prunes old counter rows, the task history past its retention and the audit log past 90 days
+(:mod:`shardq.maintenance.pruning`).
 
 Guarantees
     * Safe with any number of reapers and consumers at once: every change is fenced by the lease
@@ -55,7 +56,7 @@ from ..stats import ActivityTally
 from ..store import ExpiredLease, Fenced, TaskStore
 from .loop import repeat
 from .promotion import promote_due
-from .pruning import prune_counters, prune_history
+from .pruning import prune_audit, prune_counters, prune_history
 
 log = logging.getLogger("shardq.reaper")
 
@@ -118,8 +119,9 @@ class Reaper:
         try:
             prune_counters(self.store)
             prune_history(self.store)
+            prune_audit(self.store)
         except DatabaseError as exc:  # housekeeping: the next run tries again
-            log.debug("pruning old queue activity or history rows failed: %s", exc)
+            log.debug("pruning old queue activity, history or audit rows failed: %s", exc)
         return result
 
     def reap(self, buckets: Iterable[int], settings: dict[str, QueueSettings] | None = None) -> ReapResult:

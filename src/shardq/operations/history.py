@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..arguments import task_name_of
 from ..engine import Engine
@@ -191,3 +192,10 @@ def attempts_prune(queue: str, keep_seconds: float, limit: int) -> Plan[int]:
     rows = yield Call("attempts_prune", {"queue": queue, "keep_seconds": keep_seconds, "limit": limit})
     return len(rows)
 
+
+
+def history_browse(params: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
+    """One bounded scan of a queue's history for the dashboard's finished tab: at most
+    ``params["scan"]`` rows, newest first, each with ``hit`` (it matches the filters)."""
+    rows = yield Call("history_browse", params)
+    return list(rows)

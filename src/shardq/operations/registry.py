@@ -45,3 +45,9 @@ def audit_add(actor: str, action: str, target: str, detail: str | None) -> Plan[
 def audit_list_before(before: tuple[dt.datetime, uuid.UUID], limit: int) -> Plan[Sequence[dict[str, Any]]]:
     rows = yield Call("audit_list_before", {"before_at": before[0], "before_id": before[1], "limit": limit})
     return list(rows)
+
+
+def audit_prune(keep_seconds: float, limit: int) -> Plan[int]:
+    """Delete up to ``limit`` audit entries older than ``keep_seconds``, oldest first."""
+    rows = yield Call("audit_prune", {"keep_seconds": keep_seconds, "limit": limit})
+    return len(rows)

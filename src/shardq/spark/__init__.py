@@ -54,6 +54,8 @@ Guarantees
       the middle of the merge, consumers acking some of the run's tasks in between, two attempts
       running at once.
     * A row whose dedupe key is live in the queue is skipped, exactly as with ``enqueue_many``.
+    * With ``then=``, the callback task is enqueued once per run, after every task of the run was
+      acked, re-runs included; a dead task of the run cancels it (:mod:`shardq.run_callbacks`).
 
 Does not
     * make a non-deterministic input deterministic: ``cache()``/``checkpoint()`` it, or the re-run

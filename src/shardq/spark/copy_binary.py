@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,18 +18,19 @@ COPY_BINARY_TRAILER = struct.pack(">h", -1)
 _PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
-def plain_rows(table: pa.Table, queue_name: str, opened: dict) -> list[Any]:
+def plain_rows(table: pa.Table, queue_name: str, opened: dict, workflow_id: uuid.UUID | None = None) -> list[Any]:
     """The chunk's COPY data for spark_chunk_copy_tasks, in COPY's binary format (nothing for the
     server to parse): per row the id, rank and priority (the row's priority, else 0), payload,
     max_attempts (the row's, else the queue's), state 'ready', the queue and the transaction's
-    now() as the due time. Assembled with numpy and Arrow, no Python per row."""
+    now() as the due time; with ``workflow_id`` (a run with a callback), that id last, for
+    spark_chunk_copy_run_tasks. Assembled with numpy and Arrow, no Python per row."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = table.num_rows
     head = np.empty((n, 50), np.uint8)  # field count, id, rank, priority, payload length
-    head[:, 0:2] = (0, 8)
+    head[:, 0:2] = (0, 8 if workflow_id is None else 9)  # field count
     head[:, 2:6] = (0, 0, 0, 16)
     head[:, 6:22] = _fixed_bytes(table.column("id"), 16)
     head[:, 22:26] = head[:, 34:38] = (0, 0, 0, 8)
@@ -46,6 +48,8 @@ def plain_rows(table: pa.Table, queue_name: str, opened: dict) -> list[Any]:
     micros = (opened["now"] - _PG_EPOCH) // dt.timedelta(microseconds=1)
     constant = (struct.pack(">ii", 4, int(opened["max_attempts"])) + struct.pack(">i", 5) + b"ready"
                 + struct.pack(">i", len(queue)) + queue + struct.pack(">iq", 8, micros))
+    if workflow_id is not None:
+        constant += struct.pack(">i", 16) + workflow_id.bytes
     tail = np.frombuffer(constant, np.uint8)[np.newaxis, :].repeat(n, axis=0)
     if "max_attempts" in table.column_names:
         attempts = pc.fill_null(table.column("max_attempts"), int(opened["max_attempts"])).to_numpy()

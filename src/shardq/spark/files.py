@@ -81,10 +81,12 @@ def enqueue_file(
     progress: Progress | None = None,
     task: str | None = None,
     args_col: str = "args",
+    then: str | None = None,
 ) -> SparkEnqueueResult:
     """Start a local SparkSession, read ``path`` and :func:`enqueue_dataframe` it (the CLI's
     ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
-    the same command over the same, unchanged input again is a re-run."""
+    the same command over the same, unchanged input again is a re-run (``then``, the callback's
+    task name, is not part of it: the first attempt that names one pins it)."""
     from .jdbc import find_jdbc_driver, spark_session
 
     validation.queue_name(queue)
@@ -98,4 +100,4 @@ def enqueue_file(
     report("start", 1, 1)
     df = read_input(spark, path, fmt)
     return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress,
-                             task=task, args_col=args_col)
+                             task=task, args_col=args_col, then=then)

@@ -9,13 +9,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .. import validation
+from .. import run_callbacks, validation
+from ..arguments import encode_call
 from ..config import resolve_dsn
 from ..db import Dsn, Session
 from ..errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
+from ..run_callbacks import Callback
 from ..store import TaskStore
+from ..workflow_graph import STEP_NAME_MAX, StepCall
 from . import calls, writer
 from . import frame as frame_module
 from .cleanup import GcResult, collect_stale_stages, drop_quietly, gc, run_progress
@@ -60,6 +64,7 @@ def enqueue_dataframe(
     on_chunk: Callable[[int, int | None], None] | None = None,
     task: str | AppTask | None = None,
     args_col: str = "args",
+    then: str | AppTask | StepCall | None = None,
 ) -> SparkEnqueueResult:
     """Enqueue every row of ``df`` into ``queue`` as a task, exactly once per ``run_id``.
 
@@ -78,7 +83,17 @@ def enqueue_dataframe(
     ``columns`` defaults to ``TaskColumns()`` (a ``payload`` column only), ``options`` to
     ``WriteOptions()``. ``progress(phase, done, total)`` reports the ``"write"`` and ``"merge"``
     phases; ``on_chunk(chunk, tasks or None)`` is called after each chunk commits (a test hook,
-    and a finer progress signal). Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
+    and a finer progress signal).
+
+    ``then`` (an ``@app.task`` function, its call ``task.step(**arguments)``, or a task name,
+    called without arguments in ``queue``) is the run's callback: enqueued exactly once, when every
+    task of the run has been acked, re-runs included; a dead task of the run cancels it
+    (:mod:`shardq.run_callbacks`; ``result.callback_workflow`` names the workflow that shows its
+    state). The first attempt that gives it pins it: a re-run may leave it out, another callback
+    is refused, and so is a callback added after chunks were merged without one, or a run that
+    maps an exclusive key.
+
+    Raises :class:`InvalidTaskFrame` for a DataFrame that does not fit
     ``columns``, :class:`SparkSetupError` when the JDBC driver is not on the session's classpath,
     :class:`shardq.errors.QueuePaused` when the queue is paused for enqueue,
     :class:`shardq.errors.DatabaseError` subclasses for database failures; after any failure,
@@ -87,6 +102,7 @@ def enqueue_dataframe(
     validation.queue_name(queue)
     run_id = check_run_id(run_id)
     columns = columns or TaskColumns()
+    callback_call = _callback_call(then, queue, columns)
     options = (options or WriteOptions()).validate()
     limit = validation.PAYLOAD_MAX_BYTES
     labels: dict[str, str] = {}
@@ -116,6 +132,9 @@ def enqueue_dataframe(
         if settings is not None and settings.paused_enqueue:
             raise QueuePaused(f"queue {queue!r} is paused for enqueue")
         done_before = ledger.chunks_merged(run_id)
+        callback = _callback(session, run_id, callback_call, done_before)
+        if callback is not None:
+            run = replace(run, workflow_id=callback.mark)  # what each of the run's tasks carries
         todo = [c for c in range(run.chunks) if c not in done_before]
         staged = 0
         write_seconds = merge_seconds = 0.0
@@ -134,7 +153,7 @@ def enqueue_dataframe(
             spec = writer.WriterSpec(dsn, run_id, queue, run.chunks, plain=plain,
                                      keyed=columns.exclusive_key is not None,
                                      max_attempts_mapped=columns.max_attempts is not None,
-                                     numbered=columns.row_key is None)
+                                     numbered=columns.row_key is None, workflow_id=run.workflow_id)
             try:
                 writer.run_writer(copy_rows, spec)
             except Exception as exc:
@@ -201,11 +220,53 @@ def enqueue_dataframe(
             finally:
                 drop_quietly(ledger, stage.name)
         _, run_tasks = ledger.run_progress(run_id)
+        released = False
+        if callback is not None:
+            # This attempt wrote every row (a failed write raised above; a chunk another attempt
+            # was writing was waited for), though chunks without rows have no ledger row: the run
+            # is complete. If its tasks were all acked already (or a re-run finds them so), the
+            # callback is released here, once.
+            released = session.run(run_callbacks.complete_plan(run_id))
     return SparkEnqueueResult(
         run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
         skipped_chunks=outcome.skipped_chunks, enqueued=outcome.tasks, run_tasks=run_tasks,
         staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds, writer=used,
+        callback_workflow=str(callback.workflow_id) if callback is not None else None,
+        callback_released=released,
     )
+
+
+def _callback_call(then: str | AppTask | StepCall | None, queue: str, columns: TaskColumns) -> StepCall | None:
+    """``then`` as the call to enqueue (checked before anything is read or written)."""
+    if then is None:
+        return None
+    if columns.exclusive_key is not None:
+        raise InvalidInput("then= does not apply to a run that maps an exclusive key")
+    if isinstance(then, StepCall):
+        return then
+    if isinstance(then, str):
+        if not then.strip() or len(then) > STEP_NAME_MAX:
+            raise InvalidInput(f"then= needs a task name of 1 to {STEP_NAME_MAX} characters")
+        return StepCall(then, encode_call(then, {}), queue)
+    step = getattr(then, "step", None)
+    if step is None:
+        raise InvalidInput(f"then= takes an app task, its step() or a task name, not {type(then).__name__}")
+    call: StepCall = step()
+    return call
+
+
+def _callback(session: Session, run_id: str, call: StepCall | None, done_before: set[int]) -> Callback | None:
+    """The run's callback: registered now by the first attempt that gives one, else as registered."""
+    found = session.run(run_callbacks.get_plan(run_id))
+    if call is None:
+        return found
+    if found is None:
+        if done_before:
+            raise InvalidInput(f"run {run_id!r} merged chunks without then=: its callback cannot be added now")
+        found = session.run(run_callbacks.register_plan(run_id, call))
+    if found.step != call.task:
+        raise InvalidInput(f"run {run_id!r} has callback {found.step!r}, not {call.task!r}")
+    return found
 
 
 def _copy_writer(options: WriteOptions, session: Session, run: Run) -> bool:

@@ -13,6 +13,7 @@ import queue as queue_module
 import re
 import secrets
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -50,6 +51,8 @@ class Run:
     queue: str
     chunks: int
     scheme: int = SCHEME_BY_KEY
+    #: the run's callback workflow (``then=``; :mod:`shardq.run_callbacks`), written into each task
+    workflow_id: uuid.UUID | None = None
 
     @property
     def chunking(self) -> str:
@@ -184,7 +187,7 @@ class SparkLedger:
                 return None
             row = yield Call(
                 "spark_chunk_merge",
-                {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+                {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED, "workflow_id": run.workflow_id},
                 rows="one", identifiers={"stage": stage.name},
             )
             if row and row["paused"]:

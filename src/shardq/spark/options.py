@@ -77,6 +77,11 @@ class SparkEnqueueResult:
     #: how the rows reached the tasks table: ``copy`` (the executors COPY each chunk in,
     #: :mod:`shardq.spark.writer`), ``jdbc`` (staged over JDBC, then merged), "" (nothing to write)
     writer: str = ""
+    #: with ``then=``: the id of the run's callback workflow (``shardq workflow ID`` shows the
+    #: callback's state), and whether this attempt's end released the callback (else the last ack
+    #: of the run releases it, or did already)
+    callback_workflow: str | None = None
+    callback_released: bool = False
 
     @property
     def seconds(self) -> float:

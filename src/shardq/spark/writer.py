@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,7 @@ class WriterSpec:
     keyed: bool  # the run maps an exclusive key
     max_attempts_mapped: bool
     numbered: bool = True  # ids from content and occurrence (no row key)
+    workflow_id: uuid.UUID | None = None  # the run's callback workflow (then=), written into each task
 
 
 def _csv_text(column: Any) -> Any:
@@ -163,7 +165,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> I
     import numpy as np
     import pyarrow as pa
 
-    run = Run(spec.run_id, spec.queue, spec.chunks)
+    run = Run(spec.run_id, spec.queue, spec.chunks, workflow_id=spec.workflow_id)
     seen: set[int] = set()
     current: int | None = None
     pending: list[pa.RecordBatch] = []
@@ -295,9 +297,12 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             if opened["paused"]:
                 raise QueuePaused(f"queue {spec.queue!r} is paused for enqueue (chunk {chunk} not written)")
             mark = _lap(clock, "statement", mark)
-            data = plain_rows(table, spec.queue, opened)
+            data = plain_rows(table, spec.queue, opened, spec.workflow_id)
             mark = _lap(clock, "rows", mark)
-            yield CopyIn("spark_chunk_copy_tasks", data)
+            if spec.workflow_id is None:
+                yield CopyIn("spark_chunk_copy_tasks", data)
+            else:
+                yield CopyIn("spark_chunk_copy_run_tasks", data)
             mark = _lap(clock, "copy", mark)
             merged = table.num_rows
         else:
@@ -305,7 +310,8 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
             yield CopyIn("spark_chunk_copy_rows", buffer_of(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
-            row = yield Call("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED},
+            row = yield Call("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED,
+                                                   "workflow_id": run.workflow_id},
                              rows="one", identifiers={"stage": CHUNK_TABLE})
             if row and row["paused"]:
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")

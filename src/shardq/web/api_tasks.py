@@ -1,6 +1,8 @@
 """The JSON API of task browsing, workers and the audit log (every route needs the token; see
 :mod:`shardq.web.api` for errors and CSRF).
 
+``GET /api/queues/{queue}/tasks/finished`` (a queue's history, newest first; query ``outcome``,
+``since``, ``error``, ``limit``, ``after``: :mod:`shardq.web.finished_list`);
 ``GET /api/queues/{queue}/tasks/{state}`` (state: ready, scheduled, running, expired, backlog;
 query: ``priority``, ``exclusive_key``, ``dedupe_key``, ``min_age`` (``90s``, ``15m``, ``2h``,
 ``1d``), ``error``, ``order`` (asc, desc), ``limit``, ``after`` (the previous page's ``next``));
@@ -20,13 +22,16 @@ from starlette.routing import Route
 
 from .. import admin
 from ..errors import InvalidInput
-from . import charts_view, registry_views, task_list
+from . import charts_view, finished_list, registry_views, task_list
 from .api import call_action, call_view, checked_action, error_json
 from .context import Failure, run_view
 from .views import NotFound
 
 
 async def tasks(request: Request) -> Response:
+    if request.path_params["state"] == "finished":
+        return await call_view(request, finished_list.finished_page, request.path_params["queue"],
+                               dict(request.query_params))
     return await call_view(request, task_list.task_page, request.path_params["queue"], request.path_params["state"],
                        dict(request.query_params))
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..client import Client
 from ..stats import StatsOptions
-from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form
+from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form, workflow_page
 from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
 from .mount import route_path
@@ -90,7 +90,7 @@ def create_app(
                           history_points, schedules)
     app = Starlette(
         routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),
-                *settings_form.routes(), *periodic_page.routes()],
+                *settings_form.routes(), *periodic_page.routes(), *workflow_page.routes()],
         middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse, forbid=_forbid)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

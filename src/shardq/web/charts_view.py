@@ -5,9 +5,14 @@ minutes themselves, whichever is larger). Series: enqueued, acked (throughput) a
 (retried + expired + dead), each a fixed colour, every slot of the range present (0 when nothing
 was counted), so a chart starts full width and does not depend on what the browser saw.
 
-Does not: chart lead time or enqueue-to-start latency (the counters hold neither; lead time is a
-snapshot of depth over rate, see ``shardq stats``). Hours before the dashboard's migration, or
-older than the hourly rows kept (8 days), show as 0.
+A second chart (``latency``): per slot, the mean lead time (enqueue to ack) and the mean
+enqueue-to-start latency (due to the first attempt's start) of the tasks workers finished in it,
+from the latency counters workers add (migration 0012, :mod:`shardq.worker.latency`); a slot
+where none was measured has no point (``None``), and its line breaks there.
+
+Does not: show latency for slots before migration 0012 or from workers older than it (none
+measured). Hours before the dashboard's migration, or older than the hourly rows kept (8 days),
+show as 0.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from .views import known_queue
 RANGES = {"1h": (dt.timedelta(minutes=1), 60), "24h": (dt.timedelta(hours=1), 24), "7d": (dt.timedelta(hours=1), 168)}
 #: series -> colour (fixed: a series keeps its colour whatever else is drawn)
 SERIES = {"enqueued": "#2463eb", "acked": "#10b981", "failed": "#dc2626"}
+#: latency series -> (counter of seconds, counter of tasks, colour)
+LATENCY = {"lead time": ("lead_seconds", "lead_acks", "#7c3aed"),
+           "start latency": ("start_wait_seconds", "first_starts", "#f59e0b")}
+COUNTERS = (*SERIES, "lead_seconds", "lead_acks", "start_wait_seconds", "first_starts")
 MINUTE = dt.timedelta(minutes=1)
 WIDTH, HEIGHT = 640, 140
 
@@ -36,30 +45,30 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
         raise InvalidInput(f"range must be one of {', '.join(RANGES)}")
     step, slots = RANGES[range_name]
     minutes = store.run(plans.stats_minutes_of_queue(queue, slots - 1 if step == MINUTE else 119))
-    found: dict[dt.datetime, dict[str, int]] = {}
+    found: dict[dt.datetime, dict[str, float]] = {}
     if step == MINUTE:
         rows = minutes
         for row in rows:
-            found[row["at"]] = {name: int(row[name]) for name in SERIES}
+            found[row["at"]] = {name: float(row[name]) for name in COUNTERS}
     else:
         rows = store.run(plans.stats_hours_of_queue(queue, slots - 1))
         for row in rows:
-            found[row["at"]] = {name: int(row[name]) for name in SERIES}
+            found[row["at"]] = {name: float(row[name]) for name in COUNTERS}
         # The current and the previous hour from the minutes themselves: their hourly rows are only
         # as fresh as the last prune (about a minute; never, while no worker or reaper runs).
-        recent: dict[dt.datetime, dict[str, int]] = {}
+        recent: dict[dt.datetime, dict[str, float]] = {}
         for row in minutes:
-            hour = recent.setdefault(_floor(row["at"], step), dict.fromkeys(SERIES, 0))
-            for name in SERIES:
-                hour[name] += int(row[name])
+            hour = recent.setdefault(_floor(row["at"], step), dict.fromkeys(COUNTERS, 0.0))
+            for name in COUNTERS:
+                hour[name] += float(row[name])
         for hour_at, sums in recent.items():
-            kept = found.setdefault(hour_at, dict.fromkeys(SERIES, 0))
-            for name in SERIES:
+            kept = found.setdefault(hour_at, dict.fromkeys(COUNTERS, 0.0))
+            for name in COUNTERS:
                 kept[name] = max(kept[name], sums[name])
     source = rows or minutes
     now_at = _floor(source[0]["now_at"], step) if source else _floor(dt.datetime.now(dt.UTC), step)
     starts = [now_at - step * (slots - 1 - i) for i in range(slots)]
-    values = {name: [found[s][name] if s in found else 0 for s in starts] for name in SERIES}
+    values = {name: [int(found[s][name]) if s in found else 0 for s in starts] for name in SERIES}
     peak = max((max(v) for v in values.values()), default=0) or 1
     x_step = WIDTH / max(1, slots - 1)
 
@@ -73,7 +82,33 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
         "width": WIDTH, "height": HEIGHT,
         "series": [{"name": name, "colour": colour, "values": values[name], "total": sum(values[name]),
                     "points": points(values[name])} for name, colour in SERIES.items()],
+        "latency": _latency(found, starts, x_step),
     }
+
+
+def _latency(found: dict[dt.datetime, dict[str, float]], starts: list[dt.datetime], x_step: float) -> dict[str, Any]:
+    """Mean seconds per slot of each latency series (None: nothing measured in the slot), each
+    drawn as polylines broken where a slot has no value, scaled to the peak mean."""
+    means: dict[str, list[float | None]] = {}
+    for name, (seconds, tasks, _colour) in LATENCY.items():
+        means[name] = [found[s][seconds] / found[s][tasks] if s in found and found[s][tasks] else None for s in starts]
+    peak = max((v for series in means.values() for v in series if v is not None), default=0.0)
+    scale = peak or 1.0
+    series = []
+    for name, (seconds, tasks, colour) in LATENCY.items():
+        runs: list[list[str]] = [[]]
+        for i, v in enumerate(means[name]):
+            if v is None:
+                if runs[-1]:
+                    runs.append([])
+                continue
+            runs[-1].append(f"{round(i * x_step, 1)},{round(HEIGHT - 4 - v / scale * (HEIGHT - 8), 1)}")
+        counted = sum(found[s][tasks] for s in starts if s in found)
+        series.append({"name": name, "colour": colour, "values": means[name],
+                       # a lone point is a zero-length line: its round caps draw it as a dot
+                       "segments": [" ".join(run if len(run) > 1 else run * 2) for run in runs if run],
+                       "mean": sum(found[s][seconds] for s in starts if s in found) / counted if counted else None})
+    return {"peak_s": peak, "series": series}
 
 
 def _floor(moment: dt.datetime, step: dt.timedelta) -> dt.datetime:

@@ -62,6 +62,10 @@ def when(value: str | None) -> str:
 
 templates.filters["when"] = when
 templates.filters["hexdump"] = lambda text: views.hex_dump(text.encode("utf-8"))
+# New links are written ``{{ root }}/path`` (the mount prefix); a page rendered with a ``root``
+# in its context uses that, every other renders the path as it is.
+templates.globals.setdefault("root", "")
+templates.filters["duration"] = fmt.duration_text
 
 #: What a pause form may pause or resume: dequeue (the workers), enqueue (the producers), or both.
 PAUSE_TARGETS = {"dequeue": {"enqueue": False, "dequeue": True}, "enqueue": {"enqueue": True, "dequeue": False},

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import browse
-from . import api_tasks, registry_views, task_list
+from . import api_tasks, finished_list, registry_views, task_list
 from .context import Failure, run_action, run_view
 from .pages import error_page, form_value, queue_path, render, submit_form
 
@@ -27,12 +27,20 @@ STATE_TABS = {
     "expired": "expired: leased, the lease ran out; the worker is likely gone and a sweep puts them back",
     "backlog": "backlog: waiting for their exclusive key",
 }
+#: The tab of finished tasks, shown for a queue that keeps them (shardq.history).
+FINISHED_TAB = {"finished": "finished: succeeded, dead or cancelled, kept for the queue's retention"}
+
+
+def _tabs(keeps_finished: bool) -> dict[str, str]:
+    return {**STATE_TABS, **FINISHED_TAB} if keeps_finished else STATE_TABS
 
 
 async def tasks(request: Request) -> Response:
     name = request.path_params["queue"]
     query = dict(request.query_params)
     state = query.pop("state", "ready") or "ready"
+    if state == "finished":
+        return await finished(request, name, query)
     if state not in browse.STATES:
         return error_page(request, 400, f"state must be one of {', '.join(browse.STATES)}")
     try:
@@ -45,9 +53,23 @@ async def tasks(request: Request) -> Response:
     if data["limit"] != browse.LIMIT_DEFAULT:  # the next page keeps the page size
         kept["limit"] = str(data["limit"])
     base = queue_path(name, "/tasks?") + urllib.parse.urlencode({"state": state, **kept})
-    return render(request, "tasks.html", queue=name, data=data, tabs=STATE_TABS, base=base,
+    return render(request, "tasks.html", queue=name, data=data, tabs=_tabs(data["keeps_finished"]), base=base,
                   first_page=base, next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe=""))
                   if data["next"] else None, action_labels=task_list.ACTIONS)
+
+
+async def finished(request: Request, name: str, query: dict[str, str]) -> Response:
+    """The finished tab: a queue's history, newest first (:mod:`shardq.web.finished_list`)."""
+    try:
+        data = await run_view(request, finished_list.finished_page, name, query)
+    except Failure as failure:
+        return error_page(request, failure.status, failure.message)
+    kept = {k: v for k, v in data["filters"].items() if v}
+    if data["limit"] != browse.LIMIT_DEFAULT:
+        kept["limit"] = str(data["limit"])
+    base = queue_path(name, "/tasks?") + urllib.parse.urlencode({"state": "finished", **kept})
+    return render(request, "finished.html", queue=name, data=data, tabs=_tabs(True), base=base,
+                  next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe="")) if data["next"] else None)
 
 
 async def tasks_act(request: Request) -> Response:

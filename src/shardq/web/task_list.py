@@ -76,7 +76,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]) -> dict[str, Any]:
     """One page of ``queue``'s tasks in ``state``, as :func:`shardq.browse.browse` reads it, with
     the filters, order, cursor and limit of ``query``."""
-    known_queue(store, queue)
+    settings = known_queue(store, queue)
     try:
         limit = int(query.get("limit") or browse.LIMIT_DEFAULT)
     except ValueError:
@@ -92,8 +92,11 @@ def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]
         "after": query.get("after") or None,
         "next": page.next,
         "scanned": page.scanned,
+        "capped": page.capped,
+        "cap": browse.LEASED_CAP,
         "filters": {name: query.get(name, "") for name in ("priority", "exclusive_key", "dedupe_key", "min_age", "error")},
         "actions": list(ACTIONS_BY_STATE[state]),
+        "keeps_finished": settings.keep_finished_seconds > 0,
         "tasks": [
             {"id": t.id, "state": t.state, "priority": t.priority, "attempts": t.attempts,
              "max_attempts": t.max_attempts, "run_at": _iso(t.run_at), "created_at": _iso(t.created_at),

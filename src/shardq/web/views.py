@@ -29,6 +29,7 @@ from .. import admin, history, validation, workflows
 from ..errors import InvalidInput
 from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
 from ..operations import browse as browse_plans
+from ..operations import workflow_lookup
 from ..stats import StatsOptions
 from ..store import TaskStore
 from . import registry_views
@@ -304,7 +305,8 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
     """One task by id (state, attempts, lease expiry, run/creation/death times, last error,
     payload, see :func:`payload_view`), from the tasks table or the dead letters, with its
     ``lifecycle`` (:func:`task_status`); a finished task its queue keeps comes from the history,
-    without payload. :class:`NotFound` when none holds it, and for a malformed id."""
+    without payload; ``workflow`` (``{"id", "step"}``) when the task is a workflow's step.
+    :class:`NotFound` when none holds it, and for a malformed id."""
     try:
         task = admin.task_show(store, task_id)
         status = history.status(store, task_id)
@@ -317,9 +319,11 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
         return {"id": status.id, "queue": status.queue, "state": status.state, "attempts": status.attempts,
                 "max_attempts": None, "priority": None, "exclusive_key": None, "dedupe_key": None,
                 "created_at": _iso(status.created_at), "run_at": None, "lease_expires_at": None, "died_at": None,
-                "last_error": status.last_error, "payload": None, "worker": None, "lifecycle": status.as_json()}
+                "last_error": status.last_error, "payload": None, "worker": None, "lifecycle": status.as_json(),
+                "workflow": store.run(workflow_lookup.task_workflow(status.id))}
     shown = _task_json(task)
     shown["worker"] = _worker_holding(store, task)
+    shown["workflow"] = store.run(workflow_lookup.task_workflow(task.id))
     if status is not None:
         shown["lifecycle"] = status.as_json()
     return shown

@@ -60,6 +60,8 @@ class InFlight:
     permanent: bool = False
     #: how long the handler ran (None: it did not run)
     seconds: float | None = None
+    #: when the handler returned (wall clock, seconds since 1970; None: it did not run)
+    ended_at: float | None = None
     #: execution timeout in seconds (None: none), and when it runs out (monotonic; set at start)
     timeout: float | None = None
     timeout_at: float | None = None

@@ -184,6 +184,7 @@ class LoopExecutor:
                 if type(value) is KeptResult and entry.kind == ACK:  # a task declared with result=True
                     entry.result = value.text
                 entry.seconds = perf_counter() - t0
+                entry.ended_at = time.time()  # the latency counters' clock (worker.latency)
                 entry.running = False
                 if sink.trace_handled:
                     sink.emit("handled", entry.claimed, seconds=entry.seconds, outcome=entry.kind)

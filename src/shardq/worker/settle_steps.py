@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import exclusive, workflows
+from .. import exclusive, run_callbacks, workflows
 from ..consumer import fenced
 from ..store import Fenced, TaskStore
 from .inflight import InFlight
@@ -39,13 +39,23 @@ def remove_keyed(
 ) -> set[uuid.UUID]:
     """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
     (see :mod:`shardq.exclusive`), and workflow steps, releasing the children they were the last
-    parent of in the same transaction (see :mod:`shardq.workflows`)."""
+    parent of in the same transaction (see :mod:`shardq.workflows`), and tasks of Spark runs with
+    a callback, releasing it in the ack that leaves none of its run (:mod:`shardq.run_callbacks`)."""
     steps = [o for o in outcomes if o.claimed.workflow_id is not None]
     if not steps:
         return _remove_keyed(store, outcomes, remove)
     keyed = [o for o in outcomes if o.claimed.workflow_id is None]
-    step_items = [fenced(o.claimed) for o in steps]
-    removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded")
+    runs = [o for o in steps if run_callbacks.is_run(o.claimed.workflow_id)]
+    if runs:
+        steps = [o for o in steps if not run_callbacks.is_run(o.claimed.workflow_id)]
+    removed: set[uuid.UUID] = set()
+    if steps:
+        step_items = [fenced(o.claimed) for o in steps]
+        removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded")
+    if runs:
+        run_items = [fenced(o.claimed) for o in runs]
+        workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}
+        removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of, "succeeded")
     return removed | (_remove_keyed(store, keyed, remove) if keyed else set())
 
 

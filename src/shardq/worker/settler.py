@@ -33,6 +33,7 @@ from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
 from ..waiting import ListenerPresence
+from . import latency
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
@@ -183,6 +184,7 @@ class Settler:
                 releases.append(o)
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
+                latency.count(self._tally.of(o.claimed.key.queue), o)
         self._settled_counts = {}
         for o in fails:
             if o.timed_out:

@@ -98,6 +98,7 @@ class ThreadExecutor:
                 except BaseException as exc:  # noqa: BLE001 - any handler failure is a task failure
                     record_failure(entry, exc, self.totals)
                 entry.seconds = perf_counter() - t0
+                entry.ended_at = time.time()  # the latency counters' clock (worker.latency)
                 if entry.timeout is None:
                     entry.running = False  # awaiting its settle: nothing for the lease keeper to renew
                 else:

@@ -11,3 +11,15 @@ SELECT id, at, actor, action, target, detail FROM shardq_audit
 WHERE (at, id) < (%(before_at)s::TIMESTAMPTZ, %(before_id)s::UUID)
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s::INT8
+
+-- name: audit_prune
+-- Delete up to limit log entries older than keep_seconds, oldest first by the (at, id) index;
+-- called until it deletes fewer.
+DELETE FROM shardq_audit
+WHERE id IN (
+    SELECT id FROM shardq_audit
+    WHERE at < now() - %(keep_seconds)s::FLOAT8 * INTERVAL '1 second'
+    ORDER BY at, id
+    LIMIT %(limit)s::INT8
+)
+RETURNING id

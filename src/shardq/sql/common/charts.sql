@@ -9,9 +9,11 @@
 -- (GREATEST): the whole hour's, as long as one rollup ran after the hour ended and before its first
 -- minute was pruned (an hour later; pruners run every minute or so).
 INSERT INTO shardq_stats_hourly AS h
-    (queue, hour, enqueued, acked, retried, expired, dead, handled, handler_seconds)
+    (queue, hour, enqueued, acked, retried, expired, dead, handled, handler_seconds, first_starts,
+     start_wait_seconds, lead_acks, lead_seconds)
 SELECT queue, date_trunc('hour', minute), sum(enqueued)::INT8, sum(acked)::INT8, sum(retried)::INT8,
-       sum(expired)::INT8, sum(dead)::INT8, sum(handled)::INT8, sum(handler_seconds)::FLOAT8
+       sum(expired)::INT8, sum(dead)::INT8, sum(handled)::INT8, sum(handler_seconds)::FLOAT8,
+       sum(first_starts)::INT8, sum(start_wait_seconds)::FLOAT8, sum(lead_acks)::INT8, sum(lead_seconds)::FLOAT8
 FROM shardq_stats
 WHERE minute >= date_trunc('hour', now()) - INTERVAL '1 hour'
 GROUP BY queue, date_trunc('hour', minute)
@@ -22,7 +24,11 @@ ON CONFLICT (queue, hour) DO UPDATE SET
     expired = GREATEST(h.expired, excluded.expired),
     dead = GREATEST(h.dead, excluded.dead),
     handled = GREATEST(h.handled, excluded.handled),
-    handler_seconds = GREATEST(h.handler_seconds, excluded.handler_seconds)
+    handler_seconds = GREATEST(h.handler_seconds, excluded.handler_seconds),
+    first_starts = GREATEST(h.first_starts, excluded.first_starts),
+    start_wait_seconds = GREATEST(h.start_wait_seconds, excluded.start_wait_seconds),
+    lead_acks = GREATEST(h.lead_acks, excluded.lead_acks),
+    lead_seconds = GREATEST(h.lead_seconds, excluded.lead_seconds)
 RETURNING queue
 
 -- name: stats_hourly_prune
@@ -39,7 +45,9 @@ RETURNING hour
 -- One queue's activity per minute over the last minutes minutes (summed over writer slots), and
 -- the database's current minute (the chart's right edge).
 SELECT minute AS at, sum(enqueued)::INT8 AS enqueued, sum(acked)::INT8 AS acked,
-       (sum(retried) + sum(expired) + sum(dead))::INT8 AS failed, date_trunc('minute', now()) AS now_at
+       (sum(retried) + sum(expired) + sum(dead))::INT8 AS failed, sum(first_starts)::INT8 AS first_starts,
+       sum(start_wait_seconds)::FLOAT8 AS start_wait_seconds, sum(lead_acks)::INT8 AS lead_acks,
+       sum(lead_seconds)::FLOAT8 AS lead_seconds, date_trunc('minute', now()) AS now_at
 FROM shardq_stats
 WHERE queue = %(queue)s::TEXT AND minute >= date_trunc('minute', now()) - %(minutes)s::INT8 * INTERVAL '1 minute'
 GROUP BY minute
@@ -47,7 +55,8 @@ ORDER BY minute
 
 -- name: stats_hours_of_queue
 -- One queue's activity per hour over the last hours hours, and the database's current hour.
-SELECT hour AS at, enqueued, acked, retried + expired + dead AS failed, date_trunc('hour', now()) AS now_at
+SELECT hour AS at, enqueued, acked, retried + expired + dead AS failed, first_starts, start_wait_seconds,
+       lead_acks, lead_seconds, date_trunc('hour', now()) AS now_at
 FROM shardq_stats_hourly
 WHERE queue = %(queue)s::TEXT AND hour >= date_trunc('hour', now()) - %(hours)s::INT8 * INTERVAL '1 hour'
 ORDER BY hour

@@ -112,3 +112,20 @@ SELECT DISTINCT h.dedupe_key
 FROM unnest(%(keys)s::TEXT[], %(seconds)s::FLOAT8[]) AS k(key, secs)
 JOIN shardq_history AS h ON h.queue = %(queue)s AND h.dedupe_key = k.key
 WHERE h.dedupe_key IS NOT NULL AND h.finished_at > now() - k.secs * INTERVAL '1 second'
+
+-- name: history_browse
+-- The dashboard's finished tab: one bounded scan of a queue's history, newest first, after the
+-- keyset (after_at, after_id) and not before since when given: at most scan index entries of
+-- shardq_history_by_queue, whatever the filters (state, error_like: an ILIKE pattern the caller
+-- escapes), which are applied to what the scan read (hit) so a selective filter never makes the
+-- scan longer. The same ordered, limited walk of the same index as history_list.
+SELECT id, state, task, created_at, finished_at, attempts, run_seconds, last_error,
+       (%(state)s::TEXT IS NULL OR state = %(state)s::TEXT)
+       AND (%(error_like)s::TEXT IS NULL OR last_error ILIKE %(error_like)s::TEXT) AS hit
+FROM shardq_history
+WHERE queue = %(queue)s
+  AND (%(since)s::TIMESTAMPTZ IS NULL OR finished_at >= %(since)s::TIMESTAMPTZ)
+  AND (%(after_at)s::TIMESTAMPTZ IS NULL
+       OR (finished_at, id) < (%(after_at)s::TIMESTAMPTZ, %(after_id)s::UUID))
+ORDER BY finished_at DESC, id DESC
+LIMIT %(scan)s::INT8

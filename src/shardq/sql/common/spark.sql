@@ -58,6 +58,7 @@ RETURNING chunk
 -- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) slowed
 -- the merge (docs/spark.md, "Before: the staging path"). When the queue is paused for enqueue nothing is inserted and paused = true: the
 -- caller rolls the chunk back. Spark binds NULL for every absent value; defaults are applied here.
+-- workflow_id: the run's callback workflow when the run declared then= (shardq.run_callbacks), else NULL.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
@@ -73,11 +74,12 @@ WITH settings AS (
     ORDER BY s.id
 ), merged AS (
     INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,
-                              dedupe_key)
+                              dedupe_key, workflow_id)
     SELECT CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
            CASE WHEN i.due > now() THEN %(scheduled_rank)s ELSE i.priority END,
            %(queue)s, i.due, i.id, i.priority, 0,
-           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key
+           coalesce(i.max_attempts, (SELECT max_attempts FROM settings)), i.payload, i.dedupe_key,
+           %(workflow_id)s::UUID
     FROM incoming AS i
     WHERE NOT (SELECT paused FROM settings)
     ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
@@ -124,8 +126,9 @@ LIMIT %(limit)s
 SELECT count(*) AS n FROM {stage}
 
 -- name: spark_runs_expire
--- Forget up to limit runs older than max_age_seconds, with their chunk ledger. A run forgotten
--- this way is no longer protected: running it again enqueues its tasks again.
+-- Forget up to limit runs older than max_age_seconds, with their chunk ledger and their callback
+-- (then=; its workflow stays). A run forgotten this way is no longer protected: running it again
+-- enqueues its tasks again, and a callback still waiting is never released.
 WITH old AS (
     SELECT run_id FROM shardq_spark_runs
     WHERE created_at <= now() - %(max_age_seconds)s::FLOAT8 * INTERVAL '1 second'
@@ -133,6 +136,9 @@ WITH old AS (
     LIMIT %(limit)s
 ), chunks AS (
     DELETE FROM shardq_spark_chunks WHERE run_id IN (SELECT run_id FROM old)
+    RETURNING run_id
+), callbacks AS (
+    DELETE FROM shardq_spark_callbacks WHERE run_id IN (SELECT run_id FROM old)
     RETURNING run_id
 )
 DELETE FROM shardq_spark_runs WHERE run_id IN (SELECT run_id FROM old)

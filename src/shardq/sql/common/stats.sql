@@ -25,7 +25,11 @@ SELECT queue,
        sum(handler_seconds)::FLOAT8 AS handler_seconds,
        sum(capacity_seconds)::FLOAT8 AS capacity_seconds,
        sum(timeouts)::INT8 AS timeouts,
-       sum(throttled)::INT8 AS throttled
+       sum(throttled)::INT8 AS throttled,
+       sum(first_starts)::INT8 AS first_starts,
+       sum(start_wait_seconds)::FLOAT8 AS start_wait_seconds,
+       sum(lead_acks)::INT8 AS lead_acks,
+       sum(lead_seconds)::FLOAT8 AS lead_seconds
 FROM shardq_stats
 WHERE minute >= date_trunc('minute', now()) - %(minutes)s::INT8 * INTERVAL '1 minute'
 GROUP BY queue
@@ -35,14 +39,16 @@ GROUP BY queue
 -- slot. Called once per flush by workers and once per run by the reaper, never per task.
 INSERT INTO shardq_stats AS s
     (queue, minute, slot, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds,
-     timeouts, throttled)
+     timeouts, throttled, first_starts, start_wait_seconds, lead_acks, lead_seconds)
 SELECT k.queue, date_trunc('minute', now()), %(slot)s::INT4, k.enqueued, k.acked, k.retried, k.expired, k.dead,
-       k.handled, k.handler_seconds, k.capacity_seconds, k.timeouts, k.throttled
+       k.handled, k.handler_seconds, k.capacity_seconds, k.timeouts, k.throttled, k.first_starts,
+       k.start_wait_seconds, k.lead_acks, k.lead_seconds
 FROM unnest(%(queues)s::TEXT[], %(enqueued)s::INT8[], %(acked)s::INT8[], %(retried)s::INT8[], %(expired)s::INT8[],
             %(dead)s::INT8[], %(handled)s::INT8[], %(handler_seconds)s::FLOAT8[], %(capacity_seconds)s::FLOAT8[],
-            %(timeouts)s::INT8[], %(throttled)s::INT8[])
+            %(timeouts)s::INT8[], %(throttled)s::INT8[], %(first_starts)s::INT8[], %(start_wait_seconds)s::FLOAT8[],
+            %(lead_acks)s::INT8[], %(lead_seconds)s::FLOAT8[])
      AS k(queue, enqueued, acked, retried, expired, dead, handled, handler_seconds, capacity_seconds, timeouts,
-          throttled)
+          throttled, first_starts, start_wait_seconds, lead_acks, lead_seconds)
 ON CONFLICT (queue, minute, slot) DO UPDATE SET
     enqueued = s.enqueued + excluded.enqueued,
     acked = s.acked + excluded.acked,
@@ -53,7 +59,11 @@ ON CONFLICT (queue, minute, slot) DO UPDATE SET
     handler_seconds = s.handler_seconds + excluded.handler_seconds,
     capacity_seconds = s.capacity_seconds + excluded.capacity_seconds,
     timeouts = s.timeouts + excluded.timeouts,
-    throttled = s.throttled + excluded.throttled
+    throttled = s.throttled + excluded.throttled,
+    first_starts = s.first_starts + excluded.first_starts,
+    start_wait_seconds = s.start_wait_seconds + excluded.start_wait_seconds,
+    lead_acks = s.lead_acks + excluded.lead_acks,
+    lead_seconds = s.lead_seconds + excluded.lead_seconds
 
 -- name: stats_prune
 -- Delete up to limit counter rows older than keep_seconds; called until it deletes fewer.

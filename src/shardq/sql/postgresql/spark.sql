@@ -49,6 +49,12 @@ SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = 
 -- chunk. The bucket is the column default, as for every enqueue.
 COPY shardq_tasks (id, rank, priority, payload, max_attempts, state, queue, exec_time) FROM STDIN (FORMAT binary)
 
+-- name: spark_chunk_copy_run_tasks
+-- spark_chunk_copy_tasks for a run that declared then=: each row also carries the run's workflow id
+-- (shardq.run_callbacks), the last field of every row.
+COPY shardq_tasks (id, rank, priority, payload, max_attempts, state, queue, exec_time, workflow_id)
+FROM STDIN (FORMAT binary)
+
 -- name: spark_chunk_table_create
 -- COPY writer: the connection's own table for one chunk's rows, when the run maps a run_at, delay,
 -- dedupe key or exclusive key (those rows take spark_chunk_merge's and shardq.exclusive's SQL rules).

@@ -1,0 +1,183 @@
+"""The callback of a Spark run against the database, without Spark (shardq.run_callbacks): the run's
+tasks are enqueued by the app and marked as the Spark writers mark them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import shardq
+from shardq import run_callbacks
+from shardq.consumer import Consumer
+from shardq.store import TaskStore
+
+from .factories import fenced
+
+
+@pytest.fixture
+def app(db):
+    app = shardq.App(db.dsn)
+    yield app
+    app.close()
+
+
+def _run(app, db, run_id: str, callback, items: list[str], task) -> run_callbacks.Callback:
+    """Register ``callback`` for ``run_id`` and enqueue ``items`` as the run's tasks (as the Spark
+    writers write them: with the run's workflow id)."""
+    found = db.session.run(run_callbacks.register_plan(run_id, callback))
+    ids = [str(task.defer(label=label)) for label in items]
+    db.sql("UPDATE shardq_tasks SET workflow_id = %(w)s WHERE id::TEXT = ANY(%(ids)s)",
+           {"w": found.mark, "ids": [str(i) for i in ids]})
+    return found
+
+
+def test_the_ack_that_leaves_no_task_of_a_complete_run_enqueues_the_callback_once(app, db):
+    ran: list[str] = []
+
+    @app.task(name="item")
+    def item(label: str) -> None:
+        ran.append(label)
+
+    @app.task(name="done")
+    def done() -> None:
+        ran.append("done")
+
+    callback = _run(app, db, "r1", done.step(), ["a", "b", "c", "d"], item)
+    assert run_callbacks.is_run(callback.mark) and callback.state == "waiting"
+    assert db.session.run(run_callbacks.complete_plan("r1")) is False  # tasks left
+    counts = app.work(until_empty=True)
+    assert sorted(ran[:4]) == ["a", "b", "c", "d"] and ran[4:] == ["done"]
+    assert counts.acked == 5
+    status = app.workflow_status(callback.workflow_id)
+    assert status.state == "succeeded" and [s.state for s in status.steps] == ["succeeded"]
+    # The job's end on a re-run: nothing to release any more.
+    assert db.session.run(run_callbacks.complete_plan("r1")) is False
+    assert db.count() == 0
+
+
+def test_a_run_not_yet_complete_waits_and_its_end_releases_the_callback(app, db):
+    ran: list[str] = []
+
+    @app.task(name="item")
+    def item(label: str) -> None:
+        ran.append(label)
+
+    @app.task(name="done")
+    def done() -> None:
+        ran.append("done")
+
+    callback = _run(app, db, "r2", done.step(), ["a", "b"], item)
+    app.work(until_empty=True)  # every task acked while chunks were still being merged
+    assert ran == ["a", "b"]
+    assert db.session.run(run_callbacks.get_plan("r2")).state == "waiting"
+    assert db.session.run(run_callbacks.complete_plan("r2")) is True
+    assert db.session.run(run_callbacks.complete_plan("r2")) is False  # once
+    app.work(until_empty=True)
+    assert ran == ["a", "b", "done"]
+    assert app.workflow_status(callback.workflow_id).state == "succeeded"
+
+
+def test_registering_again_keeps_the_first_callback(app, db):
+    @app.task(name="done")
+    def done() -> None: ...
+
+    @app.task(name="other")
+    def other() -> None: ...
+
+    first = db.session.run(run_callbacks.register_plan("r3", done.step()))
+    again = db.session.run(run_callbacks.register_plan("r3", other.step()))
+    assert again == first and again.step == "done"
+    assert db.count() == 1  # one waiting callback task
+
+
+def test_a_dead_task_of_the_run_cancels_the_callback(app, db):
+    ran: list[str] = []
+
+    @app.task(name="item", max_attempts=1)
+    def item(label: str) -> None:
+        if label == "bad":
+            raise ValueError("bad row")
+        ran.append(label)
+
+    @app.task(name="done")
+    def done() -> None:
+        ran.append("done")
+
+    callback = _run(app, db, "r4", done.step(), ["a", "bad", "c"], item)
+    db.session.run(run_callbacks.complete_plan("r4"))
+    counts = app.work(until_empty=True)
+    assert counts.dead == 1 and "done" not in ran and sorted(ran) == ["a", "c"]
+    status = app.workflow_status(callback.workflow_id)
+    assert status.state == "cancelled" and status.steps[0].state == "cancelled"
+    assert db.count() == 0  # the callback's task went with it
+    assert db.session.run(run_callbacks.complete_plan("r4")) is False
+
+
+def test_a_task_outside_every_run_acks_as_before(app, db):
+    @app.task(name="plain")
+    def plain(label: str) -> None: ...
+
+    plain.defer(label="x")
+    assert app.work(until_empty=True).acked == 1
+    assert db.sql("SELECT count(*) AS n FROM shardq_workflows")[0]["n"] == 0
+
+
+def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
+    barrier = threading.Barrier(len(tasks))
+    errors: list[BaseException] = []
+
+    def ack(store: TaskStore, task) -> None:
+        try:
+            barrier.wait()
+            run_callbacks.remove_and_settle(store, lambda: store.task_ack_many([fenced(task)]),
+                                            {task.key.id: task.workflow_id}, "succeeded")
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ack, args=(s, task)) for s, task in zip(stores, tasks, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_exactly_once(app, db):
+    @app.task(name="item")
+    def item(label: str) -> None: ...
+
+    @app.task(name="done")
+    def done() -> None: ...
+
+    for round_ in range(8):
+        run_id = f"race-{round_}"
+        _run(app, db, run_id, done.step(), ["a", "b"], item)
+        db.session.run(run_callbacks.complete_plan(run_id))
+        tasks = Consumer(db.store, ["default"], batch=2).claim().tasks
+        assert len(tasks) == 2 and all(run_callbacks.is_run(t.workflow_id) for t in tasks)
+        sessions = [db.client.new_session() for _ in tasks]
+        stores = [TaskStore(s) for s in sessions]
+        for store in stores:
+            store.layout()
+        try:
+            assert _ack_at_once(stores, tasks) == []
+        finally:
+            for session in sessions:
+                session.close()
+        assert db.session.run(run_callbacks.get_plan(run_id)).state == "ready"
+        assert [r["state"] for r in db.sql("SELECT state FROM shardq_tasks")] == ["ready"]
+        db.sql("DELETE FROM shardq_tasks WHERE true")
+
+
+def test_forgetting_an_old_run_forgets_its_callback_too(app, db):
+    from shardq.spark.ledger import SparkLedger
+
+    @app.task(name="done")
+    def done() -> None: ...
+
+    ledger = SparkLedger(db.session)
+    ledger.run_register("old", "default", 2)
+    db.session.run(run_callbacks.register_plan("old", done.step()))
+    assert ledger.runs_expire(0) == 1
+    assert db.session.run(run_callbacks.get_plan("old")) is None
