@@ -12,6 +12,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
+import shardq
 from shardq.web.app import create_app
 from shardq.web.auth import UPSTREAM_IDENTITY, Identity
 from shardq.web.mount import root, route_path
@@ -147,3 +148,24 @@ def test_a_read_only_session_under_a_prefix_may_log_out_and_nothing_else(db):
         assert client.post(PREFIX + "/queues/q/pause", data={"csrf": csrf, "what": "dequeue"}).status_code == 403
         response = client.post(PREFIX + "/logout", data={"csrf": csrf})
         assert response.status_code == 303 and response.headers["location"] == PREFIX + "/login"
+
+
+def test_a_workflows_page_and_its_steps_link_under_the_prefix(mounted):
+    app = shardq.App(mounted.db.dsn)
+    try:
+        @app.task(name="t")
+        def t(x: int) -> None: ...
+
+        wf = app.workflow("pair")
+        first = wf.add(t.step(x=1), name="first")
+        wf.add(t.step(x=2), name="second", after=first)
+        handle = wf.enqueue()
+    finally:
+        app.close()
+    _login(mounted)
+    page = mounted.get(f"{PREFIX}/workflows/{handle}")
+    assert page.status_code == 200
+    steps = [u for u in _urls(page.text) if "/tasks/" in u]
+    assert len(steps) >= 2 and all(u.startswith(PREFIX + "/tasks/") for u in steps), steps
+    task_page = mounted.get(steps[0])
+    assert f'href="{PREFIX}/workflows/{handle}"' in task_page.text
