@@ -4,15 +4,17 @@ FastAPI with a SQLAlchemy ``AsyncSession`` per request (``postgresql+psycopg``):
 inserts the order and defers ``orders.send_receipt`` on that session, then commits both at once;
 ``POST /orders?fail=1`` raises after deferring, so the request's transaction rolls back and leaves
 neither the order nor its task. The lifespan (:func:`shardq.contrib.asgi.lifespan`) opens and
-closes shardq's async client with the server.
+closes shardq's async client with the server. With a dashboard token the queues' dashboard is
+mounted at ``/queue-admin/`` (:func:`shardq.contrib.asgi.dashboard`), asking for that token.
 
 Run it::
 
     pip install 'shardq[web]' fastapi uvicorn
-    SHARDQ_DSN=postgresql://... uvicorn examples.fastapi_orders:api
+    SHARDQ_DSN=postgresql://... SHARDQ_WEB_TOKEN=a-long-secret-token uvicorn examples.fastapi_orders:api
     shardq work --app examples.fastapi_orders:tasks          # runs the receipts
 
-tests/test_asgi_example.py runs it in-process against the test database.
+tests/test_asgi_example.py runs it in-process against the test database;
+tests/test_web_browser_mount.py logs in to its dashboard in headless Chromium.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route's annotations at run time, and
@@ -48,9 +50,13 @@ def create_tasks(dsn: str | Dsn) -> shardq.App:
     return tasks
 
 
-def create_api(conninfo: str, tasks: shardq.App) -> FastAPI:
+#: Where the dashboard is mounted.
+DASHBOARD_PREFIX = "/queue-admin"
+
+
+def create_api(conninfo: str, tasks: shardq.App, dashboard_token: str | None = None) -> FastAPI:
     """The API on the database ``conninfo`` names (a libpq URL or key=value string), deferring
-    through ``tasks``."""
+    through ``tasks``; with ``dashboard_token``, shardq's dashboard at :data:`DASHBOARD_PREFIX`."""
     send_receipt = tasks.tasks["orders.send_receipt"]
     engine: AsyncEngine = create_async_engine("postgresql+psycopg://",
                                               async_creator=lambda: psycopg.AsyncConnection.connect(conninfo))
@@ -77,9 +83,11 @@ def create_api(conninfo: str, tasks: shardq.App) -> FastAPI:
         await session.commit()
         return {"order": order_id, "receipt_task": task_id}
 
+    if dashboard_token is not None:
+        api.mount(DASHBOARD_PREFIX, asgi.dashboard(tasks, dashboard_token))
     return api
 
 
 if "SHARDQ_DSN" in os.environ:  # `uvicorn examples.fastapi_orders:api`, `shardq work --app …:tasks`
     tasks = create_tasks(os.environ["SHARDQ_DSN"])
-    api = create_api(os.environ["SHARDQ_DSN"], tasks)
+    api = create_api(os.environ["SHARDQ_DSN"], tasks, os.environ.get("SHARDQ_WEB_TOKEN"))

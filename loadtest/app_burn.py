@@ -6,8 +6,9 @@ calls of an app task (batches of 1,000), then ``app.work(until_empty=True)`` unt
 acked (``--work-ms``: each task sleeps that long, I/O-bound work; 0, the default: a no-op task, the
 worst case for any per-task cost). Tracing on means the SDK's TracerProvider with a BatchSpanProcessor whose exporter drops
 the spans (the cost of making and ending them, not of a collector). Runs are paired within a round
-(ref, off, on, on, off, ref) and the verdicts are the medians over rounds of on / off and
-off / ref. Prints one JSON document and a table.
+(ref, ref-on, off, on, on, off, ref-on, ref) and the verdicts are the medians over rounds of on /
+off, off / ref and, with a ref, the ref's own on / off (the tracing cost before and after, measured
+side by side). Prints one JSON document and a table.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
-    """One run in this process: enqueue and burn ``tasks`` calls; rates in tasks per second."""
+def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0, sample: float | None = None) -> dict:
+    """One run in this process: enqueue and burn ``tasks`` calls; rates in tasks per second.
+    ``sample``: keep that fraction of traces (ParentBased(TraceIdRatioBased)); None: all."""
     import shardq
 
     if tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         from shardq.contrib import otel
 
@@ -39,7 +42,7 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
             def export(self, spans):  # type: ignore[no-untyped-def]
                 return SpanExportResult.SUCCESS
 
-        provider = TracerProvider()
+        provider = TracerProvider() if sample is None else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
         provider.add_span_processor(BatchSpanProcessor(Drop()))
         otel.instrument(provider)
     app = shardq.App(url)
@@ -53,17 +56,21 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0) -> dict:
     for start in range(0, tasks, 1000):
         noop.defer_many([{"n": i} for i in range(start, min(tasks, start + 1000))])
     enqueued = time.perf_counter() - started
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     totals = app.work(until_empty=True)
-    burned = time.perf_counter() - started
+    burned, cpu = time.perf_counter() - started, time.process_time() - cpu
     app.close()
     assert totals.acked == tasks, totals
-    return {"enqueue": tasks / enqueued, "burn": tasks / burned}
+    # cpu_us: this process's CPU (every thread) per task burned, less sensitive than the rate to
+    # other work on a shared machine
+    return {"enqueue": tasks / enqueued, "burn": tasks / burned, "cpu_us": cpu / tasks * 1e6}
 
 
-def _run(src: Path, url: str, tasks: int, tracing: bool, work_ms: float) -> dict:
+def _run(src: Path, url: str, tasks: int, tracing: bool, work_ms: float, sample: float | None = None) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(REPO)]))
     args = [sys.executable, "-m", "loadtest.app_burn", "--one", url, "--tasks", str(tasks), "--work-ms", str(work_ms)]
+    if sample is not None:
+        args += ["--sample", str(sample)]
     done = subprocess.run(args + (["--tracing"] if tracing else []), cwd=REPO, env=env, check=True,
                           capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work-ms", type=float, default=0.0, help="each task sleeps this long (0: a no-op task)")
+    parser.add_argument("--sample", type=float, help="tracing on keeps this fraction of traces (default: all)")
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--tracing", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one, args.tasks, args.tracing, args.work_ms)))
+        print(json.dumps(one(args.one, args.tasks, args.tracing, args.work_ms, args.sample)))
         return 0
 
     from .env import Bench
@@ -90,15 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="shardq-app-burn-") as tmp:
         ref_src = ref_tree(args.ref, Path(tmp) / "ref") if args.ref else None
         try:
-            order = [("ref", False), ("off", False), ("on", True), ("on", True), ("off", False), ("ref", False)]
+            order = [("ref", False), ("ref-on", True), ("off", False), ("on", True), ("on", True), ("off", False),
+                     ("ref-on", True), ("ref", False)]
             for _ in range(args.rounds):
-                runs: dict[str, list[dict]] = {"ref": [], "off": [], "on": []}
+                runs: dict[str, list[dict]] = {"ref": [], "ref-on": [], "off": [], "on": []}
                 for label, tracing in order:
-                    if label == "ref" and ref_src is None:
+                    if label.startswith("ref") and ref_src is None:
                         continue
                     url = bench.shardq_database("appburn")
-                    src = ref_src if label == "ref" else REPO / "src"
-                    runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms))  # type: ignore[arg-type]
+                    src = ref_src if label.startswith("ref") else REPO / "src"
+                    runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms,  # type: ignore[arg-type]
+                                            args.sample))
                     bench.drop(url)
                 rounds.append(runs)
         finally:
@@ -110,16 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     def median(label: str, figure: str) -> list[float]:
         return [statistics.median(r[figure] for r in runs[label]) for runs in rounds if runs[label]]
 
-    report: dict = {"tasks": args.tasks, "work_ms": args.work_ms, "rounds": rounds}
-    for figure in ("burn", "enqueue"):
+    report: dict = {"tasks": args.tasks, "work_ms": args.work_ms, "sample": args.sample, "rounds": rounds}
+    for figure in ("burn", "enqueue", "cpu_us"):
         off, on = median("off", figure), median("on", figure)
         report[f"{figure}_on_over_off"] = statistics.median(a / b for a, b in zip(on, off))
         if args.ref:
-            report[f"{figure}_off_over_ref"] = statistics.median(a / b for a, b in zip(off, median("ref", figure)))
+            ref_off, ref_on = median("ref", figure), median("ref-on", figure)
+            report[f"{figure}_off_over_ref"] = statistics.median(a / b for a, b in zip(off, ref_off))
+            report[f"{figure}_ref_on_over_off"] = statistics.median(a / b for a, b in zip(ref_on, ref_off))
+            report[f"{figure}_on_over_ref_on"] = statistics.median(a / b for a, b in zip(on, ref_on))
+        report[f"{figure}_on_over_off_per_round"] = [round(a / b, 3) for a, b in zip(on, off)]
     print(json.dumps(report))
     for key, value in report.items():
-        if key.endswith(("_off", "_ref")):
-            print(f"{key:24} {value:.3f}")
+        if key.endswith(("_off", "_ref", "_ref_on")):
+            print(f"{key:28} {value:.3f}")
     return 0
 
 

@@ -16,6 +16,8 @@ import shardq
 from examples import fastapi_orders
 from shardq.contrib import asgi
 
+from .web_support import TOKEN
+
 
 def test_a_committed_request_runs_its_task_and_a_failed_one_leaves_neither_row(db):
     app = fastapi_orders.create_tasks(db.dsn)
@@ -50,3 +52,18 @@ def test_the_lifespan_closes_the_client_when_the_inner_lifespan_fails(db):
     with pytest.raises(RuntimeError, match="did not start"):
         asyncio.run(start())
     assert not app._async_clients
+
+
+def test_the_example_mounts_the_dashboard_under_its_prefix_behind_its_token(db):
+    app = fastapi_orders.create_tasks(db.dsn)
+    api = fastapi_orders.create_api(db.dsn.conninfo, app, dashboard_token=TOKEN)
+    prefix = fastapi_orders.DASHBOARD_PREFIX
+    with TestClient(api, follow_redirects=False) as http:
+        assert http.post("/orders", params={"email": "a@example.com"}).status_code == 201
+        assert http.get(prefix + "/api/queues").status_code == 401
+        login = http.post(prefix + "/login", data={"token": TOKEN, "next": "/queues/receipts"})
+        assert login.status_code == 303 and login.headers["location"] == prefix + "/queues/receipts"
+        page = http.get(login.headers["location"])
+        assert page.status_code == 200 and f'action="{prefix}/queues/receipts/pause"' in page.text
+        assert [q["name"] for q in http.get(prefix + "/api/queues").json()["queues"]] == ["receipts"]
+    app.close()

@@ -1,12 +1,15 @@
 """A real Django project (tests/djangoproject) on the embedded PostgreSQL, through pytest-django:
 tasks.py of installed apps found at start-up, defer() inside transaction.atomic() on Django's own
 psycopg 3 connection (rollback: no task; commit: it runs), manage.py shardq_migrate and
-shardq_work."""
+shardq_work, and the dashboard in the project's URLs behind Django's staff login (Django's test
+client)."""
 
 from __future__ import annotations
 
 import io
+import re
 import uuid
+from urllib.parse import quote, urlencode
 
 import psycopg
 import pytest
@@ -17,6 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections, transaction
 
+from shardq import admin
 from shardq.contrib.django import app, dsn_from_settings
 from shardq.db import Dsn, Session
 
@@ -84,3 +88,85 @@ def test_outside_an_atomic_block_defer_commits_at_once():
     assert task_id and _tasks_seen_by_another_connection() == 1
     call_command("shardq_work", "--until-empty", "--queue", "shop", stdout=io.StringIO())
     assert _tasks_seen_by_another_connection() == 0
+
+
+# -- the dashboard in the project's URLs, behind Django's staff login ----------------------------
+DASHBOARD = "/queue-admin/"
+
+
+@pytest.fixture
+def http():
+    """Django's test client (the suite's own ``client`` fixture is shardq's)."""
+    from django.test import Client as DjangoClient
+
+    return DjangoClient()
+
+
+def _user(name: str, *, staff: bool, operator: bool = False):
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(name, password="unused-in-tests", is_staff=staff)
+    if operator:
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="shardq", codename="operate_dashboard"))
+    return user
+
+
+def _submit(http, path: str, form: dict[str, str]):
+    """POST ``form`` as a browser sends the dashboard's forms (urlencoded, not the test client's multipart)."""
+    return http.post(path, urlencode(form), content_type="application/x-www-form-urlencoded")
+
+
+def _queue_page(http, queue: str = "mail") -> str:
+    """The page of ``queue`` (made with default settings first), whose forms carry the CSRF token."""
+    admin.queue_set(app.client.store, queue)
+    page = http.get(DASHBOARD + "queues/" + queue)
+    assert page.status_code == 200
+    return page.text
+
+
+def _csrf(page: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_sends_anyone_but_staff_to_the_login_page(http):
+    for path in (DASHBOARD, DASHBOARD + "api/queues", DASHBOARD + "queues/shop"):
+        response = http.get(path)
+        assert response.status_code == 302 and response["Location"] == f"/accounts/login/?next={quote(path)}", path
+    http.force_login(_user("shopper", staff=False))
+    response = http.get(DASHBOARD)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    assert http.post(DASHBOARD + "api/queues/mail/pause").status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_staff_user_reads_the_dashboard_without_its_token_and_changes_nothing_without_the_permission(http):
+    http.force_login(_user("reader", staff=True))
+    page = http.get(DASHBOARD)
+    assert page.status_code == 200 and "<h1>Queues</h1>" in page.text and 'id="read-only"' in page.text
+    assert 'src="/queue-admin/static/dashboard.js"' in page.text and 'id="token"' not in page.text
+    assert http.get(DASHBOARD + "static/dashboard.js").status_code == 200
+    assert http.get(DASHBOARD + "api/queues").json()["queues"] is not None
+    assert http.get(DASHBOARD + "login")["Location"] == "/queue-admin/"  # no token form for staff
+    assert 'id="pause-dequeue"' not in _queue_page(http)
+    refused = _submit(http, DASHBOARD + "queues/mail/pause", {"csrf": "any", "what": "dequeue"})
+    assert refused.status_code == 403 and "read-only" in refused.text  # refused before the CSRF check
+    assert http.post(DASHBOARD + "api/queues/mail/pause").status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_staff_user_with_the_permission_acts_with_the_dashboards_csrf_token_and_is_named_in_the_audit(http):
+    http.force_login(_user("operator", staff=True, operator=True))
+    page = http.get(DASHBOARD)
+    assert 'id="read-only"' not in page.text
+    assert _submit(http, DASHBOARD + "queues/mail/pause", {"what": "dequeue"}).status_code == 403  # no CSRF token
+    assert _submit(http, DASHBOARD + "queues/mail/pause", {"what": "dequeue", "csrf": "forged"}).status_code == 403
+    csrf = _csrf(_queue_page(http))
+    paused = _submit(http, DASHBOARD + "queues/mail/pause", {"what": "dequeue", "csrf": csrf})
+    assert paused.status_code == 303 and paused["Location"] == "/queue-admin/queues/mail?done=paused-dequeue"
+    assert "paused: dequeue" in http.get(paused["Location"]).text
+    resumed = _submit(http, DASHBOARD + "queues/mail/resume", {"csrf": csrf})
+    assert resumed["Location"] == "/queue-admin/queues/mail?done=resumed-both"
+    audit = http.get(DASHBOARD + "audit").text
+    assert "Django user operator" in audit
+    assert http.get(DASHBOARD, HTTP_AUTHORIZATION="Bearer anything").status_code == 200  # the header is ignored

@@ -15,6 +15,7 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from shardq import instrumentation
 from shardq.contrib import otel
@@ -150,3 +151,31 @@ def test_a_malformed_stored_context_starts_a_new_trace_and_the_task_still_runs(d
     assert totals.acked == 1
     process = next(s for s in spans.get_finished_spans() if s.name == f"process {QUEUE}")
     assert process.parent is None and not process.links
+
+
+class _OnlySendAndSettle(Sampler):
+    """Records send and settle spans, never a process span (as a ratio sampler drops most)."""
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        decision = Decision.DROP if name.startswith("process") else Decision.RECORD_AND_SAMPLE
+        return SamplingResult(decision, attributes)
+
+    def get_description(self) -> str:
+        return "only send and settle"
+
+
+def test_a_process_span_the_sampler_dropped_gets_no_settle_link(db):
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=_OnlySendAndSettle())
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    instrument = otel.instrument(provider)
+    app = build_app(db.dsn)
+    try:
+        app.tasks["otel.ok"].defer_many([{"n": 1}, {"n": 2}])
+        assert app.work(until_empty=True).acked == 2
+    finally:
+        app.close()
+        otel.uninstrument()
+    names = [s.name for s in spans.get_finished_spans()]
+    assert names == [f"send {QUEUE}"]  # no process span recorded, so no settle span links one
+    assert not instrument._pending

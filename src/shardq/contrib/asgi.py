@@ -1,5 +1,5 @@
 """shardq in an ASGI application (FastAPI, Starlette): a lifespan that opens and closes the app's
-:class:`~shardq.AsyncClient`.
+:class:`~shardq.AsyncClient`, and the dashboard to mount under a prefix.
 
 ::
 
@@ -12,6 +12,8 @@
         await send_receipt.configure(connection=session).defer_async(order_id=...)
         await session.commit()     # the order and its task commit together; a rollback keeps neither
 
+    api.mount("/queue-admin", shardq.contrib.asgi.dashboard(tasks, token=os.environ["SHARDQ_WEB_TOKEN"]))
+
 Guarantees
     * Start-up connects the client of the server's event loop (so the first request does not pay
       the connection, and a wrong DSN stops the start); shutdown closes it, after the
@@ -19,9 +21,14 @@ Guarantees
     * ``defer_async`` with ``connection=`` a SQLAlchemy ``AsyncSession`` (``postgresql+psycopg``)
       writes the task in that session's transaction (:mod:`shardq.app`): nothing new here.
 
+    * :func:`dashboard` under any prefix (``Mount("/queue-admin", app=...)``): its links, forms,
+      redirects, static files, API calls and session cookie stay under the prefix
+      (:mod:`shardq.web.mount`); it asks for its own token exactly as ``shardq web`` does.
+
 Does not
-    * mount the dashboard: ``shardq.web.app.create_app`` is a Starlette app of its own, and its
-      pages link from the server's root (serve it on its own port, ``shardq web``).
+    * run the dashboard's lifespan (Starlette does not start a mounted app's): it needs none.
+    * put the dashboard behind the application's own login: it keeps its token (for Django's
+      staff login see :mod:`shardq.contrib.django.dashboard`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..app import App
+from ..stats import StatsOptions
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
@@ -54,3 +62,17 @@ def lifespan(tasks: App, inner: Lifespan | None = None) -> Lifespan:
             await tasks.aclose()
 
     return run
+
+
+def dashboard(tasks: App, token: str, *, read_token: str | None = None, stats_options: StatsOptions | None = None,
+              refresh_seconds: float = 2.0) -> Any:
+    """The web dashboard of ``tasks``' database (its periodic schedules on the Periodic page), to
+    mount under a prefix. ``token`` (at least 16 characters) and ``read_token`` (optional, sees
+    everything and changes nothing) as for ``shardq web``; ``stats_options`` and
+    ``refresh_seconds`` as for :func:`shardq.web.app.create_app`. Connects ``tasks``' client."""
+    from ..web.app import create_app  # the web extra: only an application that mounts it needs Starlette
+    from ..web.auth import resolve_token
+
+    checked, _ = resolve_token(token, "127.0.0.1")
+    return create_app(tasks.client, checked, read_token=read_token, stats_options=stats_options,
+                      refresh_seconds=refresh_seconds, schedules=list(tasks.schedules.values()))

@@ -20,7 +20,7 @@ Spans, by OpenTelemetry's messaging semantic conventions (``messaging.system`` =
       ``shardq.task.name``, ``shardq.outcome`` (``success``, ``retry`` for :class:`shardq.Retry`,
       ``error``), ``error.type`` and the exception recorded as an event on failure (status ERROR).
     * ``settle {queue}`` (CLIENT), one per batch of outcomes the worker writes together (per queue
-      and outcome), linked to each task's ``process`` span, from the earliest end of those functions
+      and outcome), linked to each task's sampled ``process`` span, from the earliest end of those functions
       to the moment the outcomes were written (batched acks make them wait):
       ``messaging.operation.name`` ``ack`` / ``retry`` / ``dead_letter`` / ``lease_lost``,
       ``messaging.batch.message_count`` (or ``messaging.message.id`` for one task).
@@ -37,18 +37,13 @@ Guarantees
       touched, so only app tasks carry their context.
     * A worker that does not know the ``"trace"`` key (older shardq) ignores it.
 
-Cost (``python -m loadtest.app_burn``: 10,000 app tasks, ``defer_many`` then ``app.work``, runs
-paired in one round as ref, off, on, on, off, ref, 2 rounds, medians of the ratios; a 2-core machine
-shared with other work, so single runs vary by up to 2×)
-    * tracing off against the code before it: burn-down 1.30× and 1.35× in two such runs, enqueue
-      0.88× and 1.57×: no cost above the noise (the off path is one attribute check);
-    * tracing on against off, tasks that sleep 2 ms (I/O-bound work): burn-down **0.95×**, enqueue
-      0.93×;
-    * tracing on against off, no-op tasks (the worst case): burn-down **0.34×–0.38×**. The SDK's
-      span costs about 60–100 µs of CPU here (a bare ``start_span().end()`` about 20–30 µs) while a
-      no-op task costs the worker about 80 µs in all, so no per-task span can stay within 0.9× of
-      a no-op burn-down. A sampler that drops most traces makes their spans non-recording, which
-      is cheaper (not measured here).
+Cost (``python -m loadtest.app_burn``; method, profiles and figures in docs/otel-cost.md)
+    * tracing off: one attribute check per defer and per task, no cost above the noise;
+    * tracing on, tasks that wait 2 ms: burn-down about 0.95× of off; no-op tasks (the worst
+      case): about 0.35×–0.4×, the SDK's recorded span costing about twice a no-op task's own CPU.
+      A sampler keeping a fraction of traces (``ParentBased(TraceIdRatioBased(r))``) is what
+      keeps very short tasks cheap: an unsampled span is non-recording, and no settle link is kept
+      for it.
 
 Does not
     * propagate through raw ``client.enqueue`` payloads or Spark runs (their payloads are the
@@ -78,6 +73,8 @@ _SETTLE_NAMES = {"acked": "ack", "retried": "retry", "dead": "dead_letter", "lea
                  "released": "release"}
 # Process spans ended but not yet settled, by task id; bounded so a lost settle event cannot grow it.
 _PENDING_MAX = 100_000
+# (queue, task name) pairs whose shared span attributes are kept; more start the cache over.
+_BASES_MAX = 1_000
 _ROOT = context_api.Context()  # settle spans are roots: a batch settles tasks of many traces
 
 
@@ -102,6 +99,8 @@ class OpenTelemetry(instrumentation.Instrument):
         self._settling = threading.local()
         # the last carrier read and its context: the calls of one defer_many share one carrier
         self._last_carrier: tuple[str | None, Any, list[Link]] = (None, None, [])
+        # (queue, task name) -> the process span's name and the attributes all its tasks share
+        self._bases: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 
     # -- producer side ---------------------------------------------------------------------------
 
@@ -123,74 +122,87 @@ class OpenTelemetry(instrumentation.Instrument):
 
     def running(self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any,
                 carrier: Mapping[str, str] | None) -> Callable[[], Any]:
+        # Written out rather than through context managers: this runs once per task, and each
+        # generator-based layer (contextlib, start_as_current_span, use_span) costs microseconds a
+        # no-op task notices (docs/otel-cost.md).
         if is_async:
             async def run_async() -> Any:
-                with self._processing(task, handle, carrier) as finish:
-                    try:
-                        result = await call()
-                    except BaseException as exc:
-                        finish(exc)
-                        raise
-                    finish(None)
-                    return result
+                started = self._start(task, handle, carrier)
+                try:
+                    result = await call()
+                except BaseException as exc:
+                    self._finish(started, exc)
+                    raise
+                self._finish(started, None)
+                return result
             return run_async
 
         def run() -> Any:
-            with self._processing(task, handle, carrier) as finish:
-                try:
-                    result = call()
-                except BaseException as exc:
-                    finish(exc)
-                    raise
-                finish(None)
-                return result
+            started = self._start(task, handle, carrier)
+            try:
+                result = call()
+            except BaseException as exc:
+                self._finish(started, exc)
+                raise
+            self._finish(started, None)
+            return result
         return run
 
-    @contextlib.contextmanager
-    def _processing(self, task: str, handle: Any, carrier: Mapping[str, str] | None
-                    ) -> Iterator[Callable[[BaseException | None], None]]:
-        parent = None
-        links: list[Link] = []
-        if carrier:
-            traceparent = carrier.get("traceparent")
-            last, context, links = self._last_carrier
-            if traceparent is None or traceparent != last:
-                try:
-                    context = propagate.extract(carrier)
-                except Exception:  # noqa: BLE001 - a malformed carrier (written by hand) must not fail the task
-                    context = context_api.Context()
-                sent = trace.get_current_span(context).get_span_context()
-                links = [Link(sent)] if sent.is_valid else []
-                self._last_carrier = (traceparent, context, links)
-            if links and BATCH_KEY not in carrier:
-                parent = context
-        queue = handle.queue
-        attributes = {"messaging.system": SYSTEM, "messaging.operation.name": "process",
-                      "messaging.operation.type": "process", "messaging.destination.name": queue,
-                      "messaging.message.id": handle.id, "messaging.message.delivery_attempt": handle.attempt,
-                      "shardq.task.name": task}
-        started = time.perf_counter()
-        with self.tracer.start_as_current_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
-                                               links=links, attributes=attributes, record_exception=False,
-                                               set_status_on_exception=False) as span:
-
-            def finish(exc: BaseException | None) -> None:
-                if exc is None:
-                    span.set_attribute("shardq.outcome", "success")
-                elif isinstance(exc, Retry):
-                    span.set_attribute("shardq.outcome", "retry")
-                else:
-                    span.set_attribute("shardq.outcome", "error")
-                    span.set_attribute("error.type", type(exc).__qualname__)
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-
+    def _sender(self, carrier: Mapping[str, str] | None) -> tuple[Any, list[Link]]:
+        """The parent context (None: a new trace) and the links of a task sent with ``carrier``.
+        The calls of one ``defer_many`` share one carrier: it is parsed once, not per task."""
+        if not carrier:
+            return None, []
+        traceparent = carrier.get("traceparent")
+        last, context, links = self._last_carrier
+        if traceparent is None or traceparent != last:
             try:
-                yield finish
-            finally:
-                self.process_seconds.record(time.perf_counter() - started, {"messaging.destination.name": queue})
-                if len(self._pending) < _PENDING_MAX:
-                    self._pending[handle.id] = (span.get_span_context(), time.time_ns())
+                context = propagate.extract(carrier)
+            except Exception:  # noqa: BLE001 - a malformed carrier (written by hand) must not fail the task
+                context = context_api.Context()
+            sent = trace.get_current_span(context).get_span_context()
+            links = [Link(sent)] if sent.is_valid else []
+            self._last_carrier = (traceparent, context, links)
+        return (context if links and BATCH_KEY not in carrier else None), links
+
+    def _start(self, task: str, handle: Any, carrier: Mapping[str, str] | None) -> tuple[Any, object, str, str, float]:
+        """Start the task's ``process`` span and make it current (the function's own spans are its
+        children); returns what :meth:`_finish` needs."""
+        parent, links = self._sender(carrier)
+        queue, task_id = handle.queue, handle.id
+        base = self._bases.get((queue, task))
+        if base is None:  # the attributes every task of this queue and name shares, built once
+            if len(self._bases) >= _BASES_MAX:  # queues named per tenant or per run: start over
+                self._bases.clear()
+            base = self._bases[(queue, task)] = (f"process {queue}", {
+                "messaging.system": SYSTEM, "messaging.operation.name": "process",
+                "messaging.operation.type": "process", "messaging.destination.name": queue,
+                "shardq.task.name": task})
+        name, shared = base
+        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links, attributes={
+            **shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt})
+        token = context_api.attach(trace.set_span_in_context(span))
+        return span, token, queue, task_id, time.perf_counter()
+
+    def _finish(self, started: tuple[Any, object, str, str, float], exc: BaseException | None) -> None:
+        span, token, queue, task_id, t0 = started
+        seconds = time.perf_counter() - t0
+        context_api.detach(token)  # type: ignore[arg-type]
+        if exc is None:
+            span.set_attribute("shardq.outcome", "success")
+        elif isinstance(exc, Retry):
+            span.set_attribute("shardq.outcome", "retry")
+        else:
+            span.set_attributes({"shardq.outcome": "error", "error.type": type(exc).__qualname__})
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+        span.end()
+        self.process_seconds.record(seconds, {"messaging.destination.name": queue})
+        context = span.get_span_context()
+        # Only a sampled span is worth a settle link: a sampler that keeps a fraction of traces
+        # then spares the settle bookkeeping of the rest too.
+        if context.trace_flags.sampled and len(self._pending) < _PENDING_MAX:
+            self._pending[task_id] = (context, time.time_ns())
 
     def worker_events(self) -> tuple[instrumentation.Listener, Collection[str] | None]:
         return self.on_event, frozenset({"claim", "settled", *_SETTLE_NAMES})

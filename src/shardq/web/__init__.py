@@ -16,6 +16,9 @@ Guarantees:
   database's connection string is never shown.
 * An action the dashboard refuses (unknown queue or task, malformed body, missing CSRF token)
   changes nothing.
+* Mounted under a prefix of another ASGI application (Starlette's ``Mount``, FastAPI's
+  ``mount``, ``--root-path``), every URL it writes stays under the prefix (:mod:`shardq.web.mount`);
+  in a Django project it sits behind Django's staff login (:mod:`shardq.contrib.django.dashboard`).
 
 Needs the ``web`` extra (``pip install 'shardq[web]'``).
 """

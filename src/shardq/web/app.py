@@ -18,12 +18,14 @@ from ..stats import StatsOptions
 from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form, workflow_page
 from .auth import Auth, AuthGate, Scope, resolve_read_token
 from .context import Dashboard
+from .mount import route_path
 
 
 def _refuse(scope: Scope, retry_after: int | None) -> Any:
     """The 401 for a request without the token (or the 429 for an address that must wait
     ``retry_after`` seconds after too many wrong ones): JSON for the API, the login form for pages."""
-    if scope["path"].startswith("/api/"):
+    path = route_path(scope)
+    if path.startswith("/api/"):
         if retry_after is not None:
             return JSONResponse({"error": pages.throttled_text(retry_after)}, status_code=429,
                                 headers={"Retry-After": str(retry_after), "Cache-Control": "no-store"})
@@ -32,7 +34,7 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
     request = Request(scope)
     if retry_after is not None:
         return pages.throttled_login_page(request, retry_after)
-    next_path = scope["path"] if scope["method"] == "GET" else "/"
+    next_path = path if scope["method"] == "GET" else "/"
     if scope["method"] == "GET" and scope.get("query_string"):
         next_path += "?" + scope["query_string"].decode("latin-1")
     return pages.login_page(request, 401, None, next_path)
@@ -41,14 +43,14 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
 def _forbid(scope: Scope) -> Any:
     """The 403 for a read-only identity's request that would change something."""
     message = "this token is read-only: it can see everything and change nothing"
-    if scope["path"].startswith("/api/"):
+    if route_path(scope).startswith("/api/"):
         return JSONResponse({"error": message}, status_code=403, headers={"Cache-Control": "no-store"})
     return pages.error_page(Request(scope), 403, message.capitalize() + ".")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if request.url.path.startswith("/api/"):
+    if route_path(request.scope).startswith("/api/"):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers={"Cache-Control": "no-store"})
     return pages.error_page(request, exc.status_code, str(exc.detail))
 
@@ -63,6 +65,7 @@ def create_app(
     started: threading.Event | None = None,
     read_token: str | None = None,
     schedules: list[Any] | None = None,
+    upstream_login: bool = False,
 ) -> Starlette:
     """The dashboard for ``client``'s database, requiring ``token`` on every request (see
     :mod:`shardq.web.auth`). ``stats_options`` bound the counting exactly as for ``shardq stats``;
@@ -70,7 +73,10 @@ def create_app(
     samples. ``started`` is set once the application has started (its lifespan began), so a
     caller running it in a thread can wait for that instead of sleeping. ``read_token``: a second
     token that sees everything and changes nothing (see :mod:`shardq.web.auth`). ``schedules``: an
-    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page."""
+    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page.
+    ``upstream_login``: the enclosing application signs people in and hands over who they are
+    (:data:`shardq.web.auth.UPSTREAM_IDENTITY`; :mod:`shardq.contrib.django.dashboard`); only for a
+    dashboard reachable through that application alone (default False)."""
     if refresh_seconds <= 0:
         raise ValueError("refresh_seconds must be positive")
 
@@ -80,7 +86,7 @@ def create_app(
             started.set()
         yield
 
-    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token)), (stats_options or StatsOptions()).validate(), refresh_seconds,
+    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token), upstream=upstream_login), (stats_options or StatsOptions()).validate(), refresh_seconds,
                           history_points, schedules)
     app = Starlette(
         routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),

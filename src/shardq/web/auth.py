@@ -7,7 +7,8 @@ Guarantees:
   token or a live session cookie, before any route runs: without the token nothing is read or
   changed (static files included). API paths get a JSON error, pages the login form.
 * Tokens and CSRF tokens are compared with :func:`hmac.compare_digest`.
-* The cookie is ``HttpOnly``, ``SameSite=Strict``, ``Path=/``; it names a random session id
+* The cookie is ``HttpOnly``, ``SameSite=Strict``, its ``Path`` the mount prefix (``/`` at the
+  top, ``/queue-admin`` under ``Mount("/queue-admin", ...)``: see :mod:`shardq.web.mount`); it names a random session id
   kept in memory only (a restart logs everyone out). Sessions expire after
   :data:`SESSION_SECONDS`; at most :data:`SESSIONS_MAX` are kept (the oldest go first).
 * Every session has its own CSRF token. A state-changing request (POST) authenticated by the
@@ -24,6 +25,11 @@ Guarantees:
   only that token sees every page and API read and changes nothing. :class:`AuthGate` answers
   every request of it other than GET and HEAD with 403 before any route runs (``/login`` and
   ``/logout`` aside), so every action, present or future, is refused the same way.
+* An enclosing application that signs people in itself (Django's staff login) may hand over
+  the :class:`Identity` it proved in the scope (:data:`UPSTREAM_IDENTITY`); the gate takes it only
+  from a dashboard built with ``upstream=True`` (``create_app(..., upstream_login=True)``), which
+  must then be reachable only through that application. Its forms repeat the CSRF token the
+  identity carries, and its read-only identities are refused changes like the read-only token's.
 * :func:`resolve_token` refuses to serve a non-loopback address without an explicit token, and
   a chosen token shorter than :data:`TOKEN_MIN_CHARS`.
 """
@@ -44,6 +50,7 @@ from typing import Any
 from starlette.requests import cookie_parser
 
 from ..errors import InvalidInput
+from .mount import route_path
 from .throttle import Throttle
 
 COOKIE = "shardq_session"
@@ -55,6 +62,9 @@ LOGIN_PATH = "/login"
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Posts a read-only session may still make (ending its own session changes no data).
 READ_ONLY_MAY_POST = frozenset({"/logout"})
+#: The scope key under which an enclosing application that signs people in itself (Django's staff
+#: login, :mod:`shardq.contrib.django.dashboard`) hands over the :class:`Identity` it proved.
+UPSTREAM_IDENTITY = "shardq.identity"
 #: The shortest token ``--token`` / ``SHARDQ_WEB_TOKEN`` may give (a generated one has 43).
 TOKEN_MIN_CHARS = 16
 
@@ -107,16 +117,22 @@ def resolve_read_token(read_token: str | None, token: str) -> str | None:
 @dataclass(frozen=True)
 class Identity:
     """How a request proved it holds the token: ``bearer`` (header) or ``cookie`` (a session
-    with its ``csrf`` token); ``read_only`` when it holds only the read-only token."""
+    with its ``csrf`` token); ``read_only`` when it holds only the read-only token. ``upstream``:
+    the enclosing application signed the request's ``user`` in (see :class:`AuthGate`); its
+    ``csrf`` token is the one its forms must repeat."""
 
     method: str
     session_id: str | None = None
     csrf: str | None = None
     read_only: bool = False
+    user: str | None = None
 
     def describe(self, address: str) -> str:
         """Who acted, for the audit log: the kind of token, how it was shown, a short tag of the
-        session (never the session id itself), the client's address."""
+        session (never the session id itself), the client's address; or the user the enclosing
+        application signed in."""
+        if self.method == "upstream":
+            return f"{'read-only' if self.read_only else 'full access'}, {self.user or 'unnamed user'}, from {address}"
         role = "read-only token" if self.read_only else "full token"
         if self.method == "cookie" and self.session_id:
             tag = hashlib.sha256(self.session_id.encode()).hexdigest()[:8]
@@ -166,14 +182,17 @@ class Sessions:
 
 
 class Auth:
-    """The token, the sessions and the wrong-token throttle of one dashboard."""
+    """The token, the sessions and the wrong-token throttle of one dashboard. ``upstream``: an
+    :class:`Identity` the enclosing application put in the scope (:data:`UPSTREAM_IDENTITY`) is
+    taken as proven (default False: only the token and its sessions let anyone in)."""
 
     def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None, *,
-                 read_token: str | None = None) -> None:
+                 read_token: str | None = None, upstream: bool = False) -> None:
         self._token = token.encode()
         self._read_token = read_token.encode() if read_token else None
         self.sessions = sessions or Sessions()
         self.throttle = throttle or Throttle()
+        self.upstream = upstream
 
     def token_ok(self, supplied: str | bytes | None) -> bool:
         """Whether ``supplied`` is the token (text is compared as its UTF-8 bytes)."""
@@ -228,13 +247,15 @@ def csrf_ok(identity: Identity, supplied: str | None) -> bool:
     )
 
 
-def session_cookie(session_id: str) -> str:
-    """The ``Set-Cookie`` value that opens a session."""
-    return f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(SESSION_SECONDS)}"
+def session_cookie(session_id: str, prefix: str = "") -> str:
+    """The ``Set-Cookie`` value that opens a session of the dashboard mounted at ``prefix`` (the
+    cookie goes only to the dashboard's own paths, not to the application around it)."""
+    return f"{COOKIE}={session_id}; Path={prefix or '/'}; HttpOnly; SameSite=Strict; Max-Age={int(SESSION_SECONDS)}"
 
 
-def expired_cookie() -> str:
-    return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+def expired_cookie(prefix: str = "") -> str:
+    """The ``Set-Cookie`` value that ends the session cookie :func:`session_cookie` set at ``prefix``."""
+    return f"{COOKIE}=; Path={prefix or '/'}; HttpOnly; SameSite=Strict; Max-Age=0"
 
 
 def client_address(scope: Scope) -> str:
@@ -262,12 +283,16 @@ class AuthGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] == LOGIN_PATH:
+        path = route_path(scope)  # the path inside the dashboard, wherever it is mounted
+        if path == LOGIN_PATH:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         identity: Identity | None = None
-        bearer = self.auth.bearer(headers)
+        upstream = scope.get(UPSTREAM_IDENTITY)
+        if self.auth.upstream and isinstance(upstream, Identity) and upstream.method == "upstream":
+            identity = upstream  # proven by the enclosing application (only when the dashboard was built to trust it)
+        bearer = self.auth.bearer(headers) if identity is None else None
         if bearer is not None:
             address = client_address(scope)
             wait = self.auth.throttle.wait_seconds(address)
@@ -287,7 +312,7 @@ class AuthGate:
         if identity is None:
             await self.refuse(scope, None)(scope, receive, send)
             return
-        if identity.read_only and scope["method"] not in READ_METHODS and scope["path"] not in READ_ONLY_MAY_POST:
+        if identity.read_only and scope["method"] not in READ_METHODS and path not in READ_ONLY_MAY_POST:
             await self.forbid(scope)(scope, receive, send)
             return
         scope.setdefault("state", {})["identity"] = identity

@@ -18,13 +18,14 @@ from typing import Any
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from .. import dashboard as fmt
 from ..models import Accuracy
 from . import charts_view, views
 from .context import Dashboard, Failure, read_body, run_action, run_view
+from .mount import redirect, root
 
 FORM_MAX = 64 * 1024
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
@@ -96,8 +97,9 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
         count, left = request.query_params.get("n", ""), request.query_params.get("m", "")
         flash = FLASH[code].format(n=int(count) if count.isdigit() else "?", m=int(left) if left.isdigit() else "?")
     context.pop("script", None)  # every page runs the script: it asks before acting (data-confirm)
+    # root: the mount prefix ("" at the top); every link a template writes is {{ root }}/path
     page = templates.get_template(name).render(
-        css=CSS, script=True, header=context.pop("header", None),
+        css=CSS, script=True, root=root(request.scope), header=context.pop("header", None),
         signed_in=identity is not None, identity=identity, read_only=bool(identity and identity.read_only), csrf=(identity.csrf if identity else "") or "",
         flash=flash, **context,
     )
@@ -135,7 +137,8 @@ def throttled_login_page(request: Request, seconds: int) -> HTMLResponse:
 
 
 def local_path(path: str) -> str:
-    """Only a path on this server (no scheme, no host, no ``//``) may be a redirect target."""
+    """Only a path on this server (no scheme, no host, no ``//``) may be a redirect target; it is
+    a path inside the dashboard (:func:`~shardq.web.mount.redirect` adds the mount prefix)."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
     return path
@@ -248,8 +251,8 @@ async def task(request: Request) -> Response:
 async def task_lookup(request: Request) -> Response:
     wanted = request.query_params.get("id", "").strip()
     if not wanted:
-        return RedirectResponse("/", status_code=303)
-    return RedirectResponse("/tasks/" + urllib.parse.quote(wanted, safe=""), status_code=303)
+        return redirect(request, "/")
+    return redirect(request, "/tasks/" + urllib.parse.quote(wanted, safe=""))
 
 
 async def static(request: Request) -> Response:
@@ -275,7 +278,8 @@ def form_value(form: dict[str, list[str]], name: str) -> str | None:
 
 
 async def submit_form(request: Request, act: Callable[[dict[str, list[str]]], Any]) -> Response:
-    """Parse the form, check its CSRF token, run ``act`` (which returns the redirect target)."""
+    """Parse the form, check its CSRF token, run ``act`` (which returns the redirect target, a
+    path inside the dashboard: the mount prefix is added here)."""
     try:
         form = await read_form(request)
         if not Dashboard.of(request).csrf_ok(request, form_value(form, "csrf")):
@@ -283,7 +287,7 @@ async def submit_form(request: Request, act: Callable[[dict[str, list[str]]], An
         target = await act(form)
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    return RedirectResponse(target, status_code=303)
+    return redirect(request, target)
 
 
 def queue_path(queue: str, suffix: str = "") -> str:

@@ -4,11 +4,12 @@ full or the read-only token for a session cookie) and ``/logout``. See :mod:`sha
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
 from .context import Dashboard, Failure
+from .mount import redirect, root
 from .pages import error_page, form_value, local_path, login_page, read_form, submit_form, throttled_login_page
 
 
@@ -32,8 +33,8 @@ async def login(request: Request) -> Response:
         return login_page(request, 401, "That is not the token.", next_path)
     dashboard.auth.throttle.succeeded(address)
     session_id, _ = dashboard.auth.sessions.create(read_only=not full)
-    response = RedirectResponse(local_path(next_path), status_code=303)
-    response.headers.append("Set-Cookie", session_cookie(session_id))
+    response = redirect(request, local_path(next_path))
+    response.headers.append("Set-Cookie", session_cookie(session_id, root(request.scope)))
     return response
 
 
@@ -46,7 +47,7 @@ async def logout(request: Request) -> Response:
 
     response = await submit_form(request, act)
     if response.status_code == 303:
-        response.headers.append("Set-Cookie", expired_cookie())
+        response.headers.append("Set-Cookie", expired_cookie(root(request.scope)))
     return response
 
 

@@ -36,8 +36,10 @@ Guarantees
 Does not
     * join atomic blocks from async views (``defer_async`` uses its own connection: Django runs
       async ORM calls on other threads) or on psycopg2 (``connection=`` needs psycopg 3);
-    * mount the dashboard in the project's URLs: it is an ASGI (Starlette) app whose pages link
-      from the server's root; run ``shardq web`` behind your proxy for now.
+
+The dashboard mounts in the project's URLs behind Django's staff login
+(``path("queue-admin/", include("shardq.contrib.django.urls"))``; staff read, the permission
+``shardq.operate_dashboard`` acts): see :mod:`shardq.contrib.django.dashboard`.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@
     for (var i = 0; i < boxes.length; i++) { boxes[i].checked = event.target.checked; }
   });
 
+  // The dashboard's mount prefix ("" at the top, "/queue-admin" under a Mount): every path below starts with it.
+  var base = document.documentElement.getAttribute("data-root") || "";
   var root = document.getElementById("overview");
   if (!root) { return; }
   var api = root.getAttribute("data-api");
@@ -174,7 +176,7 @@
     });
     var previous = null;
     data.queues.forEach(function (q) {
-      var path = "/queues/" + encodeURIComponent(q.name);
+      var path = base + "/queues/" + encodeURIComponent(q.name);
       var tr = existing[q.name];
       delete existing[q.name];
       if (!tr) { tr = newRow(q, path); }
@@ -279,7 +281,7 @@
   function poll() {
     fetch(api, { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (r) {
-        if (r.status === 401) { window.location.assign("/login"); throw new Error("signed out"); }
+        if (r.status === 401) { window.location.assign(base + "/login"); throw new Error("signed out"); }
         if (!r.ok) {
           return r.json().then(function (body) { throw new Error("HTTP " + r.status + (body && body.error ? " " + body.error : "")); },
                                function () { throw new Error("HTTP " + r.status); });
