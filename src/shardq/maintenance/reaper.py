@@ -10,7 +10,8 @@ the decisions with one fenced statement per kind — back to ready at now + expo
 full jitter, or to ``shardq_dead`` when the attempt was the last one. On PostgreSQL it then settles
 the bucket's expired lease records (see migration 0001 for why they exist). A pass then runs the
 promotion backstop (:mod:`shardq.maintenance.promotion`), adds its counts to ``shardq_stats`` and
-prunes old counter rows and the task history past its retention (:mod:`shardq.maintenance.pruning`).
+prunes old counter rows, the task history and finished workflows past their retention
+(:mod:`shardq.maintenance.pruning`).
 
 Guarantees
     * Safe with any number of reapers and consumers at once: every change is fenced by the lease
@@ -55,7 +56,7 @@ from ..stats import ActivityTally
 from ..store import ExpiredLease, Fenced, TaskStore
 from .loop import repeat
 from .promotion import promote_due
-from .pruning import prune_counters, prune_history
+from .pruning import prune_counters, prune_history, prune_workflows
 
 log = logging.getLogger("shardq.reaper")
 
@@ -106,6 +107,7 @@ class Reaper:
         self.config = (config or ReaperConfig()).validate()
         self.rng = rng or random.Random()
         self._tally = ActivityTally()
+        self._workflows_after: tuple[object, object] | None = None  # where the workflow prune goes on
 
     def run_once(self) -> ReapResult:
         """One pass over every bucket: reap (:meth:`reap`), promote due scheduled tasks of queues
@@ -118,8 +120,9 @@ class Reaper:
         try:
             prune_counters(self.store)
             prune_history(self.store)
+            self._workflows_after = prune_workflows(self.store, after=self._workflows_after).resume_after
         except DatabaseError as exc:  # housekeeping: the next run tries again
-            log.debug("pruning old queue activity or history rows failed: %s", exc)
+            log.debug("pruning old queue activity, history or workflow rows failed: %s", exc)
         return result
 
     def reap(self, buckets: Iterable[int], settings: dict[str, QueueSettings] | None = None) -> ReapResult:

@@ -194,3 +194,55 @@ ORDER BY step
 -- name: workflow_edges_list
 -- Every (parent, child) edge of a workflow (one span of the key).
 SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID ORDER BY parent, child
+
+-- name: workflow_prune_page
+-- One page of the workflows enqueued more than keep_seconds ago, in (created_at, id) order after
+-- the cursor (NULL: from the first), through shardq_workflows_created (migration 0012). Each
+-- comes with whether it is due: no step waiting or ready, and its last step finished longer ago
+-- than the longest of keep_seconds and its steps' queues' keep_finished_seconds (a workflow left
+-- without steps by an interrupted prune counts from its creation). Each workflow's steps are one
+-- span of their key.
+SELECT w.id, w.created_at,
+       NOT EXISTS (SELECT 1 FROM shardq_workflow_steps AS s
+                   WHERE s.workflow_id = w.id AND s.state IN ('waiting', 'ready'))
+       AND coalesce((SELECT max(s.finished_at)
+                            + greatest(%(keep_seconds)s::FLOAT8, max(coalesce(q.keep_finished_seconds, 0)))
+                              * INTERVAL '1 second'
+                     FROM shardq_workflow_steps AS s
+                     LEFT JOIN shardq_queues AS q ON q.name = s.queue
+                     WHERE s.workflow_id = w.id), w.created_at) < now() AS due
+FROM shardq_workflows AS w
+WHERE w.created_at < now() - %(keep_seconds)s::FLOAT8 * INTERVAL '1 second'
+  AND (%(after_created)s::TIMESTAMPTZ IS NULL
+       OR (w.created_at, w.id) > (%(after_created)s::TIMESTAMPTZ, %(after_id)s::UUID))
+ORDER BY w.created_at, w.id
+LIMIT %(limit)s
+
+-- name: workflow_steps_prune
+-- Delete up to limit finished steps of these (due) workflows; called until it deletes fewer. A
+-- step revived meanwhile (its dead task requeued) is not finished and stays, and so does its
+-- workflow's row (workflow_prune).
+DELETE FROM shardq_workflow_steps
+WHERE (workflow_id, step) IN (
+    SELECT workflow_id, step FROM shardq_workflow_steps
+    WHERE workflow_id = ANY(%(ids)s::UUID[]) AND state IN ('succeeded', 'dead', 'cancelled')
+    LIMIT %(limit)s
+)
+RETURNING workflow_id
+
+-- name: workflow_edges_prune
+-- Delete up to limit edges of these (due) workflows; called until it deletes fewer.
+DELETE FROM shardq_workflow_edges
+WHERE (workflow_id, parent, child) IN (
+    SELECT workflow_id, parent, child FROM shardq_workflow_edges
+    WHERE workflow_id = ANY(%(ids)s::UUID[])
+    LIMIT %(limit)s
+)
+RETURNING workflow_id
+
+-- name: workflow_prune
+-- Delete the rows of these workflows that have no step left (their steps pruned first).
+DELETE FROM shardq_workflows AS w
+WHERE w.id = ANY(%(ids)s::UUID[])
+  AND NOT EXISTS (SELECT 1 FROM shardq_workflow_steps AS s WHERE s.workflow_id = w.id)
+RETURNING w.id
