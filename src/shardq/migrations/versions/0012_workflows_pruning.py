@@ -10,6 +10,9 @@ Create Date: 2026-11-27
   written by applications, so on CockroachDB the time index is hash-sharded (``USING HASH``):
   a plain one would send every new workflow to the end of one range (see migration 0008).
 
+* Downgrade drops the index by its bare name, which CockroachDB accepts (pkg/sql/parser/sql.y:
+  ``table_index_name: table_name '@' index_name | standalone_index_name``).
+
 One statement, one schema change: on CockroachDB the connection is in autocommit.
 """
 
