@@ -7,7 +7,10 @@ enqueueing N no-op calls of one app task and working them off with ``app.work(un
 
 * ``plain``: N plain tasks (``defer_many``, batches of 1,000);
 * ``fan``: one workflow, a group of N - 1 steps fanning in to one callback step;
-* ``chains``: M workflows, each a chain of N / M steps (10 by default).
+* ``chains``: M workflows, each a chain of N / M steps (10 by default);
+* ``fan-listen``: the ``fan`` run worked by a worker as deployed (not ``until_empty``: idle, it
+  waits for wake-ups over LISTEN/NOTIFY with a growing pause), stopped once the fan-in ran; its
+  CPU includes that idle wait, read only its release delay.
 
 For the work phase (enqueue excluded) it measures the worker process's CPU (all its threads) and
 the database server's CPU (every backend), each per task; ``*_over_plain`` are ratios within one
@@ -26,11 +29,12 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-KINDS = ("plain", "fan", "chains")
+KINDS = ("plain", "fan", "chains", "fan-listen")
 
 
 def one(url: str, kind: str, steps: int, chains: int) -> dict:
@@ -41,6 +45,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     app = shardq.App(url)
     ends: list[float] = []
     callback_started: list[float] = []
+    called = threading.Event()
 
     @app.task(name="bench.noop", queue="bench")
     def noop(n: int) -> None:
@@ -49,13 +54,14 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     @app.task(name="bench.callback", queue="bench")
     def callback() -> None:
         callback_started.append(time.time())
+        called.set()
 
     started = time.perf_counter()
     handles = []
     if kind == "plain":
         for start in range(0, steps, 1000):
             noop.defer_many([{"n": i} for i in range(start, min(steps, start + 1000))])
-    elif kind == "fan":
+    elif kind in ("fan", "fan-listen"):
         wf = app.workflow("fan")
         members = wf.group(*[noop.step(n=i) for i in range(steps - 1)])
         wf.add(callback.step(), after=members, name="fan-in")
@@ -70,11 +76,20 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     print("enqueued", flush=True)
     sys.stdin.readline()
     cpu, started = time.process_time(), time.perf_counter()
-    totals = app.work(until_empty=True)
+    if kind == "fan-listen":
+        worker = app.client.worker(["bench"], app)
+        running = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        running.start()
+        assert called.wait(600), "the fan-in never ran"
+        worker.stop()
+        running.join()
+        totals = worker.totals
+    else:
+        totals = app.work(until_empty=True)
     worked, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert totals.acked == steps, totals
     out = {"kind": kind, "steps": steps, "enqueue_s": enqueued, "work_s": worked, "client_cpu_s": cpu}
-    if kind == "fan":
+    if kind in ("fan", "fan-listen"):
         status = app.workflow_status(handles[0])
         assert status.state == "succeeded", status.state
         last_ack = max(s.finished_at for s in status.steps if s.name != "fan-in" and s.finished_at is not None)
@@ -150,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         report[f"{kind}_over_plain"] = statistics.median(
             statistics.median(r["cpu_ms_per_task"] for r in runs[kind])
             / statistics.median(r["cpu_ms_per_task"] for r in runs["plain"]) for runs in rounds)
-    for figure in ("release_after_ack_ms", "release_after_handler_ms"):
-        report[f"fan_{figure}"] = median("fan", figure)
+    for kind in ("fan", "fan-listen"):
+        for figure in ("release_after_ack_ms", "release_after_handler_ms"):
+            report[f"{kind}_{figure}"] = median(kind, figure)
     print(json.dumps(report))
     for key, value in report.items():
         if isinstance(value, float):
