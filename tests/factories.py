@@ -147,6 +147,35 @@ class TestDatabase:
         rows = self.sql("SELECT * FROM shardq_dead WHERE id = %(id)s", {"id": uuid.UUID(str(task_id))})
         return rows[0] if rows else None
 
+    def make_workflow(self, states: dict[str, str], *, edges: tuple[tuple[str, str], ...] = (), queue: str = "default",
+                      created_ago: float = 0.0, finished_ago: float = 0.0) -> uuid.UUID:
+        """A workflow's rows as they stand after it ran (no task rows): ``states`` by step name,
+        each finished step ``finished_ago`` seconds ago, the workflow enqueued ``created_ago``
+        seconds ago (at least ``finished_ago``), ``edges`` as (parent, child)."""
+        workflow_id = uuid.uuid4()
+        created_ago = max(created_ago, finished_ago)
+        self.sql("INSERT INTO shardq_workflows (id, name, created_at)"
+                 " VALUES (%(id)s, 'made', now() - %(ago)s * INTERVAL '1 second')", {"id": workflow_id, "ago": created_ago})
+        for step, state in states.items():
+            self.sql(
+                "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, finished_at)"
+                " VALUES (%(w)s, %(step)s, %(task)s, 't', %(queue)s, %(state)s, 0,"
+                " CASE WHEN %(state)s IN ('succeeded', 'dead', 'cancelled')"
+                " THEN now() - %(ago)s * INTERVAL '1 second' END)",
+                {"w": workflow_id, "step": step, "task": uuid.uuid4(), "queue": queue, "state": state,
+                 "ago": finished_ago})
+        for parent, child in edges:
+            self.sql("INSERT INTO shardq_workflow_edges (workflow_id, parent, child) VALUES (%(w)s, %(p)s, %(c)s)",
+                     {"w": workflow_id, "p": parent, "c": child})
+        return workflow_id
+
+    def workflow_rows(self, workflow_id: uuid.UUID) -> tuple[int, int, int]:
+        """How many rows the workflow has: (its own row, steps, edges)."""
+        params = {"w": workflow_id}
+        return (self.sql("SELECT count(*) AS n FROM shardq_workflows WHERE id = %(w)s", params)[0]["n"],
+                self.sql("SELECT count(*) AS n FROM shardq_workflow_steps WHERE workflow_id = %(w)s", params)[0]["n"],
+                self.sql("SELECT count(*) AS n FROM shardq_workflow_edges WHERE workflow_id = %(w)s", params)[0]["n"])
+
     def count(self, table: str = "shardq_tasks") -> int:
         assert table in ("shardq_tasks", "shardq_dead", "shardq_leases", "shardq_queues")
         return self.sql(f"SELECT count(*) AS n FROM {table}")[0]["n"]

@@ -97,15 +97,16 @@ def test_cockroachdb_reads_depth_per_queue_and_bucket_and_the_oldest_ready_task_
     def answer(request: Call) -> Any:
         if request.name == "stats_depth_one":
             return {"ready": 3, "due_scheduled": 1, "scheduled": 2, "leased": 4, "expired": 1, "backlog": 0,
-                    "oldest_due_scheduled": 15}
+                    "waiting": 5, "oldest_due_scheduled": 15}
         return next(heads)
 
     rows, sent = drive(COCKROACHDB.depth(["q"], [7], 100), answer)
     assert names(sent) == ["stats_depth_one", "stats_ready_head_after", "stats_ready_head_after",
                            "stats_ready_head_after"]
     assert rows == [{"queue": "q", "bucket": 7, "ready": 4, "scheduled": 2, "leased": 3, "expired": 1, "backlog": 0,
-                     "oldest_ready": 10, "ready_capped": False, "scheduled_capped": False, "leased_capped": False,
-                     "expired_capped": False, "backlog_capped": False}]
+                     "waiting": 5, "oldest_ready": 10, "ready_capped": False, "scheduled_capped": False,
+                     "leased_capped": False, "expired_capped": False, "backlog_capped": False,
+                     "waiting_capped": False}]
 
 
 def test_schema_jobs_are_read_with_internals_on_cockroachdb_and_are_none_on_postgresql():

@@ -291,7 +291,7 @@ def test_stats_json_keeps_the_contract_keys_and_adds_more_beside_them(db):
                   "mean_handler_s", "accuracy"):
         assert extra in q
     assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "expired": "exact",
-                             "backlog": "exact", "dead": "exact"}
+                             "backlog": "exact", "waiting": "exact", "dead": "exact"}
     assert q["backlog"] == 0
     assert "per_bucket" not in q
     assert {"as_of", "bucket_cap", "buckets_counted", "window_s"} <= set(data)

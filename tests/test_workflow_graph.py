@@ -84,3 +84,32 @@ def test_the_builder_refuses_bad_arguments_foreign_tasks_and_step_only_options_b
     wf.add(elsewhere.step())
     with pytest.raises(InvalidInput, match="'elsewhere' is not declared in this app"):
         wf.enqueue()  # refused before the client (which could not connect) is reached
+
+
+class _CountingNames(set):
+    """A set of step names that counts the lookups made in it."""
+
+    lookups = 0
+
+    def __contains__(self, name: object) -> bool:
+        type(self).lookups += 1
+        return super().__contains__(name)
+
+
+def test_naming_the_steps_of_a_wide_group_takes_a_few_lookups_per_step_not_one_per_earlier_step():
+    import shardq
+    from shardq.workflow_builder import Workflow
+
+    app = shardq.App("postgresql://unused.invalid/none")  # declaring only: never connects
+
+    @app.task(name="t")
+    def t(n: int) -> None: ...
+
+    wf = Workflow("wide", lambda: app.client, lambda task: task in app.tasks)
+    wf._names = _CountingNames()
+    names = wf.group(*[t.step(n=i) for i in range(2_000)])
+    wf.add(t.step(n=-1), name="t-2001")  # a name given by hand is skipped when its turn comes
+    more = wf.group(t.step(n=0), t.step(n=1))
+    assert names[:3] == ["t", "t-2", "t-3"] and names[-1] == "t-2000"
+    assert more == ["t-2002", "t-2003"]
+    assert _CountingNames.lookups < 3 * 2_004

@@ -276,11 +276,15 @@ class App:
     def workflow(self, name: str) -> Workflow:
         """Declare a workflow of this app's tasks (chains, groups, fan-ins, any graph), then
         ``.enqueue()`` it whole; see :mod:`shardq.workflow_builder` and :mod:`shardq.workflows`."""
-        return Workflow(name, lambda: self.client, lambda task: task in self.tasks)
+        return Workflow(name, lambda: self.client, lambda task: task in self.tasks, self.async_client)
 
     def workflow_status(self, workflow_id: object) -> WorkflowStatus:
         """A workflow's state and each step's (see :meth:`shardq.Client.workflow_status`)."""
         return self.client.workflow_status(workflow_id)
+
+    async def workflow_status_async(self, workflow_id: object) -> WorkflowStatus:
+        """:meth:`workflow_status` from asyncio code, through :meth:`async_client`."""
+        return await (await self.async_client()).workflow_status(workflow_id)
 
     def queues(self) -> list[str]:
         """Every queue the app's tasks use, sorted."""
@@ -337,8 +341,18 @@ class App:
         return call, declared.is_async, declared.timeout
 
     def _run_step(self, declared: AppTask[Any, Any], handle: Task, arguments: dict[str, Any]) -> object:
-        """Run a workflow step that takes ``results``: its parents' results, read first."""
+        """Run a workflow step that takes ``results``: its parents' results, read first (for an
+        ``async def`` task, awaited through this loop's asyncio client: the read never blocks the
+        worker's event loop)."""
+        if declared.is_async:
+            return self._run_step_async(declared, handle, arguments)
         return declared.run(handle, {**arguments, "results": self.client.parent_results(handle.id)})
+
+    async def _run_step_async(self, declared: AppTask[Any, Any], handle: Task, arguments: dict[str, Any]) -> object:
+        results = await (await self.async_client()).parent_results(handle.id)
+        running = declared.run(handle, {**arguments, "results": results})
+        assert inspect.isawaitable(running)  # an async def task's call is its coroutine
+        return await running
 
     def work(self, queues: Iterable[str] | None = None, *, until_empty: bool = False, **options: Any) -> WorkerTotals:
         """Run the app's tasks in this thread: ``queues`` (default: every queue of the app's

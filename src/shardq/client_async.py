@@ -10,7 +10,7 @@
 
 Guarantees
     * The same arguments, results, errors and guarantees as the sync :class:`shardq.Client`:
-      enqueue, enqueue_many, cancel and stats run the very same plans (:mod:`shardq.plans`), so
+      enqueue, enqueue_many, cancel, stats and the workflow calls run the very same plans (:mod:`shardq.plans`), so
       they send the same named statements with the same parameters. Bad input raises
       :class:`~shardq.errors.InvalidInput` before anything is sent; errors are the
       :mod:`shardq.errors` hierarchy; a paused queue is :class:`~shardq.errors.QueuePaused`.
@@ -42,7 +42,7 @@ import threading
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-from . import admin, operations, validation, waiting
+from . import admin, operations, validation, waiting, workflows
 from .client import Client
 from .config import resolve_dsn
 from .db import Dsn
@@ -56,6 +56,7 @@ from .operations import EnqueueCounts
 from .plans import Plan
 from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
 from .worker import Handler, Resolver, WorkerTotals
+from .workflow_graph import Graph
 
 log = logging.getLogger("shardq.client")
 
@@ -175,6 +176,31 @@ class AsyncClient:
 
         options.setdefault("follower_read", False)
         return await self._run(collect_plan(StatsOptions(**options).validate()))
+
+    # -- workflows (shardq.workflows) --------------------------------------------------------
+    async def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
+        """Write a whole workflow in one transaction (see :meth:`shardq.Client.enqueue_workflow`:
+        the same plan, so the same checks before anything is sent and the same statements).
+        ``connection`` as for :meth:`enqueue`: inside the caller's transaction, never committed
+        here. Usually reached through :meth:`shardq.workflow_builder.Workflow.enqueue_async`."""
+        if connection is None:
+            return await self._run(workflows.enqueue_plan(graph))
+        borrowed = await borrow_async(connection)
+        return await borrowed.run(workflows.enqueue_in_transaction_plan(graph))
+
+    async def workflow_status(self, workflow_id: object) -> workflows.WorkflowStatus:
+        """A workflow's state and each step's, by id (see :meth:`shardq.Client.workflow_status`)."""
+        return await self._run(workflows.status_plan(workflow_id))
+
+    async def parent_results(self, task_id: object) -> dict[str, object]:
+        """The results of the parents of a workflow step, by step name (see
+        :func:`shardq.workflows.parent_results`)."""
+        return await self._run(workflows.parent_results_plan(task_id))
+
+    async def cancel_workflow(self, workflow_id: object) -> int:
+        """Cancel every step of a workflow not finished yet; returns how many (see
+        :func:`shardq.workflows.cancel_plan`)."""
+        return await self._run(workflows.cancel_plan(workflow_id))
 
     # -- consuming --------------------------------------------------------------------------
     async def work(

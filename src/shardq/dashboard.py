@@ -98,16 +98,19 @@ def _lead(q: QueueStats, value: float | None) -> str:
 # -- renderables --------------------------------------------------------------------------------
 def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) -> Table:
     """One row per queue: depth, lag, rates and lead time (``wide`` adds handler timings; a
-    ``backlog`` column appears when some queue has tasks waiting for an exclusive key, an
+    ``backlog`` column appears when some queue has tasks waiting for an exclusive key, a
+    ``waiting`` one when some queue has workflow steps waiting for their parents, an
     ``expired`` one when some queue holds leases that ran out (not running: waiting for a sweep), and
     ``slots`` (held / limit) and ``throttled`` (refused claims in the window) when some queue
     has a flow limit)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   collapse_padding=True)
     backlogs = any(q.backlog for q in stats.queues.values())
+    waiting = any(q.waiting for q in stats.queues.values())
     limited = any(q.concurrency_limit is not None or q.rate_limit is not None for q in stats.queues.values())
     expired = any(q.expired for q in stats.queues.values())
     columns = ["queue", "ready", "sched", "leased"] + (["expired"] if expired else []) + (["backlog"] if backlogs else [])
+    columns += ["waiting"] if waiting else []
     columns += ["dead", "oldest", "in/s", "done/s", "fail/s", "lead time"]
     if limited:
         columns += ["slots", "throttled"]
@@ -128,6 +131,7 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
             *([Text(count_text(q.expired, q.accuracy_of("expired")), style="yellow" if q.expired else "")]
               if expired else []),
             *([count_text(q.backlog, q.accuracy_of("backlog"))] if backlogs else []),
+            *([count_text(q.waiting, q.accuracy_of("waiting"))] if waiting else []),
             Text(count_text(q.dead, q.accuracy_of("dead")), style="red" if q.dead else ""),
             duration_text(q.oldest_ready_age_s),
             rate_text(q.enqueue_rate),

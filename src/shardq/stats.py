@@ -14,7 +14,8 @@ Depth, per (queue, bucket), from the tasks table itself
     ready (a consumer or the reaper promotes it on its next pass). The ranks of the key keep the
     kinds apart: ready and leased tasks rank by priority, scheduled ones at ``RANK_SCHEDULED``
     (then by exec_time, so due and not-yet-due are two ranges), backlog entries at
-    ``RANK_BACKLOG``. On CockroachDB the state leads the key, so each count is one span of one
+    ``RANK_BACKLOG``, and so are workflow steps waiting for their parents, counted apart as
+    ``waiting`` (on PostgreSQL with a state filter over that one span, whose heap rows it visits). On CockroachDB the state leads the key, so each count is one span of one
     shard. On PostgreSQL, where the state is not in the key, the ready count is an index-only
     count of the active range (ready or leased) minus the leased tasks, which are found through
     the lease records (one per claimed batch, sized by what is in flight): a state filter would
@@ -159,8 +160,8 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
     for row in depth:
         name, bucket = row["queue"], int(row["bucket"])
         per_queue[name][bucket] = BucketDepth(row["ready"], row["scheduled"], row["leased"], row["backlog"],
-                                              row["expired"])
-        for count in ("ready", "scheduled", "leased", "expired", "backlog"):
+                                              row["expired"], row["waiting"])
+        for count in ("ready", "scheduled", "leased", "expired", "backlog", "waiting"):
             if row[f"{count}_capped"]:
                 capped[name].add(count)
         if row["oldest_ready"] is not None and (name not in oldest or row["oldest_ready"] < oldest[name]):
@@ -171,7 +172,7 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
         buckets_of = per_queue[name].values()
         totals = {
             count: sum(getattr(d, count) for d in buckets_of)
-            for count in ("ready", "scheduled", "leased", "expired", "backlog")
+            for count in ("ready", "scheduled", "leased", "expired", "backlog", "waiting")
         }
         accuracy: dict[str, Accuracy] = {}
         for count in totals:
@@ -194,6 +195,7 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
             dead=dead[name],
             oldest_ready_age_s=age,
             backlog=totals["backlog"],
+            waiting=totals["waiting"],
             accuracy=accuracy,
             activity=window.get(name, Activity()),
             window_s=window_s,

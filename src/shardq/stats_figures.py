@@ -73,7 +73,7 @@ class Accuracy(str, Enum):
 
 
 #: the depth counts of a queue, as named in :class:`QueueStats` and the stats JSON
-COUNTS = ("ready", "scheduled", "leased", "expired", "backlog", "dead")
+COUNTS = ("ready", "scheduled", "leased", "expired", "backlog", "waiting", "dead")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,8 @@ class BucketDepth:
     backlog: int = 0
     #: leased tasks whose lease has run out (their worker is likely gone; a sweep puts them back)
     expired: int = 0
+    #: workflow steps waiting for their parents (shardq.workflows)
+    waiting: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,9 @@ class QueueStats:
     #: leased tasks whose lease has run out: not running any more (the worker likely crashed),
     #: waiting for a worker's sweep or ``shardq reap`` to put them back
     expired: int = 0
+    #: workflow steps waiting for their parents (shardq.workflows): not due, not in any backlog;
+    #: their last parent's ack makes them ready
+    waiting: int = 0
 
     def accuracy_of(self, count: str) -> Accuracy:
         return self.accuracy.get(count, Accuracy.EXACT)
@@ -218,6 +223,7 @@ class Stats:
                 "dead": q.dead,
                 "oldest_ready_age_s": q.oldest_ready_age_s,
                 "backlog": q.backlog,
+                "waiting": q.waiting,
                 "accuracy": {k: q.accuracy_of(k).value for k in COUNTS},
                 "enqueue_rate": rounded(q.enqueue_rate),
                 "completion_rate": rounded(q.completion_rate),
@@ -238,7 +244,7 @@ class Stats:
             if per_bucket:
                 entry["per_bucket"] = {
                     str(b): {"ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
-                             "backlog": d.backlog}
+                             "backlog": d.backlog, "waiting": d.waiting}
                     for b, d in sorted(q.per_bucket.items())
                 }
             queues[name] = entry

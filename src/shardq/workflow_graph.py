@@ -20,6 +20,7 @@ when they all succeed; a plain step is cancelled when any parent dies or is canc
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from .errors import InvalidInput
@@ -98,9 +99,9 @@ def check(graph: Graph) -> list[StepSpec]:
         waiting[step.name] = len(step.parents)
     # Kahn's order; whatever is left never reaches zero parents: it is on a cycle or behind one.
     order: list[StepSpec] = []
-    ready = [s.name for s in steps if not s.parents]
+    ready = deque(s.name for s in steps if not s.parents)  # popped from the left: a list shifts N each time
     while ready:
-        name = ready.pop(0)
+        name = ready.popleft()
         order.append(by_name[name])
         for child in children[name]:
             waiting[child] -= 1

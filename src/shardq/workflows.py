@@ -204,7 +204,12 @@ def parent_results(store: TaskStore, task_id: object) -> dict[str, object]:
     """The results of the parents of the step whose task is ``task_id``, by step name (None where
     a parent keeps none: its task is not declared ``result=True`` or its queue keeps no finished
     tasks). One read."""
-    return store.session.run(operations.workflow_parent_results(_parse(task_id)))
+    return store.session.run(parent_results_plan(task_id))
+
+
+def parent_results_plan(task_id: object) -> Plan[dict[str, object]]:
+    """:func:`parent_results` as a plan (run by the sync and the asyncio client alike)."""
+    return operations.workflow_parent_results(_parse(task_id))
 
 
 def cancel_plan(workflow_id: object) -> Plan[int]:

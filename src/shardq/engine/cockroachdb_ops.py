@@ -153,7 +153,7 @@ class CockroachDBOperations:
                     queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
                     scheduled=row["scheduled"], leased=row["leased"], expired=row["expired"],
                     leased_capped=row["leased"] >= cap,
-                    backlog=row["backlog"], oldest=[*heads, row["oldest_due_scheduled"]],
+                    backlog=row["backlog"], waiting=row["waiting"], oldest=[*heads, row["oldest_due_scheduled"]],
                 ))
         return out
 

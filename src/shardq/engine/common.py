@@ -65,17 +65,20 @@ def key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
 
 
 def depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
-              leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list) -> dict[str, Any]:
+              leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list,
+              waiting: int = 0, backlog_capped: bool | None = None) -> dict[str, Any]:
     """One row of :meth:`shardq.engine.Engine.depth`. ``leased`` counts every leased task; the
-    row's ``leased`` is those whose lease still runs, ``expired`` the others."""
+    row's ``leased`` is those whose lease still runs, ``expired`` the others. ``waiting``: workflow
+    steps waiting for their parents (apart from ``backlog``, an exclusive key's)."""
     known = [t for t in oldest if t is not None]
     return {
         "queue": queue, "bucket": bucket,
         "ready": ready + due_scheduled, "scheduled": scheduled, "leased": max(0, leased - expired),
-        "expired": expired, "backlog": backlog,
+        "expired": expired, "backlog": backlog, "waiting": waiting,
         "oldest_ready": min(known) if known else None,
         "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
-        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap,
+        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap if backlog_capped is None else backlog_capped,
+        "waiting_capped": waiting >= cap if backlog_capped is None else backlog_capped,
     }
 
 

@@ -143,7 +143,8 @@ class PostgreSQLOperations:
                 row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
                 due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
                 expired=expired.get(key, 0),
-                leased_capped=leased_capped, backlog=row["backlog"],
+                leased_capped=leased_capped, backlog=max(0, row["backlog"] - row["waiting"]),
+                waiting=row["waiting"], backlog_capped=row["backlog"] >= cap,
                 oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
             )
             depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap

@@ -16,9 +16,17 @@ schedule's latest slot, which the scheduler reads to find missed slots. Both pru
 only by people, so that many days stay small). The reaper prunes it once per pass
 (:func:`prune_audit`), at most :data:`AUDIT_MAX_BATCHES` batches.
 
-Who runs them: the reaper prunes counters and history once per pass and every worker's settler about once a
-minute (both) (:mod:`shardq.worker.settler`); every worker running an app with schedules prunes slots
-once a minute (:class:`shardq.periodic.Scheduler`).
+Finished workflows (every step succeeded, dead or cancelled; migration 0010) are deleted with
+their steps and edges by :func:`prune_workflows`, once their last step finished longer ago than
+their retention: the longest ``keep_finished_seconds`` among the queues of their steps, and at
+least :data:`KEEP_WORKFLOWS_SECONDS` (a day). Queues keep nothing by default, yet a workflow's
+status (``shardq workflow ID``, the API, the dashboard) is what its user reads *after* it
+finished, so it outlives its tasks' history by default; a queue that keeps its finished tasks
+longer keeps its workflows as long, so a step's ``results`` and its workflow go together.
+
+Who runs them: the reaper prunes counters, history, the audit log and workflows once per pass;
+every worker's settler prunes counters and history about once a minute (:mod:`shardq.worker.settler`);
+every worker running an app with schedules prunes slots once a minute (:class:`shardq.periodic.Scheduler`).
 
 Guarantees
     * Safe from many processes at once; each statement deletes at most its batch.
@@ -26,9 +34,12 @@ Guarantees
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from ..operations import charts, registry
+from ..operations import workflows as workflow_rows
 from ..stats import RETENTION_SECONDS
 from ..store import TaskStore
 from .batches import until_short_batch
@@ -87,3 +98,60 @@ def prune_audit(store: TaskStore, *, keep_seconds: float = KEEP_AUDIT_SECONDS) -
     ``AUDIT_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many went."""
     return until_short_batch(lambda n: store.run(registry.audit_prune(keep_seconds, n)), PRUNE_BATCH,
                              max_batches=AUDIT_MAX_BATCHES)
+
+
+#: a finished workflow is kept at least this long (a day) after its last step finished
+KEEP_WORKFLOWS_SECONDS = 86_400.0
+#: at most this many pages of old workflows are walked in one call (the rest waits for the next)
+WORKFLOWS_MAX_PAGES = 20
+
+
+@dataclass(frozen=True)
+class WorkflowPrune:
+    """What :func:`prune_workflows` did: ``pruned`` workflows deleted, and ``resume_after``, the
+    cursor to pass as ``after`` next time (None: the walk reached the end)."""
+
+    pruned: int
+    resume_after: tuple[Any, Any] | None
+
+
+def prune_workflows(store: TaskStore, *, keep_seconds: float = KEEP_WORKFLOWS_SECONDS,
+                    after: tuple[Any, Any] | None = None, max_pages: int = WORKFLOWS_MAX_PAGES) -> WorkflowPrune:
+    """Delete finished workflows past their retention, with their steps and edges.
+
+    Walks the workflows enqueued more than ``keep_seconds`` ago, oldest first, a page of
+    ``PRUNE_BATCH`` at a time from the cursor ``after`` (at most ``max_pages`` pages), and deletes
+    each that is due: no step waiting or ready, and its last step finished more than the longest
+    of ``keep_seconds`` (:data:`KEEP_WORKFLOWS_SECONDS`, a day) and its steps' queues'
+    ``keep_finished_seconds`` ago. Steps, then edges, then the workflow's row go, each statement
+    at most ``PRUNE_BATCH`` rows (a workflow of 100,000 steps takes many statements, never one).
+
+    Guarantees
+        * Never deletes a workflow with a step waiting or ready; an interrupted prune (a lost
+          connection) leaves a workflow that is still due, and the next call finishes it.
+        * Safe from many processes at once; bounded statements, none holding locks for long.
+
+    Does not
+        * delete the tasks of dead steps (they stay in the dead letters, with their own purge);
+        * resume a workflow whose dead step is requeued from the dead letters *while* it is being
+          pruned: that step's task runs as a plain task (its row and edges are gone).
+
+    Returns how many workflows went and where to resume (:class:`WorkflowPrune`)."""
+    pruned = 0
+    for _ in range(max_pages):
+        page = store.run(workflow_rows.workflow_prune_page(keep_seconds, after, PRUNE_BATCH))
+        due = [workflow_id for workflow_id, _created, is_due in page if is_due]
+        if due:
+            pruned += _delete_workflows(store, due)
+        if len(page) < PRUNE_BATCH:
+            return WorkflowPrune(pruned, None)
+        after = (page[-1][1], page[-1][0])
+    return WorkflowPrune(pruned, after)
+
+
+def _delete_workflows(store: TaskStore, due: list[Any]) -> int:
+    """Steps, edges, then the rows of ``due`` workflows (a row goes only once its steps are gone)."""
+    until_short_batch(lambda n: store.run(workflow_rows.workflow_steps_prune(due, n)), PRUNE_BATCH)
+    until_short_batch(lambda n: store.run(workflow_rows.workflow_edges_prune(due, n)), PRUNE_BATCH)
+    deleted: int = store.run(workflow_rows.workflow_prune(due))
+    return deleted

@@ -10,7 +10,8 @@ the decisions with one fenced statement per kind — back to ready at now + expo
 full jitter, or to ``shardq_dead`` when the attempt was the last one. On PostgreSQL it then settles
 the bucket's expired lease records (see migration 0001 for why they exist). A pass then runs the
 promotion backstop (:mod:`shardq.maintenance.promotion`), adds its counts to ``shardq_stats`` and
-prunes old counter rows, the task history past its retention and the audit log past 90 days
+prunes old counter rows, the task history and finished workflows past their retention, and the audit
+log past 90 days
 (:mod:`shardq.maintenance.pruning`).
 
 Guarantees
@@ -56,7 +57,7 @@ from ..stats import ActivityTally
 from ..store import ExpiredLease, Fenced, TaskStore
 from .loop import repeat
 from .promotion import promote_due
-from .pruning import prune_audit, prune_counters, prune_history
+from .pruning import prune_audit, prune_counters, prune_history, prune_workflows
 
 log = logging.getLogger("shardq.reaper")
 
@@ -107,6 +108,7 @@ class Reaper:
         self.config = (config or ReaperConfig()).validate()
         self.rng = rng or random.Random()
         self._tally = ActivityTally()
+        self._workflows_after: tuple[object, object] | None = None  # where the workflow prune goes on
 
     def run_once(self) -> ReapResult:
         """One pass over every bucket: reap (:meth:`reap`), promote due scheduled tasks of queues
@@ -120,8 +122,9 @@ class Reaper:
             prune_counters(self.store)
             prune_history(self.store)
             prune_audit(self.store)
+            self._workflows_after = prune_workflows(self.store, after=self._workflows_after).resume_after
         except DatabaseError as exc:  # housekeeping: the next run tries again
-            log.debug("pruning old queue activity, history or audit rows failed: %s", exc)
+            log.debug("pruning old queue activity, history, audit or workflow rows failed: %s", exc)
         return result
 
     def reap(self, buckets: Iterable[int], settings: dict[str, QueueSettings] | None = None) -> ReapResult:

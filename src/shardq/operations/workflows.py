@@ -126,3 +126,28 @@ def workflow_steps_list(workflow_id: uuid.UUID) -> Plan[list[dict[str, Any]]]:
     for edge in edges:
         parents.setdefault(edge["child"], []).append(edge["parent"])
     return [{**row, "parents": tuple(parents.get(row["step"], ()))} for row in rows]
+
+
+def workflow_prune_page(keep_seconds: float, after: tuple[Any, uuid.UUID] | None,
+                        limit: int) -> Plan[list[tuple[uuid.UUID, Any, bool]]]:
+    """One page of workflows older than ``keep_seconds`` after the cursor ``after`` ((created_at,
+    id) of the last one seen; None: from the first), each as (id, created_at, due)."""
+    rows = yield Call("workflow_prune_page", {"keep_seconds": keep_seconds, "limit": limit,
+                                              "after_created": after[0] if after else None,
+                                              "after_id": after[1] if after else None})
+    return [(row["id"], row["created_at"], bool(row["due"])) for row in rows]
+
+
+def workflow_steps_prune(ids: Sequence[uuid.UUID], limit: int) -> Plan[int]:
+    rows = yield Call("workflow_steps_prune", {"ids": list(ids), "limit": limit})
+    return len(rows)
+
+
+def workflow_edges_prune(ids: Sequence[uuid.UUID], limit: int) -> Plan[int]:
+    rows = yield Call("workflow_edges_prune", {"ids": list(ids), "limit": limit})
+    return len(rows)
+
+
+def workflow_prune(ids: Sequence[uuid.UUID]) -> Plan[int]:
+    rows = yield Call("workflow_prune", {"ids": list(ids)})
+    return len(rows)

@@ -98,6 +98,9 @@ class Fetcher:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
                 round_started = time.monotonic()
+                # Whether something was in flight as the round began: its ack may release tasks
+                # (workflow steps, an exclusive key's backlog) after the round read the table.
+                busy_at_start = bool(table.entries)
                 answered, woken = woken, False
                 found = consumer.claim(limit=want, start_room=room, woken=answered)
                 failures = 0
@@ -146,7 +149,9 @@ class Fetcher:
                 continue
             self.totals.add(empty_rounds=1)
             idle = not table.entries
-            if config.until_empty and idle and self._done(consumer, round_started):
+            # until_empty stops only after a round that began with nothing in flight: an ack that
+            # settled during the round may have released tasks the round could not see.
+            if config.until_empty and idle and not busy_at_start and self._done(consumer, round_started):
                 log.info("a full round found nothing due, nothing is in flight and no lease has expired: done")
                 return
             empty_rounds += 1

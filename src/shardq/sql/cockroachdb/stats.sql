@@ -13,7 +13,8 @@ SET TRANSACTION AS OF SYSTEM TIME follower_read_timestamp()
 SET TRANSACTION READ ONLY
 
 -- name: stats_depth_one
--- One (queue, bucket), each count capped at cap: ready, leased and backlog tasks (one span each;
+-- One (queue, bucket), each count capped at cap: ready, leased, backlog and waiting (workflow
+-- steps waiting for their parents) tasks (one span each;
 -- expired: the leased ones whose lease has run out, read from the leased span),
 -- scheduled tasks already due (not promoted yet: they count as ready) and not yet due, and the
 -- earliest due scheduled task. The oldest ready task is found by stats_ready_head_after.
@@ -44,6 +45,10 @@ SELECT
         SELECT 1 FROM shardq_tasks
         WHERE {shard_col} = %(bucket)s AND state = 'backlog' AND queue = %(queue)s
         LIMIT %(cap)s) AS c) AS backlog,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM shardq_tasks
+        WHERE {shard_col} = %(bucket)s AND state = 'waiting' AND queue = %(queue)s
+        LIMIT %(cap)s) AS c) AS waiting,
     (SELECT min(exec_time) FROM shardq_tasks
         WHERE {shard_col} = %(bucket)s AND state = 'scheduled' AND queue = %(queue)s
           AND rank = %(scheduled_rank)s AND exec_time <= now()) AS oldest_due_scheduled

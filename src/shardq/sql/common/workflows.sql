@@ -58,38 +58,57 @@ RETURNING workflow_id, step
 -- name: workflow_children_advance
 -- Parents that succeeded: each waiting child's count drops by its parents among them. The child
 -- whose count reaches 0 is released ('ready'; an on-failure child, whose parents all succeeded,
--- is 'cancelled' instead). The UPDATE takes each child's row lock (PostgreSQL re-reads a row that a
--- concurrent ack changed before applying its own decrement; CockroachDB's serializable
--- transactions retry on 40001), so of two last parents acked at once exactly one sees 0.
+-- is 'cancelled' instead). The children's row locks are taken first, in key order (locked): two
+-- acks sharing children then queue on the first one they share instead of each holding what
+-- the other waits for — the UPDATE alone locks in whatever order its plan walks (the key's hash
+-- order for one parent, the table's for a batch with a large fan-out: a deadlock between them).
+-- PostgreSQL re-reads a row that a concurrent ack changed before applying its own decrement;
+-- CockroachDB's serializable transactions retry on 40001; so of two last parents acked at once
+-- exactly one sees 0.
 WITH hits AS (
     SELECT e.workflow_id, e.child, count(*) AS n
     FROM shardq_workflow_edges AS e
     JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
       ON e.workflow_id = d.workflow_id AND e.parent = d.step
     GROUP BY e.workflow_id, e.child
+), locked AS (
+    SELECT s.workflow_id, s.step, h.n
+    FROM shardq_workflow_steps AS s
+    JOIN hits AS h ON s.workflow_id = h.workflow_id AND s.step = h.child
+    WHERE s.state = 'waiting'
+    ORDER BY s.workflow_id, s.step
+    FOR UPDATE OF s
 )
 UPDATE shardq_workflow_steps AS s
-SET waiting_on = (s.waiting_on - h.n)::INT4,
-    state = CASE WHEN s.waiting_on - h.n > 0 THEN 'waiting' WHEN s.on_failure THEN 'cancelled' ELSE 'ready' END,
-    finished_at = CASE WHEN s.waiting_on - h.n = 0 AND s.on_failure THEN now() END
-FROM hits AS h
-WHERE s.workflow_id = h.workflow_id AND s.step = h.child AND s.state = 'waiting'
+SET waiting_on = (s.waiting_on - l.n)::INT4,
+    state = CASE WHEN s.waiting_on - l.n > 0 THEN 'waiting' WHEN s.on_failure THEN 'cancelled' ELSE 'ready' END,
+    finished_at = CASE WHEN s.waiting_on - l.n = 0 AND s.on_failure THEN now() END
+FROM locked AS l
+WHERE s.workflow_id = l.workflow_id AND s.step = l.step AND s.state = 'waiting'
 RETURNING s.workflow_id, s.step, s.task_id, s.state
 
 -- name: workflow_children_stop
 -- Parents that died (died = true) or were cancelled: each waiting child is cancelled, except that
 -- an on-failure child of a dead parent is released instead (once: it is no longer waiting after).
+-- Children are locked in key order first, as in workflow_children_advance (the same rows).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
     FROM shardq_workflow_edges AS e
     JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
       ON e.workflow_id = d.workflow_id AND e.parent = d.step
+), locked AS (
+    SELECT s.workflow_id, s.step
+    FROM shardq_workflow_steps AS s
+    JOIN hits AS h ON s.workflow_id = h.workflow_id AND s.step = h.child
+    WHERE s.state = 'waiting'
+    ORDER BY s.workflow_id, s.step
+    FOR UPDATE OF s
 )
 UPDATE shardq_workflow_steps AS s
 SET state = CASE WHEN s.on_failure AND %(died)s::BOOL THEN 'ready' ELSE 'cancelled' END,
     finished_at = CASE WHEN s.on_failure AND %(died)s::BOOL THEN NULL ELSE now() END
-FROM hits AS h
-WHERE s.workflow_id = h.workflow_id AND s.step = h.child AND s.state = 'waiting'
+FROM locked AS l
+WHERE s.workflow_id = l.workflow_id AND s.step = l.step AND s.state = 'waiting'
 RETURNING s.workflow_id, s.step, s.task_id, s.state
 
 -- name: workflow_tasks_release
@@ -194,3 +213,55 @@ ORDER BY step
 -- name: workflow_edges_list
 -- Every (parent, child) edge of a workflow (one span of the key).
 SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID ORDER BY parent, child
+
+-- name: workflow_prune_page
+-- One page of the workflows enqueued more than keep_seconds ago, in (created_at, id) order after
+-- the cursor (NULL: from the first), through shardq_workflows_created (migration 0014). Each
+-- comes with whether it is due: no step waiting or ready, and its last step finished longer ago
+-- than the longest of keep_seconds and its steps' queues' keep_finished_seconds (a workflow left
+-- without steps by an interrupted prune counts from its creation). Each workflow's steps are read
+-- once, as one span of their key (one correlated aggregate: a separate NOT EXISTS over the steps'
+-- states was planned as a hashed scan of every waiting and ready step, which shardq doctor refused).
+SELECT w.id, w.created_at,
+       coalesce((SELECT bool_and(s.state NOT IN ('waiting', 'ready'))
+                        AND max(s.finished_at)
+                            + greatest(%(keep_seconds)s::FLOAT8, max(coalesce(q.keep_finished_seconds, 0)))
+                              * INTERVAL '1 second' < now()
+                 FROM shardq_workflow_steps AS s
+                 LEFT JOIN shardq_queues AS q ON q.name = s.queue
+                 WHERE s.workflow_id = w.id), w.created_at < now()) AS due
+FROM shardq_workflows AS w
+WHERE w.created_at < now() - %(keep_seconds)s::FLOAT8 * INTERVAL '1 second'
+  AND (%(after_created)s::TIMESTAMPTZ IS NULL
+       OR (w.created_at, w.id) > (%(after_created)s::TIMESTAMPTZ, %(after_id)s::UUID))
+ORDER BY w.created_at, w.id
+LIMIT %(limit)s
+
+-- name: workflow_steps_prune
+-- Delete up to limit finished steps of these (due) workflows; called until it deletes fewer. A
+-- step revived meanwhile (its dead task requeued) is not finished and stays, and so does its
+-- workflow's row (workflow_prune).
+DELETE FROM shardq_workflow_steps
+WHERE (workflow_id, step) IN (
+    SELECT workflow_id, step FROM shardq_workflow_steps
+    WHERE workflow_id = ANY(%(ids)s::UUID[]) AND state IN ('succeeded', 'dead', 'cancelled')
+    LIMIT %(limit)s
+)
+RETURNING workflow_id
+
+-- name: workflow_edges_prune
+-- Delete up to limit edges of these (due) workflows; called until it deletes fewer.
+DELETE FROM shardq_workflow_edges
+WHERE (workflow_id, parent, child) IN (
+    SELECT workflow_id, parent, child FROM shardq_workflow_edges
+    WHERE workflow_id = ANY(%(ids)s::UUID[])
+    LIMIT %(limit)s
+)
+RETURNING workflow_id
+
+-- name: workflow_prune
+-- Delete the rows of these workflows that have no step left (their steps pruned first).
+DELETE FROM shardq_workflows AS w
+WHERE w.id = ANY(%(ids)s::UUID[])
+  AND NOT EXISTS (SELECT 1 FROM shardq_workflow_steps AS s WHERE s.workflow_id = w.id)
+RETURNING w.id

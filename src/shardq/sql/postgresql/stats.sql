@@ -17,8 +17,12 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 -- range before the LIMIT applies. oldest_ready is the earliest exec_time among the first ready row
 -- of each priority (a loose index scan over at most rank_cap priorities) and the first due
 -- scheduled row; ranks says how many priorities were visited.
-SELECT q.name AS queue, b.bucket, c.active, c.due_scheduled, c.scheduled, c.backlog, c.oldest_due_scheduled,
-       h.oldest_ready, h.ranks
+-- The backlog rank holds an exclusive key's backlog entries and workflow steps waiting for their
+-- parents (shardq.workflows): backlog counts both, index-only; waiting counts the steps among
+-- them with a state filter (heap visits, over that one span only, capped), and the caller
+-- subtracts it.
+SELECT q.name AS queue, b.bucket, c.active, c.due_scheduled, c.scheduled, c.backlog, c.waiting,
+       c.oldest_due_scheduled, h.oldest_ready, h.ranks
 FROM unnest(%(queues)s::TEXT[]) AS q(name)
 CROSS JOIN unnest(%(buckets)s::INT4[]) AS b(bucket)
 CROSS JOIN LATERAL (
@@ -39,6 +43,10 @@ CROSS JOIN LATERAL (
             SELECT 1 FROM shardq_tasks AS t
             WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(backlog_rank)s
             ORDER BY t.exec_time LIMIT %(cap)s) AS x) AS backlog,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM shardq_tasks AS t
+            WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(backlog_rank)s AND t.state = 'waiting'
+            ORDER BY t.exec_time LIMIT %(cap)s) AS x) AS waiting,
         (SELECT t.exec_time FROM shardq_tasks AS t
             WHERE t.bucket = b.bucket AND t.queue = q.name AND t.rank = %(scheduled_rank)s AND t.exec_time <= now()
             ORDER BY t.exec_time LIMIT 1) AS oldest_due_scheduled
