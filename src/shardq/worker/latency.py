@@ -13,19 +13,43 @@ for); its lead time is from its enqueue. A retried task's start wait is its firs
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Iterable
+
 from ..stats_figures import Activity
 from .inflight import ACK, InFlight
 
+#: Sums are kept as offsets from this instant: a timedelta sum per batch and one conversion,
+#: not a conversion of each task's times to epoch seconds and a call per task, which made a
+#: no-op task's worker cost measurably higher (docs/loadtest.md, "The latency counters' cost").
+_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+_ORIGIN_SECONDS = _ORIGIN.timestamp()
+_ZERO = dt.timedelta()
 
-def count(counts: Activity, entry: InFlight) -> None:
-    """Add ``entry``'s start wait (first attempts) and lead time (acks) to ``counts``; nothing for
-    a task whose handler did not run."""
-    if entry.seconds is None or entry.ended_at is None:
-        return
-    claimed = entry.claimed
-    if claimed.attempt == 1:
-        counts.first_starts += 1
-        counts.start_wait_seconds += max(0.0, entry.ended_at - entry.seconds - claimed.key.exec_time.timestamp())
-    if entry.kind == ACK:
-        counts.lead_acks += 1
-        counts.lead_seconds += max(0.0, entry.ended_at - claimed.created_at.timestamp())
+
+def count(counts: Activity, outcomes: Iterable[InFlight]) -> None:
+    """Add the start waits (first attempts) and lead times (acks) of one queue's ``outcomes`` to
+    ``counts``; nothing for a task whose handler did not run. Each batch's sum is clamped at zero
+    (a clock behind the database's cannot make it negative), not each task's wait."""
+    starts = acks = 0
+    started = ended_acks = 0.0  # worker-clock seconds since _ORIGIN, summed
+    due = enqueued = _ZERO  # database-clock offsets from _ORIGIN, summed
+    for entry in outcomes:
+        ended = entry.ended_at
+        if ended is None or entry.seconds is None:
+            continue
+        claimed = entry.claimed
+        if claimed.attempt == 1:
+            starts += 1
+            started += ended - entry.seconds - _ORIGIN_SECONDS
+            due += claimed.key.exec_time - _ORIGIN
+        if entry.kind == ACK:
+            acks += 1
+            ended_acks += ended - _ORIGIN_SECONDS
+            enqueued += claimed.created_at - _ORIGIN
+    if starts:
+        counts.first_starts += starts
+        counts.start_wait_seconds += max(0.0, started - due.total_seconds())
+    if acks:
+        counts.lead_acks += acks
+        counts.lead_seconds += max(0.0, ended_acks - enqueued.total_seconds())

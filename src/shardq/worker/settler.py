@@ -170,7 +170,7 @@ class Settler:
         fails: list[InFlight] = []
         releases: list[InFlight] = []
         reschedules: list[InFlight] = []
-        handled: dict[str, list[float]] = {}
+        handled: dict[str, list[InFlight]] = {}
         for o in outcomes:
             kind = o.kind
             if kind == ACK:
@@ -183,18 +183,18 @@ class Settler:
             else:
                 releases.append(o)
             if o.seconds is not None:
-                handled.setdefault(o.claimed.key.queue, []).append(o.seconds)
-                latency.count(self._tally.of(o.claimed.key.queue), o)
+                handled.setdefault(o.claimed.key.queue, []).append(o)
         self._settled_counts = {}
         for o in fails:
             if o.timed_out:
                 self._tally.of(o.claimed.key.queue).timeouts += 1
                 key = ("timeouts", o.claimed.key.queue)
                 self._settled_counts[key] = self._settled_counts.get(key, 0) + 1
-        for queue_name, seconds in handled.items():
+        for queue_name, ran in handled.items():
             counts = self._tally.of(queue_name)
-            counts.handled += len(seconds)
-            counts.handler_seconds += sum(seconds)
+            counts.handled += len(ran)
+            counts.handler_seconds += sum(cast(float, o.seconds) for o in ran)
+            latency.count(counts, ran)
         whole, partial, closed = self._close_claims(outcomes, acks)
         steps: list[Step] = []
         if releases:
