@@ -1,4 +1,4 @@
-"""The latency counters' sums over one queue's settled outcomes (shardq.worker.latency), without
+"""The handled counts and latency sums over one queue's settled outcomes (shardq.worker.latency), without
 a database: each task's wait from due to start and its lead time from enqueue to its end."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def test_first_attempts_add_their_wait_from_due_to_start_and_acks_their_time_fro
     counts = Activity()
     latency.count(counts, [outcome(due=2.0, enqueued=1.0, ended=10.0, seconds=3.0),  # waited 5, lead 9
                            outcome(due=4.0, enqueued=4.0, ended=6.0, seconds=0.5)])  # waited 1.5, lead 2
-    assert (counts.first_starts, counts.lead_acks) == (2, 2)
+    assert (counts.handled, counts.first_starts, counts.lead_acks) == (2, 2, 2)
+    assert counts.handler_seconds == pytest.approx(3.5)
     assert counts.start_wait_seconds == pytest.approx(6.5, abs=1e-6)
     assert counts.lead_seconds == pytest.approx(11.0, abs=1e-6)
 
@@ -37,6 +38,7 @@ def test_a_retry_adds_no_start_a_failure_no_lead_time_and_an_unrun_task_nothing(
     counts = Activity()
     latency.count(counts, [outcome(attempt=2, ended=10.0), outcome(kind=FAIL, due=1.0, ended=5.0, seconds=1.0),
                            outcome(ended=None, seconds=None)])
+    assert (counts.handled, counts.handler_seconds) == (2, pytest.approx(2.0))  # the unrun one is not counted
     assert (counts.first_starts, counts.start_wait_seconds) == (1, pytest.approx(3.0, abs=1e-6))
     assert (counts.lead_acks, counts.lead_seconds) == (1, pytest.approx(10.0, abs=1e-6))
 

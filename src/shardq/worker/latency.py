@@ -1,5 +1,6 @@
-"""The latency counters a worker adds to ``shardq_stats`` with its other counts (migration 0012),
-from which the dashboard charts lead time and enqueue-to-start latency per queue.
+"""The counts a worker adds to ``shardq_stats`` for the tasks whose handler ran: how many, their
+handler time, and the latency counters (migration 0012), from which the dashboard charts lead
+time and enqueue-to-start latency per queue.
 
 For each task whose handler ran: a first attempt counts one ``first_starts`` and the seconds from
 when it was due to its handler's start (``start_wait_seconds``); an ack counts one ``lead_acks``
@@ -28,25 +29,33 @@ _ZERO = dt.timedelta()
 
 
 def count(counts: Activity, outcomes: Iterable[InFlight]) -> None:
-    """Add the start waits (first attempts) and lead times (acks) of one queue's ``outcomes`` to
-    ``counts``; nothing for a task whose handler did not run. Each batch's sum is clamped at zero
-    (a clock behind the database's cannot make it negative), not each task's wait."""
-    starts = acks = 0
+    """Add one queue's ``outcomes`` to ``counts``: ``handled`` and ``handler_seconds``, the start
+    waits (first attempts) and the lead times (acks); nothing for a task whose handler did not
+    run. Each batch's latency sum is clamped at zero (a clock behind the database's cannot make
+    it negative), not each task's wait."""
+    handled = starts = acks = 0
+    handler_seconds = 0.0
     started = ended_acks = 0.0  # worker-clock seconds since _ORIGIN, summed
     due = enqueued = _ZERO  # database-clock offsets from _ORIGIN, summed
     for entry in outcomes:
-        ended = entry.ended_at
-        if ended is None or entry.seconds is None:
+        seconds, ended = entry.seconds, entry.ended_at
+        if seconds is None:
+            continue
+        handled += 1
+        handler_seconds += seconds
+        if ended is None:
             continue
         claimed = entry.claimed
         if claimed.attempt == 1:
             starts += 1
-            started += ended - entry.seconds - _ORIGIN_SECONDS
+            started += ended - seconds - _ORIGIN_SECONDS
             due += claimed.key.exec_time - _ORIGIN
         if entry.kind == ACK:
             acks += 1
             ended_acks += ended - _ORIGIN_SECONDS
             enqueued += claimed.created_at - _ORIGIN
+    counts.handled += handled
+    counts.handler_seconds += handler_seconds
     if starts:
         counts.first_starts += starts
         counts.start_wait_seconds += max(0.0, started - due.total_seconds())

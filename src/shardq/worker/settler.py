@@ -170,7 +170,7 @@ class Settler:
         fails: list[InFlight] = []
         releases: list[InFlight] = []
         reschedules: list[InFlight] = []
-        handled: dict[str, list[InFlight]] = {}
+        handled: dict[str, list[InFlight]] = {}  # per queue, the outcomes whose handler ran
         for o in outcomes:
             kind = o.kind
             if kind == ACK:
@@ -191,10 +191,7 @@ class Settler:
                 key = ("timeouts", o.claimed.key.queue)
                 self._settled_counts[key] = self._settled_counts.get(key, 0) + 1
         for queue_name, ran in handled.items():
-            counts = self._tally.of(queue_name)
-            counts.handled += len(ran)
-            counts.handler_seconds += sum(cast(float, o.seconds) for o in ran)
-            latency.count(counts, ran)
+            latency.count(self._tally.of(queue_name), ran)
         whole, partial, closed = self._close_claims(outcomes, acks)
         steps: list[Step] = []
         if releases:
