@@ -3,8 +3,6 @@ tasks are enqueued by the app and marked as the Spark writers mark them."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import shardq
@@ -12,6 +10,7 @@ from shardq import run_callbacks
 from shardq.consumer import Consumer
 from shardq.store import TaskStore
 
+from .concurrency import at_once
 from .factories import fenced
 
 
@@ -124,23 +123,9 @@ def test_a_task_outside_every_run_acks_as_before(app, db):
 
 
 def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
-    barrier = threading.Barrier(len(tasks))
-    errors: list[BaseException] = []
-
-    def ack(store: TaskStore, task) -> None:
-        try:
-            barrier.wait()
-            run_callbacks.remove_and_settle(store, lambda: store.task_ack_many([fenced(task)]),
-                                            {task.key.id: task.workflow_id}, "succeeded")
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=ack, args=(s, task)) for s, task in zip(stores, tasks, strict=True)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
+    """Ack each task of the run through its own store, all at once; the errors raised."""
+    return at_once(stores, tasks, lambda store, task: run_callbacks.remove_and_settle(
+        store, lambda: store.task_ack_many([fenced(task)]), {task.key.id: task.workflow_id}, "succeeded"))
 
 
 def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_exactly_once(app, db):

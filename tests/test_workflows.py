@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import shardq
@@ -13,6 +11,7 @@ from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
 from shardq.store import TaskStore
 
+from .concurrency import at_once
 from .factories import fenced, probe
 
 
@@ -178,22 +177,7 @@ def test_an_unknown_workflow_is_unknown_and_a_malformed_id_is_refused(app, db):
 
 def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
     """Ack each task through its own store, in threads let go together; the errors raised."""
-    barrier = threading.Barrier(len(tasks))
-    errors: list[BaseException] = []
-
-    def ack(store: TaskStore, task) -> None:
-        try:
-            barrier.wait()
-            workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(task)]), "succeeded")
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=ack, args=(s, task)) for s, task in zip(stores, tasks, strict=True)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
+    return _ack_at_once_many(stores, [[task] for task in tasks])
 
 
 def test_two_last_parents_acked_at_once_on_two_sessions_release_their_child_exactly_once(app, db):
@@ -302,22 +286,9 @@ def test_two_acks_crossing_the_parents_of_several_fan_ins_both_commit_without_a_
 
 
 def _ack_at_once_many(stores: list[TaskStore], batches: list[list]) -> list[BaseException]:
-    barrier = threading.Barrier(len(batches))
-    errors: list[BaseException] = []
-
-    def ack(store: TaskStore, batch: list) -> None:
-        try:
-            barrier.wait()
-            workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(t) for t in batch]), "succeeded")
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=ack, args=(s, b)) for s, b in zip(stores, batches, strict=True)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
+    """Ack each batch through its own store, all at once; the errors raised."""
+    return at_once(stores, batches, lambda store, batch: workflows.remove_and_release(
+        store, lambda: store.task_ack_many([fenced(t) for t in batch]), "succeeded"))
 
 
 def test_requeueing_a_dead_step_resumes_its_workflow_from_it(app, db):
