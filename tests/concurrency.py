@@ -3,8 +3,27 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from shardq.client import Client
+from shardq.store import TaskStore
+
+
+@contextmanager
+def own_stores(client: Client, n: int) -> Iterator[list[TaskStore]]:
+    """``n`` stores, each on a new session of its own with the layout read; the sessions are
+    closed on leaving."""
+    sessions = [client.new_session() for _ in range(n)]
+    try:
+        stores = [TaskStore(s) for s in sessions]
+        for store in stores:
+            store.layout()
+        yield stores
+    finally:
+        for session in sessions:
+            session.close()
 
 
 def at_once(stores: Sequence[Any], items: Sequence[Any], act: Callable[[Any, Any], object]) -> list[BaseException]:

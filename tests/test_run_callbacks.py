@@ -10,7 +10,7 @@ from shardq import run_callbacks
 from shardq.consumer import Consumer
 from shardq.store import TaskStore
 
-from .concurrency import at_once
+from .concurrency import at_once, own_stores
 from .factories import fenced
 
 
@@ -141,15 +141,8 @@ def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_e
         db.session.run(run_callbacks.complete_plan(run_id))
         tasks = Consumer(db.store, ["default"], batch=2).claim().tasks
         assert len(tasks) == 2 and all(run_callbacks.is_run(t.workflow_id) for t in tasks)
-        sessions = [db.client.new_session() for _ in tasks]
-        stores = [TaskStore(s) for s in sessions]
-        for store in stores:
-            store.layout()
-        try:
+        with own_stores(db.client, len(tasks)) as stores:
             assert _ack_at_once(stores, tasks) == []
-        finally:
-            for session in sessions:
-                session.close()
         assert db.session.run(run_callbacks.get_plan(run_id)).state == "ready"
         assert [r["state"] for r in db.sql("SELECT state FROM shardq_tasks")] == ["ready"]
         db.sql("DELETE FROM shardq_tasks WHERE true")

@@ -11,7 +11,7 @@ from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
 from shardq.store import TaskStore
 
-from .concurrency import at_once
+from .concurrency import at_once, own_stores
 from .factories import fenced, probe
 
 
@@ -191,15 +191,8 @@ def test_two_last_parents_acked_at_once_on_two_sessions_release_their_child_exac
         handle = wf.enqueue()
         tasks = Consumer(db.store, ["default"], batch=2).claim().tasks
         assert len(tasks) == 2
-        sessions = [db.client.new_session() for _ in tasks]
-        stores = [TaskStore(s) for s in sessions]
-        for store in stores:
-            store.layout()
-        try:
+        with own_stores(db.client, len(tasks)) as stores:
             assert _ack_at_once(stores, tasks) == []
-        finally:
-            for session in sessions:
-                session.close()
         child = {s.name: s for s in handle.status().steps}["child"]
         assert (child.state, child.waiting_on) == ("ready", 0)
         assert _task_states(db, handle)["child"] == "ready"
@@ -272,15 +265,8 @@ def test_two_acks_crossing_the_parents_of_several_fan_ins_both_commit_without_a_
         first = {h.task_ids["t"] for h in handles}
         halves = [[task for task in tasks if (task.id in first) is side] for side in (True, False)]
         halves[1].reverse()  # the second ack names the fan-ins in the opposite order
-        sessions = [db.client.new_session() for _ in halves]
-        stores = [TaskStore(s) for s in sessions]
-        for store in stores:
-            store.layout()
-        try:
+        with own_stores(db.client, len(halves)) as stores:
             assert _ack_at_once_many(stores, halves) == []
-        finally:
-            for session in sessions:
-                session.close()
         assert {h.status().steps[0].state for h in handles} == {"ready"}  # "child" sorts first
         db.sql("DELETE FROM shardq_tasks WHERE true")
 
