@@ -135,6 +135,7 @@ def test_requeueing_one_then_all_dead_tasks_and_the_payload_stays_text(site):
     expect(site.locator(".flash")).to_have_text("Requeued 1 dead task(s).")
     assert db.dead_row(poison.key.id) is None and db.task_row(poison.key.id)["state"] == "ready"
     expect(site.locator("#dead tbody tr")).to_have_count(2)
+    site.wait_for_load_state()  # the rows show while the page still parses; its script (the question) comes after
     assert not dialogs  # one task: no question
     answers.append("no")
     site.click("#requeue-all")
