@@ -75,11 +75,21 @@ def main(argv: list[str] | None = None) -> int:
         theirs = [r["over_raw"] for r in runs if r["round"] == round_ + 1 and r["side"] == "ref"]
         ratios.append(statistics.mean(mine) / statistics.mean(theirs))
     verdict = statistics.median(ratios)
+    # CPU per task beyond the raw bound's in the same run: the steadier sign on a shared machine,
+    # where a neighbour's load moves both rates of a run but little of what each task costs.
+    beyond = {side: [r["cpu_shardq"] - r["cpu_raw"] for r in runs
+                     if r["side"] == side and r.get("cpu_shardq") is not None and r.get("cpu_raw") is not None]
+              for side in ("ref", "this")}
+    beyond_median = {side: statistics.median(values) if values else None for side, values in beyond.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "versus.json").write_text(json.dumps({"ref": args.ref, "runs": runs, "ratios": ratios,
-                                                       "median": verdict}, indent=2))
+                                                       "median": verdict, "cpu_beyond_raw": beyond,
+                                                       "cpu_beyond_raw_median": beyond_median}, indent=2))
     def cpu(value: float | None) -> str:
         return "–" if value is None else f"{value:.0f}"
+
+    def tenths(value: float | None) -> str:
+        return "–" if value is None else f"{value:.1f}"
 
     rows = "\n".join(f"| {r['round']} | {r['side']} | {r['over_raw']:.3f} | {r['shardq']:,.0f} | {r['raw']:,.0f} | "
                      f"{cpu(r.get('cpu_shardq'))} / {cpu(r.get('cpu_raw'))} |" for r in runs)
@@ -89,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         "shardq paired in ABBA order within the run); runs alternate ref, this, this, ref.\n\n"
         "| round | code | shardq / raw (paired median) | shardq tasks/s | raw tasks/s | CPU µs/task shardq / raw |\n"
         "|---|---|---|---|---|---|\n"
-        f"{rows}\n\nthis / ref per round: {', '.join(f'{r:.3f}' for r in ratios)}; median **{verdict:.3f}**.\n")
+        f"{rows}\n\nthis / ref per round: {', '.join(f'{r:.3f}' for r in ratios)}; median **{verdict:.3f}**.\n"
+        f"\nCPU µs per task beyond the raw bound's in the same run (shardq − raw), median: "
+        f"ref {tenths(beyond_median['ref'])}, this {tenths(beyond_median['this'])}.\n")
     print(f"this / {args.ref}: {', '.join(f'{r:.3f}' for r in ratios)}; median {verdict:.3f}")
     return 0
 

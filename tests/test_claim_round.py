@@ -48,8 +48,8 @@ def test_a_round_claim_scans_each_bucket_span_of_the_primary_key(seeded):
     tree = plan(
         seeded,
         "task_claim_round",
-        {"buckets": [2, 3, 0, 1], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 100, "lease_seconds": 30,
-             "backlog_rank": RANK_BACKLOG},
+        {"buckets": [2, 3, 0, 1], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 100,
+         "lease_seconds": 30, "durable": False, "backlog_rank": RANK_BACKLOG},
     )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)

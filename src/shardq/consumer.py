@@ -153,7 +153,9 @@ class Consumer:
         it took tasks from (the statement's time on the first; None on the others), or one empty
         poll."""
         started = time.perf_counter()
-        tasks = self.store.claim(buckets, queue, limit, lease)
+        # Durable only where a flow limit's slots or tokens share the claim's transaction: the
+        # rest may commit without waiting for disk (see shardq.engine.Engine.claim).
+        tasks = self.store.claim(buckets, queue, limit, lease, durable=self.settings(queue).limited)
         seconds: float | None = time.perf_counter() - started
         if len(buckets) == 1 or not tasks:
             result.polls.append((buckets[0], queue, seconds, len(tasks)))

@@ -133,10 +133,11 @@ class TaskStore:
         """See :meth:`shardq.engine.Engine.claim_groups`."""
         return self.session.engine.claim_groups(visit_count, turn)
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
+              durable: bool = True) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks of ``queue`` from ``buckets``, one statement (see
         :meth:`shardq.engine.Engine.claim`)."""
-        return self.session.run(self.session.engine.claim(buckets, queue, limit, lease_seconds))
+        return self.session.run(self.session.engine.claim(buckets, queue, limit, lease_seconds, durable=durable))
 
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> int:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready; returns how many."""

@@ -155,10 +155,14 @@ class Engine(ABC):
         can give each its turn to be drained first."""
 
     @abstractmethod
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
+              durable: bool = True) -> Plan[list[ClaimedTask]]:
         """Lease up to ``limit`` ready tasks of ``queue`` from ``buckets`` (one group of
         :meth:`claim_groups`), one statement; returned in claim order (rank, then exec_time).
-        Tasks of one bucket share one lease token."""
+        Tasks of one bucket share one lease token. ``durable=False`` lets the engine commit the
+        claim without waiting for it to reach disk where it can (PostgreSQL: asynchronous commit;
+        a claim lost in a server crash leaves its tasks ready again, so they run again, as
+        at-least-once allows); a claim that takes a task with an exclusive key is durable anyway."""
 
     @abstractmethod
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:

@@ -85,8 +85,10 @@ class CockroachDBOperations:
         # it returns (cockroachdb#121917): one bucket per claim statement.
         return _one_bucket_groups(visit_count)
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
-        """``task_claim_batch`` in the one bucket of ``buckets``."""
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
+              durable: bool = True) -> Plan[list[ClaimedTask]]:
+        """``task_claim_batch`` in the one bucket of ``buckets``. Always durable: a CockroachDB
+        commit is replicated before it returns, and there is nothing to relax."""
         (bucket,) = buckets
         return (yield from claim_batch(bucket, queue, limit, lease_seconds))
 

@@ -38,14 +38,15 @@ class PostgreSQLOperations:
         # whose tasks trickle into every bucket costs one statement per round, not one per bucket.
         return [[(turn + i) % visit_count for i in range(visit_count)]]
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
+    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
+              durable: bool = True) -> Plan[list[ClaimedTask]]:
         """``task_claim_round``: bucket by bucket in the order given, each bucket's tasks under a
-        lease token of their own."""
+        lease token of their own; not durable, committed asynchronously (see the statement)."""
         tokens = [uuid.uuid4() for _ in buckets]
         rows = yield Call(
             "task_claim_round",
             {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
-             "lease_seconds": lease_seconds, **RANKS},
+             "lease_seconds": lease_seconds, "durable": durable, **RANKS},
             binary=True, tuples=True,
         )
         rows.sort(key=_claim_row_order)

@@ -75,13 +75,26 @@ WITH picked AS MATERIALIZED (
     SELECT lease_token, bucket, %(queue)s, max(lease_expires_at), array_agg(rank), array_agg(exec_time), array_agg(id)
     FROM claimed
     GROUP BY lease_token, bucket
+), commit_mode AS (
+    -- Unless asked to be durable, the claim commits without waiting for its WAL flush
+    -- (synchronous_commit = off for this statement's transaction only), which was one of the two
+    -- flushes every task waited for before its handler started (docs/latency.md). A claim lost in a
+    -- server crash leaves its tasks ready, to be claimed and run again: at-least-once, as after a
+    -- worker's crash, and the next synchronous commit on the server (any ack) flushes it anyway. A
+    -- claim that took a task with an exclusive key keeps the session's setting: that task's lease
+    -- is what keeps its key's next task from running beside it.
+    SELECT set_config('synchronous_commit',
+                      CASE WHEN %(durable)s::BOOL OR bool_or(exclusive_key IS NOT NULL)
+                           THEN current_setting('synchronous_commit') ELSE 'off' END,
+                      true) AS mode
+    FROM claimed
 )
 -- Only what the caller cannot know, since a result row is decoded per task: not the token (the
 -- caller chose each bucket's), the queue (one per statement) or the priority (a ready task's rank
 -- is its priority). Column order is ClaimedTask.from_claim_row's.
 SELECT bucket, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at, exclusive_key,
        workflow_id
-FROM claimed
+FROM claimed CROSS JOIN commit_mode
 
 -- name: task_promote_due
 -- Make due scheduled tasks of one queue in one bucket ready (rank = their priority). The span
