@@ -76,6 +76,8 @@ _PENDING_MAX = 100_000
 # (queue, task name) pairs whose shared span attributes are kept; more start the cache over.
 _BASES_MAX = 1_000
 _ROOT = context_api.Context()  # settle spans are roots: a batch settles tasks of many traces
+_SUCCEEDED = {"shardq.outcome": "success"}
+_RETRIED = {"shardq.outcome": "retry"}
 
 
 class OpenTelemetry(instrumentation.Instrument):
@@ -101,6 +103,8 @@ class OpenTelemetry(instrumentation.Instrument):
         self._last_carrier: tuple[str | None, Any, list[Link]] = (None, None, [])
         # (queue, task name) -> the process span's name and the attributes all its tasks share
         self._bases: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        # process spans made in one go at the task's end, under the SDK (None: another tracer)
+        self._process_spans = _process_spans(self.tracer)
 
     # -- producer side ---------------------------------------------------------------------------
 
@@ -162,6 +166,8 @@ class OpenTelemetry(instrumentation.Instrument):
                 context = context_api.Context()
             sent = trace.get_current_span(context).get_span_context()
             links = [Link(sent)] if sent.is_valid else []
+            if self._process_spans is not None:
+                self._process_spans.prepare_links(links)
             self._last_carrier = (traceparent, context, links)
         return (context if links and BATCH_KEY not in carrier else None), links
 
@@ -179,8 +185,11 @@ class OpenTelemetry(instrumentation.Instrument):
                 "messaging.operation.type": "process", "messaging.destination.name": queue,
                 "shardq.task.name": task})
         name, shared = base
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links, attributes={
-            **shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt})
+        attributes = {**shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt}
+        span = None if self._process_spans is None else self._process_spans.start(name, parent, links, attributes)
+        if span is None:
+            span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links,
+                                          attributes=attributes)
         token = context_api.attach(trace.set_span_in_context(span))
         return span, token, queue, task_id, time.perf_counter()
 
@@ -188,15 +197,16 @@ class OpenTelemetry(instrumentation.Instrument):
         span, token, queue, task_id, t0 = started
         seconds = time.perf_counter() - t0
         context_api.detach(token)  # type: ignore[arg-type]
-        if exc is None:
-            span.set_attribute("shardq.outcome", "success")
-        elif isinstance(exc, Retry):
-            span.set_attribute("shardq.outcome", "retry")
-        else:
+        if exc is None or isinstance(exc, Retry):
+            outcome = _SUCCEEDED if exc is None else _RETRIED
+            if self._process_spans is None or not self._process_spans.end_unchanged(span, outcome):
+                span.set_attributes(outcome)
+                span.end()
+        else:  # a deferred process span becomes the SDK's span here (the exception event is the SDK's)
             span.set_attributes({"shardq.outcome": "error", "error.type": type(exc).__qualname__})
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-        span.end()
+            span.end()
         self.process_seconds.record(seconds, {"messaging.destination.name": queue})
         context = span.get_span_context()
         # Only a sampled span is worth a settle link: a sampler that keeps a fraction of traces
@@ -243,6 +253,15 @@ class OpenTelemetry(instrumentation.Instrument):
                                           links=[Link(context) for context, _end, _id in items],
                                           attributes=attributes, start_time=min(end for _c, end, _i in items))
             span.end()
+
+
+def _process_spans(tracer: trace.Tracer) -> Any:
+    """The cheap process spans for ``tracer`` if it is the SDK's (None without the SDK installed)."""
+    try:
+        from .otel_process_span import ProcessSpans
+    except ImportError:  # the API alone: its no-op tracer costs nothing to start spans with
+        return None
+    return ProcessSpans.of(tracer)
 
 
 _installed: OpenTelemetry | None = None
