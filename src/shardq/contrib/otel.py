@@ -103,8 +103,8 @@ class OpenTelemetry(instrumentation.Instrument):
         self._last_carrier: tuple[str | None, Any, list[Link]] = (None, None, [])
         # (queue, task name) -> the process span's name and the attributes all its tasks share
         self._bases: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-        # process spans made in one go at the task's end, under the SDK (None: another tracer)
-        self._process_spans = _process_spans(self.tracer)
+        # process and settle spans made in one go at their end, under the SDK (None: another tracer)
+        self._spans = _finished_spans(self.tracer)
 
     # -- producer side ---------------------------------------------------------------------------
 
@@ -166,8 +166,8 @@ class OpenTelemetry(instrumentation.Instrument):
                 context = context_api.Context()
             sent = trace.get_current_span(context).get_span_context()
             links = [Link(sent)] if sent.is_valid else []
-            if self._process_spans is not None:
-                self._process_spans.prepare_links(links)
+            if self._spans is not None:
+                self._spans.prepare_links(links)
             self._last_carrier = (traceparent, context, links)
         return (context if links and BATCH_KEY not in carrier else None), links
 
@@ -186,7 +186,8 @@ class OpenTelemetry(instrumentation.Instrument):
                 "shardq.task.name": task})
         name, shared = base
         attributes = {**shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt}
-        span = None if self._process_spans is None else self._process_spans.start(name, parent, links, attributes)
+        spans = self._spans
+        span = None if spans is None else spans.start(name, SpanKind.CONSUMER, parent, links, attributes)
         if span is None:
             span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links,
                                           attributes=attributes)
@@ -199,7 +200,7 @@ class OpenTelemetry(instrumentation.Instrument):
         context_api.detach(token)  # type: ignore[arg-type]
         if exc is None or isinstance(exc, Retry):
             outcome = _SUCCEEDED if exc is None else _RETRIED
-            if self._process_spans is None or not self._process_spans.end_unchanged(span, outcome):
+            if self._spans is None or not self._spans.end_unchanged(span, outcome):
                 span.set_attributes(outcome)
                 span.end()
         else:  # a deferred process span becomes the SDK's span here (the exception event is the SDK's)
@@ -249,19 +250,29 @@ class OpenTelemetry(instrumentation.Instrument):
                 attributes["messaging.message.id"] = items[0][2]
             else:
                 attributes["messaging.batch.message_count"] = len(items)
+            contexts = [context for context, _end, _id in items]
+            started = min(end for _c, end, _i in items)
+            spans = self._spans
+            if spans is not None:
+                span = spans.start(f"settle {queue}", SpanKind.CLIENT, _ROOT, spans.links_to(contexts), attributes,
+                                   started)
+                if span is not None:
+                    if not spans.end_unchanged(span, {}):  # unsampled, or the SDK's span after all
+                        span.end()
+                    continue
             span = self.tracer.start_span(f"settle {queue}", context=_ROOT, kind=SpanKind.CLIENT,
-                                          links=[Link(context) for context, _end, _id in items],
-                                          attributes=attributes, start_time=min(end for _c, end, _i in items))
+                                          links=[Link(context) for context in contexts], attributes=attributes,
+                                          start_time=started)
             span.end()
 
 
-def _process_spans(tracer: trace.Tracer) -> Any:
-    """The cheap process spans for ``tracer`` if it is the SDK's (None without the SDK installed)."""
+def _finished_spans(tracer: trace.Tracer) -> Any:
+    """Spans made in one go for ``tracer`` if it is the SDK's (None without the SDK installed)."""
     try:
-        from .otel_process_span import ProcessSpans
+        from .otel_spans import FinishedSpans
     except ImportError:  # the API alone: its no-op tracer costs nothing to start spans with
         return None
-    return ProcessSpans.of(tracer)
+    return FinishedSpans.of(tracer)
 
 
 _installed: OpenTelemetry | None = None

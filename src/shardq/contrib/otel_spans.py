@@ -1,5 +1,5 @@
-"""A task's ``process`` span made in one go when the task ends: the cheap path of
-:mod:`shardq.contrib.otel` under the OpenTelemetry SDK (see docs/otel-cost.md).
+"""Spans made in one go when they end: the cheap path of :mod:`shardq.contrib.otel` under the
+OpenTelemetry SDK, for a task's ``process`` span and a batch's ``settle`` span (see docs/otel-cost.md).
 
 The SDK's own span (``Tracer.start_span``) validates and copies every attribute into a locked
 ``BoundedAttributes``, does the same for each link, and takes its lock on every change and at its
@@ -42,6 +42,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanKind, TraceFlags
 
 # The SDK's processors whose on_start and _on_ending are no-ops (exact types: a subclass may not be).
@@ -56,18 +57,20 @@ class DeferredSpan(trace_api.Span):
     """The current span while a task runs: its context for children, the SDK's real span as soon
     as anything changes it (see the module doc)."""
 
-    def __init__(self, maker: ProcessSpans, name: str, context: trace_api.SpanContext,
+    def __init__(self, maker: FinishedSpans, name: str, kind: SpanKind, context: trace_api.SpanContext,
                  parent: trace_api.SpanContext | None, parent_context: context_api.Context | None,
-                 attributes: Mapping[str, Any], links: Sequence[Link], end_metrics: Any) -> None:
+                 attributes: Mapping[str, Any], links: Sequence[Link], end_metrics: Any,
+                 start_time: int | None) -> None:
         self._maker = maker
         self._name = name
+        self._kind = kind
         self._context = context
         self._parent = parent
         self._parent_context = parent_context
         self._attributes = attributes
         self._links = links
         self._end_metrics = end_metrics
-        self._start = time_ns()
+        self._start = time_ns() if start_time is None else start_time
         self.real: sdk_trace.Span | None = None
 
     def materialize(self) -> sdk_trace.Span:
@@ -77,7 +80,7 @@ class DeferredSpan(trace_api.Span):
             span = sdk_trace._Span(  # what Tracer.start_span makes
                 name=self._name, context=self._context, parent=self._parent, sampler=tracer.sampler,
                 resource=tracer.resource, attributes=self._attributes, span_processor=tracer.span_processor,
-                kind=SpanKind.CONSUMER, links=self._links, instrumentation_info=tracer.instrumentation_info,
+                kind=self._kind, links=self._links, instrumentation_info=tracer.instrumentation_info,
                 limits=tracer._span_limits, instrumentation_scope=tracer._instrumentation_scope,
                 record_end_metrics=self._end_metrics)
             span.start(start_time=self._start, parent_context=self._parent_context)
@@ -92,7 +95,8 @@ class DeferredSpan(trace_api.Span):
         self._end_metrics()
         tracer.span_processor.on_end(sdk_trace.ReadableSpan(
             name=self._name, context=self._context, parent=self._parent, resource=tracer.resource,
-            attributes={**self._attributes, **attributes}, links=self._links, kind=SpanKind.CONSUMER,
+            attributes={**self._attributes, **attributes}, kind=self._kind,
+            links=BoundedList.from_seq(tracer._span_limits.max_links, self._links),
             instrumentation_info=tracer.instrumentation_info, start_time=self._start, end_time=end,
             instrumentation_scope=tracer._instrumentation_scope))
 
@@ -130,16 +134,17 @@ class DeferredSpan(trace_api.Span):
         self.materialize().end(end_time)
 
 
-class ProcessSpans:
+class FinishedSpans:
     """Starts process spans for one SDK tracer the cheap way, when that is faithful (see the
     module doc); :meth:`of` says whether the tracer is the SDK's at all."""
 
     def __init__(self, tracer: Any) -> None:
         self.tracer = tracer
         self._checked: object = None  # the processor tuple found inert (the SDK replaces it on add)
+        self._no_attributes: BoundedAttributes | None = None
 
     @classmethod
-    def of(cls, tracer: Any) -> ProcessSpans | None:
+    def of(cls, tracer: Any) -> FinishedSpans | None:
         # The SDK whose start_span this repeats (written against 1.45: span metrics, tracer configs, random trace ids)
         if type(tracer) is not sdk_trace.Tracer or not hasattr(TraceFlags, "RANDOM_TRACE_ID") or not all(
                 hasattr(tracer, name) for name in ("_span_limits", "_instrumentation_scope", "_tracer_metrics",
@@ -170,17 +175,26 @@ class ProcessSpans:
         return True
 
     def prepare_links(self, links: list[Link]) -> None:
-        """Give each link the attributes the SDK gives a span's links (once per carrier, not per task)."""
+        """Give each link the attributes the SDK gives a span's links (as ``Span._new_links`` does;
+        once per carrier, not per task)."""
         limits = self.tracer._span_limits
         for link in links:
-            link._attributes = BoundedAttributes(  # as Span._new_links does
-                limits.max_link_attributes, link.attributes, max_value_len=limits.max_attribute_length,
-                immutable=True)
+            link._attributes = BoundedAttributes(limits.max_link_attributes, link.attributes,
+                                                 max_value_len=limits.max_attribute_length, immutable=True)
 
-    def start(self, name: str, parent_context: context_api.Context | None, links: list[Link],
-              attributes: dict[str, Any]) -> trace_api.Span | None:
-        """The task's process span as ``Tracer.start_span`` would start it (``kind`` CONSUMER);
-        None when this path would not be faithful (the caller then asks the SDK)."""
+    def links_to(self, contexts: list[trace_api.SpanContext]) -> list[Link]:
+        """Links without attributes to ``contexts`` (valid ones), as the SDK keeps them: its empty
+        ``BoundedAttributes``, made once and shared (it is immutable) rather than once per link."""
+        limits = self.tracer._span_limits
+        if self._no_attributes is None or self._no_attributes.maxlen != limits.max_link_attributes:
+            self._no_attributes = BoundedAttributes(limits.max_link_attributes, None,
+                                                    max_value_len=limits.max_attribute_length, immutable=True)
+        return [Link(context, self._no_attributes) for context in contexts]
+
+    def start(self, name: str, kind: SpanKind, parent_context: context_api.Context | None, links: list[Link],
+              attributes: dict[str, Any], start_time: int | None = None) -> trace_api.Span | None:
+        """The span as ``Tracer.start_span`` would start it; None when this path would not be
+        faithful (the caller then asks the SDK)."""
         if not self._faithful():
             return None
         tracer = self.tracer
@@ -195,7 +209,7 @@ class ProcessSpans:
         else:
             trace_id = parent.trace_id
             random = parent.trace_flags.random_trace_id
-        result = tracer.sampler.should_sample(parent_context, trace_id, name, SpanKind.CONSUMER, attributes, links)
+        result = tracer.sampler.should_sample(parent_context, trace_id, name, kind, attributes, links)
         flags = _SAMPLED if result.decision.is_sampled() else _NOT_SAMPLED
         if random:
             flags = TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID)
@@ -204,7 +218,8 @@ class ProcessSpans:
         end_metrics = tracer._tracer_metrics.start_span(parent, result.decision)
         if not result.decision.is_recording():
             return trace_api.NonRecordingSpan(context)
-        span = DeferredSpan(self, name, context, parent, parent_context, result.attributes, links, end_metrics)
+        span = DeferredSpan(self, name, kind, context, parent, parent_context, result.attributes, links, end_metrics,
+                            start_time)
         if result.attributes != attributes:  # the sampler changed them: the SDK's span cleans them
             span.materialize()
         return span

@@ -1,5 +1,5 @@
-"""The process span made in one go at the task's end (shardq.contrib.otel_process_span) against
-the SDK's own span: the same tasks run through the instrument both ways, with an id generator that
+"""Process and settle spans made in one go at their end (shardq.contrib.otel_spans) against
+the SDK's own spans: the same tasks run through the instrument both ways, with an id generator that
 counts, hand the SDK's InMemorySpanExporter the same spans (every field but the clock); a
 function's own spans are children of the process span; a processor that acts at a span's start,
 or a limit that would cut attributes, gets the SDK's span."""
@@ -7,6 +7,7 @@ or a limit that would cut attributes, gets the SDK's span."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -23,7 +24,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from shardq.contrib import otel
-from shardq.contrib.otel_process_span import DeferredSpan
+from shardq.contrib.otel_spans import DeferredSpan
 from shardq.errors import Retry
 
 
@@ -53,7 +54,7 @@ def _run(provider: TracerProvider, *, deferred: bool) -> tuple[Any, list[Any]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     instrument = otel.OpenTelemetry(provider)
     if not deferred:
-        instrument._process_spans = None  # the SDK's start_span for every process span
+        instrument._spans = None  # the SDK's start_span for every process span
     tracer = provider.get_tracer("the application")
 
     def ok() -> None:
@@ -91,10 +92,8 @@ def _run(provider: TracerProvider, *, deferred: bool) -> tuple[Any, list[Any]]:
             is_async = function is waits
             run = instrument.running(function, is_async=is_async, task=f"mail.{function.__name__}", handle=handle,
                                      carrier=carrier)
-            try:
+            with contextlib.suppress(Retry, ValueError):  # the outcome is recorded on the span
                 asyncio.run(run()) if is_async else run()
-            except (Retry, ValueError):
-                pass
             instrument.on_event("acked", handle, {})
     instrument.on_event("settled", None, {"counts": {("acked", "mail"): number}})
     return instrument, exporter.get_finished_spans()
@@ -111,14 +110,18 @@ def _without_clock(span: Any) -> dict:
     return record
 
 
-def test_the_deferred_process_span_gives_the_exporter_what_the_sdks_span_gives():
-    instrument, made_at_end = _run(TracerProvider(id_generator=_Counting()), deferred=True)
-    assert instrument._process_spans is not None
-    _, sdk_made = _run(TracerProvider(id_generator=_Counting()), deferred=False)
+@pytest.mark.parametrize("limits", [None, SpanLimits(max_links=4, max_span_attributes=8)],
+                         ids=["default limits", "few links and attributes"])
+def test_spans_made_in_one_go_give_the_exporter_what_the_sdks_spans_give(limits):
+    instrument, made_at_end = _run(TracerProvider(id_generator=_Counting(), span_limits=limits), deferred=True)
+    assert instrument._spans is not None
+    _, sdk_made = _run(TracerProvider(id_generator=_Counting(), span_limits=limits), deferred=False)
     assert [_without_clock(s) for s in made_at_end] == [_without_clock(s) for s in sdk_made]
     names = [s.name for s in made_at_end]
     assert names.count("process mail") == 18 and names.count("settle mail") == 1
     assert all(s.end_time >= s.start_time for s in made_at_end)
+    settle = next(s for s in made_at_end if s.name == "settle mail")
+    assert settle.dropped_links == (14 if limits else 0)  # 18 tasks settled together, 4 links kept
 
 
 def test_a_function_that_starts_spans_gets_the_process_span_as_their_parent():
