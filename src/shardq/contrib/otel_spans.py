@@ -53,6 +53,14 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 
+def _kept(limit: int | None, links: Sequence[Link]) -> Sequence[Link]:
+    """The links a span keeps under the SDK's ``limit``: the SDK's ``BoundedList`` (which counts
+    the dropped ones) when some must go, else a tuple (what ``ReadableSpan.links`` gives anyway)."""
+    if limit is not None and len(links) > limit:
+        return BoundedList.from_seq(limit, links)
+    return tuple(links)
+
+
 class DeferredSpan(trace_api.Span):
     """The current span while a task runs: its context for children, the SDK's real span as soon
     as anything changes it (see the module doc)."""
@@ -96,7 +104,7 @@ class DeferredSpan(trace_api.Span):
         tracer.span_processor.on_end(sdk_trace.ReadableSpan(
             name=self._name, context=self._context, parent=self._parent, resource=tracer.resource,
             attributes={**self._attributes, **attributes}, kind=self._kind,
-            links=BoundedList.from_seq(tracer._span_limits.max_links, self._links),
+            links=_kept(tracer._span_limits.max_links, self._links),
             instrumentation_info=tracer.instrumentation_info, start_time=self._start, end_time=end,
             instrumentation_scope=tracer._instrumentation_scope))
 
@@ -142,6 +150,8 @@ class FinishedSpans:
         self.tracer = tracer
         self._checked: object = None  # the processor tuple found inert (the SDK replaces it on add)
         self._no_attributes: BoundedAttributes | None = None
+        # the last parent context seen and its span's context: a defer_many's tasks share one
+        self._last_parent: tuple[object, trace_api.SpanContext | None] = (None, None)
 
     @classmethod
     def of(cls, tracer: Any) -> FinishedSpans | None:
@@ -201,7 +211,10 @@ class FinishedSpans:
         limit = tracer._span_limits.max_span_attributes
         if limit is not None and len(attributes) + _ADDED_AT_END > limit:
             return None
-        parent: trace_api.SpanContext | None = trace_api.get_current_span(parent_context).get_span_context()
+        last, parent = self._last_parent
+        if parent_context is None or parent_context is not last:  # None: the current context, as the SDK reads it
+            parent = trace_api.get_current_span(parent_context).get_span_context()
+            self._last_parent = (parent_context, parent)
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = tracer.id_generator.generate_trace_id()
