@@ -36,19 +36,28 @@ Guarantees
       :mod:`shardq.instrumentation`); raw ``bytes`` payloads (``client.enqueue``) are never
       touched, so only app tasks carry their context.
     * A worker that does not know the ``"trace"`` key (older shardq) ignores it.
+    * Under the SDK (its ``TracerProvider`` with its own batch or simple processors), the
+      ``process`` and ``settle`` spans are made in one go when they end
+      (:mod:`shardq.contrib.otel_spans`): the exporter sees the same spans, the function's own
+      spans are still children of the ``process`` span, and a function that changes the current
+      span gets the SDK's span. Other providers and processors get ``Tracer.start_span``.
 
-Cost (``python -m loadtest.app_burn``; method, profiles and figures in docs/otel-cost.md)
+Cost (``python -m loadtest.app_burn``, ``python -m loadtest.otel_instrument``; method, profiles
+and figures in docs/otel-cost.md)
     * tracing off: one attribute check per defer and per task, no cost above the noise;
     * tracing on, tasks that wait 2 ms: burn-down about 0.95× of off; no-op tasks (the worst
-      case): about 0.35×–0.4×, the SDK's recorded span costing about twice a no-op task's own CPU.
-      A sampler keeping a fraction of traces (``ParentBased(TraceIdRatioBased(r))``) is what
-      keeps very short tasks cheap: an unsampled span is non-recording, and no settle link is kept
-      for it.
+      case): about half of off, the instrument costing about 15 µs of CPU per task (the SDK's own
+      span alone cost about 23 µs) beside a no-op task's own 20 µs. A sampler keeping a fraction
+      of traces (``ParentBased(TraceIdRatioBased(r))``) keeps very short tasks cheaper still: an
+      unsampled span is non-recording, and no settle link is kept for it.
 
 Does not
     * propagate through raw ``client.enqueue`` payloads or Spark runs (their payloads are the
       user's bytes); those workers' ``process`` spans start new traces;
-    * sample, export or configure providers: that is the application's OpenTelemetry setup.
+    * sample, export or configure providers: that is the application's OpenTelemetry setup;
+    * make spans in one go for a tracer of the global provider that was not set yet when
+      :func:`instrument` ran (a proxy tracer): those take ``Tracer.start_span``. Set the provider
+      first, or pass it.
 """
 
 from __future__ import annotations
