@@ -78,6 +78,7 @@ class DeferredSpan(trace_api.Span):
         self._attributes = attributes
         self._links = links
         self._end_metrics = end_metrics
+        self._resource = maker.tracer.resource  # read when the span starts, as the SDK does
         self._start = time_ns() if start_time is None else start_time
         self.real: sdk_trace.Span | None = None
 
@@ -87,7 +88,7 @@ class DeferredSpan(trace_api.Span):
             tracer = self._maker.tracer
             span = sdk_trace._Span(  # what Tracer.start_span makes
                 name=self._name, context=self._context, parent=self._parent, sampler=tracer.sampler,
-                resource=tracer.resource, attributes=self._attributes, span_processor=tracer.span_processor,
+                resource=self._resource, attributes=self._attributes, span_processor=tracer.span_processor,
                 kind=self._kind, links=self._links, instrumentation_info=tracer.instrumentation_info,
                 limits=tracer._span_limits, instrumentation_scope=tracer._instrumentation_scope,
                 record_end_metrics=self._end_metrics)
@@ -102,7 +103,7 @@ class DeferredSpan(trace_api.Span):
         tracer = self._maker.tracer
         self._end_metrics()
         tracer.span_processor.on_end(sdk_trace.ReadableSpan(
-            name=self._name, context=self._context, parent=self._parent, resource=tracer.resource,
+            name=self._name, context=self._context, parent=self._parent, resource=self._resource,
             attributes={**self._attributes, **attributes}, kind=self._kind,
             links=_kept(tracer._span_limits.max_links, self._links),
             instrumentation_info=tracer.instrumentation_info, start_time=self._start, end_time=end,
