@@ -177,3 +177,22 @@ def test_a_processor_acting_at_start_a_cutting_limit_or_a_sampler_adding_attribu
 
     _, spans = _run(TracerProvider(sampler=_AddsAttribute()), deferred=True)
     assert all(s.attributes["sampler.rule"] == "all" for s in spans if s.name == "process mail")
+
+
+def test_the_sdks_own_span_metrics_count_spans_made_in_one_go_as_the_sdks_spans(monkeypatch):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+
+    def span_metrics(deferred: bool) -> dict:
+        reader = InMemoryMetricReader()
+        _run(TracerProvider(meter_provider=MeterProvider(metric_readers=[reader])), deferred=deferred)
+        data = reader.get_metrics_data()
+        return {(m.name, tuple(sorted(p.attributes.items()))): p.value for rm in data.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points}
+
+    made_at_end = span_metrics(deferred=True)
+    assert made_at_end == span_metrics(deferred=False)
+    assert any(name == "otel.sdk.span.started" for name, _ in made_at_end)
+    assert all(value == 0 for (name, _), value in made_at_end.items() if name == "otel.sdk.span.live")
