@@ -46,7 +46,7 @@ Cost (``python -m loadtest.app_burn``, ``python -m loadtest.otel_instrument``; m
 and figures in docs/otel-cost.md)
     * tracing off: one attribute check per defer and per task, no cost above the noise;
     * tracing on, tasks that wait 2 ms: burn-down about 0.95× of off; no-op tasks (the worst
-      case): about 0.58× of off, the instrument costing about 15 µs of CPU per task (the SDK's
+      case): about 0.6× of off, the instrument costing about 15 µs of CPU per task (the SDK's
       own span alone cost about 23 µs) beside a no-op task's own 15–20 µs. A sampler keeping a
       fraction of traces (``ParentBased(TraceIdRatioBased(r))``) keeps very short tasks cheaper
       still (0.72× with 10 %): an unsampled span is non-recording, and no settle link is kept for it.
