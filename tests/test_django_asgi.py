@@ -69,9 +69,12 @@ def test_over_asgi_a_staff_user_reads_the_dashboard_under_its_prefix_and_changes
         api = await http.get(DASHBOARD + "api/queues")
         queue = await http.get(DASHBOARD + "queues/mail")
         refused = await http.post(DASHBOARD + "queues/mail/pause", data={"csrf": "any", "what": "dequeue"})
-        return page, script, api, queue, refused
+        # at once: each view holds a Django worker thread while the dashboard answers on the loop
+        together = await asyncio.gather(*(http.get(DASHBOARD + path) for path in ("", "api/queues", "queues/mail")))
+        return page, script, api, queue, refused, together
 
-    page, script, api, queue, refused = _over_asgi(steps, cookies)
+    page, script, api, queue, refused, together = _over_asgi(steps, cookies)
+    assert [response.status_code for response in together] == [200, 200, 200]
     assert page.status_code == 200 and "<h1>Queues</h1>" in page.text and 'id="read-only"' in page.text
     assert 'src="/queue-admin/static/dashboard.js"' in page.text
     links = re.findall(r'(?:href|src|action)="(/[^"]*)"', page.text + queue.text)
