@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import re
-import uuid
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -16,40 +15,15 @@ import pytest
 
 pytest.importorskip("pytest_django")
 
-from django.conf import settings
 from django.core.management import call_command
-from django.db import connections, transaction
+from django.db import transaction
 
 from shardq import admin
 from shardq.contrib.django import app, dsn_from_settings
-from shardq.db import Dsn, Session
 
+from .django_support import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
 from .djangoproject.shop import tasks as shop_tasks
 from .djangoproject.shop.models import Order
-
-
-@pytest.fixture(scope="module")
-def django_db_setup(django_db_blocker, pg_server):
-    """An empty database of the embedded server for the project: Django's own tables by its
-    migrate, shardq's by shardq_migrate."""
-    admin_url = pg_server.url("postgres")
-    name = f"django_{uuid.uuid4().hex[:8]}"
-    with Session(Dsn.parse(admin_url)) as admin:
-        admin.execute_raw(f'CREATE DATABASE "{name}"')  # a name made here from hex digits
-    params = Dsn.parse(admin_url).params()
-    settings.DATABASES["default"].update(NAME=name, HOST=params["host"], PORT=params["port"], USER=params["user"])
-    with django_db_blocker.unblock():
-        call_command("migrate", run_syncdb=True, verbosity=0)
-        first, again = io.StringIO(), io.StringIO()
-        call_command("shardq_migrate", stdout=first)
-        call_command("shardq_migrate", stdout=again)
-    assert first.getvalue().startswith("migrated empty -> ") and again.getvalue().startswith("already at ")
-    yield
-    app.close()
-    with django_db_blocker.unblock():
-        connections.close_all()
-    with Session(Dsn.parse(admin_url)) as admin:
-        admin.execute_raw(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _tasks_seen_by_another_connection() -> int:
@@ -102,15 +76,6 @@ def http():
     return DjangoClient()
 
 
-def _user(name: str, *, staff: bool, operator: bool = False):
-    from django.contrib.auth.models import Permission, User
-
-    user = User.objects.create_user(name, password="unused-in-tests", is_staff=staff)
-    if operator:
-        user.user_permissions.add(Permission.objects.get(content_type__app_label="shardq", codename="operate_dashboard"))
-    return user
-
-
 def _submit(http, path: str, form: dict[str, str]):
     """POST ``form`` as a browser sends the dashboard's forms (urlencoded, not the test client's multipart)."""
     return http.post(path, urlencode(form), content_type="application/x-www-form-urlencoded")
@@ -133,7 +98,7 @@ def test_the_dashboard_sends_anyone_but_staff_to_the_login_page(http):
     for path in (DASHBOARD, DASHBOARD + "api/queues", DASHBOARD + "queues/shop"):
         response = http.get(path)
         assert response.status_code == 302 and response["Location"] == f"/accounts/login/?next={quote(path)}", path
-    http.force_login(_user("shopper", staff=False))
+    http.force_login(make_user("shopper", staff=False))
     response = http.get(DASHBOARD)
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     assert http.post(DASHBOARD + "api/queues/mail/pause").status_code == 302
@@ -141,7 +106,7 @@ def test_the_dashboard_sends_anyone_but_staff_to_the_login_page(http):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_staff_user_reads_the_dashboard_without_its_token_and_changes_nothing_without_the_permission(http):
-    http.force_login(_user("reader", staff=True))
+    http.force_login(make_user("reader", staff=True))
     page = http.get(DASHBOARD)
     assert page.status_code == 200 and "<h1>Queues</h1>" in page.text and 'id="read-only"' in page.text
     assert 'src="/queue-admin/static/dashboard.js"' in page.text and 'id="token"' not in page.text
@@ -156,7 +121,7 @@ def test_a_staff_user_reads_the_dashboard_without_its_token_and_changes_nothing_
 
 @pytest.mark.django_db(transaction=True)
 def test_a_staff_user_with_the_permission_acts_with_the_dashboards_csrf_token_and_is_named_in_the_audit(http):
-    http.force_login(_user("operator", staff=True, operator=True))
+    http.force_login(make_user("operator", staff=True, operator=True))
     page = http.get(DASHBOARD)
     assert 'id="read-only"' not in page.text
     assert _submit(http, DASHBOARD + "queues/mail/pause", {"what": "dequeue"}).status_code == 403  # no CSRF token

@@ -36,19 +36,28 @@ Guarantees
       :mod:`shardq.instrumentation`); raw ``bytes`` payloads (``client.enqueue``) are never
       touched, so only app tasks carry their context.
     * A worker that does not know the ``"trace"`` key (older shardq) ignores it.
+    * Under the SDK (its ``TracerProvider`` with its own batch or simple processors), the
+      ``process`` and ``settle`` spans are made in one go when they end
+      (:mod:`shardq.contrib.otel_spans`): the exporter sees the same spans, the function's own
+      spans are still children of the ``process`` span, and a function that changes the current
+      span gets the SDK's span. Other providers and processors get ``Tracer.start_span``.
 
-Cost (``python -m loadtest.app_burn``; method, profiles and figures in docs/otel-cost.md)
+Cost (``python -m loadtest.app_burn``, ``python -m loadtest.otel_instrument``; method, profiles
+and figures in docs/otel-cost.md)
     * tracing off: one attribute check per defer and per task, no cost above the noise;
     * tracing on, tasks that wait 2 ms: burn-down about 0.95× of off; no-op tasks (the worst
-      case): about 0.35×–0.4×, the SDK's recorded span costing about twice a no-op task's own CPU.
-      A sampler keeping a fraction of traces (``ParentBased(TraceIdRatioBased(r))``) is what
-      keeps very short tasks cheap: an unsampled span is non-recording, and no settle link is kept
-      for it.
+      case): about 0.6× of off, the instrument costing about 15 µs of CPU per task (the SDK's
+      own span alone cost about 23 µs) beside a no-op task's own 15–20 µs. A sampler keeping a
+      fraction of traces (``ParentBased(TraceIdRatioBased(r))``) keeps very short tasks cheaper
+      still (0.72× with 10 %): an unsampled span is non-recording, and no settle link is kept for it.
 
 Does not
     * propagate through raw ``client.enqueue`` payloads or Spark runs (their payloads are the
       user's bytes); those workers' ``process`` spans start new traces;
-    * sample, export or configure providers: that is the application's OpenTelemetry setup.
+    * sample, export or configure providers: that is the application's OpenTelemetry setup;
+    * make spans in one go for a tracer of the global provider that was not set yet when
+      :func:`instrument` ran (a proxy tracer): those take ``Tracer.start_span``. Set the provider
+      first, or pass it.
 """
 
 from __future__ import annotations
@@ -76,6 +85,8 @@ _PENDING_MAX = 100_000
 # (queue, task name) pairs whose shared span attributes are kept; more start the cache over.
 _BASES_MAX = 1_000
 _ROOT = context_api.Context()  # settle spans are roots: a batch settles tasks of many traces
+_SUCCEEDED = {"shardq.outcome": "success"}
+_RETRIED = {"shardq.outcome": "retry"}
 
 
 class OpenTelemetry(instrumentation.Instrument):
@@ -101,6 +112,8 @@ class OpenTelemetry(instrumentation.Instrument):
         self._last_carrier: tuple[str | None, Any, list[Link]] = (None, None, [])
         # (queue, task name) -> the process span's name and the attributes all its tasks share
         self._bases: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        # process and settle spans made in one go at their end, under the SDK (None: another tracer)
+        self._spans = _finished_spans(self.tracer)
 
     # -- producer side ---------------------------------------------------------------------------
 
@@ -162,6 +175,8 @@ class OpenTelemetry(instrumentation.Instrument):
                 context = context_api.Context()
             sent = trace.get_current_span(context).get_span_context()
             links = [Link(sent)] if sent.is_valid else []
+            if self._spans is not None:
+                self._spans.prepare_links(links)
             self._last_carrier = (traceparent, context, links)
         return (context if links and BATCH_KEY not in carrier else None), links
 
@@ -179,8 +194,12 @@ class OpenTelemetry(instrumentation.Instrument):
                 "messaging.operation.type": "process", "messaging.destination.name": queue,
                 "shardq.task.name": task})
         name, shared = base
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links, attributes={
-            **shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt})
+        attributes = {**shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt}
+        spans = self._spans
+        span = None if spans is None else spans.start(name, SpanKind.CONSUMER, parent, links, attributes)
+        if span is None:
+            span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links,
+                                          attributes=attributes)
         token = context_api.attach(trace.set_span_in_context(span))
         return span, token, queue, task_id, time.perf_counter()
 
@@ -188,15 +207,16 @@ class OpenTelemetry(instrumentation.Instrument):
         span, token, queue, task_id, t0 = started
         seconds = time.perf_counter() - t0
         context_api.detach(token)  # type: ignore[arg-type]
-        if exc is None:
-            span.set_attribute("shardq.outcome", "success")
-        elif isinstance(exc, Retry):
-            span.set_attribute("shardq.outcome", "retry")
-        else:
+        if exc is None or isinstance(exc, Retry):
+            outcome = _SUCCEEDED if exc is None else _RETRIED
+            if self._spans is None or not self._spans.end_unchanged(span, outcome):
+                span.set_attributes(outcome)
+                span.end()
+        else:  # a deferred process span becomes the SDK's span here (the exception event is the SDK's)
             span.set_attributes({"shardq.outcome": "error", "error.type": type(exc).__qualname__})
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-        span.end()
+            span.end()
         self.process_seconds.record(seconds, {"messaging.destination.name": queue})
         context = span.get_span_context()
         # Only a sampled span is worth a settle link: a sampler that keeps a fraction of traces
@@ -239,10 +259,29 @@ class OpenTelemetry(instrumentation.Instrument):
                 attributes["messaging.message.id"] = items[0][2]
             else:
                 attributes["messaging.batch.message_count"] = len(items)
+            contexts = [context for context, _end, _id in items]
+            started = min(end for _c, end, _i in items)
+            spans = self._spans
+            if spans is not None:
+                span = spans.start(f"settle {queue}", SpanKind.CLIENT, _ROOT, spans.links_to(contexts), attributes,
+                                   started)
+                if span is not None:
+                    if not spans.end_unchanged(span, {}):  # unsampled, or the SDK's span after all
+                        span.end()
+                    continue
             span = self.tracer.start_span(f"settle {queue}", context=_ROOT, kind=SpanKind.CLIENT,
-                                          links=[Link(context) for context, _end, _id in items],
-                                          attributes=attributes, start_time=min(end for _c, end, _i in items))
+                                          links=[Link(context) for context in contexts], attributes=attributes,
+                                          start_time=started)
             span.end()
+
+
+def _finished_spans(tracer: trace.Tracer) -> Any:
+    """Spans made in one go for ``tracer`` if it is the SDK's (None without the SDK installed)."""
+    try:
+        from .otel_spans import FinishedSpans
+    except ImportError:  # the API alone: its no-op tracer costs nothing to start spans with
+        return None
+    return FinishedSpans.of(tracer)
 
 
 _installed: OpenTelemetry | None = None

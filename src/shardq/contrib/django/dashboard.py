@@ -23,6 +23,10 @@ Guarantees
     * The audit log names the Django user (``full access, Django user alice, from 10.0.0.5``).
     * The dashboard reads through :data:`shardq.contrib.django.app`'s client (its DSN from
       ``SHARDQ`` or ``DATABASES``), made on the first request.
+    * The same under WSGI and ASGI (``get_asgi_application()`` under uvicorn or daphne): the view
+      is sync, so under ASGI Django runs it in a worker thread (login, permission and session are
+      ORM calls there); the dashboard's own application then runs on the server's loop and its
+      queries in its thread pool, never on the loop (docs/web.md, "Django served through ASGI").
 
 Does not
     * accept the dashboard's tokens: ``Authorization`` and ``Cookie`` headers are not passed on,
