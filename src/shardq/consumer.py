@@ -9,8 +9,9 @@ so a queue whose tasks trickle into every bucket costs one statement per round),
 one group per bucket (empty buckets cost one short statement each). Each step is one statement
 that leases up to ``batch`` ready tasks of one queue, lowest priority first, with
 ``FOR UPDATE SKIP LOCKED``: consumers never wait on each other and never hold the same task at
-once. When a step comes back short, the consumer also promotes that group's due scheduled tasks
-(at most every ``PROMOTE_INTERVAL_SECONDS`` per group and queue) and claims again.
+once. When a step finds nothing, the consumer also promotes that group's due scheduled tasks (at
+most every ``PROMOTE_INTERVAL_SECONDS`` per group and queue) and claims again; when it comes back
+short, it hands out what it has and promotes first at its next visit of the pair.
 
 The layout (bucket count, CockroachDB's shard column) is re-discovered every
 ``LAYOUT_REFRESH_SECONDS`` (5 s), whenever a whole round finds nothing, and at once when a claim
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from . import flow, validation
-from .errors import AmbiguousResult, DatabaseError, SerializationConflict, ShardLayoutChanged
+from .errors import AmbiguousResult, SerializationConflict, ShardLayoutChanged
 from .models import ClaimedTask, QueueSettings, ShardLayout
 from .models import Task as Task  # the handler's task lives in shardq.models; this path keeps working
 from .queue_settings import QueueSettingsCache
@@ -119,6 +120,8 @@ class Consumer:
         self._layout: ShardLayout | None = None
         self._layout_at = 0.0
         self._promoted_at: dict[tuple[int, str], float] = {}
+        #: (group, queue) pairs whose last claim came back short: their next claim promotes first
+        self._promote_owed: set[tuple[int, str]] = set()
         #: the concurrency slots this consumer's claims run in (shardq.flow; a worker's are shared
         #: with its executor, which frees them)
         self.flow_slots = flow_slots if flow_slots is not None else flow.FlowSlots()
@@ -198,23 +201,24 @@ class Consumer:
 
     @staticmethod
     def _claim_then_promote(
-        claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound
-    ) -> list[ClaimedTask]:
-        """Claim; when that came back short, promote due scheduled tasks and claim again. The
-        first batch is kept when a later statement fails: those tasks are already leased under
-        this claim's token, and handing them out beats stranding them until their lease expires
-        (the next call meets the error again if it persists)."""
+        claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound,
+        *, promote_first: bool = False,
+    ) -> tuple[list[ClaimedTask], bool]:
+        """Claim; when that found nothing, promote due scheduled tasks and claim again. Returns the
+        tasks and whether a promote is owed: a claim that found some tasks but fewer than
+        ``want`` hands them out at once, and the caller's next visit of the pair promotes first
+        (``promote_first``) — promoting before the hand-off held an idle queue's task back by a
+        statement (docs/latency.md). So no statement follows a claim that leased tasks: nothing can
+        fail while they wait to be handed out."""
+        if promote_first:
+            promote()
         tasks = claim(want)
-        try:
-            if len(tasks) < want and promote():
-                result.statements += 1
-                tasks += claim(want - len(tasks))
-        except DatabaseError as exc:
-            if not tasks:
-                raise
-            log.warning("promote or second claim failed after %d tasks were claimed (%s); handing those out",
-                        len(tasks), exc)
-        return tasks
+        if tasks:
+            return tasks, len(tasks) < want
+        if promote():
+            result.statements += 1
+            tasks = claim(want)
+        return tasks, False
 
     def claim(self, limit: int | None = None, *, start_room: int | None = None, woken: bool = False) -> ClaimRound:
         """Walk (group of buckets, queue) pairs from where the last call stopped until a claim
@@ -250,11 +254,16 @@ class Consumer:
             result.statements += 1
             try:
                 claim = partial(self._claim, buckets, queue, lease=self.lease_for(queue), result=result)
-                tasks = self._claim_then_promote(
+                pair = (group, queue)
+                tasks, owed = self._claim_then_promote(
                     self._gated(queue, claim, result) if self.settings(queue).limited else claim,
                     partial(self._promote, group, buckets, queue, result),
-                    queue_want, result,
+                    queue_want, result, promote_first=pair in self._promote_owed,
                 )
+                if owed:
+                    self._promote_owed.add(pair)
+                else:
+                    self._promote_owed.discard(pair)
             except ShardLayoutChanged as exc:
                 log.info("layout changed under a claim (%s); re-discovering", exc)
                 self.layout(refresh=True)
