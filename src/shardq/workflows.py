@@ -14,6 +14,8 @@ Guarantees:
 * **Release in the ack.** A step with parents waits as a task row in state ``waiting`` at rank
   ``RANK_BACKLOG``, outside every claim's span. Its last parent's ack — fenced by the lease token
   like every ack — counts it off and makes it ``ready`` in the same transaction: no loop polls.
+  Where the engine has wake-ups (PostgreSQL), that transaction also wakes the listening workers
+  of the released steps' queues (:mod:`shardq.notify`), so an idle worker need not wait its poll.
 * **Exactly once.** A step finishes only from ``ready`` (so a step's outcome counts once), and
   a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
@@ -53,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import operations
-from .errors import InvalidInput
+from .errors import DatabaseError, InvalidInput
 from .operations.workflows import Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
@@ -133,21 +135,31 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
 def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
-    ``remove()`` is called again for each attempt of the transaction. Returns the ids removed."""
+    ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
 
-    def body() -> Plan[set[uuid.UUID]]:
+    Where the engine has wake-ups, the statement that releases steps also wakes the listening
+    workers of their queues (delivered at the commit). A server that refuses the wake-up at the
+    commit (its notification queue full) fails the transaction: it is run again without it."""
+
+    def body(wake: bool) -> Plan[set[uuid.UUID]]:
         removed = yield from remove()
         if removed:
             finished = yield from operations.workflow_steps_finish(sorted(removed), outcome)
             if finished:
-                yield from _move_on(finished, outcome)
+                yield from _move_on(finished, outcome, wake)
         return removed
 
-    result: set[uuid.UUID] = yield Atomically(body)
+    result: set[uuid.UUID]
+    try:
+        result = yield Atomically(lambda: body(True))
+    except DatabaseError as exc:
+        if not operations.notify_queue_full(exc):
+            raise
+        result = yield Atomically(lambda: body(False))
     return result
 
 
-def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str) -> Plan[None]:
+def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str, wake: bool) -> Plan[None]:
     """Count finished ``parents`` off their children; release the children that are due and stop
     (cancel) the descendants of every cancelled one, level by level."""
     if outcome == "succeeded":
@@ -155,18 +167,18 @@ def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str) -> Plan[None]:
     else:
         moved = yield from operations.workflow_children_stop(parents, died=True)
     while moved:
-        yield from _apply(moved)
+        yield from _apply(moved, wake)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
 
 
-def _apply(moved: list[Moved]) -> Plan[None]:
+def _apply(moved: list[Moved], wake: bool) -> Plan[None]:
     released = [task for _w, _s, task, state in moved if state == "ready"]
     dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
     if released:
-        yield from operations.workflow_tasks_release(released)
+        yield from operations.workflow_tasks_release(released, wake=wake)
     if dropped:
         yield from operations.workflow_tasks_drop(dropped)
 

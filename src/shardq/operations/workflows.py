@@ -8,8 +8,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ..engine import Engine
 from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
-from ..plans import Call, Plan
+from ..plans import ENGINE, Call, Plan
 from ..workflow_graph import StepSpec
 
 #: (workflow id, step name, task id, new state) of a step a statement moved
@@ -67,8 +68,15 @@ def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bo
     return _moved(rows)
 
 
-def workflow_tasks_release(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call("workflow_tasks_release", {"ids": list(task_ids)})
+def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False) -> Plan[set[uuid.UUID]]:
+    """Make these waiting step tasks claimable; returns the ids released. ``wake`` (where the
+    engine has wake-ups, :mod:`shardq.notify`): the same statement wakes the listening workers of
+    each queue it released tasks into, delivered when the transaction commits."""
+    engine: Engine = yield ENGINE
+    params: dict[str, Any] = {"ids": list(task_ids)}
+    if engine.supports_wakeups:
+        params["wake"] = wake
+    rows = yield Call("workflow_tasks_release", params)
     return {row["id"] for row in rows}
 
 
