@@ -159,19 +159,35 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
-def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str, wake: bool) -> Plan[None]:
-    """Count finished ``parents`` off their children; release the children that are due and stop
+def _move_on(finished: list[tuple[uuid.UUID, str, int]], outcome: str, wake: bool) -> Plan[None]:
+    """Count ``finished`` parents off their children; release the children that are due and stop
     (cancel) the descendants of every cancelled one, level by level."""
     if outcome == "succeeded":
-        moved = yield from operations.workflow_children_advance(parents)
+        moved = yield from _advance(finished)
     else:
-        moved = yield from operations.workflow_children_stop(parents, died=True)
+        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _ in finished], died=True)
     while moved:
         yield from _apply(moved, wake)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
+
+
+def _advance(finished: list[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
+    """Succeeded parents: their children counted in shards first (every shard row an ack locks,
+    it locks before any step row: one lock order for every ack), then the children's own rows —
+    those counted there, and those counted in shards that this ack drained. A parent without
+    children sends neither statement."""
+    in_shards = [(w, step) for w, step, kinds in finished if kinds & operations.IN_SHARDS]
+    own_row = [(w, step) for w, step, kinds in finished if kinds & operations.OWN_ROW]
+    drained = (yield from operations.workflow_counts_advance(in_shards)) if in_shards else []
+    moved: list[Moved] = []
+    if own_row:
+        moved += yield from operations.workflow_children_advance(own_row)
+    if drained:
+        moved += yield from operations.workflow_children_count_off(drained)
+    return moved
 
 
 def _apply(moved: list[Moved], wake: bool) -> Plan[None]:
@@ -203,6 +219,7 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
             yield from operations.workflow_tasks_rejoin(revived)
             parents = [(w, step) for w, step, _task in revived]
             while parents:
+                yield from operations.workflow_counts_reopen(parents)
                 parents = yield from operations.workflow_steps_reopen(parents)
                 if parents:
                     yield from operations.workflow_tasks_reinsert(parents)

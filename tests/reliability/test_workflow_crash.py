@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 import shardq
+from shardq.engine import base as engine_base
 
 from .harness import Processes, account, lease_lost_reports, read_executions
 
@@ -43,10 +44,21 @@ def _enqueue(app: shardq.App, n: int) -> list:
     return handles
 
 
-@pytest.mark.parametrize("rounds,workflows", [pytest.param(3, 8, id="fast"),
-                                              pytest.param(12, 20, id="full", marks=pytest.mark.slow)])
-def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, rounds, workflows):
+@pytest.mark.parametrize("rounds,workflows,shards", [
+    pytest.param(3, 8, False, id="fast"),
+    pytest.param(3, 8, True, id="fast-shards"),
+    pytest.param(12, 20, False, id="full", marks=pytest.mark.slow),
+    pytest.param(12, 20, True, id="full-shards", marks=pytest.mark.slow),
+])
+def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, monkeypatch,
+                                                                           rounds, workflows, shards):
     from .workflow_app import app
+
+    if shards:
+        # Each fan-in of three counts its parents in two shard rows (decided at enqueue, in this
+        # process; the workers' acks follow the edges): the shard path under the same kills.
+        monkeypatch.setattr(engine_base, "FAN_IN_SHARD_FROM", 3)
+        monkeypatch.setattr(engine_base, "FAN_IN_SHARDS", 2)
 
     app._dsn = pg_db.dsn  # the module's app reads $SHARDQ_DSN in the workers; here, the test database
     seed = uuid.uuid4().int % 10_000
