@@ -14,6 +14,8 @@ import shardq
 from shardq import admin, workflows
 from shardq.consumer import Consumer
 from shardq.engine import base as engine_base
+from shardq.engine.cockroachdb import CockroachDBEngine
+from shardq.engine.postgresql import PostgreSQLEngine
 from shardq.maintenance.pruning import prune_workflows
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, fan_in_counts
 from shardq.workflow_graph import StepSpec
@@ -25,8 +27,10 @@ from .test_workflows_locking import _until
 
 @pytest.fixture
 def shards(monkeypatch):
-    """Fan-ins from 2 parents on are counted in 2 shards (the defaults need hundreds of parents)."""
-    monkeypatch.setattr(engine_base, "FAN_IN_SHARD_FROM", 2)
+    """Fan-ins from 2 parents on are counted in 2 shards, on either engine (PostgreSQL keeps one
+    row by default, CockroachDB shards from hundreds of parents)."""
+    for engine in (PostgreSQLEngine, CockroachDBEngine):
+        monkeypatch.setattr(engine, "fan_in_shard_from", 2)
     monkeypatch.setattr(engine_base, "FAN_IN_SHARDS", 2)
 
 

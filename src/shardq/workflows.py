@@ -19,7 +19,10 @@ Guarantees:
 * **Exactly once.** A step finishes only from ``ready`` (so a step's outcome counts once), and
   a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
-  acked at once on two workers exactly one releases the child. A worker killed before the ack's
+  acked at once on two workers exactly one releases the child. A wide fan-in (from
+  :data:`~shardq.engine.base.FAN_IN_SHARD_FROM` parents) counts its parents in shard rows: the
+  ack that drains a shard (one per shard, by that row's lock) counts it off the child's row, and
+  the same row lock decides which drained shard releases it. A worker killed before the ack's
   commit leaves everything as it was: the lease runs out, the parent runs again.
 * **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
   not give it) receives its parents' results as a dict by step name, read when it runs
@@ -41,10 +44,12 @@ Does not:
 
 Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
 its claim and its ack send the statements they always did. A step's ack is one transaction of
-two more statements (finish the step, count off its children), plus one per released or
-cancelled group of children. A fan-in's count is one row that every parent's ack updates: on
-PostgreSQL those acks queue on its row lock for a moment each; on CockroachDB they conflict and
-retry (docs/workflows.md, "Costs").
+one more statement (finish the step) and one more when it has children (count it off them; a
+parent of a wide fan-in lowers its shard, and the ack that drains a shard one more), plus one
+per released or cancelled group of children. A fan-in's count below the threshold is one row
+that every parent's ack updates: on PostgreSQL those acks queue on its row lock, on CockroachDB
+on its lock wait-queue, each until the previous one commits; a wider one spreads them over its
+shard rows (docs/workflows.md, "Fan-in in shards" and "Costs").
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import pytest
 
 import shardq
 from shardq.engine import base as engine_base
+from shardq.engine.postgresql import PostgreSQLEngine
 
 from .harness import Processes, account, lease_lost_reports, read_executions
 
@@ -57,7 +58,7 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
     if shards:
         # Each fan-in of three counts its parents in two shard rows (decided at enqueue, in this
         # process; the workers' acks follow the edges): the shard path under the same kills.
-        monkeypatch.setattr(engine_base, "FAN_IN_SHARD_FROM", 3)
+        monkeypatch.setattr(PostgreSQLEngine, "fan_in_shard_from", 3)
         monkeypatch.setattr(engine_base, "FAN_IN_SHARDS", 2)
 
     app._dsn = pg_db.dsn  # the module's app reads $SHARDQ_DSN in the workers; here, the test database
@@ -69,6 +70,8 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
         for number in range(rounds):
             out = tmp_path / f"round{number}"
             handles = _enqueue(app, workflows)
+            if shards:
+                assert pg_db.sql("SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] >= 2 * workflows
             procs = Processes(pg_db.dsn.conninfo, out)
             live = [_worker(procs, rng, f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}")
                     for i in range(2)]

@@ -116,12 +116,16 @@ class Engine(ABC):
     _null_arrays: ClassVar[bool] = False
 
     # -- workflows -------------------------------------------------------------------------------
+    #: A workflow step with at least this many parents counts them in shard rows (None: never).
+    fan_in_shard_from: ClassVar[int | None] = FAN_IN_SHARD_FROM
+
     def fan_in_shards(self, parents: int) -> int:
         """How many shard rows count the parents of a workflow step with ``parents`` parents (0:
-        the step's own row counts them). A fan-in from :data:`FAN_IN_SHARD_FROM` parents on is
+        the step's own row counts them). A fan-in from :attr:`fan_in_shard_from` parents on is
         counted in :data:`FAN_IN_SHARDS` rows, so that concurrent acks of its parents lower
         different rows instead of queueing on one (docs/workflows.md, "Fan-in in shards")."""
-        return FAN_IN_SHARDS if parents >= FAN_IN_SHARD_FROM else 0
+        start = self.fan_in_shard_from
+        return FAN_IN_SHARDS if start is not None and parents >= start else 0
 
     def statements(self) -> dict[str, queries.Statement]:
         """Every named statement this engine sends: ``sql/common`` overridden by its own folder."""
