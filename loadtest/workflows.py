@@ -6,7 +6,11 @@ enqueueing N no-op calls of one app task and working them off with ``app.work(un
 (one worker, its default threads):
 
 * ``plain``: N plain tasks (``defer_many``, batches of 1,000);
-* ``fan``: one workflow, a group of N - 1 steps fanning in to one callback step;
+* ``fan``: one workflow, a group of N - 1 steps fanning in to one callback step (on PostgreSQL
+  counted in the fan-in's own row);
+* ``fan-shards``: the same, with the fan-in counted in shard rows as CockroachDB counts a fan-in
+  that wide (docs/workflows.md, "Fan-in in shards"): ``fan_shards_over_fan`` is what the shards
+  would cost on PostgreSQL, within each round;
 * ``chains``: M workflows, each a chain of N / M steps (10 by default);
 * ``fan-listen``: the ``fan`` run worked by a worker as deployed (not ``until_empty``: idle, it
   waits for wake-ups over LISTEN/NOTIFY with a growing pause), stopped once the fan-in ran; its
@@ -34,14 +38,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-KINDS = ("plain", "fan", "chains", "fan-listen")
+KINDS = ("plain", "fan", "fan-shards", "chains", "fan-listen")
 
 
 def one(url: str, kind: str, steps: int, chains: int) -> dict:
     """One run in this process: enqueue, then (after a line on stdin, so the caller can read the
     server's CPU between the phases) work them off; returns the figures."""
     import shardq
+    from shardq.engine import base as engine_base
+    from shardq.engine.postgresql import PostgreSQLEngine
 
+    if kind == "fan-shards":  # this process only: the fan-in is counted in shards, as on CockroachDB
+        PostgreSQLEngine.fan_in_shard_from = engine_base.FAN_IN_SHARD_FROM
     app = shardq.App(url)
     ends: list[float] = []
     callback_started: list[float] = []
@@ -61,7 +69,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     if kind == "plain":
         for start in range(0, steps, 1000):
             noop.defer_many([{"n": i} for i in range(start, min(steps, start + 1000))])
-    elif kind in ("fan", "fan-listen"):
+    elif kind in ("fan", "fan-shards", "fan-listen"):
         wf = app.workflow("fan")
         members = wf.group(*[noop.step(n=i) for i in range(steps - 1)])
         wf.add(callback.step(), after=members, name="fan-in")
@@ -89,7 +97,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     worked, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert totals.acked == steps, totals
     out = {"kind": kind, "steps": steps, "enqueue_s": enqueued, "work_s": worked, "client_cpu_s": cpu}
-    if kind in ("fan", "fan-listen"):
+    if kind in ("fan", "fan-shards", "fan-listen"):
         status = app.workflow_status(handles[0])
         assert status.state == "succeeded", status.state
         last_ack = max(s.finished_at for s in status.steps if s.name != "fan-in" and s.finished_at is not None)
@@ -160,12 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     for kind in KINDS:
         for figure in ("cpu_ms_per_task", "client_cpu_ms_per_task", "server_cpu_ms_per_task", "work_s", "enqueue_s"):
             report[f"{kind}_{figure}"] = median(kind, figure)
-    for kind in ("fan", "chains"):
+    report["fan_shards_over_fan"] = statistics.median(
+        statistics.median(r["cpu_ms_per_task"] for r in runs["fan-shards"])
+        / statistics.median(r["cpu_ms_per_task"] for r in runs["fan"]) for runs in rounds)
+    for kind in ("fan", "fan-shards", "chains"):
         # Ratios within a round (each run beside its own plain runs), then the median over rounds.
         report[f"{kind}_over_plain"] = statistics.median(
             statistics.median(r["cpu_ms_per_task"] for r in runs[kind])
             / statistics.median(r["cpu_ms_per_task"] for r in runs["plain"]) for runs in rounds)
-    for kind in ("fan", "fan-listen"):
+    for kind in ("fan", "fan-shards", "fan-listen"):
         for figure in ("release_after_ack_ms", "release_after_handler_ms"):
             report[f"{kind}_{figure}"] = median(kind, figure)
     print(json.dumps(report))

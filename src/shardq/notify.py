@@ -8,6 +8,9 @@ default), so a task enqueued on an idle queue waits up to about a second. With w
   (2 ms) per :class:`Notifier`, whatever the enqueue rate: never one per row, never from a
   trigger. A batch without dedupe or exclusive keys carries it in its own insert statement (no
   extra round trip); other batches send it as a statement of its own after the insert;
+* the **ack that releases workflow steps** (:mod:`shardq.workflows`) sends the same wake-up for
+  each queue it released steps into, in its own statement and transaction (delivered at its
+  commit; not throttled: one per queue per releasing ack);
 * the **worker** LISTENs on its fetcher's own connection (no extra connection) and, once a round
   found nothing, waits on it instead of sleeping: a wake-up for one of its queues starts the next
   claim round at once; otherwise it polls at its usual interval. Every wake-up wakes every

@@ -14,10 +14,15 @@ Guarantees:
 * **Release in the ack.** A step with parents waits as a task row in state ``waiting`` at rank
   ``RANK_BACKLOG``, outside every claim's span. Its last parent's ack — fenced by the lease token
   like every ack — counts it off and makes it ``ready`` in the same transaction: no loop polls.
+  Where the engine has wake-ups (PostgreSQL), that transaction also wakes the listening workers
+  of the released steps' queues (:mod:`shardq.notify`), so an idle worker need not wait its poll.
 * **Exactly once.** A step finishes only from ``ready`` (so a step's outcome counts once), and
   a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
-  acked at once on two workers exactly one releases the child. A worker killed before the ack's
+  acked at once on two workers exactly one releases the child. A wide fan-in (from
+  :data:`~shardq.engine.base.FAN_IN_SHARD_FROM` parents) counts its parents in shard rows: the
+  ack that drains a shard (one per shard, by that row's lock) counts it off the child's row, and
+  the same row lock decides which drained shard releases it. A worker killed before the ack's
   commit leaves everything as it was: the lease runs out, the parent runs again.
 * **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
   not give it) receives its parents' results as a dict by step name, read when it runs
@@ -39,10 +44,12 @@ Does not:
 
 Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
 its claim and its ack send the statements they always did. A step's ack is one transaction of
-two more statements (finish the step, count off its children), plus one per released or
-cancelled group of children. A fan-in's count is one row that every parent's ack updates: on
-PostgreSQL those acks queue on its row lock for a moment each; on CockroachDB they conflict and
-retry (docs/workflows.md, "Costs").
+one more statement (finish the step) and one more when it has children (count it off them; a
+parent of a wide fan-in lowers its shard, and the ack that drains a shard one more), plus one
+per released or cancelled group of children. A fan-in's count below the threshold is one row
+that every parent's ack updates: on PostgreSQL those acks queue on its row lock, on CockroachDB
+on its lock wait-queue, each until the previous one commits; a wider one spreads them over its
+shard rows (docs/workflows.md, "Fan-in in shards" and "Costs").
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import operations
-from .errors import InvalidInput
+from .errors import DatabaseError, InvalidInput
 from .operations.workflows import Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
@@ -133,40 +140,66 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
 def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
-    ``remove()`` is called again for each attempt of the transaction. Returns the ids removed."""
+    ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
 
-    def body() -> Plan[set[uuid.UUID]]:
+    Where the engine has wake-ups, the statement that releases steps also wakes the listening
+    workers of their queues (delivered at the commit). A server that refuses the wake-up at the
+    commit (its notification queue full) fails the transaction: it is run again without it."""
+
+    def body(wake: bool) -> Plan[set[uuid.UUID]]:
         removed = yield from remove()
         if removed:
             finished = yield from operations.workflow_steps_finish(sorted(removed), outcome)
             if finished:
-                yield from _move_on(finished, outcome)
+                yield from _move_on(finished, outcome, wake)
         return removed
 
-    result: set[uuid.UUID] = yield Atomically(body)
+    result: set[uuid.UUID]
+    try:
+        result = yield Atomically(lambda: body(True))
+    except DatabaseError as exc:
+        if not operations.notify_queue_full(exc):
+            raise
+        result = yield Atomically(lambda: body(False))
     return result
 
 
-def _move_on(parents: list[tuple[uuid.UUID, str]], outcome: str) -> Plan[None]:
-    """Count finished ``parents`` off their children; release the children that are due and stop
+def _move_on(finished: list[tuple[uuid.UUID, str, int]], outcome: str, wake: bool) -> Plan[None]:
+    """Count ``finished`` parents off their children; release the children that are due and stop
     (cancel) the descendants of every cancelled one, level by level."""
     if outcome == "succeeded":
-        moved = yield from operations.workflow_children_advance(parents)
+        moved = yield from _advance(finished)
     else:
-        moved = yield from operations.workflow_children_stop(parents, died=True)
+        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _ in finished], died=True)
     while moved:
-        yield from _apply(moved)
+        yield from _apply(moved, wake)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
 
 
-def _apply(moved: list[Moved]) -> Plan[None]:
+def _advance(finished: list[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
+    """Succeeded parents: their children counted in shards first (every shard row an ack locks,
+    it locks before any step row: one lock order for every ack), then the children's own rows —
+    those counted there, and those counted in shards that this ack drained. A parent without
+    children sends neither statement."""
+    in_shards = [(w, step) for w, step, kinds in finished if kinds & operations.IN_SHARDS]
+    own_row = [(w, step) for w, step, kinds in finished if kinds & operations.OWN_ROW]
+    drained = (yield from operations.workflow_counts_advance(in_shards)) if in_shards else []
+    moved: list[Moved] = []
+    if own_row:
+        moved += yield from operations.workflow_children_advance(own_row)
+    if drained:
+        moved += yield from operations.workflow_children_count_off(drained)
+    return moved
+
+
+def _apply(moved: list[Moved], wake: bool) -> Plan[None]:
     released = [task for _w, _s, task, state in moved if state == "ready"]
     dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
     if released:
-        yield from operations.workflow_tasks_release(released)
+        yield from operations.workflow_tasks_release(released, wake=wake)
     if dropped:
         yield from operations.workflow_tasks_drop(dropped)
 
@@ -191,6 +224,7 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
             yield from operations.workflow_tasks_rejoin(revived)
             parents = [(w, step) for w, step, _task in revived]
             while parents:
+                yield from operations.workflow_counts_reopen(parents)
                 parents = yield from operations.workflow_steps_reopen(parents)
                 if parents:
                     yield from operations.workflow_tasks_reinsert(parents)

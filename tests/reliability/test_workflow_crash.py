@@ -16,6 +16,8 @@ import uuid
 import pytest
 
 import shardq
+from shardq.engine import base as engine_base
+from shardq.engine.postgresql import PostgreSQLEngine
 
 from .harness import Processes, account, lease_lost_reports, read_executions
 
@@ -43,10 +45,21 @@ def _enqueue(app: shardq.App, n: int) -> list:
     return handles
 
 
-@pytest.mark.parametrize("rounds,workflows", [pytest.param(3, 8, id="fast"),
-                                              pytest.param(12, 20, id="full", marks=pytest.mark.slow)])
-def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, rounds, workflows):
+@pytest.mark.parametrize("rounds,workflows,shards", [
+    pytest.param(3, 8, False, id="fast"),
+    pytest.param(3, 8, True, id="fast-shards"),
+    pytest.param(12, 20, False, id="full", marks=pytest.mark.slow),
+    pytest.param(12, 20, True, id="full-shards", marks=pytest.mark.slow),
+])
+def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, monkeypatch,
+                                                                           rounds, workflows, shards):
     from .workflow_app import app
+
+    if shards:
+        # Each fan-in of three counts its parents in two shard rows (decided at enqueue, in this
+        # process; the workers' acks follow the edges): the shard path under the same kills.
+        monkeypatch.setattr(PostgreSQLEngine, "fan_in_shard_from", 3)
+        monkeypatch.setattr(engine_base, "FAN_IN_SHARDS", 2)
 
     app._dsn = pg_db.dsn  # the module's app reads $SHARDQ_DSN in the workers; here, the test database
     seed = uuid.uuid4().int % 10_000
@@ -57,6 +70,8 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
         for number in range(rounds):
             out = tmp_path / f"round{number}"
             handles = _enqueue(app, workflows)
+            if shards:
+                assert pg_db.sql("SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] >= 2 * workflows
             procs = Processes(pg_db.dsn.conninfo, out)
             live = [_worker(procs, rng, f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}")
                     for i in range(2)]

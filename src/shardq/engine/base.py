@@ -39,6 +39,14 @@ ParameterStatus = Callable[[str], "str | None"]
 CAPABILITIES = ("supports_wakeups", "spark_copy_writer")
 
 
+#: A workflow step with at least this many parents counts them in shard rows: below it, the acks
+#: that queue on its one row are few (at most this many, and fewer in batches), and the shard rows
+#: would outnumber a small fan-in's edges (docs/workflows.md, "Fan-in in shards").
+FAN_IN_SHARD_FROM = 256
+#: Shard rows of such a step: concurrent acks of its parents spread over this many rows.
+FAN_IN_SHARDS = 32
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How :class:`~shardq.db.Session` retries what the server says may succeed if re-run.
@@ -106,6 +114,18 @@ class Engine(ABC):
     _binary_arrays: ClassVar[bool] = False
     # An optional enqueue column no task of a batch sets may be sent as one NULL array.
     _null_arrays: ClassVar[bool] = False
+
+    # -- workflows -------------------------------------------------------------------------------
+    #: A workflow step with at least this many parents counts them in shard rows (None: never).
+    fan_in_shard_from: ClassVar[int | None] = FAN_IN_SHARD_FROM
+
+    def fan_in_shards(self, parents: int) -> int:
+        """How many shard rows count the parents of a workflow step with ``parents`` parents (0:
+        the step's own row counts them). A fan-in from :attr:`fan_in_shard_from` parents on is
+        counted in :data:`FAN_IN_SHARDS` rows, so that concurrent acks of its parents lower
+        different rows instead of queueing on one (docs/workflows.md, "Fan-in in shards")."""
+        start = self.fan_in_shard_from
+        return FAN_IN_SHARDS if start is not None and parents >= start else 0
 
     def statements(self) -> dict[str, queries.Statement]:
         """Every named statement this engine sends: ``sql/common`` overridden by its own folder."""

@@ -37,6 +37,11 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     spark_copy_writer = True
     # Fewer, larger chunks merge faster (each chunk is one transaction, one index range scan).
     spark_chunks_default = 64
+    # A wide fan-in keeps its one counter row here: its acks queue on the row lock only for the rest
+    # of each transaction, and the shard rows cost more CPU than they save (a batch ack lowers up
+    # to 32 rows instead of one: docs/workflows.md, "Fan-in in shards", measured). The shard
+    # statements are common SQL, tested here by setting this (tests/test_workflows_shards.py).
+    fan_in_shard_from = None
     # Binary arrays cost far less client CPU per element than text (see shardq.queries).
     _binary_arrays = True
     _null_arrays = True

@@ -150,8 +150,10 @@ def prune_workflows(store: TaskStore, *, keep_seconds: float = KEEP_WORKFLOWS_SE
 
 
 def _delete_workflows(store: TaskStore, due: list[Any]) -> int:
-    """Steps, edges, then the rows of ``due`` workflows (a row goes only once its steps are gone)."""
+    """Steps, edges, shard rows, then the rows of ``due`` workflows (a row goes only once its steps
+    are gone)."""
     until_short_batch(lambda n: store.run(workflow_rows.workflow_steps_prune(due, n)), PRUNE_BATCH)
     until_short_batch(lambda n: store.run(workflow_rows.workflow_edges_prune(due, n)), PRUNE_BATCH)
+    until_short_batch(lambda n: store.run(workflow_rows.workflow_counts_prune(due, n)), PRUNE_BATCH)
     deleted: int = store.run(workflow_rows.workflow_prune(due))
     return deleted

@@ -7,6 +7,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
+from ..errors import DatabaseError
 from ..models import QueueSettings, RateTokens
 from ..plans import Call, Plan
 
@@ -40,6 +41,13 @@ def queue_update(queue: str, changes: dict[str, object]) -> Plan[QueueSettings |
 def queue_notify(queue: str) -> Plan[None]:
     """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
     yield Call("queue_notify", {"queue": queue}, rows="none")
+
+
+def notify_queue_full(exc: DatabaseError) -> bool:
+    """PostgreSQL refused a NOTIFY at commit: "too many notifications in the NOTIFY queue"
+    (SQLSTATE 54000, program_limit_exceeded). A wake-up is an optimisation: whoever sent it
+    sends its statements again without it."""
+    return getattr(exc.__cause__, "sqlstate", None) == "54000"
 
 
 # -- flow control ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ..errors import DatabaseError
 from ..leases import Fenced
 from ..models import NewTask, ShardLayout, TaskInfo
 from ..plans import ENGINE, Call, Plan, UseShardColumn
+from .queues import notify_queue_full
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UU
         try:
             row = yield Call("task_insert_many_fresh", params, rows="one")
         except DatabaseError as exc:
-            if not (wake and _notify_queue_full(exc)):
+            if not (wake and notify_queue_full(exc)):
                 raise
             # A wake-up is an optimisation: a server whose notification queue is full (behind a
             # listener that stopped reading) must not refuse the tasks. The statement failed whole
@@ -75,12 +76,6 @@ def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UU
     if any(row["paused"] for row in rows):
         return set(ids), True
     return {row["id"] for row in rows}, False
-
-
-def _notify_queue_full(exc: DatabaseError) -> bool:
-    """PostgreSQL refused a NOTIFY at commit: "too many notifications in the NOTIFY queue"
-    (SQLSTATE 54000, program_limit_exceeded)."""
-    return getattr(exc.__cause__, "sqlstate", None) == "54000"
 
 
 def task_exclusive_active(queue: str, keys: Sequence[str]) -> Plan[set[str]]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from ..engine import Engine
 from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
-from ..plans import Call, Plan
+from ..plans import ENGINE, Call, Plan
 from ..workflow_graph import StepSpec
 
 #: (workflow id, step name, task id, new state) of a step a statement moved
@@ -18,20 +20,26 @@ Moved = tuple[uuid.UUID, str, uuid.UUID, str]
 
 def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec],
                     task_ids: Sequence[uuid.UUID]) -> Plan[None]:
-    """Write a whole workflow: its row, its steps, its edges and its steps' tasks (four statements;
-    the caller holds them in one transaction)."""
+    """Write a whole workflow: its row, its steps, its edges, the shard rows of its wide fan-ins
+    and its steps' tasks (four or five statements; the caller holds them in one transaction)."""
+    engine: Engine = yield ENGINE
+    counts = fan_in_counts(steps, engine.fan_in_shards)
     yield Call("workflow_insert", {"id": workflow_id, "name": name}, rows="none")
     yield Call("workflow_steps_insert", {
         "workflow_id": workflow_id, "steps": [s.name for s in steps], "task_ids": list(task_ids),
         "tasks": [s.task for s in steps], "queues": [s.queue for s in steps],
-        "waiting_on": [len(s.parents) for s in steps], "on_failure": [s.on_failure for s in steps],
+        "waiting_on": [counts.waiting_on[s.name] for s in steps], "on_failure": [s.on_failure for s in steps],
         "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
-        "max_attempts": [s.max_attempts for s in steps],
+        "max_attempts": [s.max_attempts for s in steps], "child_kinds": [counts.child_kinds[s.name] for s in steps],
     }, rows="none")
-    edges = [(parent, s.name) for s in steps for parent in s.parents]
-    if edges:
-        yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _ in edges],
-                                             "children": [c for _, c in edges]}, rows="none")
+    if counts.edges:
+        yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _, _ in counts.edges],
+                                             "children": [c for _, c, _ in counts.edges],
+                                             "shards": [shard for _, _, shard in counts.edges]}, rows="none")
+    if counts.shards:
+        yield Call("workflow_counts_insert", {"workflow_id": workflow_id, "steps": [s for s, _, _ in counts.shards],
+                                              "shards": [k for _, k, _ in counts.shards],
+                                              "waiting_on": [n for _, _, n in counts.shards]}, rows="none")
     yield Call("workflow_tasks_insert", {
         "workflow_id": workflow_id, "ids": list(task_ids), "queues": [s.queue for s in steps],
         "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
@@ -40,22 +48,84 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
     }, rows="none")
 
 
-def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[tuple[uuid.UUID, str]]]:
-    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns (workflow id, step) of
-    those that were running, each once."""
+#: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows.
+OWN_ROW, IN_SHARDS = 1, 2
+
+
+@dataclass(frozen=True)
+class FanInCounts:
+    """How a workflow's steps count their parents: ``waiting_on`` by step (its parents, or for a
+    step counted in shards its shards), ``child_kinds`` by step (:data:`OWN_ROW` | :data:`IN_SHARDS`),
+    ``edges`` as (parent, child, shard or None) and ``shards`` as (step, shard, parents in it)."""
+
+    waiting_on: dict[str, int]
+    child_kinds: dict[str, int]
+    edges: list[tuple[str, str, int | None]]
+    shards: list[tuple[str, int, int]]
+
+
+def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -> FanInCounts:
+    """Place each parent of a step counted in shards (``shards_for(parents)`` > 0) in shard
+    ``i mod k`` by its position ``i`` among the step's parents: every shard gets as many parents
+    as any other, give or take one. Pure: no database."""
+    waiting_on: dict[str, int] = {}
+    kinds = dict.fromkeys((s.name for s in steps), 0)
+    edges: list[tuple[str, str, int | None]] = []
+    rows: list[tuple[str, int, int]] = []
+    for step in steps:
+        k = min(shards_for(len(step.parents)), len(step.parents))
+        if k <= 0:
+            waiting_on[step.name] = len(step.parents)
+            edges += [(parent, step.name, None) for parent in step.parents]
+            for parent in step.parents:
+                kinds[parent] |= OWN_ROW
+            continue
+        waiting_on[step.name] = k
+        edges += [(parent, step.name, i % k) for i, parent in enumerate(step.parents)]
+        rows += [(step.name, shard, len(range(shard, len(step.parents), k))) for shard in range(k)]
+        for parent in step.parents:
+            kinds[parent] |= IN_SHARDS
+    return FanInCounts(waiting_on, kinds, edges, rows)
+
+
+def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[tuple[uuid.UUID, str, int]]]:
+    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns (workflow id, step,
+    child kinds: :data:`OWN_ROW` | :data:`IN_SHARDS`) of those that were running, each once."""
     rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state})
-    return [(row["workflow_id"], row["step"]) for row in rows]
+    return [(row["workflow_id"], row["step"], row["child_kinds"]) for row in rows]
 
 
 def _moved(rows: list[dict[str, Any]]) -> list[Moved]:
     return [(row["workflow_id"], row["step"], row["task_id"], row["state"]) for row in rows]
 
 
+def workflow_counts_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
+    """Count these succeeded parents off the shard rows of their children counted in shards;
+    returns (workflow id, child, shards this brought to 0) for each child with such a shard."""
+    rows = yield Call("workflow_counts_advance", {"workflow_ids": [w for w, _ in parents],
+                                                  "steps": [s for _, s in parents]})
+    drained: dict[tuple[uuid.UUID, str], int] = {}
+    for row in rows:
+        if row["waiting_on"] == 0:
+            key = (row["workflow_id"], row["step"])
+            drained[key] = drained.get(key, 0) + 1
+    return [(w, step, n) for (w, step), n in drained.items()]
+
+
 def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[Moved]]:
-    """Count these succeeded parents off their waiting children; returns the children it released
-    or cancelled (an on-failure child whose parents all succeeded)."""
+    """Count these succeeded parents off their waiting children counted in their own row; returns
+    the children it released or cancelled (an on-failure child whose parents all succeeded)."""
     rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
                                                     "steps": [s for _, s in parents]})
+    return [m for m in _moved(rows) if m[3] != "waiting"]
+
+
+def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
+    """Count the shards an ack drained (workflow id, child, how many) off their children's own
+    rows; returns the children it released or cancelled, as :func:`workflow_children_advance`."""
+    rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
+                                                      "steps": [s for _, s, _ in drained],
+                                                      "counts": [n for _, _, n in drained]})
     return [m for m in _moved(rows) if m[3] != "waiting"]
 
 
@@ -67,8 +137,15 @@ def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bo
     return _moved(rows)
 
 
-def workflow_tasks_release(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call("workflow_tasks_release", {"ids": list(task_ids)})
+def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False) -> Plan[set[uuid.UUID]]:
+    """Make these waiting step tasks claimable; returns the ids released. ``wake`` (where the
+    engine has wake-ups, :mod:`shardq.notify`): the same statement wakes the listening workers of
+    each queue it released tasks into, delivered when the transaction commits."""
+    engine: Engine = yield ENGINE
+    params: dict[str, Any] = {"ids": list(task_ids)}
+    if engine.supports_wakeups:
+        params["wake"] = wake
+    rows = yield Call("workflow_tasks_release", params)
     return {row["id"] for row in rows}
 
 
@@ -138,8 +215,21 @@ def workflow_prune_page(keep_seconds: float, after: tuple[Any, uuid.UUID] | None
     return [(row["id"], row["created_at"], bool(row["due"])) for row in rows]
 
 
+def workflow_counts_reopen(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
+    """The shard rows of the cancelled children (counted in shards) that
+    :func:`workflow_steps_reopen` is about to reopen for these parents: each counts again its
+    parents that have not succeeded."""
+    yield Call("workflow_counts_reopen", {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]},
+               rows="none")
+
+
 def workflow_steps_prune(ids: Sequence[uuid.UUID], limit: int) -> Plan[int]:
     rows = yield Call("workflow_steps_prune", {"ids": list(ids), "limit": limit})
+    return len(rows)
+
+
+def workflow_counts_prune(ids: Sequence[uuid.UUID], limit: int) -> Plan[int]:
+    rows = yield Call("workflow_counts_prune", {"ids": list(ids), "limit": limit})
     return len(rows)
 
 

@@ -6,22 +6,32 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 -- Every step of one workflow (parallel arrays): a step without parents starts 'ready' (its task is
 -- inserted ready), the others 'waiting' on their parents' count.
 -- A step with parents keeps its task's payload, priority and attempts, to enqueue it again if it is
--- cancelled by a dead parent that is then requeued (workflow_steps_reopen).
+-- cancelled by a dead parent that is then requeued (workflow_steps_reopen). A step counted in shards
+-- waits on its shards (workflow_counts_insert); child_kinds says which statements its ack needs
+-- (shardq.operations.workflows.OWN_ROW, IN_SHARDS).
 INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
-                                   payload, priority, max_attempts)
+                                   payload, priority, max_attempts, child_kinds)
 SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
-       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts
+       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
             %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
-            %(max_attempts)s::INT4[])
-     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts)
+            %(max_attempts)s::INT4[], %(child_kinds)s::INT2[])
+     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts, child_kinds)
 
 -- name: workflow_edges_insert
--- Every (parent, child) edge of one workflow.
-INSERT INTO shardq_workflow_edges (workflow_id, parent, child)
-SELECT %(workflow_id)s::UUID, e.parent, e.child
-FROM unnest(%(parents)s::TEXT[], %(children)s::TEXT[]) AS e(parent, child)
+-- Every (parent, child) edge of one workflow, with the shard of the child's count the parent is in
+-- (NULL: the child counts its parents in its own row).
+INSERT INTO shardq_workflow_edges (workflow_id, parent, child, shard)
+SELECT %(workflow_id)s::UUID, e.parent, e.child, e.shard
+FROM unnest(%(parents)s::TEXT[], %(children)s::TEXT[], %(shards)s::INT4[]) AS e(parent, child, shard)
+
+-- name: workflow_counts_insert
+-- The shard rows of one workflow's steps counted in shards (a wide fan-in): each row counts the
+-- parents of its shard (docs/workflows.md, "Fan-in in shards").
+INSERT INTO shardq_workflow_counts (workflow_id, step, shard, waiting_on)
+SELECT %(workflow_id)s::UUID, c.step, c.shard, c.waiting_on
+FROM unnest(%(steps)s::TEXT[], %(shards)s::INT4[], %(waiting_on)s::INT4[]) AS c(step, shard, waiting_on)
 
 -- name: workflow_tasks_insert
 -- The task rows of every step of one workflow, over any number of queues (created on first use):
@@ -53,12 +63,40 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 UPDATE shardq_workflow_steps
 SET state = %(state)s::TEXT, finished_at = now()
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
-RETURNING workflow_id, step
+RETURNING workflow_id, step, child_kinds
+
+-- name: workflow_counts_advance
+-- Parents that succeeded, of children counted in shards: each shard row of theirs drops by its
+-- parents among them (each parent is in one shard of each such child). Returns every row it
+-- lowered: a row at 0 is a shard this ack drained, and only this ack (the row lock below, then
+-- PostgreSQL's re-read of a row a concurrent ack changed, or CockroachDB's retry on 40001), which
+-- then counts the shard off its child's own row in workflow_children_advance. Shard rows are
+-- locked in key order, before any step row, in every ack (docs/workflows.md, "Fan-in in shards").
+WITH hits AS (
+    SELECT e.workflow_id, e.child, e.shard, count(*) AS n
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    WHERE e.shard IS NOT NULL
+    GROUP BY e.workflow_id, e.child, e.shard
+), locked AS (
+    SELECT c.workflow_id, c.step, c.shard, h.n
+    FROM shardq_workflow_counts AS c
+    JOIN hits AS h ON c.workflow_id = h.workflow_id AND c.step = h.child AND c.shard = h.shard
+    ORDER BY c.workflow_id, c.step, c.shard
+    FOR UPDATE OF c
+)
+UPDATE shardq_workflow_counts AS c
+SET waiting_on = (c.waiting_on - l.n)::INT4
+FROM locked AS l
+WHERE c.workflow_id = l.workflow_id AND c.step = l.step AND c.shard = l.shard
+RETURNING c.workflow_id, c.step, c.waiting_on
 
 -- name: workflow_children_advance
--- Parents that succeeded: each waiting child's count drops by its parents among them. The child
--- whose count reaches 0 is released ('ready'; an on-failure child, whose parents all succeeded,
--- is 'cancelled' instead). The children's row locks are taken first, in key order (locked): two
+-- Parents that succeeded: each waiting child counted in its own row drops by its parents among
+-- them (children counted in shards: workflow_counts_advance, then workflow_children_count_off).
+-- The child whose count reaches 0 is released ('ready'; an on-failure child, whose parents all
+-- succeeded, is 'cancelled' instead). The children's row locks are taken first, in key order (locked): two
 -- acks sharing children then queue on the first one they share instead of each holding what
 -- the other waits for — the UPDATE alone locks in whatever order its plan walks (the key's hash
 -- order for one parent, the table's for a batch with a large fan-out: a deadlock between them).
@@ -70,7 +108,36 @@ WITH hits AS (
     FROM shardq_workflow_edges AS e
     JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
       ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    WHERE e.shard IS NULL
     GROUP BY e.workflow_id, e.child
+), locked AS (
+    SELECT s.workflow_id, s.step, h.n
+    FROM shardq_workflow_steps AS s
+    JOIN hits AS h ON s.workflow_id = h.workflow_id AND s.step = h.child
+    WHERE s.state = 'waiting'
+    ORDER BY s.workflow_id, s.step
+    FOR UPDATE OF s
+)
+UPDATE shardq_workflow_steps AS s
+SET waiting_on = (s.waiting_on - l.n)::INT4,
+    state = CASE WHEN s.waiting_on - l.n > 0 THEN 'waiting' WHEN s.on_failure THEN 'cancelled' ELSE 'ready' END,
+    finished_at = CASE WHEN s.waiting_on - l.n = 0 AND s.on_failure THEN now() END
+FROM locked AS l
+WHERE s.workflow_id = l.workflow_id AND s.step = l.step AND s.state = 'waiting'
+RETURNING s.workflow_id, s.step, s.task_id, s.state
+
+-- name: workflow_children_count_off
+-- workflow_children_advance for children counted in shards: each child's own row drops by the
+-- shards this ack drained (n, from workflow_counts_advance), with the same row locks, re-read and
+-- outcome as workflow_children_advance (keep them in step). The drained shards come in as arrays
+-- and are grouped, as the edges are there. One statement for both kinds (hits as a UNION ALL of the
+-- grouped edges and the arrays) lost decrements on PostgreSQL: a row the FOR UPDATE had waited for
+-- was skipped once its holder committed (tests/test_workflows_locking.py: 49 of 50 fan-ins left
+-- waiting), so the two kinds of children are counted off by two statements.
+WITH hits AS (
+    SELECT r.workflow_id, r.child, sum(r.n) AS n
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[], %(counts)s::INT8[]) AS r(workflow_id, child, n)
+    GROUP BY r.workflow_id, r.child
 ), locked AS (
     SELECT s.workflow_id, s.step, h.n
     FROM shardq_workflow_steps AS s
@@ -142,16 +209,43 @@ FROM unnest(%(ids)s::UUID[], %(workflow_ids)s::UUID[]) AS r(id, workflow_id)
 WHERE t.id = r.id
 RETURNING t.id
 
+-- name: workflow_counts_reopen
+-- Before workflow_steps_reopen: the shard rows of the cancelled children (not on-failure ones,
+-- counted in shards) of these revived or reopened parents count again, each, the parents of its
+-- shard that have not succeeded.
+WITH hits AS (
+    SELECT DISTINCT e.workflow_id, e.child
+    FROM shardq_workflow_edges AS e
+    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    WHERE e.shard IS NOT NULL
+), pending AS (
+    SELECT h.workflow_id, h.child, e.shard, sum(CASE WHEN p.state = 'succeeded' THEN 0 ELSE 1 END) AS n
+    FROM hits AS h
+    JOIN shardq_workflow_steps AS s ON s.workflow_id = h.workflow_id AND s.step = h.child
+    JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
+    JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+    WHERE s.state = 'cancelled' AND NOT s.on_failure
+    GROUP BY h.workflow_id, h.child, e.shard
+)
+UPDATE shardq_workflow_counts AS c
+SET waiting_on = p.n::INT4
+FROM pending AS p
+WHERE c.workflow_id = p.workflow_id AND c.step = p.child AND c.shard = p.shard
+RETURNING c.workflow_id
+
 -- name: workflow_steps_reopen
 -- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
--- on every parent of theirs that has not succeeded.
+-- on every parent of theirs that has not succeeded (a child counted in shards: on each shard that
+-- has such a parent; workflow_counts_reopen has reset the shard rows).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
     FROM shardq_workflow_edges AS e
     JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
       ON e.workflow_id = d.workflow_id AND e.parent = d.step
 ), counts AS (
-    SELECT h.workflow_id, h.child, count(*) AS n
+    SELECT h.workflow_id, h.child,
+           CASE WHEN count(e.shard) > 0 THEN count(DISTINCT e.shard) ELSE count(*) END AS n
     FROM hits AS h
     JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
     JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
@@ -204,11 +298,17 @@ RETURNING task_id
 SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)s::UUID
 
 -- name: workflow_steps_list
--- Every step of a workflow, in name order (one span of the key).
-SELECT step, task_id, task, queue, state, waiting_on, on_failure, finished_at
-FROM shardq_workflow_steps
-WHERE workflow_id = %(id)s::UUID
-ORDER BY step
+-- Every step of a workflow, in name order (one span of the key); waiting_on is its parents not yet
+-- succeeded, summed over its shard rows for a step counted in shards (one span of their key).
+SELECT s.step, s.task_id, s.task, s.queue, s.state, coalesce(c.waiting_on, s.waiting_on) AS waiting_on,
+       s.on_failure, s.finished_at
+FROM shardq_workflow_steps AS s
+LEFT JOIN (SELECT n.step, sum(n.waiting_on)::INT4 AS waiting_on
+           FROM shardq_workflow_counts AS n
+           WHERE n.workflow_id = %(id)s::UUID
+           GROUP BY n.step) AS c ON c.step = s.step
+WHERE s.workflow_id = %(id)s::UUID
+ORDER BY s.step
 
 -- name: workflow_edges_list
 -- Every (parent, child) edge of a workflow (one span of the key).
@@ -245,6 +345,16 @@ DELETE FROM shardq_workflow_steps
 WHERE (workflow_id, step) IN (
     SELECT workflow_id, step FROM shardq_workflow_steps
     WHERE workflow_id = ANY(%(ids)s::UUID[]) AND state IN ('succeeded', 'dead', 'cancelled')
+    LIMIT %(limit)s
+)
+RETURNING workflow_id
+
+-- name: workflow_counts_prune
+-- Delete up to limit shard rows of these (due) workflows; called until it deletes fewer.
+DELETE FROM shardq_workflow_counts
+WHERE (workflow_id, step, shard) IN (
+    SELECT workflow_id, step, shard FROM shardq_workflow_counts
+    WHERE workflow_id = ANY(%(ids)s::UUID[])
     LIMIT %(limit)s
 )
 RETURNING workflow_id
