@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from .env import Bench
-    from .versus import ref_tree
+    from .versus import ref_tree, remove_tree
 
     bench = Bench.start()
     rounds = []
@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.close()
             if ref_src is not None:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(ref_src.parent)],
-                               check=False, capture_output=True)
+                remove_tree(ref_src)
 
     def median(label: str, figure: str) -> list[float]:
         return [statistics.median(r[figure] for r in runs[label]) for runs in rounds if runs[label]]

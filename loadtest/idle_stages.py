@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from .env import Bench
-    from .versus import ref_tree
+    from .versus import ref_tree, remove_tree
 
     bench = Bench.start()
     rows: dict[str, list[dict]] = {"ref": [], "this": []}
@@ -161,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.close()
             if ref_src is not None:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(ref_src.parent)],
-                               check=False, capture_output=True)
+                remove_tree(ref_src)
     print(f"{'stage (ms after send)':24} " + "  ".join(f"{side + ' p50 / p90 / max':>26}" for side in rows if rows[side]))
     summaries = {side: summary(r) for side, r in rows.items() if r}
     for stage in STAGES:

@@ -38,6 +38,11 @@ def ref_tree(ref: str, where: Path) -> Path:
     return where / "src"
 
 
+def remove_tree(src: Path) -> None:
+    """Remove the worktree :func:`ref_tree` made (given the ``src`` it returned)."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(src.parent)], capture_output=True)
+
+
 def burn(src: Path, out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(REPO)]))
     subprocess.run([sys.executable, "-m", "loadtest", "--scenarios", "burn-down", "--no-peers", "--out", str(out)],
@@ -67,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"({result['shardq']:,.0f} vs {result['raw']:,.0f} tasks/s)", flush=True)
                     runs.append(result)
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(Path(tmp) / "ref")],
-                           capture_output=True)
+            remove_tree(ref_src)
     ratios = []
     for round_ in range(args.rounds):
         mine = [r["over_raw"] for r in runs if r["round"] == round_ + 1 and r["side"] == "this"]

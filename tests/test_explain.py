@@ -125,7 +125,7 @@ def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(se
     round_plan = seeded.session.explain(
         "task_claim_round",
         {"buckets": [0, 1, 2, 3], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 10,
-         "lease_seconds": 30.0, "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG},
+         "lease_seconds": 30.0, "durable": False, "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG},
     )
     assert not engine.explain_reads_whole_table(round_plan), round_plan
     whole = seeded.session.explain("task_count_by_bucket")
