@@ -60,6 +60,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from . import operations
+from .errors import DatabaseError
 from .models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
 from .plans import Atomically, Call, Plan
 from .store import TaskStore
@@ -132,25 +133,34 @@ def get_plan(run_id: str) -> Plan[Callback | None]:
 
 def complete_plan(run_id: str) -> Plan[bool]:
     """Mark the run fully enqueued and release its callback if no task of it is left (one
-    transaction); returns whether this call released it."""
+    transaction); returns whether this call released it. The release wakes the listening workers
+    of the callback's queue (see :func:`settle_plan`)."""
 
-    def body() -> Plan[bool]:
+    def body(wake: bool) -> Plan[bool]:
         row = yield Call("spark_callback_complete", {"run_id": run_id}, rows="one")
         if row is None:
             return False
-        released = yield from _release_due([row["run_mark"]])
+        released = yield from _release_due([row["run_mark"]], wake)
         return bool(released)
 
-    result: bool = yield Atomically(body)
+    result: bool
+    try:
+        result = yield Atomically(lambda: body(True))
+    except DatabaseError as exc:
+        if not operations.notify_queue_full(exc):
+            raise
+        result = yield Atomically(lambda: body(False))
     return result
 
 
-def settle_plan(marks: Collection[uuid.UUID], outcome: str) -> Plan[None]:
+def settle_plan(marks: Collection[uuid.UUID], outcome: str, *, wake: bool = False) -> Plan[None]:
     """Inside the transaction that just acked (``outcome`` ``succeeded``) or dead-lettered
     (``dead``) tasks of the runs with these ``marks``: release the callbacks now due, or cancel the
-    runs' callbacks."""
+    runs' callbacks. ``wake``: the release also wakes the listening workers of the callbacks'
+    queues, as a released workflow step does (:func:`shardq.workflows.remove_and_release_plan`),
+    delivered at the commit, where the engine has wake-ups."""
     if outcome == "succeeded":
-        yield from _release_due(sorted(marks))
+        yield from _release_due(sorted(marks), wake)
         return
     rows = yield Call("spark_callback_lock", {"marks": sorted(marks)})
     for row in rows:
@@ -159,7 +169,7 @@ def settle_plan(marks: Collection[uuid.UUID], outcome: str) -> Plan[None]:
             yield from operations.workflow_tasks_drop(task_ids)
 
 
-def _release_due(marks: list[uuid.UUID]) -> Plan[list[uuid.UUID]]:
+def _release_due(marks: list[uuid.UUID], wake: bool) -> Plan[list[uuid.UUID]]:
     yield Call("spark_callback_lock", {"marks": marks})  # sorted: one lock order on PostgreSQL
     due = yield Call("spark_callback_due", {"marks": marks})
     if not due:
@@ -167,7 +177,7 @@ def _release_due(marks: list[uuid.UUID]) -> Plan[list[uuid.UUID]]:
     rows = yield Call("spark_callback_release", {"workflow_ids": [row["workflow_id"] for row in due]})
     task_ids = [row["task_id"] for row in rows]
     if task_ids:
-        yield from operations.workflow_tasks_release(task_ids)
+        yield from operations.workflow_tasks_release(task_ids, wake=wake)
     return task_ids
 
 
@@ -177,7 +187,8 @@ def runs_of(removed: Collection[uuid.UUID], workflow_of: Mapping[uuid.UUID, uuid
 
 
 def settling(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
-             workflow_of: Mapping[uuid.UUID, uuid.UUID | None], outcome: str) -> Callable[[], set[uuid.UUID]]:
+             workflow_of: Mapping[uuid.UUID, uuid.UUID | None], outcome: str, *,
+             wake: bool = False) -> Callable[[], set[uuid.UUID]]:
     """``remove`` (run inside a transaction the caller holds), followed by :func:`settle_plan` for
     the runs of the tasks it removed (a fenced-off task settles nothing)."""
 
@@ -185,7 +196,7 @@ def settling(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
         removed = remove()
         runs = runs_of(removed, workflow_of)
         if runs:
-            store.session.run(settle_plan(runs, outcome))
+            store.session.run(settle_plan(runs, outcome, wake=wake))
         return removed
 
     return removing
@@ -194,15 +205,26 @@ def settling(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
 def remove_and_settle(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
                       workflow_of: Mapping[uuid.UUID, uuid.UUID | None], outcome: str) -> set[uuid.UUID]:
     """``remove`` and :func:`settle_plan` in one transaction (the ack of run tasks that are no
-    workflow steps); returns the ids removed."""
-    step = settling(store, remove, workflow_of, outcome)
+    workflow steps); returns the ids removed. A callback it releases wakes the listening workers
+    of its queue; a server that refuses the wake-up at the commit (its notification queue full)
+    fails the transaction, which is run again without it (``remove`` is called again)."""
 
-    def body() -> Plan[set[uuid.UUID]]:
-        return step()
-        yield  # a plan that runs ``step`` on the sync session directly
+    def attempt(wake: bool) -> set[uuid.UUID]:
+        step = settling(store, remove, workflow_of, outcome, wake=wake)
 
-    result: set[uuid.UUID] = store.session.run(_atomically(body))
-    return result
+        def body() -> Plan[set[uuid.UUID]]:
+            return step()
+            yield  # a plan that runs ``step`` on the sync session directly
+
+        result: set[uuid.UUID] = store.session.run(_atomically(body))
+        return result
+
+    try:
+        return attempt(True)
+    except DatabaseError as exc:
+        if not operations.notify_queue_full(exc):
+            raise
+        return attempt(False)
 
 
 def _atomically(body: Callable[[], Plan[set[uuid.UUID]]]) -> Plan[set[uuid.UUID]]:
