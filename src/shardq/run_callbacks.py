@@ -60,7 +60,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from . import operations
-from .errors import DatabaseError
 from .models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
 from .plans import Atomically, Call, Plan
 from .store import TaskStore
@@ -143,13 +142,7 @@ def complete_plan(run_id: str) -> Plan[bool]:
         released = yield from _release_due([row["run_mark"]], wake)
         return bool(released)
 
-    result: bool
-    try:
-        result = yield Atomically(lambda: body(True))
-    except DatabaseError as exc:
-        if not operations.notify_queue_full(exc):
-            raise
-        result = yield Atomically(lambda: body(False))
+    result: bool = yield from operations.atomically_waking(body)
     return result
 
 
@@ -209,24 +202,9 @@ def remove_and_settle(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
     of its queue; a server that refuses the wake-up at the commit (its notification queue full)
     fails the transaction, which is run again without it (``remove`` is called again)."""
 
-    def attempt(wake: bool) -> set[uuid.UUID]:
-        step = settling(store, remove, workflow_of, outcome, wake=wake)
+    def body(wake: bool) -> Plan[set[uuid.UUID]]:
+        return settling(store, remove, workflow_of, outcome, wake=wake)()
+        yield  # a plan that runs the step on the sync session directly
 
-        def body() -> Plan[set[uuid.UUID]]:
-            return step()
-            yield  # a plan that runs ``step`` on the sync session directly
-
-        result: set[uuid.UUID] = store.session.run(_atomically(body))
-        return result
-
-    try:
-        return attempt(True)
-    except DatabaseError as exc:
-        if not operations.notify_queue_full(exc):
-            raise
-        return attempt(False)
-
-
-def _atomically(body: Callable[[], Plan[set[uuid.UUID]]]) -> Plan[set[uuid.UUID]]:
-    result: set[uuid.UUID] = yield Atomically(body)
+    result: set[uuid.UUID] = store.session.run(operations.atomically_waking(body))
     return result

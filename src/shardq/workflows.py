@@ -60,7 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import operations
-from .errors import DatabaseError, InvalidInput
+from .errors import InvalidInput
 from .operations.workflows import Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
@@ -154,13 +154,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
                 yield from _move_on(finished, outcome, wake)
         return removed
 
-    result: set[uuid.UUID]
-    try:
-        result = yield Atomically(lambda: body(True))
-    except DatabaseError as exc:
-        if not operations.notify_queue_full(exc):
-            raise
-        result = yield Atomically(lambda: body(False))
+    result: set[uuid.UUID] = yield from operations.atomically_waking(body)
     return result
 
 

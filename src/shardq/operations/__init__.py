@@ -34,6 +34,7 @@ from .history import (
 )
 from .queues import (
     QUEUE_FIELDS,
+    atomically_waking,
     flow_slots_add,
     flow_slots_extend,
     flow_slots_hold,
@@ -125,6 +126,7 @@ __all__ = [
     "EnqueueCounts",
     "ack_claims_recorded",
     "ack_keys_recorded",
+    "atomically_waking",
     "attempt_record_many",
     "attempts_prune",
     "dead_get",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ..errors import DatabaseError
 from ..models import QueueSettings, RateTokens
-from ..plans import Call, Plan
+from ..plans import Atomically, Call, Plan
 
 #: The settings :func:`queue_update` may change.
 QUEUE_FIELDS = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
@@ -48,6 +49,22 @@ def notify_queue_full(exc: DatabaseError) -> bool:
     (SQLSTATE 54000, program_limit_exceeded). A wake-up is an optimisation: whoever sent it
     sends its statements again without it."""
     return getattr(exc.__cause__, "sqlstate", None) == "54000"
+
+
+T = TypeVar("T")
+
+
+def atomically_waking(body: Callable[[bool], Plan[T]]) -> Plan[T]:
+    """``body(True)`` in one transaction, its statements sending their wake-ups; when the server
+    refuses a wake-up at the commit (:func:`notify_queue_full`: the transaction rolled back whole),
+    ``body(False)`` in a new one, without them. ``body`` runs again from the start."""
+    try:
+        result: T = yield Atomically(lambda: body(True))
+    except DatabaseError as exc:
+        if not notify_queue_full(exc):
+            raise
+        result = yield Atomically(lambda: body(False))
+    return result
 
 
 # -- flow control ------------------------------------------------------------------------------
