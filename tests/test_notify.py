@@ -158,3 +158,42 @@ def test_a_worker_whose_first_listen_failed_listens_again_once_a_claim_succeeds(
     assert len(first_listen_fails) == 2
     resumed = [r for r in caplog.records if r.name == "shardq.notify" and "again" in r.getMessage()]
     assert len(resumed) == 1 and resumed[0].levelno == logging.INFO
+
+
+def test_a_wake_up_for_the_task_a_worker_just_took_itself_does_not_make_it_deaf_to_the_next(pg_db, monkeypatch):
+    # The worker's first round takes a task whose enqueue committed (and sent its wake-up) while
+    # the round ran, so that wake-up is waiting on the connection when the round ends. Answering
+    # it finds nothing, because the worker took that task itself: no other worker was first, so
+    # the worker must go on listening rather than sit out its 15-30 s pause.
+    from shardq.consumer import Consumer
+
+    monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
+    quiet = Client(pg_db.dsn, notify=False)
+    loud = Client(pg_db.dsn)
+    first, second = threading.Event(), threading.Event()
+    claim, rounds = Consumer.claim, []
+
+    def enqueue_during_the_first_round(self, *args, **kwargs):
+        rounds.append(kwargs.get("woken"))
+        if len(rounds) == 1:
+            loud.enqueue("q", b"first")  # commits, and sends its wake-up, as the round begins
+        return claim(self, *args, **kwargs)
+
+    monkeypatch.setattr(Consumer, "claim", enqueue_during_the_first_round)
+
+    def handler(task) -> None:
+        (first if task.payload == b"first" else second).set()
+
+    worker = quiet.worker(["q"], handler, idle_min=30.0, idle_max=30.0)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        assert first.wait(30)
+        loud.enqueue("q", b"second")
+        assert second.wait(10), "the worker sat out the wake-up of a task nobody else could take"
+        assert rounds[:2] == [False, True]  # the second round answered the first task's wake-up
+    finally:
+        worker.stop()
+        thread.join(30)
+        quiet.close()
+        loud.close()

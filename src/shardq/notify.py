@@ -187,6 +187,14 @@ class Listener:
         with contextlib.suppress(DatabaseUnavailable):  # the claim that follows reconnects, and LISTENs again
             self.store.notifications(0)
 
+    def pending(self) -> bool:
+        """Whether a wake-up for one of the queues has already arrived, without waiting (and
+        without keeping it). False when the connection is lost: the next claim reconnects."""
+        try:
+            return any(p in self.queues for p in self.store.notifications(0))
+        except DatabaseUnavailable:
+            return False
+
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up for one of the queues. Returns True when
         one arrived (or had arrived while the worker was busy), False on timeout or once ``stop``

@@ -7,7 +7,9 @@ with ``listen``, from the first round that found nothing (``LISTEN_AFTER_EMPTY_R
 for a producer's wake-up for at most that long instead. With ``listen`` too, a round that took
 every ready task (``ClaimRound.drained``) is followed by that wait rather than by a claim that
 would find nothing, and a round that answered a wake-up and found nothing (another worker was
-first) sleeps its pause without listening. A lost wake-up therefore costs at most one pause. It
+first) sleeps its pause without listening -- unless that wake-up had arrived during the round
+before, which may have taken the very tasks it announced. A lost wake-up therefore costs at most
+one pause. It
 runs on the thread that calls :meth:`shardq.Worker.run`, with that thread's own session.
 """
 
@@ -67,6 +69,7 @@ class Fetcher:
         empty_rounds = throttled_rounds = 0
         failures = 0
         woken = answered = False  # the next round answers a wake-up; the last one did
+        echo = echoed = False  # that wake-up came during the round before, which may have taken its tasks
         drained = False  # the last round took every ready task there was
         listener = None
         if config.listen and not config.until_empty:
@@ -91,7 +94,13 @@ class Fetcher:
                 # has sent one already, kept on the connection) or, at the latest, a short poll.
                 drained = False
                 if listener is not None and listener.active:
-                    woken = listener.wait(backoff.idle_sleep(1, minimum=config.idle_min, maximum=config.idle_max), stop)
+                    # A wake-up already here was sent during that round and may announce what the
+                    # round took itself (an "echo"): look again at once, but if that finds
+                    # nothing, no other worker was first, so it is no reason to sit out (below).
+                    if listener.pending():
+                        woken = echo = True
+                    else:
+                        woken = listener.wait(backoff.idle_sleep(1, minimum=config.idle_min, maximum=config.idle_max), stop)
                     continue
             room = table.start_room()
             try:
@@ -102,6 +111,7 @@ class Fetcher:
                 # (workflow steps, an exclusive key's backlog) after the round read the table.
                 busy_at_start = bool(table.entries)
                 answered, woken = woken, False
+                echoed, echo = echo, False
                 found = consumer.claim(limit=want, start_room=room, woken=answered)
                 failures = 0
                 if listener is not None and not listener.active:
@@ -161,7 +171,7 @@ class Fetcher:
                 table.fetch_wake.clear()
                 table.fetch_wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
             elif (listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS
-                  and not answered):
+                  and (not answered or echoed)):
                 # Nothing due: a producer's wake-up ends the pause early, and the back-off
                 # restarts from idle_min. Every wake-up wakes every waiting worker and all but one
                 # may find nothing; producers send at most one per queue per notify interval.
