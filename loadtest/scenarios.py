@@ -357,6 +357,9 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
         try:
             _, roles = _steady_roles(name, url, sizes.steady_rate)
             vacuum_analyze(url)
+            # The burn-downs just before leave a checkpoint due: taken here, not inside the cell
+            # of whichever contender runs first (as the latency cells do).
+            checkpoint(url)
             load_before = loadavg()
             cell = run_cell(roles, duration=sizes.steady_seconds, cap=sizes.steady_seconds + 5,
                             server_cpu=bench.server_cpu)
