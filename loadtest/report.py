@@ -375,7 +375,7 @@ def _idle_section(idle, plots) -> list[str]:
     return [
         "## Idle queue",
         "",
-        ("4 idle worker processes; single tasks enqueued one at a time, spaced so that polling workers have backed "
+        ("4 idle worker processes (shardq, and pgqueuer-tuned as the reference); single tasks enqueued one at a time, spaced so that polling workers have backed "
         "off to their longest interval (1 s) or listening workers are parked on LISTEN."),
         "",
         _table(["worker", "samples", "p50 ms", "worst ms", "each (ms)"], rows),

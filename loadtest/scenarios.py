@@ -44,6 +44,7 @@ class Sizes:
     steady_seconds: float = 15.0
     steady_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-tuned", "procrastinate-tuned")
     idle_samples: int = 30
+    idle_contenders: tuple[str, ...] = ("shardq+poll", "shardq", "pgqueuer-tuned")
     #: the latency cells (loadtest.latency): offered rates, CPU load generators beside (0: quiet)
     latency_rates: tuple[int, ...] = (2000, 10000)
     latency_loads: tuple[int, ...] = (0, 1)
@@ -340,7 +341,7 @@ def _steady_roles(name: str, url: str, rate: int, *, idle: bool = False, samples
         producer_spec["notify"] = False
     producer = contender.producer
     if idle:
-        producer = f"{contender.module}:idle_producer" if contender.module.endswith("shardq_bench") else None
+        producer = f"{contender.module}:idle_producer" if contender.module.endswith(("shardq_bench", "pgq")) else None
         producer_spec = {**producer_spec, "samples": samples, "gap": (1.2, 2.2) if poll else (0.3, 0.8)}
     return contender, [(contender.worker, spec)] * PROCESSES + [(producer, producer_spec)]
 
@@ -393,11 +394,13 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
 
 # -- idle latency ---------------------------------------------------------------------------
 def idle(bench: Bench, sizes: Sizes, log) -> dict:
-    """4 idle shardq workers; single tasks enqueued one at a time, spaced so the workers have
-    backed off to their longest poll interval (polling only) or are parked on LISTEN (default)."""
+    """4 idle workers; single tasks enqueued one at a time, spaced so the workers have backed off
+    to their longest poll interval (polling only) or are parked on LISTEN (default). pgqueuer
+    (tuned: its workers listen too) runs the same cell as the reference for the listening case."""
     out = {}
-    for name in ("shardq+poll", "shardq"):
-        url = bench.shardq_database("idle")
+    for name in sizes.idle_contenders:
+        contender = CONTENDERS[name.removesuffix("+poll")]
+        url = contender.setup(bench, "idle_" + name.replace("+", "_").replace("-", "_"))
         try:
             _, roles = _steady_roles(name, url, 1, idle=True, samples=sizes.idle_samples)
             samples = sizes.idle_samples

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..procs import Control, Recorder, paced, unstamp, watch_stop
+from ..procs import Control, Recorder, paced, stamp, unstamp, watch_stop
 
 ENTRYPOINT = "noop"
 
@@ -104,6 +104,28 @@ def worker(spec: dict, ctl: Control) -> dict:
 
     asyncio.run(main())
     return rec.result()
+
+
+def idle_producer(spec: dict, ctl: Control) -> dict:
+    """Role: ``samples`` single enqueues (``Queries.enqueue``, which notifies pgqueuer's
+    listening workers), each after a pause drawn from ``gap`` seconds, as shardq's idle producer."""
+    import random
+
+    async def main() -> dict:
+        conn = await _connect(spec["url"])
+        q = _queries(conn)
+        rng = random.Random(spec.get("seed", 7))
+        ctl.ready()
+        for seq in range(spec["samples"]):
+            await asyncio.sleep(rng.uniform(*spec["gap"]))
+            if ctl.stopping():
+                break
+            await q.enqueue(ENTRYPOINT, stamp(seq))
+            ctl.counters[ctl.index] = seq + 1
+        await conn.close()
+        return {"sent": spec["samples"]}
+
+    return asyncio.run(main())
 
 
 def producer(spec: dict, ctl: Control) -> dict:
