@@ -115,12 +115,17 @@ def test_a_listener_whose_listen_failed_tries_again_only_after_the_retry_interva
     store.session.close()
 
 
-def _second_task_starts_by_wake_up(pg_db) -> bool:
+def _second_task_starts_by_wake_up(pg_db, arrange=None) -> bool:
     """Runs a worker that polls only every 30 s; once it has started a first task, enqueues a
-    second with a wake-up. Returns whether the second started within 10 s (polling would not)."""
+    second with a wake-up. Returns whether the second started within 10 s (polling would not).
+    The first task is enqueued without a wake-up before the worker starts, or by
+    ``arrange(loud)`` (called before the worker starts; ``loud`` is a client that wakes)."""
     quiet = Client(pg_db.dsn, notify=False)
     loud = Client(pg_db.dsn)
-    quiet.enqueue("q", b"first")
+    if arrange is None:
+        quiet.enqueue("q", b"first")
+    else:
+        arrange(loud)
     first, second = threading.Event(), threading.Event()
 
     def handler(task) -> None:
@@ -168,32 +173,17 @@ def test_a_wake_up_for_the_task_a_worker_just_took_itself_does_not_make_it_deaf_
     from shardq.consumer import Consumer
 
     monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
-    quiet = Client(pg_db.dsn, notify=False)
-    loud = Client(pg_db.dsn)
-    first, second = threading.Event(), threading.Event()
     claim, rounds = Consumer.claim, []
 
-    def enqueue_during_the_first_round(self, *args, **kwargs):
-        rounds.append(kwargs.get("woken"))
-        if len(rounds) == 1:
-            loud.enqueue("q", b"first")  # commits, and sends its wake-up, as the round begins
-        return claim(self, *args, **kwargs)
+    def enqueue_during_the_first_round(loud: Client) -> None:
+        def claiming(self, *args, **kwargs):
+            rounds.append(kwargs.get("woken"))
+            if len(rounds) == 1:
+                loud.enqueue("q", b"first")  # commits, and sends its wake-up, as the round begins
+            return claim(self, *args, **kwargs)
 
-    monkeypatch.setattr(Consumer, "claim", enqueue_during_the_first_round)
+        monkeypatch.setattr(Consumer, "claim", claiming)
 
-    def handler(task) -> None:
-        (first if task.payload == b"first" else second).set()
-
-    worker = quiet.worker(["q"], handler, idle_min=30.0, idle_max=30.0)
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    thread.start()
-    try:
-        assert first.wait(30)
-        loud.enqueue("q", b"second")
-        assert second.wait(10), "the worker sat out the wake-up of a task nobody else could take"
-        assert rounds[:2] == [False, True]  # the second round answered the first task's wake-up
-    finally:
-        worker.stop()
-        thread.join(30)
-        quiet.close()
-        loud.close()
+    assert _second_task_starts_by_wake_up(pg_db, enqueue_during_the_first_round), (
+        "the worker sat out the wake-up of a task nobody else could take")
+    assert rounds[:2] == [False, True]  # the second round answered the first task's wake-up
