@@ -9,8 +9,8 @@ every ready task (``ClaimRound.drained``) is followed by that wait rather than b
 would find nothing, and a round that answered a wake-up and found nothing (another worker was
 first) sleeps its pause without listening -- unless that wake-up had arrived during the round
 before, which may have taken the very tasks it announced. A lost wake-up therefore costs at most
-one pause. It
-runs on the thread that calls :meth:`shardq.Worker.run`, with that thread's own session.
+one pause. It runs on the thread that calls :meth:`shardq.Worker.run`, with that thread's own
+session.
 """
 
 from __future__ import annotations
