@@ -41,7 +41,6 @@ batches), and a woken worker does what a polling one does at its next poll, only
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
@@ -184,12 +183,12 @@ class Listener:
     def discard(self) -> None:
         """Drop the wake-ups received so far (call right before a claim round: NOTIFY is delivered
         after the enqueue committed, so the round sees those tasks anyway)."""
-        with contextlib.suppress(DatabaseUnavailable):  # the claim that follows reconnects, and LISTENs again
-            self.store.notifications(0)
+        self.pending()
 
     def pending(self) -> bool:
         """Whether a wake-up for one of the queues has already arrived, without waiting (and
-        without keeping it). False when the connection is lost: the next claim reconnects."""
+        without keeping it). False when the connection is lost: the claim that follows
+        reconnects, and LISTENs again."""
         try:
             return any(p in self.queues for p in self.store.notifications(0))
         except DatabaseUnavailable:
