@@ -23,7 +23,6 @@ import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 
@@ -42,17 +41,9 @@ def _listen(url: str, arrivals, ready, samples: int) -> None:  # type: ignore[no
                 return
 
 
-def _enqueue_statement() -> str:
-    import shardq
-
-    text = (Path(shardq.__file__).parent / "sql" / "postgresql" / "enqueue.sql").read_text()
-    body = text.split("-- name: task_insert_many_fresh")[1].split("-- name:")[0]
-    return "\n".join(line for line in body.splitlines() if not line.startswith("--"))
-
-
 def run(url: str, samples: int, rounds: int, seed: int = 7) -> dict[str, list[float]]:
     import shardq
-    from shardq.engine.common import RANKS
+    from shardq.models import NewTask
     from shardq.producer import Producer
 
     client = shardq.connect(url)
@@ -60,15 +51,16 @@ def run(url: str, samples: int, rounds: int, seed: int = 7) -> dict[str, list[fl
     producer = Producer(client.store, notifier=client.notifier)
     producer.enqueue(QUEUE, b"warm")
     plain = psycopg.connect(url, autocommit=True)
-    statement = _enqueue_statement()
+    # What shardq's engine sends: its named statement and its parameters, bound the same way.
+    engine = client.store.engine
+    statement = engine.statements()["task_insert_many_fresh"].text
 
     def send(sender: str) -> None:
         if sender == "notify":
             plain.execute(f"SELECT pg_notify('{CHANNEL}', %s)", (QUEUE,), prepare=True)
         elif sender == "statement":
-            plain.execute(statement, {"queue": QUEUE, "ids": [uuid.uuid4()], "payloads": [b"x"], "delays": [None],
-                                      "run_ats": [None], "max_attempts": [None], "priorities": [None],
-                                      "wake": True, "max_attempts_default": 3, **RANKS}, prepare=True).fetchall()
+            params = {**engine.task_arrays([NewTask(b"x")], [uuid.uuid4()]), "queue": QUEUE, "wake": True}
+            plain.execute(statement, params, prepare=True).fetchall()
         else:
             producer.enqueue(QUEUE, b"x")
 
