@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 import uuid
+from collections.abc import Iterator
 
 from shardq.client import Client
 from shardq.db import Dsn, Session
@@ -183,3 +185,35 @@ class TestDatabase:
 
 def fenced(task: ClaimedTask) -> Fenced:
     return Fenced(task.key, task.lease_token)
+
+
+@contextlib.contextmanager
+def wake_up_refused_once(session: Session, statement: str) -> Iterator[list[str]]:
+    """While open, the first ``statement`` sent on ``session`` fails as PostgreSQL fails a commit
+    whose NOTIFY finds the notification queue full (SQLSTATE 54000, a listener that stopped
+    reading); later ones go through. Yields the list of the times ``statement`` was sent."""
+    from psycopg import errors as pgerrors
+
+    calls: list[str] = []
+
+    def refuse_once(name: str) -> None:
+        if name == statement:
+            calls.append(name)
+            if len(calls) == 1:
+                raise pgerrors.ProgramLimitExceeded("too many notifications in the NOTIFY queue (injected)")
+
+    session.before_statement = refuse_once
+    try:
+        yield calls
+    finally:
+        session.before_statement = None
+
+
+def listening_store(dsn: Dsn, queues: list[str]) -> TaskStore:
+    """A store on a session of its own that LISTENs for the wake-ups of ``queues`` (read them with
+    ``notifications(timeout)``; close its session when done)."""
+    from shardq.notify import Listener
+
+    store = TaskStore(Session(dsn))
+    assert Listener(store, queues).start()
+    return store

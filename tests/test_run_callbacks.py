@@ -11,7 +11,7 @@ from shardq.consumer import Consumer
 from shardq.store import TaskStore
 
 from .concurrency import at_once, own_stores
-from .factories import fenced
+from .factories import fenced, listening_store, wake_up_refused_once
 
 
 @pytest.fixture
@@ -161,16 +161,10 @@ def test_forgetting_an_old_run_forgets_its_callback_too(app, db):
     assert db.session.run(run_callbacks.get_plan("old")) is None
 
 
-def _listening(pg_db, queue: str):
-    from shardq.db import Session
-    from shardq.notify import Listener
-
-    store = TaskStore(Session(pg_db.dsn))
-    assert Listener(store, [queue]).start()
-    return store
-
-
-def test_the_ack_that_releases_a_runs_callback_wakes_the_listening_workers_of_its_queue(pg_db):
+@pytest.fixture
+def queued_apart(pg_db):
+    """An app on PostgreSQL (wake-ups) whose run tasks (``item``, queue ``items``) and callback
+    (``done``, queue ``callbacks``) are served by different queues."""
     app = shardq.App(pg_db.dsn)
 
     @app.task(name="item", queue="items")
@@ -179,7 +173,13 @@ def test_the_ack_that_releases_a_runs_callback_wakes_the_listening_workers_of_it
     @app.task(name="done", queue="callbacks")
     def done() -> None: ...
 
-    listening = _listening(pg_db, "callbacks")
+    yield app, item, done
+    app.close()
+
+
+def test_the_ack_that_releases_a_runs_callback_wakes_the_listening_workers_of_its_queue(pg_db, queued_apart):
+    app, item, done = queued_apart
+    listening = listening_store(pg_db.dsn, ["callbacks"])
     try:
         _run(app, pg_db, "r-wake", done.step(), ["a", "b"], item)
         pg_db.session.run(run_callbacks.complete_plan("r-wake"))  # complete: the last ack releases
@@ -188,19 +188,11 @@ def test_the_ack_that_releases_a_runs_callback_wakes_the_listening_workers_of_it
         assert "callbacks" in listening.notifications(5)  # without it, a worker's next poll
     finally:
         listening.session.close()
-        app.close()
 
 
-def test_the_job_end_that_releases_a_runs_callback_wakes_the_listening_workers_too(pg_db):
-    app = shardq.App(pg_db.dsn)
-
-    @app.task(name="item", queue="items")
-    def item(label: str) -> None: ...
-
-    @app.task(name="done", queue="callbacks")
-    def done() -> None: ...
-
-    listening = _listening(pg_db, "callbacks")
+def test_the_job_end_that_releases_a_runs_callback_wakes_the_listening_workers_too(pg_db, queued_apart):
+    app, item, done = queued_apart
+    listening = listening_store(pg_db.dsn, ["callbacks"])
     try:
         _run(app, pg_db, "r-end", done.step(), ["a"], item)
         app.work(["items"], until_empty=True)  # acked before the job marked the run complete
@@ -209,40 +201,16 @@ def test_the_job_end_that_releases_a_runs_callback_wakes_the_listening_workers_t
         assert "callbacks" in listening.notifications(5)
     finally:
         listening.session.close()
-        app.close()
 
 
-def test_an_ack_whose_wake_up_the_server_refuses_still_releases_the_callback(pg_db):
-    from psycopg import errors as pgerrors
-
-    app = shardq.App(pg_db.dsn)
-
-    @app.task(name="item", queue="items")
-    def item(label: str) -> None: ...
-
-    @app.task(name="done", queue="callbacks")
-    def done() -> None: ...
-
-    try:
-        callback = _run(app, pg_db, "r-refused", done.step(), ["a"], item)
-        pg_db.session.run(run_callbacks.complete_plan("r-refused"))
-        [task] = Consumer(pg_db.store, ["items"]).claim().tasks
-        calls: list[str] = []
-
-        def refuse_once(name: str) -> None:
-            if name == "workflow_tasks_release":
-                calls.append(name)
-                if len(calls) == 1:
-                    raise pgerrors.ProgramLimitExceeded("too many notifications in the NOTIFY queue (injected)")
-
-        pg_db.store.session.before_statement = refuse_once
-        try:
-            removed = run_callbacks.remove_and_settle(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]),
-                                                      {task.key.id: task.workflow_id}, "succeeded")
-        finally:
-            pg_db.store.session.before_statement = None
-        assert removed == {task.key.id} and len(calls) == 2
-        assert pg_db.session.run(run_callbacks.get_plan("r-refused")).state == "ready"
-        assert app.workflow_status(callback.workflow_id).steps[0].state == "ready"
-    finally:
-        app.close()
+def test_an_ack_whose_wake_up_the_server_refuses_still_releases_the_callback(pg_db, queued_apart):
+    app, item, done = queued_apart
+    callback = _run(app, pg_db, "r-refused", done.step(), ["a"], item)
+    pg_db.session.run(run_callbacks.complete_plan("r-refused"))
+    [task] = Consumer(pg_db.store, ["items"]).claim().tasks
+    with wake_up_refused_once(pg_db.store.session, "workflow_tasks_release") as calls:
+        removed = run_callbacks.remove_and_settle(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]),
+                                                  {task.key.id: task.workflow_id}, "succeeded")
+    assert removed == {task.key.id} and len(calls) == 2
+    assert pg_db.session.run(run_callbacks.get_plan("r-refused")).state == "ready"
+    assert app.workflow_status(callback.workflow_id).steps[0].state == "ready"

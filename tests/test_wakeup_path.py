@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 
-from psycopg import errors as pgerrors
-
 from shardq.consumer import Consumer
 from shardq.db import Session
 from shardq.notify import Listener, Notifier
 from shardq.producer import Producer
 from shardq.store import TaskStore
+
+from .factories import wake_up_refused_once
 
 
 def _statements(store: TaskStore) -> list[str]:
@@ -37,16 +37,8 @@ def test_an_enqueue_whose_wake_up_the_server_refuses_still_enqueues_its_tasks(pg
     # PostgreSQL refuses a NOTIFY at commit once its notification queue is full (a listener that
     # stopped reading): the tasks must go in all the same, without the wake-up.
     producer = Producer(pg_db.store, notifier=Notifier(0.0))
-    calls: list[str] = []
-
-    def refuse_once(name: str) -> None:
-        if name == "task_insert_many_fresh":
-            calls.append(name)
-            if len(calls) == 1:
-                raise pgerrors.ProgramLimitExceeded("too many notifications in the NOTIFY queue (injected)")
-
-    pg_db.store.session.before_statement = refuse_once
-    result = producer.enqueue("q", b"now")
+    with wake_up_refused_once(pg_db.store.session, "task_insert_many_fresh") as calls:
+        result = producer.enqueue("q", b"now")
     assert len(calls) == 2 and len(result.enqueued_ids) == 1
     assert pg_db.sql("SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 1
 

@@ -6,17 +6,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-from psycopg import errors as pgerrors
 
 import shardq
 from shardq import workflows
 from shardq.consumer import Consumer
-from shardq.db import Session
-from shardq.notify import Listener
-from shardq.store import TaskStore
 from shardq.worker import fetcher as worker_module
 
-from .factories import fenced
+from .factories import fenced, listening_store, wake_up_refused_once
 
 
 @pytest.fixture
@@ -68,8 +64,7 @@ def test_the_ack_that_releases_steps_of_two_queues_wakes_each_queue_once_at_its_
     @app.task(name="u", queue="b")
     def u() -> None: ...
 
-    listening = TaskStore(Session(pg_db.dsn))
-    assert Listener(listening, ["a", "b"]).start()
+    listening = listening_store(pg_db.dsn, ["a", "b"])
     try:
         wf = app.workflow("two-queues")
         root = wf.add(t.step(), name="root")
@@ -98,16 +93,8 @@ def test_an_ack_whose_wake_up_the_server_refuses_still_releases_its_steps(app, p
     wf.chain(t.step(), t.step())
     handle = wf.enqueue()
     [task] = Consumer(pg_db.store, ["default"]).claim().tasks
-    calls: list[str] = []
-
-    def refuse_once(name: str) -> None:
-        if name == "workflow_tasks_release":
-            calls.append(name)
-            if len(calls) == 1:
-                raise pgerrors.ProgramLimitExceeded("too many notifications in the NOTIFY queue (injected)")
-
-    pg_db.store.session.before_statement = refuse_once
-    removed = workflows.remove_and_release(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]), "succeeded")
-    pg_db.store.session.before_statement = None
+    with wake_up_refused_once(pg_db.store.session, "workflow_tasks_release") as calls:
+        removed = workflows.remove_and_release(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]),
+                                               "succeeded")
     assert removed == {task.key.id} and len(calls) == 2
     assert [s.state for s in handle.status().steps] == ["succeeded", "ready"]
