@@ -130,3 +130,39 @@ def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(se
     assert not engine.explain_reads_whole_table(round_plan), round_plan
     whole = seeded.session.explain("task_count_by_bucket")
     assert engine.explain_reads_whole_table(whole), whole
+
+
+@pytest.fixture
+def chained(pg_db):
+    """2,000 workflows of 10 steps chained one after the other (18,000 edges), as
+    ``loadtest.workflows`` makes them, and the first steps of 400 of them: one settle batch."""
+    pg_db.sql(
+        "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on)"
+        " SELECT w.id, 's' || g, gen_random_uuid(), 't', 'q', CASE WHEN g = 0 THEN 'ready' ELSE 'waiting' END,"
+        "        least(g, 1)"
+        " FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, 2000)) AS w CROSS JOIN generate_series(0, 9) AS g"
+    )
+    pg_db.sql(
+        "INSERT INTO shardq_workflow_edges (workflow_id, parent, child)"
+        " SELECT workflow_id, step, 's' || (substr(step, 2)::INT + 1) FROM shardq_workflow_steps WHERE step <> 's9'"
+    )
+    pg_db.sql("ANALYZE")
+    firsts = pg_db.sql("SELECT workflow_id FROM shardq_workflow_steps WHERE step = 's0' LIMIT 400")
+    return pg_db, {"workflow_ids": [r["workflow_id"] for r in firsts], "steps": ["s0"] * len(firsts)}
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("workflow_children_advance", {}),
+    ("workflow_counts_advance", {}),
+    ("workflow_children_stop", {"died": True}),
+    ("workflow_steps_reopen", {}),
+    ("workflow_counts_reopen", {}),
+])
+def test_a_step_ack_finds_its_childrens_edges_by_key_not_by_reading_every_edge(chained, name, extra):
+    # A settle batch is a large share of a small edges table: PostgreSQL then hashed the whole
+    # table once per ack (a scan of every workflow's edges), unless each parent's edges are looked
+    # up in the lateral subquery (docs/workflows.md, "Costs").
+    db, params = chained
+    tree = plan(db, name, {**params, **extra})
+    scans = scans_of(tree, "shardq_workflow_edges")
+    assert scans and all(s["Node Type"] != "Seq Scan" for s in scans), [s["Node Type"] for s in scans]

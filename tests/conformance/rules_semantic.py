@@ -147,4 +147,36 @@ MULTIPLE_MODIFICATIONS = Rule(
     _modifications,
 )
 
-__all__ = ["MULTIPLE_MODIFICATIONS", "PLACEHOLDERS"]
+
+# -- OFFSET in a LATERAL subquery -------------------------------------------------------------------
+
+
+def _lateral_offsets(sent: Sent) -> list[str]:
+    """An OFFSET inside a LATERAL subquery: shardq writes only OFFSET 0 there, PostgreSQL's fence
+    that keeps a per-row index lookup from being flattened into a join that reads a whole table.
+    CockroachDB's normalizer drops an OFFSET of the constant 0, so it plans the subquery as it
+    would without one; any other OFFSET there is refused until checked against how CockroachDB
+    decorrelates it (pkg/sql/opt/norm/rules/decorrelate.opt)."""
+    problems = []
+    for stmt in statements(sent):
+        for node in walk(stmt):
+            if not (isinstance(node, ast.RangeSubselect) and node.lateral):
+                continue
+            for inner in walk(node.subquery):
+                offset = getattr(inner, "limitOffset", None) if isinstance(inner, ast.SelectStmt) else None
+                if offset is None:
+                    continue
+                value = getattr(getattr(offset, "val", None), "ival", None)
+                if not (isinstance(offset, ast.A_Const) and value in (0, None) and not offset.isnull):
+                    problems.append("an OFFSET other than the constant 0 inside a LATERAL subquery")
+    return problems
+
+
+LATERAL_OFFSETS = Rule(
+    "OFFSET in a LATERAL subquery",
+    "pkg/sql/opt/norm/rules/limit.opt lines 16-20 at 02c1ad6d (EliminateOffset: (Offset $input:* (Const 0)) "
+    "=> $input)",
+    _lateral_offsets,
+)
+
+__all__ = ["LATERAL_OFFSETS", "MULTIPLE_MODIFICATIONS", "PLACEHOLDERS"]

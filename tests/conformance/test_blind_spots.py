@@ -12,6 +12,7 @@ from .rules import (
     CRDB_INTERNAL,
     FUNCTIONS,
     HARD_LIMITED,
+    LATERAL_OFFSETS,
     MULTIPLE_MODIFICATIONS,
     NOTHING_MISSING,
     PLACEHOLDERS,
@@ -196,3 +197,12 @@ def test_every_rule_cites_cockroachdb_source():
 
     assert all("pkg/" in rule.source or "cockroachdb#" in rule.source or "pglast" in rule.source for rule in RULES)
     assert COCKROACHDB.statements()  # the engine under test
+
+
+# -- OFFSET inside a LATERAL subquery --------------------------------------------------------------
+
+def test_only_offset_zero_is_sent_inside_a_lateral_subquery():
+    assert LATERAL_OFFSETS(real("workflow_children_advance")) == []
+    for offset in ("OFFSET 2", "OFFSET %(skip)s::INT8"):
+        problems = LATERAL_OFFSETS(mutated("workflow_children_advance", "OFFSET 0", offset))
+        assert problems and "other than the constant 0" in problems[0], offset

@@ -74,10 +74,12 @@ RETURNING workflow_id, step, child_kinds
 -- locked in key order, before any step row, in every ack (docs/workflows.md, "Fan-in in shards").
 WITH hits AS (
     SELECT e.workflow_id, e.child, e.shard, count(*) AS n
-    FROM shardq_workflow_edges AS e
-    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
-      ON e.workflow_id = d.workflow_id AND e.parent = d.step
-    WHERE e.shard IS NOT NULL
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_id, e.child, e.shard FROM shardq_workflow_edges AS e
+        WHERE e.workflow_id = d.workflow_id AND e.parent = d.step AND e.shard IS NOT NULL
+        OFFSET 0
+    ) AS e
     GROUP BY e.workflow_id, e.child, e.shard
 ), locked AS (
     SELECT c.workflow_id, c.step, c.shard, h.n
@@ -105,10 +107,12 @@ RETURNING c.workflow_id, c.step, c.waiting_on
 -- exactly one sees 0.
 WITH hits AS (
     SELECT e.workflow_id, e.child, count(*) AS n
-    FROM shardq_workflow_edges AS e
-    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
-      ON e.workflow_id = d.workflow_id AND e.parent = d.step
-    WHERE e.shard IS NULL
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_id, e.child FROM shardq_workflow_edges AS e
+        WHERE e.workflow_id = d.workflow_id AND e.parent = d.step AND e.shard IS NULL
+        OFFSET 0
+    ) AS e
     GROUP BY e.workflow_id, e.child
 ), locked AS (
     SELECT s.workflow_id, s.step, h.n
@@ -160,9 +164,12 @@ RETURNING s.workflow_id, s.step, s.task_id, s.state
 -- Children are locked in key order first, as in workflow_children_advance (the same rows).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
-    FROM shardq_workflow_edges AS e
-    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
-      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_id, e.child FROM shardq_workflow_edges AS e
+        WHERE e.workflow_id = d.workflow_id AND e.parent = d.step
+        OFFSET 0
+    ) AS e
 ), locked AS (
     SELECT s.workflow_id, s.step
     FROM shardq_workflow_steps AS s
@@ -215,10 +222,12 @@ RETURNING t.id
 -- shard that have not succeeded.
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
-    FROM shardq_workflow_edges AS e
-    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
-      ON e.workflow_id = d.workflow_id AND e.parent = d.step
-    WHERE e.shard IS NOT NULL
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_id, e.child FROM shardq_workflow_edges AS e
+        WHERE e.workflow_id = d.workflow_id AND e.parent = d.step AND e.shard IS NOT NULL
+        OFFSET 0
+    ) AS e
 ), pending AS (
     SELECT h.workflow_id, h.child, e.shard, sum(CASE WHEN p.state = 'succeeded' THEN 0 ELSE 1 END) AS n
     FROM hits AS h
@@ -240,9 +249,12 @@ RETURNING c.workflow_id
 -- has such a parent; workflow_counts_reopen has reset the shard rows).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
-    FROM shardq_workflow_edges AS e
-    JOIN unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
-      ON e.workflow_id = d.workflow_id AND e.parent = d.step
+    FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_id, e.child FROM shardq_workflow_edges AS e
+        WHERE e.workflow_id = d.workflow_id AND e.parent = d.step
+        OFFSET 0
+    ) AS e
 ), counts AS (
     SELECT h.workflow_id, h.child,
            CASE WHEN count(e.shard) > 0 THEN count(DISTINCT e.shard) ELSE count(*) END AS n
