@@ -72,6 +72,7 @@ RETURNING workflow_id, step, child_kinds
 -- PostgreSQL's re-read of a row a concurrent ack changed, or CockroachDB's retry on 40001), which
 -- then counts the shard off its child's own row in workflow_children_advance. Shard rows are
 -- locked in key order, before any step row, in every ack (docs/workflows.md, "Fan-in in shards").
+-- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT e.workflow_id, e.child, e.shard, count(*) AS n
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
@@ -105,6 +106,10 @@ RETURNING c.workflow_id, c.step, c.waiting_on
 -- PostgreSQL re-reads a row that a concurrent ack changed before applying its own decrement;
 -- CockroachDB's serializable transactions retry on 40001; so of two last parents acked at once
 -- exactly one sees 0.
+-- Each parent's edges are read by key in the LATERAL subquery. Its OFFSET 0 keeps PostgreSQL from
+-- flattening it into a join, which it planned as a hash of the whole edges table (every workflow's)
+-- once per ack whenever the batch was a large share of the table (tests/test_explain.py);
+-- CockroachDB drops the OFFSET 0 (docs/workflows.md, "CockroachDB").
 WITH hits AS (
     SELECT e.workflow_id, e.child, count(*) AS n
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
@@ -162,6 +167,7 @@ RETURNING s.workflow_id, s.step, s.task_id, s.state
 -- Parents that died (died = true) or were cancelled: each waiting child is cancelled, except that
 -- an on-failure child of a dead parent is released instead (once: it is no longer waiting after).
 -- Children are locked in key order first, as in workflow_children_advance (the same rows).
+-- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
@@ -220,6 +226,7 @@ RETURNING t.id
 -- Before workflow_steps_reopen: the shard rows of the cancelled children (not on-failure ones,
 -- counted in shards) of these revived or reopened parents count again, each, the parents of its
 -- shard that have not succeeded.
+-- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
@@ -247,6 +254,7 @@ RETURNING c.workflow_id
 -- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
 -- on every parent of theirs that has not succeeded (a child counted in shards: on each shard that
 -- has such a parent; workflow_counts_reopen has reset the shard rows).
+-- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[]) AS d(workflow_id, step)
