@@ -11,6 +11,7 @@ import platform
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,20 +67,15 @@ class Bench:
 
     def server_cpu(self) -> float:
         """CPU seconds used so far by the server: live backends and auxiliary processes, plus
-        the children the postmaster has already reaped (closed connections)."""
+        the children the postmaster has already reaped (closed connections).
+
+        Read until two readings agree: a backend reaped between reading the postmaster's total of
+        reaped children and the scan of the live ones would be in neither, and a backend ends
+        exactly when a measured cell ends (its client closes), which lost whole backends' CPU."""
         pid = self.server._pid()
         if pid is None:
             return 0.0
-        total = _proc_cpu(pid, children=True)
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[1]) == pid:  # ppid
-                    total += (int(fields[11]) + int(fields[12])) / _TICKS
-        return total
+        return agreed_reading(lambda: _server_reading(pid))
 
     def close(self) -> None:
         for name in list(self.created):
@@ -94,16 +90,49 @@ class Bench:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def agreed_reading(read: Callable[[], tuple[float, float, frozenset[int]]]) -> float:
+    """The total of the first reading (total, reaped children's part, live children) after which
+    a second one found the same reaped part and the same live children: no child ended or was
+    reaped while it was taken."""
+    last = read()
+    while True:
+        reading = read()
+        if reading[1:] == last[1:]:
+            return reading[0]
+        last = reading
+
+
+def _server_reading(pid: int) -> tuple[float, float, frozenset[int]]:
+    """The CPU of the postmaster ``pid``, its reaped children and its live ones; the reaped
+    children's part; which live ones were counted."""
+    own, reaped = _proc_times(pid)
+    total = own + reaped
+    live = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # ppid
+                total += (int(fields[11]) + int(fields[12])) / _TICKS
+                live.add(int(entry.name))
+    return total, reaped, frozenset(live)
+
+
 def _proc_cpu(pid: int, *, children: bool = False) -> float:
+    own, reaped = _proc_times(pid)
+    return own + reaped if children else own
+
+
+def _proc_times(pid: int) -> tuple[float, float]:
+    """CPU seconds of process ``pid`` itself, and of its children it has reaped."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14), 0-based here
-    total = int(fields[11]) + int(fields[12])
-    if children:
-        total += int(fields[13]) + int(fields[14])
-    return total / _TICKS
+    return (int(fields[11]) + int(fields[12])) / _TICKS, (int(fields[13]) + int(fields[14])) / _TICKS
 
 
 def vacuum_analyze(url: str) -> None:

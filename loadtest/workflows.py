@@ -16,8 +16,8 @@ enqueueing N no-op calls of one app task and working them off with ``app.work(un
   waits for wake-ups over LISTEN/NOTIFY with a growing pause), stopped once the fan-in ran; its
   CPU includes that idle wait, read only its release delay.
 
-For the work phase (enqueue excluded) it measures the worker process's CPU (all its threads) and
-the database server's CPU (every backend), each per task; ``*_over_plain`` are ratios within one
+For the work phase (enqueue excluded, and the status read that follows it) it measures the worker
+process's CPU (all its threads) and the database server's CPU (every backend), each per task; ``*_over_plain`` are ratios within one
 round (goal: a step at most 1.5x a plain task). For ``fan`` it also measures the fan-in's release
 delay: from its last parent's ack (the ack transaction's clock, the step's ``finished_at``) and
 from that parent's handler returning, to the callback's handler starting. Runs are ordered
@@ -95,9 +95,13 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     else:
         totals = app.work(until_empty=True)
     worked, cpu = time.perf_counter() - started, time.process_time() - cpu
+    app.close()  # its server processes end: the caller reads the server's CPU before the reads below
+    print("worked", flush=True)
+    sys.stdin.readline()
     assert totals.acked == steps, totals
     out = {"kind": kind, "steps": steps, "enqueue_s": enqueued, "work_s": worked, "client_cpu_s": cpu}
     if kind in ("fan", "fan-shards", "fan-listen"):
+        app = shardq.App(url)
         status = app.workflow_status(handles[0])
         assert status.state == "succeeded", status.state
         last_ack = max(s.finished_at for s in status.steps if s.name != "fan-in" and s.finished_at is not None)
@@ -117,8 +121,11 @@ def _run(url: str, kind: str, steps: int, chains: int, server_cpu) -> dict:
         before = server_cpu()
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        last = proc.stdout.read().strip().splitlines()[-1]
+        assert proc.stdout.readline().strip() == "worked"
         after = server_cpu()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        last = proc.stdout.read().strip().splitlines()[-1]
     if proc.returncode:
         raise RuntimeError(f"{kind} run failed ({proc.returncode})")
     out = json.loads(last)
