@@ -58,6 +58,7 @@ import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from . import operations
 from .errors import InvalidInput
@@ -65,6 +66,10 @@ from .operations.workflows import Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
 from .workflow_graph import Graph, check
+
+#: UUIDs in their own order, compared as integers in C: ``sorted`` on the UUIDs themselves calls
+#: ``UUID.__lt__`` in Python once per comparison, thousands of times per settle batch
+_by_value = attrgetter("int")
 
 #: The states of a step, in the order a step moves through them
 STEP_STATES = ("waiting", "ready", "succeeded", "dead", "cancelled")
@@ -149,7 +154,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
         removed = yield from remove()
         if removed:
-            finished = yield from operations.workflow_steps_finish(sorted(removed), outcome)
+            finished = yield from operations.workflow_steps_finish(sorted(removed, key=_by_value), outcome)
             if finished:
                 yield from _move_on(finished, outcome, wake)
         return removed
@@ -213,7 +218,7 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
         done = yield from operations.dead_requeue_ids(queue, ids)
         if not done:
             return done
-        revived = yield from operations.workflow_steps_revive(sorted(done))
+        revived = yield from operations.workflow_steps_revive(sorted(done, key=_by_value))
         if revived:
             yield from operations.workflow_tasks_rejoin(revived)
             parents = [(w, step) for w, step, _task in revived]
