@@ -71,9 +71,10 @@ def install() -> None:
 
     moment = spec[0]
     family, _, when = moment.partition("-")
-    # Each family's statements on either engine: PostgreSQL claims whole rounds and acks whole
-    # claims; CockroachDB claims per bucket and acks per key.
-    methods = {"claim": ("task_claim_batch", "task_claim_round"), "ack": ("task_ack_many", "task_ack_claims"),
+    # The store methods a worker and a reaper call for each family, on either engine: a worker's
+    # claim is TaskStore.claim (one statement: a whole round on PostgreSQL, a bucket on
+    # CockroachDB); acks are whole claims by range or keys one by one.
+    methods = {"claim": ("claim",), "ack": ("task_ack_many", "task_ack_claims"),
                "reap": ("task_retry_many",)}.get(family, ())
     for method in methods:
         setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
