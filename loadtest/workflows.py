@@ -18,10 +18,11 @@ enqueueing N no-op calls of one app task and working them off with ``app.work(un
 
 For the work phase (enqueue excluded, and the status read that follows it) it measures the
 worker process's CPU (all its threads) and the database server's CPU (every backend), each per
-task; ``*_over_plain`` are ratios within one round (goal: a step at most 1.5x a plain task). For ``fan`` it also measures the fan-in's release
-delay: from its last parent's ack (the ack transaction's clock, the step's ``finished_at``) and
-from that parent's handler returning, to the callback's handler starting. Each round runs the
-kinds in the order above and then reversed; the figures are medians over the rounds.
+task; ``*_over_plain`` are ratios within one round (goal: a step at most 1.5x a plain task). For
+``fan`` it also measures the fan-in's release delay: from its last parent's ack (the ack
+transaction's clock, the step's ``finished_at``) and from that parent's handler returning, to the
+callback's handler starting. Each round runs the kinds in the order above and then reversed; the
+figures are medians over the rounds.
 Nothing asserts: goals are judged by reading the report (docs/workflows.md, "Costs").
 """
 
