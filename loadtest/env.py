@@ -110,29 +110,37 @@ def _server_reading(pid: int) -> tuple[float, float, frozenset[int]]:
     live = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:  # ppid
-                total += (int(fields[11]) + int(fields[12])) / _TICKS
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:  # ppid
+                total += _cpu(fields[11], fields[12])
                 live.add(int(entry.name))
     return total, reaped, frozenset(live)
 
 
-def _proc_cpu(pid: int, *, children: bool = False) -> float:
-    own, reaped = _proc_times(pid)
-    return own + reaped if children else own
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` itself."""
+    return _proc_times(pid)[0]
 
 
 def _proc_times(pid: int) -> tuple[float, float]:
     """CPU seconds of process ``pid`` itself, and of its children it has reaped."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return 0.0, 0.0
-    # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14), 0-based here
-    return (int(fields[11]) + int(fields[12])) / _TICKS, (int(fields[13]) + int(fields[14])) / _TICKS
+    return _cpu(fields[11], fields[12]), _cpu(fields[13], fields[14])
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command (state ppid ... utime(11) stime(12) cutime(13)
+    cstime(14), 0-based here); None once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu(user_ticks: str, system_ticks: str) -> float:
+    return (int(user_ticks) + int(system_ticks)) / _TICKS
 
 
 def vacuum_analyze(url: str) -> None:
