@@ -166,8 +166,8 @@ def _lateral_offsets(sent: Sent) -> list[str]:
                 offset = getattr(inner, "limitOffset", None) if isinstance(inner, ast.SelectStmt) else None
                 if offset is None:
                     continue
-                value = getattr(getattr(offset, "val", None), "ival", None)
-                if not (isinstance(offset, ast.A_Const) and value in (0, None) and not offset.isnull):
+                constant = offset.val if isinstance(offset, ast.A_Const) and not offset.isnull else None
+                if not (isinstance(constant, ast.Integer) and not constant.ival):
                     problems.append("an OFFSET other than the constant 0 inside a LATERAL subquery")
     return problems
 

@@ -203,6 +203,6 @@ def test_every_rule_cites_cockroachdb_source():
 
 def test_only_offset_zero_is_sent_inside_a_lateral_subquery():
     assert LATERAL_OFFSETS(real("workflow_children_advance")) == []
-    for offset in ("OFFSET 2", "OFFSET %(skip)s::INT8"):
+    for offset in ("OFFSET 2", "OFFSET 0.0", "OFFSET %(skip)s::INT8"):
         problems = LATERAL_OFFSETS(mutated("workflow_children_advance", "OFFSET 0", offset))
         assert problems and "other than the constant 0" in problems[0], offset
