@@ -56,13 +56,14 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
 from . import operations
 from .errors import InvalidInput
-from .operations.workflows import Moved
+from .operations.workflows import FinishedStep, Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
 from .workflow_graph import Graph, check
@@ -163,13 +164,13 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
-def _move_on(finished: list[tuple[uuid.UUID, str, int]], outcome: str, wake: bool) -> Plan[None]:
+def _move_on(finished: list[FinishedStep], outcome: str, wake: bool) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due and stop
     (cancel) the descendants of every cancelled one, level by level."""
     if outcome == "succeeded":
         moved = yield from _advance(finished)
     else:
-        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _ in finished], died=True)
+        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished], died=True)
     while moved:
         yield from _apply(moved, wake)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
@@ -178,17 +179,26 @@ def _move_on(finished: list[tuple[uuid.UUID, str, int]], outcome: str, wake: boo
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
 
 
-def _advance(finished: list[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
+def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
     """Succeeded parents: their children counted in shards first (every shard row an ack locks,
     it locks before any step row: one lock order for every ack), then the children's own rows —
     those counted there, and those counted in shards that this ack drained. A parent without
-    children sends neither statement."""
-    in_shards = [(w, step) for w, step, kinds in finished if kinds & operations.IN_SHARDS]
-    own_row = [(w, step) for w, step, kinds in finished if kinds & operations.OWN_ROW]
+    children sends neither statement.
+
+    The children counted in their own rows are locked by one statement, in key order: by name,
+    grouped here, when every such parent of the batch has only one (``only_child``: the members
+    of a group fanning in, the steps of a chain), else through the parents' edges. Two statements
+    there would lock two sets each in key order, but not in one order between them."""
+    in_shards = [(w, step) for w, step, kinds, _ in finished if kinds & operations.IN_SHARDS]
+    own_row = [(w, step, child) for w, step, kinds, child in finished if kinds & operations.OWN_ROW]
     drained = (yield from operations.workflow_counts_advance(in_shards)) if in_shards else []
     moved: list[Moved] = []
     if own_row:
-        moved += yield from operations.workflow_children_advance(own_row)
+        if all(child is not None for _, _, child in own_row):
+            counted = Counter((w, child) for w, _, child in own_row if child is not None)
+            moved += yield from operations.workflow_children_count_off([(w, c, n) for (w, c), n in counted.items()])
+        else:
+            moved += yield from operations.workflow_children_advance([(w, step) for w, step, _ in own_row])
     if drained:
         moved += yield from operations.workflow_children_count_off(drained)
     return moved

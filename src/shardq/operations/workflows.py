@@ -31,6 +31,7 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
         "waiting_on": [counts.waiting_on[s.name] for s in steps], "on_failure": [s.on_failure for s in steps],
         "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
         "max_attempts": [s.max_attempts for s in steps], "child_kinds": [counts.child_kinds[s.name] for s in steps],
+        "only_children": [counts.only_child.get(s.name) for s in steps],
     }, rows="none")
     if counts.edges:
         yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _, _ in counts.edges],
@@ -56,12 +57,14 @@ OWN_ROW, IN_SHARDS = 1, 2
 class FanInCounts:
     """How a workflow's steps count their parents: ``waiting_on`` by step (its parents, or for a
     step counted in shards its shards), ``child_kinds`` by step (:data:`OWN_ROW` | :data:`IN_SHARDS`),
-    ``edges`` as (parent, child, shard or None) and ``shards`` as (step, shard, parents in it)."""
+    ``edges`` as (parent, child, shard or None), ``shards`` as (step, shard, parents in it) and
+    ``only_child``: for a step with exactly one child counted in its own row, that child."""
 
     waiting_on: dict[str, int]
     child_kinds: dict[str, int]
     edges: list[tuple[str, str, int | None]]
     shards: list[tuple[str, int, int]]
+    only_child: dict[str, str]
 
 
 def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -> FanInCounts:
@@ -72,6 +75,7 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
     kinds = dict.fromkeys((s.name for s in steps), 0)
     edges: list[tuple[str, str, int | None]] = []
     rows: list[tuple[str, int, int]] = []
+    own_children: dict[str, list[str]] = {}
     for step in steps:
         k = min(shards_for(len(step.parents)), len(step.parents))
         if k <= 0:
@@ -79,20 +83,27 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
             edges += [(parent, step.name, None) for parent in step.parents]
             for parent in step.parents:
                 kinds[parent] |= OWN_ROW
+                own_children.setdefault(parent, []).append(step.name)
             continue
         waiting_on[step.name] = k
         edges += [(parent, step.name, i % k) for i, parent in enumerate(step.parents)]
         rows += [(step.name, shard, len(range(shard, len(step.parents), k))) for shard in range(k)]
         for parent in step.parents:
             kinds[parent] |= IN_SHARDS
-    return FanInCounts(waiting_on, kinds, edges, rows)
+    only_child = {parent: children[0] for parent, children in own_children.items() if len(children) == 1}
+    return FanInCounts(waiting_on, kinds, edges, rows, only_child)
 
 
-def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[tuple[uuid.UUID, str, int]]]:
-    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns (workflow id, step,
-    child kinds: :data:`OWN_ROW` | :data:`IN_SHARDS`) of those that were running, each once."""
-    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state})
-    return [(row["workflow_id"], row["step"], row["child_kinds"]) for row in rows]
+#: (workflow id, step, child kinds: :data:`OWN_ROW` | :data:`IN_SHARDS`, only child or None) of a
+#: step that finished
+FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
+
+
+def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[FinishedStep]]:
+    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns those that were
+    running, each once, as :data:`FinishedStep`."""
+    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, tuples=True)
+    return rows
 
 
 def _moved(rows: list[dict[str, Any]]) -> list[Moved]:
@@ -121,8 +132,9 @@ def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[
 
 
 def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
-    """Count the shards an ack drained (workflow id, child, how many) off their children's own
-    rows; returns the children it released or cancelled, as :func:`workflow_children_advance`."""
+    """Count children off their own rows by name: (workflow id, child, how many), the shards an
+    ack drained or the succeeded parents whose only child it is; returns the children it released
+    or cancelled, as :func:`workflow_children_advance`."""
     rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
                                                       "steps": [s for _, s, _ in drained],
                                                       "counts": [n for _, _, n in drained]})

@@ -8,16 +8,18 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 -- A step with parents keeps its task's payload, priority and attempts, to enqueue it again if it is
 -- cancelled by a dead parent that is then requeued (workflow_steps_reopen). A step counted in shards
 -- waits on its shards (workflow_counts_insert); child_kinds says which statements its ack needs
--- (shardq.operations.workflows.OWN_ROW, IN_SHARDS).
+-- (shardq.operations.workflows.OWN_ROW, IN_SHARDS); only_child, its one child counted in its own
+-- row when it has exactly one (migration 0016), lets its ack count it off without reading edges.
 INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
-                                   payload, priority, max_attempts, child_kinds)
+                                   payload, priority, max_attempts, child_kinds, only_child)
 SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
-       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds
+       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds, s.only_child
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
             %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
-            %(max_attempts)s::INT4[], %(child_kinds)s::INT2[])
-     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts, child_kinds)
+            %(max_attempts)s::INT4[], %(child_kinds)s::INT2[], %(only_children)s::TEXT[])
+     AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts, child_kinds,
+          only_child)
 
 -- name: workflow_edges_insert
 -- Every (parent, child) edge of one workflow, with the shard of the child's count the parent is in
@@ -59,11 +61,12 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 -- name: workflow_steps_finish
 -- The steps whose tasks just left for good (acked: 'succeeded'; dead-lettered: 'dead'), in the
 -- transaction that removed them. Only a step still 'ready' finishes, so each step finishes once,
--- whatever re-sends a retried transaction makes.
+-- whatever re-sends a retried transaction makes. Returns what the ack needs to move the workflow
+-- on: which kinds of children each has, and its only child counted in its own row, if it has one.
 UPDATE shardq_workflow_steps
 SET state = %(state)s::TEXT, finished_at = now()
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
-RETURNING workflow_id, step, child_kinds
+RETURNING workflow_id, step, child_kinds, only_child
 
 -- name: workflow_counts_advance
 -- Parents that succeeded, of children counted in shards: each shard row of theirs drops by its
@@ -136,13 +139,14 @@ WHERE s.workflow_id = l.workflow_id AND s.step = l.step AND s.state = 'waiting'
 RETURNING s.workflow_id, s.step, s.task_id, s.state
 
 -- name: workflow_children_count_off
--- workflow_children_advance for children counted in shards: each child's own row drops by the
--- shards this ack drained (n, from workflow_counts_advance), with the same row locks, re-read and
--- outcome as workflow_children_advance (keep them in step). The drained shards come in as arrays
--- and are grouped, as the edges are there. One statement for both kinds (hits as a UNION ALL of the
--- grouped edges and the arrays) lost decrements on PostgreSQL: a row the FOR UPDATE had waited for
--- was skipped once its holder committed (tests/test_workflows_locking.py: 49 of 50 fan-ins left
--- waiting), so the two kinds of children are counted off by two statements.
+-- workflow_children_advance with the children named: each child's own row drops by n, with the
+-- same row locks, re-read and outcome as workflow_children_advance (keep them in step). Sent for
+-- the shards an ack drained (n shards, from workflow_counts_advance), and for the only children of
+-- succeeded parents (n parents; shardq.workflows groups them), which then read no edge. The
+-- children come in as arrays and are grouped. One statement for arrays and edges (hits as a UNION
+-- ALL of the grouped edges and the arrays) lost decrements on PostgreSQL: a row the FOR UPDATE had
+-- waited for was skipped once its holder committed (tests/test_workflows_locking.py: 49 of 50
+-- fan-ins left waiting), so an ack never mixes them in one statement.
 WITH hits AS (
     SELECT r.workflow_id, r.child, sum(r.n) AS n
     FROM unnest(%(workflow_ids)s::UUID[], %(steps)s::TEXT[], %(counts)s::INT8[]) AS r(workflow_id, child, n)
