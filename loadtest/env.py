@@ -143,6 +143,26 @@ def _cpu(user_ticks: str, system_ticks: str) -> float:
     return (int(user_ticks) + int(system_ticks)) / _TICKS
 
 
+def track_commit_times(bench: Bench) -> None:
+    """Restart the bench's server with ``track_commit_timestamp`` on, so that
+    :func:`step_released_at` can read when the ack that released a workflow step committed."""
+    with bench.admin() as conn:
+        conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+    bench.server.stop()
+    bench.server.start()
+
+
+def step_released_at(url: str, step: str) -> float:
+    """When the ack that released ``step`` (the database's one workflow) committed, as a Unix time.
+    Read while the step runs: its row was last written by the count-off that released it (the
+    step's own finish comes with its ack). Needs :func:`track_commit_times`."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin))::FLOAT8 "
+                           "FROM shardq_workflow_steps WHERE step = %s", (step,)).fetchone()
+    assert row is not None and row[0] is not None, f"no commit time for step {step!r}"
+    return float(row[0])
+
+
 def vacuum_analyze(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")

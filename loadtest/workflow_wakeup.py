@@ -5,8 +5,9 @@ One embedded PostgreSQL. Each run enqueues one workflow: P no-op parents in queu
 fanning in to one callback in queue ``bench.fanin``. A worker as deployed (listening for wake-ups,
 default idle pause, 1 s at most) serves only ``bench.fanin`` and idles throughout; the parents are
 worked off by ``app.work(["bench"], until_empty=True)`` in this thread, so the worker that acks
-the last parent never claims the callback itself. The delay is from the last parent's ack (the ack
-transaction's clock, the step's ``finished_at``) to the callback's handler starting. Without a
+the last parent never claims the callback itself. The delay is from the commit of the ack that
+released the callback (the server runs with ``track_commit_timestamp``: the callback reads its step
+row's commit time) to the callback's handler starting. Without a
 wake-up on release the idle worker takes the callback at its next poll (up to 1 s); with one, as
 soon as the ack commits. Prints each run's delay and the median; nothing asserts.
 """
@@ -25,8 +26,11 @@ def trial(url: str, parents: int) -> float:
     """One run on a fresh database; returns the delay in ms."""
     import shardq
 
+    from .env import step_released_at
+
     app = shardq.App(url)
     started: list[float] = []
+    released: list[float] = []
     called, warm = threading.Event(), threading.Event()
 
     @app.task(name="bench.noop", queue="bench")
@@ -35,6 +39,7 @@ def trial(url: str, parents: int) -> float:
     @app.task(name="bench.callback", queue="bench.fanin")
     def callback() -> None:
         started.append(time.time())
+        released.append(step_released_at(url, "fan-in"))
         called.set()
 
     @app.task(name="bench.warm", queue="bench.fanin")
@@ -51,16 +56,14 @@ def trial(url: str, parents: int) -> float:
         wf = app.workflow("fan")
         members = wf.group(*[noop.step(n=i) for i in range(parents)])
         wf.add(callback.step(), after=members, name="fan-in")
-        handle = wf.enqueue()
+        wf.enqueue()
         app.work(["bench"], until_empty=True)
         assert called.wait(60), "the fan-in never ran"
     finally:
         worker.stop()
         running.join(30)
-    status = app.workflow_status(handle)
-    last_ack = max(s.finished_at for s in status.steps if s.name != "fan-in" and s.finished_at is not None)
     app.close()
-    return (started[0] - last_ack.timestamp()) * 1e3
+    return (started[0] - released[0]) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parents", type=int, default=100)
     args = parser.parse_args(argv)
 
-    from .env import Bench
+    from .env import Bench, track_commit_times
 
     bench = Bench.start()
+    track_commit_times(bench)
     delays = []
     try:
         for i in range(args.runs):

@@ -19,9 +19,9 @@ enqueueing N no-op calls of one app task and working them off with ``app.work(un
 For the work phase (enqueue excluded, and the status read that follows it) it measures the
 worker process's CPU (all its threads) and the database server's CPU (every backend), each per
 task; ``*_over_plain`` are ratios within one round (goal: a step at most 1.5x a plain task). For
-``fan`` it also measures the fan-in's release delay: from its last parent's ack (the ack
-transaction's clock, the step's ``finished_at``) and from that parent's handler returning, to the
-callback's handler starting. Each round runs the kinds in the order above and then reversed; the
+``fan`` it also measures the fan-in's release delay: from the commit of the ack that released it
+(the server runs with ``track_commit_timestamp``; the callback reads its step row's commit time)
+and from the last parent's handler returning, to the callback's handler starting. Each round runs the kinds in the order above and then reversed; the
 figures are medians over the rounds.
 Nothing asserts: goals are judged by reading the report (docs/workflows.md, "Costs").
 """
@@ -49,11 +49,14 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     from shardq.engine import base as engine_base
     from shardq.engine.postgresql import PostgreSQLEngine
 
+    from .env import step_released_at
+
     if kind == "fan-shards":  # this process only: the fan-in is counted in shards, as on CockroachDB
         PostgreSQLEngine.fan_in_shard_from = engine_base.FAN_IN_SHARD_FROM
     app = shardq.App(url)
     ends: list[float] = []
     callback_started: list[float] = []
+    released: list[float] = []
     called = threading.Event()
 
     @app.task(name="bench.noop", queue="bench")
@@ -63,6 +66,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     @app.task(name="bench.callback", queue="bench")
     def callback() -> None:
         callback_started.append(time.time())
+        released.append(step_released_at(url, "fan-in"))
         called.set()
 
     started = time.perf_counter()
@@ -105,8 +109,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
         app = shardq.App(url)
         status = app.workflow_status(handles[0])
         assert status.state == "succeeded", status.state
-        last_ack = max(s.finished_at for s in status.steps if s.name != "fan-in" and s.finished_at is not None)
-        out["release_after_ack_ms"] = (callback_started[0] - last_ack.timestamp()) * 1e3
+        out["release_after_ack_ms"] = (callback_started[0] - released[0]) * 1e3
         out["release_after_handler_ms"] = (callback_started[0] - max(ends)) * 1e3
     app.close()
     return out
@@ -149,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one(args.one, args.kind, args.steps, args.chains)))
         return 0
 
-    from .env import Bench, loadavg
+    from .env import Bench, loadavg, track_commit_times
 
     bench = Bench.start()
+    track_commit_times(bench)
     rounds = []
     try:
         for _ in range(args.rounds):

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from shardq.client import Client
 from shardq.db import Dsn, Session
 from shardq.errors import SerializationConflict
-from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
+from shardq.models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
 from shardq.session_rules import retry_pause
 from shardq.store import Fenced, TaskStore
 
@@ -151,11 +151,21 @@ class TestDatabase:
 
     def make_workflow(self, states: dict[str, str], *, edges: tuple[tuple[str, str], ...] = (), queue: str = "default",
                       created_ago: float = 0.0, finished_ago: float = 0.0) -> uuid.UUID:
-        """A workflow's rows as they stand after it ran (no task rows): ``states`` by step name,
-        each finished step ``finished_ago`` seconds ago, the workflow enqueued ``created_ago``
-        seconds ago (at least ``finished_ago``), ``edges`` as (parent, child)."""
+        """A workflow's rows as they stand: ``states`` by step name, each finished step
+        ``finished_ago`` seconds ago, the workflow enqueued ``created_ago`` seconds ago (at least
+        ``finished_ago``), ``edges`` as (parent, child). A step ``waiting`` or ``ready`` has its task
+        row (a step ``ready`` without one has succeeded: shardq.workflows); the others have none."""
         workflow_id = uuid.uuid4()
         created_ago = max(created_ago, finished_ago)
+        task_ids = {step: uuid.uuid4() for step in states}
+        open_steps = [step for step, state in states.items() if state in ("waiting", "ready")]
+        if open_steps:
+            self.session.fetch_all("workflow_tasks_insert", {
+                "workflow_id": workflow_id, "ids": [task_ids[s] for s in open_steps],
+                "queues": [queue] * len(open_steps), "payloads": [b"{}"] * len(open_steps),
+                "priorities": [0] * len(open_steps), "max_attempts": [None] * len(open_steps),
+                "waiting": [states[s] == "waiting" for s in open_steps],
+                "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT})
         self.sql("INSERT INTO shardq_workflows (id, name, created_at)"
                  " VALUES (%(id)s, 'made', now() - %(ago)s * INTERVAL '1 second')", {"id": workflow_id, "ago": created_ago})
         for step, state in states.items():
@@ -164,7 +174,7 @@ class TestDatabase:
                 " VALUES (%(w)s, %(step)s, %(task)s, 't', %(queue)s, %(state)s, 0,"
                 " CASE WHEN %(state)s IN ('succeeded', 'dead', 'cancelled')"
                 " THEN now() - %(ago)s * INTERVAL '1 second' END)",
-                {"w": workflow_id, "step": step, "task": uuid.uuid4(), "queue": queue, "state": state,
+                {"w": workflow_id, "step": step, "task": task_ids[step], "queue": queue, "state": state,
                  "ago": finished_ago})
         for parent, child in edges:
             self.sql("INSERT INTO shardq_workflow_edges (workflow_id, parent, child) VALUES (%(w)s, %(p)s, %(c)s)",

@@ -160,7 +160,7 @@ def settle_plan(marks: Collection[uuid.UUID], outcome: str, *, wake: bool = Fals
     for row in rows:
         task_ids = yield from operations.workflow_cancel(row["workflow_id"])
         if task_ids:
-            yield from operations.workflow_tasks_drop(task_ids)
+            yield from operations.workflow_steps_cancel(task_ids)
 
 
 def _release_due(marks: list[uuid.UUID], wake: bool) -> Plan[list[uuid.UUID]]:

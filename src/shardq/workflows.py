@@ -16,7 +16,10 @@ Guarantees:
   like every ack — counts it off and makes it ``ready`` in the same transaction: no loop polls.
   Where the engine has wake-ups (PostgreSQL), that transaction also wakes the listening workers
   of the released steps' queues (:mod:`shardq.notify`), so an idle worker need not wait its poll.
-* **Exactly once.** A step finishes only from ``ready`` (so a step's outcome counts once), and
+* **Exactly once.** A step's success is its task row's deletion by the fenced ack, which happens
+  once (the step's own row is not written: status reads a ``ready`` step without its task row as
+  succeeded; a step without children is written ``succeeded``, which dates its workflow's end); a
+  step dies or is cancelled only from ``ready``; and
   a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
   acked at once on two workers exactly one releases the child. A wide fan-in (from
@@ -34,7 +37,8 @@ Guarantees:
   all succeeded is cancelled. Requeueing a dead step from the dead letters resumes its workflow
   from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
   cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
-  their tasks (a running one's ack then deletes nothing and releases nothing).
+  their tasks (a running one's ack then deletes nothing and releases nothing); cancelling a step's
+  task by id (:func:`shardq.admin.cancel`) cancels that step and its dependents.
 
 Does not:
 
@@ -44,7 +48,8 @@ Does not:
 
 Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
 its claim and its ack send the statements they always did. A step's ack is one transaction of
-one more statement (finish the step) and one more when it has children (count it off them; a
+one more statement (read the steps; a step without children is also written finished) and one
+more when it has children (count it off them, by name when it is its parents' only child; a
 parent of a wide fan-in lowers its shard, and the ack that drains a shard one more), plus one
 per released or cancelled group of children. A fan-in's count below the threshold is one row
 that every parent's ack updates: on PostgreSQL those acks queue on its row lock, on CockroachDB
@@ -80,7 +85,10 @@ STEP_STATES = ("waiting", "ready", "succeeded", "dead", "cancelled")
 class StepStatus:
     """One step: its ``name``, ``task_id``, ``task`` (name), ``queue``, ``state`` (one of
     :data:`STEP_STATES`; ``ready`` covers queued and running), ``parents``, ``waiting_on`` (parents
-    not yet succeeded), ``on_failure`` and ``finished_at``."""
+    not yet succeeded), ``on_failure`` and ``finished_at``: when it died, was cancelled or, for a
+    step without children, succeeded; None for a step with children that succeeded (its ack writes
+    nothing of it: docs/workflows.md, "Costs"; its queue's history has the time when it keeps
+    finished tasks)."""
 
     name: str
     task_id: str
@@ -95,9 +103,10 @@ class StepStatus:
 
 @dataclass(frozen=True)
 class WorkflowStatus:
-    """A workflow by id: ``state`` is ``unknown`` (no such workflow), ``cancelled``, ``running``
-    (some step not finished), ``succeeded`` (every step finished and none died; cancelled
-    on-failure steps count as finished) or ``failed`` (every step finished, some died)."""
+    """A workflow by id: ``state`` is ``unknown`` (no such workflow), ``cancelled`` (the workflow,
+    or once every step finished, a step's task by id), ``running`` (some step not finished),
+    ``succeeded`` (every step finished and none died; cancelled on-failure steps count as
+    finished) or ``failed`` (every step finished, some died)."""
 
     id: str
     state: str
@@ -155,7 +164,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
         removed = yield from remove()
         if removed:
-            finished = yield from operations.workflow_steps_finish(sorted(removed, key=_by_value), outcome)
+            finished = yield from _finish(sorted(removed, key=_by_value), outcome)
             if finished:
                 yield from _move_on(finished, outcome, wake)
         return removed
@@ -164,13 +173,27 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
+def _finish(task_ids: list[uuid.UUID], outcome: str) -> Plan[list[FinishedStep]]:
+    """The steps of ``task_ids``, just removed with ``outcome``. A step that succeeded is written
+    only when it has no children (its finish is when its workflow may have ended: pruning and
+    status read it); the others' success is their task row's absence, read, not written."""
+    if outcome != "succeeded":
+        return (yield from operations.workflow_steps_finish(task_ids, outcome))
+    acked = yield from operations.workflow_steps_acked(task_ids)
+    leaves = sorted((task for _w, _s, kinds, _c, task in acked if not kinds), key=_by_value)
+    if leaves:
+        yield from operations.workflow_steps_finish(leaves, outcome)
+    return [(w, step, kinds, child) for w, step, kinds, child, _task in acked if kinds]
+
+
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due and stop
     (cancel) the descendants of every cancelled one, level by level."""
     if outcome == "succeeded":
         moved = yield from _advance(finished)
     else:
-        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished], died=True)
+        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
+                                                             died=outcome == "dead")
     while moved:
         yield from _apply(moved, wake)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
@@ -211,6 +234,16 @@ def _apply(moved: list[Moved], wake: bool) -> Plan[None]:
         yield from operations.workflow_tasks_release(released, wake=wake)
     if dropped:
         yield from operations.workflow_tasks_drop(dropped)
+
+
+def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID]) -> Plan[None]:
+    """Steps whose task rows :func:`shardq.admin.cancel` just deleted by id, in its transaction:
+    cancelled (waiting or ready), and their dependents with them, level by level (an on-failure
+    child too: its parent did not die). Without it a step ready would read as succeeded, its task
+    row being gone, and one waiting would be released into no task."""
+    finished = yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value))
+    if finished:
+        yield from _move_on(finished, "cancelled", wake=False)
 
 
 def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
@@ -262,9 +295,9 @@ def cancel_plan(workflow_id: object) -> Plan[int]:
 
     def body() -> Plan[int]:
         task_ids = yield from operations.workflow_cancel(wid)
-        if task_ids:
-            yield from operations.workflow_tasks_drop(task_ids)
-        return len(task_ids)
+        if not task_ids:
+            return 0
+        return len((yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value))))
 
     result: int = yield Atomically(body)
     return result
@@ -288,7 +321,11 @@ def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
         return "cancelled"
     if any(s.state in ("waiting", "ready") for s in steps):
         return "running"
-    return "failed" if any(s.state == "dead" for s in steps) else "succeeded"
+    if any(s.state == "dead" for s in steps):
+        return "failed"
+    # A step cancelled by its task's id (shardq.admin.cancel); an on-failure step is cancelled
+    # when its parents all succeeded, which is how a workflow succeeds.
+    return "cancelled" if any(s.state == "cancelled" and not s.on_failure for s in steps) else "succeeded"
 
 
 def _parse(workflow_id: object) -> uuid.UUID:

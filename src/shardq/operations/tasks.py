@@ -33,6 +33,8 @@ class CancelledTask:
     attempts: int = 0
     last_error: str | None = None
     dedupe_key: str | None = None
+    #: a workflow step's workflow, or a Spark run's mark (shardq.run_callbacks)
+    workflow_id: uuid.UUID | None = None
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -115,7 +117,7 @@ def task_cancel_many(ids: Sequence[uuid.UUID]) -> Plan[list[CancelledTask]]:
     rows = yield Call("task_cancel_many", {"ids": list(ids)})
     return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"],
                           bytes(row["payload"]), row["created_at"], row["attempts"], row["last_error"],
-                          row["dedupe_key"])
+                          row["dedupe_key"], row["workflow_id"])
             for row in rows]
 
 

@@ -99,9 +99,17 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
 FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 
 
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid.UUID, str, int, str | None, uuid.UUID]]]:
+    """The steps of these tasks, just acked (their rows deleted in this transaction), as
+    :data:`FinishedStep` followed by the task id. A read: a step that succeeded keeps its row as it
+    was, its task row's absence being its success (``sql/common/workflows.sql``)."""
+    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, tuples=True)
+    return rows
+
+
 def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[FinishedStep]]:
-    """Finish the steps of these tasks (``succeeded`` or ``dead``); returns those that were
-    running, each once, as :data:`FinishedStep`."""
+    """Finish the steps of these tasks (``succeeded``: steps without children; ``dead``;
+    ``cancelled``); returns those that were running, each once, as :data:`FinishedStep`."""
     rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, tuples=True)
     return rows
 
@@ -198,8 +206,17 @@ def workflow_parent_results(task_id: uuid.UUID) -> Plan[dict[str, Any]]:
 
 
 def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:
+    """Flag the workflow cancelled and delete the task rows of its steps not finished yet;
+    returns their ids (:func:`workflow_steps_cancel` then cancels their steps)."""
     rows = yield Call("workflow_cancel", {"id": workflow_id})
-    return [row["task_id"] for row in rows]
+    return [row["id"] for row in rows]
+
+
+def workflow_steps_cancel(task_ids: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
+    """Cancel the steps (waiting or ready) whose task rows were just deleted; returns them, as
+    :func:`workflow_steps_finish`."""
+    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids)}, tuples=True)
+    return rows
 
 
 def workflow_get(workflow_id: uuid.UUID) -> Plan[dict[str, Any] | None]:

@@ -97,10 +97,11 @@ RETURNING id
 -- name: task_cancel_many
 -- Delete tasks by id whatever their state (ready, scheduled, backlog or leased: a leased task's
 -- worker then finds its token gone and its outcome changes nothing). Returns what was removed so
--- the caller can release exclusive keys, and what the history records of it.
+-- the caller can release exclusive keys, cancel workflow steps, and what the history records of it.
 DELETE FROM shardq_tasks
 WHERE id = ANY(%(ids)s::UUID[])
-RETURNING id, queue, state, exclusive_key, backlogged, payload, created_at, attempts, last_error, dedupe_key
+RETURNING id, queue, state, exclusive_key, backlogged, payload, created_at, attempts, last_error, dedupe_key,
+          workflow_id
 
 -- name: task_exclusive_keys_by_id
 -- The exclusive keys of the named tasks (those that have one), so they can be locked first.

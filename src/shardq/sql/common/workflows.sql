@@ -58,11 +58,24 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
             %(max_attempts)s::INT4[], %(waiting)s::BOOL[])
      AS n(id, queue, payload, priority, max_attempts, waiting)
 
+-- name: workflow_steps_acked
+-- The steps whose tasks an ack just deleted, in its transaction: which kinds of children each has,
+-- and its only child counted in its own row, if it has one. Reads; writes nothing: a step that
+-- succeeded stays 'ready' and its task row's absence is its success (every statement that reads a
+-- step's state says so: workflow_steps_list, workflow_cancel, workflow_prune_page,
+-- workflow_steps_prune, workflow_counts_reopen, workflow_steps_reopen). A task row is deleted once,
+-- by the fenced ack, so each step is counted off its children once. A step without children is
+-- finished by workflow_steps_finish: it is what records when the workflow ended.
+SELECT workflow_id, step, child_kinds, only_child, task_id
+FROM shardq_workflow_steps
+WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
+
 -- name: workflow_steps_finish
--- The steps whose tasks just left for good (acked: 'succeeded'; dead-lettered: 'dead'), in the
--- transaction that removed them. Only a step still 'ready' finishes, so each step finishes once,
--- whatever re-sends a retried transaction makes. Returns what the ack needs to move the workflow
--- on: which kinds of children each has, and its only child counted in its own row, if it has one.
+-- Steps whose tasks just left for good, in the transaction that removed them: dead-lettered
+-- ('dead'), cancelled by id ('cancelled'), or acked without children ('succeeded': a step with
+-- children records nothing, see workflow_steps_acked). Only a step still 'ready' finishes, so each
+-- step finishes once, whatever re-sends a retried transaction makes. Returns what moving the
+-- workflow on needs: which kinds of children each has, and its only child counted in its own row.
 UPDATE shardq_workflow_steps
 SET state = %(state)s::TEXT, finished_at = now()
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
@@ -229,7 +242,7 @@ RETURNING t.id
 -- name: workflow_counts_reopen
 -- Before workflow_steps_reopen: the shard rows of the cancelled children (not on-failure ones,
 -- counted in shards) of these revived or reopened parents count again, each, the parents of its
--- shard that have not succeeded.
+-- shard that have not succeeded (a parent 'ready' without its task row succeeded: workflow_steps_acked).
 -- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
@@ -240,11 +253,13 @@ WITH hits AS (
         OFFSET 0
     ) AS e
 ), pending AS (
-    SELECT h.workflow_id, h.child, e.shard, sum(CASE WHEN p.state = 'succeeded' THEN 0 ELSE 1 END) AS n
+    SELECT h.workflow_id, h.child, e.shard,
+           sum(CASE WHEN p.state = 'succeeded' OR (p.state = 'ready' AND t.id IS NULL) THEN 0 ELSE 1 END) AS n
     FROM hits AS h
     JOIN shardq_workflow_steps AS s ON s.workflow_id = h.workflow_id AND s.step = h.child
     JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
     JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
+    LEFT JOIN shardq_tasks AS t ON t.id = p.task_id
     WHERE s.state = 'cancelled' AND NOT s.on_failure
     GROUP BY h.workflow_id, h.child, e.shard
 )
@@ -257,7 +272,8 @@ RETURNING c.workflow_id
 -- name: workflow_steps_reopen
 -- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
 -- on every parent of theirs that has not succeeded (a child counted in shards: on each shard that
--- has such a parent; workflow_counts_reopen has reset the shard rows).
+-- has such a parent; workflow_counts_reopen has reset the shard rows). A parent 'ready' without its
+-- task row succeeded (workflow_steps_acked).
 -- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
@@ -273,7 +289,8 @@ WITH hits AS (
     FROM hits AS h
     JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
     JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
-    WHERE p.state <> 'succeeded'
+    LEFT JOIN shardq_tasks AS t ON t.id = p.task_id
+    WHERE p.state <> 'succeeded' AND (p.state <> 'ready' OR t.id IS NOT NULL)
     GROUP BY h.workflow_id, h.child
 )
 UPDATE shardq_workflow_steps AS s
@@ -307,15 +324,29 @@ LEFT JOIN shardq_history AS h ON h.id = p.task_id
 WHERE c.task_id = %(task_id)s::UUID
 
 -- name: workflow_cancel
--- Mark a workflow cancelled and cancel every step not finished yet; returns their task ids.
+-- Mark a workflow cancelled and delete the task rows of its steps not finished yet; returns their
+-- ids, for workflow_steps_cancel. The task rows go first: a step whose ack deletes its task row
+-- meanwhile succeeded (workflow_steps_acked) and is not cancelled — this DELETE waits for that
+-- ack's row lock and then finds the row gone (PostgreSQL re-checks a row a concurrent transaction
+-- changed; CockroachDB orders the two or retries one with 40001). A running step's row goes too:
+-- its ack then deletes nothing and moves nothing on.
 WITH flagged AS (
     UPDATE shardq_workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = %(id)s::UUID
     RETURNING id
 )
+DELETE FROM shardq_tasks
+WHERE id IN (SELECT s.task_id FROM shardq_workflow_steps AS s
+             WHERE s.workflow_id = %(id)s::UUID AND s.state IN ('waiting', 'ready'))
+RETURNING id
+
+-- name: workflow_steps_cancel
+-- The steps whose task rows were just deleted by a cancel, in its transaction (workflow_cancel, or
+-- shardq.admin.cancel by task id): 'cancelled', waiting or not. Returns what workflow_steps_finish
+-- returns, for the cancel by id to stop their dependents.
 UPDATE shardq_workflow_steps
 SET state = 'cancelled', finished_at = now()
-WHERE workflow_id = %(id)s::UUID AND state IN ('waiting', 'ready')
-RETURNING task_id
+WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
+RETURNING workflow_id, step, child_kinds, only_child
 
 -- name: workflow_get
 -- A workflow's own row, or none.
@@ -323,10 +354,15 @@ SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)
 
 -- name: workflow_steps_list
 -- Every step of a workflow, in name order (one span of the key); waiting_on is its parents not yet
--- succeeded, summed over its shard rows for a step counted in shards (one span of their key).
-SELECT s.step, s.task_id, s.task, s.queue, s.state, coalesce(c.waiting_on, s.waiting_on) AS waiting_on,
+-- succeeded, summed over its shard rows for a step counted in shards (one span of their key). A
+-- step 'ready' whose task row is gone succeeded (workflow_steps_acked): one probe of the task's id
+-- (shardq_tasks_id), a LEFT JOIN, as in every statement that reads it.
+SELECT s.step, s.task_id, s.task, s.queue,
+       CASE WHEN s.state = 'ready' AND t.id IS NULL THEN 'succeeded' ELSE s.state END AS state,
+       coalesce(c.waiting_on, s.waiting_on) AS waiting_on,
        s.on_failure, s.finished_at
 FROM shardq_workflow_steps AS s
+LEFT JOIN shardq_tasks AS t ON t.id = s.task_id
 LEFT JOIN (SELECT n.step, sum(n.waiting_on)::INT4 AS waiting_on
            FROM shardq_workflow_counts AS n
            WHERE n.workflow_id = %(id)s::UUID
@@ -341,18 +377,20 @@ SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID
 -- name: workflow_prune_page
 -- One page of the workflows enqueued more than keep_seconds ago, in (created_at, id) order after
 -- the cursor (NULL: from the first), through shardq_workflows_created (migration 0014). Each
--- comes with whether it is due: no step waiting or ready, and its last step finished longer ago
+-- comes with whether it is due: no step waiting, none ready with its task row still there (gone:
+-- it succeeded, workflow_steps_acked), and its last step finished longer ago
 -- than the longest of keep_seconds and its steps' queues' keep_finished_seconds (a workflow left
 -- without steps by an interrupted prune counts from its creation). Each workflow's steps are read
 -- once, as one span of their key (one correlated aggregate: a separate NOT EXISTS over the steps'
 -- states was planned as a hashed scan of every waiting and ready step, which shardq doctor refused).
 SELECT w.id, w.created_at,
-       coalesce((SELECT bool_and(s.state NOT IN ('waiting', 'ready'))
+       coalesce((SELECT bool_and(s.state <> 'waiting' AND (s.state <> 'ready' OR t.id IS NULL))
                         AND max(s.finished_at)
                             + greatest(%(keep_seconds)s::FLOAT8, max(coalesce(q.keep_finished_seconds, 0)))
                               * INTERVAL '1 second' < now()
                  FROM shardq_workflow_steps AS s
                  LEFT JOIN shardq_queues AS q ON q.name = s.queue
+                 LEFT JOIN shardq_tasks AS t ON t.id = s.task_id
                  WHERE s.workflow_id = w.id), w.created_at < now()) AS due
 FROM shardq_workflows AS w
 WHERE w.created_at < now() - %(keep_seconds)s::FLOAT8 * INTERVAL '1 second'
@@ -367,8 +405,10 @@ LIMIT %(limit)s
 -- workflow's row (workflow_prune).
 DELETE FROM shardq_workflow_steps
 WHERE (workflow_id, step) IN (
-    SELECT workflow_id, step FROM shardq_workflow_steps
-    WHERE workflow_id = ANY(%(ids)s::UUID[]) AND state IN ('succeeded', 'dead', 'cancelled')
+    SELECT s.workflow_id, s.step FROM shardq_workflow_steps AS s
+    LEFT JOIN shardq_tasks AS t ON t.id = s.task_id
+    WHERE s.workflow_id = ANY(%(ids)s::UUID[])
+      AND (s.state IN ('succeeded', 'dead', 'cancelled') OR (s.state = 'ready' AND t.id IS NULL))
     LIMIT %(limit)s
 )
 RETURNING workflow_id
