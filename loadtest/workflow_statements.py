@@ -16,7 +16,7 @@ import json
 import re
 import sys
 
-from .env import Bench
+from .env import Bench, track_commit_times
 from .workflows import _run
 
 KINDS = ("plain", "fan", "chains")
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with bench.admin() as conn:
             conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        bench.server.stop()
-        bench.server.start()
+        track_commit_times(bench)  # restarts the server: both settings take effect (the fan-in reads one)
         with bench.admin() as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         for kind in KINDS:
