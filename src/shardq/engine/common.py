@@ -113,8 +113,9 @@ def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -
     params = key_arrays(items)
     params["closed_tokens"] = list(closed_tokens)
     # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
-    rows = yield Call("task_ack_many", params, resend_ambiguous=True)
-    return {row["id"] for row in rows}
+    # One id per deleted row: a binary tuple costs the client a fraction of a text dict per row.
+    rows = yield Call("task_ack_many", params, resend_ambiguous=True, binary=True, tuples=True)
+    return {row[0] for row in rows}
 
 
 #: task ids per outcome notification: 36 characters and a comma each, under NOTIFY's 8000 bytes

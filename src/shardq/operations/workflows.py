@@ -103,30 +103,32 @@ def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid.
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`FinishedStep` followed by the task id. A read: a step that succeeded keeps its row as it
     was, its task row's absence being its success (``sql/common/workflows.sql``)."""
-    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, tuples=True)
+    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
     return rows
 
 
 def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[FinishedStep]]:
     """Finish the steps of these tasks (``succeeded``: steps without children; ``dead``;
     ``cancelled``); returns those that were running, each once, as :data:`FinishedStep`."""
-    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, tuples=True)
+    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, binary=True,
+                      tuples=True)
     return rows
 
 
-def _moved(rows: list[dict[str, Any]]) -> list[Moved]:
-    return [(row["workflow_id"], row["step"], row["task_id"], row["state"]) for row in rows]
+#: The statements that move steps return rows as binary tuples, in :data:`Moved`'s order: a step
+#: ack reads one per child it counted off, and a text dict costs the client several times more.
+_MOVED_ROWS: dict[str, Any] = {"binary": True, "tuples": True}
 
 
 def workflow_counts_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
     """Count these succeeded parents off the shard rows of their children counted in shards;
     returns (workflow id, child, shards this brought to 0) for each child with such a shard."""
     rows = yield Call("workflow_counts_advance", {"workflow_ids": [w for w, _ in parents],
-                                                  "steps": [s for _, s in parents]})
+                                                  "steps": [s for _, s in parents]}, **_MOVED_ROWS)
     drained: dict[tuple[uuid.UUID, str], int] = {}
-    for row in rows:
-        if row["waiting_on"] == 0:
-            key = (row["workflow_id"], row["step"])
+    for workflow_id, step, waiting_on in rows:
+        if waiting_on == 0:
+            key = (workflow_id, step)
             drained[key] = drained.get(key, 0) + 1
     return [(w, step, n) for (w, step), n in drained.items()]
 
@@ -135,8 +137,8 @@ def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[
     """Count these succeeded parents off their waiting children counted in their own row; returns
     the children it released or cancelled (an on-failure child whose parents all succeeded)."""
     rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
-                                                    "steps": [s for _, s in parents]})
-    return [m for m in _moved(rows) if m[3] != "waiting"]
+                                                    "steps": [s for _, s in parents]}, **_MOVED_ROWS)
+    return [m for m in rows if m[3] != "waiting"]
 
 
 def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
@@ -145,16 +147,16 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
     or cancelled, as :func:`workflow_children_advance`."""
     rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
                                                       "steps": [s for _, s, _ in drained],
-                                                      "counts": [n for _, _, n in drained]})
-    return [m for m in _moved(rows) if m[3] != "waiting"]
+                                                      "counts": [n for _, _, n in drained]}, **_MOVED_ROWS)
+    return [m for m in rows if m[3] != "waiting"]
 
 
 def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bool) -> Plan[list[Moved]]:
     """Stop the waiting children of these dead (``died``) or cancelled parents: cancelled, or
     released when an on-failure child of a dead parent."""
     rows = yield Call("workflow_children_stop", {"workflow_ids": [w for w, _ in parents],
-                                                 "steps": [s for _, s in parents], "died": died})
-    return _moved(rows)
+                                                 "steps": [s for _, s in parents], "died": died}, **_MOVED_ROWS)
+    return rows
 
 
 def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False) -> Plan[set[uuid.UUID]]:
@@ -165,8 +167,8 @@ def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False)
     params: dict[str, Any] = {"ids": list(task_ids)}
     if engine.supports_wakeups:
         params["wake"] = wake
-    rows = yield Call("workflow_tasks_release", params)
-    return {row["id"] for row in rows}
+    rows = yield Call("workflow_tasks_release", params, **_MOVED_ROWS)
+    return {row[0] for row in rows}
 
 
 def workflow_tasks_drop(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
@@ -215,7 +217,7 @@ def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:
 def workflow_steps_cancel(task_ids: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
     """Cancel the steps (waiting or ready) whose task rows were just deleted; returns them, as
     :func:`workflow_steps_finish`."""
-    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids)}, tuples=True)
+    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids)}, binary=True, tuples=True)
     return rows
 
 
