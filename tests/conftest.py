@@ -264,6 +264,16 @@ def db(request):
 
 
 @pytest.fixture
+def app(db):
+    """An app on ``db``, with no task declared (a test declares its own), closed after the test."""
+    import shardq
+
+    app = shardq.App(db.dsn)
+    yield app
+    app.close()
+
+
+@pytest.fixture
 def crdb_db(request):
     """A CockroachDB database only, with no rows (CockroachDB-specific plans and retries)."""
     return _emptied(request.getfixturevalue("cockroach_shared"))

@@ -20,13 +20,6 @@ from shardq.arguments import decode_call, encode_call
 from shardq.errors import InvalidInput
 
 
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
-
-
 def test_a_task_is_still_a_plain_function_and_defers_with_its_arguments(app, db):
     seen = []
 

@@ -28,13 +28,6 @@ def sqlalchemy_url(db) -> sqlalchemy.engine.URL:
     )
 
 
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
-
-
 def test_the_async_client_talks_through_a_psycopg_async_connection(db):
     async def main():
         async with shardq.connect_async(db.dsn) as client:

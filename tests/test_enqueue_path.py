@@ -17,10 +17,6 @@ from __future__ import annotations
 import sys
 from types import FrameType
 
-import pytest
-
-import shardq
-
 MAX_FRAMES = 5
 
 
@@ -53,13 +49,6 @@ def _chain_to_insert(call) -> list[str]:
         sys.setprofile(None)
     assert seen, "the insert statement was never sent"
     return seen[0]
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 def test_defer_reaches_the_insert_statement_in_at_most_five_calls(app):

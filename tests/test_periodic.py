@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import shardq
 from shardq.errors import InvalidInput
 from shardq.maintenance.pruning import prune_slots as prune
 from shardq.periodic import Scheduler
@@ -25,13 +24,6 @@ SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
 def at(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 class Clock:

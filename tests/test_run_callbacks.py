@@ -14,13 +14,6 @@ from .concurrency import at_once, own_stores
 from .factories import fenced, listening_store, wake_up_refused_once
 
 
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
-
-
 def _run(app, db, run_id: str, callback, items: list[str], task) -> run_callbacks.Callback:
     """Register ``callback`` for ``run_id`` and enqueue ``items`` as the run's tasks (as the Spark
     writers write them: with the run's workflow id)."""

@@ -10,7 +10,6 @@ import uuid
 import pytest
 from starlette.testclient import TestClient
 
-import shardq
 from shardq import workflows
 from shardq.consumer import Consumer
 from shardq.web import workflow_view
@@ -18,13 +17,6 @@ from shardq.web.app import create_app
 
 from .factories import fenced
 from .web_support import BEARER, CURRENT, TOKEN
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-import shardq
 from shardq import admin, workflows
 from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
@@ -13,13 +12,6 @@ from shardq.store import TaskStore
 
 from .concurrency import at_once, own_stores
 from .factories import fenced, probe
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 def _task_states(db, handle) -> dict[str, str]:

@@ -21,13 +21,6 @@ from shardq.workflow_graph import Graph, StepSpec
 from .factories import probe
 
 
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
-
-
 def _workflow_rows(db) -> int:
     return probe(db.session, "SELECT count(*) AS n FROM shardq_workflows")[0]["n"]
 

@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
-import shardq
 from shardq import workflows
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, fan_in_counts
-from shardq.workflow_graph import StepSpec
 
 from .factories import probe
 from .test_engine_operations import drive, names
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
-
-
-def _spec(name: str, parents: tuple[str, ...] = ()) -> StepSpec:
-    return StepSpec(name, "t", b"", "default", parents=parents)
+from .test_workflows_shards import _spec
 
 
 def test_a_step_has_an_only_child_when_exactly_one_child_counts_it_in_its_own_row():

@@ -10,7 +10,6 @@ import threading
 import psycopg
 import pytest
 
-import shardq
 from shardq import admin, workflows
 from shardq.consumer import Consumer
 from shardq.engine import base as engine_base
@@ -32,13 +31,6 @@ def shards(monkeypatch):
     for engine in (PostgreSQLEngine, CockroachDBEngine):
         monkeypatch.setattr(engine, "fan_in_shard_from", 2)
     monkeypatch.setattr(engine_base, "FAN_IN_SHARDS", 2)
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 def _spec(name: str, parents: tuple[str, ...] = ()) -> StepSpec:

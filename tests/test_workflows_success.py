@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
-import shardq
 from shardq import admin, workflows
 from shardq.operations.workflows import OWN_ROW
 
 from .factories import probe
 from .test_engine_operations import drive, names
-
-
-@pytest.fixture
-def app(db):
-    app = shardq.App(db.dsn)
-    yield app
-    app.close()
 
 
 def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_children():
