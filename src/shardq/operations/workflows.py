@@ -1,5 +1,9 @@
 """Plans of the workflow statements (``sql/common/workflows.sql``), the same on both engines; the
-logic that strings them together is :mod:`shardq.workflows`."""
+logic that strings them together is :mod:`shardq.workflows`.
+
+The statements of a step's ack return their rows as binary tuples (``binary=True, tuples=True``):
+one row per step read, child moved or task released, and a text dict costs the worker several
+times more per row (docs/workflows.md, "Costs")."""
 
 from __future__ import annotations
 
@@ -99,7 +103,8 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
 FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid.UUID, str, int, str | None, uuid.UUID]]]:
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID],
+                         ) -> Plan[list[tuple[uuid.UUID, str, int, str | None, uuid.UUID]]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`FinishedStep` followed by the task id. A read: a step that succeeded keeps its row as it
     was, its task row's absence being its success (``sql/common/workflows.sql``)."""
@@ -115,16 +120,11 @@ def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[lis
     return rows
 
 
-#: The statements that move steps return rows as binary tuples, in :data:`Moved`'s order: a step
-#: ack reads one per child it counted off, and a text dict costs the client several times more.
-_MOVED_ROWS: dict[str, Any] = {"binary": True, "tuples": True}
-
-
 def workflow_counts_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
     """Count these succeeded parents off the shard rows of their children counted in shards;
     returns (workflow id, child, shards this brought to 0) for each child with such a shard."""
     rows = yield Call("workflow_counts_advance", {"workflow_ids": [w for w, _ in parents],
-                                                  "steps": [s for _, s in parents]}, **_MOVED_ROWS)
+                                                  "steps": [s for _, s in parents]}, binary=True, tuples=True)
     drained: dict[tuple[uuid.UUID, str], int] = {}
     for workflow_id, step, waiting_on in rows:
         if waiting_on == 0:
@@ -137,7 +137,7 @@ def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[
     """Count these succeeded parents off their waiting children counted in their own row; returns
     the children it released or cancelled (an on-failure child whose parents all succeeded)."""
     rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
-                                                    "steps": [s for _, s in parents]}, **_MOVED_ROWS)
+                                                    "steps": [s for _, s in parents]}, binary=True, tuples=True)
     return [m for m in rows if m[3] != "waiting"]
 
 
@@ -147,7 +147,7 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
     or cancelled, as :func:`workflow_children_advance`."""
     rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
                                                       "steps": [s for _, s, _ in drained],
-                                                      "counts": [n for _, _, n in drained]}, **_MOVED_ROWS)
+                                                      "counts": [n for _, _, n in drained]}, binary=True, tuples=True)
     return [m for m in rows if m[3] != "waiting"]
 
 
@@ -155,7 +155,8 @@ def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bo
     """Stop the waiting children of these dead (``died``) or cancelled parents: cancelled, or
     released when an on-failure child of a dead parent."""
     rows = yield Call("workflow_children_stop", {"workflow_ids": [w for w, _ in parents],
-                                                 "steps": [s for _, s in parents], "died": died}, **_MOVED_ROWS)
+                                                 "steps": [s for _, s in parents], "died": died},
+                      binary=True, tuples=True)
     return rows
 
 
@@ -167,7 +168,7 @@ def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False)
     params: dict[str, Any] = {"ids": list(task_ids)}
     if engine.supports_wakeups:
         params["wake"] = wake
-    rows = yield Call("workflow_tasks_release", params, **_MOVED_ROWS)
+    rows = yield Call("workflow_tasks_release", params, binary=True, tuples=True)
     return {row[0] for row in rows}
 
 
