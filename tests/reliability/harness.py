@@ -117,12 +117,20 @@ class Processes:
         return "\n".join(p.log.read_text(errors="replace") for p in self.all if p.log.exists())
 
 
+def record_lines(path: Path) -> list[str]:
+    """The complete lines of a handler's record file (crash_handlers._record writes one line per
+    os.write). Split on "\n" only: a payload's \r, \x1c, \x85 ... would split a line for
+    splitlines() (and read_text() turns \r into \n). A last line without its "\n" is one being
+    written while this reads (the tests poll the files while workers run): left for the next read."""
+    return path.read_bytes().decode("utf-8", "replace").split("\n")[:-1]
+
+
 def read_executions(out: Path) -> dict[str, list[Execution]]:
     """Every handler execution recorded under ``out``, per task id, in start order."""
     open_runs: dict[tuple[str, int, int], Execution] = {}
     runs: dict[str, list[Execution]] = defaultdict(list)
     for path in sorted(out.glob("rec.*")):
-        for line in path.read_text().splitlines():
+        for line in record_lines(path):
             kind, task_id, attempt, pid, at, expires, payload = line.split("\t", 6)
             key = (task_id, int(attempt), int(pid))
             if kind == "S":

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from shardq import NewTask
 
 from .fuzz_handlers import BEHAVIOURS, EXIT_CODE, behaviour_of, payload_for
-from .harness import Processes, lease_lost_reports
+from .harness import Processes, lease_lost_reports, record_lines
 
 SYNC_HANDLER = "tests.reliability.fuzz_handlers:behave"
 ASYNC_HANDLER = "tests.reliability.fuzz_handlers:behave_async"
@@ -76,9 +76,7 @@ def read_runs(out: Path) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = defaultdict(list)
     open_runs: dict[tuple[str, int, int], Run] = {}
     for path in sorted(out.glob("rec.*")):
-        # Split on "\n" only: a payload's \r, \x1c, \x85 ... would split a line for splitlines()
-        # (and read_text() turns \r into \n).
-        for line in filter(None, path.read_bytes().decode("utf-8", "replace").split("\n")):
+        for line in record_lines(path):
             kind, task_id, attempt, pid, at, expires, _payload = line.split("\t", 6)
             key = (task_id, int(attempt), int(pid))
             if kind == "S":
