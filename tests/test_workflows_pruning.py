@@ -10,6 +10,8 @@ from shardq.maintenance import pruning
 from shardq.maintenance.pruning import KEEP_WORKFLOWS_SECONDS, prune_workflows
 from shardq.reaper import Reaper
 
+from .factories import probe
+
 DAY = 86_400.0
 CHAIN = {"a": "succeeded", "b": "succeeded", "c": "succeeded"}
 CHAIN_EDGES = (("a", "b"), ("b", "c"))
@@ -53,6 +55,25 @@ def test_a_workflow_run_by_a_worker_is_pruned_once_its_retention_passed(db):
     finally:
         app.close()
     assert prune_workflows(db.store).pruned == 0  # finished just now: kept a day
+    assert prune_workflows(db.store, keep_seconds=0.0).pruned == 1
+    assert db.client.workflow_status(handle).state == "unknown"
+
+
+def test_a_chain_run_by_a_worker_is_pruned_though_its_steps_released_directly_still_read_waiting(db):
+    app = shardq.App(db.dsn)
+    try:
+        @app.task(name="t")
+        def t(n: int) -> None: ...
+
+        wf = app.workflow("chain")
+        wf.chain(t.step(n=1), t.step(n=2), t.step(n=3))
+        handle = wf.enqueue()
+        app.work(until_empty=True)
+    finally:
+        app.close()
+    states = probe(db.session, "SELECT state FROM shardq_workflow_steps WHERE workflow_id = %(id)s::UUID "
+                   "ORDER BY step", {"id": str(handle)})
+    assert [row["state"] for row in states] == ["ready", "waiting", "succeeded"]  # the root, released, the leaf
     assert prune_workflows(db.store, keep_seconds=0.0).pruned == 1
     assert db.client.workflow_status(handle).state == "unknown"
 

@@ -1,5 +1,5 @@
 """A step's success is its task row's deletion: its ack writes nothing of a step with children
-(shardq.workflows._finish), and every reader of a step's state reads a step 'ready' without its
+(shardq.workflows._succeeded), and every reader of a step's state reads a step 'ready' without its
 task row as succeeded — status, cancel, pruning, resume. Cancelling a step's task by id cancels
 the step and its dependents, so that its absent task row is never read as a success."""
 
@@ -16,16 +16,18 @@ from .test_engine_operations import drive, names
 
 def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_children():
     w, t0, t1, t2 = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    acked = [(w, "m0", OWN_ROW, "fan-in", t0), (w, "m1", OWN_ROW, "fan-in", t1)]
-    finished, sent = drive(workflows._finish([t0, t1], "succeeded"), lambda request: acked)
-    assert names(sent) == ["workflow_steps_acked"]  # no write for steps with children
-    assert finished == [(w, "m0", OWN_ROW, "fan-in"), (w, "m1", OWN_ROW, "fan-in")]
-    with_leaf = [*acked, (w, "fan-in", 0, None, t2)]
-    finished, sent = drive(workflows._finish([t0, t1, t2], "succeeded"),
-                           lambda request: with_leaf if request.name == "workflow_steps_acked" else [])
-    assert names(sent) == ["workflow_steps_acked", "workflow_steps_finish"]
+    acked = [(w, "m0", OWN_ROW, "fan-in", t0, None), (w, "m1", OWN_ROW, "fan-in", t1, None)]
+
+    def answer(rows):
+        return lambda request: rows if getattr(request, "name", "") == "workflow_steps_acked" else []
+
+    _, sent = drive(workflows._succeeded([t0, t1], wake=False), answer(acked))
+    # no write of the steps with children: their children counted off, nothing released
+    assert names(sent) == ["workflow_steps_acked", "workflow_children_count_off"]
+    _, sent = drive(workflows._succeeded([t0, t1, t2], wake=False), answer([*acked, (w, "fan-in", 0, None, t2, None)]))
+    assert names(sent) == ["workflow_steps_acked", "workflow_steps_finish", "workflow_children_count_off"]
     assert sent[1].params["task_ids"] == [t2] and sent[1].params["state"] == "succeeded"
-    assert [step for _w, step, _k, _c in finished] == ["m0", "m1"]  # the leaf moves nothing on
+    assert sent[2].params["steps"] == ["fan-in"]  # the leaf moves nothing on
 
 
 def _two_queues(app, ran):

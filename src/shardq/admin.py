@@ -175,9 +175,10 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
         yield from operations.history_record_cancelled([
             Finished(t.id, t.queue, "cancelled", task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
                      error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
-        steps = [t.id for t in gone if t.workflow_id is not None and not run_callbacks.is_run(t.workflow_id)]
+        steps = [t for t in gone if t.workflow_id is not None and not run_callbacks.is_run(t.workflow_id)]
         if steps:
-            yield from workflows.cancelled_by_id_plan(steps)
+            yield from workflows.cancelled_by_id_plan([t.id for t in steps],
+                                                      [t.id for t in steps if t.state != "waiting"])
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

@@ -158,9 +158,7 @@ def settle_plan(marks: Collection[uuid.UUID], outcome: str, *, wake: bool = Fals
         return
     rows = yield Call("spark_callback_lock", {"marks": sorted(marks)})
     for row in rows:
-        task_ids = yield from operations.workflow_cancel(row["workflow_id"])
-        if task_ids:
-            yield from operations.workflow_steps_cancel(task_ids)
+        yield from operations.workflow_cancel(row["workflow_id"])
 
 
 def _release_due(marks: list[uuid.UUID], wake: bool) -> Plan[list[uuid.UUID]]:

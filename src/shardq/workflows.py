@@ -163,8 +163,13 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
 
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
         removed = yield from remove()
-        if removed:
-            finished = yield from _finish(sorted(removed, key=_by_value), outcome)
+        if not removed:
+            return removed
+        task_ids = sorted(removed, key=_by_value)
+        if outcome == "succeeded":
+            yield from _succeeded(task_ids, wake)
+        else:
+            finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
                 yield from _move_on(finished, outcome, wake)
         return removed
@@ -173,29 +178,39 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
-def _finish(task_ids: list[uuid.UUID], outcome: str) -> Plan[list[FinishedStep]]:
-    """The steps of ``task_ids``, just removed with ``outcome``. A step that succeeded is written
-    only when it has no children (its finish is when its workflow may have ended: pruning and
-    status read it); the others' success is their task row's absence, read, not written."""
-    if outcome != "succeeded":
-        return (yield from operations.workflow_steps_finish(task_ids, outcome))
+def _succeeded(task_ids: list[uuid.UUID], wake: bool) -> Plan[None]:
+    """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
+    children (its finish is when its workflow may have ended: pruning and status read it); the
+    others' success is their task row's absence, read, not written. A sole parent's child (the
+    next step of a chain) is made claimable directly; the other children are counted off."""
     acked = yield from operations.workflow_steps_acked(task_ids)
-    leaves = sorted((task for _w, _s, kinds, _c, task in acked if not kinds), key=_by_value)
+    leaves = sorted((task for _w, _s, kinds, _c, task, _ct in acked if not kinds), key=_by_value)
     if leaves:
-        yield from operations.workflow_steps_finish(leaves, outcome)
-    return [(w, step, kinds, child) for w, step, kinds, child, _task in acked if kinds]
+        yield from operations.workflow_steps_finish(leaves, "succeeded")
+    direct = [child_task for _w, _s, kinds, _c, _t, child_task in acked
+              if kinds == operations.SOLE_PARENT and child_task is not None]
+    counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
+               if kinds and (kinds != operations.SOLE_PARENT or child_task is None)]
+    yield from _move_on(counted, "succeeded", wake, direct)
 
 
-def _move_on(finished: list[FinishedStep], outcome: str, wake: bool) -> Plan[None]:
-    """Count ``finished`` parents off their children; release the children that are due and stop
-    (cancel) the descendants of every cancelled one, level by level."""
-    if outcome == "succeeded":
+def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
+             released: Sequence[uuid.UUID] = ()) -> Plan[None]:
+    """Count ``finished`` parents off their children; release the children that are due (with
+    the tasks in ``released``, in one statement) and stop (cancel) the descendants of every
+    cancelled one, level by level."""
+    if not finished:
+        moved: list[Moved] = []
+    elif outcome == "succeeded":
         moved = yield from _advance(finished)
     else:
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
                                                              died=outcome == "dead")
+    if released and not moved:
+        yield from operations.workflow_tasks_release(sorted(released, key=_by_value), wake=wake)
     while moved:
-        yield from _apply(moved, wake)
+        yield from _apply(moved, wake, released)
+        released = ()
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
@@ -227,21 +242,22 @@ def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
     return moved
 
 
-def _apply(moved: list[Moved], wake: bool) -> Plan[None]:
-    released = [task for _w, _s, task, state in moved if state == "ready"]
+def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -> Plan[None]:
+    released = [*released, *(task for _w, _s, task, state in moved if state == "ready")]
     dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
     if released:
-        yield from operations.workflow_tasks_release(released, wake=wake)
+        yield from operations.workflow_tasks_release(sorted(released, key=_by_value), wake=wake)
     if dropped:
         yield from operations.workflow_tasks_drop(dropped)
 
 
-def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID]) -> Plan[None]:
-    """Steps whose task rows :func:`shardq.admin.cancel` just deleted by id, in its transaction:
-    cancelled (waiting or ready), and their dependents with them, level by level (an on-failure
-    child too: its parent did not die). Without it a step ready would read as succeeded, its task
-    row being gone, and one waiting would be released into no task."""
-    finished = yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value))
+def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.UUID]) -> Plan[None]:
+    """Steps whose task rows :func:`shardq.admin.cancel` just deleted by id, in its transaction
+    (``released``: those whose tasks no longer waited): cancelled (waiting or ready), and their
+    dependents with them, level by level (an on-failure child too: its parent did not die).
+    Without it a step ready would read as succeeded, its task row being gone, and one waiting
+    would be released into no task."""
+    finished = yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value), released)
     if finished:
         yield from _move_on(finished, "cancelled", wake=False)
 
@@ -294,10 +310,7 @@ def cancel_plan(workflow_id: object) -> Plan[int]:
     wid = _parse(workflow_id)
 
     def body() -> Plan[int]:
-        task_ids = yield from operations.workflow_cancel(wid)
-        if not task_ids:
-            return 0
-        return len((yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value))))
+        return len((yield from operations.workflow_cancel(wid)))
 
     result: int = yield Atomically(body)
     return result

@@ -97,6 +97,7 @@ from .tasks import (
 from .workflows import (
     IN_SHARDS,
     OWN_ROW,
+    SOLE_PARENT,
     workflow_cancel,
     workflow_children_advance,
     workflow_children_count_off,
@@ -124,6 +125,7 @@ __all__ = [
     "IN_SHARDS",
     "OWN_ROW",
     "QUEUE_FIELDS",
+    "SOLE_PARENT",
     "CancelledTask",
     "EnqueueCounts",
     "ack_claims_recorded",

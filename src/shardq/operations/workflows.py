@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from ..engine import Engine
@@ -53,8 +54,14 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
     }, rows="none")
 
 
-#: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows.
-OWN_ROW, IN_SHARDS = 1, 2
+#: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows /
+#: its one child has no other parent and is not an on-failure step (always with :data:`OWN_ROW`:
+#: a step's whole ``child_kinds`` is then :data:`SOLE_PARENT`). The ack of a sole parent makes its
+#: child's task claimable directly: no count to lower, no step row written.
+OWN_ROW, IN_SHARDS, SOLE = 1, 2, 4
+
+#: ``child_kinds`` of a step whose one child has no other parent (a chain's step but the last)
+SOLE_PARENT = OWN_ROW | SOLE
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,9 @@ class FanInCounts:
     """How a workflow's steps count their parents: ``waiting_on`` by step (its parents, or for a
     step counted in shards its shards), ``child_kinds`` by step (:data:`OWN_ROW` | :data:`IN_SHARDS`),
     ``edges`` as (parent, child, shard or None), ``shards`` as (step, shard, parents in it) and
-    ``only_child``: for a step with exactly one child counted in its own row, that child."""
+    ``only_child``: for a step with exactly one child counted in its own row, that child (when that
+    child has no other parent and is not an on-failure step, the parent's kinds are
+    :data:`SOLE_PARENT`)."""
 
     waiting_on: dict[str, int]
     child_kinds: dict[str, int]
@@ -95,6 +104,10 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
         for parent in step.parents:
             kinds[parent] |= IN_SHARDS
     only_child = {parent: children[0] for parent, children in own_children.items() if len(children) == 1}
+    by_name = {step.name: step for step in steps}
+    for parent, child in only_child.items():
+        if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure:
+            kinds[parent] = SOLE_PARENT
     return FanInCounts(waiting_on, kinds, edges, rows, only_child)
 
 
@@ -103,12 +116,17 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
 FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID],
-                         ) -> Plan[list[tuple[uuid.UUID, str, int, str | None, uuid.UUID]]]:
+#: A step just acked: :data:`FinishedStep`, then its task id and, for a :data:`SOLE_PARENT`, its
+#: child's task id (else None)
+AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None"]
+
+
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[AckedStep]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
-    :data:`FinishedStep` followed by the task id. A read: a step that succeeded keeps its row as it
-    was, its task row's absence being its success (``sql/common/workflows.sql``)."""
-    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
+    :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
+    absence being its success (``sql/common/workflows.sql``)."""
+    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids), "sole_parent": SOLE_PARENT},
+                      binary=True, tuples=True)
     return rows
 
 
@@ -208,17 +226,24 @@ def workflow_parent_results(task_id: uuid.UUID) -> Plan[dict[str, Any]]:
     return {row["step"]: json.loads(row["result"]) if row["result"] is not None else None for row in rows}
 
 
-def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[uuid.UUID]]:
-    """Flag the workflow cancelled and delete the task rows of its steps not finished yet;
-    returns their ids (:func:`workflow_steps_cancel` then cancels their steps)."""
-    rows = yield Call("workflow_cancel", {"id": workflow_id})
-    return [row["id"] for row in rows]
+def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[FinishedStep]]:
+    """Flag the workflow cancelled, delete the task rows of its steps not finished yet and cancel
+    those steps (two statements; the caller holds them in one transaction); returns the steps
+    cancelled, as :func:`workflow_steps_finish` (none: unknown or already finished)."""
+    rows = yield Call("workflow_cancel", {"id": workflow_id}, binary=True, tuples=True)
+    if not rows:
+        return []
+    task_ids = sorted((task_id for task_id, _released in rows), key=attrgetter("int"))
+    return (yield from workflow_steps_cancel(task_ids, [task_id for task_id, released in rows if released]))
 
 
-def workflow_steps_cancel(task_ids: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
-    """Cancel the steps (waiting or ready) whose task rows were just deleted; returns them, as
+def workflow_steps_cancel(task_ids: Sequence[uuid.UUID],
+                          released: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
+    """Cancel the steps (waiting or ready) whose task rows were just deleted, ``released`` those
+    whose tasks no longer waited (they wait on no parent); returns them, as
     :func:`workflow_steps_finish`."""
-    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids)}, binary=True, tuples=True)
+    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids), "released": list(released)},
+                      binary=True, tuples=True)
     return rows
 
 

@@ -60,25 +60,33 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 
 -- name: workflow_steps_acked
 -- The steps whose tasks an ack just deleted, in its transaction: which kinds of children each has,
--- and its only child counted in its own row, if it has one. Reads; writes nothing: a step that
--- succeeded stays 'ready' and its task row's absence is its success (every statement that reads a
--- step's state says so: workflow_steps_list, workflow_cancel, workflow_prune_page,
--- workflow_steps_prune, workflow_counts_reopen, workflow_steps_reopen). A task row is deleted once,
--- by the fenced ack, so each step is counted off its children once. A step without children is
--- finished by workflow_steps_finish: it is what records when the workflow ended.
-SELECT workflow_id, step, child_kinds, only_child, task_id
-FROM shardq_workflow_steps
-WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
+-- its only child counted in its own row, if it has one, and when that child has no other parent
+-- (child_kinds = sole_parent: shardq.operations.workflows.SOLE_PARENT), that child's task id, read
+-- by the child's key, for the ack to make claimable directly. Reads; writes nothing: a step that
+-- succeeded stays 'ready', or 'waiting' when its sole parent released its task directly, and its
+-- task row's absence is its success (every statement that reads a step's state says so:
+-- workflow_steps_list, workflow_cancel, workflow_prune_page, workflow_steps_prune,
+-- workflow_counts_reopen, workflow_steps_reopen). A task row is deleted once, by the fenced ack,
+-- so each step moves its children once. A step without children is finished by
+-- workflow_steps_finish: it is what records when the workflow ended.
+SELECT s.workflow_id, s.step, s.child_kinds, s.only_child, s.task_id, c.task_id
+FROM shardq_workflow_steps AS s
+LEFT JOIN shardq_workflow_steps AS c
+  ON s.child_kinds = %(sole_parent)s::INT2 AND c.workflow_id = s.workflow_id AND c.step = s.only_child
+WHERE s.task_id = ANY(%(task_ids)s::UUID[]) AND s.state IN ('waiting', 'ready')
 
 -- name: workflow_steps_finish
 -- Steps whose tasks just left for good, in the transaction that removed them: dead-lettered
--- ('dead'), cancelled by id ('cancelled'), or acked without children ('succeeded': a step with
--- children records nothing, see workflow_steps_acked). Only a step still 'ready' finishes, so each
--- step finishes once, whatever re-sends a retried transaction makes. Returns what moving the
--- workflow on needs: which kinds of children each has, and its only child counted in its own row.
+-- ('dead') or acked without children ('succeeded': a step with children records nothing, see
+-- workflow_steps_acked). Only a step still 'ready' finishes — or 'waiting', released directly by
+-- its sole parent (a task is claimed, so removed by an ack or a dead-lettering, only once
+-- released) — so each step finishes once, whatever re-sends a retried transaction makes. Returns
+-- what moving the workflow on needs: which kinds of children each has, and its only child counted
+-- in its own row. A finished step waits on no parent (one released directly still counted its
+-- sole parent).
 UPDATE shardq_workflow_steps
-SET state = %(state)s::TEXT, finished_at = now()
-WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state = 'ready'
+SET state = %(state)s::TEXT, finished_at = now(), waiting_on = 0
+WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 RETURNING workflow_id, step, child_kinds, only_child
 
 -- name: workflow_counts_advance
@@ -242,7 +250,8 @@ RETURNING t.id
 -- name: workflow_counts_reopen
 -- Before workflow_steps_reopen: the shard rows of the cancelled children (not on-failure ones,
 -- counted in shards) of these revived or reopened parents count again, each, the parents of its
--- shard that have not succeeded (a parent 'ready' without its task row succeeded: workflow_steps_acked).
+-- shard that have not succeeded (a parent 'ready' or 'waiting' without its task row succeeded:
+-- workflow_steps_acked).
 -- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
@@ -254,7 +263,8 @@ WITH hits AS (
     ) AS e
 ), pending AS (
     SELECT h.workflow_id, h.child, e.shard,
-           sum(CASE WHEN p.state = 'succeeded' OR (p.state = 'ready' AND t.id IS NULL) THEN 0 ELSE 1 END) AS n
+           sum(CASE WHEN p.state = 'succeeded' OR (p.state IN ('waiting', 'ready') AND t.id IS NULL)
+                    THEN 0 ELSE 1 END) AS n
     FROM hits AS h
     JOIN shardq_workflow_steps AS s ON s.workflow_id = h.workflow_id AND s.step = h.child
     JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
@@ -272,8 +282,8 @@ RETURNING c.workflow_id
 -- name: workflow_steps_reopen
 -- The cancelled children (not on-failure ones) of these revived or reopened parents wait again,
 -- on every parent of theirs that has not succeeded (a child counted in shards: on each shard that
--- has such a parent; workflow_counts_reopen has reset the shard rows). A parent 'ready' without its
--- task row succeeded (workflow_steps_acked).
+-- has such a parent; workflow_counts_reopen has reset the shard rows). A parent 'ready' or 'waiting'
+-- without its task row succeeded (workflow_steps_acked).
 -- Edges read per parent, as in workflow_children_advance (the LATERAL subquery).
 WITH hits AS (
     SELECT DISTINCT e.workflow_id, e.child
@@ -290,7 +300,7 @@ WITH hits AS (
     JOIN shardq_workflow_edges AS e ON e.workflow_id = h.workflow_id AND e.child = h.child
     JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
     LEFT JOIN shardq_tasks AS t ON t.id = p.task_id
-    WHERE p.state <> 'succeeded' AND (p.state <> 'ready' OR t.id IS NOT NULL)
+    WHERE p.state <> 'succeeded' AND (p.state NOT IN ('waiting', 'ready') OR t.id IS NOT NULL)
     GROUP BY h.workflow_id, h.child
 )
 UPDATE shardq_workflow_steps AS s
@@ -325,7 +335,7 @@ WHERE c.task_id = %(task_id)s::UUID
 
 -- name: workflow_cancel
 -- Mark a workflow cancelled and delete the task rows of its steps not finished yet; returns their
--- ids, for workflow_steps_cancel. The task rows go first: a step whose ack deletes its task row
+-- ids, for workflow_steps_cancel, and whether each had been released (its task no longer 'waiting'). The task rows go first: a step whose ack deletes its task row
 -- meanwhile succeeded (workflow_steps_acked) and is not cancelled — this DELETE waits for that
 -- ack's row lock and then finds the row gone (PostgreSQL re-checks a row a concurrent transaction
 -- changed; CockroachDB orders the two or retries one with 40001). A running step's row goes too:
@@ -337,14 +347,16 @@ WITH flagged AS (
 DELETE FROM shardq_tasks
 WHERE id IN (SELECT s.task_id FROM shardq_workflow_steps AS s
              WHERE s.workflow_id = %(id)s::UUID AND s.state IN ('waiting', 'ready'))
-RETURNING id
+RETURNING id, state <> 'waiting' AS released
 
 -- name: workflow_steps_cancel
 -- The steps whose task rows were just deleted by a cancel, in its transaction (workflow_cancel, or
--- shardq.admin.cancel by task id): 'cancelled', waiting or not. Returns what workflow_steps_finish
--- returns, for the cancel by id to stop their dependents.
+-- shardq.admin.cancel by task id): 'cancelled', waiting or not. Those whose tasks had been
+-- released wait on no parent (a step released directly by its sole parent still counted it).
+-- Returns what workflow_steps_finish returns, for the cancel by id to stop their dependents.
 UPDATE shardq_workflow_steps
-SET state = 'cancelled', finished_at = now()
+SET state = 'cancelled', finished_at = now(),
+    waiting_on = CASE WHEN task_id = ANY(%(released)s::UUID[]) THEN 0 ELSE waiting_on END
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 RETURNING workflow_id, step, child_kinds, only_child
 
@@ -355,11 +367,16 @@ SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)
 -- name: workflow_steps_list
 -- Every step of a workflow, in name order (one span of the key); waiting_on is its parents not yet
 -- succeeded, summed over its shard rows for a step counted in shards (one span of their key). A
--- step 'ready' whose task row is gone succeeded (workflow_steps_acked): one probe of the task's id
--- (shardq_tasks_id), a LEFT JOIN, as in every statement that reads it.
+-- step 'ready' or 'waiting' whose task row is gone succeeded (workflow_steps_acked), and one
+-- 'waiting' whose task row is no longer 'waiting' was released by its sole parent: ready, waiting
+-- on none. One probe of the task's id (shardq_tasks_id), a LEFT JOIN, as in every statement that
+-- reads a step's state.
 SELECT s.step, s.task_id, s.task, s.queue,
-       CASE WHEN s.state = 'ready' AND t.id IS NULL THEN 'succeeded' ELSE s.state END AS state,
-       coalesce(c.waiting_on, s.waiting_on) AS waiting_on,
+       CASE WHEN s.state IN ('waiting', 'ready') AND t.id IS NULL THEN 'succeeded'
+            WHEN s.state = 'waiting' AND t.state <> 'waiting' THEN 'ready'
+            ELSE s.state END AS state,
+       CASE WHEN s.state = 'waiting' AND (t.id IS NULL OR t.state <> 'waiting') THEN 0
+            ELSE coalesce(c.waiting_on, s.waiting_on) END AS waiting_on,
        s.on_failure, s.finished_at
 FROM shardq_workflow_steps AS s
 LEFT JOIN shardq_tasks AS t ON t.id = s.task_id
@@ -377,14 +394,14 @@ SELECT parent, child FROM shardq_workflow_edges WHERE workflow_id = %(id)s::UUID
 -- name: workflow_prune_page
 -- One page of the workflows enqueued more than keep_seconds ago, in (created_at, id) order after
 -- the cursor (NULL: from the first), through shardq_workflows_created (migration 0014). Each
--- comes with whether it is due: no step waiting, none ready with its task row still there (gone:
--- it succeeded, workflow_steps_acked), and its last step finished longer ago
+-- comes with whether it is due: no step waiting or ready with its task row still there (gone: it
+-- succeeded, workflow_steps_acked), and its last step finished longer ago
 -- than the longest of keep_seconds and its steps' queues' keep_finished_seconds (a workflow left
 -- without steps by an interrupted prune counts from its creation). Each workflow's steps are read
 -- once, as one span of their key (one correlated aggregate: a separate NOT EXISTS over the steps'
 -- states was planned as a hashed scan of every waiting and ready step, which shardq doctor refused).
 SELECT w.id, w.created_at,
-       coalesce((SELECT bool_and(s.state <> 'waiting' AND (s.state <> 'ready' OR t.id IS NULL))
+       coalesce((SELECT bool_and(s.state NOT IN ('waiting', 'ready') OR t.id IS NULL)
                         AND max(s.finished_at)
                             + greatest(%(keep_seconds)s::FLOAT8, max(coalesce(q.keep_finished_seconds, 0)))
                               * INTERVAL '1 second' < now()
@@ -408,7 +425,7 @@ WHERE (workflow_id, step) IN (
     SELECT s.workflow_id, s.step FROM shardq_workflow_steps AS s
     LEFT JOIN shardq_tasks AS t ON t.id = s.task_id
     WHERE s.workflow_id = ANY(%(ids)s::UUID[])
-      AND (s.state IN ('succeeded', 'dead', 'cancelled') OR (s.state = 'ready' AND t.id IS NULL))
+      AND (s.state IN ('succeeded', 'dead', 'cancelled') OR (s.state IN ('waiting', 'ready') AND t.id IS NULL))
     LIMIT %(limit)s
 )
 RETURNING workflow_id
