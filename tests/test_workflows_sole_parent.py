@@ -1,6 +1,6 @@
 """A sole parent (a chain's step but the last: its one child has no other parent and is not an
-on-failure step): its ack makes the child's task claimable directly, with no count lowered and
-no step row written. The child's row stays 'waiting'; every reader of a step's state reads it by
+on-failure step; migration 0017): its ack makes the child's task claimable directly, with no
+count lowered and no step row written. The child's row stays 'waiting'; every reader of a step's state reads it by
 its task row: 'ready' while the task is no longer waiting, succeeded once it is gone."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from shardq import admin, workflows
 from shardq.engine import POSTGRESQL
-from shardq.operations.workflows import OWN_ROW, SOLE_PARENT, fan_in_counts
+from shardq.operations.workflows import OWN_ROW, fan_in_counts
 from shardq.plans import ENGINE
 from shardq.workflow_graph import StepSpec
 
@@ -29,12 +29,11 @@ def test_a_step_is_a_sole_parent_when_its_one_child_has_no_other_parent_and_is_n
              _spec("m0"), _spec("m1"), _spec("fan-in", ("m0", "m1")),  # a group fanning in
              _spec("x"), _spec("rescue", ("x",), on_failure=True),  # an on-failure child
              _spec("split"), _spec("left", ("split",)), _spec("right", ("split",))]  # two children
-    kinds = fan_in_counts(steps, lambda parents: 0).child_kinds
-    assert kinds["a"] == kinds["b"] == SOLE_PARENT and kinds["c"] == 0
-    assert kinds["m0"] == kinds["m1"] == kinds["x"] == kinds["split"] == OWN_ROW
+    sole = fan_in_counts(steps, lambda parents: 0).sole_child
+    assert sole == {"a": "b", "b": "c"}  # not m0/m1 (fan-in), x (on-failure child), split (two children)
     sharded = fan_in_counts([_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "y")), _spec("y")],
-                            lambda parents: 2 if parents >= 2 else 0).child_kinds
-    assert sharded["p"] != SOLE_PARENT  # q is its only own-row child, but w counts it in a shard
+                            lambda parents: 2 if parents >= 2 else 0)
+    assert sharded.only_child == {"p": "q"} and sharded.sole_child == {}  # w counts p in a shard: both kinds
 
 
 def _answer(acked, moved=()):
@@ -47,7 +46,7 @@ def _answer(acked, moved=()):
 
 def test_the_ack_of_sole_parents_releases_their_children_in_one_statement_without_counting_them_off():
     w, t_a, t_b, child_a, child_b = (uuid.uuid4() for _ in range(5))
-    acked = [(w, "a", SOLE_PARENT, "a2", t_a, child_a), (w, "b", SOLE_PARENT, "b2", t_b, child_b)]
+    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a), (w, "b", OWN_ROW, "b2", t_b, child_b)]
     _, sent = drive(workflows._succeeded([t_a, t_b], wake=True), _answer(acked))
     calls = [request for request in sent if request is not ENGINE]
     assert names(calls) == ["workflow_steps_acked", "workflow_tasks_release"]
@@ -56,7 +55,7 @@ def test_the_ack_of_sole_parents_releases_their_children_in_one_statement_withou
 
 def test_an_ack_that_also_counts_a_fan_in_off_releases_both_in_one_statement():
     w, t_a, t_m, child_a, fan_in = (uuid.uuid4() for _ in range(5))
-    acked = [(w, "a", SOLE_PARENT, "a2", t_a, child_a), (w, "m0", OWN_ROW, "fan-in", t_m, None)]
+    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a), (w, "m0", OWN_ROW, "fan-in", t_m, None)]
     _, sent = drive(workflows._succeeded([t_a, t_m], wake=False), _answer(acked, [(w, "fan-in", fan_in, "ready")]))
     calls = [request for request in sent if request is not ENGINE]
     assert names(calls) == ["workflow_steps_acked", "workflow_children_count_off", "workflow_tasks_release"]

@@ -187,10 +187,9 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool) -> Plan[None]:
     leaves = sorted((task for _w, _s, kinds, _c, task, _ct in acked if not kinds), key=_by_value)
     if leaves:
         yield from operations.workflow_steps_finish(leaves, "succeeded")
-    direct = [child_task for _w, _s, kinds, _c, _t, child_task in acked
-              if kinds == operations.SOLE_PARENT and child_task is not None]
+    direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
-               if kinds and (kinds != operations.SOLE_PARENT or child_task is None)]
+               if kinds and child_task is None]
     yield from _move_on(counted, "succeeded", wake, direct)
 
 

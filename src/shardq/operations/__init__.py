@@ -97,7 +97,6 @@ from .tasks import (
 from .workflows import (
     IN_SHARDS,
     OWN_ROW,
-    SOLE_PARENT,
     workflow_cancel,
     workflow_children_advance,
     workflow_children_count_off,
@@ -125,7 +124,6 @@ __all__ = [
     "IN_SHARDS",
     "OWN_ROW",
     "QUEUE_FIELDS",
-    "SOLE_PARENT",
     "CancelledTask",
     "EnqueueCounts",
     "ack_claims_recorded",

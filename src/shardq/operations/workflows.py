@@ -29,6 +29,7 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
     and its steps' tasks (four or five statements; the caller holds them in one transaction)."""
     engine: Engine = yield ENGINE
     counts = fan_in_counts(steps, engine.fan_in_shards)
+    task_of = {s.name: task_id for s, task_id in zip(steps, task_ids)}
     yield Call("workflow_insert", {"id": workflow_id, "name": name}, rows="none")
     yield Call("workflow_steps_insert", {
         "workflow_id": workflow_id, "steps": [s.name for s in steps], "task_ids": list(task_ids),
@@ -37,6 +38,8 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
         "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
         "max_attempts": [s.max_attempts for s in steps], "child_kinds": [counts.child_kinds[s.name] for s in steps],
         "only_children": [counts.only_child.get(s.name) for s in steps],
+        "sole_child_task_ids": [task_of[counts.sole_child[s.name]] if s.name in counts.sole_child else None
+                                for s in steps],
     }, rows="none")
     if counts.edges:
         yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _, _ in counts.edges],
@@ -54,14 +57,8 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
     }, rows="none")
 
 
-#: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows /
-#: its one child has no other parent and is not an on-failure step (always with :data:`OWN_ROW`:
-#: a step's whole ``child_kinds`` is then :data:`SOLE_PARENT`). The ack of a sole parent makes its
-#: child's task claimable directly: no count to lower, no step row written.
-OWN_ROW, IN_SHARDS, SOLE = 1, 2, 4
-
-#: ``child_kinds`` of a step whose one child has no other parent (a chain's step but the last)
-SOLE_PARENT = OWN_ROW | SOLE
+#: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows.
+OWN_ROW, IN_SHARDS = 1, 2
 
 
 @dataclass(frozen=True)
@@ -69,15 +66,17 @@ class FanInCounts:
     """How a workflow's steps count their parents: ``waiting_on`` by step (its parents, or for a
     step counted in shards its shards), ``child_kinds`` by step (:data:`OWN_ROW` | :data:`IN_SHARDS`),
     ``edges`` as (parent, child, shard or None), ``shards`` as (step, shard, parents in it) and
-    ``only_child``: for a step with exactly one child counted in its own row, that child (when that
-    child has no other parent and is not an on-failure step, the parent's kinds are
-    :data:`SOLE_PARENT`)."""
+    ``only_child``: for a step with exactly one child counted in its own row, that child; and
+    ``sole_child``: that child again when it has no other parent, is not an on-failure step and
+    the step has no other kind of child (a chain's step but the last): the step's ack makes the
+    child's task claimable directly."""
 
     waiting_on: dict[str, int]
     child_kinds: dict[str, int]
     edges: list[tuple[str, str, int | None]]
     shards: list[tuple[str, int, int]]
     only_child: dict[str, str]
+    sole_child: dict[str, str]
 
 
 def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -> FanInCounts:
@@ -105,10 +104,9 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
             kinds[parent] |= IN_SHARDS
     only_child = {parent: children[0] for parent, children in own_children.items() if len(children) == 1}
     by_name = {step.name: step for step in steps}
-    for parent, child in only_child.items():
-        if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure:
-            kinds[parent] = SOLE_PARENT
-    return FanInCounts(waiting_on, kinds, edges, rows, only_child)
+    sole_child = {parent: child for parent, child in only_child.items()
+                  if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure}
+    return FanInCounts(waiting_on, kinds, edges, rows, only_child, sole_child)
 
 
 #: (workflow id, step, child kinds: :data:`OWN_ROW` | :data:`IN_SHARDS`, only child or None) of a
@@ -116,8 +114,8 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
 FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 
 
-#: A step just acked: :data:`FinishedStep`, then its task id and, for a :data:`SOLE_PARENT`, its
-#: child's task id (else None)
+#: A step just acked: :data:`FinishedStep`, then its task id and its sole child's task id (None
+#: when it has no sole child: :class:`FanInCounts`)
 AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None"]
 
 
@@ -125,8 +123,7 @@ def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[AckedStep]]
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
     absence being its success (``sql/common/workflows.sql``)."""
-    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids), "sole_parent": SOLE_PARENT},
-                      binary=True, tuples=True)
+    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
     return rows
 
 

@@ -9,17 +9,21 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 -- cancelled by a dead parent that is then requeued (workflow_steps_reopen). A step counted in shards
 -- waits on its shards (workflow_counts_insert); child_kinds says which statements its ack needs
 -- (shardq.operations.workflows.OWN_ROW, IN_SHARDS); only_child, its one child counted in its own
--- row when it has exactly one (migration 0016), lets its ack count it off without reading edges.
+-- row when it has exactly one (migration 0016), lets its ack count it off without reading edges;
+-- sole_child_task_id, that child's task when it has no other parent (migration 0017), lets its ack
+-- make that task claimable without counting anything off.
 INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
-                                   payload, priority, max_attempts, child_kinds, only_child)
+                                   payload, priority, max_attempts, child_kinds, only_child, sole_child_task_id)
 SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
-       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds, s.only_child
+       CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds, s.only_child,
+       s.sole_child_task_id
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
             %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
-            %(max_attempts)s::INT4[], %(child_kinds)s::INT2[], %(only_children)s::TEXT[])
+            %(max_attempts)s::INT4[], %(child_kinds)s::INT2[], %(only_children)s::TEXT[],
+            %(sole_child_task_ids)s::UUID[])
      AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts, child_kinds,
-          only_child)
+          only_child, sole_child_task_id)
 
 -- name: workflow_edges_insert
 -- Every (parent, child) edge of one workflow, with the shard of the child's count the parent is in
@@ -60,20 +64,18 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 
 -- name: workflow_steps_acked
 -- The steps whose tasks an ack just deleted, in its transaction: which kinds of children each has,
--- its only child counted in its own row, if it has one, and when that child has no other parent
--- (child_kinds = sole_parent: shardq.operations.workflows.SOLE_PARENT), that child's task id, read
--- by the child's key, for the ack to make claimable directly. Reads; writes nothing: a step that
+-- its only child counted in its own row, if it has one, and its sole child's task (that child has
+-- no other parent: migration 0017), for the ack to make claimable directly. Reads; writes
+-- nothing: a step that
 -- succeeded stays 'ready', or 'waiting' when its sole parent released its task directly, and its
 -- task row's absence is its success (every statement that reads a step's state says so:
 -- workflow_steps_list, workflow_cancel, workflow_prune_page, workflow_steps_prune,
 -- workflow_counts_reopen, workflow_steps_reopen). A task row is deleted once, by the fenced ack,
 -- so each step moves its children once. A step without children is finished by
 -- workflow_steps_finish: it is what records when the workflow ended.
-SELECT s.workflow_id, s.step, s.child_kinds, s.only_child, s.task_id, c.task_id
-FROM shardq_workflow_steps AS s
-LEFT JOIN shardq_workflow_steps AS c
-  ON s.child_kinds = %(sole_parent)s::INT2 AND c.workflow_id = s.workflow_id AND c.step = s.only_child
-WHERE s.task_id = ANY(%(task_ids)s::UUID[]) AND s.state IN ('waiting', 'ready')
+SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id
+FROM shardq_workflow_steps
+WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 
 -- name: workflow_steps_finish
 -- Steps whose tasks just left for good, in the transaction that removed them: dead-lettered
