@@ -14,12 +14,16 @@ Guarantees:
 * **Release in the ack.** A step with parents waits as a task row in state ``waiting`` at rank
   ``RANK_BACKLOG``, outside every claim's span. Its last parent's ack — fenced by the lease token
   like every ack — counts it off and makes it ``ready`` in the same transaction: no loop polls.
+  A sole child (no other parent, not an on-failure step: a chain's next step) is not counted:
+  its parent's row keeps its task id, and the parent's ack makes that task claimable directly,
+  the child's row staying ``waiting`` (status reads it by its task row: ``ready``).
   Where the engine has wake-ups (PostgreSQL), that transaction also wakes the listening workers
   of the released steps' queues (:mod:`shardq.notify`), so an idle worker need not wait its poll.
 * **Exactly once.** A step's success is its task row's deletion by the fenced ack, which happens
-  once (the step's own row is not written: status reads a ``ready`` step without its task row as
-  succeeded; a step without children is written ``succeeded``, which dates its workflow's end); a
-  step dies or is cancelled only from ``ready``; and
+  once (the step's own row is not written: status reads a ``ready`` or ``waiting`` step without
+  its task row as succeeded; a step without children is written ``succeeded``, which dates its
+  workflow's end); a step dies or is cancelled only once released (``ready``, or ``waiting`` for a
+  sole child); a sole child is released by its one parent's ack alone; and
   a child's count is lowered by an UPDATE that holds its row lock (PostgreSQL re-reads the row a
   concurrent ack changed; CockroachDB retries the transaction on 40001), so of two last parents
   acked at once on two workers exactly one releases the child. A wide fan-in (from
@@ -49,9 +53,9 @@ Does not:
 Costs: a task outside every workflow pays one NULL column in its row and in the claim's result;
 its claim and its ack send the statements they always did. A step's ack is one transaction of
 one more statement (read the steps; a step without children is also written finished) and one
-more when it has children (count it off them, by name when it is its parents' only child; a
-parent of a wide fan-in lowers its shard, and the ack that drains a shard one more), plus one
-per released or cancelled group of children. A fan-in's count below the threshold is one row
+more when it has children other than a sole child (count it off them, by name when it is its
+parents' only child; a parent of a wide fan-in lowers its shard, and the ack that drains a shard
+one more), plus one per released or cancelled group of children (sole children included). A fan-in's count below the threshold is one row
 that every parent's ack updates: on PostgreSQL those acks queue on its row lock, on CockroachDB
 on its lock wait-queue, each until the previous one commits; a wider one spreads them over its
 shard rows (docs/workflows.md, "Fan-in in shards" and "Costs").
