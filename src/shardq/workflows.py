@@ -34,7 +34,9 @@ Guarantees:
 * **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
   not give it) receives its parents' results as a dict by step name, read when it runs
   (:func:`parent_results`; a parent's result is kept when its task is declared ``result=True``
-  and its queue keeps finished tasks, else None).
+  or, in a queue that keeps finished tasks, when the queue keeps results; else None). Where the
+  parent's queue keeps finished tasks its history row has the result; where it keeps none, the
+  ack keeps it in the parent's step row, until the workflow is pruned.
 * **Failure.** A dead step (dead-lettered by its worker, or by the reaper when its lease ran out
   on its last attempt) cancels its waiting children, and theirs,
   and releases an on-failure child instead of cancelling it; an on-failure child whose parents
@@ -66,7 +68,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -156,10 +158,13 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
     return Enqueued(str(workflow_id), {s.name: str(i) for s, i in zip(order, task_ids)})
 
 
-def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str) -> Plan[set[uuid.UUID]]:
+def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str,
+                            results: Mapping[uuid.UUID, str] | None = None) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
     ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
+    ``results`` (by task id, JSON text): the results of acked steps whose queue keeps no finished
+    tasks, kept in the step rows of those with children, for their children to read.
 
     Where the engine has wake-ups, the statement that releases steps also wakes the listening
     workers of their queues (delivered at the commit). A server that refuses the wake-up at the
@@ -171,7 +176,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
             return removed
         task_ids = sorted(removed, key=_by_value)
         if outcome == "succeeded":
-            yield from _succeeded(task_ids, wake)
+            yield from _succeeded(task_ids, wake, results or {})
         else:
             finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
@@ -182,7 +187,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
-def _succeeded(task_ids: list[uuid.UUID], wake: bool) -> Plan[None]:
+def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None) -> Plan[None]:
     """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
@@ -191,6 +196,10 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool) -> Plan[None]:
     leaves = sorted((task for _w, _s, kinds, _c, task, _ct in acked if not kinds), key=_by_value)
     if leaves:
         yield from operations.workflow_steps_finish(leaves, "succeeded")
+    if results:
+        kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct in acked if kinds and task in results]
+        if kept:
+            yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: item[0].int))
     direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
                if kinds and child_task is None]
@@ -353,11 +362,12 @@ def _parse(workflow_id: object) -> uuid.UUID:
         raise InvalidInput(f"not a workflow id: {workflow_id!r}") from None
 
 
-def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str) -> set[uuid.UUID]:
+def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str,
+                       results: Mapping[uuid.UUID, str] | None = None) -> set[uuid.UUID]:
     """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
 
     def remove_plan() -> Plan[set[uuid.UUID]]:
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return store.session.run(remove_and_release_plan(remove_plan, outcome))
+    return store.session.run(remove_and_release_plan(remove_plan, outcome, results))

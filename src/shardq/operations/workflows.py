@@ -127,6 +127,12 @@ def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[AckedStep]]
     return rows
 
 
+def workflow_steps_keep_results(results: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
+    """Keep these (task id, result text) in the steps of tasks just acked, for their children."""
+    yield Call("workflow_steps_keep_results", {"task_ids": [t for t, _ in results], "results": [r for _, r in results]},
+               rows="none")
+
+
 def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[FinishedStep]]:
     """Finish the steps of these tasks (``succeeded``: steps without children; ``dead``;
     ``cancelled``); returns those that were running, each once, as :data:`FinishedStep`."""

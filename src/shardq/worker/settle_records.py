@@ -46,7 +46,8 @@ def ack_keyed_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[
     """Acks holding exclusive keys, with their history rows, releasing the keys' backlogs in the
     same transaction; returns the ids deleted."""
     records = [succeeded(o) for o in kept]
-    return remove_keyed(store, kept, lambda items: store.task_ack_many_recorded(items, records, notify=notify))
+    return remove_keyed(store, kept, lambda items: store.task_ack_many_recorded(items, records, notify=notify),
+                        step_results=False)
 
 
 def ack_claims_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],

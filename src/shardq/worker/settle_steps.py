@@ -35,12 +35,16 @@ class Batch:
 
 
 def remove_keyed(
-    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]]
+    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]], *,
+    step_results: bool = True,
 ) -> set[uuid.UUID]:
     """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
     (see :mod:`shardq.exclusive`), and workflow steps, releasing the children they were the last
     parent of in the same transaction (see :mod:`shardq.workflows`), and tasks of Spark runs with
-    a callback, releasing it in the ack that leaves none of its run (:mod:`shardq.run_callbacks`)."""
+    a callback, releasing it in the ack that leaves none of its run (:mod:`shardq.run_callbacks`).
+    ``step_results``: the steps' results (of tasks declared ``result=True``) are kept with their
+    workflow — for a queue that keeps no finished tasks; one that keeps them has them in its
+    history rows."""
     steps = [o for o in outcomes if o.claimed.workflow_id is not None]
     if not steps:
         return _remove_keyed(store, outcomes, remove)
@@ -51,7 +55,8 @@ def remove_keyed(
     removed: set[uuid.UUID] = set()
     if steps:
         step_items = [fenced(o.claimed) for o in steps]
-        removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded")
+        results = {o.claimed.key.id: o.result for o in steps if o.result is not None} if step_results else None
+        removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded", results)
     if runs:
         run_items = [fenced(o.claimed) for o in runs]
         workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}

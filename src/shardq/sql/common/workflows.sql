@@ -77,6 +77,15 @@ SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id
 FROM shardq_workflow_steps
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 
+-- name: workflow_steps_keep_results
+-- The results of steps with children just acked, in the ack's transaction, when their queue keeps
+-- no finished tasks (migration 0018): their children read them in workflow_parent_results, where
+-- a kept queue's history row would be. Only steps whose tasks are declared result=True send one.
+UPDATE shardq_workflow_steps AS s
+SET result = r.result
+FROM unnest(%(task_ids)s::UUID[], %(results)s::TEXT[]) AS r(task_id, result)
+WHERE s.task_id = r.task_id
+
 -- name: workflow_steps_finish
 -- Steps whose tasks just left for good, in the transaction that removed them: dead-lettered
 -- ('dead') or acked without children ('succeeded': a step with children records nothing, see
@@ -326,9 +335,10 @@ WHERE s.payload IS NOT NULL
 RETURNING id
 
 -- name: workflow_parent_results
--- The parents of the step whose task this is, each with its kept result (NULL when its queue keeps
--- no finished tasks, or its task keeps no result): what a step's ``results`` argument receives.
-SELECT p.step, h.result
+-- The parents of the step whose task this is, each with its kept result: its history row's, else
+-- the one its step row keeps when its queue keeps no finished tasks (workflow_steps_keep_results);
+-- NULL when its task keeps no result. What a step's ``results`` argument receives.
+SELECT p.step, coalesce(h.result, p.result) AS result
 FROM shardq_workflow_steps AS c
 JOIN shardq_workflow_edges AS e ON e.workflow_id = c.workflow_id AND e.child = c.step
 JOIN shardq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.step = e.parent
