@@ -176,7 +176,7 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
             return removed
         task_ids = sorted(removed, key=_by_value)
         if outcome == "succeeded":
-            yield from _succeeded(task_ids, wake, results or {})
+            yield from _succeeded(task_ids, wake, results)
         else:
             finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
@@ -199,7 +199,7 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
     if results:
         kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct in acked if kinds and task in results]
         if kept:
-            yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: item[0].int))
+            yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: _by_value(item[0])))
     direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
                if kinds and child_task is None]
@@ -218,15 +218,13 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
     else:
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
                                                              died=outcome == "dead")
-    if released and not moved:
-        yield from operations.workflow_tasks_release(sorted(released, key=_by_value), wake=wake)
-    while moved:
+    while True:
         yield from _apply(moved, wake, released)
-        released = ()
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
+        released = ()
 
 
 def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
