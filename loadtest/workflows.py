@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20_000, help="tasks per run (the fan-out's width + 1)")
     parser.add_argument("--chains", type=int, default=2_000, help="workflows in the chains run (steps / chains each)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"the kinds to run, comma-separated (default all: {','.join(KINDS)}); plain always runs")
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -154,13 +156,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from .env import Bench, loadavg, track_commit_times
 
+    kinds = tuple(k for k in KINDS if k == "plain" or k in args.kinds.split(","))
     bench = Bench.start()
     track_commit_times(bench)
     rounds = []
     try:
         for _ in range(args.rounds):
-            runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
-            for kind in (*KINDS, *reversed(KINDS)):
+            runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+            for kind in (*kinds, *reversed(kinds)):
                 url = bench.shardq_database(f"wf_{kind}")
                 try:
                     runs[kind].append(_run(url, kind, args.steps, args.chains, bench.server_cpu))
@@ -177,18 +180,19 @@ def main(argv: list[str] | None = None) -> int:
 
     report: dict = {"steps": args.steps, "chains": args.chains, "chain_length": args.steps // args.chains,
                     "rounds": rounds, "loadavg_after": load}
-    for kind in KINDS:
+    for kind in kinds:
         for figure in ("cpu_ms_per_task", "client_cpu_ms_per_task", "server_cpu_ms_per_task", "work_s", "enqueue_s"):
             report[f"{kind}_{figure}"] = median(kind, figure)
-    report["fan_shards_over_fan"] = statistics.median(
-        statistics.median(r["cpu_ms_per_task"] for r in runs["fan-shards"])
-        / statistics.median(r["cpu_ms_per_task"] for r in runs["fan"]) for runs in rounds)
-    for kind in ("fan", "fan-shards", "chains"):
+    if "fan" in kinds and "fan-shards" in kinds:
+        report["fan_shards_over_fan"] = statistics.median(
+            statistics.median(r["cpu_ms_per_task"] for r in runs["fan-shards"])
+            / statistics.median(r["cpu_ms_per_task"] for r in runs["fan"]) for runs in rounds)
+    for kind in (k for k in ("fan", "fan-shards", "chains") if k in kinds):
         # Ratios within a round (each run beside its own plain runs), then the median over rounds.
         report[f"{kind}_over_plain"] = statistics.median(
             statistics.median(r["cpu_ms_per_task"] for r in runs[kind])
             / statistics.median(r["cpu_ms_per_task"] for r in runs["plain"]) for runs in rounds)
-    for kind in ("fan", "fan-shards", "fan-listen"):
+    for kind in (k for k in ("fan", "fan-shards", "fan-listen") if k in kinds):
         for figure in ("release_after_ack_ms", "release_after_handler_ms"):
             report[f"{kind}_{figure}"] = median(kind, figure)
     print(json.dumps(report))

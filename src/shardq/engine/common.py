@@ -49,9 +49,10 @@ def task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: 
 
 def key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
     """The parallel arrays of the statements that name leased tasks by whole key and token."""
-    # "states": a fenced row is always leased. CockroachDB's statements join the state as an input
-    # column so the optimizer can compute the shard (sql/cockroachdb/tasks.sql); PostgreSQL's
-    # statements do not name it, and psycopg sends only the parameters a statement names.
+    # "states": a fenced row is always leased. Both engines' statements join the state as an input
+    # column: CockroachDB's so the optimizer can compute the shard (sql/cockroachdb/tasks.sql),
+    # PostgreSQL's so that the planner does not size the leased rows from the column's statistics
+    # (sql/postgresql/tasks.sql, task_ack_many).
     return {
         "states": ["leased"] * len(items),
         "buckets": [f.key.bucket for f in items],

@@ -35,9 +35,10 @@ FROM done
 WITH done AS (
     DELETE FROM shardq_tasks AS t
     USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-                 %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+                 %(ids)s::UUID[], %(tokens)s::UUID[], %(states)s::TEXT[])
+                 AS k(bucket, queue, rank, exec_time, id, token, state)
     WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-      AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+      AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
     RETURNING t.id, t.queue, t.created_at, t.attempts, t.dedupe_key
 ), closed AS (
     DELETE FROM shardq_leases WHERE token = ANY(%(closed_tokens)s::UUID[])

@@ -136,12 +136,21 @@ RETURNING t.id
 -- name: task_ack_many
 -- Delete finished tasks by whole key and lease token (a stale token deletes nothing), and drop the
 -- lease records of claims whose every task is now settled.
+-- (All statements over leased tasks by key — task_ack_many, task_retry_many, task_bury_many,
+-- task_release_many, task_extend_many, task_ack_many_kept — join the state 'leased' as an input
+-- column and name the ids in = ANY as well: written `t.state = 'leased'`, the planner takes the
+-- selectivity of that constant from the column's statistics, which an ANALYZE run while few tasks
+-- were leased puts near zero. It then expected about one leased row, scanned the table for them
+-- and compared each with every key of the batch: 60 ms for an ack of 400 tasks in a table of
+-- 50,000 where an index probe per key takes 2 ms (docs/loadtest.md, "Plans that depend on the
+-- statistics"). The = ANY makes the id index the cheaper path at any table size.)
 WITH done AS (
     DELETE FROM shardq_tasks AS t
     USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-                 %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+                 %(ids)s::UUID[], %(tokens)s::UUID[], %(states)s::TEXT[])
+     AS k(bucket, queue, rank, exec_time, id, token, state)
     WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-      AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+      AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
     RETURNING t.id
 ), closed AS (
     DELETE FROM shardq_leases WHERE token = ANY(%(closed_tokens)s::UUID[])
@@ -188,10 +197,11 @@ SET state = CASE WHEN k.delay > 0 THEN 'scheduled' ELSE 'ready' END,
     attempts = t.attempts - k.refund,
     last_error = k.error
 FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-            %(ids)s::UUID[], %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(refunds)s::INT4[], %(errors)s::TEXT[])
-     AS k(bucket, queue, rank, exec_time, id, token, delay, refund, error)
+            %(ids)s::UUID[], %(tokens)s::UUID[], %(delays)s::FLOAT8[], %(refunds)s::INT4[], %(errors)s::TEXT[],
+            %(states)s::TEXT[])
+     AS k(bucket, queue, rank, exec_time, id, token, delay, refund, error, state)
 WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
   AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
 RETURNING t.id
 
@@ -201,10 +211,10 @@ RETURNING t.id
 WITH gone AS (
     DELETE FROM shardq_tasks AS t
     USING unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-                 %(ids)s::UUID[], %(tokens)s::UUID[], %(errors)s::TEXT[])
-          AS k(bucket, queue, rank, exec_time, id, token, error)
+                 %(ids)s::UUID[], %(tokens)s::UUID[], %(errors)s::TEXT[], %(states)s::TEXT[])
+          AS k(bucket, queue, rank, exec_time, id, token, error, state)
     WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-      AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+      AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
       AND (NOT %(require_expired)s::BOOL OR t.lease_expires_at <= now())
     RETURNING t.id, t.queue, t.payload, t.attempts, t.max_attempts, t.dedupe_key, t.created_at, t.priority,
               t.exclusive_key, k.error
@@ -222,9 +232,10 @@ RETURNING id
 UPDATE shardq_tasks AS t
 SET state = 'ready', attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
 FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-            %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+            %(ids)s::UUID[], %(tokens)s::UUID[], %(states)s::TEXT[])
+     AS k(bucket, queue, rank, exec_time, id, token, state)
 WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
 RETURNING t.id
 
 -- name: task_extend_many
@@ -232,9 +243,10 @@ RETURNING t.id
 UPDATE shardq_tasks AS t
 SET lease_expires_at = now() + %(lease_seconds)s::FLOAT8 * INTERVAL '1 second'
 FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
-            %(ids)s::UUID[], %(tokens)s::UUID[]) AS k(bucket, queue, rank, exec_time, id, token)
+            %(ids)s::UUID[], %(tokens)s::UUID[], %(states)s::TEXT[])
+     AS k(bucket, queue, rank, exec_time, id, token, state)
 WHERE t.bucket = k.bucket AND t.queue = k.queue AND t.rank = k.rank AND t.exec_time = k.exec_time
-  AND t.id = k.id AND t.lease_token = k.token AND t.state = 'leased'
+  AND t.id = k.id AND t.lease_token = k.token AND t.state = k.state AND t.id = ANY(%(ids)s::UUID[])
 RETURNING t.id, t.lease_expires_at
 
 -- name: task_reap_candidates
