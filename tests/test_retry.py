@@ -178,3 +178,21 @@ def test_a_consumer_moves_on_after_an_ambiguous_claim_and_the_reaper_recovers_it
     again = [t for _ in range(2) for t in consumer.claim().tasks]
     assert [t.id for t in again] == [task.id]
     assert again[0].attempt == 2  # the lost claim's attempt counts
+
+
+def test_a_statement_after_a_nested_transaction_is_still_never_resent_on_its_own(pg_db):
+    # A transaction opened inside another (a savepoint) used to mark the session as outside any
+    # transaction when it ended: the outer one's next ambiguous statement was then re-sent alone,
+    # its first attempt possibly applied in a transaction that was no longer the one going on.
+    task = pg_db.make_task(state="leased")
+    injector = Injector("task_ack_many", pgerrors.StatementCompletionUnknown, times=1)
+    store = hooked_store(pg_db, injector)
+
+    def body(session: Session) -> set:
+        session.transaction(lambda inner: inner.fetch_one("queue_get", {"queue": "q"}))
+        return store.task_ack_many([fenced(task)])
+
+    with pytest.raises(AmbiguousResult):
+        store.session.transaction(body)
+    assert injector.calls == 1
+    assert pg_db.task_row(task.id) is not None

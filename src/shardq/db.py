@@ -339,12 +339,14 @@ class Session(SpecialStatements):
     @contextmanager
     def _transaction_block(self) -> Iterator[None]:
         conn = self._connection()
-        self._in_transaction = True
+        # A transaction opened inside another (a savepoint) leaves the outer one open: restore
+        # what was there, so the outer one's statements are still never re-sent on their own.
+        outer, self._in_transaction = self._in_transaction, True
         try:
             with conn.transaction():
                 yield
         finally:
-            self._in_transaction = False
+            self._in_transaction = outer
 
     def transaction(self, body: Callable[[Session], T]) -> T:
         """Run ``body(self)`` inside one transaction, retrying the whole body on 40001.

@@ -223,12 +223,12 @@ class AsyncSession:
             attempt += 1
             try:
                 conn = await self.connection()
-                self._in_transaction = True
+                outer, self._in_transaction = self._in_transaction, True  # see Session._transaction_block
                 try:
                     async with conn.transaction():
                         return await body(self)
                 finally:
-                    self._in_transaction = False
+                    self._in_transaction = outer
             except SerializationConflict as exc:
                 if attempt > self.max_retries:
                     raise

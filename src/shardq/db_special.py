@@ -46,7 +46,7 @@ class SpecialStatements:
         """Run ``body(self)`` inside one transaction that is always rolled back, whatever it
         did: for checks that must never change the database (``shardq doctor``). Not retried."""
         conn = self._connection()
-        self._in_transaction = True
+        outer, self._in_transaction = self._in_transaction, True  # see Session._transaction_block
         try:
             with conn.transaction(force_rollback=True):
                 return body(self)
@@ -55,7 +55,7 @@ class SpecialStatements:
                 self._discard()
             raise _translate(exc, self.dsn) from exc
         finally:
-            self._in_transaction = False
+            self._in_transaction = outer
 
     def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
         """The engine's EXPLAIN output for a named statement with these values, as text (one line
