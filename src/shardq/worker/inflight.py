@@ -18,6 +18,7 @@ from operator import attrgetter
 from ..error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
 from ..flow import FlowSlots
 from ..models import ClaimedTask
+from ..run_callbacks import is_run
 
 # How a held task ends, as the settler applies it (plain strings: compared per task).
 ACK = "ack"  # the handler returned: delete the row
@@ -36,7 +37,9 @@ class Claim:
     first: tuple
     last: tuple
     left: int  # unsettled; lowered by the settler only, when it plans a batch (0: closed)
-    keyed: bool  # some task holds an exclusive key or is a workflow step: its ack releases others
+    #: some task holds an exclusive key or is a Spark run's task: acked per key (its ack releases
+    #: others); a claim of workflow steps is acked by key range when it is acked whole
+    keyed: bool
     token: uuid.UUID
     size: int = 0  # tasks claimed
     #: the executor takes the next number as it queues an outcome; the one that takes ``size``
@@ -178,6 +181,22 @@ class InFlightTable:
 _lease_token_of = attrgetter("lease_token")
 _exclusive_key_of = attrgetter("exclusive_key")  # a key is never empty, so truthy when present
 _workflow_of = attrgetter("workflow_id")
+
+
+def _is_run(claimed: ClaimedTask) -> bool:
+    return is_run(claimed.workflow_id)
+
+
+def _any_keyed(tasks: Sequence[ClaimedTask]) -> bool:
+    # C-level passes first: a claim of plain tasks pays no Python call per task
+    return any(map(_exclusive_key_of, tasks)) or (any(map(_workflow_of, tasks)) and any(map(_is_run, tasks)))
+
+
+def _is_keyed(claimed: ClaimedTask) -> bool:
+    """Whether ``claimed`` makes its claim one acked per key (see :attr:`Claim.keyed`)."""
+    return claimed.exclusive_key is not None or is_run(claimed.workflow_id)
+
+
 claim_of = attrgetter("claim")
 
 
@@ -188,7 +207,7 @@ def entries_for(tasks: Sequence[ClaimedTask], deadline: float) -> tuple[list[InF
     if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
         head, tail = tasks[0].key, tasks[-1].key
         claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
-                      len(tasks), any(map(_exclusive_key_of, tasks)) or any(map(_workflow_of, tasks)), token,
+                      len(tasks), _any_keyed(tasks), token,
                       len(tasks))
         return [InFlight(claimed, deadline, claim) for claimed in tasks], [claim]
     claims = _group_claims(tasks)
@@ -206,12 +225,10 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
         if claim is None:
             key = claimed.key
             at = (key.rank, key.exec_time)
-            claims[token] = Claim(key.bucket, key.queue, at, at, 1,
-                                  claimed.exclusive_key is not None or claimed.workflow_id is not None,
-                                  claimed.lease_token)
+            claims[token] = Claim(key.bucket, key.queue, at, at, 1, _is_keyed(claimed), claimed.lease_token)
         else:
             claim.left += 1
-            if claimed.exclusive_key is not None or claimed.workflow_id is not None:
+            if _is_keyed(claimed):
                 claim.keyed = True
         last[token] = claimed
     for token, claimed in last.items():

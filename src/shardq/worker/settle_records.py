@@ -14,7 +14,7 @@ from ..consumer import fenced
 from ..history_records import Finished, SucceededColumns
 from ..store import TaskStore, WholeClaim
 from .inflight import InFlight
-from .settle_steps import remove_keyed
+from .settle_steps import remove_keyed, remove_whole
 
 T = TypeVar("T")
 
@@ -58,6 +58,17 @@ def ack_claims_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlig
                                [o.result for o in acked])
     lost = store.task_ack_claims_recorded([claim for claim, _ in claims], columns, notify=notify)
     return acked, lost
+
+
+def ack_whole_steps_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
+                         notify: bool) -> set[uuid.UUID]:
+    """Whole claims of workflow steps acked with their history rows (:func:`ack_claims_kept`),
+    the steps' workflows moved on in the same transaction (:func:`remove_whole`); returns the ids
+    deleted."""
+    def ack(whole: list[WholeClaim]) -> set[uuid.UUID]:
+        return ack_claims_kept(store, claims, notify)[1]
+
+    return remove_whole(store, claims, ack, step_results=False)
 
 
 def ack_keys_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[uuid.UUID]:

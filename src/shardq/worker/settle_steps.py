@@ -1,6 +1,7 @@
 """The settler's units of work: a :class:`Step` (one statement, or a few for failures, over a
 list of outcomes that can be re-run on any part of it), a :class:`Batch` of them, and the helpers
-that builds the step of exclusive-key acks."""
+that build the steps of acks that release other tasks: exclusive-key acks, workflow steps, tasks
+of Spark runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from .. import exclusive, run_callbacks, workflows
 from ..consumer import fenced
-from ..store import Fenced, TaskStore
+from ..store import Fenced, TaskStore, WholeClaim
 from .inflight import InFlight
 
 
@@ -62,6 +63,25 @@ def remove_keyed(
         workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}
         removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of, "succeeded")
     return removed | (_remove_keyed(store, keyed, remove) if keyed else set())
+
+
+def remove_whole(
+    store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
+    ack: Callable[[list[WholeClaim]], set[uuid.UUID]] | None = None, *, step_results: bool = True,
+) -> set[uuid.UUID]:
+    """Ack claims of workflow steps (no exclusive key, no Spark run's task) whose every task
+    finished: each claim's rows by key range and token, as a claim of plain tasks (no key arrays
+    travel), and the acked steps' workflows moved on (:func:`shardq.workflows.remove_and_release`),
+    in one transaction. ``ack`` deletes the claims' rows and returns the ids it did not delete (by
+    default :meth:`~shardq.store.TaskStore.task_ack_claims`); ``step_results`` as in
+    :func:`remove_keyed`. Returns the ids deleted."""
+    outcomes = [o for _, acks in claims for o in acks]
+    held = {o.claimed.key.id for o in outcomes}
+    results = ({o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
+               if step_results else None)
+    whole = [claim for claim, _ in claims]
+    remove = store.task_ack_claims if ack is None else ack
+    return workflows.remove_and_release(store, lambda: held - remove(whole), "succeeded", results)
 
 
 def _remove_keyed(

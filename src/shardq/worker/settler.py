@@ -2,7 +2,8 @@
 
 It collects outcomes until the claims they belong to are complete (at most
 ``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key range and
-token (PostgreSQL), other acks in one statement by key, failures through
+token (PostgreSQL; for a claim of workflow steps, with the moves of their workflows in the same
+transaction), other acks in one statement by key, failures through
 :func:`shardq.failures.settle_failures` (the reaper's function too), hand-backs and reschedules.
 Every statement is fenced by the lease token. It also adds what it settled to ``shardq_stats``
 every ``stats_interval`` seconds and prunes old rows there.
@@ -20,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
+from operator import attrgetter
 from typing import cast
 
 from .. import backoff
@@ -31,6 +33,7 @@ from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
 from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
+from ..run_callbacks import is_run
 from ..store import TaskStore, WholeClaim
 from ..waiting import ListenerPresence
 from . import latency
@@ -39,8 +42,8 @@ from .events import EventSink
 from .executor import Outbox
 from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
 from .sessions import SessionPerThread
-from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, split_kept
-from .settle_steps import Batch, Step, remove_keyed
+from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, ack_whole_steps_kept, split_kept
+from .settle_steps import Batch, Step, remove_keyed, remove_whole
 
 log = logging.getLogger("shardq.worker")
 
@@ -53,6 +56,9 @@ ACK_LINGER_SECONDS = 0.02
 SETTLER_IDLE_WAIT_SECONDS = 0.05
 # Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
 STATS_PRUNE_SECONDS = 60.0
+
+
+_workflow_of = attrgetter("claimed.workflow_id")
 
 
 def _queue_of(o: InFlight) -> str:
@@ -175,7 +181,7 @@ class Settler:
             kind = o.kind
             if kind == ACK:
                 claimed = o.claimed
-                (acks if claimed.exclusive_key is None and claimed.workflow_id is None else keyed_acks).append(o)
+                (keyed_acks if claimed.exclusive_key is not None or is_run(claimed.workflow_id) else acks).append(o)
             elif kind == FAIL:
                 fails.append(o)
             elif kind == RESCHEDULE:
@@ -193,6 +199,14 @@ class Settler:
         for queue_name, ran in handled.items():
             latency.count(self._tally.of(queue_name), ran)
         whole, partial, closed = self._close_claims(outcomes, acks)
+        whole_steps: list[tuple[WholeClaim, list[InFlight]]] = []
+        if any(map(_workflow_of, acks)):
+            # Steps of claims acked whole go by key range, with their workflows' moves; the others
+            # (their claims closed by other outcomes, or not yet) per key.
+            keyed_acks += [o for o in partial if o.claimed.workflow_id is not None]
+            partial = [o for o in partial if o.claimed.workflow_id is None]
+            whole_steps = [item for item in whole if any(map(_workflow_of, item[1]))]
+            whole = [item for item in whole if not any(map(_workflow_of, item[1]))]
         steps: list[Step] = []
         if releases:
             def release(store: TaskStore, items: list[InFlight]) -> None:
@@ -218,6 +232,15 @@ class Settler:
                 if kept:
                     self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
             steps.append(Step(ack_keyed, keyed_acks))
+        if whole_steps:
+            def ack_whole_steps(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
+                plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
+                if plain:
+                    self._count([o for _, acks in plain for o in acks], remove_whole(store, plain), "acked")
+                if kept:
+                    self._count([o for _, acks in kept for o in acks],
+                                ack_whole_steps_kept(store, kept, self._presence.present(store)), "acked")
+            steps.append(Step(ack_whole_steps, whole_steps))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
