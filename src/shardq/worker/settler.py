@@ -181,7 +181,8 @@ class Settler:
             kind = o.kind
             if kind == ACK:
                 claimed = o.claimed
-                (keyed_acks if claimed.exclusive_key is not None or is_run(claimed.workflow_id) else acks).append(o)
+                keyed = claimed.exclusive_key is not None or (claimed.workflow_id is not None and is_run(claimed.workflow_id))
+                (keyed_acks if keyed else acks).append(o)
             elif kind == FAIL:
                 fails.append(o)
             elif kind == RESCHEDULE:
