@@ -339,8 +339,7 @@ class Session(SpecialStatements):
     @contextmanager
     def _transaction_block(self) -> Iterator[None]:
         conn = self._connection()
-        # A transaction opened inside another (a savepoint) leaves the outer one open: restore
-        # what was there, so the outer one's statements are still never re-sent on their own.
+        # Opened inside another (a savepoint), it restores the outer one's mark when it ends.
         outer, self._in_transaction = self._in_transaction, True
         try:
             with conn.transaction():

@@ -21,7 +21,6 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
-from operator import attrgetter
 from typing import cast
 
 from .. import backoff
@@ -37,10 +36,11 @@ from ..run_callbacks import is_run
 from ..store import TaskStore, WholeClaim
 from ..waiting import ListenerPresence
 from . import latency
+from .claims import close_claims, split_steps
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
-from .inflight import ACK, FAIL, RESCHEDULE, Claim, InFlight, InFlightTable, claim_of
+from .inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable
 from .sessions import SessionPerThread
 from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, ack_whole_steps_kept, split_kept
 from .settle_steps import Batch, Step, remove_keyed, remove_whole
@@ -56,9 +56,6 @@ ACK_LINGER_SECONDS = 0.02
 SETTLER_IDLE_WAIT_SECONDS = 0.05
 # Old counter rows are pruned by whoever runs; a worker does it this often (bounded deletes).
 STATS_PRUNE_SECONDS = 60.0
-
-
-_workflow_of = attrgetter("claimed.workflow_id")
 
 
 def _queue_of(o: InFlight) -> str:
@@ -199,15 +196,9 @@ class Settler:
                 self._settled_counts[key] = self._settled_counts.get(key, 0) + 1
         for queue_name, ran in handled.items():
             latency.count(self._tally.of(queue_name), ran)
-        whole, partial, closed = self._close_claims(outcomes, acks)
-        whole_steps: list[tuple[WholeClaim, list[InFlight]]] = []
-        if any(map(_workflow_of, acks)):
-            # Steps of claims acked whole go by key range, with their workflows' moves; the others
-            # (their claims closed by other outcomes, or not yet) per key.
-            keyed_acks += [o for o in partial if o.claimed.workflow_id is not None]
-            partial = [o for o in partial if o.claimed.workflow_id is None]
-            whole_steps = [item for item in whole if any(map(_workflow_of, item[1]))]
-            whole = [item for item in whole if not any(map(_workflow_of, item[1]))]
+        whole, partial, closed = close_claims(outcomes, acks)
+        whole, whole_steps, partial, partial_steps = split_steps(whole, partial, acks)
+        keyed_acks += partial_steps
         steps: list[Step] = []
         if releases:
             def release(store: TaskStore, items: list[InFlight]) -> None:
@@ -306,43 +297,6 @@ class Settler:
                 exc = again
         log.error("could not settle an outcome, leaving it to the lease sweep: %s", exc)
         return []
-
-    def _close_claims(
-        self, outcomes: list[InFlight], acks: list[InFlight]
-    ) -> tuple[list[tuple[WholeClaim, list[InFlight]]], list[InFlight], set[uuid.UUID]]:
-        """Count ``outcomes`` against their claims. Returns the claims they close whose every
-        remaining task was acked here and holds no exclusive key (each a :class:`WholeClaim` with
-        its acks, so it can be settled on its own), the other plain acks, and the tokens of the
-        other claims they close (lease records to drop)."""
-        per_claim = Counter(map(claim_of, outcomes))
-        acked = per_claim if len(acks) == len(outcomes) else Counter(map(claim_of, acks))
-        keys: dict[Claim, tuple[list, list]] = {}  # claims closed here whose remaining tasks were all acked
-        closed: set[uuid.UUID] = set()
-        # No lock: a claim's count is read and lowered by this thread only.
-        for claim, n in per_claim.items():
-            if claim.left <= 0:
-                continue  # closed already: a task handed back at shutdown whose handler finished after all
-            if claim.left > n:
-                claim.left -= n
-                continue
-            if not claim.keyed and acked.get(claim, 0) >= claim.left:
-                keys[claim] = ([], [])
-            else:
-                closed.add(claim.token)
-            claim.left = 0
-        if not keys:
-            return [], acks, closed
-        partial: list[InFlight] = []
-        for o in acks:
-            group = keys.get(o.claim)  # Claim hashes by identity: no per-task UUID hashing
-            if group is None:
-                partial.append(o)
-            else:
-                group[0].append(o.claimed.key)
-                group[1].append(o)
-        whole = [(WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, task_keys), claim_acks)
-                 for c, (task_keys, claim_acks) in keys.items()]
-        return whole, partial, closed
 
     def _settle_failures(self, store: TaskStore, fails: list[InFlight]) -> None:
         assert self._settings is not None
