@@ -79,8 +79,8 @@ def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
         pg_db.make_task(bucket=bucket)
     tasks = Consumer(pg_db.store, ["q"]).claim().tasks
     assert len({t.key.bucket for t in tasks}) == 3
-    claims = [WholeClaim(t.key.bucket, t.queue, (t.key.rank, t.key.exec_time), (t.key.rank, t.key.exec_time),
-                         t.lease_token, [t.key]) for t in tasks]
+    claims = [WholeClaim(t.key.bucket, t.queue, (t.key.rank, t.key.exec_time, t.key.id),
+                         (t.key.rank, t.key.exec_time, t.key.id), t.lease_token, [t.key]) for t in tasks]
     seen_from_outside: list[int] = []
     with psycopg.connect(pg_db.dsn.conninfo, autocommit=True) as other:
         def look(name: str) -> None:

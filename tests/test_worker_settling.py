@@ -108,8 +108,8 @@ def test_task_ack_claims_reports_only_the_ids_it_could_not_delete(db):
     victim = claimed[0]
     db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": victim.key.id})
     whole = [
-        WholeClaim(tasks[0].key.bucket, tasks[0].queue, min((t.key.rank, t.key.exec_time) for t in tasks),
-                   max((t.key.rank, t.key.exec_time) for t in tasks), token, [t.key for t in tasks])
+        WholeClaim(tasks[0].key.bucket, tasks[0].queue, min((t.key.rank, t.key.exec_time, t.key.id) for t in tasks),
+                   max((t.key.rank, t.key.exec_time, t.key.id) for t in tasks), token, [t.key for t in tasks])
         for token, tasks in by_token.items()
     ]
     assert store.task_ack_claims(whole) == {victim.key.id}
@@ -124,8 +124,10 @@ def test_task_ack_claims_reports_every_id_of_a_claim_whose_leases_all_passed_to_
     lost_claim = [t for t in claimed if t.lease_token == claimed[0].lease_token]
     for task in lost_claim:
         db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": task.key.id})
-    whole = WholeClaim(lost_claim[0].key.bucket, "q", (lost_claim[0].key.rank, lost_claim[0].key.exec_time),
-                       (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time), lost_claim[0].lease_token,
+    whole = WholeClaim(lost_claim[0].key.bucket, "q",
+                       (lost_claim[0].key.rank, lost_claim[0].key.exec_time, lost_claim[0].key.id),
+                       (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time, lost_claim[-1].key.id),
+                       lost_claim[0].lease_token,
                        [t.key for t in lost_claim])
     assert db.store.task_ack_claims([whole]) == {t.key.id for t in lost_claim}
     assert db.count("shardq_tasks") == 3

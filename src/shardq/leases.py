@@ -23,7 +23,7 @@ class Fenced:
 class WholeClaim:
     """Every task still held under one claim's lease token, all finished successfully. A claim
     takes tasks of one bucket and queue in key order, so they lie between ``first`` and ``last``,
-    the smallest and largest (rank, exec_time) among them."""
+    the smallest and largest (rank, exec_time, id) among them."""
 
     bucket: int
     queue: str

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from operator import itemgetter
 from typing import Any
 
 from ..history_records import Finished, SucceededColumns
@@ -85,19 +84,20 @@ def depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: i
 
 # -- statement plans both engines' operations use ------------------------------------------------
 
-_claim_order = itemgetter("rank", "exec_time")
+def _claim_order(row: dict[str, Any]) -> tuple:
+    return row["rank"], row["exec_time"], row["id"].int  # UUIDs compared as integers, in C
 
 
 def claim_batch(bucket: int, queue: str, limit: int, lease_seconds: float) -> Plan[list[ClaimedTask]]:
     """Lease up to ``limit`` ready tasks of ``queue`` in ``bucket`` under one fresh token
-    (``task_claim_batch``); returned in claim order: rank (priority), then exec_time."""
+    (``task_claim_batch``); returned in key order: rank (priority), exec_time, id."""
     token = uuid.uuid4()
     rows = yield Call(
         "task_claim_batch",
         {"bucket": bucket, "queue": queue, "limit": limit, "lease_seconds": lease_seconds, "token": token, **RANKS},
         binary=True,
     )
-    # RETURNING follows no order; hand tasks out in claim order (priority, then exec_time).
+    # RETURNING follows no order; hand tasks out in key order (a claim's first and last bound its rows).
     rows.sort(key=_claim_order)
     return [ClaimedTask.from_row(row, token) for row in rows]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import Any
 
 from ..errors import NotMigrated
@@ -17,7 +16,12 @@ from ..models import ClaimedTask, ShardLayout
 from ..plans import Atomically, Call, Plan, SchemaChange
 from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, notify_chunks
 
-_claim_row_order = itemgetter(1, 2)  # (rank, exec_time) of task_claim_round's tuples
+
+def _bounds(claim: WholeClaim) -> dict[str, Any]:
+    """A whole claim's key range, (rank, exec_time, id) from its first task to its last."""
+    (first_rank, first_exec, first_id), (last_rank, last_exec, last_id) = claim.first, claim.last
+    return {"first_rank": first_rank, "first_exec": first_exec, "first_id": first_id,
+            "last_rank": last_rank, "last_exec": last_exec, "last_id": last_id}
 
 
 class PostgreSQLOperations:
@@ -49,7 +53,6 @@ class PostgreSQLOperations:
              "lease_seconds": lease_seconds, "durable": durable, **RANKS},
             binary=True, tuples=True,
         )
-        rows.sort(key=_claim_row_order)
         token_of = dict(zip(buckets, tokens))
         from_claim_row = ClaimedTask.from_claim_row
         return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
@@ -71,8 +74,7 @@ class PostgreSQLOperations:
     def _ack_each(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
         lost: set[uuid.UUID] = set()
         for c in claims:
-            params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
-                      "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys)}
+            params = {"bucket": c.bucket, "queue": c.queue, **_bounds(c), "token": c.token, "expected": len(c.keys)}
             # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.session_rules).
             rows = yield Call("task_ack_claim", params, resend_ambiguous=True)
             row = rows[0]
@@ -100,8 +102,7 @@ class PostgreSQLOperations:
         for c in claims:
             ids = [k.id for k in c.keys]
             stop = start + len(ids)
-            params = {"bucket": c.bucket, "queue": c.queue, "first_rank": c.first[0], "first_exec": c.first[1],
-                      "last_rank": c.last[0], "last_exec": c.last[1], "token": c.token, "expected": len(c.keys),
+            params = {"bucket": c.bucket, "queue": c.queue, **_bounds(c), "token": c.token, "expected": len(c.keys),
                       "ids": ids, "notify": notify_chunks(ids) if notify else [],
                       **column_arrays(columns, start, stop, pad_nulls=True)}
             start = stop

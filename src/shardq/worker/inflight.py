@@ -30,7 +30,7 @@ RESCHEDULE = "reschedule"  # shardq.Retry: run again after a delay, attempt refu
 @dataclass(slots=True, eq=False)  # eq=False: hashed by identity, counted per claim
 class Claim:
     """The tasks one claim statement leased under one token: where their rows are (one bucket and
-    queue, between the first and last (rank, exec_time) in key order) and how many are unsettled."""
+    queue, between the first and last (rank, exec_time, id) in key order) and how many are unsettled."""
 
     bucket: int
     queue: str
@@ -206,7 +206,7 @@ def entries_for(tasks: Sequence[ClaimedTask], deadline: float) -> tuple[list[InF
     token = tasks[0].lease_token
     if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
         head, tail = tasks[0].key, tasks[-1].key
-        claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time), (tail.rank, tail.exec_time),
+        claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time, head.id), (tail.rank, tail.exec_time, tail.id),
                       len(tasks), _any_keyed(tasks), token,
                       len(tasks))
         return [InFlight(claimed, deadline, claim) for claimed in tasks], [claim]
@@ -224,7 +224,7 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
         claim = claims.get(token)
         if claim is None:
             key = claimed.key
-            at = (key.rank, key.exec_time)
+            at = (key.rank, key.exec_time, key.id)
             claims[token] = Claim(key.bucket, key.queue, at, at, 1, _is_keyed(claimed), claimed.lease_token)
         else:
             claim.left += 1
@@ -233,7 +233,7 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
         last[token] = claimed
     for token, claimed in last.items():
         claim = claims[token]
-        claim.last = (claimed.key.rank, claimed.key.exec_time)
+        claim.last = (claimed.key.rank, claimed.key.exec_time, claimed.key.id)
         claim.size = claim.left
     return claims
 

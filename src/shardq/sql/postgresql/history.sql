@@ -9,8 +9,8 @@
 WITH done AS (
     DELETE FROM shardq_tasks AS t
     WHERE t.bucket = %(bucket)s AND t.queue = %(queue)s
-      AND (t.rank, t.exec_time) >= (%(first_rank)s::INT8, %(first_exec)s::TIMESTAMPTZ)
-      AND (t.rank, t.exec_time) <= (%(last_rank)s::INT8, %(last_exec)s::TIMESTAMPTZ)
+      AND (t.rank, t.exec_time, t.id) >= (%(first_rank)s::INT8, %(first_exec)s::TIMESTAMPTZ, %(first_id)s::UUID)
+      AND (t.rank, t.exec_time, t.id) <= (%(last_rank)s::INT8, %(last_exec)s::TIMESTAMPTZ, %(last_id)s::UUID)
       AND t.lease_token = %(token)s::UUID AND t.state = 'leased'
     RETURNING t.id, t.created_at, t.attempts, t.dedupe_key
 ), closed AS (

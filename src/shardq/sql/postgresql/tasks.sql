@@ -17,7 +17,7 @@ WITH picked AS MATERIALIZED (
     SELECT ctid
     FROM shardq_tasks
     WHERE bucket = %(bucket)s AND queue = %(queue)s AND rank < %(backlog_rank)s AND state = 'ready'
-    ORDER BY rank, exec_time
+    ORDER BY rank, exec_time, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -39,6 +39,7 @@ WITH picked AS MATERIALIZED (
 SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
        priority, exclusive_key, workflow_id
 FROM claimed
+ORDER BY rank, exec_time, id
 
 -- name: task_claim_round
 -- One claim statement for a whole round over the buckets (PostgreSQL): walk them in the order
@@ -56,7 +57,7 @@ WITH picked AS MATERIALIZED (
         SELECT ctid
         FROM shardq_tasks
         WHERE bucket = w.bucket AND queue = %(queue)s AND rank < %(backlog_rank)s AND state = 'ready'
-        ORDER BY rank, exec_time
+        ORDER BY rank, exec_time, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS p
@@ -91,10 +92,12 @@ WITH picked AS MATERIALIZED (
 )
 -- Only what the caller cannot know, since a result row is decoded per task: not the token (the
 -- caller chose each bucket's), the queue (one per statement) or the priority (a ready task's rank
--- is its priority). Column order is ClaimedTask.from_claim_row's.
+-- is its priority). Column order is ClaimedTask.from_claim_row's. In key order (RETURNING follows
+-- none): tasks start by priority, and each bucket's first and last bound its claim's rows.
 SELECT bucket, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at, exclusive_key,
        workflow_id
 FROM claimed CROSS JOIN commit_mode
+ORDER BY rank, exec_time, id
 
 -- name: task_promote_due
 -- Make due scheduled tasks of one queue in one bucket ready (rank = their priority). The span
@@ -160,8 +163,12 @@ SELECT id FROM done
 -- name: task_ack_claim
 -- Delete every task still leased under one whole claim that finished successfully, and drop its
 -- lease record. A claim leased the first ready tasks of one bucket and queue in key order, so its
--- rows lie between its first and last (rank, exec_time); the token picks them out of that range
--- (rows of other claims interleave only where consumers raced for the same bucket). No per-task
+-- rows lie between its first and last (rank, exec_time, id); the token picks them out of that range
+-- (rows of other claims interleave only where consumers raced for the same bucket). The id is part
+-- of the bounds: tasks enqueued in one transaction share their exec_time, and bounded by (rank,
+-- exec_time) alone the scan read every such row of the bucket for each claim (a fan-out of 100,000
+-- steps enqueued at once: 40 µs per task, docs/loadtest.md "Plans that depend on the
+-- statistics"). No per-task
 -- arrays travel, and one range scan replaces a lookup per task. Scalar parameters on purpose: the
 -- statement's plan does not depend on their values (the key's range scan), so once prepared the
 -- server reuses one generic plan instead of planning each ack (which cost about as much as the ack's
@@ -172,8 +179,8 @@ SELECT id FROM done
 WITH done AS (
     DELETE FROM shardq_tasks AS t
     WHERE t.bucket = %(bucket)s AND t.queue = %(queue)s
-      AND (t.rank, t.exec_time) >= (%(first_rank)s::INT8, %(first_exec)s::TIMESTAMPTZ)
-      AND (t.rank, t.exec_time) <= (%(last_rank)s::INT8, %(last_exec)s::TIMESTAMPTZ)
+      AND (t.rank, t.exec_time, t.id) >= (%(first_rank)s::INT8, %(first_exec)s::TIMESTAMPTZ, %(first_id)s::UUID)
+      AND (t.rank, t.exec_time, t.id) <= (%(last_rank)s::INT8, %(last_exec)s::TIMESTAMPTZ, %(last_id)s::UUID)
       AND t.lease_token = %(token)s::UUID AND t.state = 'leased'
     RETURNING t.id
 ), closed AS (
