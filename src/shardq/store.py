@@ -161,12 +161,13 @@ class TaskStore:
         returns the ids deleted (see :meth:`shardq.engine.Engine.ack_keys`)."""
         return self.session.run(self.session.engine.ack_keys(items, closed_tokens))
 
-    def task_ack_claims(self, claims: Sequence[WholeClaim]) -> set[uuid.UUID]:
+    def task_ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> set[uuid.UUID]:
         """Ack whole claims (every task still held under each token finished); returns the ids
-        that were *not* deleted because their lease had passed to someone else."""
+        that were *not* deleted because their lease had passed to someone else
+        (:meth:`shardq.engine.Engine.ack_claims`)."""
         if not claims:
             return set()
-        return self.session.run(self.session.engine.ack_claims(claims))
+        return self.session.run(self.session.engine.ack_claims(claims, in_transaction=in_transaction))
 
     def task_retry_many(self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *,
                         require_expired: bool, refund: bool = False) -> set[uuid.UUID]:

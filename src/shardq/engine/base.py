@@ -195,9 +195,11 @@ class Engine(ABC):
         return common.ack_many(items, closed_tokens)
 
     @abstractmethod
-    def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
+    def ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> Plan[set[uuid.UUID]]:
         """Ack whole claims (every task still held under each token finished); returns the ids
-        that were *not* deleted because their lease had passed to someone else."""
+        that were *not* deleted because their lease had passed to someone else. Several claims
+        commit together; ``in_transaction``: the caller holds a transaction open for them (no
+        transaction, nor savepoint, of the ack's own)."""
 
     def ack_keys_kept(self, items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
                       closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:

@@ -102,8 +102,9 @@ class CockroachDBOperations:
             return set()
         return (yield from ack_many(items, closed_tokens))
 
-    def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
-        """The per-key path: one statement for all the claims' tasks."""
+    def ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> Plan[set[uuid.UUID]]:
+        """The per-key path: one statement for all the claims' tasks (a transaction of its own, or
+        the caller's)."""
         if not claims:
             return set()
         items = [Fenced(key, c.token) for c in claims for key in c.keys]

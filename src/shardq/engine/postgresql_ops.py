@@ -61,12 +61,12 @@ class PostgreSQLOperations:
         rows = yield Call("task_promote_due_round", {"buckets": list(buckets), "queue": queue, "limit": limit, **RANKS})
         return len(rows)
 
-    def ack_claims(self, claims: Sequence[WholeClaim]) -> Plan[set[uuid.UUID]]:
+    def ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> Plan[set[uuid.UUID]]:
         """One statement per claim deletes its rows by key range and token (no per-task arrays)
         and drops its lease record; several claims in one transaction. A round claim leases a few
         tasks in each of many buckets, one claim per bucket: committed one by one, their acks cost
         a WAL flush each, close to one per task when tasks trickle in (docs/latency.md)."""
-        if len(claims) > 1:
+        if len(claims) > 1 and not in_transaction:
             lost: set[uuid.UUID] = yield Atomically(lambda: self._ack_each(claims))
             return lost
         return (yield from self._ack_each(claims))

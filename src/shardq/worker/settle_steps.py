@@ -80,7 +80,7 @@ def remove_whole(
     results = ({o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
                if step_results else None)
     whole = [claim for claim, _ in claims]
-    remove = store.task_ack_claims if ack is None else ack
+    remove = (lambda c: store.task_ack_claims(c, in_transaction=True)) if ack is None else ack
     return workflows.remove_and_release(store, lambda: held - remove(whole), "succeeded", results)
 
 
