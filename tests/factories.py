@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -191,6 +192,24 @@ class TestDatabase:
     def count(self, table: str = "shardq_tasks") -> int:
         assert table in ("shardq_tasks", "shardq_dead", "shardq_leases", "shardq_queues")
         return self.sql(f"SELECT count(*) AS n FROM {table}")[0]["n"]
+
+
+def run_until_settled(worker, outcomes: int, timeout: float = 30.0):
+    """Run ``worker`` on a thread until it has acked or lost ``outcomes`` tasks, then stop it;
+    returns its totals (waits on its events, never sleeps)."""
+    done = threading.Event()
+
+    def settled(event, task, details) -> None:
+        if worker.totals.acked + worker.totals.lease_lost >= outcomes:
+            done.set()
+
+    worker.on_event = settled
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    assert done.wait(timeout), worker.totals
+    worker.stop()
+    thread.join(timeout)
+    return worker.totals
 
 
 def fenced(task: ClaimedTask) -> Fenced:

@@ -10,6 +10,8 @@ import shardq
 from shardq import Permanent
 from shardq.store import WholeClaim
 
+from .factories import run_until_settled
+
 
 def _enqueue(client, queue: str, n: int) -> set[str]:
     return set(client.enqueue_many(queue, [f"task-{i}".encode() for i in range(n)]).enqueued_ids)
@@ -77,20 +79,7 @@ def test_ack_of_a_whole_claim_spares_a_task_whose_lease_passed_to_someone_else(d
             db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
                    {"t": uuid.uuid4(), "id": uuid.UUID(task.id)})
 
-    worker = db.client.worker(["q"], handler, concurrency=1, batch=12)
-    done = threading.Event()
-
-    def stop_when_settled(event, task, details) -> None:
-        if worker.totals.acked + worker.totals.lease_lost >= 12:
-            done.set()
-
-    worker.on_event = stop_when_settled
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    thread.start()
-    assert done.wait(30)
-    worker.stop()
-    thread.join(30)
-    stats = worker.totals
+    stats = run_until_settled(db.client.worker(["q"], handler, concurrency=1, batch=12), 12)
     assert stats.acked == 11 and stats.lease_lost == 1
     assert db.task_row(stolen[0]) is not None  # still there, for its new holder
 

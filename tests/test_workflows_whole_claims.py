@@ -5,14 +5,13 @@ nor counted, and history rows written where the queue keeps finished tasks."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
 
 from shardq.db import Session
 
-from .factories import probe
+from .factories import probe, run_until_settled
 
 
 @pytest.fixture
@@ -83,20 +82,8 @@ def test_a_step_whose_lease_passed_to_someone_else_is_neither_acked_nor_counted_
     wf.add(callback.step(), after=members, name="fan-in")
     handle = wf.enqueue()
 
-    worker = db.client.worker(["steps"], app, concurrency=1, batch=6)
-    done = threading.Event()
-
-    def settled(event, task, details) -> None:
-        if worker.totals.acked + worker.totals.lease_lost >= 6:
-            done.set()
-
-    worker.on_event = settled
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    thread.start()
-    assert done.wait(30)
-    worker.stop()
-    thread.join(30)
-    assert (worker.totals.acked, worker.totals.lease_lost) == (5, 1)
+    totals = run_until_settled(db.client.worker(["steps"], app, concurrency=1, batch=6), 6)
+    assert (totals.acked, totals.lease_lost) == (5, 1)
     assert db.task_row(handle.task_ids["member-0"]) is not None  # still there, for its new holder
     fan_in = {s.name: s for s in handle.status().steps}["fan-in"]
     assert (fan_in.state, fan_in.waiting_on) == ("waiting", 1)
