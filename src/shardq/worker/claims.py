@@ -59,8 +59,12 @@ def split_steps(whole: Whole, partial: list[InFlight],
     other outcomes, or not yet, is acked per key with its workflow's moves."""
     if not any(map(_workflow_of, acks)):
         return whole, [], partial, []
-    with_steps = [item for item in whole if any(map(_workflow_of, item[1]))]
-    without = [item for item in whole if not any(map(_workflow_of, item[1]))]
-    steps = [o for o in partial if o.claimed.workflow_id is not None]
-    others = [o for o in partial if o.claimed.workflow_id is None]
+    without: Whole = []
+    with_steps: Whole = []
+    for item in whole:
+        (with_steps if any(map(_workflow_of, item[1])) else without).append(item)
+    steps: list[InFlight] = []
+    others: list[InFlight] = []
+    for o in partial:
+        (others if o.claimed.workflow_id is None else steps).append(o)
     return without, with_steps, others, steps

@@ -192,9 +192,10 @@ def _any_keyed(tasks: Sequence[ClaimedTask]) -> bool:
     return any(map(_exclusive_key_of, tasks)) or (any(map(_workflow_of, tasks)) and any(map(_is_run, tasks)))
 
 
-def _is_keyed(claimed: ClaimedTask) -> bool:
-    """Whether ``claimed`` makes its claim one acked per key (see :attr:`Claim.keyed`)."""
-    return claimed.exclusive_key is not None or is_run(claimed.workflow_id)
+def acked_per_key(claimed: ClaimedTask) -> bool:
+    """Whether ``claimed`` is acked per key (it holds an exclusive key or is a Spark run's task),
+    and so makes its claim one (see :attr:`Claim.keyed`)."""
+    return claimed.exclusive_key is not None or (claimed.workflow_id is not None and is_run(claimed.workflow_id))
 
 
 claim_of = attrgetter("claim")
@@ -225,10 +226,10 @@ def _group_claims(tasks: Sequence[ClaimedTask]) -> dict[int, Claim]:
         if claim is None:
             key = claimed.key
             at = (key.rank, key.exec_time, key.id)
-            claims[token] = Claim(key.bucket, key.queue, at, at, 1, _is_keyed(claimed), claimed.lease_token)
+            claims[token] = Claim(key.bucket, key.queue, at, at, 1, acked_per_key(claimed), claimed.lease_token)
         else:
             claim.left += 1
-            if _is_keyed(claimed):
+            if acked_per_key(claimed):
                 claim.keyed = True
         last[token] = claimed
     for token, claimed in last.items():

@@ -65,10 +65,7 @@ def ack_whole_steps_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[I
     """Whole claims of workflow steps acked with their history rows (:func:`ack_claims_kept`),
     the steps' workflows moved on in the same transaction (:func:`remove_whole`); returns the ids
     deleted."""
-    def ack(whole: list[WholeClaim]) -> set[uuid.UUID]:
-        return ack_claims_kept(store, claims, notify)[1]
-
-    return remove_whole(store, claims, ack, step_results=False)
+    return remove_whole(store, claims, lambda: ack_claims_kept(store, claims, notify)[1], step_results=False)
 
 
 def ack_keys_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[uuid.UUID]:

@@ -67,21 +67,21 @@ def remove_keyed(
 
 def remove_whole(
     store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
-    ack: Callable[[list[WholeClaim]], set[uuid.UUID]] | None = None, *, step_results: bool = True,
+    ack: Callable[[], set[uuid.UUID]] | None = None, *, step_results: bool = True,
 ) -> set[uuid.UUID]:
     """Ack claims of workflow steps (no exclusive key, no Spark run's task) whose every task
     finished: each claim's rows by key range and token, as a claim of plain tasks (no key arrays
     travel), and the acked steps' workflows moved on (:func:`shardq.workflows.remove_and_release`),
-    in one transaction. ``ack`` deletes the claims' rows and returns the ids it did not delete (by
-    default :meth:`~shardq.store.TaskStore.task_ack_claims`); ``step_results`` as in
+    in one transaction. ``ack()`` deletes the claims' rows and returns the ids it did not delete (by
+    default :meth:`~shardq.store.TaskStore.task_ack_claims` inside that transaction); ``step_results`` as in
     :func:`remove_keyed`. Returns the ids deleted."""
     outcomes = [o for _, acks in claims for o in acks]
     held = {o.claimed.key.id for o in outcomes}
     results = ({o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
                if step_results else None)
     whole = [claim for claim, _ in claims]
-    remove = (lambda c: store.task_ack_claims(c, in_transaction=True)) if ack is None else ack
-    return workflows.remove_and_release(store, lambda: held - remove(whole), "succeeded", results)
+    lost = ack if ack is not None else (lambda: store.task_ack_claims(whole, in_transaction=True))
+    return workflows.remove_and_release(store, lambda: held - lost(), "succeeded", results)
 
 
 def _remove_keyed(

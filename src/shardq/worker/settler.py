@@ -32,7 +32,6 @@ from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
 from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
-from ..run_callbacks import is_run
 from ..store import TaskStore, WholeClaim
 from ..waiting import ListenerPresence
 from . import latency
@@ -40,7 +39,7 @@ from .claims import close_claims, split_steps
 from .config import WorkerConfig, WorkerTotals
 from .events import EventSink
 from .executor import Outbox
-from .inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable
+from .inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_key
 from .sessions import SessionPerThread
 from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, ack_whole_steps_kept, split_kept
 from .settle_steps import Batch, Step, remove_keyed, remove_whole
@@ -178,8 +177,7 @@ class Settler:
             kind = o.kind
             if kind == ACK:
                 claimed = o.claimed
-                keyed = claimed.exclusive_key is not None or (claimed.workflow_id is not None and is_run(claimed.workflow_id))
-                (keyed_acks if keyed else acks).append(o)
+                (keyed_acks if acked_per_key(claimed) else acks).append(o)
             elif kind == FAIL:
                 fails.append(o)
             elif kind == RESCHEDULE:
