@@ -15,6 +15,7 @@ import pytest
 
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED
 from shardq.queries import statements_for
+from shardq.run_callbacks import mark_of
 
 from .factories import utcnow
 
@@ -217,3 +218,48 @@ def test_statements_over_leased_keys_probe_an_index_whatever_the_statistics_say_
     tree = plan(db, name, params)
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans), [s["Node Type"] for s in scans]
+
+
+@pytest.fixture
+def steps_and_a_run(pg_db):
+    """20,000 workflow steps' task rows (their workflow's id: a UUID version 4) and the 2,000 tasks
+    of one Spark run with a callback (the run's mark: version 5), analyzed; and the run's mark."""
+    mark = mark_of("explain-run")
+    pg_db.sql("INSERT INTO shardq_queues (name) VALUES ('q') ON CONFLICT DO NOTHING")
+    pg_db.sql(
+        "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
+        "                          workflow_id)"
+        " SELECT 'waiting', %(backlog_rank)s, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA,"
+        "        gen_random_uuid()"
+        " FROM generate_series(1, 20000)",
+        {"backlog_rank": RANK_BACKLOG},
+    )
+    pg_db.sql(
+        "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
+        "                          workflow_id)"
+        " SELECT 'ready', 0, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA, %(mark)s"
+        " FROM generate_series(1, 2000)",
+        {"mark": mark},
+    )
+    pg_db.sql("VACUUM ANALYZE shardq_tasks")
+    return pg_db, mark
+
+
+def test_a_workflow_step_writes_no_entry_in_the_index_of_spark_runs_tasks(steps_and_a_run):
+    # Every step wrote an entry in the index the Spark callback reads when it was enqueued and
+    # again when it was released, though only runs' tasks are looked up there (docs/workflows.md,
+    # "Costs": a chain step's release 20 -> 13 µs).
+    db, _mark = steps_and_a_run
+    rows = db.sql(
+        "SELECT c.relname, c.reltuples FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
+        " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indrelid = 'shardq_tasks'::regclass AND a.attname = 'workflow_id'"
+    )
+    assert rows and {r["reltuples"] for r in rows} == {2000}, rows
+
+
+def test_the_spark_callback_asks_whether_a_run_has_tasks_left_by_its_index(steps_and_a_run):
+    db, mark = steps_and_a_run
+    tree = plan(db, "spark_callback_due", {"marks": [mark]})
+    scans = scans_of(tree, "shardq_tasks")
+    assert scans and all(s.get("Index Name") == "shardq_tasks_by_run" for s in scans), scans

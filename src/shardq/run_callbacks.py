@@ -13,9 +13,11 @@ How
       steps: no step row, no edge, no counter. The claim returns the mark, so the settler sends
       their acks and dead letters here (:func:`settle_plan`, in the ack's own transaction).
     * **Release without a counter.** An ack of run tasks asks, after its delete, whether any other
-      task of the run is left: one probe of the partial index ``shardq_tasks_by_workflow``
-      (``spark_callback_due``). The ack that finds none, once the run is marked ``complete`` (every
-      row written: :func:`complete_plan`, at the end of each attempt of the job), releases the
+      task of the run is left: one probe of a partial index of the runs' tasks
+      (``spark_callback_due``: ``shardq_tasks_by_run`` on PostgreSQL, migration 0019, which holds no
+      workflow step; ``shardq_tasks_by_workflow`` on CockroachDB). The ack that finds none, once
+      the run is marked ``complete`` (every row written: :func:`complete_plan`, at the end of each
+      attempt of the job), releases the
       step and its task (``waiting`` → ``ready``; only a waiting step moves, so exactly once).
       Nothing is written per ack but the task's own delete: no row that every ack of a million-task
       run updates. The end of the job runs the same check, for a run whose tasks were all acked
