@@ -17,8 +17,8 @@ How
       (``spark_callback_due``: ``shardq_tasks_by_run`` on PostgreSQL, migration 0019, which holds no
       workflow step; ``shardq_tasks_by_workflow`` on CockroachDB). The ack that finds none, once
       the run is marked ``complete`` (every row written: :func:`complete_plan`, at the end of each
-      attempt of the job), releases the
-      step and its task (``waiting`` → ``ready``; only a waiting step moves, so exactly once).
+      attempt of the job), releases the step and its task (``waiting`` → ``ready``; only a
+      waiting step moves, so exactly once).
       Nothing is written per ack but the task's own delete: no row that every ack of a million-task
       run updates. The end of the job runs the same check, for a run whose tasks were all acked
       before its last chunk was merged, and for a re-run (which finds the callback released

@@ -66,13 +66,16 @@ class RetryPolicy:
 class Ddl:
     """How the migrations (``shardq/migrations``) write this engine's DDL: column type names,
     whether schema changes may share a transaction, whether tables take ``fillfactor``, whether
-    the tasks table's key is hash-sharded by the database (CockroachDB ``USING HASH``)."""
+    the tasks table's key is hash-sharded by the database (CockroachDB ``USING HASH``), whether a
+    partial index's predicate may be an expression over a cast column (``substr(c::text, …)``:
+    checked against PostgreSQL's planner; CockroachDB's not yet on a cluster, migration 0019)."""
 
     text: str
     blob: str
     transactional: bool
     fillfactor: bool
     hash_sharded: bool
+    expression_predicates: bool
 
 
 class Engine(ABC):

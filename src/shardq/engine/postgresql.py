@@ -31,7 +31,8 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     # postgresql:// also reaches CockroachDB: only the server can tell, so no scheme names this engine.
     url_schemes = ()
     supported_versions = f"supported: PostgreSQL ≥ {MIN_SERVER_VERSION}"
-    ddl = Ddl(text="TEXT", blob="BYTEA", transactional=True, fillfactor=True, hash_sharded=False)
+    ddl = Ddl(text="TEXT", blob="BYTEA", transactional=True, fillfactor=True, hash_sharded=False,
+              expression_predicates=True)
 
     supports_wakeups = True
     spark_copy_writer = True

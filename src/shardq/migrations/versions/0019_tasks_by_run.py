@@ -13,16 +13,16 @@ Create Date: 2026-11-27
   now names the version digit of the UUID's text (``xxxxxxxx-xxxx-Vxxx-…``, the 15th character),
   the test :func:`shardq.run_callbacks.is_run` makes in Python; ``spark_callback_due`` repeats it
   word for word so the planner proves the index usable. Measured in docs/workflows.md ("Costs").
-* CockroachDB keeps 0011's index: nothing runs there. Its predicate would need a cast and a
-  function in a partial index predicate, matched by the optimizer's implication of the anti-join's
-  lookup; kept as it is until that is checked on a cluster.
+* CockroachDB keeps 0011's index: nothing runs there (``Ddl.expression_predicates``). Its
+  predicate would need a cast and a function in a partial index predicate, matched by the
+  optimizer's implication of the anti-join's lookup; kept as it is until that is checked on a
+  cluster.
 * Building the index reads the tasks table once, under a lock that holds back writes to it (not
   ``CONCURRENTLY``: the migration runs in a transaction); it indexes only the tasks of Spark runs.
 """
 
 from alembic import op
 
-from shardq.engine import POSTGRESQL
 from shardq.migrations import migration_engine
 
 revision = "0019_tasks_by_run"
@@ -34,14 +34,14 @@ RUN_MARK = "substr(workflow_id::text, 15, 1) = '5'"
 
 
 def upgrade() -> None:
-    if migration_engine() is not POSTGRESQL:
+    if not migration_engine().ddl.expression_predicates:
         return
     op.execute(f"CREATE INDEX IF NOT EXISTS shardq_tasks_by_run ON shardq_tasks (workflow_id) WHERE {RUN_MARK}")
     op.execute("DROP INDEX IF EXISTS shardq_tasks_by_workflow")
 
 
 def downgrade() -> None:
-    if migration_engine() is not POSTGRESQL:
+    if not migration_engine().ddl.expression_predicates:
         return
     op.execute("CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
                " WHERE workflow_id IS NOT NULL")

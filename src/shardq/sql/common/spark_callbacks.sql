@@ -32,8 +32,8 @@ RETURNING run_mark
 -- name: spark_callback_due
 -- Of these runs (marks), the callbacks to release now (their workflows): the run is fully enqueued,
 -- the callback still waits, and no task of the run is left (one probe of the partial index
--- shardq_tasks_by_workflow per run; PostgreSQL's own, sql/postgresql, probes shardq_tasks_by_run). A dead task cancelled the callback before, so "none left"
--- means every one was acked. The correlated NOT EXISTS is supported on CockroachDB
+-- shardq_tasks_by_workflow per run; PostgreSQL's own, sql/postgresql, probes shardq_tasks_by_run).
+-- A dead task cancelled the callback before, so "none left" means every one was acked. The correlated NOT EXISTS is supported on CockroachDB
 -- (pkg/sql/logictest/testdata/logic_test/subquery_correlated, "# Customers with no orders.":
 -- SELECT * FROM c WHERE NOT EXISTS(SELECT * FROM o WHERE o.c_id=c.c_id)); it reads and locks nothing: under SERIALIZABLE two last acks that each read the other's task cannot
 -- both commit (one retries on 40001, then sees none left).
