@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .models import TaskKey
+from .models import ClaimedTask, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +41,18 @@ class ExpiredLease:
     token: uuid.UUID
     exclusive_key: str | None = None
     workflow_id: uuid.UUID | None = None
+
+
+@dataclass(slots=True)
+class TakeOffer:
+    """What a worker acking workflow steps offers to run itself of the sole children its ack
+    releases (the next steps of chains), so that no claim has to find them
+    (:meth:`shardq.engine.Engine.take_released`): tasks of ``queues`` (each leased for its
+    ``lease_seconds``: queues it serves without a flow limit), at most ``room`` of them (its free
+    handler and prefetch room). ``tasks``: those the ack's transaction took, set by each attempt of
+    it; the worker reads them once it committed, and runs them under their leases."""
+
+    queues: tuple[str, ...]
+    lease_seconds: tuple[float, ...]
+    room: int
+    tasks: list[ClaimedTask] = field(default_factory=list)

@@ -74,6 +74,7 @@ from operator import attrgetter
 
 from . import operations
 from .errors import InvalidInput
+from .leases import TakeOffer
 from .operations.workflows import FinishedStep, Moved
 from .plans import Atomically, Plan
 from .store import TaskStore
@@ -159,7 +160,8 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
 
 
 def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str,
-                            results: Mapping[uuid.UUID, str] | None = None) -> Plan[set[uuid.UUID]]:
+                            results: Mapping[uuid.UUID, str] | None = None,
+                            take: TakeOffer | None = None) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
     ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
@@ -168,26 +170,38 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
 
     Where the engine has wake-ups, the statement that releases steps also wakes the listening
     workers of their queues (delivered at the commit). A server that refuses the wake-up at the
-    commit (its notification queue full) fails the transaction: it is run again without it."""
+    commit (its notification queue full) fails the transaction: it is run again without it.
+
+    ``take`` (an acking worker's offer): the sole children this ack releases (the next steps of
+    chains) are leased to it in the same statement where the engine can, into ``take.tasks``
+    (:meth:`~shardq.engine.Engine.take_released`); the others are released as usual."""
 
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
+        if take is not None:
+            take.tasks = []  # this attempt's: an attempt rolled back took nothing
         removed = yield from remove()
         if not removed:
             return removed
         task_ids = sorted(removed, key=_by_value)
         if outcome == "succeeded":
-            yield from _succeeded(task_ids, wake, results)
+            yield from _succeeded(task_ids, wake, results, take)
         else:
             finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
                 yield from _move_on(finished, outcome, wake)
         return removed
 
-    result: set[uuid.UUID] = yield from operations.atomically_waking(body)
+    try:
+        result: set[uuid.UUID] = yield from operations.atomically_waking(body)
+    except BaseException:
+        if take is not None:
+            take.tasks = []  # rolled back: nothing was taken
+        raise
     return result
 
 
-def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None) -> Plan[None]:
+def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None,
+               take: TakeOffer | None = None) -> Plan[None]:
     """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
@@ -203,14 +217,14 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
     direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
                if kinds and child_task is None]
-    yield from _move_on(counted, "succeeded", wake, direct)
+    yield from _move_on(counted, "succeeded", wake, direct, take)
 
 
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
-             released: Sequence[uuid.UUID] = ()) -> Plan[None]:
+             released: Sequence[uuid.UUID] = (), take: TakeOffer | None = None) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due (with
-    the tasks in ``released``, in one statement) and stop (cancel) the descendants of every
-    cancelled one, level by level."""
+    the tasks in ``released``, in one statement, but those ``take`` takes) and stop (cancel) the
+    descendants of every cancelled one, level by level."""
     if not finished:
         moved: list[Moved] = []
     elif outcome == "succeeded":
@@ -219,7 +233,8 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
                                                              died=outcome == "dead")
     while True:
-        yield from _apply(moved, wake, released)
+        yield from _apply(moved, wake, released, take)
+        take = None
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
@@ -252,7 +267,10 @@ def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
     return moved
 
 
-def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -> Plan[None]:
+def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = (),
+           take: TakeOffer | None = None) -> Plan[None]:
+    if take is not None and released:
+        released = yield from operations.workflow_tasks_take(sorted(released, key=_by_value), take)
     released = [*released, *(task for _w, _s, task, state in moved if state == "ready")]
     dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
     if released:
@@ -361,11 +379,12 @@ def _parse(workflow_id: object) -> uuid.UUID:
 
 
 def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str,
-                       results: Mapping[uuid.UUID, str] | None = None) -> set[uuid.UUID]:
+                       results: Mapping[uuid.UUID, str] | None = None,
+                       take: TakeOffer | None = None) -> set[uuid.UUID]:
     """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
 
     def remove_plan() -> Plan[set[uuid.UUID]]:
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return store.session.run(remove_and_release_plan(remove_plan, outcome, results))
+    return store.session.run(remove_and_release_plan(remove_plan, outcome, results, take))

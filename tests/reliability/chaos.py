@@ -8,6 +8,8 @@
     ack-before:n     right before the n-th ack of finished tasks is sent (handlers done, nothing acked)
     ack-during:n     a random 0-3 ms after the n-th ack was sent
     ack-after:n      right after the n-th ack committed
+    take-before:n    right before the worker runs the steps its n-th ack took (shardq.worker.taking):
+                     the ack committed, the next steps of chains are leased to this process, none ran
     reap-during:n    (reaper) a random 0-3 ms after the n-th statement returning expired leases was sent
     reap-after:n     (reaper) right after the n-th such statement committed
 
@@ -78,6 +80,17 @@ def install() -> None:
                "reap": ("task_retry_many",)}.get(family, ())
     for method in methods:
         setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
+    if family == "take":
+        from shardq.worker.taking import Taker
+
+        hand_over = Taker.hand_over
+
+        def dying_hand_over(self, store, settings, offer):
+            if offer is not None and offer.tasks and _due(moment):
+                die()
+            return hand_over(self, store, settings, offer)
+
+        Taker.hand_over = dying_hand_over  # type: ignore[method-assign]
 
 
 def _wrapped(original, moment: str, family: str, when: str):

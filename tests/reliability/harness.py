@@ -18,7 +18,8 @@ SHARDQ = str(Path(sys.executable).with_name("shardq"))
 HANDLER = "tests.reliability.crash_handlers:record"
 #: the same handler as ``async def``: rounds alternate between the two executors
 ASYNC_HANDLER = "tests.reliability.crash_handlers:record_async"
-STATEMENT_MOMENTS = ("claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "reap-during", "reap-after")
+STATEMENT_MOMENTS = ("claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "reap-during", "reap-after",
+                     "take-before")
 
 # shardq.worker's warning: "task <id> (queue <q>[, bucket <b>], attempt <n>): lease lost before <outcome>"
 _LEASE_LOST = re.compile(r"task ([0-9a-f-]{36}) \(queue [^,]+,(?: bucket [^,]+,)? attempt (\d+)\): lease lost before")

@@ -1,5 +1,6 @@
 """Workflows under SIGKILL: real ``shardq work --app`` processes killed around the acks that
-release steps (before, during, after the ack's statement, mid-handler, right after a claim).
+release steps (before, during, after the ack's statement, mid-handler, right after a claim, and
+after an ack took the next steps of chains, before they ran).
 
 Promise under test (shardq.workflows): every workflow finishes with every step succeeded; no step
 starts before each of its parents finished once; a step runs more than once only after an
@@ -21,7 +22,7 @@ from shardq.engine.postgresql import PostgreSQLEngine
 
 from .harness import Processes, account, lease_lost_reports, read_executions
 
-MOMENTS = ["ack-before", "ack-during", "ack-after", "handler", "claim-after", "ack-during"]
+MOMENTS = ["ack-before", "take-before", "ack-during", "ack-after", "handler", "claim-after", "ack-during"]
 APP = "tests.reliability.workflow_app:app"
 QUEUE = "wfcrash"
 DEADLINE = 90.0

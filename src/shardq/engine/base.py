@@ -191,6 +191,17 @@ class Engine(ABC):
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (one statement); how many."""
 
+    @abstractmethod
+    def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
+                      lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
+        """Inside the transaction of an ack that releases the waiting tasks ``task_ids`` (the sole
+        children of steps it acked): lease to the acking worker, in place, those of ``queues``
+        (each leased for its ``lease_seconds``) that hold no exclusive key and are due, in the
+        statement that makes them claimable, so that no claim has to find them. Returned as
+        :meth:`claim` returns tasks (one lease token per bucket and queue, each token's tasks in
+        key order); the caller releases the others as usual. An engine may take none
+        (:mod:`shardq.taken_steps`)."""
+
     # -- settle ----------------------------------------------------------------------------------
     def ack_keys(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
         """Delete finished tasks by whole key and token and close the claims ``closed_tokens``

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import NotMigrated
 from ..history_records import SucceededColumns
 from ..leases import WholeClaim
-from ..models import ClaimedTask, ShardLayout
+from ..models import ClaimedTask, ShardLayout, TaskKey
 from ..plans import Atomically, Call, Plan, SchemaChange
 from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, notify_chunks
 
@@ -56,6 +56,18 @@ class PostgreSQLOperations:
         token_of = dict(zip(buckets, tokens))
         from_claim_row = ClaimedTask.from_claim_row
         return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
+
+    def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
+                      lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
+        """``workflow_tasks_take``: one row update per task (ready and leased at once) and one
+        lease record per bucket and queue."""
+        rows = yield Call("workflow_tasks_take", {"ids": list(task_ids), "queues": list(queues),
+                                                  "lease_seconds": list(lease_seconds), "token": uuid.uuid4()},
+                          binary=True, tuples=True)
+        return [ClaimedTask(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts, payload, token,
+                            expires, created, priority, None, None, workflow)
+                for (bucket, queue, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created,
+                     priority, workflow, token) in rows]
 
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         rows = yield Call("task_promote_due_round", {"buckets": list(buckets), "queue": queue, "limit": limit, **RANKS})

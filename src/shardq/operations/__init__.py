@@ -117,6 +117,7 @@ from .workflows import (
     workflow_tasks_reinsert,
     workflow_tasks_rejoin,
     workflow_tasks_release,
+    workflow_tasks_take,
 )
 
 __all__ = [
@@ -210,4 +211,5 @@ __all__ = [
     "workflow_tasks_reinsert",
     "workflow_tasks_rejoin",
     "workflow_tasks_release",
+    "workflow_tasks_take",
 ]

@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..engine import Engine
+from ..leases import TakeOffer
 from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
 from ..plans import ENGINE, Call, Plan
 from ..workflow_graph import StepSpec
@@ -191,6 +192,22 @@ def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False)
         params["wake"] = wake
     rows = yield Call("workflow_tasks_release", params, binary=True, tuples=True)
     return {row[0] for row in rows}
+
+
+def workflow_tasks_take(task_ids: Sequence[uuid.UUID], offer: TakeOffer) -> Plan[list[uuid.UUID]]:
+    """Of these released tasks (sole children, in key order of their ids), lease up to
+    ``offer.room`` to the acking worker in place (:meth:`~shardq.engine.Engine.take_released`),
+    recorded in ``offer.tasks``; returns the ids left to release."""
+    offer.tasks = []
+    if offer.room <= 0 or not task_ids:
+        return list(task_ids)
+    engine: Engine = yield ENGINE
+    taken = yield from engine.take_released(task_ids[:offer.room], offer.queues, offer.lease_seconds)
+    if not taken:
+        return list(task_ids)
+    offer.tasks = taken
+    ids = {t.key.id for t in taken}
+    return [task_id for task_id in task_ids if task_id not in ids]
 
 
 def workflow_tasks_drop(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:

@@ -96,6 +96,8 @@ class WorkerTotals:
     outcomes the database refused because the lease had already passed to someone else."""
 
     claimed: int = 0
+    #: of ``claimed``: workflow steps leased by the ack that released them (shardq.worker.taking)
+    taken: int = 0
     acked: int = 0
     retried: int = 0
     dead: int = 0

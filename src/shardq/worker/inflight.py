@@ -88,7 +88,8 @@ class InFlight:
 class InFlightTable:
     """The tasks a worker holds and the counters that pace its claims.
 
-    Writers: the fetcher adds tasks and owns ``claimed_total``; executor slot ``i`` owns
+    Writers: the fetcher adds tasks and owns ``claimed_total``; the settler adds the tasks its acks
+    take (:mod:`shardq.worker.taking`) and owns ``taken_total``; executor slot ``i`` owns
     ``started[i]`` and ``finished[i]``; the settler removes settled tasks (:meth:`forget`). Reads of
     the counters from other threads see a value at most a few tasks old, which only moves the next
     claim by as much."""
@@ -102,6 +103,7 @@ class InFlightTable:
         self.entries: dict[int, InFlight] = {}
         self.lock = threading.Lock()
         self.claimed_total = 0
+        self.taken_total = 0
         self.started = [0] * slots
         self.finished = [0] * slots
         #: tasks the timeout keeper settled while their handler still ran (its own counter)
@@ -126,6 +128,28 @@ class InFlightTable:
                 table[entry.claimed.key.id.int] = entry
         self.claimed_total += len(entries)  # before the hand-off, so "waiting" never looks negative
 
+    def add_taken(self, entries: Sequence[InFlight]) -> None:
+        """Tasks the settler's ack took (the settler's counter, like :meth:`add` the fetcher's)."""
+        with self.lock:
+            table = self.entries
+            for entry in entries:
+                table[entry.claimed.key.id.int] = entry
+        self.taken_total += len(entries)
+
+    def drop_taken(self, entries: Sequence[InFlight]) -> None:
+        """Tasks :meth:`add_taken` added that will not run here after all (the worker is stopping)."""
+        with self.lock:
+            for entry in entries:
+                self.entries.pop(entry.claimed.key.id.int, None)
+        self.taken_total -= len(entries)
+
+    def take_room(self, settling: int) -> int:
+        """How many tasks an ack of ``settling`` held tasks may take now: up to the most leases a
+        worker holds (slots, prefetch and an ack batch, as :meth:`want` counts them), the tasks it
+        acks no longer counted. Taken ahead of claims: a claim waits for the room they leave."""
+        held = len(self.entries) - settling
+        return max(0, self.slots + self.prefetch + self.ack_batch - held)
+
     def forget(self, outcomes: Iterable[InFlight]) -> None:
         with self.lock:
             for o in outcomes:
@@ -134,14 +158,14 @@ class InFlightTable:
 
     def in_progress(self) -> int:
         """Claimed tasks whose handler has not finished yet (waiting or running)."""
-        return self.claimed_total - sum(self.finished) - self.timed_out
+        return self.claimed_total + self.taken_total - sum(self.finished) - self.timed_out
 
     def want(self) -> int:
         """How many tasks to claim now (0: not yet). Room is counted in slots plus the prefetch
         buffer; tasks that finished and only await their ack take none (acks overlap the next
         claim), but all leases held stay under ``slots + prefetch + ack_batch``."""
         started = sum(self.started)
-        waiting = self.claimed_total - started
+        waiting = self.claimed_total + self.taken_total - started
         if waiting > self.low_water:
             return 0
         running = started - sum(self.finished) - self.timed_out
@@ -156,7 +180,7 @@ class InFlightTable:
         a queue with a flow limit may claim while the limit binds this worker: no prefetch, see
         :meth:`shardq.consumer.Consumer._limit_for`)."""
         started = sum(self.started)
-        waiting = self.claimed_total - started
+        waiting = self.claimed_total + self.taken_total - started
         running = started - sum(self.finished) - self.timed_out
         return max(0, self.slots - waiting - running)
 

@@ -18,7 +18,7 @@ from .config import WorkerTotals
 from .contract import Resolver
 from .events import EventSink
 from .inflight import ACK, FAIL, RELEASE, InFlight, InFlightTable, timeout_text
-from .outcomes import Outbox, record_failure
+from .outcomes import Intake, Outbox, record_failure
 from .thread_executor import Extend
 
 log = logging.getLogger("shardq.worker")
@@ -54,6 +54,7 @@ class LoopExecutor:
                                                            thread_name_prefix="shardq-sync-task")
         self._watchdog = threading.Thread(target=self._watch, name="shardq-loop-watchdog", daemon=True)
         self._probe_sent: float | None = None
+        self._intake = Intake()
 
     # -- lifecycle (called from the worker's thread) ------------------------------------------
     def start(self) -> None:
@@ -67,7 +68,14 @@ class LoopExecutor:
     def submit(self, entries: Sequence[InFlight]) -> None:
         self._loop.call_soon_threadsafe(self._put_many, entries)
 
+    def submit_taken(self, entries: Sequence[InFlight]) -> bool:
+        """:meth:`submit` tasks the settler's ack took, unless the worker is stopping (False). The
+        loop runs callbacks in the order they were scheduled, so a put before :meth:`hand_back_unstarted`
+        closed the intake is drained by it."""
+        return self._intake.submit(lambda: self.submit(entries))
+
     def hand_back_unstarted(self) -> None:
+        self._intake.close()
         asyncio.run_coroutine_threadsafe(self._drain(), self._loop).result()
 
     def finish(self, deadline: float, force: threading.Event) -> bool:

@@ -1,10 +1,12 @@
-"""What both executors share: where a handler's outcome goes (:class:`Outbox`) and how a handler
-that raised is recorded (:func:`record_failure`)."""
+"""What both executors share: where a handler's outcome goes (:class:`Outbox`), how a handler
+that raised is recorded (:func:`record_failure`), and whether the settler may still hand them
+tasks (:class:`Intake`)."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from ..errors import Permanent, Retry
 from .config import WorkerTotals
@@ -31,3 +33,27 @@ class Outbox:
     def __init__(self) -> None:
         self.outcomes: deque[InFlight | None] = deque()
         self.wake = threading.Event()
+
+
+class Intake:
+    """Whether an executor still takes tasks from the settler (the tasks its acks took,
+    :mod:`shardq.worker.taking`): until the worker stops, when the executor hands back what has not
+    started (:meth:`close`, under the same lock, before it drains its queue). A task the settler
+    offers after that is refused, and the settler hands it back itself: none is left in a queue
+    nobody reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, put: Callable[[], None]) -> bool:
+        """Run ``put`` unless closed; whether it ran."""
+        with self._lock:
+            if self._closed:
+                return False
+            put()
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True

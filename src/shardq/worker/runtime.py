@@ -25,6 +25,7 @@ from .loop_executor import LoopExecutor
 from .outcomes import Outbox
 from .sessions import SessionPerThread
 from .settler import Settler
+from .taking import Taker
 from .thread_executor import ThreadExecutor
 from .timeouts import TimeoutKeeper
 
@@ -105,7 +106,9 @@ class Worker:
             self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.totals,
                                                 self.executor.replace_slot, self._after_abandoned)
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
-        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop)
+        taker = Taker(self.config, self.table, self.executor, self.sink, self.totals)
+        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop,
+                               taker=taker)
         self.sweeper = LeaseSweeper(self.sessions, self._stop, queues=self.config.queues) if self.config.sweep else None
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.totals,
                                self._stop, sweeper=self.sweeper)

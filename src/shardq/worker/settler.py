@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
@@ -30,6 +31,7 @@ from ..consumer import fenced
 from ..error_text import storable
 from ..errors import DatabaseError
 from ..failures import Failure, settle_failures
+from ..leases import TakeOffer
 from ..maintenance.pruning import prune_counters, prune_history
 from ..queue_settings import QueueSettingsCache
 from ..store import TaskStore, WholeClaim
@@ -43,6 +45,7 @@ from .inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_
 from .sessions import SessionPerThread
 from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, ack_whole_steps_kept, split_kept
 from .settle_steps import Batch, Step, remove_keyed, remove_whole
+from .taking import Taker
 
 log = logging.getLogger("shardq.worker")
 
@@ -66,8 +69,10 @@ class Settler:
     takes the end marker (``None``) the worker queues at shutdown."""
 
     def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, outbox: Outbox,
-                 sink: EventSink, totals: WorkerTotals, stop: threading.Event) -> None:
+                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, *, taker: Taker | None = None) -> None:
         self.config = config
+        #: takes the next steps of chains its acks release (shardq.worker.taking); None: takes none
+        self.taker = taker
         self.sessions = sessions
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
@@ -76,6 +81,7 @@ class Settler:
         self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
         self._settings: QueueSettingsCache | None = None
         self._presence = ListenerPresence()
+        self._settling = 0  # outcomes of the batch being applied (what an ack may take: shardq.worker.taking)
 
     def run(self) -> None:
         store: TaskStore | None = None
@@ -218,7 +224,8 @@ class Settler:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if plain:
-                    self._count(plain, remove_keyed(store, plain, store.task_ack_many), "acked")
+                    self._count(plain, self._taking(store, lambda take: remove_keyed(
+                        store, plain, store.task_ack_many, take=take)), "acked")
                 if kept:
                     self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
             steps.append(Step(ack_keyed, keyed_acks))
@@ -226,7 +233,8 @@ class Settler:
             def ack_whole_steps(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
                 if plain:
-                    self._count([o for _, acks in plain for o in acks], remove_whole(store, plain), "acked")
+                    self._count([o for _, acks in plain for o in acks],
+                                self._taking(store, lambda take: remove_whole(store, plain, take=take)), "acked")
                 if kept:
                     self._count([o for _, acks in kept for o in acks],
                                 ack_whole_steps_kept(store, kept, self._presence.present(store)), "acked")
@@ -256,7 +264,19 @@ class Settler:
                 flow_slots.finished(o.claimed)
         return Batch(outcomes, steps)
 
+    def _taking(self, store: TaskStore, ack: Callable[[TakeOffer | None], set[uuid.UUID]]) -> set[uuid.UUID]:
+        """``ack(offer)``, offering to take the chain steps it releases, then run what it took."""
+        assert self._settings is not None
+        offer = (self.taker.offer(self._settings, self.stop_event.is_set(), self._settling)
+                 if self.taker is not None else None)
+        try:
+            return ack(offer)
+        finally:  # what a committed transaction took runs here, whatever came after it
+            if offer is not None and self.taker is not None:
+                self.taker.hand_over(store, self._settings, offer)
+
     def _apply(self, store: TaskStore, batch: Batch) -> None:
+        self._settling = len(batch.outcomes)
         while batch.steps:
             step = batch.steps[0]
             try:

@@ -14,7 +14,7 @@ from ..models import Task
 from .config import WorkerTotals
 from .events import EventSink
 from .inflight import RELEASE, InFlight, InFlightTable
-from .outcomes import Outbox, record_failure
+from .outcomes import Intake, Outbox, record_failure
 
 Extend = Callable[..., Any]
 
@@ -39,6 +39,7 @@ class ThreadExecutor:
             for i in range(table.slots)
         ]
         self._abandoned_slots: set[int] = set()  # slot i runs on self._threads[i]
+        self._intake = Intake()
 
     def start(self) -> None:
         for thread in self._threads:
@@ -59,6 +60,10 @@ class ThreadExecutor:
         put = self._work.put
         for entry in entries:
             put(entry)
+
+    def submit_taken(self, entries: Sequence[InFlight]) -> bool:
+        """:meth:`submit` tasks the settler's ack took, unless the worker is stopping (False)."""
+        return self._intake.submit(lambda: self.submit(entries))
 
     def _slot(self, slot: int) -> None:
         work, put, stop = self._work, self.outbox.outcomes.append, self.stop_event
@@ -123,6 +128,7 @@ class ThreadExecutor:
     def hand_back_unstarted(self) -> None:
         """Queue every task that has not started as handed back (at stop, even while every slot
         is busy; a slot that takes one first sees the stop and hands it back itself)."""
+        self._intake.close()
         while True:
             try:
                 entry = self._work.get_nowait()

@@ -15,3 +15,37 @@ WITH released AS (
     WHERE %(wake)s::BOOL
 )
 SELECT r.id FROM released AS r CROSS JOIN woken AS w
+
+-- name: workflow_tasks_take
+-- The acking worker takes the tasks of the sole children its ack just released (a chain's next
+-- steps), in the ack's transaction: each waiting task of one of the offered queues (not limited,
+-- served by that worker: shardq.taken_steps), without an exclusive key and due, is made ready and
+-- leased in the same row update, as a claim leases it (attempts + 1, the queue's lease, a token),
+-- so that it is never claimed. rank moves to the priority as at a release, so a lease that
+-- expires puts the task back where every claim finds it. One lease record per bucket and queue,
+-- as per claim (task_claim_batch), its token derived from %(token)s and them (md5 of the text: 32
+-- hex digits, which PostgreSQL reads as a UUID). Rows in key order per token, as a claim returns
+-- them. A task left out (another queue, a limit, a key, not due, no longer waiting) is released
+-- by workflow_tasks_release after it.
+WITH taken AS (
+    UPDATE shardq_tasks AS t
+    SET state = 'leased',
+        rank = t.priority,
+        attempts = t.attempts + 1,
+        lease_expires_at = now() + q.seconds * INTERVAL '1 second',
+        lease_token = md5(%(token)s::TEXT || ' ' || t.bucket::TEXT || ' ' || t.queue)::UUID
+    FROM unnest(%(queues)s::TEXT[], %(lease_seconds)s::FLOAT8[]) AS q(queue, seconds)
+    WHERE t.id = ANY(%(ids)s::UUID[]) AND t.state = 'waiting' AND t.queue = q.queue
+      AND t.exclusive_key IS NULL AND t.exec_time <= now()
+    RETURNING t.bucket, t.queue, t.rank, t.exec_time, t.id, t.attempts, t.max_attempts, t.payload,
+              t.lease_expires_at, t.created_at, t.priority, t.workflow_id, t.lease_token
+), lease AS (
+    INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)
+    SELECT lease_token, bucket, queue, max(lease_expires_at), array_agg(rank), array_agg(exec_time), array_agg(id)
+    FROM taken
+    GROUP BY lease_token, bucket, queue
+)
+SELECT bucket, queue, rank, exec_time, id, attempts, max_attempts, payload, lease_expires_at, created_at,
+       priority, workflow_id, lease_token
+FROM taken
+ORDER BY lease_token, rank, exec_time, id
