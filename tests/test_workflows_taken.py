@@ -115,9 +115,11 @@ def test_a_taken_step_is_leased_like_a_claimed_task_with_a_lease_record(app, db)
         pytest.skip("CockroachDB takes no step: its release is claimed like any task")
     offer, row = _take_second_step(app, db)
     (taken,) = offer.tasks
-    assert row == {"state": "leased", "rank": taken.priority, "attempts": 1, "lease_token": taken.lease_token,
+    # Leased where it waited: its key is the one it was enqueued with, so the update changed no
+    # indexed column (PostgreSQL writes it as a HOT update, no index entry).
+    assert row == {"state": "leased", "rank": RANK_BACKLOG, "attempts": 1, "lease_token": taken.lease_token,
                    "held": True}
-    assert taken.attempt == 1 and taken.key.rank != RANK_BACKLOG
+    assert taken.attempt == 1 and taken.key.rank == RANK_BACKLOG
     records = probe(db.session, "SELECT bucket, queue, ids FROM shardq_leases WHERE token = %(token)s",
                     {"token": taken.lease_token})
     assert records == [{"bucket": taken.key.bucket, "queue": "q", "ids": [taken.key.id]}]
@@ -162,10 +164,12 @@ def test_a_step_taken_while_the_worker_stops_is_handed_back_at_once_with_its_att
     store = db.client.store
     taker.hand_over(store, QueueSettingsCache(store, ["q"]), offer)
     assert not table.entries and table.taken_total == 0 and taker.totals.taken == 0
-    (row,) = probe(db.session, "SELECT state, attempts, lease_token FROM shardq_tasks WHERE id = %(id)s",
+    (row,) = probe(db.session, "SELECT state, rank, attempts, lease_token FROM shardq_tasks WHERE id = %(id)s",
                    {"id": taken.key.id})
-    assert row == {"state": "ready", "attempts": 0, "lease_token": None}
+    # Ready where claims find it: handed back from the backlog rank it was taken at.
+    assert row == {"state": "ready", "rank": taken.priority, "attempts": 0, "lease_token": None}
     assert taker.offer(QueueSettingsCache(store, ["q"]), stopping=True, settling=0) is None
+    assert app.work(until_empty=True).acked == 1
 
 
 def test_an_executor_refuses_taken_tasks_once_it_handed_back_what_had_not_started():
@@ -197,3 +201,13 @@ def _claimed():
 
     now = dt.datetime.now(dt.UTC)
     return ClaimedTask(TaskKey(0, "q", 0, now, uuid.uuid4()), 1, 3, b"", uuid.uuid4(), now, now)
+
+
+def test_a_taken_step_counts_as_leased_in_the_stats_not_as_ready_nor_backlog(app, db):
+    if db.dialect != "postgresql":
+        pytest.skip("CockroachDB takes no step: its release is claimed like any task")
+    _take_second_step(app, db)
+    db.make_task("q")  # one ready task beside it
+    q = db.client.stats().queues["q"]
+    # The taken step is leased at the backlog rank: it is counted once, as leased.
+    assert (q.ready, q.leased, q.backlog, q.waiting) == (1, 1, 0, 0)

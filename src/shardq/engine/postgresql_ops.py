@@ -140,9 +140,11 @@ class PostgreSQLOperations:
         if not queues or not buckets:
             return []
         limit = cap * len(buckets)
-        leased_rows = yield Call("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit})
+        leased_rows = yield Call("stats_leased_by_bucket", {"buckets": list(buckets), "limit": limit, **RANKS})
         leased = {(row["queue"], int(row["bucket"])): row["leased"] for row in leased_rows}
         expired = {(row["queue"], int(row["bucket"])): row["expired"] for row in leased_rows}
+        # leased at the backlog rank (chain steps taken at their release): in the backlog span
+        taken = {(row["queue"], int(row["bucket"])): row["taken"] for row in leased_rows}
         leased_capped = sum(leased.values()) >= limit
         rows = yield Call(
             "stats_depth_many",
@@ -152,12 +154,12 @@ class PostgreSQLOperations:
         out = []
         for row in rows:
             key = (row["queue"], int(row["bucket"]))
-            n_leased = leased.get(key, 0)
+            n_leased, n_taken = leased.get(key, 0), taken.get(key, 0)
             depth = depth_row(
-                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - n_leased),
+                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - (n_leased - n_taken)),
                 due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
                 expired=expired.get(key, 0),
-                leased_capped=leased_capped, backlog=max(0, row["backlog"] - row["waiting"]),
+                leased_capped=leased_capped, backlog=max(0, row["backlog"] - row["waiting"] - n_taken),
                 waiting=row["waiting"], backlog_capped=row["backlog"] >= cap,
                 oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
             )

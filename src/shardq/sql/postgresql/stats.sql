@@ -73,10 +73,13 @@ CROSS JOIN LATERAL (
 -- name: stats_leased_by_bucket
 -- Leased tasks per (queue, bucket), found through the lease records (whose size follows what is in
 -- flight, not the table), at most limit in all; expired: those whose lease has run out (their
--- worker is likely gone; a sweep returns them to the queue).
-SELECT x.queue, x.bucket, count(*) AS leased, count(*) FILTER (WHERE x.expired) AS expired
+-- worker is likely gone; a sweep returns them to the queue). taken: those leased at the backlog rank
+-- (chain steps taken at their release, workflow_tasks_take), which the depth's backlog span holds
+-- where the active span holds every other leased task.
+SELECT x.queue, x.bucket, count(*) AS leased, count(*) FILTER (WHERE x.expired) AS expired,
+       count(*) FILTER (WHERE x.taken) AS taken
 FROM (
-    SELECT l.queue, l.bucket, t.lease_expires_at <= now() AS expired
+    SELECT l.queue, l.bucket, t.lease_expires_at <= now() AS expired, t.rank = %(backlog_rank)s AS taken
     FROM shardq_leases AS l
     CROSS JOIN LATERAL unnest(l.ranks, l.exec_times, l.ids) AS k(rank, exec_time, id)
     JOIN shardq_tasks AS t

@@ -235,9 +235,12 @@ RETURNING id
 
 -- name: task_release_many
 -- Hand leased tasks back untouched (graceful shutdown): ready again at their old place, and the
--- attempt they were charged at claim time is given back.
+-- attempt they were charged at claim time is given back. rank = priority: a claimed task's rank
+-- already is (the update stays HOT: an indexed column set to its own value counts as unchanged);
+-- a chain step taken at its release is leased at the backlog rank (workflow_tasks_take) and moves
+-- into the claim's span here.
 UPDATE shardq_tasks AS t
-SET state = 'ready', attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
+SET state = 'ready', rank = t.priority, attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
 FROM unnest(%(buckets)s::INT4[], %(queues)s::TEXT[], %(ranks)s::INT8[], %(exec_times)s::TIMESTAMPTZ[],
             %(ids)s::UUID[], %(tokens)s::UUID[], %(states)s::TEXT[])
      AS k(bucket, queue, rank, exec_time, id, token, state)

@@ -19,18 +19,20 @@ SELECT r.id FROM released AS r CROSS JOIN woken AS w
 -- name: workflow_tasks_take
 -- The acking worker takes the tasks of the sole children its ack just released (a chain's next
 -- steps), in the ack's transaction: each waiting task of one of the offered queues (not limited,
--- served by that worker: shardq.taken_steps), without an exclusive key and due, is made ready and
--- leased in the same row update, as a claim leases it (attempts + 1, the queue's lease, a token),
--- so that it is never claimed. rank moves to the priority as at a release, so a lease that
--- expires puts the task back where every claim finds it. One lease record per bucket and queue,
--- as per claim (task_claim_batch), its token derived from %(token)s and them (md5 of the text: 32
--- hex digits, which PostgreSQL reads as a UUID). Rows in key order per token, as a claim returns
--- them. A task left out (another queue, a limit, a key, not due, no longer waiting) is released
+-- served by that worker: shardq.worker.taking), without an exclusive key and due, is leased where
+-- it lies, as a claim leases it (attempts + 1, the queue's lease, a token), so that it is never
+-- claimed. Its key stays at the backlog rank: no indexed column changes, so the update is HOT
+-- (the row's page has room: fillfactor, migration 0004) and writes no index entry, where a
+-- release moves the row into the claim's span and writes one in every index. Every statement that
+-- makes a leased task ready again sets rank to its priority (task_retry_many, task_release_many),
+-- so a taken task whose lease expires, or that its worker hands back, goes where every claim
+-- finds it. One lease record per bucket and queue, as per claim (task_claim_batch), its token
+-- derived from %(token)s and them (md5 of the text: 32 hex digits, which PostgreSQL reads as a
+-- UUID). A task left out (another queue, a limit, a key, not due, no longer waiting) is released
 -- by workflow_tasks_release after it.
 WITH taken AS (
     UPDATE shardq_tasks AS t
     SET state = 'leased',
-        rank = t.priority,
         attempts = t.attempts + 1,
         lease_expires_at = now() + q.seconds * INTERVAL '1 second',
         lease_token = md5(%(token)s::TEXT || ' ' || t.bucket::TEXT || ' ' || t.queue)::UUID
