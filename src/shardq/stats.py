@@ -17,7 +17,9 @@ Depth, per (queue, bucket), from the tasks table itself
     ``RANK_BACKLOG``, and so are workflow steps waiting for their parents, counted apart as
     ``waiting`` (on PostgreSQL with a state filter over that one span, whose heap rows it visits). On CockroachDB the state leads the key, so each count is one span of one
     shard. On PostgreSQL, where the state is not in the key, the ready count is an index-only
-    count of the active range (ready or leased) minus the leased tasks, which are found through
+    count of the active range (ready or leased) minus the leased tasks (but those leased at the
+    backlog rank: a workflow's next step taken by the worker that released it, which the backlog
+    span holds instead, shardq.worker.taking), which are found through
     the lease records (one per claimed batch, sized by what is in flight): a state filter would
     turn every counted entry into a heap visit. Dead letters are counted per queue through their (queue, died_at)
     index, capped at ``bucket_cap`` x buckets. With more than ``max_buckets`` (64) buckets, a

@@ -196,8 +196,10 @@ class Engine(ABC):
                       lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
         """Inside the transaction of an ack that releases the waiting tasks ``task_ids`` (the sole
         children of steps it acked): lease to the acking worker, in place, those of ``queues``
-        (each leased for its ``lease_seconds``) that hold no exclusive key and are due, in the
-        statement that makes them claimable, so that no claim has to find them. Returned as
+        (each leased for its ``lease_seconds``) that hold no exclusive key and are due, instead of
+        making them claimable, so that no claim has to find them. A task so leased may keep a key
+        outside the claims' span: whatever makes a leased task ready again must put it back in
+        the span (a retry, the lease sweep, a hand-back). Returned as
         :meth:`claim` returns tasks (one lease token per bucket and queue, each token's tasks in
         key order); the caller releases the others as usual. An engine may take none
         (:mod:`shardq.taken_steps`)."""

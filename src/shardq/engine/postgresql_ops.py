@@ -59,8 +59,8 @@ class PostgreSQLOperations:
 
     def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
                       lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
-        """``workflow_tasks_take``: one row update per task (ready and leased at once) and one
-        lease record per bucket and queue."""
+        """``workflow_tasks_take``: one row update per task, leased where it waits (its key, at
+        the backlog rank, unchanged: a HOT update), and one lease record per bucket and queue."""
         rows = yield Call("workflow_tasks_take", {"ids": list(task_ids), "queues": list(queues),
                                                   "lease_seconds": list(lease_seconds), "token": uuid.uuid4()},
                           binary=True, tuples=True)

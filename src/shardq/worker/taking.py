@@ -5,9 +5,10 @@ A step with one parent that is its parent's only child (the next step of a chain
 its parent's ack, in the ack's transaction (:mod:`shardq.workflows`). Before that ack, the settler
 offers to take such tasks (:meth:`Taker.offer`): of the queues this worker serves without a flow
 limit (no concurrency or rate limit, not paused), as many as its handlers and prefetch have room
-for. The engine then leases them to this worker in the statement that releases them
-(:meth:`shardq.engine.Engine.take_released`: on PostgreSQL one row update, where a release and a
-claim were two); CockroachDB takes none. Once the ack committed, :meth:`Taker.hand_over` gives the
+for. The engine then leases them to this worker in the ack's transaction instead of releasing
+them (:meth:`shardq.engine.Engine.take_released`: on PostgreSQL a row update in place, the task
+kept at the backlog rank, which writes no index entry, where a release and a claim were two
+updates that moved its key); CockroachDB takes none. Once the ack committed, :meth:`Taker.hand_over` gives the
 tasks to the executor as a claim's are given: same lease, same entries, same settle. A step left
 out (another queue, a limited one, no room, an exclusive key, not due) is released as before, for
 any worker's claim.
