@@ -99,6 +99,23 @@ def _expected_next(kind: str, before: Run, after: Run) -> bool:
     return False
 
 
+def _after_expired_claims(kind: str, before: Run, after: Run) -> bool:
+    """Whether ``after`` follows the documented outcome of ``before`` with ``n`` attempts more,
+    each used by a claim whose lease ran out before its worker started the task (all its handler
+    slots busy, or its process ended by another task's handler): the lease sweep retries such a
+    task without giving the attempt back. Each such claim holds the task for a whole lease, so
+    the two runs are at least ``n`` leases apart; closer, the attempts are unexplained."""
+    if before.end == "X" and kind == "retry":
+        expected = before.attempt  # shardq.Retry: the attempt is refunded
+    elif before.end not in (None, "F") and kind in ("exhaust", "timeout"):
+        expected = before.attempt + 1
+    else:
+        return False
+    extra = after.attempt - expected
+    assert before.ended_at is not None
+    return extra >= 1 and after.started - before.ended_at >= extra * LEASE_SECONDS
+
+
 def _explain(run: Run, ended_pids: set[int], lease_lost: set[tuple[str, int]]) -> str | None:
     if run.pid in ended_pids:
         return "its worker process ended; the lease expired"
@@ -149,7 +166,7 @@ def check_outcomes(kinds: dict[str, str], runs: dict[str, list[Run]], remaining:
             if kind == "timeout" and clean and "timeout" not in str(row["last_error"]):
                 problems.append(f"timed-out task dead with another error: {name}: {str(row['last_error'])[:120]!r}")
         for before, after in itertools.pairwise(task_runs):
-            if _expected_next(kind, before, after):
+            if _expected_next(kind, before, after) or _after_expired_claims(kind, before, after):
                 continue
             why = _explain(before, ended_pids, lease_lost)
             if why is None:
@@ -269,3 +286,20 @@ def test_a_task_whose_every_attempt_died_with_its_worker_before_it_started_is_no
     assert check_outcomes({"t": "exhaust"}, {}, {}, dead, {101, 102}, set()) == []
     assert check_outcomes({"t": "exhaust"}, {}, {}, dead, {101}, set()) == ["lost: t (exhaust) never ran"]
     assert check_outcomes({"t": "exhaust"}, {}, {}, {}, {101, 102}, set()) == ["lost: t (exhaust) never ran"]
+
+
+def test_a_retried_task_run_again_an_attempt_later_after_a_whole_lease_is_not_called_a_duplicate():
+    # Seen in `make test-serializable` (seed 3349, example 0): a retry task raised shardq.Retry
+    # (attempt 1, refunded), then ran 3.2 s later as attempt 2 on another worker. Its attempt 1
+    # in between was a claim whose 1 s lease ran out before its worker started it; the lease sweep
+    # retried it without a refund.
+    first = Run("t", 1, 101, started=10.0, lease_expires=11.0, end="X", ended_at=10.01)
+    later = Run("t", 2, 102, started=10.01 + LEASE_SECONDS + 2.2, lease_expires=20.0, end="F", ended_at=13.3)
+    assert check_outcomes({"t": "retry"}, {"t": [first, later]}, {}, {}, set(), set()) == []
+    # Sooner than a lease after the retry, no claim's lease could have run out in between.
+    soon = Run("t", 2, 102, started=10.01 + LEASE_SECONDS / 2, lease_expires=20.0, end="F", ended_at=10.6)
+    assert check_outcomes({"t": "retry"}, {"t": [first, soon]}, {}, {}, set(), set()) == [
+        "ran again without an expired lease: t (retry): attempt 1 (pid 101, ended X) then attempt 2 (pid 102)"]
+    # Two attempts more need two leases.
+    twice = Run("t", 3, 102, started=10.01 + 1.5 * LEASE_SECONDS, lease_expires=20.0, end="F", ended_at=12.0)
+    assert check_outcomes({"t": "retry"}, {"t": [first, twice]}, {}, {}, set(), set()) != []
