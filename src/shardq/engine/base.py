@@ -202,7 +202,7 @@ class Engine(ABC):
         the span (a retry, the lease sweep, a hand-back). Returned as
         :meth:`claim` returns tasks (one lease token per bucket and queue, each token's tasks in
         key order); the caller releases the others as usual. An engine may take none
-        (:mod:`shardq.taken_steps`)."""
+        (:mod:`shardq.worker.taking`)."""
 
     # -- settle ----------------------------------------------------------------------------------
     def ack_keys(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
