@@ -109,6 +109,14 @@ def test_ack_with_a_stale_token_changes_nothing(db):
     assert db.task_row(task.id)["state"] == "leased"
 
 
+def test_an_ack_of_several_tasks_names_only_those_whose_lease_it_still_held(db):
+    held = [db.make_task(state="leased") for _ in range(3)]
+    lost = db.make_task(state="leased")
+    done = db.store.task_ack_many([*(fenced(t) for t in held), Fenced(lost.key, uuid.uuid4())])
+    assert done == {t.key.id for t in held}
+    assert [db.task_row(t.id) for t in held] == [None, None, None] and db.task_row(lost.id)["state"] == "leased"
+
+
 def test_retry_with_a_stale_token_changes_nothing(db):
     task = db.make_task(state="leased")
     assert db.store.task_retry_many([Fenced(task.key, uuid.uuid4())], [0.0], ["e"], require_expired=False) == set()

@@ -103,7 +103,7 @@ def test_ack_deletes_by_whole_key(seeded):
         "task_ack_many",
         dict(buckets=[1], queues=["q"], ranks=[0], exec_times=[utcnow()], ids=[uuid.uuid4()], tokens=[uuid.uuid4()],
              states=["leased"],
-             closed_tokens=[]),
+             closed_tokens=[], expected=1),
     )
     task_scans = scans_of(tree, "shardq_tasks")
     assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)
@@ -200,7 +200,7 @@ def leased_after_analyze(pg_db):
 
 
 @pytest.mark.parametrize("name, extra", [
-    ("task_ack_many", {"closed_tokens": []}),
+    ("task_ack_many", {"closed_tokens": [], "expected": 1}),
     ("task_ack_many_kept", {"closed_tokens": [], "tasks": None, "run_seconds": None, "results": None, "notify": []}),
     ("task_retry_many", {"delays": None, "refunds": None, "errors": None, "require_expired": False}),
     ("task_bury_many", {"errors": None, "require_expired": False}),

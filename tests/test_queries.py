@@ -89,8 +89,8 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
                         # and a kept ack of a whole claim goes through the lease records
                         "outcome_listen", "outcome_notify", "task_ack_claim_kept",
                         # a released chain step is leased to the acking worker in place on PostgreSQL
-                        # only (Engine.take_released: CockroachDB takes none)
-                        "workflow_tasks_take"},
+                        # only (Engine.steps_acked: CockroachDB takes none)
+                        "workflow_steps_acked_take"},
     }
     missing = used_names() - defined - dialect_only[dialect]
     assert not missing

@@ -4,9 +4,13 @@ row; in a queue that keeps finished tasks the history row has it and the step ro
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from shardq import workflows
+from shardq.engine import POSTGRESQL
+from shardq.leases import TakeOffer
+from shardq.plans import ENGINE
 
 from .factories import probe
 from .test_engine_operations import drive, names
@@ -18,6 +22,8 @@ def test_an_ack_keeps_results_only_of_steps_with_children_in_one_statement():
     results = {parent: '{"n": 3}', leaf: "7"}
 
     def answer(request):
+        if request is ENGINE:
+            return POSTGRESQL
         return acked if getattr(request, "name", "") == "workflow_steps_acked" else []
 
     _, sent = drive(workflows._succeeded([parent, leaf], wake=False, results=results), answer)
@@ -25,6 +31,25 @@ def test_an_ack_keeps_results_only_of_steps_with_children_in_one_statement():
     assert [(r.params["task_ids"], r.params["results"]) for r in keep] == [([parent], ['{"n": 3}'])]
     _, sent = drive(workflows._succeeded([parent, leaf], wake=False), answer)
     assert "workflow_steps_keep_results" not in names(sent)  # no result declared: nothing written
+
+
+def test_an_ack_that_takes_the_next_step_keeps_the_result_of_the_step_before_it():
+    w, parent = uuid.uuid4(), uuid.uuid4()
+    offer = TakeOffer(("q",), (30.0,), room=10)
+    now = dt.datetime.now(dt.UTC)
+    # The acked step returns no row of its own (its child was taken): the taken task's row names it.
+    taken = (None,) * 6 + (0, "q", 0, now, uuid.uuid4(), 1, 25, b"{}", now, now, 0, w, uuid.uuid4(), parent)
+
+    def answer(request):
+        if request is ENGINE:
+            return POSTGRESQL
+        return [taken] if getattr(request, "name", "") == "workflow_steps_acked_take" else []
+
+    _, sent = drive(workflows._succeeded([parent], wake=False, results={parent: '{"n": 3}'}, take=offer), answer)
+    assert [r.params["parents"] for r in sent if getattr(r, "name", "") == "workflow_steps_acked_take"] == [True]
+    keep = [request for request in sent if getattr(request, "name", "") == "workflow_steps_keep_results"]
+    assert [(r.params["task_ids"], r.params["results"]) for r in keep] == [([parent], ['{"n": 3}'])]
+    assert [t.key.id for t in offer.tasks] == [taken[10]]
 
 
 def _chain_with_results(app, seen, queue):

@@ -8,7 +8,9 @@ from __future__ import annotations
 import uuid
 
 from shardq import admin, workflows
+from shardq.engine import POSTGRESQL
 from shardq.operations.workflows import OWN_ROW
+from shardq.plans import ENGINE
 
 from .factories import probe
 from .test_engine_operations import drive, names
@@ -19,12 +21,21 @@ def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_
     acked = [(w, "m0", OWN_ROW, "fan-in", t0, None), (w, "m1", OWN_ROW, "fan-in", t1, None)]
 
     def answer(rows):
-        return lambda request: rows if getattr(request, "name", "") == "workflow_steps_acked" else []
+        def serve(request):
+            if request is ENGINE:
+                return POSTGRESQL
+            return rows if getattr(request, "name", "") == "workflow_steps_acked" else []
+        return serve
 
-    _, sent = drive(workflows._succeeded([t0, t1], wake=False), answer(acked))
+    def statements(plan):
+        return [request for request in drive(plan, answer_with)[1] if request is not ENGINE]
+
+    answer_with = answer(acked)
+    sent = statements(workflows._succeeded([t0, t1], wake=False))
     # no write of the steps with children: their children counted off, nothing released
     assert names(sent) == ["workflow_steps_acked", "workflow_children_count_off"]
-    _, sent = drive(workflows._succeeded([t0, t1, t2], wake=False), answer([*acked, (w, "fan-in", 0, None, t2, None)]))
+    answer_with = answer([*acked, (w, "fan-in", 0, None, t2, None)])
+    sent = statements(workflows._succeeded([t0, t1, t2], wake=False))
     assert names(sent) == ["workflow_steps_acked", "workflow_steps_finish", "workflow_children_count_off"]
     assert sent[1].params["task_ids"] == [t2] and sent[1].params["state"] == "succeeded"
     assert sent[2].params["steps"] == ["fan-in"]  # the leaf moves nothing on

@@ -110,6 +110,20 @@ def _take_second_step(app, db) -> tuple[TakeOffer, dict]:
     return offer, row
 
 
+def test_the_ack_reads_the_acked_steps_and_takes_the_next_one_in_one_statement(app, db):
+    if db.dialect != "postgresql":
+        pytest.skip("CockroachDB takes no step: its release is claimed like any task")
+    sent: list[str] = []
+    db.client.store.session.before_statement = sent.append
+    try:
+        _take_second_step(app, db)
+    finally:
+        db.client.store.session.before_statement = None
+    # No row of the acked step comes back (its child was taken): no statement of its own takes
+    # the child, none releases it.
+    assert sent[sent.index("task_ack_many"):] == ["task_ack_many", "workflow_steps_acked_take"]
+
+
 def test_a_taken_step_is_leased_like_a_claimed_task_with_a_lease_record(app, db):
     if db.dialect != "postgresql":
         pytest.skip("CockroachDB takes no step: its release is claimed like any task")

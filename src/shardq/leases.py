@@ -47,7 +47,7 @@ class ExpiredLease:
 class TakeOffer:
     """What a worker acking workflow steps offers to run itself of the sole children its ack
     releases (the next steps of chains), so that no claim has to find them
-    (:meth:`shardq.engine.Engine.take_released`): tasks of ``queues`` (each leased for its
+    (:meth:`shardq.engine.Engine.steps_acked`): tasks of ``queues`` (each leased for its
     ``lease_seconds``: queues it serves without a flow limit), at most ``room`` of them (its free
     handler and prefetch room). ``tasks``: those the ack's transaction took, set by each attempt of
     it; the worker reads them once it committed, and runs them under their leases."""

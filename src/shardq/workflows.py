@@ -173,8 +173,9 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     commit (its notification queue full) fails the transaction: it is run again without it.
 
     ``take`` (an acking worker's offer): the sole children this ack releases (the next steps of
-    chains) are leased to it in the same statement where the engine can, into ``take.tasks``
-    (:meth:`~shardq.engine.Engine.take_released`); the others are released as usual."""
+    chains) are leased to it where the engine can, in the statement that reads the acked steps,
+    into ``take.tasks`` (:meth:`~shardq.engine.Engine.steps_acked`); the others are released as
+    usual."""
 
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
         if take is not None:
@@ -206,24 +207,25 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
     next step of a chain) is made claimable directly; the other children are counted off."""
-    acked = yield from operations.workflow_steps_acked(task_ids)
+    acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, take, parents=bool(results))
     leaves = sorted((task for _w, _s, kinds, _c, task, _ct in acked if not kinds), key=_by_value)
     if leaves:
         yield from operations.workflow_steps_finish(leaves, "succeeded")
     if results:
         kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct in acked if kinds and task in results]
+        kept += [(task, results[task]) for task in taken_parents if task in results]
         if kept:
             yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: _by_value(item[0])))
     direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
                if kinds and child_task is None]
-    yield from _move_on(counted, "succeeded", wake, direct, take)
+    yield from _move_on(counted, "succeeded", wake, direct)
 
 
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
-             released: Sequence[uuid.UUID] = (), take: TakeOffer | None = None) -> Plan[None]:
+             released: Sequence[uuid.UUID] = ()) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due (with
-    the tasks in ``released``, in one statement, but those ``take`` takes) and stop (cancel) the
+    the tasks in ``released``, in one statement) and stop (cancel) the
     descendants of every cancelled one, level by level."""
     if not finished:
         moved: list[Moved] = []
@@ -233,8 +235,7 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
                                                              died=outcome == "dead")
     while True:
-        yield from _apply(moved, wake, released, take)
-        take = None
+        yield from _apply(moved, wake, released)
         cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
         if not cancelled:
             return
@@ -267,10 +268,7 @@ def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
     return moved
 
 
-def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = (),
-           take: TakeOffer | None = None) -> Plan[None]:
-    if take is not None and released:
-        released = yield from operations.workflow_tasks_take(sorted(released, key=_by_value), take)
+def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -> Plan[None]:
     released = [*released, *(task for _w, _s, task, state in moved if state == "ready")]
     dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
     if released:

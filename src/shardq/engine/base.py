@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from .. import queries
 from ..history_records import Finished, SucceededColumns
-from ..leases import ExpiredLease, Fenced, WholeClaim
+from ..leases import ExpiredLease, Fenced, TakeOffer, WholeClaim
 from ..models import ClaimedTask, NewTask, SchemaJob, ShardLayout, TaskKey
 from ..plans import Call, Plan
 from . import common
@@ -191,24 +191,33 @@ class Engine(ABC):
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (one statement); how many."""
 
-    @abstractmethod
-    def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
-                      lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
-        """Inside the transaction of an ack that releases the waiting tasks ``task_ids`` (the sole
-        children of steps it acked): lease to the acking worker, in place, those of ``queues``
-        (each leased for its ``lease_seconds``) that hold no exclusive key and are due, instead of
-        making them claimable, so that no claim has to find them. A task so leased may keep a key
-        outside the claims' span: whatever makes a leased task ready again must put it back in
-        the span (a retry, the lease sweep, a hand-back). Returned as
-        :meth:`claim` returns tasks (one lease token per bucket and queue, each token's tasks in
-        key order); the caller releases the others as usual. An engine may take none
-        (:mod:`shardq.worker.taking`)."""
+    def steps_acked(self, task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+                    parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
+        """Inside the transaction of an ack that deleted the tasks ``task_ids``: their workflow steps
+        still running, as (workflow id, step, child kinds, only child, task id, sole child's task
+        id) (``workflow_steps_acked``).
+
+        ``take`` (the acking worker's offer, :mod:`shardq.worker.taking`): the engine may lease
+        the waiting tasks of the steps' sole children to that worker in place (those of
+        ``take.queues``, each for its lease, that hold no exclusive key and are due, at most
+        ``take.room``, in order of their ids), instead of leaving them for the caller to make
+        claimable, so that no claim has to find them; into ``take.tasks``, as :meth:`claim`
+        returns tasks (one lease token per bucket and queue, each token's tasks in key order). A
+        task so leased may keep a key outside the claims' span: whatever makes a leased task ready
+        again must put it back in the span (a retry, the lease sweep, a hand-back). A step whose
+        sole child was taken is left out of the steps returned: its ack has nothing more to do.
+        With ``parents``, the second value names the task ids of those steps (else it is empty).
+        This default takes none."""
+        if take is not None:
+            take.tasks = []
+        rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
+        return rows, []
 
     # -- settle ----------------------------------------------------------------------------------
+    @abstractmethod
     def ack_keys(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
         """Delete finished tasks by whole key and token and close the claims ``closed_tokens``
         (dropping their lease records where the engine keeps them); returns the ids deleted."""
-        return common.ack_many(items, closed_tokens)
 
     @abstractmethod
     def ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> Plan[set[uuid.UUID]]:

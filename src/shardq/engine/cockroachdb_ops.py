@@ -92,14 +92,6 @@ class CockroachDBOperations:
         (bucket,) = buckets
         return (yield from claim_batch(bucket, queue, limit, lease_seconds))
 
-    def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
-                      lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
-        """Takes none: released steps are claimed as any task is. Taking one in place here would
-        be a statement of its own (the state is a key column, so the release rewrites the row
-        anyway) and has not been checked on a cluster (docs/workflows.md, "Costs")."""
-        return []
-        yield  # a plan that sends nothing
-
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         (bucket,) = buckets
         return (yield from promote_due_one(bucket, queue, limit))

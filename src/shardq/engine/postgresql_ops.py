@@ -6,15 +6,15 @@ depth of every (queue, bucket) in one statement. Mixed into
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import NotMigrated
 from ..history_records import SucceededColumns
-from ..leases import WholeClaim
+from ..leases import Fenced, TakeOffer, WholeClaim
 from ..models import ClaimedTask, ShardLayout, TaskKey
 from ..plans import Atomically, Call, Plan, SchemaChange
-from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, notify_chunks
+from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, key_arrays, notify_chunks
 
 
 def _bounds(claim: WholeClaim) -> dict[str, Any]:
@@ -57,21 +57,53 @@ class PostgreSQLOperations:
         from_claim_row = ClaimedTask.from_claim_row
         return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
 
-    def take_released(self, task_ids: Sequence[uuid.UUID], queues: Sequence[str],
-                      lease_seconds: Sequence[float]) -> Plan[list[ClaimedTask]]:
-        """``workflow_tasks_take``: one row update per task, leased where it waits (its key, at
-        the backlog rank, unchanged: a HOT update), and one lease record per bucket and queue."""
-        rows = yield Call("workflow_tasks_take", {"ids": list(task_ids), "queues": list(queues),
-                                                  "lease_seconds": list(lease_seconds), "token": uuid.uuid4()},
-                          binary=True, tuples=True)
-        return [ClaimedTask(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts, payload, token,
-                            expires, created, priority, None, None, workflow)
-                for (bucket, queue, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created,
-                     priority, workflow, token) in rows]
+    def steps_acked(self, task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+                    parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
+        """With an offer, ``workflow_steps_acked_take``: the read and the take in one statement, a
+        row update per task taken, leased where it waits (its key, at the backlog rank, unchanged:
+        a HOT update), and one lease record per bucket and queue. A step whose child it took
+        sends no row back: a chain's step costs the worker only its next task's row."""
+        if take is not None:
+            take.tasks = []
+        if take is None or take.room <= 0:
+            rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
+            return rows, []
+        rows = yield Call("workflow_steps_acked_take", {
+            "task_ids": list(task_ids), "queues": list(take.queues), "lease_seconds": list(take.lease_seconds),
+            "room": take.room, "token": uuid.uuid4(), "parents": parents}, binary=True, tuples=True)
+        acked: list[tuple] = []
+        taken: list[ClaimedTask] = []
+        taken_parents: list[uuid.UUID] = []
+        for row in rows:
+            task_id = row[10]
+            if task_id is None:
+                acked.append(row[:6])
+                continue
+            (bucket, queue, rank, exec_time, _, attempts, max_attempts, payload, expires, created, priority,
+             workflow, token, parent) = row[6:]
+            taken.append(ClaimedTask(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts,
+                                     payload, token, expires, created, priority, None, None, workflow))
+            if parent is not None:
+                taken_parents.append(parent)
+        take.tasks = taken
+        return acked, taken_parents
 
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         rows = yield Call("task_promote_due_round", {"buckets": list(buckets), "queue": queue, "limit": limit, **RANKS})
         return len(rows)
+
+    def ack_keys(self, items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
+        """``task_ack_many``, which names the ids it deleted only when some were not (a lease
+        lost): the worker builds no row per task."""
+        params = key_arrays(items)
+        params["closed_tokens"] = list(closed_tokens)
+        params["expected"] = len(items)
+        # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
+        rows = yield Call("task_ack_many", params, resend_ambiguous=True, binary=True, tuples=True)
+        deleted = rows[0][1]
+        if deleted is None:
+            return {item.key.id for item in items}
+        return set(deleted)
 
     def ack_claims(self, claims: Sequence[WholeClaim], *, in_transaction: bool = False) -> Plan[set[uuid.UUID]]:
         """One statement per claim deletes its rows by key range and token (no per-task arrays)

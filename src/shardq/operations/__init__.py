@@ -117,7 +117,6 @@ from .workflows import (
     workflow_tasks_reinsert,
     workflow_tasks_rejoin,
     workflow_tasks_release,
-    workflow_tasks_take,
 )
 
 __all__ = [
@@ -211,5 +210,4 @@ __all__ = [
     "workflow_tasks_reinsert",
     "workflow_tasks_rejoin",
     "workflow_tasks_release",
-    "workflow_tasks_take",
 ]

@@ -120,12 +120,15 @@ FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[AckedStep]]:
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+                         parents: bool = False) -> Plan[tuple[list[AckedStep], list[uuid.UUID]]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
-    absence being its success (``sql/common/workflows.sql``)."""
-    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
-    return rows
+    absence being its success (``sql/common/workflows.sql``). ``take``: the acking worker's offer
+    for the sole children of these steps, taken where the engine can
+    (:meth:`~shardq.engine.Engine.steps_acked`, whose steps left out and ``parents`` these are)."""
+    engine: Engine = yield ENGINE
+    return (yield from engine.steps_acked(task_ids, take, parents))
 
 
 def workflow_steps_keep_results(results: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
@@ -192,22 +195,6 @@ def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False)
         params["wake"] = wake
     rows = yield Call("workflow_tasks_release", params, binary=True, tuples=True)
     return {row[0] for row in rows}
-
-
-def workflow_tasks_take(task_ids: Sequence[uuid.UUID], offer: TakeOffer) -> Plan[list[uuid.UUID]]:
-    """Of these released tasks (sole children, in key order of their ids), lease up to
-    ``offer.room`` to the acking worker in place (:meth:`~shardq.engine.Engine.take_released`),
-    recorded in ``offer.tasks``; returns the ids left to release."""
-    offer.tasks = []
-    if offer.room <= 0 or not task_ids:
-        return list(task_ids)
-    engine: Engine = yield ENGINE
-    taken = yield from engine.take_released(task_ids[:offer.room], offer.queues, offer.lease_seconds)
-    if not taken:
-        return list(task_ids)
-    offer.tasks = taken
-    ids = {t.key.id for t in taken}
-    return [task_id for task_id in task_ids if task_id not in ids]
 
 
 def workflow_tasks_drop(task_ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:

@@ -6,9 +6,9 @@ its parent's ack, in the ack's transaction (:mod:`shardq.workflows`). Before tha
 offers to take such tasks (:meth:`Taker.offer`): of the queues this worker serves without a flow
 limit (no concurrency or rate limit, not paused), as many as its handlers and prefetch have room
 for. The engine then leases them to this worker in the ack's transaction instead of releasing
-them (:meth:`shardq.engine.Engine.take_released`: on PostgreSQL a row update in place, the task
-kept at the backlog rank, which writes no index entry, where a release and a claim were two
-updates that moved its key); CockroachDB takes none. Once the ack committed, :meth:`Taker.hand_over` gives the
+them (:meth:`shardq.engine.Engine.steps_acked`: on PostgreSQL a row update in place, in the
+statement that reads the acked steps, the task kept at the backlog rank, which writes no index
+entry, where a release and a claim were two updates that moved its key); CockroachDB takes none. Once the ack committed, :meth:`Taker.hand_over` gives the
 tasks to the executor as a claim's are given: same lease, same entries, same settle. A step left
 out (another queue, a limited one, no room, an exclusive key, not due) is released as before, for
 any worker's claim.

@@ -74,7 +74,7 @@ CROSS JOIN LATERAL (
 -- Leased tasks per (queue, bucket), found through the lease records (whose size follows what is in
 -- flight, not the table), at most limit in all; expired: those whose lease has run out (their
 -- worker is likely gone; a sweep returns them to the queue). taken: those leased at the backlog rank
--- (chain steps taken at their release, workflow_tasks_take), which the depth's backlog span holds
+-- (chain steps taken at their release, workflow_steps_acked_take), which the depth's backlog span holds
 -- where the active span holds every other leased task.
 SELECT x.queue, x.bucket, count(*) AS leased, count(*) FILTER (WHERE x.expired) AS expired,
        count(*) FILTER (WHERE x.taken) AS taken

@@ -138,7 +138,9 @@ RETURNING t.id
 
 -- name: task_ack_many
 -- Delete finished tasks by whole key and lease token (a stale token deletes nothing), and drop the
--- lease records of claims whose every task is now settled.
+-- lease records of claims whose every task is now settled. Returns how many went, and their ids
+-- only when fewer than expected, as task_ack_claim does: one row, not a row and an id object per
+-- task for the worker to load (an ack of a chain's steps acks hundreds at once).
 -- (All statements over leased tasks by key — task_ack_many, task_retry_many, task_bury_many,
 -- task_release_many, task_extend_many, task_ack_many_kept — join the state 'leased' as an input
 -- column and name the ids in = ANY as well: written `t.state = 'leased'`, the planner takes the
@@ -158,7 +160,8 @@ WITH done AS (
 ), closed AS (
     DELETE FROM shardq_leases WHERE token = ANY(%(closed_tokens)s::UUID[])
 )
-SELECT id FROM done
+SELECT count(*) AS acked, CASE WHEN count(*) < %(expected)s::INT4 THEN coalesce(array_agg(id), '{}') END AS ids
+FROM done
 
 -- name: task_ack_claim
 -- Delete every task still leased under one whole claim that finished successfully, and drop its
@@ -237,7 +240,7 @@ RETURNING id
 -- Hand leased tasks back untouched (graceful shutdown): ready again at their old place, and the
 -- attempt they were charged at claim time is given back. rank = priority: a claimed task's rank
 -- already is (the update stays HOT: an indexed column set to its own value counts as unchanged);
--- a chain step taken at its release is leased at the backlog rank (workflow_tasks_take) and moves
+-- a chain step taken at its release is leased at the backlog rank (workflow_steps_acked_take) and moves
 -- into the claim's span here.
 UPDATE shardq_tasks AS t
 SET state = 'ready', rank = t.priority, attempts = t.attempts - 1, lease_token = NULL, lease_expires_at = NULL
