@@ -225,8 +225,8 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
              released: Sequence[uuid.UUID] = ()) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due (with
-    the tasks in ``released``, in one statement) and stop (cancel) the
-    descendants of every cancelled one, level by level."""
+    the tasks in ``released``, in one statement) and stop (cancel) the descendants of every
+    cancelled one, level by level."""
     if not finished:
         moved: list[Moved] = []
     elif outcome == "succeeded":

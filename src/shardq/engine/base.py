@@ -210,8 +210,7 @@ class Engine(ABC):
         This default takes none."""
         if take is not None:
             take.tasks = []
-        rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
-        return rows, []
+        return (yield from common.read_steps_acked(task_ids)), []
 
     # -- settle ----------------------------------------------------------------------------------
     @abstractmethod

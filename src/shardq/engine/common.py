@@ -108,9 +108,19 @@ def promote_due_one(bucket: int, queue: str, limit: int) -> Plan[int]:
     return len(rows)
 
 
+def read_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple]]:
+    """The workflow steps still running of tasks an ack just deleted (``workflow_steps_acked``),
+    each as a binary tuple: (workflow id, step, child kinds, only child, task id, sole child's
+    task id)."""
+    rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
+    return rows
+
+
 def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -> Plan[set[uuid.UUID]]:
-    """Delete finished leased tasks by whole key and token (``task_ack_many``); drop the lease
-    records of ``closed_tokens`` where the engine keeps them. Returns the ids deleted."""
+    """Delete finished leased tasks by whole key and token (``task_ack_many``, CockroachDB's: one
+    row per task deleted; PostgreSQL's names only those it did not delete,
+    :meth:`~shardq.engine.postgresql_ops.PostgreSQLOperations.ack_keys`); drop the lease records
+    of ``closed_tokens`` where the engine keeps them. Returns the ids deleted."""
     params = key_arrays(items)
     params["closed_tokens"] = list(closed_tokens)
     # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).

@@ -14,7 +14,7 @@ from ..history_records import SucceededColumns
 from ..leases import Fenced, TakeOffer, WholeClaim
 from ..models import ClaimedTask, ShardLayout, TaskKey
 from ..plans import Atomically, Call, Plan, SchemaChange
-from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, key_arrays, notify_chunks
+from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, key_arrays, notify_chunks, read_steps_acked
 
 
 def _bounds(claim: WholeClaim) -> dict[str, Any]:
@@ -66,8 +66,7 @@ class PostgreSQLOperations:
         if take is not None:
             take.tasks = []
         if take is None or take.room <= 0:
-            rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
-            return rows, []
+            return (yield from read_steps_acked(task_ids)), []
         rows = yield Call("workflow_steps_acked_take", {
             "task_ids": list(task_ids), "queues": list(take.queues), "lease_seconds": list(take.lease_seconds),
             "room": take.room, "token": uuid.uuid4(), "parents": parents}, binary=True, tuples=True)
