@@ -22,6 +22,11 @@ HANDLERS = textwrap.dedent(
         with open(os.environ["SHARDQ_TEST_OUT"] + f".{os.getpid()}", "a") as out:
             out.write(task.id + "\\n")
 
+    def record_gc_threshold(task):
+        import gc
+        with open(os.environ["SHARDQ_TEST_OUT"] + ".gc", "a") as out:
+            out.write(f"{gc.get_threshold()[0]}\\n")
+
     def fail_forever(task):
         raise shardq.Permanent("payload is poison: " + task.payload.decode())
 
@@ -90,6 +95,19 @@ def test_work_until_empty_processes_everything_and_exits_zero(shardq_cli):
     assert "processed 300" in result.stdout
     assert len(set(seen_ids(shardq_cli.tmp))) == 300
     assert json.loads(shardq_cli("stats", "--json").stdout)["queues"]["q"]["ready"] == 0
+
+
+def test_work_raises_the_young_gc_threshold_unless_told_not_to(shardq_cli):
+    from shardq.worker.collector import young_threshold
+    from shardq.worker.config import WorkerConfig
+
+    for flag in ("--gc-tuning", "--no-gc-tuning"):
+        shardq_cli("enqueue", "q", "x")
+        shardq_cli("work", "q", "--handler", "handlers_for_test:record_gc_threshold", "--until-empty", flag)
+    seen = (shardq_cli.tmp / "seen.gc").read_text().split()
+    default = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"],
+                             capture_output=True, text=True, check=True).stdout
+    assert [int(n) for n in seen] == [young_threshold(WorkerConfig(queues=("q",))), int(default)]
 
 
 def test_dead_letters_can_be_listed_requeued_and_purged(shardq_cli):

@@ -86,9 +86,11 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="With --app: take the due slots of the app's periodic tasks.")
 @click.option("--max-abandoned", type=int, default=None, metavar="N",
               help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).")
+@click.option("--gc-tuning/--no-gc-tuning", default=True, show_default=True,
+              help="Raise the garbage collector's youngest threshold while working (see shardq.worker.collector).")
 @click.pass_context
 def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, sweep,
-         metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned) -> None:
+         metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned, gc_tuning) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
     from shardq.runner import EarlySignals, run_worker
@@ -117,7 +119,8 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         handler,
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
-             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep),
+             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep,
+             gc_tuning=gc_tuning),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

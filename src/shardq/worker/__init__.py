@@ -36,6 +36,9 @@ Guarantees
     * Without any ``shardq reap`` process, a crashed worker's tasks come back within their lease
       plus about 3 s (see :mod:`shardq.maintenance.lease_sweeper`); ``until_empty`` sweeps every bucket before it
       reports done, and runs the tasks of its queues that sweep put back.
+    * While it runs, the garbage collector's youngest generation is collected once the worker has
+      turned its in-flight tasks over many times, not several times per batch (``gc_tuning``, on:
+      :mod:`.collector`; the threshold is only raised, and restored when the last worker stops).
     * Whatever a handler raises is stored as text the database accepts (:mod:`shardq.error_text`);
       an outcome the database refuses is settled alone, so the others of its batch still are.
 
@@ -62,7 +65,7 @@ Introspection
 Options: the fields of :class:`WorkerConfig`, whose defaults are the constants in
 :mod:`.config` (``concurrency`` 4, ``batch`` 100, ``prefetch`` = batch, ``lease_seconds`` per
 queue, ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_batch`` 1000,
-``heartbeat`` off, ``until_empty`` off, ``sweep`` on, ``stats_interval`` 2 s, ``statement_timeout`` 10 s (the
+``heartbeat`` off, ``until_empty`` off, ``sweep`` on, ``gc_tuning`` on, ``stats_interval`` 2 s, ``statement_timeout`` 10 s (the
 server cancels a statement of the worker's sessions after this long; a cancelled claim or settle is
 retried with backoff like a lost connection), ``listen`` on (on PostgreSQL an idle fetcher waits
 for a producer's wake-up instead of sleeping; see :mod:`shardq.notify`), ``blocked_loop_seconds``

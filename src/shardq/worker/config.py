@@ -52,6 +52,9 @@ class WorkerConfig:
     #: sweep expired leases of crashed workers (``shardq work --no-sweep``: False; see
     #: :mod:`shardq.maintenance.lease_sweeper`)
     sweep: bool = True
+    #: raise the garbage collector's youngest threshold while the worker runs (``shardq work
+    #: --no-gc-tuning``: False; see :mod:`shardq.worker.collector`)
+    gc_tuning: bool = True
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:

@@ -15,6 +15,7 @@ from ..errors import DatabaseError, InvalidInput
 from ..maintenance.lease_sweeper import LeaseSweeper
 from ..models import Task
 from ..periodic import Scheduler
+from .collector import paced
 from .config import WorkerConfig, WorkerTotals
 from .contract import Application, Handler, Resolver
 from .events import EventHook, EventSink
@@ -158,25 +159,33 @@ class Worker:
                 previous[sig] = signal.signal(sig, self.handle_signal)
         started: list[Callable[[], None]] = []
         try:
-            self.fetcher.connect()
-            self.executor.start()
-            started.append(self._finish_executor)
-            if self.timeout_keeper is not None:
-                self.timeout_keeper.thread.start()
-            self.settler.thread.start()
-            self.lease_keeper.thread.start()  # renews leases with heartbeat; keeps the registry row always
-            if self.scheduler is not None:
-                self.scheduler.thread.start()
-            if self.sweeper is not None:
-                self.sweeper.thread.start()
-            self.fetcher.run()
+            with paced(self.config):  # shardq.worker.collector: until the parts have stopped
+                try:
+                    self._start_and_fetch(started)
+                finally:
+                    self._shutdown(started)
         finally:
-            self._shutdown(started)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.sessions.close()
             self.stopped.set()
         return self.totals
+
+    def _start_and_fetch(self, started: list[Callable[[], None]]) -> None:
+        """Start the parts (``started`` collects what :meth:`_shutdown` must finish), then claim
+        on this thread until stopped."""
+        self.fetcher.connect()
+        self.executor.start()
+        started.append(self._finish_executor)
+        if self.timeout_keeper is not None:
+            self.timeout_keeper.thread.start()
+        self.settler.thread.start()
+        self.lease_keeper.thread.start()  # renews leases with heartbeat; keeps the registry row always
+        if self.scheduler is not None:
+            self.scheduler.thread.start()
+        if self.sweeper is not None:
+            self.sweeper.thread.start()
+        self.fetcher.run()
 
     @property
     def stats(self) -> WorkerTotals:
