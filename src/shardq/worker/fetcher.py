@@ -107,6 +107,10 @@ class Fetcher:
                 if listener is not None and listener.active:
                     listener.discard()  # whatever a wake-up announced so far, this round will see
                 round_started = time.monotonic()
+                # From here on, a settle sets the wake-up for the wait after this round: cleared
+                # there instead, a settle during the round (an ack that released a workflow step
+                # the round could not see) would be lost and the pause sat out.
+                table.fetch_wake.clear()
                 # Whether something was in flight as the round began: its ack may release tasks
                 # (workflow steps, an exclusive key's backlog) after the round read the table.
                 busy_at_start = bool(table.entries)
@@ -167,9 +171,10 @@ class Fetcher:
             empty_rounds += 1
             pause = backoff.idle_sleep(empty_rounds, minimum=config.idle_min, maximum=config.idle_max)
             pause = min(pause, max(0.05, flow_slots.renew_due_in()))  # busy slots stay renewed
-            if config.until_empty and not idle:
-                table.fetch_wake.clear()
-                table.fetch_wake.wait(pause)  # a settle wakes us: maybe nothing is in flight any more
+            if config.until_empty and (busy_at_start or not idle):
+                # A settle since the round began wakes us: its ack may have released tasks the
+                # round could not see, or nothing may be in flight any more.
+                table.fetch_wake.wait(pause)
             elif (listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS
                   and (not answered or echoed)):
                 # Nothing due: a producer's wake-up ends the pause early, and the back-off
