@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 KINDS = ("plain", "fan", "fan-shards", "chains", "fan-listen")
 
 
-def one(url: str, kind: str, steps: int, chains: int) -> dict:
+def one(url: str, kind: str, steps: int, chains: int, gc_tuning: bool = True) -> dict:
     """One run in this process: enqueue, then (after a line on stdin, so the caller can read the
     server's CPU between the phases) work them off; returns the figures."""
     import shardq
@@ -90,7 +90,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     sys.stdin.readline()
     cpu, started = time.process_time(), time.perf_counter()
     if kind == "fan-listen":
-        worker = app.client.worker(["bench"], app)
+        worker = app.client.worker(["bench"], app, gc_tuning=gc_tuning)
         running = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
         running.start()
         assert called.wait(600), "the fan-in never ran"
@@ -98,7 +98,7 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
         running.join()
         totals = worker.totals
     else:
-        totals = app.work(until_empty=True)
+        totals = app.work(until_empty=True, gc_tuning=gc_tuning)
     worked, cpu = time.perf_counter() - started, time.process_time() - cpu
     app.close()  # its server processes end: the caller reads the server's CPU before the reads below
     print("worked", flush=True)
@@ -115,10 +115,10 @@ def one(url: str, kind: str, steps: int, chains: int) -> dict:
     return out
 
 
-def _run(url: str, kind: str, steps: int, chains: int, server_cpu) -> dict:
+def _run(url: str, kind: str, steps: int, chains: int, server_cpu, gc_tuning: bool = True) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
     args = [sys.executable, "-m", "loadtest.workflows", "--one", url, "--kind", kind, "--steps", str(steps),
-            "--chains", str(chains)]
+            "--chains", str(chains)] + ([] if gc_tuning else ["--no-gc-tuning"])
     with subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         assert proc.stdout.readline().strip() == "enqueued"
@@ -147,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"the kinds to run, comma-separated (default all: {','.join(KINDS)}); plain always runs")
+    parser.add_argument("--no-gc-tuning", action="store_true",
+                        help="work with the worker's gc_tuning off (shardq.worker.collector), to compare")
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one, args.kind, args.steps, args.chains)))
+        print(json.dumps(one(args.one, args.kind, args.steps, args.chains, not args.no_gc_tuning)))
         return 0
 
     from .env import Bench, loadavg, track_commit_times
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in (*kinds, *reversed(kinds)):
                 url = bench.shardq_database(f"wf_{kind}")
                 try:
-                    runs[kind].append(_run(url, kind, args.steps, args.chains, bench.server_cpu))
+                    runs[kind].append(_run(url, kind, args.steps, args.chains, bench.server_cpu, not args.no_gc_tuning))
                 finally:
                     bench.drop(url)
                 print(f"{kind}: {runs[kind][-1]['cpu_ms_per_task']:.3f} ms CPU per task", file=sys.stderr, flush=True)
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[figure] for runs in rounds for r in runs[kind])
 
     report: dict = {"steps": args.steps, "chains": args.chains, "chain_length": args.steps // args.chains,
+                    "gc_tuning": not args.no_gc_tuning,
                     "rounds": rounds, "loadavg_after": load}
     for kind in kinds:
         for figure in ("cpu_ms_per_task", "client_cpu_ms_per_task", "server_cpu_ms_per_task", "work_s", "enqueue_s"):
