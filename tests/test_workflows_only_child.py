@@ -19,8 +19,9 @@ def test_a_step_has_an_only_child_when_exactly_one_child_counts_it_in_its_own_ro
     assert counts.only_child == {"c": "wide"}  # a has c and d, b has d and wide: several
     sharded = fan_in_counts([_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "x")), _spec("x")],
                             lambda parents: 2 if parents >= 2 else 0)
-    assert sharded.only_child == {"p": "q"}  # w counts p in a shard: not an own-row child
-    assert sharded.child_kinds["p"] == OWN_ROW | IN_SHARDS and "x" not in sharded.only_child
+    # w counts p in a shard: not p's own-row child; x's one child is w, counted in shard 1 of 2
+    assert sharded.only_child == {"p": "q", "x": "w"} and sharded.only_shard == {"x": 1}
+    assert sharded.child_kinds["p"] == OWN_ROW | IN_SHARDS and sharded.child_kinds["x"] == IN_SHARDS
 
 
 def test_an_ack_of_only_children_counts_them_off_by_name_grouped_in_one_statement():

@@ -18,7 +18,7 @@ from .test_engine_operations import drive, names
 
 def test_an_ack_keeps_results_only_of_steps_with_children_in_one_statement():
     w, parent, leaf = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    acked = [(w, "a", 1, "b", parent, None), (w, "z", 0, None, leaf, None)]
+    acked = [(w, "a", 1, "b", parent, None, None), (w, "z", 0, None, leaf, None, None)]
     results = {parent: '{"n": 3}', leaf: "7"}
 
     def answer(request):
@@ -38,7 +38,7 @@ def test_an_ack_that_takes_the_next_step_keeps_the_result_of_the_step_before_it(
     offer = TakeOffer(("q",), (30.0,), room=10)
     now = dt.datetime.now(dt.UTC)
     # The acked step returns no row of its own (its child was taken): the taken task's row names it.
-    taken = (None,) * 6 + (0, "q", 0, now, uuid.uuid4(), 1, 25, b"{}", now, now, 0, w, uuid.uuid4(), parent)
+    taken = (None,) * 7 + (0, "q", 0, now, uuid.uuid4(), 1, 25, b"{}", now, now, 0, w, uuid.uuid4(), parent)
 
     def answer(request):
         if request is ENGINE:
@@ -49,7 +49,7 @@ def test_an_ack_that_takes_the_next_step_keeps_the_result_of_the_step_before_it(
     assert [r.params["parents"] for r in sent if getattr(r, "name", "") == "workflow_steps_acked_take"] == [True]
     keep = [request for request in sent if getattr(request, "name", "") == "workflow_steps_keep_results"]
     assert [(r.params["task_ids"], r.params["results"]) for r in keep] == [([parent], ['{"n": 3}'])]
-    assert [t.key.id for t in offer.tasks] == [taken[10]]
+    assert [t.key.id for t in offer.tasks] == [taken[11]]
 
 
 def _chain_with_results(app, seen, queue):

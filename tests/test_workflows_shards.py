@@ -6,6 +6,7 @@ acked at the same moment."""
 from __future__ import annotations
 
 import threading
+import uuid
 
 import psycopg
 import pytest
@@ -187,3 +188,53 @@ def test_pruning_a_finished_wide_fan_in_deletes_its_shard_rows_with_it(app, db, 
     assert prune_workflows(db.store, keep_seconds=0.0).pruned == 1
     assert probe(db.session, "SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] == 0
     assert db.client.workflow_status(handle).state == "unknown"
+
+
+def test_a_member_of_a_wide_fan_in_keeps_its_shard_and_the_fan_in_its_name():
+    wide = tuple(f"p{i}" for i in range(5))
+    counts = fan_in_counts([*(_spec(p) for p in wide), _spec("wide", wide), _spec("after", ("p0",))],
+                           lambda parents: 2 if parents >= 5 else 0)
+    # p0 also has an own-row child: its shard is read through its edges, as before
+    assert counts.only_shard == {"p1": 1, "p2": 0, "p3": 1, "p4": 0}
+    assert all(counts.only_child[p] == "wide" for p in counts.only_shard) and counts.only_child["p0"] == "after"
+
+
+def test_an_ack_of_wide_fan_in_members_counts_their_shards_off_by_name_grouped_in_one_statement():
+    from .test_engine_operations import drive, names
+
+    w = uuid.uuid4()
+    finished = [(w, f"m{i}", IN_SHARDS, "wide") for i in range(5)]
+    _, sent = drive(workflows._advance(finished, {(w, f"m{i}"): i % 2 for i in range(5)}))
+    assert names(sent) == ["workflow_counts_count_off"]  # no edge read
+    params = sent[0].params
+    assert sorted(zip(params["workflow_ids"], params["children"], params["shards"], params["counts"])) == [
+        (w, "wide", 0, 3), (w, "wide", 1, 2)]
+    # One parent without its shard (a row written before migration 0020, or several children):
+    # every parent of the ack through the edges, so that shard rows are locked by one statement.
+    _, sent = drive(workflows._advance(finished, {(w, f"m{i}"): i % 2 for i in range(4)}))
+    assert names(sent) == ["workflow_counts_advance"] and sorted(sent[0].params["steps"]) == [
+        f"m{i}" for i in range(5)]
+
+
+def test_steps_written_without_their_shard_still_release_a_wide_fan_in_through_the_edges(app, db, shards):
+    ran: list[str] = []
+
+    @app.task(name="member")
+    def member(n: int) -> None:
+        ran.append(f"m{n}")
+
+    @app.task(name="callback")
+    def callback() -> None:
+        ran.append("callback")
+
+    wf = app.workflow("before-0020")
+    wf.add(callback.step(), after=wf.group(*[member.step(n=i) for i in range(6)]), name="fan-in")
+    handle = wf.enqueue()
+    assert len(probe(db.session, "SELECT step FROM shardq_workflow_steps WHERE only_shard IS NOT NULL")) == 6
+    # As rows written before the column: three members keep no shard (mixed in their acks).
+    probe(db.session, "UPDATE shardq_workflow_steps SET only_shard = NULL WHERE workflow_id = %(id)s::UUID "
+                      "AND step IN (SELECT step FROM shardq_workflow_steps WHERE workflow_id = %(id)s::UUID "
+                      "AND only_shard IS NOT NULL ORDER BY step LIMIT 3) RETURNING step", {"id": str(handle)})
+    app.work(until_empty=True)
+    assert sorted(ran[:6]) == [f"m{i}" for i in range(6)] and ran[6:] == ["callback"]
+    assert handle.status().state == "succeeded"

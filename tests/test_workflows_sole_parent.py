@@ -33,7 +33,8 @@ def test_a_step_is_a_sole_parent_when_its_one_child_has_no_other_parent_and_is_n
     assert sole == {"a": "b", "b": "c"}  # not m0/m1 (fan-in), x (on-failure child), split (two children)
     sharded = fan_in_counts([_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "y")), _spec("y")],
                             lambda parents: 2 if parents >= 2 else 0)
-    assert sharded.only_child == {"p": "q"} and sharded.sole_child == {}  # w counts p in a shard: both kinds
+    # w counts p (and y) in a shard: p has both kinds, y's only child is counted in shards
+    assert sharded.only_child == {"p": "q", "y": "w"} and sharded.sole_child == {}
 
 
 def _answer(acked, moved=()):
@@ -46,7 +47,7 @@ def _answer(acked, moved=()):
 
 def test_the_ack_of_sole_parents_releases_their_children_in_one_statement_without_counting_them_off():
     w, t_a, t_b, child_a, child_b = (uuid.uuid4() for _ in range(5))
-    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a), (w, "b", OWN_ROW, "b2", t_b, child_b)]
+    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a, None), (w, "b", OWN_ROW, "b2", t_b, child_b, None)]
     _, sent = drive(workflows._succeeded([t_a, t_b], wake=True), _answer(acked))
     calls = [request for request in sent if request is not ENGINE]
     assert names(calls) == ["workflow_steps_acked", "workflow_tasks_release"]
@@ -55,7 +56,7 @@ def test_the_ack_of_sole_parents_releases_their_children_in_one_statement_withou
 
 def test_an_ack_that_also_counts_a_fan_in_off_releases_both_in_one_statement():
     w, t_a, t_m, child_a, fan_in = (uuid.uuid4() for _ in range(5))
-    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a), (w, "m0", OWN_ROW, "fan-in", t_m, None)]
+    acked = [(w, "a", OWN_ROW, "a2", t_a, child_a, None), (w, "m0", OWN_ROW, "fan-in", t_m, None, None)]
     _, sent = drive(workflows._succeeded([t_a, t_m], wake=False), _answer(acked, [(w, "fan-in", fan_in, "ready")]))
     calls = [request for request in sent if request is not ENGINE]
     assert names(calls) == ["workflow_steps_acked", "workflow_children_count_off", "workflow_tasks_release"]

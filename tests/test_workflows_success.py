@@ -18,7 +18,7 @@ from .test_engine_operations import drive, names
 
 def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_children():
     w, t0, t1, t2 = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    acked = [(w, "m0", OWN_ROW, "fan-in", t0, None), (w, "m1", OWN_ROW, "fan-in", t1, None)]
+    acked = [(w, "m0", OWN_ROW, "fan-in", t0, None, None), (w, "m1", OWN_ROW, "fan-in", t1, None, None)]
 
     def answer(rows):
         def serve(request):
@@ -34,7 +34,7 @@ def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_
     sent = statements(workflows._succeeded([t0, t1], wake=False))
     # no write of the steps with children: their children counted off, nothing released
     assert names(sent) == ["workflow_steps_acked", "workflow_children_count_off"]
-    answer_with = answer([*acked, (w, "fan-in", 0, None, t2, None)])
+    answer_with = answer([*acked, (w, "fan-in", 0, None, t2, None, None)])
     sent = statements(workflows._succeeded([t0, t1, t2], wake=False))
     assert names(sent) == ["workflow_steps_acked", "workflow_steps_finish", "workflow_children_count_off"]
     assert sent[1].params["task_ids"] == [t2] and sent[1].params["state"] == "succeeded"

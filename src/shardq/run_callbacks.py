@@ -113,7 +113,7 @@ def register_plan(run_id: str, call: StepCall) -> Plan[Callback]:
             "workflow_id": workflow_id, "steps": [call.task], "task_ids": [task_id], "tasks": [call.task],
             "queues": [call.queue], "waiting_on": [1], "on_failure": [False], "payloads": [call.payload],
             "priorities": [call.priority], "max_attempts": [call.max_attempts], "child_kinds": [0],
-            "only_children": [None], "sole_child_task_ids": [None],
+            "only_children": [None], "sole_child_task_ids": [None], "only_shards": [None],
         }, rows="none")
         yield Call("workflow_tasks_insert", {
             "workflow_id": workflow_id, "ids": [task_id], "queues": [call.queue], "payloads": [call.payload],

@@ -208,29 +208,31 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
     others' success is their task row's absence, read, not written. A sole parent's child (the
     next step of a chain) is made claimable directly; the other children are counted off."""
     acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, take, parents=bool(results))
-    leaves = sorted((task for _w, _s, kinds, _c, task, _ct in acked if not kinds), key=_by_value)
+    leaves = sorted((task for _w, _s, kinds, _c, task, _ct, _k in acked if not kinds), key=_by_value)
     if leaves:
         yield from operations.workflow_steps_finish(leaves, "succeeded")
     if results:
-        kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct in acked if kinds and task in results]
+        kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct, _k in acked if kinds and task in results]
         kept += [(task, results[task]) for task in taken_parents if task in results]
         if kept:
             yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: _by_value(item[0])))
-    direct = [child_task for _w, _s, _k, _c, _t, child_task in acked if child_task is not None]
-    counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task in acked
+    direct = [child_task for _w, _s, _k, _c, _t, child_task, _sh in acked if child_task is not None]
+    counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task, _sh in acked
                if kinds and child_task is None]
-    yield from _move_on(counted, "succeeded", wake, direct)
+    shards = {(w, step): shard for w, step, _k, _c, _t, _ct, shard in acked if shard is not None}
+    yield from _move_on(counted, "succeeded", wake, direct, shards)
 
 
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
-             released: Sequence[uuid.UUID] = ()) -> Plan[None]:
+             released: Sequence[uuid.UUID] = (), shards: Mapping[tuple[uuid.UUID, str], int] | None = None) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due (with
     the tasks in ``released``, in one statement) and stop (cancel) the descendants of every
-    cancelled one, level by level."""
+    cancelled one, level by level. ``shards``: by (workflow id, step), the shard of a succeeded
+    parent's only child counted in shards (that child is its ``only_child``)."""
     if not finished:
         moved: list[Moved] = []
     elif outcome == "succeeded":
-        moved = yield from _advance(finished)
+        moved = yield from _advance(finished, shards)
     else:
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
                                                              died=outcome == "dead")
@@ -243,7 +245,7 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
         released = ()
 
 
-def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
+def _advance(finished: list[FinishedStep], shards: Mapping[tuple[uuid.UUID, str], int] | None = None) -> Plan[list[Moved]]:
     """Succeeded parents: their children counted in shards first (every shard row an ack locks,
     it locks before any step row: one lock order for every ack), then the children's own rows —
     those counted there, and those counted in shards that this ack drained. A parent without
@@ -252,10 +254,18 @@ def _advance(finished: list[FinishedStep]) -> Plan[list[Moved]]:
     The children counted in their own rows are locked by one statement, in key order: by name,
     grouped here, when every such parent of the batch has only one (``only_child``: the members
     of a group fanning in, the steps of a chain), else through the parents' edges. Two statements
-    there would lock two sets each in key order, but not in one order between them."""
-    in_shards = [(w, step) for w, step, kinds, _ in finished if kinds & operations.IN_SHARDS]
+    there would lock two sets each in key order, but not in one order between them. The shard
+    rows likewise: by name when every parent counted in shards has one such child and no other
+    (``shards``: the members of a wide fan-in, migration 0020), else through the edges."""
+    in_shards = [(w, step, child) for w, step, kinds, child in finished if kinds & operations.IN_SHARDS]
     own_row = [(w, step, child) for w, step, kinds, child in finished if kinds & operations.OWN_ROW]
-    drained = (yield from operations.workflow_counts_advance(in_shards)) if in_shards else []
+    drained: list[tuple[uuid.UUID, str, int]] = []
+    shards = shards or {}
+    if in_shards and all((w, step) in shards and child is not None for w, step, child in in_shards):
+        named = Counter((w, child, shards[(w, step)]) for w, step, child in in_shards if child is not None)
+        drained = yield from operations.workflow_counts_count_off([(w, c, k, n) for (w, c, k), n in named.items()])
+    elif in_shards:
+        drained = yield from operations.workflow_counts_advance([(w, step) for w, step, _ in in_shards])
     moved: list[Moved] = []
     if own_row:
         if all(child is not None for _, _, child in own_row):

@@ -111,7 +111,7 @@ def promote_due_one(bucket: int, queue: str, limit: int) -> Plan[int]:
 def read_steps_acked(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple]]:
     """The workflow steps still running of tasks an ack just deleted (``workflow_steps_acked``),
     each as a binary tuple: (workflow id, step, child kinds, only child, task id, sole child's
-    task id)."""
+    task id, only child's shard)."""
     rows = yield Call("workflow_steps_acked", {"task_ids": list(task_ids)}, binary=True, tuples=True)
     return rows
 

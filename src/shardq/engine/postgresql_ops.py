@@ -74,12 +74,12 @@ class PostgreSQLOperations:
         taken: list[ClaimedTask] = []
         taken_parents: list[uuid.UUID] = []
         for row in rows:
-            task_id = row[10]
+            task_id = row[11]
             if task_id is None:
-                acked.append(row[:6])
+                acked.append(row[:7])
                 continue
             (bucket, queue, rank, exec_time, _, attempts, max_attempts, payload, expires, created, priority,
-             workflow, token, parent) = row[6:]
+             workflow, token, parent) = row[7:]
             taken.append(ClaimedTask(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts,
                                      payload, token, expires, created, priority, None, None, workflow))
             if parent is not None:

@@ -41,6 +41,7 @@ def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec]
         "only_children": [counts.only_child.get(s.name) for s in steps],
         "sole_child_task_ids": [task_of[counts.sole_child[s.name]] if s.name in counts.sole_child else None
                                 for s in steps],
+        "only_shards": [counts.only_shard.get(s.name) for s in steps],
     }, rows="none")
     if counts.edges:
         yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _, _ in counts.edges],
@@ -70,7 +71,9 @@ class FanInCounts:
     ``only_child``: for a step with exactly one child counted in its own row, that child; and
     ``sole_child``: that child again when it has no other parent, is not an on-failure step and
     the step has no other kind of child (a chain's step but the last): the step's ack makes the
-    child's task claimable directly."""
+    child's task claimable directly; and ``only_shard``: for a step whose one child is counted in
+    shards (a member of a wide fan-in; ``only_child`` then names that child), its shard there,
+    which the step's ack lowers by name (``workflow_counts_count_off``)."""
 
     waiting_on: dict[str, int]
     child_kinds: dict[str, int]
@@ -78,6 +81,7 @@ class FanInCounts:
     shards: list[tuple[str, int, int]]
     only_child: dict[str, str]
     sole_child: dict[str, str]
+    only_shard: dict[str, int]
 
 
 def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -> FanInCounts:
@@ -89,6 +93,7 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
     edges: list[tuple[str, str, int | None]] = []
     rows: list[tuple[str, int, int]] = []
     own_children: dict[str, list[str]] = {}
+    shard_of: dict[str, list[tuple[str, int]]] = {}  # by parent: (child counted in shards, shard)
     for step in steps:
         k = min(shards_for(len(step.parents)), len(step.parents))
         if k <= 0:
@@ -101,13 +106,18 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
         waiting_on[step.name] = k
         edges += [(parent, step.name, i % k) for i, parent in enumerate(step.parents)]
         rows += [(step.name, shard, len(range(shard, len(step.parents), k))) for shard in range(k)]
-        for parent in step.parents:
+        for i, parent in enumerate(step.parents):
             kinds[parent] |= IN_SHARDS
+            shard_of.setdefault(parent, []).append((step.name, i % k))
     only_child = {parent: children[0] for parent, children in own_children.items() if len(children) == 1}
+    only_shard: dict[str, int] = {}
+    for parent, counted in shard_of.items():
+        if kinds[parent] == IN_SHARDS and len(counted) == 1:
+            only_child[parent], only_shard[parent] = counted[0]
     by_name = {step.name: step for step in steps}
     sole_child = {parent: child for parent, child in only_child.items()
                   if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure}
-    return FanInCounts(waiting_on, kinds, edges, rows, only_child, sole_child)
+    return FanInCounts(waiting_on, kinds, edges, rows, only_child, sole_child, only_shard)
 
 
 #: (workflow id, step, child kinds: :data:`OWN_ROW` | :data:`IN_SHARDS`, only child or None) of a
@@ -115,9 +125,10 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
 FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 
 
-#: A step just acked: :data:`FinishedStep`, then its task id and its sole child's task id (None
-#: when it has no sole child: :class:`FanInCounts`)
-AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None"]
+#: A step just acked: :data:`FinishedStep`, then its task id, its sole child's task id (None
+#: when it has no sole child) and its only child's shard (None unless that child is counted in
+#: shards: :class:`FanInCounts`)
+AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None", "int | None"]
 
 
 def workflow_steps_acked(task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
@@ -150,6 +161,20 @@ def workflow_counts_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[li
     returns (workflow id, child, shards this brought to 0) for each child with such a shard."""
     rows = yield Call("workflow_counts_advance", {"workflow_ids": [w for w, _ in parents],
                                                   "steps": [s for _, s in parents]}, binary=True, tuples=True)
+    return _drained(rows)
+
+
+def workflow_counts_count_off(shards: Sequence[tuple[uuid.UUID, str, int, int]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
+    """:func:`workflow_counts_advance` with the shard rows named, as (workflow id, child, shard, n
+    parents): no edge read. Returns the same."""
+    rows = yield Call("workflow_counts_count_off", {
+        "workflow_ids": [w for w, _, _, _ in shards], "children": [c for _, c, _, _ in shards],
+        "shards": [k for _, _, k, _ in shards], "counts": [n for _, _, _, n in shards]}, binary=True, tuples=True)
+    return _drained(rows)
+
+
+def _drained(rows: Sequence[tuple[uuid.UUID, str, int]]) -> list[tuple[uuid.UUID, str, int]]:
+    """(workflow id, child, shards brought to 0) from the shard rows a count-off lowered."""
     drained: dict[tuple[uuid.UUID, str], int] = {}
     for workflow_id, step, waiting_on in rows:
         if waiting_on == 0:

@@ -11,19 +11,22 @@ INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 -- (shardq.operations.workflows.OWN_ROW, IN_SHARDS); only_child, its one child counted in its own
 -- row when it has exactly one (migration 0016), lets its ack count it off without reading edges;
 -- sole_child_task_id, that child's task when it has no other parent (migration 0017), lets its ack
--- make that task claimable without counting anything off.
+-- make that task claimable without counting anything off. only_shard, for a step whose one child is
+-- counted in shards (only_child then names that child; migration 0020), the shard it counts in:
+-- its ack lowers that shard row without reading its edge.
 INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, on_failure,
-                                   payload, priority, max_attempts, child_kinds, only_child, sole_child_task_id)
+                                   payload, priority, max_attempts, child_kinds, only_child, sole_child_task_id,
+                                   only_shard)
 SELECT %(workflow_id)s::UUID, s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.waiting_on = 0 THEN 'ready' ELSE 'waiting' END, s.waiting_on, s.on_failure,
        CASE WHEN s.waiting_on > 0 THEN s.payload END, s.priority, s.max_attempts, s.child_kinds, s.only_child,
-       s.sole_child_task_id
+       s.sole_child_task_id, s.only_shard
 FROM unnest(%(steps)s::TEXT[], %(task_ids)s::UUID[], %(tasks)s::TEXT[], %(queues)s::TEXT[],
             %(waiting_on)s::INT4[], %(on_failure)s::BOOL[], %(payloads)s::BYTEA[], %(priorities)s::INT8[],
             %(max_attempts)s::INT4[], %(child_kinds)s::INT2[], %(only_children)s::TEXT[],
-            %(sole_child_task_ids)s::UUID[])
+            %(sole_child_task_ids)s::UUID[], %(only_shards)s::INT4[])
      AS s(step, task_id, task, queue, waiting_on, on_failure, payload, priority, max_attempts, child_kinds,
-          only_child, sole_child_task_id)
+          only_child, sole_child_task_id, only_shard)
 
 -- name: workflow_edges_insert
 -- Every (parent, child) edge of one workflow, with the shard of the child's count the parent is in
@@ -73,7 +76,8 @@ FROM unnest(%(ids)s::UUID[], %(queues)s::TEXT[], %(payloads)s::BYTEA[], %(priori
 -- workflow_counts_reopen, workflow_steps_reopen). A task row is deleted once, by the fenced ack,
 -- so each step moves its children once. A step without children is finished by
 -- workflow_steps_finish: it is what records when the workflow ended.
-SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id
+-- only_shard (migration 0020): the shard of its only child counted in shards (workflow_counts_count_off).
+SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id, only_shard
 FROM shardq_workflow_steps
 WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 
@@ -117,6 +121,31 @@ WITH hits AS (
         OFFSET 0
     ) AS e
     GROUP BY e.workflow_id, e.child, e.shard
+), locked AS (
+    SELECT c.workflow_id, c.step, c.shard, h.n
+    FROM shardq_workflow_counts AS c
+    JOIN hits AS h ON c.workflow_id = h.workflow_id AND c.step = h.child AND c.shard = h.shard
+    ORDER BY c.workflow_id, c.step, c.shard
+    FOR UPDATE OF c
+)
+UPDATE shardq_workflow_counts AS c
+SET waiting_on = (c.waiting_on - l.n)::INT4
+FROM locked AS l
+WHERE c.workflow_id = l.workflow_id AND c.step = l.step AND c.shard = l.shard
+RETURNING c.workflow_id, c.step, c.waiting_on
+
+-- name: workflow_counts_count_off
+-- workflow_counts_advance with the shards named: each shard row (workflow, child, shard) drops by n,
+-- its parents among the succeeded ones whose only child it counts (only_shard, migration 0020), so
+-- no edge is read. The same row locks, in the same key order, and the same outcome as
+-- workflow_counts_advance (keep them in step); an ack sends one or the other for all its parents
+-- counted in shards, never both (two statements would lock two sets, each in key order but not in
+-- one order between them).
+WITH hits AS (
+    SELECT r.workflow_id, r.child, r.shard, sum(r.n) AS n
+    FROM unnest(%(workflow_ids)s::UUID[], %(children)s::TEXT[], %(shards)s::INT4[], %(counts)s::INT8[])
+         AS r(workflow_id, child, shard, n)
+    GROUP BY r.workflow_id, r.child, r.shard
 ), locked AS (
     SELECT c.workflow_id, c.step, c.shard, h.n
     FROM shardq_workflow_counts AS c

@@ -31,13 +31,13 @@ SELECT r.id FROM released AS r CROSS JOIN woken AS w
 -- derived from %(token)s and them (md5 of the text: 32 hex digits, which PostgreSQL reads as a
 -- UUID). The ids go to the update as one sorted array (= ANY: the index scan visits them in
 -- order, so two acks lock children in one order).
--- Rows of two shapes, the first six columns or the rest NULL: the acked steps but those whose sole
+-- Rows of two shapes, the first seven columns or the rest NULL: the acked steps but those whose sole
 -- child it took (the caller releases, finishes or counts off those as after workflow_steps_acked),
 -- then the tasks taken, as the claim returns them, each token's in key order; with %(parents)s a
 -- taken task's row also names its parent's task id (for results kept in step rows). A step whose
 -- child was taken returns no row: its ack has nothing more to do, and the worker loads nothing.
 WITH acked AS MATERIALIZED (
-    SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id
+    SELECT workflow_id, step, child_kinds, only_child, task_id, sole_child_task_id, only_shard
     FROM shardq_workflow_steps
     WHERE task_id = ANY(%(task_ids)s::UUID[]) AND state IN ('waiting', 'ready')
 ), taken AS (
@@ -61,7 +61,7 @@ WITH acked AS MATERIALIZED (
     FROM taken
     GROUP BY lease_token, bucket, queue
 )
-SELECT a.workflow_id, a.step, a.child_kinds, a.only_child, a.task_id, a.sole_child_task_id,
+SELECT a.workflow_id, a.step, a.child_kinds, a.only_child, a.task_id, a.sole_child_task_id, a.only_shard,
        NULL::INT4 AS bucket, NULL::TEXT AS queue, NULL::INT8 AS rank, NULL::TIMESTAMPTZ AS exec_time,
        NULL::UUID AS id, NULL::INT4 AS attempts, NULL::INT4 AS max_attempts, NULL::BYTEA AS payload,
        NULL::TIMESTAMPTZ AS lease_expires_at, NULL::TIMESTAMPTZ AS created_at, NULL::INT8 AS priority,
@@ -69,7 +69,7 @@ SELECT a.workflow_id, a.step, a.child_kinds, a.only_child, a.task_id, a.sole_chi
 FROM acked AS a
 WHERE a.sole_child_task_id IS NULL OR NOT EXISTS (SELECT 1 FROM taken AS k WHERE k.id = a.sole_child_task_id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        k.bucket, k.queue, k.rank, k.exec_time, k.id, k.attempts, k.max_attempts, k.payload,
        k.lease_expires_at, k.created_at, k.priority, k.workflow_id, k.lease_token, p.task_id
 FROM taken AS k
