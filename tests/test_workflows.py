@@ -20,6 +20,26 @@ def _task_states(db, handle) -> dict[str, str]:
     return {name: by_id.get(task_id, "gone") for name, task_id in handle.task_ids.items()}
 
 
+def test_a_step_whose_task_a_worker_holds_is_shown_running(app, db):
+    @app.task(name="step")
+    def step(label: str) -> None:
+        pass
+
+    wf = app.workflow("held")
+    wf.chain(step.step(label="a"), step.step(label="b"))
+    wf.add(step.step(label="c"), name="root")
+    handle = wf.enqueue()
+    claimed = Consumer(db.store, ["default"], batch=1).claim().tasks
+    held = {t.id for t in claimed}
+    assert len(held) == 1
+    states = {s.name: s.state for s in handle.status().steps}
+    running = [name for name, task_id in handle.task_ids.items() if str(task_id) in held]
+    assert states[running[0]] == "running" and states["step-2"] == "waiting"
+    assert sorted(states.values()) == ["ready", "running", "waiting"]
+    assert handle.status().state == "running"
+    assert "running" in workflows.STEP_STATES
+
+
 def test_a_chain_runs_its_steps_in_order_each_released_by_the_previous_ack(app, db):
     ran: list[str] = []
 

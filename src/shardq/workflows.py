@@ -85,13 +85,14 @@ from .workflow_graph import Graph, check
 _by_value = attrgetter("int")
 
 #: The states of a step, in the order a step moves through them
-STEP_STATES = ("waiting", "ready", "succeeded", "dead", "cancelled")
+STEP_STATES = ("waiting", "ready", "running", "succeeded", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
 class StepStatus:
     """One step: its ``name``, ``task_id``, ``task`` (name), ``queue``, ``state`` (one of
-    :data:`STEP_STATES`; ``ready`` covers queued and running), ``parents``, ``waiting_on`` (parents
+    :data:`STEP_STATES`: ``ready`` is queued, ``running`` held by a worker under a lease; a step
+    whose attempt failed and waits for its retry is ``ready`` again), ``parents``, ``waiting_on`` (parents
     not yet succeeded), ``on_failure`` and ``finished_at``: when it died, was cancelled or, for a
     step without children, succeeded; None for a step with children that succeeded (its ack writes
     nothing of it: docs/workflows.md, "Costs"; its queue's history has the time when it keeps
@@ -368,7 +369,7 @@ def status_plan(workflow_id: object) -> Plan[WorkflowStatus]:
 def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
     if cancelled:
         return "cancelled"
-    if any(s.state in ("waiting", "ready") for s in steps):
+    if any(s.state in ("waiting", "ready", "running") for s in steps):
         return "running"
     if any(s.state == "dead" for s in steps):
         return "failed"

@@ -15,7 +15,8 @@ from .app import cli, client_from
 @click.pass_context
 def workflow(ctx, workflow_id, as_json) -> None:
     """The state of workflow WORKFLOW_ID (running, succeeded, failed, cancelled, or unknown) and of
-    each step (waiting, ready, succeeded, dead, cancelled) with its parents; a malformed id exits 2."""
+    each step (waiting, ready, running, succeeded, dead, cancelled) with its parents; a malformed
+    id exits 2."""
     status = client_from(ctx).workflow_status(workflow_id)
     if as_json:
         click.echo(json.dumps(status.to_json(), indent=2))

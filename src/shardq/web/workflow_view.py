@@ -25,8 +25,8 @@ from ..store import TaskStore
 from .views import NotFound, workflow_status
 
 #: step state -> box colour (a state keeps its colour on every page)
-STATE_COLOURS = {"waiting": "#9ca3af", "ready": "#2463eb", "succeeded": "#10b981", "dead": "#dc2626",
-                 "cancelled": "#f59e0b"}
+STATE_COLOURS = {"waiting": "#9ca3af", "ready": "#2463eb", "running": "#0ea5e9", "succeeded": "#10b981",
+                 "dead": "#dc2626", "cancelled": "#f59e0b"}
 #: steps drawn at most; a larger workflow is listed, not drawn
 DRAW_MAX = 300
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 168, 44, 64, 16, 8

@@ -408,12 +408,13 @@ SELECT id, name, created_at, cancelled_at FROM shardq_workflows WHERE id = %(id)
 -- name: workflow_steps_list
 -- Every step of a workflow, in name order (one span of the key); waiting_on is its parents not yet
 -- succeeded, summed over its shard rows for a step counted in shards (one span of their key). A
--- step 'ready' or 'waiting' whose task row is gone succeeded (workflow_steps_acked), and one
--- 'waiting' whose task row is no longer 'waiting' was released by its sole parent: ready, waiting
--- on none. One probe of the task's id (shardq_tasks_id), a LEFT JOIN, as in every statement that
--- reads a step's state.
+-- step 'ready' or 'waiting' whose task row is gone succeeded (workflow_steps_acked); one whose task
+-- a worker holds ('leased') is shown 'running'; and one 'waiting' whose task row is no longer
+-- 'waiting' was released by its sole parent: ready, waiting on none. One probe of the task's id
+-- (shardq_tasks_id), a LEFT JOIN, as in every statement that reads a step's state.
 SELECT s.step, s.task_id, s.task, s.queue,
        CASE WHEN s.state IN ('waiting', 'ready') AND t.id IS NULL THEN 'succeeded'
+            WHEN s.state IN ('waiting', 'ready') AND t.state = 'leased' THEN 'running'
             WHEN s.state = 'waiting' AND t.state <> 'waiting' THEN 'ready'
             ELSE s.state END AS state,
        CASE WHEN s.state = 'waiting' AND (t.id IS NULL OR t.state <> 'waiting') THEN 0
