@@ -195,7 +195,7 @@ class Engine(ABC):
                     parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
         """Inside the transaction of an ack that deleted the tasks ``task_ids``: their workflow steps
         still running, as (workflow id, step, child kinds, only child, task id, sole child's task
-        id) (``workflow_steps_acked``).
+        id, only child's shard) (``workflow_steps_acked``).
 
         ``take`` (the acking worker's offer, :mod:`shardq.worker.taking`): the engine may lease
         the waiting tasks of the steps' sole children to that worker in place (those of
