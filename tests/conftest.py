@@ -35,6 +35,7 @@ from shardq.errors import DatabaseError
 
 from .cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
 from .factories import TestDatabase
+from .support.cockroach import database_dsn
 
 TEST_BUCKETS = 4
 #: Tables emptied between CockroachDB tests that share one migrated database.
@@ -219,15 +220,11 @@ def _create_database_when_allowed(session: Session, name: str, patience: float =
 
 
 def _fresh_cockroach(root_url: str) -> TestDatabase:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
     name = f"t_{uuid.uuid4().hex[:12]}"
     root = Dsn.parse(root_url)
     with Session(root) as session:
         _create_database_when_allowed(session, name)
-    params = conninfo_to_dict(root.conninfo)
-    params["dbname"] = name
-    dsn = Dsn(make_conninfo(**params), "cockroachdb")
+    dsn = database_dsn(root, name)
     migrate.upgrade(dsn, buckets=TEST_BUCKETS)
     return TestDatabase(dsn, "cockroachdb", drop=(root_url, name))
 
