@@ -40,8 +40,9 @@ def _placeholder_context(node: ast.ParamRef, parents: dict[int, ast.Node | None]
     (optbuilder mutation builder, desired types from the target columns); a COALESCE, GREATEST,
     LEAST, NULLIF or CASE result beside a typed one (typeCheckSameTypedExprs); an ARRAY[…] under a
     cast. Everything else is refused here, including function arguments (overload resolution
-    depends on the function: `unnest($1)` is ambiguous), arithmetic, IS NULL, and a bare SELECT list
-    (TestPGPrepareFail: `SELECT $1`, `CASE WHEN TRUE THEN $1 END`).
+    depends on the function: `unnest($1)` is ambiguous), arithmetic, IS NULL, a bare SELECT list
+    (TestPGPrepareFail: `SELECT $1`, `CASE WHEN TRUE THEN $1 END`) and a RETURNING list of an
+    UPDATE, INSERT or DELETE, which is typed like a SELECT list with no desired types (_RETURNING).
     """
     parent = parents.get(id(node))
     if isinstance(parent, ast.TypeCast):
@@ -74,10 +75,48 @@ def _placeholder_context(node: ast.ParamRef, parents: dict[int, ast.Node | None]
         return "insert value" if in_values and isinstance(parents.get(id(parent)), ast.InsertStmt) else None
     if isinstance(parent, ast.ResTarget):
         holder = parents.get(id(parent))
-        if isinstance(holder, ast.UpdateStmt):
+        if isinstance(holder, ast.ReturningClause):
+            return None  # RETURNING desires no type (see _RETURNING)
+        if isinstance(holder, ast.UpdateStmt) and any(parent is t for t in holder.targetList or ()):
             return "update value"
         if isinstance(holder, ast.SelectStmt) and isinstance(parents.get(id(holder)), ast.InsertStmt):
             return "insert value"
+    return None
+
+
+#: Why a bare placeholder in RETURNING fails: the mutation builder analyses the RETURNING list
+#: as a select list with no desired types, so Placeholder.TypeCheck sees none and raises 42P18.
+_RETURNING = ("RETURNING list, which desires no type (pkg/sql/opt/optbuilder/mutation_builder.go "
+              "buildReturning: analyzeReturningList(returning, nil /* desiredTypes */, …))")
+
+#: Type families of the type names shardq casts to, as CockroachDB's types.T.Equivalent compares
+#: them (pkg/sql/types/types.go: same Family, arrays by their contents).
+_FAMILIES = {
+    "int2": "INT", "int4": "INT", "int8": "INT", "float4": "FLOAT", "float8": "FLOAT", "numeric": "DECIMAL",
+    "text": "STRING", "varchar": "STRING", "bpchar": "STRING", "name": "STRING", "bool": "BOOL",
+    "uuid": "UUID", "timestamptz": "TIMESTAMPTZ", "timestamp": "TIMESTAMP", "date": "DATE",
+    "interval": "INTERVAL", "bytea": "BYTES", "jsonb": "JSONB", "json": "JSONB",
+}
+
+
+def _family(cast: ast.TypeCast) -> str | None:
+    base = _FAMILIES.get(cast.typeName.names[-1].sval)
+    return base and base + "[]" * len(cast.typeName.arrayBounds or ())
+
+
+def _desired_family(node: ast.ParamRef, context: str, parents: dict[int, ast.Node | None]) -> str | None:
+    """The family a bare placeholder's context desires, where that needs no schema: LIMIT and
+    OFFSET desire INT (optbuilder buildLimit), a boolean context BOOL (typeCheckAndRequire), and
+    a comparison whose other side is an explicit cast that cast's type (typeCheckSameTypedExprs).
+    None where only a column's type would tell (the rule does not read the schema)."""
+    if context == "limit":
+        return "INT"
+    if context == "boolean":
+        return "BOOL"
+    parent = parents.get(id(node))
+    if context == "compared" and isinstance(parent, ast.A_Expr) and parent.kind == A_Expr_Kind.AEXPR_OP:
+        other = parent.rexpr if parent.lexpr is node else parent.lexpr
+        return _family(other) if isinstance(other, ast.TypeCast) else None
     return None
 
 
@@ -94,25 +133,39 @@ def _placeholders_typed(sent: Sent) -> list[str]:
     for stmt in statements(sent):
         parents = {id(n): p for n, p in walk_with_parent(stmt)}
         casts: dict[int, set[str]] = defaultdict(set)
+        desired: dict[int, set[str]] = defaultdict(set)
         for node in walk(stmt):
             if not isinstance(node, ast.ParamRef):
                 continue
             parent = parents.get(id(node))
             if isinstance(parent, ast.TypeCast):
                 casts[node.number].add(_type_name(parent))
-            if _placeholder_context(node, parents) is None:
+            context = _placeholder_context(node, parents)
+            if context is None:
                 where = type(parent).__name__ if parent is not None else "top level"
+                if isinstance(parent, ast.ResTarget) and isinstance(parents.get(id(parent)), ast.ReturningClause):
+                    where = _RETURNING
                 problems.append(f"{label(node)} in a {where} has no type CockroachDB can infer "
                                 "(42P18 could not determine data type of placeholder): cast it")
+            elif context != "cast" and (family := _desired_family(node, context, parents)):
+                desired[node.number].add(family)
         problems += [f"{label(ast.ParamRef(number=n))} is cast to {sorted(types)}: one placeholder, two types"
                      for n, types in casts.items() if len(types) > 1]
+        # The first context types the placeholder; a later one desiring another family overrides
+        # it and SetType refuses (42804 'placeholder $n already has type …, cannot assign …').
+        problems += [f"{label(ast.ParamRef(number=n))} is used uncast where {sorted(families)} are desired: "
+                     "42804 'placeholder … already has type …, cannot assign …' "
+                     "(pkg/sql/sem/tree/placeholders.go PlaceholderTypesInfo.SetType)"
+                     for n, families in desired.items() if len(families) > 1]
     return problems
 
 
 PLACEHOLDERS = Rule(
     "placeholder CockroachDB cannot type",
     "pkg/sql/sem/tree/type_check.go (Placeholder.TypeCheck, placeholderTypeAmbiguityError: 42P18 "
-    "'could not determine data type of placeholder'); pkg/sql/pgwire TestPGPrepareFail",
+    "'could not determine data type of placeholder'); pkg/sql/pgwire TestPGPrepareFail; "
+    "pkg/sql/opt/optbuilder/mutation_builder.go (RETURNING: nil desiredTypes); "
+    "pkg/sql/sem/tree/placeholders.go (SetType: 42804 'already has type')",
     _placeholders_typed,
 )
 

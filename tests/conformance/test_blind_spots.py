@@ -123,6 +123,34 @@ def test_placeholders_typed_by_their_context_pass():
         assert PLACEHOLDERS(Sent("test", text)) == [], text
 
 
+@pytest.mark.parametrize("text", [
+    "UPDATE shardq_queues SET paused_enqueue = %(p)s WHERE name = %(q)s RETURNING %(x)s AS x",
+    "INSERT INTO shardq_queues (name) VALUES (%(q)s) RETURNING %(x)s",
+    "DELETE FROM shardq_queues WHERE name = %(q)s RETURNING name, %(x)s",
+])
+def test_a_bare_placeholder_in_a_returning_list_is_refused_for_that_reason(text):
+    problems = " ".join(PLACEHOLDERS(Sent("test", text)))
+    assert "%(x)s in a RETURNING list, which desires no type" in problems
+    assert "mutation_builder.go" in problems and "%(p)s" not in problems and "%(q)s" not in problems
+
+
+def test_the_claims_returned_bucket_must_stay_cast():
+    problems = " ".join(PLACEHOLDERS(mutated("task_claim_batch", "RETURNING %(bucket)s::INT8 AS bucket",
+                                              "RETURNING %(bucket)s AS bucket")))
+    assert "%(bucket)s" in problems and "RETURNING list" in problems
+
+
+def test_one_placeholder_desired_as_two_families_is_refused():
+    both = mutated("task_claim_batch", "AND queue = %(queue)s\n", "AND queue = %(queue)s AND %(limit)s\n")
+    problems = " ".join(PLACEHOLDERS(both))
+    assert "%(limit)s is used uncast where ['BOOL', 'INT'] are desired" in problems and "42804" in problems
+    compared = "SELECT id FROM shardq_tasks WHERE %(n)s = attempts::INT8 AND %(n)s = queue::STRING LIMIT 1"
+    assert "['INT', 'STRING']" in " ".join(PLACEHOLDERS(Sent("test", compared)))
+    # One family in every context is fine, and so is a column whose type only the schema knows.
+    assert PLACEHOLDERS(Sent("test", "SELECT id FROM shardq_tasks WHERE attempts = %(n)s::INT8 LIMIT %(n)s")) == []
+    assert PLACEHOLDERS(Sent("test", "SELECT id FROM shardq_tasks WHERE %(n)s = attempts::INT4 LIMIT %(n)s")) == []
+
+
 # -- 5. two modifications of one table -------------------------------------------------------------
 
 def test_deleting_and_upserting_the_same_table_in_one_statement_is_refused():
