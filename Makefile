@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= dev,spark,web
 
-.PHONY: system-deps setup test test-serializable test-full test-cockroach conformance reliability demo bench bench-quick lint clean
+.PHONY: system-deps setup test test-serializable test-full test-cockroach test-cockroach-lines conformance reliability demo bench bench-quick lint clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,18 @@ COCKROACH ?= newest
 test-cockroach:
 	$(MAKE) setup EXTRAS=dev,cockroach
 	SHARDQ_TEST_COCKROACH_IMAGE=$(COCKROACH) $(BIN)/pytest -q -m cockroach
+
+# test-cockroach on the oldest supported line (23.1) and on the newest, one node each (a Docker
+# engine). Both run even when the first fails, so one command reports both; it exits non-zero if
+# either failed. (With SHARDQ_TEST_COCKROACH_URL set both would run on that one cluster: use
+# test-cockroach there.)
+test-cockroach-lines:
+	@status=0; \
+	for line in oldest newest; do \
+		echo "== make test-cockroach COCKROACH=$$line"; \
+		$(MAKE) test-cockroach COCKROACH=$$line || { status=1; echo "== CockroachDB $$line: FAILED"; }; \
+	done; \
+	exit $$status
 
 # Everything, including the long crash/fuzz suites.
 test-full: system-deps setup

@@ -1,66 +1,175 @@
-"""The CockroachDB test node, checked without Docker: the command line testcontainers builds for it,
-the environment its entrypoint sees, the image chosen and the URL the fixture connects with."""
+"""The CockroachDB test node, checked without Docker: what testcontainers would ask Docker to run,
+what it polls before the fixture connects, and the URL the fixture connects with.
+
+The fixture (``tests/conftest.py``, ``cockroach_root``) runs ``with insecure_container(image) as c:``.
+These tests drive that same ``DockerContainer.start`` with a stand-in for testcontainers' Docker
+client, so they exercise the internals of the pinned testcontainers (``>=4.15,<4.16`` in
+pyproject.toml) that the fixture relies on, as of 4.15.0 (the public repository's
+``src/testcontainers/core/container.py``, unchanged at its newest commit, c958e40c):
+
+* ``start`` calls ``self._configure()`` (line 250), then ``docker_client.create(self.image,
+  command=self._command, environment=self.env, ports=self.ports, …)`` (lines 263-266), then
+  ``docker_client.start`` (line 278), then ``self._wait_strategy.wait_until_ready(self)`` (line 282);
+* ``HttpWaitStrategy`` (``core/wait_strategies.py`` line 155) polls
+  ``f"{protocol}://{host}:{port}{self._path}"`` (``_build_url``, line 355) on the mapped port.
+
+A release that changes any of these (for instance one that starts the container without waiting,
+or builds the command elsewhere) fails here before it can make ``make test-cockroach`` connect to a
+node that is not ready or not insecure. The CockroachDB module of testcontainers is not used (the
+module documentation of ``tests/cockroach_container.py`` says why), and importing it is checked not
+to happen, because its import alone emits a DeprecationWarning.
+"""
 
 from __future__ import annotations
+
+import sys
+import warnings
 
 import pytest
 
 from shardq.dsn import Dsn
 
-from .cockroach_container import COCKROACH_IMAGES, cockroach_image, insecure_container, root_url
+from .cockroach_container import (
+    COCKROACH_IMAGES,
+    HTTP_PORT,
+    SQL_PORT,
+    cockroach_image,
+    insecure_container,
+    root_url,
+)
 
 pytest.importorskip("testcontainers")
 
+#: Host ports the stand-in Docker maps the node's ports to.
+MAPPED = {SQL_PORT: 40001, HTTP_PORT: 40002}
 
-class _NoDocker:
-    """Stands in for testcontainers' DockerClient, which the container's constructor opens."""
+
+class _Container:
+    """A started container as the Docker SDK returns it, as far as testcontainers reads it."""
+
+    id = "c0ffee"
+    short_id = "c0ffee"
+    status = "running"
+
+    def __init__(self):
+        self.removed = False
+
+    def reload(self):
+        pass
+
+    def remove(self, **kwargs):
+        self.removed = True
+
+
+class _Docker:
+    """Stands in for testcontainers' DockerClient (``core/docker_client.py``): records what
+    ``DockerContainer.start`` asks of it."""
 
     def __init__(self, **kwargs):
+        self.created: dict = {}
+        self.started = None
+        self.client = self  # DockerContainer.stop closes get_docker_client().client
+
+    def create(self, image, **kwargs):
+        self.created = {"image": image, **kwargs}
+        return _Container()
+
+    def start(self, container):
+        self.started = container
+
+    def get_connection_mode(self):
+        from testcontainers.core.config import ConnectionMode
+
+        return ConnectionMode.docker_host
+
+    def host(self):
+        return "localhost"
+
+    def port(self, container_id, port):
+        return MAPPED[int(port)]
+
+    def close(self):
         pass
 
 
 @pytest.fixture
-def configured(monkeypatch):
-    """The container as testcontainers configures it at start (its own ``_configure``), built
-    without a Docker engine."""
+def started(monkeypatch):
+    """The fixture's container after ``with insecure_container(image) as container:`` entered,
+    with the stand-in Docker and every URL the readiness check polled."""
     from testcontainers.core import container as core
+    from testcontainers.core.wait_strategies import HttpWaitStrategy
 
-    monkeypatch.setattr(core, "DockerClient", _NoDocker)
-    monkeypatch.delenv("COCKROACH_PASSWORD", raising=False)
+    monkeypatch.setattr(core, "DockerClient", _Docker)
+    monkeypatch.setattr(core.Reaper, "get_instance", classmethod(lambda cls: None))  # no Ryuk container
+    polled: list[str] = []
 
-    def build(image: str = COCKROACH_IMAGES["oldest"]):
-        container = insecure_container(image)
-        container._configure()
-        return container
+    def answer(self, url, headers, ssl_context):
+        polled.append(url)
+        return True
 
-    return build
-
-
-def test_the_node_starts_insecure_without_a_password(configured):
-    container = configured()
-    command = container._command.split()
-    assert command[0] == "start-single-node"
-    assert "--insecure" in command
-    assert not any(arg.startswith("--password") for arg in command)
-    # The image's entrypoint adds WITH PASSWORD when this is set, which an insecure node refuses.
-    assert container.env["COCKROACH_PASSWORD"] == ""
-
-
-def test_a_password_in_the_environment_does_not_make_the_node_secure(configured, monkeypatch):
+    monkeypatch.setattr(HttpWaitStrategy, "_try_http_request", answer)
+    # What a user's shell may hold must not reach the node (the entrypoint would add WITH PASSWORD).
     monkeypatch.setenv("COCKROACH_PASSWORD", "from-the-shell")
-    container = configured()
-    assert "--insecure" in container._command.split()
-    assert container.env["COCKROACH_PASSWORD"] == ""
+    monkeypatch.setenv("COCKROACH_USER", "someone")
+
+    def start(image: str = COCKROACH_IMAGES["oldest"]):
+        container = insecure_container(image)
+        container.__enter__()
+        return container, container.get_docker_client(), polled
+
+    return start
 
 
-def test_the_module_as_shipped_would_start_a_secure_node_with_an_empty_password(configured):
-    # Why insecure_container clears the password after construction: testcontainers replaces ""
-    # by its default, and the node then starts secure (the fixture could never connect).
-    from .cockroach_container import container_class
+def test_docker_is_asked_for_an_insecure_single_node(started):
+    _, docker, _ = started()
+    command = docker.created["command"].split()
+    assert command[:1] == ["start-single-node"]
+    assert "--insecure" in command
+    assert not any(arg.startswith(("--password", "--certs-dir")) for arg in command)
 
-    plain = container_class()(COCKROACH_IMAGES["oldest"], password="")
-    plain._configure()
-    assert "--insecure" not in plain._command.split()
+
+def test_the_entrypoint_sees_no_user_and_no_password(started):
+    # build/deploy/cockroach.sh creates a user only when COCKROACH_USER is set, and adds WITH PASSWORD
+    # when COCKROACH_PASSWORD is set, which an insecure node refuses.
+    _, docker, _ = started()
+    environment = docker.created["environment"]
+    assert environment.get("COCKROACH_PASSWORD", "") == ""
+    assert environment.get("COCKROACH_USER", "") == ""
+
+
+def test_both_ports_are_published(started):
+    _, docker, _ = started()
+    assert set(docker.created["ports"]) == {str(SQL_PORT), str(HTTP_PORT)}  # exposed, each to a random host port
+
+
+def test_start_waits_until_the_node_accepts_sql(started):
+    container, docker, polled = started()
+    assert docker.started is container.get_wrapped_container()
+    # The readiness endpoint, on the host port Docker mapped the HTTP port to; polled after start.
+    assert polled == [f"http://localhost:{MAPPED[HTTP_PORT]}/health?ready=1"]
+
+
+def test_the_fixture_url_reaches_the_mapped_sql_port_as_root(started):
+    container, _, _ = started()
+    url = root_url(container.get_container_host_ip(), container.get_exposed_port(SQL_PORT))
+    assert url == f"cockroachdb://root@localhost:{MAPPED[SQL_PORT]}/defaultdb?sslmode=disable"
+
+
+def test_leaving_the_block_removes_the_container(started):
+    container, _, _ = started()
+    wrapped = container.get_wrapped_container()
+    container.__exit__(None, None, None)
+    assert wrapped.removed
+
+
+def test_starting_a_node_warns_nothing(started):
+    # make test must end without warnings (issue 51): the deprecated wait helpers and testcontainers'
+    # CockroachDB module are not used.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        started()
+    assert "testcontainers.community.cockroachdb" not in sys.modules
+    assert "testcontainers.cockroachdb" not in sys.modules
 
 
 def test_the_fixture_url_is_root_without_tls_on_the_cockroachdb_engine():
@@ -74,7 +183,7 @@ def test_the_fixture_url_is_root_without_tls_on_the_cockroachdb_engine():
 @pytest.mark.parametrize(("given", "image"), [
     (None, COCKROACH_IMAGES["newest"]),
     ("oldest", "cockroachdb/cockroach:latest-v23.1"),
-    ("newest", COCKROACH_IMAGES["newest"]),
+    ("newest", "cockroachdb/cockroach:latest-v26.2"),
     ("cockroachdb/cockroach:latest-v24.1", "cockroachdb/cockroach:latest-v24.1"),
 ])
 def test_one_variable_chooses_the_image(given, image):
@@ -82,5 +191,6 @@ def test_one_variable_chooses_the_image(given, image):
     assert cockroach_image(environ) == image
 
 
-def test_the_chosen_image_is_the_one_started(configured):
-    assert configured(COCKROACH_IMAGES["newest"]).image.endswith(COCKROACH_IMAGES["newest"])
+def test_the_chosen_image_is_the_one_started(started):
+    _, docker, _ = started(COCKROACH_IMAGES["newest"])
+    assert docker.created["image"].endswith(COCKROACH_IMAGES["newest"])
