@@ -371,7 +371,7 @@ class _Connection:
         offset += 2 * nformats
         (nparams,) = struct.unpack_from("!h", rest, offset)
         offset += 2
-        text, oids = self.statements[statement.decode()]
+        text, _oids = self.statements[statement.decode()]
         values: list[Any] = []
         for i in range(nparams):
             (size,) = struct.unpack_from("!i", rest, offset)
