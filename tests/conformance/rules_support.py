@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pglast import ast
-from pglast.enums import AlterTableType, ObjectType
+from pglast.enums import AlterTableType, ConstrType, LimitOption, ObjectType, SetOperation, SortByDir
 
-from .base import Rule, nodes, statements
+from .base import Rule, nodes, statements, walk
 from .collect import Sent
 
 # -- statement kinds -------------------------------------------------------------------------------
@@ -70,6 +70,143 @@ UNIMPLEMENTED = Rule(
     "pkg/sql/parser/sql.y (stmt, stmt_without_legacy_transaction, reindex_stmt), "
     "pkg/sql/parser/lexer.go (PurposelyUnimplemented: 42601 'unimplemented: this syntax')",
     _statement_kinds,
+)
+
+# -- clauses inside allowed statement kinds ---------------------------------------------------------
+
+#: Where each refused clause stands in CockroachDB's grammar, pkg/sql/parser/sql.y at
+#: 8c50557574e6dd23b3f8623453b45bb9935ccd93 (an "unimplemented" production fails with 0A000 through
+#: lexer.go's Unimplemented*; a clause with no production is a 42601 syntax error).
+SQL_Y = "pkg/sql/parser/sql.y at 8c50557"
+CLAUSES = {
+    "returning old/new": f"{SQL_Y} returning_clause: only RETURNING target_list | RETURNING NOTHING; "
+                         "RETURNING OLD/NEW (and WITH (OLD AS …)) is PostgreSQL 18's, with no production here",
+    "grouping sets": f"{SQL_Y} group_by_item: ROLLUP/CUBE/GROUPING SETS are "
+                     "unimplementedWithIssueDetail(sqllex, 46280, …)",
+    "with ties": f"{SQL_Y} limit_clause: FETCH first_or_next … ONLY; no WITH TIES production",
+    "tablesample": f"{SQL_Y} table_ref: no TABLESAMPLE production",
+    "recursive union": "pkg/sql/opt/optbuilder/with.go at 03080eb (splitRecursiveCTE requires union.All; a "
+                       "self-reference otherwise fails 'recursive query %q does not have the form "
+                       "non-recursive-term UNION ALL recursive-term')",
+    "order by using": f"{SQL_Y} sortby: a_expr opt_asc_desc opt_nulls_order; no USING operator",
+    "current of": f"{SQL_Y} where_clause: WHERE a_expr; no WHERE CURRENT OF production",
+    "partition": f"{SQL_Y} partition_by_inner: RANGE/LIST '(' name_list ')' '(' partitions ')' — "
+                 "PostgreSQL's declarative partitioning (PARTITION BY … without the list, PARTITION OF) "
+                 "has no production",
+    "exclude": f"{SQL_Y} constraint_elem: EXCLUDE USING error → unimplementedWithIssueDetail(sqllex, 46657, "
+               "\"add constraint exclude using\")",
+    "nulls not distinct": f"{SQL_Y} constraint_elem UNIQUE / create_index_stmt: no NULLS [NOT] DISTINCT",
+    "access method": f"{SQL_Y} opt_index_access_method: gin, gist, btree only; hash, spgist, brin "
+                     "→ unimplemented(sqllex, \"index using \" + $2), anything else 'unrecognized access method'",
+    "opclass": f"{SQL_Y} index_elem_options: an operator class → unimplementedWithIssue(sqllex, 47420)",
+    "inherits": f"{SQL_Y} opt_create_table_inherits: INHERITS error → "
+                "unimplementedWithIssueDetail(sqllex, 22456, \"create table inherits\")",
+}
+TYPES_FILE = Path(__file__).with_name("cockroachdb_types.txt")
+
+
+def _load_types() -> dict[str, tuple[str, str]]:
+    rows = [line.split("\t") for line in TYPES_FILE.read_text().splitlines() if line and not line.startswith("#")]
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+#: name -> (verdict, source); see cockroachdb_types.txt for where and how it was taken.
+TYPES = _load_types()
+
+
+def _type_problem(node: ast.TypeName) -> str | None:
+    names = [n.sval for n in node.names]
+    if names[:1] == ["pg_catalog"]:
+        names = names[1:]
+    if len(names) != 1:
+        return f"type {'.'.join(names)}: a qualified (user-defined) type name, not in cockroachdb_types.txt"
+    verdict, source = TYPES.get(names[0], ("missing", ""))
+    if verdict == "type":
+        return None
+    if verdict == "unimplemented":
+        return (f"type {names[0]}: {SQL_Y} simple_typename → unimplemented for a name in "
+                f"pkg/sql/types/types.go {source}")
+    return (f"type {names[0]}: not a CockroachDB type name (cockroachdb_types.txt); {SQL_Y} simple_typename makes "
+            "it a user-defined type reference, which fails 'type does not exist'")
+
+
+def _names_in_scope(stmt: ast.Node) -> set[str]:
+    """Every table name and alias the statement's FROM, USING and targets bring into scope."""
+    found = set()
+    for n in walk(stmt):
+        if isinstance(n, ast.RangeVar):
+            found.add(n.alias.aliasname if n.alias else n.relname)
+        elif isinstance(n, (ast.RangeSubselect, ast.RangeFunction)) and n.alias:
+            found.add(n.alias.aliasname)
+    return found
+
+
+def _refers_to(query: ast.Node, name: str) -> bool:
+    return any(isinstance(n, ast.RangeVar) and n.relname == name and not n.schemaname for n in walk(query))
+
+
+def _clauses(sent: Sent) -> list[str]:
+    """Clause-level syntax inside an allowed statement kind that CockroachDB's grammar lacks or
+    refuses as unimplemented, and type names outside cockroachdb_types.txt: PostgreSQL 18's parser
+    (PARSES) accepts them all."""
+    problems = []
+    for stmt in statements(sent):
+        in_scope = _names_in_scope(stmt)
+        for node in walk(stmt):
+            if isinstance(node, ast.ReturningClause):
+                qualifiers = {c.fields[0].sval for t in node.exprs or () for c in walk(t)
+                              if isinstance(c, ast.ColumnRef) and len(c.fields) >= 2
+                              and isinstance(c.fields[0], ast.String)}
+                if node.options or ({"old", "new"} & qualifiers) - in_scope:
+                    problems.append(CLAUSES["returning old/new"])
+            elif isinstance(node, ast.GroupingSet):
+                problems.append(CLAUSES["grouping sets"])
+            elif isinstance(node, ast.SelectStmt) and node.limitOption == LimitOption.LIMIT_OPTION_WITH_TIES:
+                problems.append(CLAUSES["with ties"])
+            elif isinstance(node, ast.RangeTableSample):
+                problems.append(CLAUSES["tablesample"])
+            elif isinstance(node, ast.WithClause) and node.recursive:
+                for cte in node.ctes:
+                    query = cte.ctequery
+                    if (isinstance(query, ast.SelectStmt) and query.op == SetOperation.SETOP_UNION
+                            and not query.all and _refers_to(query, cte.ctename)):
+                        problems.append(f"WITH RECURSIVE {cte.ctename}: UNION without ALL, "
+                                        f"{CLAUSES['recursive union']}")
+            elif isinstance(node, ast.SortBy) and node.sortby_dir == SortByDir.SORTBY_USING:
+                problems.append(CLAUSES["order by using"])
+            elif isinstance(node, ast.CurrentOfExpr):
+                problems.append(CLAUSES["current of"])
+            elif isinstance(node, ast.CreateStmt):
+                if node.partspec is not None or node.partbound is not None:
+                    problems.append(CLAUSES["partition"])
+                if node.inhRelations and node.partbound is None:
+                    problems.append(CLAUSES["inherits"])
+            elif isinstance(node, ast.Constraint):
+                if node.contype == ConstrType.CONSTR_EXCLUSION:
+                    problems.append(CLAUSES["exclude"])
+                if node.nulls_not_distinct:
+                    problems.append(CLAUSES["nulls not distinct"])
+            elif isinstance(node, ast.IndexStmt):
+                if node.nulls_not_distinct:
+                    problems.append(CLAUSES["nulls not distinct"])
+                if node.accessMethod not in ("btree", "gin", "gist"):
+                    problems.append(f"USING {node.accessMethod}: {CLAUSES['access method']}")
+            elif isinstance(node, ast.IndexElem) and node.opclass:
+                problems.append(CLAUSES["opclass"])
+            elif isinstance(node, ast.TypeName):
+                problem = _type_problem(node)
+                if problem:
+                    problems.append(problem)
+    return problems
+
+
+UNSUPPORTED_CLAUSES = Rule(
+    "clause or type CockroachDB's grammar lacks",
+    f"{SQL_Y} (returning_clause, group_by_item, limit_clause, table_ref, sortby, where_clause, partition_by_inner, "
+    "constraint_elem, opt_index_access_method, index_elem_options, opt_create_table_inherits, simple_typename), "
+    "pkg/sql/parser/lexer.go (Unimplemented*, PurposelyUnimplemented), pkg/sql/opt/optbuilder/with.go "
+    "(splitRecursiveCTE), pkg/sql/types (allowlist in tests/conformance/cockroachdb_types.txt)",
+    _clauses,
 )
 
 # -- builtin functions -----------------------------------------------------------------------------
@@ -150,9 +287,11 @@ def _temp_tables(sent: Sent) -> list[str]:
     for node in nodes(sent):
         if isinstance(node, (ast.CreateStmt, ast.CreateTableAsStmt)):
             relation = node.relation if isinstance(node, ast.CreateStmt) else node.into.rel
-            if relation.relpersistence == "t":
-                problems.append(f"CREATE TEMP TABLE {relation.relname}: refused unless the session sets "
-                                "experimental_enable_temp_tables (0A000 'temporary tables are only "
+            if relation.relpersistence == "t" or relation.schemaname == "pg_temp":
+                how = "TEMP TABLE" if relation.relpersistence == "t" else "TABLE pg_temp."
+                problems.append(f"CREATE {how}{relation.relname}: temporary (pg_temp is as good as TEMP: "
+                                "pkg/sql/opt/optbuilder/util.go resolveTemporaryStatus), refused unless the "
+                                "session sets experimental_enable_temp_tables (0A000 'temporary tables are only "
                                 "supported experimentally', cockroachdb#46260)")
     return problems
 
@@ -160,6 +299,7 @@ def _temp_tables(sent: Sent) -> list[str]:
 TEMP_TABLES = Rule(
     "temporary table",
     "pkg/sql/create_table.go (persistence.IsTemporary() && !SessionData().TempTablesEnabled: "
-    "pgcode.FeatureNotSupported, hint SET experimental_enable_temp_tables = 'on')",
+    "pgcode.FeatureNotSupported, hint SET experimental_enable_temp_tables = 'on'); "
+    "pkg/sql/opt/optbuilder/util.go at 0031e1f (resolveTemporaryStatus: a pg_temp schema makes it temporary)",
     _temp_tables,
 )
