@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -31,18 +30,12 @@ from shardq import migrate
 from shardq.client import Client
 from shardq.db import Dsn, Session
 from shardq.embedded import EmbeddedServer
-from shardq.errors import DatabaseError
 
 from .cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
 from .factories import TestDatabase
-from .support.cockroach import database_dsn
+from .support import cockroach as cockroach_support
 
 TEST_BUCKETS = 4
-#: Tables emptied between CockroachDB tests that share one migrated database.
-SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_spark_chunks",
-                 "shardq_spark_runs", "shardq_spark_stages", "shardq_periodic", "shardq_slots", "shardq_rate_tokens",
-                 "shardq_history", "shardq_attempts", "shardq_listeners", "shardq_workflows", "shardq_workflow_steps",
-                 "shardq_workflow_edges")
 
 
 #: ``SHARDQ_TEST_ISOLATION=serializable`` (``make test-serializable``): the embedded PostgreSQL runs
@@ -101,7 +94,7 @@ def _cockroach_unavailable() -> str | None:
         import sqlalchemy_cockroachdb  # noqa: F401  (migrations need the dialect)
     except ImportError:
         return "the migration dialect is missing (pip install 'shardq[cockroach]')"
-    if _cockroach_root_url():
+    if cockroach_support.cluster_url():
         return None
     try:
         import docker  # type: ignore  # testcontainers' client
@@ -167,13 +160,6 @@ def pg_template(pg_server) -> str:
     return "shardq_template"
 
 
-def _cockroach_root_url() -> str | None:
-    url = os.environ.get("SHARDQ_TEST_COCKROACH_URL")
-    if url:
-        return url
-    return None
-
-
 @pytest.fixture(scope="session")
 def cockroach_root():
     """A root URL of a CockroachDB test cluster, or a skip saying why there is none."""
@@ -181,7 +167,7 @@ def cockroach_root():
         import sqlalchemy_cockroachdb  # noqa: F401  (migrations need the dialect)
     except ImportError:
         pytest.skip("CockroachDB: the migration dialect is missing (pip install 'shardq[cockroach]')")
-    url = _cockroach_root_url()
+    url = cockroach_support.cluster_url()
     if url:
         yield url
         return
@@ -204,48 +190,12 @@ def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
     return TestDatabase(Dsn.parse(pg_server.url(name)), "postgresql", drop=(pg_server.url("postgres"), name))
 
 
-def _create_database_when_allowed(session: Session, name: str, patience: float = 30.0) -> None:
-    """CREATE DATABASE, retried while the user may not yet: the image's entrypoint grants admin to
-    its user only after printing the line testcontainers waits for (build/deploy/cockroach.sh,
-    audit F8), so the first statement can race the grant and fail with 42501."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            session.execute_raw(f'CREATE DATABASE "{name}"')
-            return
-        except DatabaseError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != "42501" or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-def _fresh_cockroach(root_url: str) -> TestDatabase:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    root = Dsn.parse(root_url)
-    with Session(root) as session:
-        _create_database_when_allowed(session, name)
-    dsn = database_dsn(root, name)
-    migrate.upgrade(dsn, buckets=TEST_BUCKETS)
-    return TestDatabase(dsn, "cockroachdb", drop=(root_url, name))
-
-
 @pytest.fixture(scope="session")
 def cockroach_shared(cockroach_root):
     """One migrated CockroachDB database for the session's tests, emptied before each."""
-    database = _fresh_cockroach(cockroach_root)
+    database = cockroach_support.fresh_database(cockroach_root, buckets=TEST_BUCKETS)
     yield database
     database.close()
-
-
-def _emptied(database: TestDatabase) -> TestDatabase:
-    stages = database.sql("SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'")
-    for row in stages:
-        database.sql(f'DROP TABLE IF EXISTS "{row["table_name"]}"')
-    for table in SHARDQ_TABLES:
-        database.sql(f"DELETE FROM {table} WHERE true")
-    database.client.close()
-    database.reopen()
-    return database
 
 
 @pytest.fixture(params=["postgresql", pytest.param("cockroachdb", marks=pytest.mark.cockroach)])
@@ -257,7 +207,7 @@ def db(request):
         yield database
         database.close()
     else:
-        yield _emptied(request.getfixturevalue("cockroach_shared"))
+        yield cockroach_support.emptied(request.getfixturevalue("cockroach_shared"))
 
 
 @pytest.fixture
@@ -273,13 +223,13 @@ def app(db):
 @pytest.fixture
 def crdb_db(request):
     """A CockroachDB database only, with no rows (CockroachDB-specific plans and retries)."""
-    return _emptied(request.getfixturevalue("cockroach_shared"))
+    return cockroach_support.emptied(request.getfixturevalue("cockroach_shared"))
 
 
 @pytest.fixture
 def crdb_db_fresh(request):
     """A CockroachDB database of its own, for tests that change the schema (resizing)."""
-    database = _fresh_cockroach(request.getfixturevalue("cockroach_root"))
+    database = cockroach_support.fresh_database(request.getfixturevalue("cockroach_root"), buckets=TEST_BUCKETS)
     yield database
     database.close()
 
