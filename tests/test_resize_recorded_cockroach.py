@@ -264,6 +264,23 @@ def test_a_resize_while_another_schema_change_of_the_table_runs_is_refused_befor
     assert [name for name, _ in arrived(server)] == ["shard_layout_get", "table_schema_jobs_running"]
 
 
+def test_an_alter_refused_because_a_schema_change_started_after_the_check_raises_resize_in_progress():
+    # Another schema change begins between the job check and the ALTER. The server refuses the
+    # ALTER (pkg/sql/schema_changer_test.go, TestPrimaryKeyChangeWithPrecedingIndexCreation,
+    # "pk-change-before": "unimplemented: table test is currently undergoing a schema change",
+    # an unimplemented error: 0A000), with shardq's table name.
+    busy = Error("0A000", "unimplemented: table shardq_tasks is currently undergoing a schema change")
+    with RecordedCockroach(Cluster(alter=busy)) as server:
+        with pytest.raises(ResizeInProgress) as raised:
+            resize_buckets(sessions(server), 32, poll=0.001)
+    assert str(raised.value) == (
+        "a schema change of shardq_tasks is still running (unimplemented: table shardq_tasks is currently "
+        "undergoing a schema change); wait for it before resizing"
+    )
+    assert [name for name, _ in arrived(server, connection=1)] == [
+        "shard_layout_get", "table_schema_jobs_running", ALTER_32]
+
+
 @pytest.mark.parametrize("buckets", [1, 2049])
 def test_bucket_counts_out_of_range_are_refused_before_connecting(buckets):
     with RecordedCockroach(Cluster()) as server:

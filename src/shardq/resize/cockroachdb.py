@@ -28,6 +28,13 @@ log = logging.getLogger("shardq.resize")
 
 JOB_POLL_SECONDS_DEFAULT = 1.0
 
+#: How the server refuses an ALTER PRIMARY KEY while another schema change of the table runs
+#: (pkg/sql/alter_primary_key.go: ``unimplemented.NewWithIssuef(45510, "table %s is currently
+#: undergoing a schema change")``; pkg/sql/schema_changer_test.go,
+#: TestSchemaChangeWhileExecutingPrimaryKeyChange: "cannot perform a schema change operation while
+#: a primary key change is in progress").
+_BUSY = ("is currently undergoing a schema change", "while a primary key change is in progress")
+
 ProgressHook = Callable[[ResizeProgress], None]
 
 
@@ -133,8 +140,16 @@ def resize(
             f"{running[0].description}); wait for it before resizing"
         )
     _report(on_progress, ResizeProgress("schema-change", f"ALTER PRIMARY KEY to {buckets} buckets"))
-    with _JobWatcher(engine, open_session, poll, on_progress):
-        session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
+    try:
+        with _JobWatcher(engine, open_session, poll, on_progress):
+            session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
+    except DatabaseError as exc:
+        # A schema change that started after the check above: the server refuses the ALTER
+        # (0A000) rather than queue it.
+        if any(text in str(exc) for text in _BUSY):
+            raise ResizeInProgress(f"a schema change of shardq_tasks is still running ({exc}); "
+                                   "wait for it before resizing") from exc
+        raise
     wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
     after = session.run(engine.read_layout())
     if after.bucket_count != buckets:
