@@ -42,7 +42,7 @@ from click.testing import CliRunner
 
 from shardq.db import Session
 from shardq.dsn import Dsn
-from shardq.errors import DatabaseError, InvalidInput, ResizeInProgress
+from shardq.errors import DatabaseError, DatabaseUnavailable, InvalidInput, ResizeInProgress
 from shardq.models import ResizeProgress, ResizeResult
 from shardq.resize import cockroachdb as crdb_resize
 from shardq.resize import resize_buckets
@@ -89,13 +89,14 @@ class Cluster:
     the DROP COLUMN (a function of the received statement, or an answer)."""
 
     def __init__(self, *, before: int = 16, after: int = 32, jobs_before: tuple = (),
-                 jobs_after: list[tuple] | None = None, alter=None, drop=None) -> None:
+                 jobs_after: list | None = None, alter=None, drop=None, took: bool = True) -> None:
         self.buckets = before
         self.after = after
         self.jobs_before = jobs_before
         self.jobs_after = list(jobs_after or [])
         self.alter = alter if alter is not None else Command("ALTER TABLE")
         self.drop = drop if drop is not None else Command("ALTER TABLE")
+        self.took = took  # whether an ALTER whose connection is lost reached the server
         self.resize_connection: int | None = None
         self.altered = False
 
@@ -103,11 +104,14 @@ class Cluster:
         if received.name == "shard_layout_get":
             return layout(self.buckets)
         if received.name == "table_schema_jobs_running":
-            if self.resize_connection is not None and received.connection != self.resize_connection:
+            if self.watching(received):
                 return jobs()  # the watcher's own session, before the job exists
             if not self.altered:
                 return jobs(*self.jobs_before)
-            return jobs(*self.jobs_after.pop(0)) if self.jobs_after else jobs()
+            if not self.jobs_after:
+                return jobs()
+            polled = self.jobs_after.pop(0)
+            return polled if isinstance(polled, Error | Disconnect) else jobs(*polled)
         if received.text.startswith("ALTER TABLE shardq_tasks ALTER PRIMARY KEY"):
             self.resize_connection = received.connection
             answer = self.alter(received) if callable(self.alter) else self.alter
@@ -115,10 +119,16 @@ class Cluster:
                 self.altered, self.buckets = True, self.after
             elif isinstance(answer, Disconnect):
                 self.altered = True
+                self.buckets = self.after if self.took else self.buckets
             return answer
         if received.name == "shard_column_drop":
             return self.drop(received) if callable(self.drop) else self.drop
         return None
+
+    def watching(self, received: Received) -> bool:
+        # The watcher polls only while the ALTER runs, on the one connection opened meanwhile.
+        return (self.resize_connection is not None and not self.altered
+                and received.connection != self.resize_connection)
 
 
 def sessions(server: RecordedCockroach):
@@ -348,6 +358,58 @@ def test_no_drop_is_tried_when_the_shard_column_did_not_change():
     assert "shard_column_drop" not in [r.name for r in server.received]
     assert result.message == f"resized from 16 to 32 buckets; shard column {COLUMN_16}"
     assert not result.stale_column_dropped and result.stale_column_kept is None
+
+
+# -- lost connections -------------------------------------------------------------------------
+
+#: What a draining node sends a connection before closing it (pkg/sql/pgwire/server.go:
+#: ErrDrainingExistingConn = "server is shutting down", sent through newAdminShutdownErr, whose
+#: code is pgcode.AdminShutdown, 57P01).
+SHUTTING_DOWN = Error("57P01", "server is shutting down")
+
+
+def test_a_connection_lost_during_the_alter_reconnects_waits_for_the_job_and_finishes():
+    # The job goes on without the connection that started it: the resize waits for it on a new
+    # connection, then drops the old shard column as usual.
+    cluster = Cluster(alter=Disconnect(), jobs_after=[(BACKFILLING,)])
+    with RecordedCockroach(cluster) as server:
+        result = resize_buckets(sessions(server), 32, poll=0.001)
+    assert result.changed and result.after == 32 and result.stale_column_dropped
+    assert [(r.connection, r.name or r.text) for r in server.received] == [
+        (1, "shard_layout_get"), (1, "table_schema_jobs_running"), (1, ALTER_32),
+        (2, "table_schema_jobs_running"), (2, "table_schema_jobs_running"), (2, "shard_layout_get"),
+        (2, "shard_column_drop"), (2, "table_schema_jobs_running"),
+    ]
+    assert server.startups[1].parameters["options"] == "-c timezone=UTC -c allow_unsafe_internals=on"
+
+
+def test_a_connection_lost_before_the_alter_arrived_raises_the_lost_connection():
+    # No job, the old layout: the ALTER never reached the server. The error says so, not "the
+    # ALTER finished with 16 buckets".
+    cluster = Cluster(alter=Disconnect(), took=False)
+    with RecordedCockroach(cluster) as server:
+        with pytest.raises(DatabaseUnavailable):
+            resize_buckets(sessions(server), 32, poll=0.001)
+    assert "shard_column_drop" not in [r.name for r in server.received]
+
+
+def test_lost_connections_while_waiting_for_the_job_are_reconnected():
+    cluster = Cluster(jobs_after=[(CLEANUP,), Disconnect(), SHUTTING_DOWN, (CLEANUP,)])
+    with RecordedCockroach(cluster) as server:
+        result = resize_buckets(sessions(server), 32, poll=0.001)
+    assert result.stale_column_dropped
+    polls = [r.connection for r in server.received if r.name == "table_schema_jobs_running"]
+    assert polls == [1, 1, 1, 2, 2, 2, 2]  # before; CLEANUP, lost; drained, CLEANUP, none; after the drop
+
+
+def test_a_wait_gives_up_after_more_lost_connections_in_a_row_than_allowed():
+    lost = [Disconnect()] * (crdb_resize.RECONNECTS_MAX + 1)
+    with RecordedCockroach(Cluster(jobs_after=lost)) as server:
+        with pytest.raises(DatabaseUnavailable):
+            resize_buckets(sessions(server), 32, poll=0.001)
+    polls = [r for r in server.received if r.name == "table_schema_jobs_running"]
+    assert len(polls) == 1 + crdb_resize.RECONNECTS_MAX + 1
+    assert "shard_column_drop" not in [r.name for r in server.received]
 
 
 # -- the command ------------------------------------------------------------------------------
