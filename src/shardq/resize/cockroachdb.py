@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import validation
 from ..db import Session
-from ..errors import DatabaseError, ResizeInProgress
+from ..errors import DatabaseError, DatabaseUnavailable, ResizeInProgress
 from ..models import ResizeProgress, ResizeResult, SchemaJob
 from ..plans import SchemaChange, single
 
@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("shardq.resize")
 
 JOB_POLL_SECONDS_DEFAULT = 1.0
+#: Lost connections in a row that a wait for the schema-change jobs survives (each poll reconnects).
+RECONNECTS_MAX = 3
+
+#: How the server refuses an ALTER PRIMARY KEY while another schema change of the table runs
+#: (pkg/sql/alter_primary_key.go: ``unimplemented.NewWithIssuef(45510, "table %s is currently
+#: undergoing a schema change")``; pkg/sql/schema_changer_test.go,
+#: TestSchemaChangeWhileExecutingPrimaryKeyChange: "cannot perform a schema change operation while
+#: a primary key change is in progress").
+_BUSY = ("is currently undergoing a schema change", "while a primary key change is in progress")
 
 ProgressHook = Callable[[ResizeProgress], None]
 
@@ -83,10 +92,22 @@ def wait_for_schema_jobs(
     engine: CockroachDBEngine, session: Session, *, poll: float = JOB_POLL_SECONDS_DEFAULT,
     on_progress: ProgressHook | None = None,
 ) -> None:
-    """Block until ``shardq_tasks`` has no unfinished schema-change job, reporting progress."""
+    """Block until ``shardq_tasks`` has no unfinished schema-change job, reporting progress. A
+    lost connection is reconnected (up to :data:`RECONNECTS_MAX` times in a row): the jobs run on
+    the cluster whatever becomes of the session that waits for them."""
     pause = threading.Event()
+    lost = 0
     while True:
-        jobs = session.run(engine.schema_jobs())
+        try:
+            jobs = session.run(engine.schema_jobs())
+        except DatabaseUnavailable as exc:
+            lost += 1
+            if lost > RECONNECTS_MAX:
+                raise
+            log.warning("lost the connection while waiting for the schema-change job (%s); reconnecting", exc)
+            pause.wait(poll)
+            continue
+        lost = 0
         if not jobs:
             return
         _report(on_progress, _job_progress(jobs))
@@ -109,7 +130,8 @@ def resize(
     cockroachdb#164557); refuse while another schema change of the table is unfinished
     (:class:`ResizeInProgress`); run ``ALTER PRIMARY KEY … USING HASH WITH (bucket_count = N)``
     alone in autocommit, with a second session (``open_session``) reporting the job's progress;
-    wait for the table's remaining schema-change jobs; check the new layout; then try to drop the
+    wait for the table's remaining schema-change jobs (reconnecting if the connection is lost,
+    during the ALTER too: the job outlives it); check the new layout; then try to drop the
     old shard column. CockroachDB keeps that column after the swap; a consumer still filtering on
     it would read the spans of every new bucket with the stale column as a residual filter (many
     more rows than one bucket, and SKIP LOCKED locking what it scans: docs/cockroachdb.md, "Layout discovery"); once it is gone such a claim fails with
@@ -133,11 +155,29 @@ def resize(
             f"{running[0].description}); wait for it before resizing"
         )
     _report(on_progress, ResizeProgress("schema-change", f"ALTER PRIMARY KEY to {buckets} buckets"))
-    with _JobWatcher(engine, open_session, poll, on_progress):
-        session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
+    lost: DatabaseUnavailable | None = None
+    try:
+        with _JobWatcher(engine, open_session, poll, on_progress):
+            session.run(single(SchemaChange("table_primary_key_alter", literals={"bucket_count": buckets})))
+    except DatabaseUnavailable as exc:
+        # The connection went while the ALTER waited for its job, which goes on without it
+        # ("If the statement is canceled, jobs will continue in the background": CockroachDB's
+        # docs, Online Schema Changes). Wait for it on a new connection; the layout then says
+        # whether the ALTER took (it may never have arrived).
+        log.warning("lost the connection during ALTER PRIMARY KEY (%s); waiting for its job", exc)
+        lost = exc
+    except DatabaseError as exc:
+        # A schema change that started after the check above: the server refuses the ALTER
+        # (0A000) rather than queue it.
+        if any(text in str(exc) for text in _BUSY):
+            raise ResizeInProgress(f"a schema change of shardq_tasks is still running ({exc}); "
+                                   "wait for it before resizing") from exc
+        raise
     wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
     after = session.run(engine.read_layout())
     if after.bucket_count != buckets:
+        if lost is not None:
+            raise lost
         raise DatabaseError(
             f"ALTER PRIMARY KEY finished but shardq_tasks has {after.bucket_count} buckets, not {buckets}"
         )
