@@ -424,7 +424,8 @@ class _Connection:
             answer = Command(control.group(1).upper().replace("START TRANSACTION", "BEGIN").replace("END", "COMMIT"))
         if answer is None:
             answer = Error("XX000", f"recorded CockroachDB: no answer recorded for {received.name or text!r}")
-        if isinstance(answer, Error) and self.status == b"T":
+        ends = bool(control) and control.group(1).upper() in ("COMMIT", "END")
+        if isinstance(answer, Error) and self.status == b"T" and not ends:
             self.status = b"E"
         elif control and not isinstance(answer, Error | Disconnect):
             word = control.group(1).upper()
@@ -434,8 +435,8 @@ class _Connection:
                 self.status = b"I"
             elif "TO SAVEPOINT" in text.upper() and self.status == b"E":
                 self.status = b"T"
-        elif control and isinstance(answer, Error) and control.group(1).upper() in ("COMMIT", "END"):
-            self.status = b"I"  # a failed COMMIT ends the transaction
+        elif ends and isinstance(answer, Error):
+            self.status = b"I"  # a failed COMMIT ends the transaction (rolled back), as on the server
         return answer
 
     def _fail(self, answer: Answer) -> None:
