@@ -11,8 +11,9 @@
   DELETE on every shardq table) and ``buckets resize`` (PostgreSQL: owning the tasks table;
   CockroachDB: reading its schema-change jobs) need;
 * **plans** — every named statement the engine can send, planned on this server with
-  representative values (:mod:`shardq.doctor_plans`), flagged when it reads a whole table, fans
-  out over buckets, or locks with SKIP LOCKED in a scan no hard limit bounds.
+  representative values (:mod:`shardq.doctor_plans`), flagged when it reads a whole table (but
+  for the housekeeping reads that do so by design, each shown with its reason), fans out over
+  buckets, or locks with SKIP LOCKED in a scan no hard limit bounds.
 
 Guarantees
     * Nothing is written: the checks are reads, and every plan is asked for with ``EXPLAIN``
@@ -83,13 +84,16 @@ class Diagnosis:
         return [check for check in self.checks if not check.ok]
 
     def lines(self) -> list[str]:
-        """Every check but the plans that hold, which are summed up in one line."""
+        """Every check but the plans that hold plainly, which are summed up in one line; a plan
+        that holds because it reads whole tables by design is shown, with why."""
         planned = [c for c in self.checks if c.area == "plans" and c.name != NOT_PLANNED]
-        shown = [c.line() for c in self.checks if c.area != "plans" or not c.ok]
+        shown = [c.line() for c in self.checks if c.area != "plans" or not c.ok or c.detail != "ok"]
         good = sum(c.ok for c in planned)
+        designed = sum(c.ok and c.detail != "ok" for c in planned)
         if planned:
             shown.append(f"{'ok  ' if good == len(planned) else 'FAIL'} plans: {good} of {len(planned)} statements "
-                         "planned without a full scan, a fan-out over buckets or an unbounded SKIP LOCKED")
+                         "planned without a full scan" + (f" ({designed} by design, above)" if designed else "")
+                         + ", a fan-out over buckets or an unbounded SKIP LOCKED")
         return shown
 
     def as_dict(self) -> dict[str, Any]:
@@ -210,6 +214,7 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
             checks.append(Check("plans", name, False, f"cannot be planned: {str(exc).splitlines()[0]}"))
             continue
         found = doctor_plans.problems(engine, name, statement, plan, layout.bucket_count)
-        checks.append(Check("plans", name, not found, ", ".join(found) if found else "ok"))
+        design = None if found else doctor_plans.by_design(engine, name, plan)
+        checks.append(Check("plans", name, not found, ", ".join(found) if found else f"ok: {design}" if design else "ok"))
     return checks
 

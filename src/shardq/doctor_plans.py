@@ -9,8 +9,11 @@ parameter's cast in the SQL (``%(ids)s::UUID[]`` gets one UUID) or, uncast, from
 (:data:`VALUES_BY_NAME`); a parameter neither gives is a defect the test suite catches.
 
 Verdicts, each through the engine's own plan inspection (:mod:`shardq.engine`):
-    * ``full scan`` — :meth:`~shardq.engine.Engine.explain_reads_whole_table`, except for the
-      operators' reads in :data:`WHOLE_TABLE_READS`, which read every row by design;
+    * ``full scan of <tables>`` — :meth:`~shardq.engine.Engine.explain_tables_read_whole`, except
+      for the tables :data:`WHOLE_TABLE_READS` names for the statement, which it reads whole by
+      design (the checklist says so and why: :func:`by_design`); when the optimizer had no
+      statistics for a table (CockroachDB's "missing stats") the line says so, since a fresh
+      cluster's plans may differ from a loaded one's;
     * ``fans out over buckets`` — :meth:`~shardq.engine.Engine.explain_fans_out`, for statements
       that name one bucket (a ``bucket`` parameter);
     * ``SKIP LOCKED without a hard limit`` — :meth:`~shardq.engine.Engine.explain_skip_locked_unbounded`,
@@ -23,6 +26,7 @@ import datetime as dt
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .engine import Engine
@@ -33,22 +37,58 @@ _PLANNED_KEYWORDS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "UPSERT")
 _PARAMETER = re.compile(r"%\((\w+)\)[sb](?:::([A-Za-z0-9_]+)(\[\])?)?")
 _NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
-#: Statements that read every row of a table on purpose, never on a worker's per-task path: a full
-#: scan there is expected, not a problem.
-WHOLE_TABLE_READS = frozenset({
-    # `buckets show`: rows per bucket, every row counted.
-    "task_count_by_bucket", "task_count_by_bucket_current",
+@dataclass(frozen=True)
+class WholeTableRead:
+    """A statement that reads every row of some tables on purpose, never on a worker's per-task
+    path: a full scan of exactly those tables is expected, not a problem (a full scan of any other
+    table in its plan still is)."""
+
+    tables: frozenset[str]
+    #: why reading every row is fine, for the checklist ("reads every row by design (<reason>)")
+    reason: str
+
+
+def _whole(reason: str, *tables: str) -> WholeTableRead:
+    return WholeTableRead(frozenset(tables), reason)
+
+
+#: Statements that read every row of some tables by design, with the tables and why, for every
+#: engine. CockroachDB's EXPLAIN prints ``FULL SCAN`` for any scan no index constrains, so these
+#: show there as full scans whatever the data; PostgreSQL's doctor plans with sequential scans off
+#: (``doctor_plan_setup``), where most of them become full index scans, which are not flagged.
+WHOLE_TABLE_READS: dict[str, WholeTableRead] = {
+    # `buckets show`: rows per bucket, every task counted, on an operator's command.
+    "task_count_by_bucket": _whole("`buckets show` counts every task", "shardq_tasks"),
+    "task_count_by_bucket_current": _whole("`buckets show` counts every task", "shardq_tasks"),
     # shardq_buckets (PostgreSQL) holds one row.
-    "buckets_lock_get", "buckets_update", "layout_get",
+    "buckets_lock_get": _whole("shardq_buckets holds one row", "shardq_buckets"),
+    "buckets_update": _whole("shardq_buckets holds one row", "shardq_buckets"),
+    "layout_get": _whole("shardq_buckets holds one row", "shardq_buckets"),
     # Periodic pruning and the Spark ledger's housekeeping look for old rows by age in small tables
     # (one row per schedule slot kept, per Spark run, per staging table), at most once a minute.
-    "periodic_slots_prune", "spark_runs_expire", "spark_stages_stale",
+    "periodic_slots_prune": _whole("housekeeping of one row per schedule slot kept", "shardq_periodic"),
+    "spark_runs_expire": _whole("housekeeping of one row per Spark run", "shardq_spark_runs"),
+    "spark_stages_stale": _whole("housekeeping of one row per Spark staging table", "shardq_spark_stages"),
     # shardq_listeners holds one row per process waiting for task outcomes (shardq.waiting).
-    "outcome_listener_gone", "outcome_listeners_present",
+    "outcome_listener_gone": _whole("one row per process waiting for outcomes", "shardq_listeners"),
+    "outcome_listeners_present": _whole("one row per process waiting for outcomes", "shardq_listeners"),
     # shardq_workers holds one row per running worker (the dashboard's registry); a task's worker
     # is found by a token among each row's claims, on a page view, not on a worker's path.
-    "worker_by_token", "worker_list", "worker_prune",
-})
+    "worker_by_token": _whole("one row per running worker", "shardq_workers"),
+    "worker_list": _whole("one row per running worker", "shardq_workers"),
+    "worker_prune": _whole("one row per running worker", "shardq_workers"),
+    # No WHERE: every queue's settings (`shardq queues`, the dashboard, workers' settings cache).
+    "queue_list": _whole("one row per queue", "shardq_queues"),
+    # GROUP BY queue over every concurrency slot (`shardq stats`, the dashboard).
+    "flow_usage": _whole("one row per concurrency slot", "shardq_slots"),
+    # The counters' key is (queue, minute, slot): a window of minutes over every queue, or the
+    # minutes past the retention, has no index prefix. Minute rows are pruned to the retention;
+    # read once a minute (snapshot, roll-up) or on `shardq stats`.
+    "stats_window": _whole("a window of minute counters over every queue", "shardq_stats"),
+    "stats_prune": _whole("housekeeping of minute counters, once a minute", "shardq_stats"),
+    "stats_hourly_rollup": _whole("the last hour's minute counters, once a minute", "shardq_stats"),
+    "stats_hourly_prune": _whole("housekeeping of hourly counters, once a minute", "shardq_stats_hourly"),
+}
 
 _BY_TYPE: dict[str, Any] = {
     "UUID": uuid.UUID(int=1), "INT": 0, "INT2": 0, "INT4": 0, "INT8": 0, "BIGINT": 0, "FLOAT8": 1.0,
@@ -101,13 +141,27 @@ def example_values(statement: Statement) -> dict[str, Any]:
 def problems(engine: Engine, name: str, statement: Statement, plan: str, bucket_count: int) -> list[str]:
     """What is wrong with ``plan``, the engine's plan of ``statement`` (empty: nothing)."""
     found = []
-    if name not in WHOLE_TABLE_READS and engine.explain_reads_whole_table(plan):
-        found.append("full scan")
+    allowed = WHOLE_TABLE_READS[name].tables if name in WHOLE_TABLE_READS else frozenset()
+    whole = engine.explain_tables_read_whole(plan) - allowed
+    if whole:
+        named = sorted(table for table in whole if table)
+        found.append("full scan" + (f" of {', '.join(named)}" if named else "")
+                     + ("; planned without table statistics (run `ANALYZE <table>` or let the cluster "
+                        "collect them, then check again)" if engine.explain_without_statistics(plan) else ""))
     if "bucket" in example_values(statement) and engine.explain_fans_out(plan, bucket_count):
         found.append("fans out over buckets")
     if "SKIP LOCKED" in statement.text.upper() and engine.explain_skip_locked_unbounded(plan):
         found.append("SKIP LOCKED without a hard limit")
     return found
+
+
+def by_design(engine: Engine, name: str, plan: str) -> str | None:
+    """The checklist's note for a plan that reads whole tables :data:`WHOLE_TABLE_READS` allows
+    it (``"reads every row by design (<reason>)"``), or None when it reads none of them whole."""
+    read = WHOLE_TABLE_READS.get(name)
+    if read is None or not engine.explain_tables_read_whole(plan) & read.tables:
+        return None
+    return f"reads every row by design ({read.reason})"
 
 
 def _first_keyword(text: str) -> str:

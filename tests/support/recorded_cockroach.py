@@ -13,12 +13,18 @@ whether CockroachDB would have planned or accepted the statement: the conformanc
 What the server says at connect is CockroachDB's: the run-time parameters of
 ``statusReportParams`` (``pkg/sql/pgwire/conn.go``), ``server_version`` 13.0.0 (``PgServerVersion``,
 ``pkg/sql/vars.go``) and ``crdb_version``, the build's one-line description
-(``CockroachDB CCL v24.3.1 (…)``, ``pkg/build/info.go`` Short). It requires no password and no TLS,
-as an insecure node (``--insecure``) does.
+(``CockroachDB CCL v24.3.1 (…)``, ``pkg/build/info.go`` Short). It requires no TLS and, unless
+started with ``password=``, no password, as an insecure node (``--insecure``) does. With
+``password=`` it asks for a cleartext password (AuthenticationCleartextPassword, as CockroachDB's
+password method does: ``pkg/sql/pgwire/auth_methods.go``) and refuses any other with CockroachDB's
+ErrorResponse: SQLSTATE 28P01 (``pgcode.InvalidPassword``, ``pkg/sql/pgwire/auth.go``) and
+``password authentication failed for user <user>`` (``pkg/security/password.go``,
+NewErrPasswordUserAuthFailed); :attr:`RecordedCockroach.refused` lists those startups.
 
 Answers are chosen per statement by the test's ``answer`` function, which receives a
 :class:`Received` (the text as sent, its bound values, and the shardq statement it is, when it is
-one) and returns :class:`Rows`, :class:`Command`, :class:`Error` or :class:`Disconnect`. Statements
+one, or the one an ``EXPLAIN`` of it with its values inlined plans: :attr:`Received.explained`)
+and returns :class:`Rows`, :class:`Command`, :class:`Error` or :class:`Disconnect`. Statements
 psycopg sends on its own (``BEGIN``, ``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``) are answered by the
 server unless the test answers them. A statement the test does not expect answers an error that
 fails the test (SQLSTATE ``XX000``), with the statement in its message.
@@ -155,6 +161,9 @@ class Received:
     #: the connection's number, in the order the server accepted them (from 1)
     connection: int
     in_transaction: bool
+    #: for ``EXPLAIN <statement>`` with the statement's values inlined as literals (how shardq
+    #: asks CockroachDB for a plan), the shardq named statement explained; otherwise None
+    explained: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +183,19 @@ _SPACE = re.compile(r"\s+")
 _COMMENT = re.compile(r"--[^\n]*")
 
 
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+", re.I)
+#: SQL literals as psycopg renders bound values into text (ClientCursor.mogrify) or as shardq's SQL
+#: writes them: strings, numbers, NULL, booleans; then any casts after one, whether psycopg's or the
+#: statement's own (a placeholder's ``::UUID[]``).
+_LITERAL = re.compile(r"E?'(?:[^']|'')*'|(?<![\w.$])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])"
+                      r"|\b(?:NULL|TRUE|FALSE)\b", re.I)
+_CASTS = re.compile(r"\?(?:\s*::\s*[A-Za-z_]\w*(?:\[\])?)+")
+
+
+def _folded(text: str) -> str:
+    return _SPACE.sub(" ", _CASTS.sub("?", _LITERAL.sub("?", text))).strip()
+
+
 def _canonical(text: str, *, sent: bool) -> str:
     text = _COMMENT.sub(" ", text)
     if sent:
@@ -191,11 +213,22 @@ class StatementNames:
 
     def __init__(self, engine: Engine) -> None:
         self._by_text: dict[str, str] = {}
+        self._by_folded: dict[str, str] = {}
         for name, statement in sorted(engine.statements().items()):
-            self._by_text.setdefault(_canonical(statement.text, sent=False), name)
+            canonical = _canonical(statement.text, sent=False)
+            self._by_text.setdefault(canonical, name)
+            self._by_folded.setdefault(_folded(canonical), name)
 
     def __call__(self, text: str) -> str | None:
         return self._by_text.get(_canonical(text, sent=True))
+
+    def explained(self, text: str) -> str | None:
+        """The statement ``text`` asks the plan of, when it is ``EXPLAIN`` of a shardq statement
+        with its values inlined (literals folded on both sides; the first name by sort order
+        wins should two statements differ only in literals)."""
+        if not _EXPLAIN.match(text):
+            return None
+        return self._by_folded.get(_folded(_canonical(_EXPLAIN.sub("", text, count=1), sent=True)))
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -281,12 +314,25 @@ class _Connection:
                             if fields[i]}
             break
         self.server._started(Startup(self.number, dict(self.startup)))
+        if self.server.password is not None and not self._password_accepted():
+            return False
         self.out += _message(b"R", struct.pack("!i", 0))
         for name, value in self.server.parameters(self.startup).items():
             self.out += _message(b"S", _cstring(name) + _cstring(value))
         self.out += _message(b"K", struct.pack("!ii", self.number, 0))
         self._ready()
         return True
+
+    def _password_accepted(self) -> bool:
+        self.sock.sendall(_message(b"R", struct.pack("!i", 3)))  # AuthenticationCleartextPassword
+        kind, body = self._read_message()
+        if kind == b"p" and body.rstrip(b"\x00").decode() == self.server.password:
+            return True
+        user = self.startup.get("user", "")
+        self.server._refused(Startup(self.number, dict(self.startup)))
+        self._error(Error("28P01", f"password authentication failed for user {user}"))
+        self._flush()
+        return False
 
     def _ready(self) -> None:
         self.out += _message(b"Z", self.status)
@@ -418,7 +464,8 @@ class _Connection:
     def _answer(self, text: str, values: tuple[Any, ...]) -> Answer:
         control = _TRANSACTION_CONTROL.match(text)
         received = Received(text=text, params=values, name=self.server.names(text), startup=dict(self.startup),
-                            connection=self.number, in_transaction=self.status != b"I")
+                            connection=self.number, in_transaction=self.status != b"I",
+                            explained=self.server.names.explained(text))
         answer = self.server._answer_for(received)
         if answer is None and control:
             answer = Command(control.group(1).upper().replace("START TRANSACTION", "BEGIN").replace("END", "COMMIT"))
@@ -511,9 +558,13 @@ class RecordedCockroach:
     """
 
     def __init__(self, answer: AnswerFunction | None = None, *, crdb_version: str = CRDB_VERSION_24_3,
-                 engine: Engine = COCKROACHDB) -> None:
+                 engine: Engine = COCKROACHDB, password: str | None = None) -> None:
         self.answer = answer or (lambda received: None)
         self.crdb_version = crdb_version
+        #: the password a startup must give (None: none asked, as on an insecure node)
+        self.password = password
+        #: the startups refused for a wrong password
+        self.refused: list[Startup] = []
         self.names = StatementNames(engine)
         self.received: list[Received] = []
         self.startups: list[Startup] = []
@@ -556,6 +607,10 @@ class RecordedCockroach:
     def _started(self, startup: Startup) -> None:
         with self._lock:
             self.startups.append(startup)
+
+    def _refused(self, startup: Startup) -> None:
+        with self._lock:
+            self.refused.append(startup)
 
     def _answer_for(self, received: Received) -> Answer | None:
         with self._lock:

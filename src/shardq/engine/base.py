@@ -288,9 +288,19 @@ class Engine(ABC):
         bound values differently from constants."""
 
     @abstractmethod
+    def explain_tables_read_whole(self, explain: str) -> set[str]:
+        """The shardq tables EXPLAIN output from :meth:`shardq.db.Session.explain` reads whole
+        (a scan no index constrains), by name; ``""`` for such a scan whose table the output
+        does not name."""
+
     def explain_reads_whole_table(self, explain: str) -> bool:
-        """Whether EXPLAIN output from :meth:`shardq.db.Session.explain` reads all of a shardq
-        table (what no hot statement may do)."""
+        """Whether EXPLAIN output reads all of a shardq table (what no hot statement may do)."""
+        return bool(self.explain_tables_read_whole(explain))
+
+    def explain_without_statistics(self, explain: str) -> bool:
+        """Whether the optimizer planned this on a table it has no statistics for (its plan then
+        says little about a loaded table). False where the output does not say."""
+        return False
 
     @abstractmethod
     def explain_fans_out(self, explain: str, bucket_count: int) -> bool:

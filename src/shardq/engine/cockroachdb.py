@@ -86,23 +86,38 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
                       inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
         return self.explain_prefix + inline(text, params), None
 
-    def explain_reads_whole_table(self, explain: str) -> bool:
-        # EXPLAIN marks an unconstrained scan "FULL SCAN" (pkg/sql/opt/exec/explain/emit.go).
-        return "FULL SCAN" in explain
+    def explain_tables_read_whole(self, explain: str) -> set[str]:
+        # EXPLAIN marks an unconstrained scan "spans: FULL SCAN", or "FULL SCAN (SOFT LIMIT)" when
+        # a limit above it stays soft, and names its table as "table: <table>@<index>"
+        # (pkg/sql/opt/exec/explain/emit.go, spansStr and emitTableAndIndex); a virtual table's
+        # scan prints no spans.
+        return {table for table, spans, _ in _scans(explain) if any(s.startswith("FULL SCAN") for s in spans)}
+
+    def explain_without_statistics(self, explain: str) -> bool:
+        # A scan of a table without statistics carries the field "missing stats" (emit.go,
+        # emitNodeAttributes; not shown for virtual tables).
+        return any(line.strip(" │└├─") == "missing stats" for line in explain.splitlines())
 
     def explain_fans_out(self, explain: str, bucket_count: int) -> bool:
         # EXPLAIN prints a scan's spans as up to 4 "[…]" groups then "… (N more)"
-        # (pkg/sql/opt/exec/explain/emit.go, spansStr): a span per bucket is bucket_count or more;
-        # a lookup over every bucket names the shard column with an IN list of the buckets.
-        for line in explain.splitlines():
-            text = line.strip(" │└├─")
-            if text.startswith("spans:") and bucket_count > 1:
-                more = re.search(r"\((\d+) more\)", text)
-                if text.count("[") + (int(more.group(1)) if more else 0) >= bucket_count:
-                    return True
-            if "_shard_" in text and " IN (" in text:
-                return True
-        return False
+        # (pkg/sql/opt/exec/explain/emit.go, spansStr); a hash-sharded index read in order is
+        # split into one scan per bucket under "union all" nodes (execbuilder testdata "limit",
+        # regression test for #55156). Either way a read of every bucket shows bucket_count or
+        # more spans of one index, whose key starts with the bucket; a lookup over every bucket
+        # names the shard column with an IN list of the buckets.
+        if bucket_count <= 1:
+            return False
+        starts: dict[str, set[str]] = {}
+        more: dict[str, int] = {}
+        for _, spans, index in _scans(explain):
+            for text in spans:
+                counted = re.search(r"\((\d+) more\)", text)
+                more[index] = more.get(index, 0) + (int(counted.group(1)) if counted else 0)
+                # A span's first key value ("[/3/'ready' - /3/'ready']": the bucket on the key).
+                starts.setdefault(index, set()).update(re.findall(r"\[(/[^/\s\]]*)", text))
+        if any(len(values) + more.get(index, 0) >= bucket_count for index, values in starts.items()):
+            return True
+        return any("_shard_" in line and " IN (" in line for line in explain.splitlines())
 
     def explain_skip_locked_unbounded(self, explain: str) -> bool:
         # Each "•" starts an operator; a scan's attributes follow it. A hard limit on the locking
@@ -147,3 +162,19 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
                 f"CockroachDB v{found[0]}.{found[1]}.{found[2]} is older than "
                 f"v{MIN_VERSION[0]}.{MIN_VERSION[1]}, the oldest shardq supports"
             )
+
+
+def _scans(explain: str) -> list[tuple[str, list[str], str]]:
+    """Each scan node of EXPLAIN text output: its table, its "spans:" values and its
+    "table@index" (``""`` where the output names none). Each "•" starts an operator and its
+    attributes follow it (pkg/sql/opt/exec/explain/emit.go)."""
+    found = []
+    for node in explain.split("•")[1:] if "•" in explain else [explain]:
+        lines = [line.strip(" │└├─") for line in node.splitlines()]
+        if "•" in explain and not lines[0].startswith(("scan", "revscan")):
+            continue
+        index = next((line.split(":", 1)[1].strip().split()[0] for line in lines if line.startswith("table:")), "")
+        spans = [line.split(":", 1)[1].strip() for line in lines if line.startswith("spans:")]
+        if spans:
+            found.append((index.split("@", 1)[0], spans, index))
+    return found

@@ -10,7 +10,6 @@ records); LISTEN/NOTIFY wakes idle workers. The operations live in :mod:`.postgr
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -53,9 +52,10 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
                       inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
         return self.explain_prefix + text, params
 
-    def explain_reads_whole_table(self, explain: str) -> bool:
-        # A sequential scan of a shardq table anywhere in the JSON output.
-        return bool(re.search(r'"Node Type": "Seq Scan",[^}]*?"Relation Name": "shardq_', explain))
+    def explain_tables_read_whole(self, explain: str) -> set[str]:
+        # Each sequential scan of a shardq table anywhere in the JSON output.
+        return {node["Relation Name"] for node, _ in _explain_nodes(explain)
+                if node["Node Type"] == "Seq Scan" and node.get("Relation Name", "").startswith("shardq_")}
 
     def explain_fans_out(self, explain: str, bucket_count: int) -> bool:
         # A scan of the tasks table whose index condition does not name the bucket reads every
