@@ -38,6 +38,8 @@ from .cockroach_container import (
     root_url,
 )
 
+pytestmark = pytest.mark.recorded
+
 pytest.importorskip("testcontainers")
 
 #: Host ports the stand-in Docker maps the node's ports to.
@@ -126,7 +128,6 @@ def test_docker_is_asked_for_an_insecure_single_node(started):
     assert command[:1] == ["start-single-node"]
     assert "--insecure" in command
     assert not any(arg.startswith(("--password", "--certs-dir")) for arg in command)
-
 
 def test_the_entrypoint_sees_no_user_and_no_password(started):
     # build/deploy/cockroach.sh creates a user only when COCKROACH_USER is set, and adds WITH PASSWORD

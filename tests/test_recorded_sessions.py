@@ -18,7 +18,7 @@ from shardq.borrowed import borrow
 from shardq.db import Dsn, Session
 from shardq.db_async import AsyncSession, borrow_async
 from shardq.engine import COCKROACHDB
-from shardq.errors import AmbiguousResult, NotMigrated, SerializationConflict, ShardLayoutChanged
+from shardq.errors import AmbiguousResult, NotMigrated, SerializationConflict, ShardLayoutChanged, StatementTimeout
 from shardq.leases import Fenced
 from shardq.models import TaskKey
 from tests.support.cockroach_answers import (
@@ -26,6 +26,7 @@ from tests.support.cockroach_answers import (
     NOW,
     RETRY_40001,
     SHARD_COLUMN_16,
+    STATEMENT_TIMEOUT_57014,
     undefined_column,
 )
 from tests.support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows, recorded_cockroach
@@ -85,6 +86,15 @@ def test_every_asyncio_transaction_begins_at_serializable():
     with recorded_cockroach({"queue_list": QUEUE_ROW}) as server:
         asyncio.run(main(server.url()))
     assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "COMMIT"]
+
+
+# -- timeouts ------------------------------------------------------------------------------------
+
+def test_a_statement_timeout_is_reported_once_and_never_resent():
+    with recorded_cockroach({"task_ack_many": STATEMENT_TIMEOUT_57014}) as server, _session(server) as session:
+        with pytest.raises(StatementTimeout, match="due to statement timeout"):
+            session.run(COCKROACHDB.ack_keys(_items()))
+    assert server.names_received() == ["task_ack_many"]
 
 
 # -- 40001 -----------------------------------------------------------------------------------------

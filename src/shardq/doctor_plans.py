@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +169,3 @@ def _first_keyword(text: str) -> str:
         if stripped and not stripped.startswith("--"):
             return stripped.split(None, 1)[0].upper().rstrip("(")
     return ""
-
-
-def describe(values: Mapping[str, Any]) -> str:
-    """The values a plan was asked for, shortened for a report line."""
-    return ", ".join(f"{k}={v!r}"[:40] for k, v in values.items())

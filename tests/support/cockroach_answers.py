@@ -70,6 +70,10 @@ RETRY_40001 = Error(
 #: message "result is ambiguous.*woo", code StatementCompletionUnknown).
 AMBIGUOUS_40003 = Error("40003", "result is ambiguous: woo")
 
+#: 57014 when ``statement_timeout`` expires: ``pkg/sql/sqlerrors/errors.go``, ``QueryTimeoutError =
+#: pgerror.New(pgcode.QueryCanceled, "query execution canceled due to statement timeout")``.
+STATEMENT_TIMEOUT_57014 = Error("57014", "query execution canceled due to statement timeout")
+
 
 def undefined_column(column: str) -> Error:
     """42703 for a column that no longer exists: ``logic_test/hash_sharded_index``, ``statement
