@@ -43,8 +43,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.report_only:
-        results = json.loads((args.out / "results.json").read_text())
-        print(report.write(results, args.out))
+        print(report.write(json.loads((args.out / "results.json").read_text()), args.out))
         return 0
     # SIGTERM must unwind through the finally below, or the embedded server outlives the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -39,7 +39,7 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0, sample: float
         from shardq.contrib import otel
 
         class Drop(SpanExporter):
-            def export(self, spans):  # type: ignore[no-untyped-def]
+            def export(self, spans):
                 return SpanExportResult.SUCCESS
 
         provider = TracerProvider() if sample is None else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))

@@ -31,7 +31,7 @@ QUEUE = "idle"
 STAGES = ("commit", "wake", "claim_sent", "claim_back", "start")
 
 
-def _worker(url: str, out: str, ready, stop) -> None:  # type: ignore[no-untyped-def]
+def _worker(url: str, out: str, ready, stop) -> None:
     """One worker process: marks each stage of the task its handler starts."""
     import shardq
     import shardq.consumer as consumer
@@ -41,22 +41,24 @@ def _worker(url: str, out: str, ready, stop) -> None:  # type: ignore[no-untyped
     current: dict = {}
     wait, claim = notify.Listener.wait, consumer.Consumer.claim
 
-    def marked_wait(self, timeout, stop_event):  # type: ignore[no-untyped-def]
+    def marked_wait(self, timeout, stop_event):
         woken = wait(self, timeout, stop_event)
         if woken:
             current["wake"] = time.time()
         return woken
 
-    def marked_claim(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def marked_claim(self, *args, **kwargs):
         sent = time.time()
         found = claim(self, *args, **kwargs)
         if found.tasks:
             current.update(claim_sent=sent, claim_back=time.time())
         return found
 
-    notify.Listener.wait, consumer.Consumer.claim = marked_wait, marked_claim
+    # Instrument this worker process only: each stage of a wake-up is timed where it happens.
+    setattr(notify.Listener, "wait", marked_wait)  # noqa: B010
+    setattr(consumer.Consumer, "claim", marked_claim)  # noqa: B010
 
-    def handler(task) -> None:  # type: ignore[no-untyped-def]
+    def handler(task) -> None:
         marks.append({"sent": float(task.payload.decode()), "start": time.time(), **current})
         current.clear()
 

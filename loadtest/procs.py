@@ -112,7 +112,7 @@ class Recorder:
                 self.created_latencies.append(now - created_at)
 
     def result(self, **extra) -> dict:
-        out = {"count": self.count, "first": self.first, "last": self.last}
+        out: dict[str, object] = {"count": self.count, "first": self.first, "last": self.last}
         if self.keep_latency:
             out["latencies"] = self.latencies
             out["created_latencies"] = self.created_latencies
@@ -155,10 +155,10 @@ class CellResult:
         shared machine these move far less than rates do."""
         done = self.total()
         client = sum(r.get("cpu_seconds", 0.0) for r in self.roles)
-        out = {"client": client * 1e3 / done if done else None}
+        out: dict[str, float | None] = {"client": client * 1e3 / done if done else None}
         if self.server_cpu_seconds is not None and done:
-            out["server"] = self.server_cpu_seconds * 1e3 / done
-            out["total"] = out["client"] + out["server"]
+            out["server"] = server = self.server_cpu_seconds * 1e3 / done
+            out["total"] = client * 1e3 / done + server
         return out
 
     def errors(self) -> list[str]:
@@ -314,7 +314,7 @@ def paced(spec: dict, ctl: Control, send: Callable[[list[bytes]], object]) -> di
     return {"sent": sent, "calls": calls, "elapsed": time.time() - t0, "late_seconds": late}
 
 
-def watch_stop(ctl: Control, action: Callable[[], None]) -> None:
+def watch_stop(ctl: Control, action: Callable[[], object]) -> None:
     """Call ``action`` (from a daemon thread) once the parent asks the role to stop."""
     import threading
 

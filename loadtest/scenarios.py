@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -167,7 +168,7 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
     compared pair by pair; peers run once."""
     pairs = []
     for rep in range(sizes.burn_reps):
-        pair = {}
+        pair: dict[str, Any] = {}
         for name in ("raw-bound", "shardq") if rep % 2 == 0 else ("shardq", "raw-bound"):
             result = burn_one(bench, name, sizes)
             log(f"burn-down rep {rep + 1} {name}: {result['rate']:,.0f} tasks/s (load {result['load_before']})")
@@ -397,7 +398,7 @@ def idle(bench: Bench, sizes: Sizes, log) -> dict:
     """4 idle workers; single tasks enqueued one at a time, spaced so the workers have backed off
     to their longest poll interval (polling only) or are parked on LISTEN (default). pgqueuer
     (tuned: its workers listen too) runs the same cell as the reference for the listening case."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in sizes.idle_contenders:
         contender = CONTENDERS[name.removesuffix("+poll")]
         url = contender.setup(bench, "idle_" + name.replace("+", "_").replace("-", "_"))

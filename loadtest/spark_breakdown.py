@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from spark_enqueue import scratch_database
+from spark_enqueue import scratch_database  # type: ignore[import-not-found]  # by path: sys.path above
 
 from shardq import migrate
 from shardq.db import Dsn, Session

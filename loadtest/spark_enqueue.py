@@ -40,6 +40,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -52,7 +53,7 @@ from shardq.spark.jdbc import DRIVER_CLASS
 PLAIN_TABLE = "shardq_lt_plain"
 
 
-def scratch_database() -> tuple[Dsn, callable]:
+def scratch_database() -> tuple[Dsn, Callable[[], None]]:
     from shardq.embedded import EmbeddedServer
 
     server = EmbeddedServer()

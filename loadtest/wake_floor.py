@@ -31,7 +31,7 @@ QUEUE = "wake-floor"
 SENDERS = ("notify", "statement", "shardq")
 
 
-def _listen(url: str, arrivals, ready, samples: int) -> None:  # type: ignore[no-untyped-def]
+def _listen(url: str, arrivals, ready, samples: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"LISTEN {CHANNEL}")
         ready.set()

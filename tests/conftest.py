@@ -22,10 +22,12 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import shardq
 from shardq import migrate
 from shardq.client import Client
 from shardq.db import Dsn, Session
@@ -97,7 +99,7 @@ def _cockroach_unavailable() -> str | None:
     if cockroach_support.cluster_url():
         return None
     try:
-        import docker  # type: ignore  # testcontainers' client
+        import docker  # testcontainers' client
 
         docker.from_env().ping()
     except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
@@ -134,7 +136,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
-def pg_server():
+def pg_server() -> Iterator[EmbeddedServer]:
     # Not under pytest's basetemp: pytest keeps only the three newest basetemp directories of a user
     # and deletes older ones when a session starts, so a concurrent pytest run (another checkout,
     # another suite) would delete the data directory under this session's running server.
@@ -151,7 +153,7 @@ def pg_server():
 
 
 @pytest.fixture(scope="session")
-def pg_template(pg_server) -> str:
+def pg_template(pg_server: EmbeddedServer) -> str:
     admin = Dsn.parse(pg_server.url("postgres"))
     with Session(admin) as session:
         session.execute_raw("DROP DATABASE IF EXISTS shardq_template")
@@ -161,7 +163,7 @@ def pg_template(pg_server) -> str:
 
 
 @pytest.fixture(scope="session")
-def cockroach_root():
+def cockroach_root() -> Iterator[str]:
     """A root URL of a CockroachDB test cluster, or a skip saying why there is none."""
     try:
         import sqlalchemy_cockroachdb  # noqa: F401  (migrations need the dialect)
@@ -172,7 +174,7 @@ def cockroach_root():
         yield url
         return
     try:
-        import docker  # type: ignore  # testcontainers' client
+        import docker  # testcontainers' client
 
         docker.from_env().ping()
     except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
@@ -183,7 +185,7 @@ def cockroach_root():
         yield root_url(container.get_container_host_ip(), container.get_exposed_port(SQL_PORT))
 
 
-def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
+def _fresh_postgres(pg_server: EmbeddedServer, pg_template: str) -> TestDatabase:
     name = f"t_{uuid.uuid4().hex[:12]}"
     with Session(Dsn.parse(pg_server.url("postgres"))) as session:
         session.execute_raw(f'CREATE DATABASE "{name}" TEMPLATE {pg_template}')
@@ -191,7 +193,7 @@ def _fresh_postgres(pg_server, pg_template) -> TestDatabase:
 
 
 @pytest.fixture(scope="session")
-def cockroach_shared(cockroach_root):
+def cockroach_shared(cockroach_root: str) -> Iterator[TestDatabase]:
     """One migrated CockroachDB database for the session's tests, emptied before each."""
     database = cockroach_support.fresh_database(cockroach_root, buckets=TEST_BUCKETS)
     yield database
@@ -199,7 +201,7 @@ def cockroach_shared(cockroach_root):
 
 
 @pytest.fixture(params=["postgresql", pytest.param("cockroachdb", marks=pytest.mark.cockroach)])
-def db(request):
+def db(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     """A migrated database with TEST_BUCKETS buckets and no rows, on each available backend
     (the embedded PostgreSQL starts only for the PostgreSQL variant)."""
     if request.param == "postgresql":
@@ -211,23 +213,21 @@ def db(request):
 
 
 @pytest.fixture
-def app(db):
+def app(db: TestDatabase) -> Iterator[shardq.App]:
     """An app on ``db``, with no task declared (a test declares its own), closed after the test."""
-    import shardq
-
     app = shardq.App(db.dsn)
     yield app
     app.close()
 
 
 @pytest.fixture
-def crdb_db(request):
+def crdb_db(request: pytest.FixtureRequest) -> TestDatabase:
     """A CockroachDB database only, with no rows (CockroachDB-specific plans and retries)."""
     return cockroach_support.emptied(request.getfixturevalue("cockroach_shared"))
 
 
 @pytest.fixture
-def crdb_db_fresh(request):
+def crdb_db_fresh(request: pytest.FixtureRequest) -> Iterator[TestDatabase]:
     """A CockroachDB database of its own, for tests that change the schema (resizing)."""
     database = cockroach_support.fresh_database(request.getfixturevalue("cockroach_root"), buckets=TEST_BUCKETS)
     yield database
@@ -235,7 +235,7 @@ def crdb_db_fresh(request):
 
 
 @pytest.fixture
-def pg_db(pg_server, pg_template):
+def pg_db(pg_server: EmbeddedServer, pg_template: str) -> Iterator[TestDatabase]:
     """A fresh PostgreSQL database only (tests of PostgreSQL-specific plans and layout)."""
     database = _fresh_postgres(pg_server, pg_template)
     yield database
@@ -243,7 +243,7 @@ def pg_db(pg_server, pg_template):
 
 
 @pytest.fixture
-def client(db) -> Client:
+def client(db: TestDatabase) -> Client:
     return db.client
 
 

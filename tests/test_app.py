@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -38,7 +39,7 @@ def test_a_task_is_still_a_plain_function_and_defers_with_its_arguments(app, db)
 
 
 def test_every_supported_type_comes_back_as_the_same_type_and_value(app):
-    received = {}
+    received: dict[str, Any] = {}
 
     @app.task(name="types", queue="typed")
     def types(**kwargs: object) -> None:
@@ -280,11 +281,11 @@ def test_encoded_calls_decode_to_equal_values_of_the_same_types(value):
     def same(a: object, b: object) -> bool:
         if type(a) is not type(b):
             return False
-        if isinstance(a, list):
+        if isinstance(a, list) and isinstance(b, list):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        if isinstance(a, dict):
+        if isinstance(a, dict) and isinstance(b, dict):
             return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-        if isinstance(a, dt.datetime):
+        if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
             return a == b and a.utcoffset() == b.utcoffset()
         return a == b or (isinstance(a, Decimal) and str(a) == str(b))
 

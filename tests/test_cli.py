@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from .factories import TestDatabase
 
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
@@ -43,23 +46,30 @@ HANDLERS = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def shardq_cli(pg_db, tmp_path):
-    (tmp_path / "handlers_for_test.py").write_text(HANDLERS)
-    env = {**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo, "SHARDQ_TEST_OUT": str(tmp_path / "seen")}
+@dataclass
+class ShardqCli:
+    """Runs ``shardq`` in ``tmp`` with ``env`` (``db``'s DSN in it)."""
 
-    def run(*args: str, stdin: str | None = None, check: bool = True, env_extra: dict | None = None):
+    db: TestDatabase
+    tmp: Path
+    env: dict[str, str]
+
+    def __call__(self, *args: str, stdin: str | None = None, check: bool = True,
+                 env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [SHARDQ, *args], input=stdin, capture_output=True, text=True, cwd=tmp_path,
-            env={**env, **(env_extra or {})}, timeout=300,
+            [SHARDQ, *args], input=stdin, capture_output=True, text=True, cwd=self.tmp,
+            env={**self.env, **(env_extra or {})}, timeout=300,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"shardq {' '.join(args)} -> {result.returncode}: {result.stderr}")
         return result
 
-    run.db = pg_db
-    run.tmp = tmp_path
-    return run
+
+@pytest.fixture
+def shardq_cli(pg_db: TestDatabase, tmp_path: Path) -> ShardqCli:
+    (tmp_path / "handlers_for_test.py").write_text(HANDLERS)
+    env = {**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo, "SHARDQ_TEST_OUT": str(tmp_path / "seen")}
+    return ShardqCli(pg_db, tmp_path, env)
 
 
 def seen_ids(tmp: Path) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 
 import shardq
 from shardq import operations, plans
-from shardq.db import Session
+from shardq.db import Dsn, Session
 from shardq.db_async import AsyncSession
 from shardq.errors import DatabaseError, StatementTimeout
 from shardq.models import NewTask
@@ -116,22 +116,26 @@ def test_sync_and_asyncio_clients_send_the_same_statements_with_the_same_paramet
     assert sync_results[3].queues["q"].ready == async_results[3].queues["q"].ready == 3
 
 
-class _Refusing:
-    """A stand-in session whose statements all fail, for driving plans without a database."""
+#: never connected to: the refusing sessions below fail every statement before any connect
+_NOWHERE = Dsn.parse("postgresql://nobody@127.0.0.1:1/none")
 
-    borrowed = False
-    engine = None
+
+class _Refusing(Session):
+    """A session whose statements all fail, for driving plans without a database."""
+
+    def __init__(self) -> None:
+        super().__init__(_NOWHERE)
 
     def fetch_all(self, name, params=None, **kw):
         raise StatementTimeout(f"{name} cancelled")
 
     fetch_one = execute = fetch_all
 
-    async def get_engine(self):
-        return None
 
+class _RefusingAsync(AsyncSession):
+    def __init__(self) -> None:
+        super().__init__(_NOWHERE)
 
-class _RefusingAsync(_Refusing):
     async def fetch_all(self, name, params=None, **kw):
         raise StatementTimeout(f"{name} cancelled")
 

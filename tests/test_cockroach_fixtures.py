@@ -96,7 +96,7 @@ def test_a_test_databases_address_keeps_the_engine_the_root_url_named():
         with Session(dsn) as session:
             assert session.execute_raw(support.STAGE_TABLES, {}) == []
             assert session.engine is COCKROACHDB
-        broken = dataclasses.replace(dsn, named_engine="cockroachdb")  # the old construction
+        broken = dataclasses.replace(dsn, named_engine="cockroachdb")  # type: ignore[arg-type]  # the old one, on purpose
         with pytest.raises(AttributeError, match="startup_options"):
             with Session(broken) as session:
                 session.execute_raw("SELECT 1")
@@ -168,7 +168,7 @@ def test_the_cluster_url_variable_is_honoured_and_a_postgresql_url_still_migrate
         url = cluster.server.url(scheme="postgresql")
         monkeypatch.setenv(support.URL_VARIABLE, url)
         assert support.cluster_url() == url
-        database = support.fresh_database(support.cluster_url(), buckets=BUCKETS, name=NAME)
+        database = support.fresh_database(url, buckets=BUCKETS, name=NAME)
         database.client.close()
     assert database.dsn.named_engine is None  # the server told: crdb_version at connect
     assert database.layout.bucket_count == BUCKETS

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 from click.testing import CliRunner
@@ -26,7 +26,16 @@ from shardq.db import Dsn
 from shardq.doctor import WORKER_TABLES, diagnose
 from shardq.engine import COCKROACHDB
 from shardq.errors import DatabaseUnavailable, UnsupportedServer
-from tests.support.recorded_cockroach import CRDB_VERSION_22_2, Disconnect, Error, Received, RecordedCockroach, Rows
+from tests.support.recorded_cockroach import (
+    CRDB_VERSION_22_2,
+    Answer,
+    AnswerFunction,
+    Disconnect,
+    Error,
+    Received,
+    RecordedCockroach,
+    Rows,
+)
 
 pytestmark = pytest.mark.recorded
 
@@ -146,14 +155,14 @@ def explain_rows(lines: Sequence[str]) -> Rows:
 Plans = dict[str, list[str]]
 
 
-def cluster(plans: Plans | None = None, **overrides: object) -> Callable[[Received], object]:
+def cluster(plans: Plans | None = None, **overrides: Answer) -> AnswerFunction:
     """The answer function of a healthy, migrated cluster; ``plans`` replaces statements' EXPLAIN
     answers, ``overrides`` statements' answers by name."""
-    answers = {"doctor_settings": SETTINGS, "doctor_schema_revision": REVISION, "shard_layout_get": LAYOUT,
+    answers: dict[str, Answer] = {"doctor_settings": SETTINGS, "doctor_schema_revision": REVISION, "shard_layout_get": LAYOUT,
                "doctor_schema_create": CAN_CREATE, "doctor_table_privileges": PRIVILEGES,
                "table_schema_jobs_running": NO_JOBS, **overrides}
 
-    def answer(received: Received) -> object:
+    def answer(received: Received) -> Answer | None:
         if received.explained is not None:
             return explain_rows((plans or {}).get(received.explained) or healthy_plan(received.explained))
         return answers.get(received.name or "")
@@ -290,8 +299,8 @@ def test_a_statement_the_cluster_cannot_plan_fails_with_the_clusters_message():
                for detail in failed.values()), failed
 
 
-def _refusing(answer: Callable[[Received], object], table: str) -> Callable[[Received], object]:
-    def refuse(received: Received) -> object:
+def _refusing(answer: AnswerFunction, table: str) -> AnswerFunction:
+    def refuse(received: Received) -> Answer | None:
         if received.explained is not None and table in received.text:
             return Error("42P01", f'relation "{table}" does not exist')
         return answer(received)

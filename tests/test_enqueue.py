@@ -138,9 +138,9 @@ def test_the_enqueue_options_are_declared_once_and_newtask_carries_exactly_them(
 
 def test_enqueue_keeps_its_keyword_only_options_and_refuses_an_unknown_one(db):
     with pytest.raises(TypeError):
-        db.client.enqueue("q", b"x", 30)  # type: ignore[misc]  # options are keyword-only
+        db.client.enqueue("q", b"x", 30)  # options are keyword-only
     with pytest.raises(TypeError, match="colour"):
-        db.client.enqueue("q", b"x", colour="red")  # type: ignore[call-arg]
+        db.client.enqueue("q", b"x", colour="red")
     with pytest.raises(InvalidInput):
         db.client.enqueue("q", b"x", delay=-1)
     assert db.count() == 0

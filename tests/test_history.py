@@ -75,7 +75,8 @@ def test_a_kept_queue_records_each_success_with_its_task_name_attempts_and_run_t
         assert _history_count(db) == 25
         status = app.status(ids[0])
         assert (status.state, status.queue, status.task, status.attempts) == ("succeeded", "kept", "reports.build", 1)
-        assert status.finished and status.finished_at is not None and status.created_at <= status.finished_at
+        assert status.finished and status.finished_at is not None and status.created_at is not None
+        assert status.created_at <= status.finished_at
         assert [a.outcome for a in status.history] == ["succeeded"]
         assert status.total_run_seconds is not None and status.total_run_seconds >= 0
     finally:
@@ -233,7 +234,7 @@ def test_a_result_that_cannot_be_kept_fails_its_attempt_with_one_line_naming_typ
         task_id = bad.defer()
         app.work(until_empty=True)
         status = app.status(task_id)
-        assert status.state == "dead" and named in status.last_error
+        assert status.state == "dead" and status.last_error is not None and named in status.last_error
         assert len(status.last_error.strip().splitlines()) == 1
     finally:
         app.close()

@@ -38,9 +38,9 @@ def test_a_retry_adds_no_start_a_failure_no_lead_time_and_an_unrun_task_nothing(
     counts = Activity()
     latency.count(counts, [outcome(attempt=2, ended=10.0), outcome(kind=FAIL, due=1.0, ended=5.0, seconds=1.0),
                            outcome(ended=None, seconds=None)])
-    assert (counts.handled, counts.handler_seconds) == (2, pytest.approx(2.0))  # the unrun one is not counted
-    assert (counts.first_starts, counts.start_wait_seconds) == (1, pytest.approx(3.0, abs=1e-6))
-    assert (counts.lead_acks, counts.lead_seconds) == (1, pytest.approx(10.0, abs=1e-6))
+    assert counts.handled == 2 and counts.handler_seconds == pytest.approx(2.0)  # the unrun one is not counted
+    assert counts.first_starts == 1 and counts.start_wait_seconds == pytest.approx(3.0, abs=1e-6)
+    assert counts.lead_acks == 1 and counts.lead_seconds == pytest.approx(10.0, abs=1e-6)
 
 
 def test_a_worker_clock_behind_the_database_never_makes_a_sum_negative():

@@ -40,7 +40,8 @@ def test_the_version_is_read_from_crdb_version_and_a_missing_one_is_none():
 def test_a_server_reporting_crdb_version_is_recognised_as_cockroachdb():
     params = {"crdb_version": CRDB_VERSION_24_3}
     assert COCKROACHDB.recognises(params.get)
-    assert not COCKROACHDB.recognises({}.get)
+    nothing: dict[str, str] = {}
+    assert not COCKROACHDB.recognises(nothing.get)
     assert not COCKROACHDB.recognises({"crdb_version": ""}.get)
 
 

@@ -32,7 +32,7 @@ from tests.support.cockroach_answers import (
     undefined_column,
     undefined_table,
 )
-from tests.support.recorded_cockroach import Command, Received, RecordedCockroach, Rows, recorded_cockroach
+from tests.support.recorded_cockroach import Answering, Command, Received, RecordedCockroach, Rows, recorded_cockroach
 
 pytestmark = pytest.mark.recorded
 
@@ -230,7 +230,7 @@ def test_depth_walks_each_priority_head_and_caps_the_counts():
         afters.append(received.params[-1])
         return next(heads)
 
-    answers = {"stats_depth_one": Rows(DEPTH_COLUMNS, [(100, 2, 5, 100, 3, 0, 1, None)]), "stats_ready_head_after": head}
+    answers: dict[str, Answering] = {"stats_depth_one": Rows(DEPTH_COLUMNS, [(100, 2, 5, 100, 3, 0, 1, None)]), "stats_ready_head_after": head}
     with recorded_cockroach(answers) as server, _session(server) as session:
         (row,) = session.run(COCKROACHDB.depth(["q"], [4], 100))
     assert row["queue"] == "q" and row["bucket"] == 4

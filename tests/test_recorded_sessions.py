@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -29,7 +30,16 @@ from tests.support.cockroach_answers import (
     STATEMENT_TIMEOUT_57014,
     undefined_column,
 )
-from tests.support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows, recorded_cockroach
+from tests.support.recorded_cockroach import (
+    Answer,
+    Answering,
+    Command,
+    Error,
+    Received,
+    RecordedCockroach,
+    Rows,
+    recorded_cockroach,
+)
 
 pytestmark = pytest.mark.recorded
 
@@ -44,11 +54,11 @@ def no_pauses(monkeypatch):
     monkeypatch.setattr(shardq.db_async, "retry_pause", lambda *a, **k: 0.0)
 
 
-def _failing(times: int, error: Error, then) -> callable:
+def _failing(times: int, error: Error, then: Answer) -> Callable[[Received], Answer]:
     """An answer that fails ``times`` times with ``error``, then answers ``then``."""
     left = {"n": times}
 
-    def answer(received: Received):
+    def answer(received: Received) -> Answer:
         if left["n"] > 0:
             left["n"] -= 1
             return error
@@ -121,7 +131,7 @@ def test_a_40001_inside_a_transaction_reruns_the_whole_body():
         return s.fetch_all("task_ack_many", {"states": [], "buckets": [], "queues": [], "ranks": [],
                                              "exec_times": [], "ids": [], "tokens": []})
 
-    answers = {"queue_list": QUEUE_ROW, "task_ack_many": _failing(1, RETRY_40001, IDS)}
+    answers: dict[str, Answering] = {"queue_list": QUEUE_ROW, "task_ack_many": _failing(1, RETRY_40001, IDS)}
     with recorded_cockroach(answers) as server, _session(server) as session:
         assert session.transaction(body) == [{"id": uuid.UUID(int=1)}]
     assert len(runs) == 2
@@ -131,7 +141,7 @@ def test_a_40001_inside_a_transaction_reruns_the_whole_body():
 
 
 def test_a_40001_at_commit_reruns_the_whole_body():
-    answers = {"queue_list": QUEUE_ROW, "COMMIT": _failing(1, RETRY_40001, Command("COMMIT"))}
+    answers: dict[str, Answering] = {"queue_list": QUEUE_ROW, "COMMIT": _failing(1, RETRY_40001, Command("COMMIT"))}
     with recorded_cockroach(answers) as server, _session(server) as session:
         session.transaction(lambda s: s.fetch_all("queue_list"))
     assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "COMMIT"] * 2
@@ -206,7 +216,7 @@ def test_an_asyncio_40003_resends_only_fenced_statements():
         finally:
             await session.close()
 
-    answers = {"task_ack_many": _failing(1, AMBIGUOUS_40003, IDS), "task_claim_batch": AMBIGUOUS_40003}
+    answers: dict[str, Answering] = {"task_ack_many": _failing(1, AMBIGUOUS_40003, IDS), "task_claim_batch": AMBIGUOUS_40003}
     with recorded_cockroach(answers) as server:
         assert asyncio.run(main(server.url())) == {uuid.UUID(int=1)}
     assert server.names_received() == ["task_ack_many", "task_ack_many", "task_claim_batch"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import shardq
+from shardq.app import AppTask
 from shardq.errors import DatabaseError, InvalidInput
 from shardq.spark import TaskColumns, WriteOptions, enqueue_dataframe
 
@@ -22,8 +23,15 @@ def _frame(spark, n: int):
                                  F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"))
 
 
-def _app(pg_db, ran: list, *, fail: int | None = None) -> shardq.App:
-    app = shardq.App(pg_db.dsn)
+class _RowsApp(shardq.App):
+    """The app of these tests, its two tasks at hand."""
+
+    item: AppTask[[int], None]
+    done: AppTask[[], None]
+
+
+def _app(pg_db, ran: list, *, fail: int | None = None) -> _RowsApp:
+    app = _RowsApp(pg_db.dsn)
 
     @app.task(name="item", queue="rows", max_attempts=1)
     def item(n: int) -> None:
@@ -35,7 +43,7 @@ def _app(pg_db, ran: list, *, fail: int | None = None) -> shardq.App:
     def done() -> None:
         ran.append("done")
 
-    app.declared = (item, done)  # type: ignore[attr-defined]
+    app.item, app.done = item, done
     return app
 
 
@@ -104,7 +112,7 @@ def test_a_dead_task_of_the_run_cancels_the_callback_and_a_rerun_does_not_bring_
     options = WriteOptions(partitions=2, chunks=4, merge_workers=2)
     try:
         df = _frame(spark, 20)
-        item, done = app.declared  # the task itself: its max_attempts=1 applies to the rows
+        item, done = app.item, app.done  # the task itself: its max_attempts=1 applies to the rows
         result = enqueue_dataframe(df, "rows", run_id="bad", dsn=pg_db.dsn, options=options, task=item,
                                    then=done)
         counts = app.work(until_empty=True)

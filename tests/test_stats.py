@@ -3,6 +3,7 @@ the JSON contract, and rendered frames."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -51,7 +52,7 @@ def test_each_state_is_counted_exactly_per_queue(db):
     assert (a.ready, a.scheduled, a.leased, a.dead) == (4, 2, 1, 1)
     assert (a.expired, b.ready, b.scheduled, b.leased, b.expired, b.dead) == (0, 0, 0, 0, 1, 0)
     assert all(a.accuracy_of(c) is Accuracy.EXACT for c in ("ready", "scheduled", "leased", "dead"))
-    assert 119 <= a.oldest_ready_age_s <= 180
+    assert a.oldest_ready_age_s is not None and 119 <= a.oldest_ready_age_s <= 180
     assert b.oldest_ready_age_s is None
 
 
@@ -62,7 +63,7 @@ def test_a_due_scheduled_task_not_promoted_yet_counts_as_ready_and_for_the_lag(d
     db.make_task("q", exec_time=now - dt.timedelta(seconds=10))
     q = snapshot(db).queues["q"]
     assert (q.ready, q.scheduled) == (2, 1)
-    assert 299 <= q.oldest_ready_age_s <= 360
+    assert q.oldest_ready_age_s is not None and 299 <= q.oldest_ready_age_s <= 360
 
 
 def test_backlog_entries_are_counted_apart_and_do_not_count_as_ready(db):
@@ -84,7 +85,7 @@ def test_the_oldest_ready_task_is_found_behind_other_priorities(db):
     db.make_task("q", priority=-9, state="leased", exec_time=now - dt.timedelta(seconds=5000), bucket=bucket)
     q = snapshot(db).queues["q"]
     assert (q.ready, q.leased) == (4, 1)
-    assert 899 <= q.oldest_ready_age_s <= 960  # the leased one is not waiting
+    assert q.oldest_ready_age_s is not None and 899 <= q.oldest_ready_age_s <= 960  # the leased one is not waiting
 
 
 def test_a_known_queue_without_tasks_is_listed_with_zeros(db):
@@ -448,7 +449,12 @@ def _drive_on_cockroachdb(plan, answer):
     from shardq.session_rules import statement_error
 
     dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")
-    state = {"historical": False, "shard_column": None}
+    @dataclasses.dataclass
+    class State:
+        historical: bool = False
+        shard_column: str | None = None
+
+    state = State()
 
     def step(plan):
         value, error = None, None
@@ -462,17 +468,17 @@ def _drive_on_cockroachdb(plan, answer):
                 if request is ENGINE:
                     value = COCKROACHDB
                 elif isinstance(request, UseShardColumn):
-                    state["shard_column"] = request.column
+                    state.shard_column = request.column
                 elif isinstance(request, Atomically):
-                    state["historical"] = False
+                    state.historical = False
                     value = step(request.body())
                 elif isinstance(request, Call):
                     if request.name == "stats_snapshot_historical":
-                        state["historical"] = True
+                        state.historical = True
                     try:
-                        value = answer(request.name, request.params, state["historical"])
+                        value = answer(request.name, request.params, state.historical)
                     except psycopg.Error as exc:
-                        raise statement_error(exc, dsn, COCKROACHDB, request.name, state["shard_column"]) from exc
+                        raise statement_error(exc, dsn, COCKROACHDB, request.name, state.shard_column) from exc
             except ShardqError as exc:
                 error = exc
 

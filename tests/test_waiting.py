@@ -7,11 +7,15 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 
 import shardq
 from shardq import waiting
+from shardq.db import Session
+from shardq.history_records import TaskStatus
 
 DAY = 86_400.0
 
@@ -100,7 +104,7 @@ def test_a_dead_or_cancelled_task_raises_its_failure(app, db):
     app.work(until_empty=True)
     with pytest.raises(shardq.TaskDead, match="it broke") as failure:
         dead.wait(10)
-    assert failure.value.status.state == "dead"
+    assert isinstance(failure.value.status, TaskStatus) and failure.value.status.state == "dead"
     with pytest.raises(shardq.TaskCancelled):
         cancelled.wait(10)
 
@@ -142,7 +146,8 @@ def test_without_notifications_the_listener_declines_and_waiters_poll_until_the_
 
         def close(self) -> None: ...
 
-    listener = waiting.OutcomeListener(NoWakeups)
+    # A stand-in for the session factory with only what start() reads: its engine and close().
+    listener = waiting.OutcomeListener(cast(Callable[[], Session], NoWakeups))
     assert listener.start() is False
     reads = iter(["ready", "running", "succeeded"])
     seen = []

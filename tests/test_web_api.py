@@ -14,6 +14,7 @@ import sys
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,16 +28,15 @@ from shardq.errors import InvalidInput
 from shardq.web.app import create_app
 from shardq.web.auth import Sessions, resolve_token
 
-from .factories import utcnow
-from .web_support import BEARER, CURRENT, SCRIPT, TOKEN, make_dead, snapshot
+from .factories import TestDatabase, utcnow
+from .web_support import BEARER, CURRENT, SCRIPT, TOKEN, DashboardClient, make_dead, snapshot
 
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
 
 @pytest.fixture
-def web(db):
-    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
-        client.db = db
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
+    with DashboardClient(create_app(db.client, TOKEN, stats_options=CURRENT), db, follow_redirects=False) as client:
         yield client
 
 
@@ -413,7 +413,7 @@ def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
 
 
 # -- holes found in use (issue #33) -------------------------------------------------------------
-def _post_streamed(app, path: str, chunks: int, chunk_size: int, headers: list[tuple[bytes, bytes]] = ()):
+def _post_streamed(app, path: str, chunks: int, chunk_size: int, headers: Sequence[tuple[bytes, bytes]] = ()):
     """POST ``chunks`` x ``chunk_size`` bytes to ``app`` at the ASGI level; returns the status
     and how many chunks the app pulled (what a server would have had to buffer)."""
     import anyio
@@ -466,7 +466,7 @@ def test_an_unreadable_cookie_of_another_app_does_not_hide_the_session(web):
 def test_a_non_ascii_token_works_as_a_bearer_header_and_at_login(db):
     token = "schlüssel-für-die-tür-ß"
     with TestClient(create_app(db.client, token, stats_options=CURRENT), follow_redirects=False) as web:
-        assert web.get("/api/queues", headers={"Authorization": b"Bearer " + token.encode()}).status_code == 200
+        assert web.get("/api/queues", headers={b"Authorization": b"Bearer " + token.encode()}).status_code == 200
         assert web.post("/login", data={"token": token}).status_code == 303
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -18,7 +20,7 @@ from shardq.maintenance.worker_registry import Holding, WorkerRegistry
 from shardq.models import Activity
 from shardq.web.server import BackgroundServer
 
-from .factories import utcnow
+from .factories import TestDatabase, utcnow
 from .test_web_browser import CHROMIUM
 from .web_support import CURRENT, SCRIPT, TOKEN
 
@@ -50,11 +52,17 @@ def _open(browser, server, token, **context_options):
     return context, page
 
 
+class _ServedDashboard(BackgroundServer):
+    """The dashboard served from a thread, with the test database it shows."""
+
+    def __init__(self, db: TestDatabase, **options: Any) -> None:
+        super().__init__(db.client, TOKEN, **options)
+        self.db = db
+
+
 @pytest.fixture
-def server(pg_db):
-    with BackgroundServer(pg_db.client, TOKEN, stats_options=CURRENT, refresh_seconds=5,
-                          read_token=READ_TOKEN) as running:
-        running.db = pg_db
+def server(pg_db: TestDatabase) -> Iterator[_ServedDashboard]:
+    with _ServedDashboard(pg_db, stats_options=CURRENT, refresh_seconds=5, read_token=READ_TOKEN) as running:
         yield running
 
 

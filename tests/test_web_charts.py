@@ -3,6 +3,8 @@ an hour, per hour over 24 h and 7 d from the hourly sums the pruners keep, every
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -11,13 +13,13 @@ from shardq.models import Activity
 from shardq.operations import charts
 from shardq.web.app import create_app
 
-from .web_support import BEARER, CURRENT, TOKEN
+from .factories import TestDatabase
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture
-def web(db):
-    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
-        client.db = db
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
+    with DashboardClient(create_app(db.client, TOKEN, stats_options=CURRENT), db, follow_redirects=False) as client:
         yield client
 
 

@@ -5,23 +5,23 @@ and the tab shown only for a queue that keeps finished tasks."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
-from starlette.testclient import TestClient
 
 from shardq import history
 from shardq.web.app import create_app
 
-from .web_support import BEARER, CURRENT, TOKEN, make_finished
+from .factories import TestDatabase
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_finished
 
 DAY = 86_400.0
 
 
 @pytest.fixture
-def web(db):
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
     app = create_app(db.client, TOKEN, stats_options=CURRENT)
-    with TestClient(app, follow_redirects=False) as client:
-        client.db = db
+    with DashboardClient(app, db, follow_redirects=False) as client:
         yield client
 
 

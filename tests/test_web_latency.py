@@ -5,22 +5,21 @@ over 1 h, 24 h and 7 d."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 import pytest
-from starlette.testclient import TestClient
 
 from shardq.maintenance.pruning import prune_counters
 from shardq.models import Activity
 from shardq.web.app import create_app
 
-from .factories import utcnow
-from .web_support import BEARER, CURRENT, TOKEN
+from .factories import TestDatabase, utcnow
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture
-def web(db):
-    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
-        client.db = db
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
+    with DashboardClient(create_app(db.client, TOKEN, stats_options=CURRENT), db, follow_redirects=False) as client:
         yield client
 
 

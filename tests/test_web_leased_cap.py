@@ -3,20 +3,20 @@ cap says so on the page and in the API (``capped``) instead of silently showing 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from starlette.testclient import TestClient
 
 from shardq import browse
 from shardq.web.app import create_app
 
-from .factories import utcnow
-from .web_support import BEARER, CURRENT, TOKEN
+from .factories import TestDatabase, utcnow
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture
-def web(db):
-    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
-        client.db = db
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
+    with DashboardClient(create_app(db.client, TOKEN, stats_options=CURRENT), db, follow_redirects=False) as client:
         yield client
 
 

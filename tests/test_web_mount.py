@@ -5,6 +5,7 @@ it writes stays under the prefix, and its pages still require the token."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from starlette.applications import Starlette
@@ -17,7 +18,8 @@ from shardq.web.app import create_app
 from shardq.web.auth import UPSTREAM_IDENTITY, Identity
 from shardq.web.mount import root, route_path
 
-from .web_support import CURRENT, TOKEN, make_dead
+from .factories import TestDatabase
+from .web_support import CURRENT, TOKEN, DashboardClient, make_dead
 
 PREFIX = "/queue-admin"
 #: Every URL a page writes: href, src, form action, and the overview's API address.
@@ -29,10 +31,9 @@ async def _home(request):
 
 
 @pytest.fixture
-def mounted(db):
+def mounted(db: TestDatabase) -> Iterator[DashboardClient]:
     host = Starlette(routes=[Route("/", _home), Mount(PREFIX, app=create_app(db.client, TOKEN, stats_options=CURRENT))])
-    with TestClient(host, follow_redirects=False) as client:
-        client.db = db
+    with DashboardClient(host, db, follow_redirects=False) as client:
         yield client
 
 

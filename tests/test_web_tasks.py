@@ -8,28 +8,36 @@ import datetime as dt
 import json
 import re
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from starlette.applications import Starlette
 from starlette.routing import Route
-from starlette.testclient import TestClient
 
 from shardq import arguments
 from shardq.maintenance.worker_registry import Holding, WorkerRegistry
 from shardq.web.app import create_app
 
-from .factories import utcnow
-from .web_support import BEARER, CURRENT, TOKEN, make_dead, snapshot
+from .factories import TestDatabase, utcnow
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_dead, snapshot
 
 READ_TOKEN = "read-only-token-0123456789"
 READ_BEARER = {"Authorization": f"Bearer {READ_TOKEN}"}
 
 
+class _RoutedClient(DashboardClient):
+    """A dashboard client that also knows the app's routes (to find every POST action)."""
+
+    def __init__(self, app: Starlette, db: TestDatabase, **options: Any) -> None:
+        super().__init__(app, db, **options)
+        self.app_routes = app.routes
+
+
 @pytest.fixture
-def web(db):
+def web(db: TestDatabase) -> Iterator[_RoutedClient]:
     app = create_app(db.client, TOKEN, stats_options=CURRENT, read_token=READ_TOKEN)
-    with TestClient(app, follow_redirects=False) as client:
-        client.db = db
-        client.app_routes = app.routes
+    with _RoutedClient(app, db, follow_redirects=False) as client:
         yield client
 
 

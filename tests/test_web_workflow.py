@@ -6,23 +6,22 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 
 import pytest
-from starlette.testclient import TestClient
 
 from shardq import workflows
 from shardq.consumer import Consumer
 from shardq.web import workflow_view
 from shardq.web.app import create_app
 
-from .factories import fenced
-from .web_support import BEARER, CURRENT, TOKEN
+from .factories import TestDatabase, fenced
+from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture
-def web(db):
-    with TestClient(create_app(db.client, TOKEN, stats_options=CURRENT), follow_redirects=False) as client:
-        client.db = db
+def web(db: TestDatabase) -> Iterator[DashboardClient]:
+    with DashboardClient(create_app(db.client, TOKEN, stats_options=CURRENT), db, follow_redirects=False) as client:
         yield client
 
 

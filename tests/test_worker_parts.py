@@ -29,7 +29,7 @@ class RecordingSession(Session):
 
     uses: ClassVar[dict[int, set[int]]] = defaultdict(set)
 
-    def _connection(self):  # type: ignore[override]
+    def _connection(self):
         RecordingSession.uses[id(self)].add(threading.get_ident())
         return super()._connection()
 

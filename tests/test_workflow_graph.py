@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import shardq
+from shardq.app import AppTask
 from shardq.errors import InvalidInput
 from shardq.workflow_graph import MAX_STEPS, Graph, StepSpec, check
 
@@ -44,7 +45,7 @@ def test_check_refuses_an_on_failure_step_without_parents_and_a_graph_over_the_l
         check(big)
 
 
-def _app() -> tuple[shardq.App, object, object]:
+def _app() -> tuple[shardq.App, AppTask[[str], None], AppTask[[], None]]:
     app = shardq.App("postgresql://nobody@127.0.0.1:1/none")  # never connects in these tests
 
     @app.task(name="fetch", queue="io")

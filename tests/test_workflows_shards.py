@@ -17,7 +17,7 @@ from shardq.engine import base as engine_base
 from shardq.engine.cockroachdb import CockroachDBEngine
 from shardq.engine.postgresql import PostgreSQLEngine
 from shardq.maintenance.pruning import prune_workflows
-from shardq.operations.workflows import IN_SHARDS, OWN_ROW, fan_in_counts
+from shardq.operations.workflows import IN_SHARDS, OWN_ROW, FinishedStep, fan_in_counts
 from shardq.workflow_graph import StepSpec
 
 from .concurrency import at_once, own_stores
@@ -44,7 +44,7 @@ def test_only_a_fan_in_over_the_threshold_is_counted_in_shards_each_of_them_as_f
     counts = fan_in_counts(steps, lambda parents: 4 if parents >= 5 else 0)
     assert counts.waiting_on["narrow"] == 1 and counts.waiting_on["wide"] == 4  # its shards
     assert counts.shards == [("wide", 0, 3), ("wide", 1, 3), ("wide", 2, 2), ("wide", 3, 2)]
-    assert sorted(shard for _p, child, shard in counts.edges if child == "wide") == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert sorted(-1 if shard is None else shard for _p, child, shard in counts.edges if child == "wide") == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
     assert [shard for _p, child, shard in counts.edges if child == "narrow"] == [None]
     assert counts.child_kinds["p0"] == OWN_ROW | IN_SHARDS and counts.child_kinds["p1"] == IN_SHARDS
     assert counts.child_kinds["wide"] == counts.child_kinds["narrow"] == 0  # no children: no statement
@@ -203,7 +203,7 @@ def test_an_ack_of_wide_fan_in_members_counts_their_shards_off_by_name_grouped_i
     from .test_engine_operations import drive, names
 
     w = uuid.uuid4()
-    finished = [(w, f"m{i}", IN_SHARDS, "wide") for i in range(5)]
+    finished: list[FinishedStep] = [(w, f"m{i}", IN_SHARDS, "wide") for i in range(5)]
     _, sent = drive(workflows._advance(finished, {(w, f"m{i}"): i % 2 for i in range(5)}))
     assert names(sent) == ["workflow_counts_count_off"]  # no edge read
     params = sent[0].params

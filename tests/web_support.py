@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from starlette.testclient import TestClient
+from starlette.types import ASGIApp
+
 from shardq.stats import StatsOptions
 
-from .factories import fenced
+from .factories import TestDatabase, fenced
 
 TOKEN = "test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 #: Current reads (not CockroachDB's follower reads) so a test sees what it just wrote.
 CURRENT = StatsOptions(follower_read=False)
 SCRIPT = b"<script>alert('pwned')</script>"
+
+
+class DashboardClient(TestClient):
+    """A TestClient of the dashboard (or an app mounting it), with the test database it shows."""
+
+    def __init__(self, app: ASGIApp, db: TestDatabase, **options: Any) -> None:
+        super().__init__(app, **options)
+        self.db = db
 
 
 def make_dead(db, queue: str = "q", *, payload: bytes = b"payload", error: str = "boom", attempts: int = 3):

@@ -10,8 +10,10 @@ import time
 import psycopg
 
 import shardq
+from shardq.models import Task
 from shardq.producer import Producer
 from shardq.store import TaskStore
+from shardq.worker.contract import Handler
 
 from ..procs import Control, Recorder, paced, stamp, unstamp, watch_stop
 
@@ -141,12 +143,17 @@ def worker(spec: dict, ctl: Control) -> dict:
     """Role: one shardq Worker (``concurrency`` handler threads, ``batch`` per claim)."""
     latency = spec.get("latency", False)
     rec = Recorder(ctl, latency=latency)
+    handler: Handler
     if latency:
-        def handler(task) -> None:
+        def stamped(task: Task) -> None:
             rec.hit(unstamp(task.payload)[0], task.created_at.timestamp())
+
+        handler = stamped
     elif spec.get("asynchronous"):  # an async def handler: the worker's event-loop executor
-        async def handler(task) -> None:
+        async def counted(task: Task) -> None:
             rec.hit()
+
+        handler = counted
     elif spec.get("app"):  # the task API: JSON decode, signature, dispatch by name
         app = shardq.App(spec["url"])
 
@@ -158,12 +165,16 @@ def worker(spec: dict, ctl: Control) -> dict:
     elif spec.get("sleep"):  # a handler that takes this long (flow-control cell)
         pause = spec["sleep"]
 
-        def handler(task) -> None:
+        def sleeping(task: Task) -> None:
             rec.hit()
             time.sleep(pause)
+
+        handler = sleeping
     else:
-        def handler(task) -> None:
+        def plain(task: Task) -> None:
             rec.hit()
+
+        handler = plain
 
     options = {
         "concurrency": spec.get("concurrency", 4),

@@ -4,6 +4,7 @@ hard-limited spans, and keyed lookups and writes that reach one bucket, not ever
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import pglast
 from pglast import ast
@@ -36,13 +37,13 @@ def key_column(node: object, table: str = "shardq_tasks") -> str | None:
     return name
 
 
-def _relations(items: object) -> list[ast.Node]:
+def _relations(items: Iterable[object] | None) -> list[ast.Node]:
     """The FROM items of a clause, joins flattened."""
     found: list[ast.Node] = []
     for item in items or ():
         if isinstance(item, ast.JoinExpr):
             found += _relations((item.larg, item.rarg))
-        else:
+        elif isinstance(item, ast.Node):
             found.append(item)
     return found
 
@@ -83,7 +84,7 @@ def _key_term(term: object, table: str, aliases: set[str]) -> tuple[str, str] | 
     for mine, other in ((term.lexpr, term.rexpr), (term.rexpr, term.lexpr)):
         if not isinstance(mine, ast.ColumnRef) or column_qualifier(mine) not in aliases | {None}:
             continue
-        if len(mine.fields) > 2:
+        if len(mine.fields or ()) > 2:
             continue
         column = key_column(mine, table)
         if column in LOCKED_SCAN_KEYS[table] and _is_value(other):
@@ -146,7 +147,9 @@ def _hard_limited(sent: Sent) -> list[str]:
                             "span cannot be checked (add the table's primary key, from its migration)")
             continue
         table = relations[0].relname
-        aliases = {table} | ({relations[0].alias.aliasname} if relations[0].alias else set())
+        assert table is not None  # a key in LOCKED_SCAN_KEYS
+        alias = relations[0].alias.aliasname if relations[0].alias else None
+        aliases = {table} | ({alias} if alias else set())
         key = LOCKED_SCAN_KEYS[table]
         equal, ranged = set(), []
         for term in conjuncts(node.whereClause):

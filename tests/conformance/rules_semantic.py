@@ -127,7 +127,8 @@ def _placeholders_typed(sent: Sent) -> list[str]:
             names.append(match.group(1))
 
     def label(ref: ast.ParamRef) -> str:
-        return f"%({names[ref.number - 1]})s" if 0 < ref.number <= len(names) else f"${ref.number}"
+        number = ref.number or 0  # a parsed $n always has its number
+        return f"%({names[number - 1]})s" if 0 < number <= len(names) else f"${number}"
 
     problems = []
     for stmt in statements(sent):

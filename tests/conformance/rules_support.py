@@ -61,7 +61,8 @@ def _statement_kinds(sent: Sent) -> list[str]:
             problems += [f"ALTER TABLE {AlterTableType(c.subtype).name}: not a known alter_table_cmd"
                          for c in stmt.cmds if c.subtype not in ALTER_TABLE_COMMANDS]
         elif isinstance(stmt, ast.DropStmt) and stmt.removeType not in DROP_KINDS:
-            problems.append(f"DROP {ObjectType(stmt.removeType).name}: not a known drop_ddl_stmt")
+            kind_name = "(no kind)" if stmt.removeType is None else ObjectType(stmt.removeType).name
+            problems.append(f"DROP {kind_name}: not a known drop_ddl_stmt")
     return problems
 
 
@@ -132,12 +133,15 @@ def _type_problem(node: ast.TypeName) -> str | None:
 
 def _names_in_scope(stmt: ast.Node) -> set[str]:
     """Every table name and alias the statement's FROM, USING and targets bring into scope."""
-    found = set()
+    found: set[str] = set()
     for n in walk(stmt):
+        name = None
         if isinstance(n, ast.RangeVar):
-            found.add(n.alias.aliasname if n.alias else n.relname)
+            name = n.alias.aliasname if n.alias else n.relname
         elif isinstance(n, (ast.RangeSubselect, ast.RangeFunction)) and n.alias:
-            found.add(n.alias.aliasname)
+            name = n.alias.aliasname
+        if name is not None:
+            found.add(name)
     return found
 
 
@@ -155,7 +159,7 @@ def _clauses(sent: Sent) -> list[str]:
         for node in walk(stmt):
             if isinstance(node, ast.ReturningClause):
                 qualifiers = {c.fields[0].sval for t in node.exprs or () for c in walk(t)
-                              if isinstance(c, ast.ColumnRef) and len(c.fields) >= 2
+                              if isinstance(c, ast.ColumnRef) and len(c.fields or ()) >= 2
                               and isinstance(c.fields[0], ast.String)}
                 if node.options or ({"old", "new"} & qualifiers) - in_scope:
                     problems.append(CLAUSES["returning old/new"])

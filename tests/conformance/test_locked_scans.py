@@ -26,7 +26,7 @@ LOCKED = [s for s in collect.everything() if "SKIP LOCKED" in s.text.upper()]
 EQ = (ast.String(sval="="),)
 
 
-def _row(args: tuple[ast.Node, ...]) -> ast.RowExpr:
+def _row(args: tuple[object, ...]) -> ast.RowExpr:
     """``(a, b, …)`` as the parser builds it (an implicit row constructor)."""
     return ast.RowExpr(args=args, row_format=pglast.enums.CoercionForm.COERCE_IMPLICIT_CAST)
 
@@ -40,6 +40,7 @@ def _locked_scan(stmt: ast.Node) -> ast.SelectStmt:
 
 def _parse(sent: Sent) -> tuple[ast.Node, ast.SelectStmt]:
     stmt = pglast.parse_sql(for_pglast(sent.text))[0].stmt
+    assert stmt is not None
     return stmt, _locked_scan(stmt)
 
 
@@ -53,8 +54,12 @@ def _equalities(scan: ast.SelectStmt) -> Iterator[tuple[int, ast.A_Expr, str]]:
                 yield i, term, column
 
 
+def _fresh_number(stmt: ast.Node) -> int:
+    return 1 + max((n.number or 0 for n in walk(stmt) if isinstance(n, ast.ParamRef)), default=0)
+
+
 def _fresh_param(stmt: ast.Node) -> ast.ParamRef:
-    return ast.ParamRef(number=1 + max((n.number for n in walk(stmt) if isinstance(n, ast.ParamRef)), default=0))
+    return ast.ParamRef(number=_fresh_number(stmt))
 
 
 def _replace_term(scan: ast.SelectStmt, index: int, new: ast.Node) -> None:
@@ -92,6 +97,7 @@ def _spread_mutations() -> Iterator[tuple[str, Sent]]:
             for how, build in (SPREADS | NOT_VALUES).items():
                 stmt, scan = _parse(sent)  # a fresh tree for each mutation
                 term = conjuncts(scan.whereClause)[index]
+                assert isinstance(term, ast.A_Expr) and term.lexpr is not None and isinstance(term.rexpr, ast.Node)
                 _replace_term(scan, index, build(term.lexpr, term.rexpr, _fresh_param(stmt)))
                 yield f"{sent.origin}:{column}:{how}", Sent(f"mutated:{sent.origin}", RawStream()(stmt))
 
@@ -106,7 +112,7 @@ def _pair_mutations() -> Iterator[tuple[str, Sent]]:
         (i, a, ca), (j, b, cb) = found
         pair = ast.A_Expr(kind=A_Expr_Kind.AEXPR_IN, name=EQ, lexpr=_row(args=(a.lexpr, b.lexpr)),
                           rexpr=(_row(args=(a.rexpr, b.rexpr)),
-                                 _row(args=(_fresh_param(stmt), ast.ParamRef(number=_fresh_param(stmt).number + 1)))))
+                                 _row(args=(_fresh_param(stmt), ast.ParamRef(number=_fresh_number(stmt) + 1)))))
         terms = conjuncts(scan.whereClause)
         terms = [pair if k == i else t for k, t in enumerate(terms) if k != j]
         scan.whereClause = ast.BoolExpr(boolop=pglast.enums.BoolExprType.AND_EXPR, args=tuple(terms))
@@ -203,5 +209,5 @@ def test_the_listed_keys_are_the_migrations_primary_keys():
             for c in constraints:
                 if c.contype == pglast.enums.ConstrType.CONSTR_PRIMARY and table in LOCKED_SCAN_KEYS:
                     hashed = "USING HASH" in sent.text.upper() and table == "shardq_tasks"
-                    keys[table] = ((SHARD,) if hashed else ()) + tuple(k.sval for k in c.keys)
+                    keys[table] = ((SHARD,) if hashed else ()) + tuple(k.sval for k in c.keys or ())
     assert keys == LOCKED_SCAN_KEYS

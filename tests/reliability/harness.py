@@ -45,6 +45,8 @@ class Proc:
     kill_hook: str | None
     log: Path
     killed_by_test: bool = False
+    #: the crash scenario's label: the moment its kill hook fires at ("random", …), None for none
+    moment: str | None = None
 
     @property
     def pid(self) -> int:

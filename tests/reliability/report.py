@@ -136,7 +136,7 @@ def render(figures: Figures = FIGURES) -> str:
         if reasons:
             out += ["", "Duplicate executions, by explanation (one example each):", ""]
             out += _table(["explanation", "count", "example"], [[k, n, examples[k]] for k, n in reasons.most_common()])
-        seeds = sorted({r.get("seed") for r in crash if r.get("seed") is not None})
+        seeds = sorted({r["seed"] for r in crash if r.get("seed") is not None})
         out += ["", "<details><summary>Per round (random seeds: " + ", ".join(map(str, seeds)) + ")</summary>", ""]
         out += _table(
             ["run", "round", "moments (kills)", "tasks", "processed", "lost", "stuck", "duplicates", "seconds"],

@@ -106,7 +106,7 @@ def wellformed(draw):
     priority column of the right types (values still drawn freely: empty, long, odd, NULL)."""
     fmt = draw(st.sampled_from(["csv", "json"]))
     n = draw(st.integers(1, 6))
-    text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
+    text = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1,
                    max_size=30)
     columns = {"payload": draw(st.lists(text, min_size=n, max_size=n))}
     if draw(st.booleans()):

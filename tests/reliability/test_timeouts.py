@@ -181,9 +181,9 @@ def test_statement_timeout_defaults_are_set_and_validated():
     assert ReaperConfig().statement_timeout == 30.0
     for bad in (0, -1, float("nan"), "1", True):
         with pytest.raises(InvalidInput):
-            WorkerConfig(queues=("q",), statement_timeout=bad).validate()
+            WorkerConfig(queues=("q",), statement_timeout=bad).validate()  # type: ignore[arg-type]  # "1" on purpose
         with pytest.raises(InvalidInput):
-            ReaperConfig(statement_timeout=bad).validate()
+            ReaperConfig(statement_timeout=bad).validate()  # type: ignore[arg-type]  # "1" on purpose
     assert WorkerConfig(queues=("q",), statement_timeout=None).validate().statement_timeout is None
 
 

@@ -382,11 +382,11 @@ class _Connection:
     # extended protocol
     def _extended(self, kind: bytes, body: bytes) -> None:
         if kind == b"P":
-            name, rest = body.split(b"\x00", 1)
-            text, rest = rest.split(b"\x00", 1)
+            raw_name, rest = body.split(b"\x00", 1)
+            raw_text, rest = rest.split(b"\x00", 1)
             (count,) = struct.unpack("!h", rest[:2])
             oids = struct.unpack(f"!{count}I", rest[2:2 + 4 * count])
-            self.statements[name.decode()] = (text.decode(), oids)
+            self.statements[raw_name.decode()] = (raw_text.decode(), oids)
             self.out += _message(b"1")
         elif kind == b"B":
             self._bind(body)
@@ -394,7 +394,7 @@ class _Connection:
         elif kind == b"D":
             target, name = body[:1], body[1:-1].decode()
             if target == b"S":
-                text, oids = self.statements[name]
+                _text, oids = self.statements[name]
                 self.out += _message(b"t", struct.pack(f"!h{len(oids)}I", len(oids), *oids))
                 self.out += _message(b"n")  # rows are described at Execute's Describe of the portal
             else:
@@ -547,6 +547,8 @@ def _format(formats: tuple[int, ...], i: int) -> int:
 # -- the server -----------------------------------------------------------------------------------
 
 AnswerFunction = Callable[[Received], Answer | None]
+#: what :func:`recorded_cockroach` maps a statement name to: an answer, or a function giving one
+Answering = Answer | Callable[[Received], Answer]
 
 
 class RecordedCockroach:
@@ -632,7 +634,7 @@ class RecordedCockroach:
 
 
 @contextmanager
-def recorded_cockroach(answers: Mapping[str, Answer | Callable[[Received], Answer]] | AnswerFunction | None = None,
+def recorded_cockroach(answers: Mapping[str, Answering] | AnswerFunction | None = None,
                        **options: Any) -> Iterator[RecordedCockroach]:
     """A :class:`RecordedCockroach` answering by statement name (or text) from ``answers``: each
     value an answer, or a function of the :class:`Received` returning one."""

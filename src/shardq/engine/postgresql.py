@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import UnsupportedServer
 from .base import Ddl, Engine, ParameterStatus
@@ -41,7 +41,7 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     # of each transaction, and the shard rows cost more CPU than they save (a batch ack lowers up
     # to 32 rows instead of one: docs/workflows.md, "Fan-in in shards", measured). The shard
     # statements are common SQL, tested here by setting this (tests/test_workflows_shards.py).
-    fan_in_shard_from = None
+    fan_in_shard_from: ClassVar[int | None] = None
     # Binary arrays cost far less client CPU per element than text (see shardq.queries).
     _binary_arrays = True
     _null_arrays = True

@@ -7,7 +7,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 
@@ -125,7 +125,7 @@ class BackgroundServer:
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="shardq-web", daemon=True)
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         if not self._started.wait(START_TIMEOUT_SECONDS):
             self.__exit__()
