@@ -33,7 +33,7 @@ test-serializable: system-deps setup
 # Branch coverage of the lines only CockroachDB runs, driven by the recorded-CockroachDB and
 # conformance tests (no server): fails under 95 % ([tool.coverage.report] in pyproject.toml), then
 # reports the modules both engines share, ungated. docs/cockroachdb.md lists what stays unreached.
-SHARED_WITH_COCKROACH := src/shardq/spark/ledger.py,src/shardq/migrations/*,src/shardq/db.py,src/shardq/db_async.py,src/shardq/borrowed.py,src/shardq/engine/common.py,src/shardq/engine/base.py,src/shardq/migrate.py
+SHARED_WITH_COCKROACH := src/shardq/spark/ledger.py,src/shardq/migrations/*,src/shardq/sessions/session.py,src/shardq/sessions/session_async.py,src/shardq/sessions/borrowed.py,src/shardq/engine/common.py,src/shardq/engine/base.py,src/shardq/migrations/apply.py
 coverage-cockroach: setup
 	$(BIN)/coverage erase
 	$(BIN)/coverage run -m pytest -q -m "recorded or conformance"

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 import shardq
 from shardq.contrib import asgi
-from shardq.db import Dsn
+from shardq.sessions.dsn import Dsn
 
 orders = Table("example_orders", MetaData(), Column("id", Integer, primary_key=True, autoincrement=True),
                Column("email", String(200), nullable=False))

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import report
-from .env import Bench, loadavg, machine
-from .scenarios import SCENARIOS, Sizes, sizes_dict
+from loadtest import report
+from loadtest.env import Bench, loadavg, machine
+from loadtest.scenarios import SCENARIOS, Sizes, sizes_dict
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 

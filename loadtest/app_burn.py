@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one(args.one, args.tasks, args.tracing, args.work_ms, args.sample)))
         return 0
 
-    from .env import Bench
-    from .versus import ref_tree, remove_tree
+    from loadtest.env import Bench
+    from loadtest.versus import ref_tree, remove_tree
 
     bench = Bench.start()
     rounds = []

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import psycopg
 
-from shardq import migrate
-from shardq.db import Dsn
-from shardq.embedded import EmbeddedServer
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.embedded import EmbeddedServer
 
 BUCKETS = 16  # shardq's default bucket count; the raw bound uses the same
 

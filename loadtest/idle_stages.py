@@ -34,8 +34,8 @@ STAGES = ("commit", "wake", "claim_sent", "claim_back", "start")
 def _worker(url: str, out: str, ready, stop) -> None:
     """One worker process: marks each stage of the task its handler starts."""
     import shardq
-    import shardq.consumer as consumer
-    import shardq.notify as notify
+    import shardq.lifecycle.claim as consumer
+    import shardq.lifecycle.notify as notify
 
     marks: list[dict] = []
     current: dict = {}
@@ -75,7 +75,7 @@ def _worker(url: str, out: str, ready, stop) -> None:
 def one(url: str, samples: int, workers: int, seed: int) -> list[dict]:
     """One run against ``url`` with the shardq on ``sys.path``: every sample's stages (ms)."""
     import shardq
-    from shardq.producer import Producer
+    from shardq.lifecycle.enqueue import Producer
 
     client = shardq.connect(url)
     client.migrate()
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one(args.one, args.samples, args.workers, args.seed)))
         return 0
 
-    from .env import Bench
-    from .versus import ref_tree, remove_tree
+    from loadtest.env import Bench
+    from loadtest.versus import ref_tree, remove_tree
 
     bench = Bench.start()
     rows: dict[str, list[dict]] = {"ref": [], "this": []}

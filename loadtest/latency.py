@@ -15,9 +15,9 @@ from __future__ import annotations
 import random
 import time
 
-from .contenders import CONTENDERS
-from .env import Bench, checkpoint, loadavg, vacuum_analyze
-from .procs import CellResult, Control, run_cell
+from loadtest.contenders import CONTENDERS
+from loadtest.env import Bench, checkpoint, loadavg, vacuum_analyze
+from loadtest.procs import CellResult, Control, run_cell
 
 
 def burner(spec: dict, ctl: Control) -> dict:
@@ -31,7 +31,7 @@ def burner(spec: dict, ctl: Control) -> dict:
 
 
 def cells(bench: Bench, sizes, log) -> dict:
-    from .scenarios import _steady_roles, percentiles
+    from loadtest.scenarios import _steady_roles, percentiles
 
     out: dict = {"rates": list(sizes.latency_rates), "loads": list(sizes.latency_loads),
                  "contenders": list(sizes.latency_contenders), "seconds": sizes.latency_seconds, "cells": {}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from . import latency
+from loadtest import latency
 
 GOALS = {
     "burn_vs_raw": 0.80,

@@ -23,10 +23,10 @@ from typing import Any
 
 import psycopg
 
-from .contenders import BATCH, CONTENDERS, shardq_bench
-from .env import Bench, _proc_cpu, checkpoint, loadavg, table_stats, vacuum_analyze
-from .latency import cells as latency_cells
-from .procs import CellResult, run_cell
+from loadtest.contenders import BATCH, CONTENDERS, shardq_bench
+from loadtest.env import Bench, _proc_cpu, checkpoint, loadavg, table_stats, vacuum_analyze
+from loadtest.latency import cells as latency_cells
+from loadtest.procs import CellResult, run_cell
 
 PROCESSES = 4
 REPO = Path(__file__).resolve().parent.parent
@@ -577,8 +577,8 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
 
 def reaper_cost(url: str, sizes: Sizes, log) -> dict:
     import shardq
-    from shardq.consumer import Consumer
-    from shardq.reaper import Reaper
+    from shardq.lifecycle.claim import Consumer
+    from shardq.maintenance.reaper import Reaper
     from shardq.validation import LEASE_MIN_SECONDS
 
     vacuum_analyze(url)
@@ -622,7 +622,7 @@ def _reap_candidate_blocks(url: str, buckets: int) -> int:
     """Buffers the reaper's candidate search touches over every bucket (EXPLAIN ANALYZE of the
     read-only statement): a count, so unlike milliseconds it does not move with the machine's
     load, and it shows whether the work follows expired leases or table size."""
-    from shardq.queries import statements_for
+    from shardq.sql import statements_for
 
     text = statements_for("postgresql")["task_reap_candidates"].text
     total = 0
@@ -751,7 +751,7 @@ def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
             except subprocess.TimeoutExpired:
                 p.kill()
         conn.close()
-        from .handlers import read_records
+        from loadtest.handlers import read_records
 
         lines = read_records(records)
         seen: dict[str, int] = {}
@@ -807,7 +807,7 @@ def sweep(bench: Bench, sizes: Sizes, log) -> dict:
 
 
 def history(bench: Bench, sizes: Sizes, log) -> dict:
-    """Keeping finished tasks (shardq.history): ``burn_reps`` paired ABBA drains of ``burn_tasks``
+    """Keeping finished tasks (shardq.lifecycle.history): ``burn_reps`` paired ABBA drains of ``burn_tasks``
     no-op tasks by 4 worker processes from a queue that keeps nothing (the default) and from one
     that keeps every finished task for a day (one history row per task, written in the ack's
     transaction). Goal: keeping everything at least 0.85x keeping nothing."""

@@ -52,8 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from spark_enqueue import scratch_database  # type: ignore[import-not-found]  # by path: sys.path above
 
-from shardq import migrate
-from shardq.db import Dsn, Session
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from shardq.spark import TaskColumns, WriteOptions, jdbc_target, spark_session
 from shardq.spark import frame as frame_module
 from shardq.spark.job import _write

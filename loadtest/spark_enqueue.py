@@ -45,8 +45,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from shardq import migrate
-from shardq.db import Dsn, Session
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from shardq.spark import TaskColumns, WriteOptions, enqueue_dataframe, jdbc_target, spark_session
 from shardq.spark.jdbc import DRIVER_CLASS
 
@@ -54,7 +55,7 @@ PLAIN_TABLE = "shardq_lt_plain"
 
 
 def scratch_database() -> tuple[Dsn, Callable[[], None]]:
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     server = EmbeddedServer()
     server.start()

@@ -1,5 +1,5 @@
 """``python -m loadtest.spark_then_cost [--tasks N] [--rounds R]``: what ``then=`` costs the
-burn-down of a Spark run's tasks (shardq.run_callbacks), on one embedded PostgreSQL.
+burn-down of a Spark run's tasks (shardq.workflows.spark_callbacks), on one embedded PostgreSQL.
 
 Each cell is a fresh database: ``defer_many`` of N no-op calls (batches of 1,000), then
 ``app.work(until_empty=True)``, timed. ``plain``: the tasks as a run without ``then=`` leaves them.
@@ -22,12 +22,12 @@ import time
 
 import psycopg
 
-from .env import Bench, vacuum_analyze
+from loadtest.env import Bench, vacuum_analyze
 
 
 def _cell(url: str, tasks: int, then: bool) -> dict:
     import shardq
-    from shardq import run_callbacks
+    from shardq.workflows import spark_callbacks as run_callbacks
 
     app = shardq.App(url)
 
@@ -61,7 +61,7 @@ def _cell(url: str, tasks: int, then: bool) -> dict:
 
 def _probe_worst_case(url: str, tasks: int) -> dict:
     import shardq
-    from shardq import run_callbacks
+    from shardq.workflows import spark_callbacks as run_callbacks
 
     app = shardq.App(url)
 

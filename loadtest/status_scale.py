@@ -7,7 +7,7 @@ for every tenth of them, by ``INSERT … SELECT generate_series`` (not the queue
 path would take hours, and the queue's write cost is the history cell's subject). Indexes are
 dropped for the fill and built again after it, as a bulk load does; then ``VACUUM ANALYZE``.
 
-It then times :func:`shardq.history.status` (the library call: one statement of at most four
+It then times :func:`shardq.lifecycle.history.status` (the library call: one statement of at most four
 primary-key reads, over the client's own session) for ``--samples`` random ids of each kind, ``--rounds`` times: a kept task,
 an id found nowhere, and a live task (enqueued through the API, some of them leased), and writes
 p50/p99/max with the plan of its statement (``EXPLAIN (ANALYZE, BUFFERS)``) to
@@ -32,9 +32,8 @@ from pathlib import Path
 import psycopg
 
 import shardq
-from shardq import history
-
-from .env import BUCKETS, Bench, loadavg, machine
+from loadtest.env import BUCKETS, Bench, loadavg, machine
+from shardq.lifecycle import history
 
 SALT = "status-scale"
 QUEUES = ("mail", "thumbs", "billing", "webhooks")
@@ -133,7 +132,7 @@ def _time(client: shardq.Client, ids: list[uuid.UUID], expect: set[str]) -> dict
 
 def _plans(conn: psycopg.Connection, kept: uuid.UUID, live: uuid.UUID) -> dict[str, str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the statement status sends, for a kept and a live id."""
-    from shardq.queries import statements_for
+    from shardq.sql import statements_for
 
     text = statements_for("postgresql")["task_status_read"].text
     out = {}

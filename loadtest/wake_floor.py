@@ -5,7 +5,7 @@ hears of a send that follows a pause, for three senders on one embedded PostgreS
   of the wake-up itself on this machine;
 * ``statement``: shardq's enqueue statement (``task_insert_many_fresh`` with its wake-up) sent
   through plain psycopg, prepared: the durable insert and its commit, without shardq's Python;
-* ``shardq``: :meth:`shardq.producer.Producer.enqueue`, as an application sends a task.
+* ``shardq``: :meth:`shardq.lifecycle.enqueue.Producer.enqueue`, as an application sends a task.
 
 Each send follows a pause of 0.3–0.5 s (an idle producer), and is timed from just before the send
 to the moment another process, waiting on LISTEN, receives the notification (one machine, one
@@ -43,8 +43,8 @@ def _listen(url: str, arrivals, ready, samples: int) -> None:
 
 def run(url: str, samples: int, rounds: int, seed: int = 7) -> dict[str, list[float]]:
     import shardq
+    from shardq.lifecycle.enqueue import Producer
     from shardq.models import NewTask
-    from shardq.producer import Producer
 
     client = shardq.connect(url)
     client.migrate()
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from .env import Bench
+    from loadtest.env import Bench
 
     bench = Bench.start()
     try:

@@ -16,8 +16,8 @@ import json
 import re
 import sys
 
-from .env import Bench, track_commit_times
-from .workflows import _run
+from loadtest.env import Bench, track_commit_times
+from loadtest.workflows import _run
 
 KINDS = ("plain", "fan", "chains")
 

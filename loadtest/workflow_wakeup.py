@@ -25,8 +25,7 @@ import time
 def trial(url: str, parents: int) -> float:
     """One run on a fresh database; returns the delay in ms."""
     import shardq
-
-    from .env import step_released_at
+    from loadtest.env import step_released_at
 
     app = shardq.App(url)
     started: list[float] = []
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parents", type=int, default=100)
     args = parser.parse_args(argv)
 
-    from .env import Bench, track_commit_times
+    from loadtest.env import Bench, track_commit_times
 
     bench = Bench.start()
     track_commit_times(bench)

@@ -46,10 +46,9 @@ def one(url: str, kind: str, steps: int, chains: int, gc_tuning: bool = True) ->
     """One run in this process: enqueue, then (after a line on stdin, so the caller can read the
     server's CPU between the phases) work them off; returns the figures."""
     import shardq
+    from loadtest.env import step_released_at
     from shardq.engine import base as engine_base
     from shardq.engine.postgresql import PostgreSQLEngine
-
-    from .env import step_released_at
 
     if kind == "fan-shards":  # this process only: the fan-in is counted in shards, as on CockroachDB
         PostgreSQLEngine.fan_in_shard_from = engine_base.FAN_IN_SHARD_FROM
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one(args.one, args.kind, args.steps, args.chains, not args.no_gc_tuning)))
         return 0
 
-    from .env import Bench, loadavg, track_commit_times
+    from loadtest.env import Bench, loadavg, track_commit_times
 
     kinds = tuple(k for k in KINDS if k == "plain" or k in args.kinds.split(","))
     bench = Bench.start()

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shardq.client import Client
-from shardq.store import TaskStore
+from shardq.sessions.store import TaskStore
 
 
 @contextmanager

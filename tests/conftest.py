@@ -28,14 +28,14 @@ from pathlib import Path
 import pytest
 
 import shardq
-from shardq import migrate
 from shardq.client import Client
-from shardq.db import Dsn, Session
-from shardq.embedded import EmbeddedServer
-
-from .cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
-from .factories import TestDatabase
-from .support import cockroach as cockroach_support
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.embedded import EmbeddedServer
+from shardq.sessions.session import Session
+from tests.cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
+from tests.factories import TestDatabase
+from tests.support import cockroach as cockroach_support
 
 TEST_BUCKETS = 4
 
@@ -68,22 +68,22 @@ def serialization_retries_counted():
     if TEST_ISOLATION is None:
         yield
         return
-    import shardq.db
-    import shardq.db_async
+    import shardq.sessions.session
+    import shardq.sessions.session_async
 
-    original = shardq.db.retry_pause
+    original = shardq.sessions.session.retry_pause
 
     def counting(*args, **kwargs):
         _retries["count"] += 1
         return original(*args, **kwargs)
 
-    shardq.db.retry_pause = counting
-    shardq.db_async.retry_pause = counting
+    shardq.sessions.session.retry_pause = counting
+    shardq.sessions.session_async.retry_pause = counting
     try:
         yield
     finally:
-        shardq.db.retry_pause = original
-        shardq.db_async.retry_pause = original
+        shardq.sessions.session.retry_pause = original
+        shardq.sessions.session_async.retry_pause = original
 
 
 #: CockroachDB variants taken out of this run, and why (see pytest_collection_modifyitems).

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.db import connections
 
 from shardq.contrib.django import app, dashboard
-from shardq.db import Dsn, Session
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 
 
 @pytest.fixture(scope="module")

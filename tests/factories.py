@@ -10,11 +10,13 @@ import uuid
 from collections.abc import Iterator
 
 from shardq.client import Client
-from shardq.db import Dsn, Session
 from shardq.errors import SerializationConflict
 from shardq.models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, TaskKey
-from shardq.session_rules import retry_pause
-from shardq.store import Fenced, TaskStore
+from shardq.models.leases import Fenced
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.rules import retry_pause
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
 
 PROBE_ATTEMPTS = 10
 
@@ -155,7 +157,7 @@ class TestDatabase:
         """A workflow's rows as they stand: ``states`` by step name, each finished step
         ``finished_ago`` seconds ago, the workflow enqueued ``created_ago`` seconds ago (at least
         ``finished_ago``), ``edges`` as (parent, child). A step ``waiting`` or ``ready`` has its task
-        row (a step ``ready`` without one has succeeded: shardq.workflows); the others have none."""
+        row (a step ``ready`` without one has succeeded: shardq.workflows.steps); the others have none."""
         workflow_id = uuid.uuid4()
         created_ago = max(created_ago, finished_ago)
         task_ids = {step: uuid.uuid4() for step in states}
@@ -241,7 +243,7 @@ def wake_up_refused_once(session: Session, statement: str) -> Iterator[list[str]
 def listening_store(dsn: Dsn, queues: list[str]) -> TaskStore:
     """A store on a session of its own that LISTENs for the wake-ups of ``queues`` (read them with
     ``notifications(timeout)``; close its session when done)."""
-    from shardq.notify import Listener
+    from shardq.lifecycle.notify import Listener
 
     store = TaskStore(Session(dsn))
     assert Listener(store, queues).start()

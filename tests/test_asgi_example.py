@@ -15,8 +15,7 @@ from fastapi.testclient import TestClient
 import shardq
 from examples import fastapi_orders
 from shardq.contrib import asgi
-
-from .web_support import TOKEN
+from tests.web_support import TOKEN
 
 
 def test_a_committed_request_runs_its_task_and_a_failed_one_leaves_neither_row(db):

@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession as SAAsyncSession
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import shardq
-from shardq.db_async import AsyncSession
 from shardq.errors import DatabaseUnavailable, InvalidInput, QueuePaused
+from shardq.sessions.session_async import AsyncSession
 
 
 def sqlalchemy_url(db) -> sqlalchemy.engine.URL:

@@ -4,7 +4,7 @@ older than 90 days (KEEP_AUDIT_SECONDS), in bounded batches, and nothing newer."
 from __future__ import annotations
 
 from shardq.maintenance import pruning
-from shardq.reaper import Reaper
+from shardq.maintenance.reaper import Reaper
 
 
 def _audit(db, days_ago: float, count: int) -> None:

@@ -1,4 +1,4 @@
-"""Browsing a queue's live tasks by state (shardq.browse): keyset pages that visit every task once,
+"""Browsing a queue's live tasks by state (shardq.admin.browse): keyset pages that visit every task once,
 filters applied to bounded scans, and the actions on chosen tasks."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ import re
 
 import pytest
 
-from shardq import browse
-from shardq.browse import Filters
+from shardq.admin import browse
+from shardq.admin.browse import Filters
 from shardq.errors import InvalidInput
-
-from .factories import utcnow
+from tests.factories import utcnow
 
 
 def _all_pages(store, queue, state, **kwargs):
@@ -184,7 +183,7 @@ def test_a_first_page_of_scheduled_tasks_seeks_to_their_span_instead_of_walking_
     # The first page's cursor is the lowest key; with it below the span's rank range, PostgreSQL's
     # B-tree scan started at the ready tasks (rank 0) and walked them all to reach the scheduled ones.
     from shardq.models import RANK_SCHEDULED
-    from shardq.queries import statements_for
+    from shardq.sql import statements_for
 
     db = pg_db
     db.client.store.queue_ensure("q")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .cockroach_container import COCKROACH_IMAGES, COMMAND, HTTP_PORT, SQL_PORT
+from tests.cockroach_container import COCKROACH_IMAGES, COMMAND, HTTP_PORT, SQL_PORT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (the dev extra) reads the workflow")
 

@@ -8,10 +8,9 @@ import uuid
 
 import pytest
 
-from shardq.consumer import Consumer
-from shardq.store import Fenced
-
-from .factories import fenced, utcnow
+from shardq.lifecycle.claim import Consumer
+from shardq.models.leases import Fenced
+from tests.factories import fenced, utcnow
 
 
 def test_claim_leases_the_task_with_a_fresh_token_expiry_and_attempt(db):
@@ -73,7 +72,7 @@ def test_concurrent_consumers_never_hold_the_same_task_at_once(db):
 
     def consume(index: int) -> None:
         session = db.client.new_session()
-        from shardq.store import TaskStore
+        from shardq.sessions.store import TaskStore
 
         store = TaskStore(session)
         consumer = Consumer(store, ["q"], batch=7)

@@ -7,7 +7,7 @@ inside an open transaction and read the setting the commit would use."""
 
 from __future__ import annotations
 
-from shardq.consumer import Consumer
+from shardq.lifecycle.claim import Consumer
 
 
 def setting_inside_claim(db, queue: str, *, durable: bool) -> tuple[int, str]:

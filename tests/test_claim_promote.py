@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shardq.consumer import Consumer
-
-from .factories import utcnow
+from shardq.lifecycle.claim import Consumer
+from tests.factories import utcnow
 
 
 def test_a_claim_that_found_ready_tasks_hands_them_out_before_promoting(db):

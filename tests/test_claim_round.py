@@ -10,10 +10,9 @@ import psycopg
 import pytest
 
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, NewTask
-from shardq.queries import statements_for
-
-from .factories import utcnow
-from .test_explain import generic_plan, nodes, plan, scans_of
+from shardq.sql import statements_for
+from tests.factories import utcnow
+from tests.test_explain import generic_plan, nodes, plan, scans_of
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .factories import TestDatabase
+from tests.factories import TestDatabase
 
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 

@@ -1,4 +1,4 @@
-"""The sync Client and the AsyncClient run the same plans (shardq.plans): the same named
+"""The sync Client and the AsyncClient run the same plans (shardq.sql.plan): the same named
 statements with the same parameters, the same handling of errors, the same enqueue counts."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 import shardq
-from shardq import operations, plans
-from shardq.db import Dsn, Session
-from shardq.db_async import AsyncSession
+from shardq import operations
 from shardq.errors import DatabaseError, StatementTimeout
+from shardq.lifecycle.enqueue import enqueue_plan
 from shardq.models import NewTask
-from shardq.producer import enqueue_plan
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from shardq.sessions.session_async import AsyncSession
+from shardq.sql import plan as plans
 
 
 def _shape(params: Any) -> Any:
@@ -87,7 +89,7 @@ async def _work_async(client):
 
 
 def test_sync_and_asyncio_clients_send_the_same_statements_with_the_same_parameters(pg_server, pg_template):
-    from .conftest import _fresh_postgres
+    from tests.conftest import _fresh_postgres
 
     sync_db, async_db = _fresh_postgres(pg_server, pg_template), _fresh_postgres(pg_server, pg_template)
     try:

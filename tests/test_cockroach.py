@@ -14,17 +14,16 @@ import uuid
 
 import pytest
 
-from shardq import admin
-from shardq.consumer import Consumer
-from shardq.db import Session
+from shardq.admin import actions as admin
 from shardq.engine import COCKROACHDB
 from shardq.engine.cockroachdb import MIN_VERSION, parse_version
 from shardq.errors import DatabaseError, InvalidInput, SerializationConflict, ShardLayoutChanged
+from shardq.lifecycle.claim import Consumer
 from shardq.models import ShardLayout
 from shardq.resize import resize_buckets
-from shardq.store import TaskStore
-
-from .factories import fenced
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from tests.factories import fenced
 
 pytestmark = pytest.mark.cockroach
 

@@ -27,9 +27,8 @@ import warnings
 
 import pytest
 
-from shardq.dsn import Dsn
-
-from .cockroach_container import (
+from shardq.sessions.dsn import Dsn
+from tests.cockroach_container import (
     COCKROACH_IMAGES,
     HTTP_PORT,
     SQL_PORT,

@@ -17,14 +17,14 @@ import dataclasses
 
 import pytest
 
-from shardq import migrate
-from shardq.db import Dsn, Session
 from shardq.engine import COCKROACHDB
 from shardq.errors import DatabaseError
-
-from .support import cockroach as support
-from .support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows
-from .support.recorded_schema import RecordedSchema
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from tests.support import cockroach as support
+from tests.support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows
+from tests.support.recorded_schema import RecordedSchema
 
 pytestmark = pytest.mark.recorded
 

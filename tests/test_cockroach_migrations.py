@@ -11,14 +11,13 @@ import re
 import pytest
 
 import shardq.migrations.versions as versions
-from shardq import migrate
-from shardq.db import Dsn
 from shardq.engine import COCKROACHDB
 from shardq.errors import DatabaseError
-
-from .conformance.collect import migration_statements
-from .support.recorded_cockroach import CRDB_VERSION_23_1, Error, RecordedCockroach
-from .support.recorded_schema import RecordedSchema
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from tests.conformance.collect import migration_statements
+from tests.support.recorded_cockroach import CRDB_VERSION_23_1, Error, RecordedCockroach
+from tests.support.recorded_schema import RecordedSchema
 
 pytestmark = pytest.mark.recorded
 

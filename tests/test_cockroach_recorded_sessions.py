@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 
-from shardq.db import Dsn, Session
 from shardq.engine import COCKROACHDB
 from shardq.errors import SerializationConflict, UnsupportedServer
-
-from .support.cockroach import database_dsn
-from .support.recorded_cockroach import CRDB_VERSION_22_2, Error, RecordedCockroach, Rows
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from tests.support.cockroach import database_dsn
+from tests.support.recorded_cockroach import CRDB_VERSION_22_2, Error, RecordedCockroach, Rows
 
 pytestmark = pytest.mark.recorded
 

@@ -18,13 +18,13 @@ import uuid
 
 import pytest
 
-from shardq import run_callbacks
-from shardq.db import Dsn, Session
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from shardq.spark import job
 from shardq.spark.ledger import SCHEME_BY_KEY, Run, SparkLedger, Stage, merge_chunks, stage_name
 from shardq.spark.options import WriteOptions
-
-from .support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows
+from shardq.workflows import spark_callbacks as run_callbacks
+from tests.support.recorded_cockroach import Command, Error, Received, RecordedCockroach, Rows
 
 pytestmark = pytest.mark.recorded
 

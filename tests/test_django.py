@@ -18,12 +18,12 @@ pytest.importorskip("pytest_django")
 from django.core.management import call_command
 from django.db import transaction
 
-from shardq import admin
-from shardq.contrib.django import app, dsn_from_settings
-
-from .django_support import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
-from .djangoproject.shop import tasks as shop_tasks
-from .djangoproject.shop.models import Order
+from shardq.admin import actions as admin
+from shardq.contrib.django import app
+from shardq.contrib.django.tasks import dsn_from_settings
+from tests.django_support import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
+from tests.djangoproject.shop import tasks as shop_tasks
+from tests.djangoproject.shop.models import Order
 
 
 def _tasks_seen_by_another_connection() -> int:

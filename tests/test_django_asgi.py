@@ -16,10 +16,9 @@ pytest.importorskip("httpx")
 import httpx
 from django.core.asgi import get_asgi_application
 
-from shardq import admin
+from shardq.admin import actions as admin
 from shardq.contrib.django import app
-
-from .django_support import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
+from tests.django_support import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
 
 DASHBOARD = "/queue-admin/"
 

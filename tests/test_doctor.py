@@ -9,11 +9,12 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from shardq import doctor_plans
+from shardq.admin import explain_checks as doctor_plans
+from shardq.admin.doctor import diagnose
 from shardq.cli.main import cli
-from shardq.db import Dsn, Session
-from shardq.doctor import diagnose
 from shardq.engine import ENGINES
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 
 
 def test_a_migrated_database_passes_every_check(db):

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 import pytest
 from click.testing import CliRunner
 
-from shardq import doctor_plans, migrate
+from shardq.admin import explain_checks as doctor_plans
+from shardq.admin.doctor import WORKER_TABLES, diagnose
 from shardq.cli.main import cli
-from shardq.db import Dsn
-from shardq.doctor import WORKER_TABLES, diagnose
 from shardq.engine import COCKROACHDB
 from shardq.errors import DatabaseUnavailable, UnsupportedServer
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
 from tests.support.recorded_cockroach import (
     CRDB_VERSION_22_2,
     Answer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardq import InvalidInput
-from shardq.db import Dsn
+from shardq.sessions.dsn import Dsn
 
 
 def test_a_nul_character_is_refused_before_libpq_reads_the_password_as_another_field():

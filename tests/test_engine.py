@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from shardq.db import Dsn
-from shardq.engine import CAPABILITIES, COCKROACHDB, ENGINES, POSTGRESQL, engine_for_server, engine_for_sqlalchemy
-from shardq.engine.cockroachdb import MIN_VERSION, bucket_count_of, parse_version
+from shardq.engine import COCKROACHDB, ENGINES, POSTGRESQL, engine_for_server, engine_for_sqlalchemy
+from shardq.engine.base import CAPABILITIES
+from shardq.engine.cockroachdb import MIN_VERSION, parse_version
+from shardq.engine.cockroachdb_ops import bucket_count_of
 from shardq.errors import InvalidInput, UnsupportedServer
+from shardq.sessions.dsn import Dsn
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "shardq"
 
@@ -145,8 +147,8 @@ def test_no_module_outside_the_engine_package_reads_an_engine_trait():
 
 # The floor of the database layer: the plan vocabulary, the engines, the sessions and what they
 # share. Imports among these (TYPE_CHECKING ones included) must form no cycle.
-_FLOOR = ("shardq.plans", "shardq.dsn", "shardq.session_rules", "shardq.db", "shardq.db_async", "shardq.borrowed",
-          "shardq.queries", "shardq.engine", "shardq.resize", "shardq.operations", "shardq.store")
+_FLOOR = ("shardq.sql.plan", "shardq.sessions.dsn", "shardq.sessions.rules", "shardq.sessions.session", "shardq.sessions.session_async", "shardq.sessions.borrowed",
+          "shardq.sql", "shardq.engine", "shardq.resize", "shardq.operations", "shardq.sessions.store")
 
 
 def _module_name(path: Path) -> str:
@@ -218,8 +220,8 @@ def test_the_database_floor_has_no_import_cycle_and_the_engine_imports_no_sessio
     graph = _import_graph()
     floor = {m for m in graph if m.startswith(_FLOOR)}
     assert _cycles_among(graph, floor) == []
-    assert "shardq.plans" in floor and not graph["shardq.plans"], "plans.py is vocabulary: it imports nothing of shardq"
-    sessions = {"shardq.db", "shardq.db_async", "shardq.session_rules", "shardq.borrowed", "shardq.resize"}
+    assert "shardq.sql.plan" in floor and not graph["shardq.sql.plan"], "plans.py is vocabulary: it imports nothing of shardq"
+    sessions = {"shardq.sessions.session", "shardq.sessions.session_async", "shardq.sessions.rules", "shardq.sessions.borrowed", "shardq.resize"}
     engine_imports = {m for name in floor if name.startswith("shardq.engine") for m in graph[name]}
     assert not engine_imports & sessions
 

@@ -13,7 +13,7 @@ import pytest
 from shardq.engine import COCKROACHDB, POSTGRESQL
 from shardq.errors import ShardLayoutChanged
 from shardq.models import NewTask
-from shardq.plans import Call, Plan, SchemaChange, WithInternals
+from shardq.sql.plan import Call, Plan, SchemaChange, WithInternals
 
 
 def drive(plan: Plan[Any], answer: Callable[[Any], Any] = lambda request: []) -> tuple[Any, list[Any]]:

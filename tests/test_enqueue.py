@@ -7,9 +7,8 @@ import datetime as dt
 import pytest
 
 from shardq import InvalidInput, NewTask
-from shardq.consumer import Consumer
-
-from .factories import utcnow
+from shardq.lifecycle.claim import Consumer
+from tests.factories import utcnow
 
 
 def claim_all(db, queue="q", batch=1000):
@@ -53,7 +52,7 @@ def test_second_enqueue_with_a_live_dedupe_key_is_a_noop_that_says_so(db):
 
 
 def test_dedupe_key_is_free_again_once_the_task_is_acked(db):
-    from .factories import fenced
+    from tests.factories import fenced
 
     db.client.enqueue("q", b"a", dedupe_key="k")
     [task] = claim_all(db)
@@ -125,7 +124,7 @@ def test_the_enqueue_options_are_declared_once_and_newtask_carries_exactly_them(
     import dataclasses
     import typing
 
-    from shardq.deferral import CALL_OPTIONS
+    from shardq.app.deferral import CALL_OPTIONS
     from shardq.models import TaskOptions
 
     fields = typing.get_type_hints(NewTask)

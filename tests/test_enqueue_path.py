@@ -3,7 +3,7 @@
 What is counted
     The shardq frames on the Python call stack at the moment the session is asked to send the
     insert statement (``Session._run`` entered with a ``task_insert…`` statement name), from the
-    ``defer`` frame down to the outermost :class:`shardq.db.Session` frame, both included: the
+    ``defer`` frame down to the outermost :class:`shardq.sessions.session.Session` frame, both included: the
     chain of calls an enqueue goes through to reach the session's statement method
     (``fetch_one``/``fetch_all``/``execute``, whichever the plan driver picked). Frames below that
     (the session's own ``_run``, psycopg) are the session's business, not the enqueue path's.
@@ -39,7 +39,7 @@ def _chain_to_insert(call) -> list[str]:
                  if str(f.f_globals.get("__name__", "")).startswith("shardq")]
         start = next(i for i, n in enumerate(names) if n.endswith(".defer"))
         chain = names[start:]
-        end = next(i for i, n in enumerate(chain) if n.startswith("shardq.db:Session."))
+        end = next(i for i, n in enumerate(chain) if n.startswith("shardq.sessions.session:Session."))
         seen.append(chain[: end + 1])
 
     sys.setprofile(profile)

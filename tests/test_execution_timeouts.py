@@ -106,11 +106,11 @@ def test_a_worker_that_abandons_too_many_threads_stops_and_says_so(db):
 
 
 def test_heartbeats_never_renew_a_lease_past_the_timeout(db):
-    from shardq.queue_settings import QueueSettingsCache
+    from shardq.lifecycle.queue_settings import QueueSettingsCache
+    from shardq.sessions.per_thread import SessionPerThread
     from shardq.worker import WorkerConfig
     from shardq.worker.inflight import InFlightTable, entries_for
     from shardq.worker.lease_keeper import LeaseKeeper
-    from shardq.worker.sessions import SessionPerThread
 
     db.client.enqueue("q", b"x")
     store = db.client.store

@@ -14,10 +14,9 @@ import uuid
 import pytest
 
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED
-from shardq.queries import statements_for
-from shardq.run_callbacks import mark_of
-
-from .factories import utcnow
+from shardq.sql import statements_for
+from shardq.workflows.spark_callbacks import mark_of
+from tests.factories import utcnow
 
 
 @pytest.fixture

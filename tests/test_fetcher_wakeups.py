@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from shardq.consumer import Consumer
+from shardq.lifecycle.claim import Consumer
 from shardq.worker import Worker, WorkerConfig
 
 IDLE_SECONDS = 60.0  # the pause a lost wake-up would sit out

@@ -1,4 +1,4 @@
-"""Flow control (shardq.flow): a queue's global concurrency limit and rate limit, enforced in the
+"""Flow control (shardq.lifecycle.flow): a queue's global concurrency limit and rate limit, enforced in the
 claim; slots follow leases (kept by renewals, freed on settle, back by themselves after a crash);
 a queue without a limit sends no flow statement; settings refuse bad limits with nothing written."""
 
@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from shardq.consumer import Consumer
 from shardq.errors import InvalidInput
-from shardq.flow import FlowSlots
+from shardq.lifecycle.claim import Consumer
+from shardq.lifecycle.flow import FlowSlots
 from shardq.models import NewTask
-from shardq.store import TaskStore
+from shardq.sessions.store import TaskStore
 
 
 class Overlap:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 import shardq
-
-from .test_outcome_texts import assert_good_acked, run_until_empty
+from tests.test_outcome_texts import assert_good_acked, run_until_empty
 
 
 class Boom(BaseException):

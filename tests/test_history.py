@@ -11,16 +11,15 @@ import uuid
 import pytest
 
 import shardq
-from shardq import history
-from shardq.db import Session
 from shardq.errors import InvalidInput
-from shardq.failures import Failure, settle_failures
-from shardq.history_records import Finished
-from shardq.leases import Fenced
+from shardq.lifecycle import history
+from shardq.lifecycle.failures import Failure, settle_failures
 from shardq.maintenance.pruning import prune_history
 from shardq.models import QueueSettings
-
-from .factories import fenced, utcnow
+from shardq.models.history import Finished
+from shardq.models.leases import Fenced
+from shardq.sessions.session import Session
+from tests.factories import fenced, utcnow
 
 DAY = 86_400.0
 

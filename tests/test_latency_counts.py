@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from shardq.stats_figures import Activity
+from shardq.models.stats import Activity
 from shardq.worker import latency
 from shardq.worker.inflight import ACK, FAIL
 

@@ -7,9 +7,8 @@ import random
 import threading
 
 from shardq.maintenance.lease_sweeper import LeaseSweeper
-from shardq.worker.sessions import SessionPerThread
-
-from .factories import utcnow
+from shardq.sessions.per_thread import SessionPerThread
+from tests.factories import utcnow
 
 
 def crashed_task(db, queue: str = "q", *, attempts: int = 1):

@@ -77,7 +77,7 @@ def test_the_loop_never_runs_once_stopped():
 
 def test_the_chores_keep_their_public_paths():
     import shardq
-    from shardq.reaper import Reaper, ReaperConfig, ReapResult
+    from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
 
     assert (shardq.Reaper, shardq.ReaperConfig, shardq.ReapResult) == (Reaper, ReaperConfig, ReapResult)
     assert maintenance.Reaper is Reaper

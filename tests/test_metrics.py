@@ -14,11 +14,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from shardq import Permanent
-from shardq.logs import JsonLines
-from shardq.metrics import WorkerMetrics
-from shardq.reaper import Reaper
-
-from .factories import utcnow
+from shardq.cli.logs import JsonLines
+from shardq.maintenance.reaper import Reaper
+from shardq.worker.metrics import WorkerMetrics
+from tests.factories import utcnow
 
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
@@ -124,7 +123,7 @@ def test_the_worker_reports_claim_polls_and_handler_runs_to_on_event(db):
 def test_shardq_work_serves_metrics_while_it_runs(pg_db, tmp_path):
     env = {**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo}
     process = subprocess.Popen(
-        [SHARDQ, "work", "q", "--handler", "shardq.handlers:noop", "--metrics-port", "0",
+        [SHARDQ, "work", "q", "--handler", "shardq.app.loading:noop", "--metrics-port", "0",
          "--metrics-host", "127.0.0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )
@@ -168,7 +167,7 @@ def test_per_task_lines_are_not_logged_at_the_default_level(db, caplog):
 
 def test_the_reaper_logs_each_reaped_task_at_debug(db, caplog):
     task = db.make_task("q", state="leased", lease_expires_at=utcnow().replace(year=2000), attempts=1)
-    with caplog.at_level(logging.DEBUG, logger="shardq.reaper"):
+    with caplog.at_level(logging.DEBUG, logger="shardq.maintenance.reaper"):
         Reaper(db.store).run_once()
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "expired"]
     assert (record.task_id, record.queue, record.bucket, record.attempt) == (task.id, "q", task.key.bucket, 1)

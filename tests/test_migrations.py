@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from shardq import migrate
-from shardq.db import Dsn, Session
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 
 
 def test_upgrade_is_idempotent_and_downgrade_round_trips(pg_server):

@@ -1,6 +1,6 @@
 """`make lint` runs mypy over the tests, benchmarks, tools and examples too ([tool.mypy] in
 pyproject.toml), so a wrong type handed to shardq there fails lint. This holds that promise for the
-case audit N10 found: an engine's *name* where :class:`shardq.dsn.Dsn` wants the
+case audit N10 found: an engine's *name* where :class:`shardq.sessions.dsn.Dsn` wants the
 :class:`shardq.engine.Engine` itself (``Dsn(conninfo, "cockroachdb")``)."""
 
 from __future__ import annotations

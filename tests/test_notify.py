@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from shardq import notify
 from shardq.client import Client
-from shardq.db import Session
 from shardq.errors import DatabaseUnavailable
-from shardq.notify import Listener, Notifier
-from shardq.producer import Producer
-from shardq.store import TaskStore
+from shardq.lifecycle import notify
+from shardq.lifecycle.enqueue import Producer
+from shardq.lifecycle.notify import Listener, Notifier
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
 from shardq.worker import fetcher as worker_module
 
 
@@ -158,10 +158,10 @@ def test_a_worker_whose_first_listen_failed_listens_again_once_a_claim_succeeds(
 ):
     monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
     monkeypatch.setattr(notify, "LISTEN_RETRY_SECONDS", 0.0)  # retry right after the first claim
-    caplog.set_level(logging.INFO, logger="shardq.notify")
+    caplog.set_level(logging.INFO, logger="shardq.lifecycle.notify")
     assert _second_task_starts_by_wake_up(pg_db)
     assert len(first_listen_fails) == 2
-    resumed = [r for r in caplog.records if r.name == "shardq.notify" and "again" in r.getMessage()]
+    resumed = [r for r in caplog.records if r.name == "shardq.lifecycle.notify" and "again" in r.getMessage()]
     assert len(resumed) == 1 and resumed[0].levelno == logging.INFO
 
 
@@ -170,7 +170,7 @@ def test_a_wake_up_for_the_task_a_worker_just_took_itself_does_not_make_it_deaf_
     # the round ran, so that wake-up is waiting on the connection when the round ends. Answering
     # it finds nothing, because the worker took that task itself: no other worker was first, so
     # the worker must go on listening rather than sit out its 15-30 s pause.
-    from shardq.consumer import Consumer
+    from shardq.lifecycle.claim import Consumer
 
     monkeypatch.setattr(worker_module, "LISTEN_AFTER_EMPTY_ROUNDS", 1)
     claim, rounds = Consumer.claim, []

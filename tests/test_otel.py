@@ -19,8 +19,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from shardq import instrumentation
 from shardq.contrib import otel
-
-from .otel_worker import QUEUE, build_app, span_record, work_traced
+from tests.otel_worker import QUEUE, build_app, span_record, work_traced
 
 
 @pytest.fixture

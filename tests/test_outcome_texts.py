@@ -16,8 +16,7 @@ import pytest
 
 import shardq
 from shardq.worker import inflight
-
-from .factories import utcnow
+from tests.factories import utcnow
 
 WORKER_PATIENCE = 20.0  # a worker that has not finished its until_empty run by then is hung
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from shardq.errors import InvalidInput
+from shardq.maintenance.periodic import Scheduler
 from shardq.maintenance.pruning import prune_slots as prune
-from shardq.periodic import Scheduler
 
 UTC = dt.UTC
 SHARDQ = str(Path(sys.executable).with_name("shardq"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardq import queries
+from shardq import sql as queries
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "shardq"
 
@@ -54,7 +54,7 @@ ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|Schem
 
 
 def used_names(call: str = ALL_CALLS) -> set[str]:
-    # ``Call("name", …)``: a statement a plan sends (shardq.plans), through either gateway.
+    # ``Call("name", …)``: a statement a plan sends (shardq.sql.plan), through either gateway.
     pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
     # The embedded server's bootstrap runs statement texts on a plain connection before any
     # session exists: statements["name"].
@@ -85,7 +85,7 @@ def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
                         "spark_chunk_copy_rows",
                         # shardq doctor: planner setting and table ownership, PostgreSQL's only
                         "doctor_plan_setup", "doctor_tasks_owned",
-                        # outcome wake-ups ride on LISTEN/NOTIFY (shardq.waiting; CockroachDB polls),
+                        # outcome wake-ups ride on LISTEN/NOTIFY (shardq.lifecycle.waiting; CockroachDB polls),
                         # and a kept ack of a whole claim goes through the lease records
                         "outcome_listen", "outcome_notify", "task_ack_claim_kept",
                         # a released chain step is leased to the acking worker in place on PostgreSQL

@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 
-from shardq.reaper import Reaper, ReaperConfig
-from shardq.store import TaskStore
-
-from .factories import fenced, utcnow
+from shardq.maintenance.reaper import Reaper, ReaperConfig
+from shardq.sessions.store import TaskStore
+from tests.factories import fenced, utcnow
 
 EXPIRED = dict(state="leased")
 

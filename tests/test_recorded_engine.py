@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from shardq.db import Dsn, Session
 from shardq.engine import COCKROACHDB, POSTGRESQL
 from shardq.engine.cockroachdb import MIN_VERSION, parse_version
 from shardq.errors import UnsupportedServer
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from tests.support.cockroach_answers import (
     EXPLAIN_POINT_FOR_UPDATE,
     EXPLAIN_SKIP_LOCKED_FULL_SCAN,
@@ -153,8 +154,8 @@ def test_a_lookup_naming_the_shard_column_with_an_in_list_fans_out():
 
 
 def test_a_plan_is_run_on_the_recorded_server_through_the_engine():
-    # The session serves the engine request of a plan (shardq.db._serve's fallthrough).
-    from shardq.plans import ENGINE
+    # The session serves the engine request of a plan (shardq.sessions.session._serve's fallthrough).
+    from shardq.sql.plan import ENGINE
 
     def plan():
         engine = yield ENGINE

@@ -11,13 +11,14 @@ import uuid
 
 import pytest
 
-from shardq.db import Dsn, Session
 from shardq.engine import COCKROACHDB
 from shardq.errors import NotMigrated, ShardLayoutChanged
-from shardq.history_records import Finished, SucceededColumns
-from shardq.leases import Fenced, WholeClaim
 from shardq.models import RANK_BACKLOG, RANK_SCHEDULED, TaskKey
+from shardq.models.history import Finished, SucceededColumns
+from shardq.models.leases import Fenced, WholeClaim
 from shardq.operations.tasks import layout
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from tests.support.cockroach_answers import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,

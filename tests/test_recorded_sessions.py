@@ -1,5 +1,5 @@
-"""The session rules on CockroachDB (shardq.session_rules, shardq.db, shardq.db_async,
-shardq.db_special, shardq.borrowed) against the recorded server: the pinned SERIALIZABLE
+"""The session rules on CockroachDB (shardq.sessions.rules, shardq.sessions.session, shardq.sessions.session_async,
+shardq.sessions.utility, shardq.sessions.borrowed) against the recorded server: the pinned SERIALIZABLE
 isolation, the 40001 retry of one statement and of a whole transaction, the 40003 resend of
 fenced statements only, 42703 on the shard column, and message redaction, sync and asyncio alike.
 Errors: tests/support/cockroach_answers.py."""
@@ -13,15 +13,16 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-import shardq.db
-import shardq.db_async
-from shardq.borrowed import borrow
-from shardq.db import Dsn, Session
-from shardq.db_async import AsyncSession, borrow_async
+import shardq.sessions.session
+import shardq.sessions.session_async
 from shardq.engine import COCKROACHDB
 from shardq.errors import AmbiguousResult, NotMigrated, SerializationConflict, ShardLayoutChanged, StatementTimeout
-from shardq.leases import Fenced
 from shardq.models import TaskKey
+from shardq.models.leases import Fenced
+from shardq.sessions.borrowed import borrow
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from shardq.sessions.session_async import AsyncSession, borrow_async
 from tests.support.cockroach_answers import (
     AMBIGUOUS_40003,
     NOW,
@@ -50,8 +51,8 @@ QUEUE_ROW = Rows([("name", "TEXT")], [])
 @pytest.fixture(autouse=True)
 def no_pauses(monkeypatch):
     """Retries pause 0 s (the backoff itself is covered by test_retry.py)."""
-    monkeypatch.setattr(shardq.db, "retry_pause", lambda *a, **k: 0.0)
-    monkeypatch.setattr(shardq.db_async, "retry_pause", lambda *a, **k: 0.0)
+    monkeypatch.setattr(shardq.sessions.session, "retry_pause", lambda *a, **k: 0.0)
+    monkeypatch.setattr(shardq.sessions.session_async, "retry_pause", lambda *a, **k: 0.0)
 
 
 def _failing(times: int, error: Error, then: Answer) -> Callable[[Received], Answer]:

@@ -11,18 +11,17 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from shardq import exclusive
 from shardq.cli.main import cli
-from shardq.consumer import Consumer
 from shardq.errors import InvalidInput, ResizeInProgress
+from shardq.lifecycle import exclusive
+from shardq.lifecycle.claim import Consumer
+from shardq.lifecycle.enqueue import Producer
+from shardq.maintenance.reaper import Reaper
 from shardq.models import NewTask
-from shardq.producer import Producer
-from shardq.reaper import Reaper
 from shardq.resize import resize_buckets
 from shardq.resize.postgresql import PostgresResize
-from shardq.store import TaskStore
-
-from .factories import fenced, utcnow
+from shardq.sessions.store import TaskStore
+from tests.factories import fenced, utcnow
 
 WAIT = 60  # seconds an Event/Condition may wait before the test fails (never a sleep)
 
@@ -405,7 +404,7 @@ def test_cockroach_resize_ddl_keeps_the_migrations_key_and_takes_a_literal_count
 
     from psycopg import sql
 
-    from shardq import queries
+    from shardq import sql as queries
 
     migration = (Path(__file__).resolve().parents[1] / "src" / "shardq" / "migrations" / "versions" / "0001_initial.py").read_text()
     created = re.search(r"PRIMARY KEY \(([^)]*)\) USING HASH", migration).group(1)

@@ -40,12 +40,12 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from shardq.db import Session
-from shardq.dsn import Dsn
 from shardq.errors import DatabaseError, DatabaseUnavailable, InvalidInput, ResizeInProgress
-from shardq.models import ResizeProgress, ResizeResult
 from shardq.resize import cockroachdb as crdb_resize
 from shardq.resize import resize_buckets
+from shardq.resize.results import ResizeProgress, ResizeResult
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
 from tests.support.recorded_cockroach import Command, Disconnect, Error, Received, RecordedCockroach, Rows
 
 pytestmark = pytest.mark.recorded

@@ -1,4 +1,4 @@
-"""The 40001 retry and 40003 handling of shardq.db, exercised on PostgreSQL by injecting the errors
+"""The 40001 retry and 40003 handling of shardq.sessions.session, exercised on PostgreSQL by injecting the errors
 CockroachDB raises (and by a real serialization failure). CockroachDB's own injection
 (``inject_retry_errors_enabled``) is used in test_cockroach.py."""
 
@@ -11,14 +11,14 @@ import psycopg
 import pytest
 from psycopg import errors as pgerrors
 
-from shardq.consumer import Consumer
-from shardq.db import Session, retry_pause
-from shardq.engine import RetryPolicy
+from shardq.engine.base import RetryPolicy
 from shardq.errors import AmbiguousResult, SerializationConflict
-from shardq.reaper import Reaper
-from shardq.store import TaskStore
-
-from .factories import fenced, utcnow
+from shardq.lifecycle.claim import Consumer
+from shardq.maintenance.reaper import Reaper
+from shardq.sessions.rules import retry_pause
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from tests.factories import fenced, utcnow
 
 
 class Injector:
@@ -145,7 +145,7 @@ def test_a_resent_retry_cannot_touch_a_lease_another_consumer_took_since(pg_db):
 def test_an_ambiguous_enqueue_is_not_resent(pg_db):
     injector = Injector("task_insert_many_fresh", pgerrors.StatementCompletionUnknown, times=None)
     store = hooked_store(pg_db, injector)
-    from shardq.producer import Producer
+    from shardq.lifecycle.enqueue import Producer
 
     with pytest.raises(AmbiguousResult):
         Producer(store).enqueue("q", b"x")

@@ -1,4 +1,4 @@
-"""The callback of a Spark run against the database, without Spark (shardq.run_callbacks): the run's
+"""The callback of a Spark run against the database, without Spark (shardq.workflows.spark_callbacks): the run's
 tasks are enqueued by the app and marked as the Spark writers mark them."""
 
 from __future__ import annotations
@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 import shardq
-from shardq import run_callbacks
-from shardq.consumer import Consumer
-from shardq.store import TaskStore
-
-from .concurrency import at_once, own_stores
-from .factories import fenced, listening_store, wake_up_refused_once
+from shardq.lifecycle.claim import Consumer
+from shardq.sessions.store import TaskStore
+from shardq.workflows import spark_callbacks as run_callbacks
+from tests.concurrency import at_once, own_stores
+from tests.factories import fenced, listening_store, wake_up_refused_once
 
 
 def _run(app, db, run_id: str, callback, items: list[str], task) -> run_callbacks.Callback:

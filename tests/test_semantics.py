@@ -13,11 +13,10 @@ from collections import defaultdict
 import pytest
 
 from shardq import InvalidInput, NewTask, QueuePaused
-from shardq.consumer import Consumer
-from shardq.reaper import Reaper
-from shardq.store import TaskStore
-
-from .factories import fenced, utcnow
+from shardq.lifecycle.claim import Consumer
+from shardq.maintenance.reaper import Reaper
+from shardq.sessions.store import TaskStore
+from tests.factories import fenced, utcnow
 
 
 def drain_claims(db, queue="q", batch=1000):
@@ -98,7 +97,7 @@ def test_backlog_is_released_when_the_active_task_is_acked(db):
     db.client.enqueue("q", b"1", exclusive_key="k")
     waiting = db.client.enqueue("q", b"2", exclusive_key="k").enqueued_ids[0]
     [active] = [t for batch in drain_claims(db) for t in batch]
-    from shardq import exclusive
+    from shardq.lifecycle import exclusive
 
     key_of = {active.key.id: ("q", "k")}
     exclusive.remove_and_release(db.store, [("q", "k")], lambda: db.store.task_ack_many([fenced(active)]), key_of)

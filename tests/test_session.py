@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shardq.db import Session
+from shardq.sessions.session import Session
 
 
 def test_a_session_reads_timestamps_in_utc_whatever_the_databases_default_zone(pg_db):

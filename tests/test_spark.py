@@ -20,26 +20,17 @@ from shardq.errors import (
     QueuePaused,
     SparkSetupError,
 )
-from shardq.store import Fenced
+from shardq.models.leases import Fenced
 
 pytestmark = pytest.mark.spark
 
 pyspark = pytest.importorskip("pyspark")
 
-from shardq.spark import (
-    TaskColumns,
-    WriteOptions,
-    derive_run_id,
-    enqueue_dataframe,
-    find_jdbc_driver,
-    gc,
-    jdbc_target,
-)
+from shardq.spark import TaskColumns, WriteOptions, derive_run_id, enqueue_dataframe, find_jdbc_driver, gc, jdbc_target
 from shardq.spark import frame as frame_module
 from shardq.spark import jdbc as jdbc_module
 from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
-
-from .spark_support import chunks_fail_after
+from tests.spark_support import chunks_fail_after
 
 SMALL = WriteOptions(partitions=2, chunks=8, merge_workers=2)
 
@@ -306,7 +297,7 @@ def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db)
 def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(spark, pg_db):
     """What a retried or speculative Spark task leaves behind: the same rows twice in staging,
     and two attempts merging the same chunks at once."""
-    from shardq.db import Session
+    from shardq.sessions.session import Session
     from shardq.spark.job import _write
 
     df = _frame(spark, 200)
@@ -418,7 +409,7 @@ def test_gc_drops_stale_staging_tables(spark, pg_db):
 
 
 def test_jdbc_url_carries_batch_rewrite_and_rejects_unix_sockets():
-    from shardq.db import Dsn
+    from shardq.sessions.dsn import Dsn
 
     target = jdbc_target(Dsn.parse("postgresql://u:secret@127.0.0.1:5433/db?sslmode=require"))
     assert target.url.startswith("jdbc:postgresql://127.0.0.1:5433/db?reWriteBatchedInserts=true&")
@@ -460,7 +451,7 @@ def test_cli_spark_enqueue_twice_over_the_same_input_is_a_rerun(spark, pg_db, tm
 
 
 def test_demo_pipeline_processes_every_task_despite_a_killed_worker(spark, pg_db):
-    from shardq.demo import run_demo
+    from shardq.cli.demo import run_demo
 
     report = run_demo(tasks=3000, workers=2, dsn=pg_db.dsn, timeout_seconds=120)
     assert report.passed, report.problems

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from shardq import migrate
-from shardq.db import Session
 from shardq.errors import DatabaseError, SerializationConflict
-from shardq.queries import parse
+from shardq.migrations import apply as migrate
+from shardq.sessions.session import Session
 from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
+from shardq.sql import parse
 
 
 def _fill(db, stage: str, rows: list[tuple[int, str, bytes, str | None]]) -> None:

@@ -9,8 +9,7 @@ import pytest
 
 from shardq.errors import DatabaseError, InvalidInput, InvalidTaskFrame
 from shardq.spark import TaskColumns, WriteOptions, await_stream, enqueue_stream, stream_run_id
-
-from .spark_support import chunks_fail_after
+from tests.spark_support import chunks_fail_after
 
 pytestmark = pytest.mark.spark
 pyspark = pytest.importorskip("pyspark")

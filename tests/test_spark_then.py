@@ -1,5 +1,5 @@
 """Spark ``then=``: the run's callback runs once after every task of the run succeeded, re-runs
-included; a dead task cancels it (shardq.run_callbacks, through the real Spark writers)."""
+included; a dead task cancels it (shardq.workflows.spark_callbacks, through the real Spark writers)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import shardq
 from shardq.app import AppTask
 from shardq.errors import DatabaseError, InvalidInput
 from shardq.spark import TaskColumns, WriteOptions, enqueue_dataframe
-
-from .spark_support import chunks_fail_after
+from tests.spark_support import chunks_fail_after
 
 pytestmark = pytest.mark.spark
 pyspark = pytest.importorskip("pyspark")

@@ -14,16 +14,17 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from shardq import Permanent, dashboard
+from shardq import Permanent
+from shardq.admin import formatting
+from shardq.admin.stats import StatsOptions, collect
+from shardq.cli import terminal as dashboard
 from shardq.cli.main import cli
 from shardq.errors import DatabaseUnavailable
+from shardq.lifecycle.enqueue import Producer
 from shardq.maintenance.pruning import prune_counters as prune
+from shardq.maintenance.reaper import Reaper
 from shardq.models import Accuracy, Activity, QueueStats, Stats
-from shardq.producer import Producer
-from shardq.reaper import Reaper
-from shardq.stats import StatsOptions, collect
-
-from .factories import fenced, utcnow
+from tests.factories import fenced, utcnow
 
 CURRENT = StatsOptions(follower_read=False)
 
@@ -165,7 +166,8 @@ def test_enqueues_are_counted_per_queue(db):
 
 
 def test_a_statement_a_second_later_carries_the_held_enqueue_counts(db):
-    from shardq.store import ENQUEUE_COUNT_SECONDS, TaskStore
+    from shardq.operations.stats import ENQUEUE_COUNT_SECONDS
+    from shardq.sessions.store import TaskStore
 
     now = [100.0]
     store = TaskStore(db.client.new_session(), clock=lambda: now[0])
@@ -397,9 +399,9 @@ def test_the_live_loop_draws_frames_and_survives_a_failed_refresh():
 
 
 def test_durations_and_rates_read_well():
-    assert [dashboard.duration_text(s) for s in (None, 0, 0.0004, 0.25, 12.34, 245, 3 * 3600 + 120, 3 * 86400)] == [
+    assert [formatting.duration_text(s) for s in (None, 0, 0.0004, 0.25, 12.34, 245, 3 * 3600 + 120, 3 * 86400)] == [
         "-", "0s", "400µs", "250ms", "12.3s", "4m05s", "3h02m", "3d00h"]
-    assert [dashboard.rate_text(r) for r in (0, 0.5, 42, 4200, 42000)] == ["0", "0.50/s", "42/s", "4.2k/s", "42k/s"]
+    assert [formatting.rate_text(r) for r in (0, 0.5, 42, 4200, 42000)] == ["0", "0.50/s", "42/s", "4.2k/s", "42k/s"]
 
 
 # -- bounded work (PostgreSQL plans) ------------------------------------------------------------
@@ -410,7 +412,7 @@ def _plan_nodes(node: dict):
 
 
 def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
-    from shardq.queries import statements_for
+    from shardq.sql import statements_for
 
     pg_db.client.enqueue_many("q", [b"x"] * 8000, batch_size=4000)
     pg_db.sql("ANALYZE shardq_tasks")
@@ -442,11 +444,11 @@ def _drive_on_cockroachdb(plan, answer):
     as the sessions translate a failed named statement."""
     import psycopg
 
-    from shardq.dsn import Dsn
     from shardq.engine import COCKROACHDB
     from shardq.errors import ShardqError
-    from shardq.plans import ENGINE, Atomically, Call, UseShardColumn
-    from shardq.session_rules import statement_error
+    from shardq.sessions.dsn import Dsn
+    from shardq.sessions.rules import statement_error
+    from shardq.sql.plan import ENGINE, Atomically, Call, UseShardColumn
 
     dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")
     @dataclasses.dataclass
@@ -490,7 +492,7 @@ def test_stats_read_the_present_when_the_follower_read_predates_a_migrated_colum
     # follower_read_timestamp() sees the older descriptor: 42703 on the new column (audit N3).
     from psycopg import errors as pgerrors
 
-    from shardq.stats import collect_plan
+    from shardq.admin.stats import collect_plan
 
     now = utcnow()
     sent = []
@@ -515,8 +517,8 @@ def test_stats_read_the_present_when_the_follower_read_predates_a_migrated_colum
 def test_a_missing_column_of_a_current_read_still_says_to_migrate():
     from psycopg import errors as pgerrors
 
+    from shardq.admin.stats import collect_plan
     from shardq.errors import NotMigrated
-    from shardq.stats import collect_plan
 
     def answer(name, params, historical):
         if name == "shard_layout_get":

@@ -13,9 +13,9 @@ from typing import cast
 import pytest
 
 import shardq
-from shardq import waiting
-from shardq.db import Session
-from shardq.history_records import TaskStatus
+from shardq.lifecycle import waiting
+from shardq.models.history import TaskStatus
+from shardq.sessions.session import Session
 
 DAY = 86_400.0
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 
-from shardq.consumer import Consumer
-from shardq.db import Session
-from shardq.notify import Listener, Notifier
-from shardq.producer import Producer
-from shardq.store import TaskStore
-
-from .factories import wake_up_refused_once
+from shardq.lifecycle.claim import Consumer
+from shardq.lifecycle.enqueue import Producer
+from shardq.lifecycle.notify import Listener, Notifier
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from tests.factories import wake_up_refused_once
 
 
 def _statements(store: TaskStore) -> list[str]:
@@ -73,7 +72,7 @@ def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
     # each bucket's ack on its own cost a WAL flush per bucket, close to one per task.
     import psycopg
 
-    from shardq.leases import WholeClaim
+    from shardq.models.leases import WholeClaim
 
     for bucket in (0, 1, 2):
         pg_db.make_task(bucket=bucket)

@@ -21,15 +21,14 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
-from shardq import admin
+from shardq.admin import actions as admin
 from shardq.client import Client
-from shardq.db import Dsn
 from shardq.errors import InvalidInput
+from shardq.sessions.dsn import Dsn
 from shardq.web.app import create_app
 from shardq.web.auth import Sessions, resolve_token
-
-from .factories import TestDatabase, utcnow
-from .web_support import BEARER, CURRENT, SCRIPT, TOKEN, DashboardClient, make_dead, snapshot
+from tests.factories import TestDatabase, utcnow
+from tests.web_support import BEARER, CURRENT, SCRIPT, TOKEN, DashboardClient, make_dead, snapshot
 
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
@@ -72,7 +71,7 @@ def test_queues_api_reports_each_queue_as_stats_does(web):
 
 
 def test_counts_that_reach_the_cap_are_marked_at_least_like_stats(db):
-    from shardq.stats import StatsOptions
+    from shardq.admin.stats import StatsOptions
 
     capped = StatsOptions(follower_read=False, bucket_cap=2)
     for _ in range(3):
@@ -523,7 +522,7 @@ def test_a_chosen_token_shorter_than_16_characters_is_refused_in_one_line(pg_db)
 
 
 def test_skew_from_capped_counts_is_a_lower_bound_or_unknown_never_a_false_one(pg_db):
-    from shardq.stats import StatsOptions
+    from shardq.admin.stats import StatsOptions
 
     db = pg_db
     n = db.layout.bucket_count
@@ -655,7 +654,7 @@ def test_a_wildcard_address_is_printed_as_one_a_browser_can_open_with_a_note(pg_
 def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
     from rich.console import Console
 
-    from shardq import dashboard
+    from shardq.cli import terminal as dashboard
 
     long_name = "tenant-" + "x" * 110 + "-end"
     db.make_task(long_name)

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from shardq import admin
+from shardq.admin import actions as admin
 from shardq.models import Activity
 from shardq.web.server import BackgroundServer
-
-from .web_support import CURRENT, SCRIPT, TOKEN, make_dead
+from tests.web_support import CURRENT, SCRIPT, TOKEN, make_dead
 
 CHROMIUM = os.environ.get("SHARDQ_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 #: With SHARDQ_WEB_SCREENSHOT=1 the overview's screenshot replaces the one in the docs.

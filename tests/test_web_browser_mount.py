@@ -17,9 +17,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from examples import fastapi_orders
 from shardq.web.server import _bind, _url
-
-from .test_web_browser import CHROMIUM
-from .web_support import TOKEN, make_dead
+from tests.test_web_browser import CHROMIUM
+from tests.web_support import TOKEN, make_dead
 
 PREFIX = fastapi_orders.DASHBOARD_PREFIX
 

@@ -9,13 +9,13 @@ import pytest
 from playwright.sync_api import expect
 
 import shardq
-from shardq import browse, workflows
-from shardq.consumer import Consumer
+from shardq.admin import browse
+from shardq.lifecycle.claim import Consumer
 from shardq.models import Activity
-
-from . import test_web_browser_tasks as round_two
-from .factories import fenced
-from .web_support import make_finished
+from shardq.workflows import steps as workflows
+from tests import test_web_browser_tasks as round_two
+from tests.factories import fenced
+from tests.web_support import make_finished
 
 # The browser, the server and a signed-in page, as the round-two browser tests have them.
 browser, server, site, _shot = round_two.browser, round_two.server, round_two.site, round_two._shot

@@ -19,10 +19,9 @@ from shardq import arguments
 from shardq.maintenance.worker_registry import Holding, WorkerRegistry
 from shardq.models import Activity
 from shardq.web.server import BackgroundServer
-
-from .factories import TestDatabase, utcnow
-from .test_web_browser import CHROMIUM
-from .web_support import CURRENT, SCRIPT, TOKEN
+from tests.factories import TestDatabase, utcnow
+from tests.test_web_browser import CHROMIUM
+from tests.web_support import CURRENT, SCRIPT, TOKEN
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 READ_TOKEN = "read-only-token-0123456789"

@@ -12,9 +12,8 @@ from shardq.maintenance.pruning import prune_counters
 from shardq.models import Activity
 from shardq.operations import charts
 from shardq.web.app import create_app
-
-from .factories import TestDatabase
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
+from tests.factories import TestDatabase
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture
@@ -84,7 +83,7 @@ def test_the_queue_page_draws_the_chart_with_its_ranges(web):
 # -- the Periodic page ----------------------------------------------------------------------------
 def test_the_periodic_page_lists_the_apps_schedules_with_last_and_next_slot(db):
     import shardq
-    from shardq.periodic import Scheduler
+    from shardq.maintenance.periodic import Scheduler
 
     app = shardq.App(db.dsn)
     try:

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardq import history
+from shardq.lifecycle import history
 from shardq.web.app import create_app
-
-from .factories import TestDatabase
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_finished
+from tests.factories import TestDatabase
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_finished
 
 DAY = 86_400.0
 

@@ -12,9 +12,8 @@ import pytest
 from shardq.maintenance.pruning import prune_counters
 from shardq.models import Activity
 from shardq.web.app import create_app
-
-from .factories import TestDatabase, utcnow
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
+from tests.factories import TestDatabase, utcnow
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardq import browse
+from shardq.admin import browse
 from shardq.web.app import create_app
-
-from .factories import TestDatabase, utcnow
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
+from tests.factories import TestDatabase, utcnow
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture

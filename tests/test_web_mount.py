@@ -17,9 +17,8 @@ import shardq
 from shardq.web.app import create_app
 from shardq.web.auth import UPSTREAM_IDENTITY, Identity
 from shardq.web.mount import root, route_path
-
-from .factories import TestDatabase
-from .web_support import CURRENT, TOKEN, DashboardClient, make_dead
+from tests.factories import TestDatabase
+from tests.web_support import CURRENT, TOKEN, DashboardClient, make_dead
 
 PREFIX = "/queue-admin"
 #: Every URL a page writes: href, src, form action, and the overview's API address.

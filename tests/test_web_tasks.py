@@ -18,9 +18,8 @@ from starlette.routing import Route
 from shardq import arguments
 from shardq.maintenance.worker_registry import Holding, WorkerRegistry
 from shardq.web.app import create_app
-
-from .factories import TestDatabase, utcnow
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_dead, snapshot
+from tests.factories import TestDatabase, utcnow
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient, make_dead, snapshot
 
 READ_TOKEN = "read-only-token-0123456789"
 READ_BEARER = {"Authorization": f"Bearer {READ_TOKEN}"}

@@ -10,13 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardq import workflows
-from shardq.consumer import Consumer
+from shardq.lifecycle.claim import Consumer
 from shardq.web import workflow_view
 from shardq.web.app import create_app
-
-from .factories import TestDatabase, fenced
-from .web_support import BEARER, CURRENT, TOKEN, DashboardClient
+from shardq.workflows import steps as workflows
+from tests.factories import TestDatabase, fenced
+from tests.web_support import BEARER, CURRENT, TOKEN, DashboardClient
 
 
 @pytest.fixture

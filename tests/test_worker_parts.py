@@ -15,12 +15,13 @@ from typing import ClassVar
 import pytest
 
 from shardq import Permanent
-from shardq.consumer import Consumer
-from shardq.db import Session
 from shardq.errors import DatabaseUnavailable
-from shardq.failures import Failure, settle_failures
+from shardq.lifecycle.claim import Consumer
+from shardq.lifecycle.failures import Failure, settle_failures
 from shardq.models import NewTask, QueueSettings
-from shardq.store import Fenced, TaskStore
+from shardq.models.leases import Fenced
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
 from shardq.worker import Worker, WorkerConfig, runs_on_loop
 
 

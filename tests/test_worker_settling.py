@@ -8,9 +8,8 @@ import uuid
 
 import shardq
 from shardq import Permanent
-from shardq.store import WholeClaim
-
-from .factories import run_until_settled
+from shardq.models.leases import WholeClaim
+from tests.factories import run_until_settled
 
 
 def _enqueue(client, queue: str, n: int) -> set[str]:

@@ -1,4 +1,4 @@
-"""Workflow graphs checked without a database (shardq.workflow_graph, shardq.workflow_builder)."""
+"""Workflow graphs checked without a database (shardq.models.workflow_graph, shardq.app.workflow)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import shardq
 from shardq.app import AppTask
 from shardq.errors import InvalidInput
-from shardq.workflow_graph import MAX_STEPS, Graph, StepSpec, check
+from shardq.models.workflow_graph import MAX_STEPS, Graph, StepSpec, check
 
 
 def _graph(*steps: tuple[str, tuple[str, ...]]) -> Graph:
@@ -99,7 +99,7 @@ class _CountingNames(set):
 
 def test_naming_the_steps_of_a_wide_group_takes_a_few_lookups_per_step_not_one_per_earlier_step():
     import shardq
-    from shardq.workflow_builder import Workflow
+    from shardq.app.workflow import Workflow
 
     app = shardq.App("postgresql://unused.invalid/none")  # declaring only: never connects
 

@@ -1,17 +1,17 @@
 """Workflows against the database: enqueue, release in the ack, failure, cancel, status
-(shardq.workflows)."""
+(shardq.workflows.steps)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardq import admin, workflows
-from shardq.consumer import Consumer
+from shardq.admin import actions as admin
 from shardq.errors import InvalidInput
-from shardq.store import TaskStore
-
-from .concurrency import at_once, own_stores
-from .factories import fenced, probe
+from shardq.lifecycle.claim import Consumer
+from shardq.sessions.store import TaskStore
+from shardq.workflows import steps as workflows
+from tests.concurrency import at_once, own_stores
+from tests.factories import fenced, probe
 
 
 def _task_states(db, handle) -> dict[str, str]:
@@ -215,7 +215,7 @@ def test_shardq_workflow_shows_a_workflow_and_its_steps_as_text_and_json(app, db
     import json
     import subprocess
 
-    from .test_cli import SHARDQ
+    from tests.test_cli import SHARDQ
 
     if db.dialect != "postgresql":
         pytest.skip("the CLI test runs on the embedded PostgreSQL")

@@ -16,9 +16,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import shardq
 from shardq.errors import InvalidInput
-from shardq.workflow_graph import Graph, StepSpec
-
-from .factories import probe
+from shardq.models.workflow_graph import Graph, StepSpec
+from tests.factories import probe
 
 
 def _workflow_rows(db) -> int:

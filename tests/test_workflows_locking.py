@@ -10,7 +10,7 @@ import uuid
 import psycopg
 import pytest
 
-from shardq.queries import statements_for
+from shardq.sql import statements_for
 
 FAN_INS = 50  # fan-ins over the same two parents: each parent's ack counts off all of them
 OTHER = 5000  # children of another workflow acked in the same batch as the second parent

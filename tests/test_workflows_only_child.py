@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from shardq import workflows
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, fan_in_counts
-
-from .factories import probe
-from .test_engine_operations import drive, names
-from .test_workflows_shards import _spec
+from shardq.workflows import steps as workflows
+from tests.factories import probe
+from tests.test_engine_operations import drive, names
+from tests.test_workflows_shards import _spec
 
 
 def test_a_step_has_an_only_child_when_exactly_one_child_counts_it_in_its_own_row():

@@ -8,9 +8,8 @@ import pytest
 import shardq
 from shardq.maintenance import pruning
 from shardq.maintenance.pruning import KEEP_WORKFLOWS_SECONDS, prune_workflows
-from shardq.reaper import Reaper
-
-from .factories import probe
+from shardq.maintenance.reaper import Reaper
+from tests.factories import probe
 
 DAY = 86_400.0
 CHAIN = {"a": "succeeded", "b": "succeeded", "c": "succeeded"}

@@ -7,13 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from shardq import workflows
 from shardq.engine import POSTGRESQL
-from shardq.leases import TakeOffer
-from shardq.plans import ENGINE
-
-from .factories import probe
-from .test_engine_operations import drive, names
+from shardq.models.leases import TakeOffer
+from shardq.sql.plan import ENGINE
+from shardq.workflows import steps as workflows
+from tests.factories import probe
+from tests.test_engine_operations import drive, names
 
 
 def test_an_ack_keeps_results_only_of_steps_with_children_in_one_statement():

@@ -11,18 +11,18 @@ import uuid
 import psycopg
 import pytest
 
-from shardq import admin, workflows
-from shardq.consumer import Consumer
+from shardq.admin import actions as admin
 from shardq.engine import base as engine_base
 from shardq.engine.cockroachdb import CockroachDBEngine
 from shardq.engine.postgresql import PostgreSQLEngine
+from shardq.lifecycle.claim import Consumer
 from shardq.maintenance.pruning import prune_workflows
+from shardq.models.workflow_graph import StepSpec
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, FinishedStep, fan_in_counts
-from shardq.workflow_graph import StepSpec
-
-from .concurrency import at_once, own_stores
-from .factories import fenced, probe
-from .test_workflows_locking import _until
+from shardq.workflows import steps as workflows
+from tests.concurrency import at_once, own_stores
+from tests.factories import fenced, probe
+from tests.test_workflows_locking import _until
 
 
 @pytest.fixture
@@ -200,7 +200,7 @@ def test_a_member_of_a_wide_fan_in_keeps_its_shard_and_the_fan_in_its_name():
 
 
 def test_an_ack_of_wide_fan_in_members_counts_their_shards_off_by_name_grouped_in_one_statement():
-    from .test_engine_operations import drive, names
+    from tests.test_engine_operations import drive, names
 
     w = uuid.uuid4()
     finished: list[FinishedStep] = [(w, f"m{i}", IN_SHARDS, "wide") for i in range(5)]

@@ -9,15 +9,15 @@ import uuid
 
 import pytest
 
-from shardq import admin, workflows
+from shardq.admin import actions as admin
 from shardq.engine import POSTGRESQL
+from shardq.models.workflow_graph import StepSpec
 from shardq.operations.workflows import OWN_ROW, fan_in_counts
-from shardq.plans import ENGINE
-from shardq.workflow_graph import StepSpec
-
-from .factories import probe
-from .test_engine_operations import drive, names
-from .test_workflows_shards import shards  # noqa: F401 - a fixture, asked for by name
+from shardq.sql.plan import ENGINE
+from shardq.workflows import steps as workflows
+from tests.factories import probe
+from tests.test_engine_operations import drive, names
+from tests.test_workflows_shards import shards  # noqa: F401 - a fixture, asked for by name
 
 
 def _spec(name: str, parents: tuple[str, ...] = (), *, on_failure: bool = False) -> StepSpec:

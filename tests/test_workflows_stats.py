@@ -1,10 +1,10 @@
 """Workflow steps waiting for their parents in the stats: counted as waiting, never as ready nor
-as an exclusive key's backlog (shardq.stats)."""
+as an exclusive key's backlog (shardq.admin.stats)."""
 
 from __future__ import annotations
 
 import shardq
-from shardq.dashboard import queues_table
+from shardq.cli.terminal import queues_table
 
 
 def test_steps_waiting_for_their_parents_are_counted_as_waiting_not_ready_nor_backlog(db):

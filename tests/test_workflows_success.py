@@ -1,5 +1,5 @@
 """A step's success is its task row's deletion: its ack writes nothing of a step with children
-(shardq.workflows._succeeded), and every reader of a step's state reads a step 'ready' without its
+(shardq.workflows.steps._succeeded), and every reader of a step's state reads a step 'ready' without its
 task row as succeeded — status, cancel, pruning, resume. Cancelling a step's task by id cancels
 the step and its dependents, so that its absent task row is never read as a success."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import uuid
 
-from shardq import admin, workflows
+from shardq.admin import actions as admin
 from shardq.engine import POSTGRESQL
 from shardq.operations.workflows import OWN_ROW
-from shardq.plans import ENGINE
-
-from .factories import probe
-from .test_engine_operations import drive, names
+from shardq.sql.plan import ENGINE
+from shardq.workflows import steps as workflows
+from tests.factories import probe
+from tests.test_engine_operations import drive, names
 
 
 def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_children():

@@ -1,5 +1,5 @@
 """The worker whose ack releases the next step of a chain runs it itself, leased in the ack's own
-statement, without a claim (shardq.worker.taking; PostgreSQL — CockroachDB takes none). A step of
+statement, without a claim (shardq.worker.handoff; PostgreSQL — CockroachDB takes none). A step of
 a queue the worker does not serve, or serves under a flow limit, is released for any worker's
 claim; a taken step whose worker died is put back by the lease sweep; one taken while the worker
 stops is handed back at once."""
@@ -11,19 +11,19 @@ import uuid
 
 import pytest
 
-from shardq import workflows
-from shardq.consumer import Consumer, fenced
-from shardq.leases import TakeOffer
+from shardq.lifecycle.claim import Consumer, fenced
+from shardq.lifecycle.queue_settings import QueueSettingsCache
 from shardq.maintenance.reaper import Reaper
 from shardq.models import RANK_BACKLOG
-from shardq.queue_settings import QueueSettingsCache
+from shardq.models.leases import TakeOffer
 from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.events import EventSink
-from shardq.worker.executor import Outbox, ThreadExecutor
+from shardq.worker.handoff import Taker
 from shardq.worker.inflight import RELEASE, InFlightTable, entries_for
-from shardq.worker.taking import Taker
-
-from .factories import probe
+from shardq.worker.outcomes import Outbox
+from shardq.worker.thread_executor import ThreadExecutor
+from shardq.workflows import steps as workflows
+from tests.factories import probe
 
 
 def _chains(app, queue: str, chains: int, length: int, ran: list, *, is_async: bool = False) -> None:

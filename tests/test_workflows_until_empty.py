@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import shardq
-from shardq.consumer import Consumer
+from shardq.lifecycle.claim import Consumer
 from shardq.worker.inflight import InFlightTable
 
 

@@ -1,5 +1,5 @@
 """A step released by its last parent's ack wakes the listening workers of its queue
-(PostgreSQL LISTEN/NOTIFY, shardq.notify), in the ack's transaction."""
+(PostgreSQL LISTEN/NOTIFY, shardq.lifecycle.notify), in the ack's transaction."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import threading
 import pytest
 
 import shardq
-from shardq import workflows
-from shardq.consumer import Consumer
+from shardq.lifecycle.claim import Consumer
 from shardq.worker import fetcher as worker_module
-
-from .factories import fenced, listening_store, wake_up_refused_once
+from shardq.workflows import steps as workflows
+from tests.factories import fenced, listening_store, wake_up_refused_once
 
 
 @pytest.fixture

@@ -9,9 +9,8 @@ import uuid
 
 import pytest
 
-from shardq.db import Session
-
-from .factories import probe, run_until_settled
+from shardq.sessions.session import Session
+from tests.factories import probe, run_until_settled
 
 
 @pytest.fixture

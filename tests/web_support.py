@@ -7,9 +7,8 @@ from typing import Any
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
-from shardq.stats import StatsOptions
-
-from .factories import TestDatabase, fenced
+from shardq.admin.stats import StatsOptions
+from tests.factories import TestDatabase, fenced
 
 TOKEN = "test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}

@@ -173,7 +173,7 @@ def run_once(server_url_for, python: str, extra: list[str], args) -> dict[str, f
                                       text=True) for _ in range(args.producers)]
         single_s = max(float(p.communicate()[0].strip()) for p in producers)
         command = [python, "-m", "shardq.cli.main", "--dsn", url, "work", "bench", "--handler",
-                   "shardq.handlers:noop", "--until-empty", "--concurrency", str(args.concurrency), "--batch",
+                   "shardq.app.loading:noop", "--until-empty", "--concurrency", str(args.concurrency), "--batch",
                    str(args.batch), *extra]
         started = time.perf_counter()
         workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -219,12 +219,12 @@ def enqueue_ab(args) -> None:
     alternating call by call."""
     import uuid as uuid_module
 
-    from shardq import migrate
     from shardq.client import Client
-    from shardq.db import Dsn
-    from shardq.embedded import EmbeddedServer
-    from shardq.producer import Producer
-    from shardq.store import TaskStore
+    from shardq.lifecycle.enqueue import Producer
+    from shardq.migrations import apply as migrate
+    from shardq.sessions.dsn import Dsn
+    from shardq.sessions.embedded import EmbeddedServer
+    from shardq.sessions.store import TaskStore
 
     server = EmbeddedServer(Path(args.home))
     server.start()
@@ -285,7 +285,7 @@ def main() -> None:
         worker_cpu([_parse_variant(v) for v in args.variant], args)
         return
 
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     server = EmbeddedServer(Path(args.home))
     server.start()

@@ -23,10 +23,10 @@ import psycopg
 from starlette.testclient import TestClient
 
 import shardq
-from shardq import browse
-from shardq.embedded import EmbeddedServer
+from shardq.admin import browse
 from shardq.models import RANK_SCHEDULED
-from shardq.queries import statements_for
+from shardq.sessions.embedded import EmbeddedServer
+from shardq.sql import statements_for
 from shardq.web.app import create_app
 
 FILL = """
@@ -51,7 +51,7 @@ def _percentile(times: list[float], p: float) -> float:
 
 def explain(url: str, buckets: int) -> None:
     """EXPLAIN the first page of the scheduled list with an error filter, with the parameters the
-    task list sends (shardq.browse.span_params)."""
+    task list sends (shardq.admin.browse.span_params)."""
     text = statements_for("postgresql")["task_browse_span"].text
     filters = browse.Filters(error_text="keyerror")
     params = {"queue": "q0", **filters.params(dt.datetime.now(dt.UTC)),

@@ -22,7 +22,7 @@ import psycopg
 from playwright.sync_api import sync_playwright
 
 import shardq
-from shardq.embedded import EmbeddedServer
+from shardq.sessions.embedded import EmbeddedServer
 
 TOKEN = "tabs-bench-token-0123456789"
 CHROMIUM = os.environ.get("SHARDQ_TEST_CHROMIUM") or "/usr/bin/chromium"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from . import pgq, proc, raw, shardq_bench
+from loadtest.contenders import pgq, proc, raw, shardq_bench
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..procs import Control, Recorder, paced, stamp, unstamp, watch_stop
+from loadtest.procs import Control, Recorder, paced, stamp, unstamp, watch_stop
 
 ENTRYPOINT = "noop"
 

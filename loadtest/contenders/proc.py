@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..procs import Control, Recorder, paced, watch_stop
+from loadtest.procs import Control, Recorder, paced, watch_stop
 
 QUEUE = "bench"
 

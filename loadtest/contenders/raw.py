@@ -18,8 +18,8 @@ import time
 
 import psycopg
 
-from ..env import BUCKETS
-from ..procs import Control, Recorder, paced, unstamp
+from loadtest.env import BUCKETS
+from loadtest.procs import Control, Recorder, paced, unstamp
 
 QUEUE = "bench"
 

@@ -10,12 +10,11 @@ import time
 import psycopg
 
 import shardq
+from loadtest.procs import Control, Recorder, paced, stamp, unstamp, watch_stop
+from shardq.lifecycle.enqueue import Producer
 from shardq.models import Task
-from shardq.producer import Producer
-from shardq.store import TaskStore
+from shardq.sessions.store import TaskStore
 from shardq.worker.contract import Handler
-
-from ..procs import Control, Recorder, paced, stamp, unstamp, watch_stop
 
 QUEUE = "bench"
 

@@ -3,12 +3,11 @@
 Start with :func:`connect` (asyncio: :func:`connect_async`); see the README for the guarantees and the command line.
 """
 
-from .app import App, AppTask, TaskContext
-from .client import Client, connect
-from .client_async import AsyncClient, connect_async
-from .consumer import Consumer, Task
-from .deferral import TaskHandle
-from .errors import (
+from shardq.app.application import App, AppTask
+from shardq.app.deferral import TaskContext, TaskHandle
+from shardq.client import Client, connect
+from shardq.client_async import AsyncClient, connect_async
+from shardq.errors import (
     AmbiguousResult,
     DatabaseError,
     DatabaseUnavailable,
@@ -33,10 +32,15 @@ from .errors import (
     TaskNotFound,
     WaitTimeout,
 )
-from .history_records import TaskStatus
-from .models import EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats
-from .reaper import Reaper, ReaperConfig, ReapResult
-from .worker import Worker, WorkerConfig, WorkerTotals
+from shardq.lifecycle.claim import Consumer
+from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
+from shardq.models.history import TaskStatus
+from shardq.models.queues import QueueSettings
+from shardq.models.stats import Stats
+from shardq.models.tasks import EnqueueResult, NewTask, Task
+from shardq.resize.results import ResizeResult
+from shardq.worker.config import WorkerConfig, WorkerTotals
+from shardq.worker.runtime import Worker
 
 __version__ = "0.1.0"
 

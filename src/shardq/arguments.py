@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from .errors import InvalidInput
+from shardq.errors import InvalidInput
 
 TAG = "$shardq"
 _TAG_TEXT = f'"{TAG}"'

@@ -17,27 +17,35 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
-from . import admin, history, validation, waiting, workflows
-from . import migrate as migrate_module
-from . import resize as resize_module
-from .borrowed import borrow
-from .config import resolve_dsn
-from .db import Dsn, Session
-from .history_records import FinishedTask, TaskStatus
-from .models import ClaimedTask, EnqueueResult, NewTask, QueueSettings, ResizeResult, Stats, TaskOptions
-from .notify import Notifier
-from .producer import Producer
-from .reaper import Reaper, ReaperConfig, ReapResult
-from .store import TaskStore
-from .worker import Handler, Resolver, Worker, WorkerConfig, WorkerTotals
-from .worker.sessions import SessionPerThread
-from .workflow_graph import Graph
+from shardq import resize as resize_module
+from shardq import validation
+from shardq.admin import actions as admin
+from shardq.lifecycle import history, waiting
+from shardq.lifecycle.enqueue import Producer
+from shardq.lifecycle.notify import Notifier
+from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
+from shardq.migrations import apply as migrate_module
+from shardq.models.history import FinishedTask, TaskStatus
+from shardq.models.queues import QueueSettings
+from shardq.models.stats import Stats
+from shardq.models.tasks import ClaimedTask, EnqueueResult, NewTask, TaskOptions
+from shardq.models.workflow_graph import Graph
+from shardq.resize.results import ResizeResult
+from shardq.sessions.borrowed import borrow
+from shardq.sessions.dsn import Dsn, resolve_dsn
+from shardq.sessions.per_thread import SessionPerThread
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from shardq.worker.config import WorkerConfig, WorkerTotals
+from shardq.worker.contract import Handler, Resolver
+from shardq.worker.runtime import Worker
+from shardq.workflows import steps as workflows
 
 
 class Client:
     def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq", notify: bool = True) -> None:
         """``notify``: after enqueues, wake idle workers over LISTEN/NOTIFY (PostgreSQL only,
-        throttled; see :mod:`shardq.notify`)."""
+        throttled; see :mod:`shardq.lifecycle.notify`)."""
         self.dsn = resolve_dsn(dsn)
         self.application_name = application_name
         self.notifier = Notifier() if notify else None
@@ -58,7 +66,7 @@ class Client:
         return self._threads.store()
 
     def producer(self, connection: object | None = None) -> Producer:
-        """This thread's :class:`~shardq.producer.Producer` (made on its first use), or with
+        """This thread's :class:`~shardq.lifecycle.enqueue.Producer` (made on its first use), or with
         ``connection`` one that writes on the caller's connection (see :meth:`enqueue`)."""
         if connection is not None:
             return Producer(TaskStore(borrow(connection)), notifier=self.notifier)
@@ -98,10 +106,10 @@ class Client:
     ) -> EnqueueResult:
         """Enqueue one task; ``options`` are the :class:`~shardq.models.TaskOptions` (``delay``,
         ``run_at``, ``dedupe_key``, ``max_attempts``, ``priority``, ``exclusive_key``,
-        ``dedupe_for``; see :meth:`shardq.producer.Producer.enqueue`). With ``connection`` (a
+        ``dedupe_for``; see :meth:`shardq.lifecycle.enqueue.Producer.enqueue`). With ``connection`` (a
         psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection`` on psycopg) the task is written on that
         connection inside its transaction and nothing is committed: the task exists exactly when
-        the caller commits (see :class:`shardq.borrowed.BorrowedSession`)."""
+        the caller commits (see :class:`shardq.sessions.borrowed.BorrowedSession`)."""
         return self.producer(connection).enqueue(queue, payload, **options)
 
     def enqueue_many(
@@ -155,11 +163,11 @@ class Client:
 
     # -- operating --------------------------------------------------------------------------
     def stats(self, **options: Any) -> Stats:
-        """A stats snapshot (see :mod:`shardq.stats`); ``options`` are
-        :class:`shardq.stats.StatsOptions` fields. Unlike the command line, this reads the current
+        """A stats snapshot (see :mod:`shardq.admin.stats`); ``options`` are
+        :class:`shardq.admin.stats.StatsOptions` fields. Unlike the command line, this reads the current
         state by default on CockroachDB too (``follower_read=False``): a program asking usually
         wants what it just did to show; pass ``follower_read=True`` for the cheaper historical read."""
-        from .stats import StatsOptions
+        from shardq.admin.stats import StatsOptions
 
         options.setdefault("follower_read", False)
         return admin.stats(self.store, StatsOptions(**options))
@@ -167,7 +175,7 @@ class Client:
     def status(self, task_id: object) -> TaskStatus:
         """A task's state now, by id: scheduled, ready, running (with its attempt), retrying (with
         the time), succeeded, dead, cancelled, or unknown (no such id, or finished in a queue that
-        keeps nothing, or past its retention), with its attempts (see :mod:`shardq.history`). A
+        keeps nothing, or past its retention), with its attempts (see :mod:`shardq.lifecycle.history`). A
         malformed id raises :class:`shardq.InvalidInput`."""
         return history.status(self.store, task_id)
 
@@ -175,7 +183,7 @@ class Client:
         """Wait for a task's outcome: its result (None when it keeps none), or its failure raised
         (:class:`shardq.TaskDead`, :class:`shardq.TaskCancelled`, :class:`shardq.OutcomeNotKept`);
         :class:`shardq.WaitTimeout` after ``timeout`` seconds, leaving the task alone. Woken by
-        the process's one listener on PostgreSQL, polling on CockroachDB (see :mod:`shardq.waiting`)."""
+        the process's one listener on PostgreSQL, polling on CockroachDB (see :mod:`shardq.lifecycle.waiting`)."""
         wanted = history.parse_task_id(task_id)
         if timeout is not None:
             timeout = validation.non_negative_seconds(timeout, "timeout")
@@ -184,13 +192,13 @@ class Client:
 
     def history(self, queue: str, **options: Any) -> list[FinishedTask]:
         """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
-        ``after``, ``limit`` (see :func:`shardq.history.page`)."""
+        ``after``, ``limit`` (see :func:`shardq.lifecycle.history.page`)."""
         return history.page(self.store, queue, **options)
 
-    # -- workflows (shardq.workflows) --------------------------------------------------------
+    # -- workflows (shardq.workflows.steps) --------------------------------------------------------
     def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
         """Write a whole workflow in one transaction, or with ``connection`` inside the caller's
-        (never committed here); a graph :func:`shardq.workflow_graph.check` refuses writes nothing.
+        (never committed here); a graph :func:`shardq.models.workflow_graph.check` refuses writes nothing.
         Usually reached through :meth:`shardq.App.workflow`."""
         if connection is not None:
             return TaskStore(borrow(connection)).session.run(workflows.enqueue_in_transaction_plan(graph))
@@ -201,7 +209,7 @@ class Client:
         return self.store.session.run(workflows.status_plan(workflow_id))
 
     def parent_results(self, task_id: object) -> dict[str, object]:
-        """The results of the parents of a workflow step, by step name (see :mod:`shardq.workflows`)."""
+        """The results of the parents of a workflow step, by step name (see :mod:`shardq.workflows.steps`)."""
         return workflows.parent_results(self.store, task_id)
 
     def cancel_workflow(self, workflow_id: object) -> int:
@@ -209,7 +217,7 @@ class Client:
         return self.store.session.run(workflows.cancel_plan(workflow_id))
 
     def cancel(self, *ids: str) -> admin.CancelResult:
-        """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
+        """Cancel tasks by id (see :func:`shardq.admin.actions.cancel`)."""
         return admin.cancel(self.store, list(ids))
 
     def queue_settings(self, queue: str) -> QueueSettings | None:
@@ -222,7 +230,7 @@ class Client:
         timeout_seconds (``timeout_clear=True`` removes it); flow control: ``concurrency`` (at most
         N tasks running at once across all workers), ``rate`` (at most R starts per second) and
         ``burst`` (default R), 0 removing a limit; the history: ``keep_finished_seconds`` and
-        ``keep_results`` (see :func:`shardq.admin.queue_set`)."""
+        ``keep_results`` (see :func:`shardq.admin.actions.queue_set`)."""
         return admin.queue_set(self.store, queue, **changes)
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:

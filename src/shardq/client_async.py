@@ -10,7 +10,7 @@
 
 Guarantees
     * The same arguments, results, errors and guarantees as the sync :class:`shardq.Client`:
-      enqueue, enqueue_many, cancel, stats and the workflow calls run the very same plans (:mod:`shardq.plans`), so
+      enqueue, enqueue_many, cancel, stats and the workflow calls run the very same plans (:mod:`shardq.sql.plan`), so
       they send the same named statements with the same parameters. Bad input raises
       :class:`~shardq.errors.InvalidInput` before anything is sent; errors are the
       :mod:`shardq.errors` hierarchy; a paused queue is :class:`~shardq.errors.QueuePaused`.
@@ -42,21 +42,25 @@ import threading
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-from . import admin, operations, validation, waiting, workflows
-from .client import Client
-from .config import resolve_dsn
-from .db import Dsn
-from .db_async import AsyncSession, borrow_async
-from .errors import DatabaseError
-from .history import parse_task_id
-from .history_records import TaskStatus
-from .models import EnqueueResult, NewTask, Stats, TaskOptions
-from .notify import Notifier
-from .operations import EnqueueCounts
-from .plans import Plan
-from .producer import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
-from .worker import Handler, Resolver, WorkerTotals
-from .workflow_graph import Graph
+from shardq import operations, validation
+from shardq.admin import actions as admin
+from shardq.client import Client
+from shardq.errors import DatabaseError
+from shardq.lifecycle import waiting
+from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
+from shardq.lifecycle.history import parse_task_id
+from shardq.lifecycle.notify import Notifier
+from shardq.models.history import TaskStatus
+from shardq.models.stats import Stats
+from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
+from shardq.models.workflow_graph import Graph
+from shardq.operations.stats import EnqueueCounts
+from shardq.sessions.dsn import Dsn, resolve_dsn
+from shardq.sessions.session_async import AsyncSession, borrow_async
+from shardq.sql.plan import Plan
+from shardq.worker.config import WorkerTotals
+from shardq.worker.contract import Handler, Resolver
+from shardq.workflows import steps as workflows
 
 log = logging.getLogger("shardq.client")
 
@@ -68,7 +72,7 @@ class AsyncClient:
 
     def __init__(self, dsn: str | Dsn | None = None, *, application_name: str = "shardq", notify: bool = True) -> None:
         """``notify``: after enqueues, wake idle workers over LISTEN/NOTIFY (PostgreSQL only,
-        throttled; see :mod:`shardq.notify`)."""
+        throttled; see :mod:`shardq.lifecycle.notify`)."""
         self.dsn = resolve_dsn(dsn)
         self.application_name = application_name
         self.notifier = Notifier() if notify else None
@@ -143,7 +147,7 @@ class AsyncClient:
         connection: object | None = None,
     ) -> EnqueueResult:
         """Enqueue tasks validated already, their queue name included (see
-        :meth:`shardq.producer.Producer.send`); ``connection`` as for :meth:`enqueue`."""
+        :meth:`shardq.lifecycle.enqueue.Producer.send`); ``connection`` as for :meth:`enqueue`."""
         if connection is None:
             return await self._run(enqueue_plan(queue, prepared, batch_size=batch_size,
                                                 counts=self.enqueue_counts, notifier=self.notifier))
@@ -154,7 +158,7 @@ class AsyncClient:
 
     # -- operating --------------------------------------------------------------------------
     async def cancel(self, *ids: str) -> admin.CancelResult:
-        """Cancel tasks by id (see :func:`shardq.admin.cancel`)."""
+        """Cancel tasks by id (see :func:`shardq.admin.actions.cancel`)."""
         return await self._run(admin.cancel_plan(admin.parse_cancel_ids(list(ids))))
 
     async def status(self, task_id: object) -> TaskStatus:
@@ -172,17 +176,17 @@ class AsyncClient:
 
     async def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""
-        from .stats import StatsOptions, collect_plan
+        from shardq.admin.stats import StatsOptions, collect_plan
 
         options.setdefault("follower_read", False)
         return await self._run(collect_plan(StatsOptions(**options).validate()))
 
-    # -- workflows (shardq.workflows) --------------------------------------------------------
+    # -- workflows (shardq.workflows.steps) --------------------------------------------------------
     async def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
         """Write a whole workflow in one transaction (see :meth:`shardq.Client.enqueue_workflow`:
         the same plan, so the same checks before anything is sent and the same statements).
         ``connection`` as for :meth:`enqueue`: inside the caller's transaction, never committed
-        here. Usually reached through :meth:`shardq.workflow_builder.Workflow.enqueue_async`."""
+        here. Usually reached through :meth:`shardq.app.workflow.Workflow.enqueue_async`."""
         if connection is None:
             return await self._run(workflows.enqueue_plan(graph))
         borrowed = await borrow_async(connection)
@@ -194,12 +198,12 @@ class AsyncClient:
 
     async def parent_results(self, task_id: object) -> dict[str, object]:
         """The results of the parents of a workflow step, by step name (see
-        :func:`shardq.workflows.parent_results`)."""
+        :func:`shardq.workflows.steps.parent_results`)."""
         return await self._run(workflows.parent_results_plan(task_id))
 
     async def cancel_workflow(self, workflow_id: object) -> int:
         """Cancel every step of a workflow not finished yet; returns how many (see
-        :func:`shardq.workflows.cancel_plan`)."""
+        :func:`shardq.workflows.steps.cancel_plan`)."""
         return await self._run(workflows.cancel_plan(workflow_id))
 
     # -- consuming --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Every error shardq raises derives from :class:`ShardqError`; the class docstring is the
 default message. Errors about what a caller passed in also derive from ``ValueError``.
-Database errors never leave the package as psycopg types: :mod:`shardq.db` translates
+Database errors never leave the package as psycopg types: :mod:`shardq.sessions.session` translates
 them and keeps the original as ``__cause__``.
 """
 
@@ -101,7 +101,7 @@ class ResultNotStorable(ShardqError):
 
 
 class TaskFailed(ShardqError):
-    """The task waited for did not succeed; ``status`` is its :class:`shardq.history_records.TaskStatus`."""
+    """The task waited for did not succeed; ``status`` is its :class:`shardq.models.history.TaskStatus`."""
 
     def __init__(self, message: str, status: object = None) -> None:
         super().__init__(message)

@@ -10,10 +10,10 @@ import datetime as dt
 import math
 import re
 
-from .errors import InvalidInput
+from shardq.errors import InvalidInput
 
 # The range a priority may take: ranks beyond it keep scheduled and backlogged tasks out of a
-# claim's span (see migration 0001 and shardq.models' RANK_*).
+# claim's span (see migration 0001 and shardq.models.tasks' RANK_*).
 PRIORITY_MIN = -(2**62)
 PRIORITY_MAX = 2**62
 

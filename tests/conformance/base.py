@@ -9,8 +9,8 @@ from typing import TypeGuard
 import pglast
 from pglast import ast
 
-from .collect import Sent
-from .normalise import for_pglast
+from tests.conformance.collect import Sent
+from tests.conformance.normalise import for_pglast
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ One function per source, each returning :class:`Sent` items:
 
 * :func:`named_statements`: every named statement of ``sql/common`` + ``sql/cockroachdb`` (the
   engine's :meth:`~shardq.engine.Engine.statements`), its ``{slots}`` composed with
-  ``psycopg.sql`` exactly as :class:`shardq.db.Session` composes them;
+  ``psycopg.sql`` exactly as :class:`shardq.sessions.session.Session` composes them;
 * :func:`gateway_statements`: what the gateway itself builds (the ``BEGIN`` psycopg sends for the
   engine's pinned isolation level, the ``EXPLAIN`` prefix);
 * :func:`migration_statements`: the migrations' DDL for this engine, rendered offline by Alembic
@@ -22,7 +22,8 @@ from typing import Any
 
 from psycopg import sql
 
-from shardq.engine import COCKROACHDB, Engine
+from shardq.engine import COCKROACHDB
+from shardq.engine.base import Engine
 
 #: Example values for identifier slots, shaped like the real ones.
 EXAMPLE_IDENTIFIERS = {

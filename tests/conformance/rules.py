@@ -10,12 +10,12 @@ import re
 import pglast
 from pglast import ast
 
-from .base import Rule, Unparsable, parse, walk  # noqa: F401  (re-exported for the tests)
-from .base import nodes as _nodes
-from .collect import Sent
-from .rules_keys import HARD_LIMITED, SHARD_INPUT_EQUALITY
-from .rules_semantic import LATERAL_OFFSETS, MULTIPLE_MODIFICATIONS, PLACEHOLDERS
-from .rules_support import CRDB_INTERNAL, FUNCTIONS, TEMP_TABLES, UNIMPLEMENTED, UNSUPPORTED_CLAUSES
+from tests.conformance.base import Rule, Unparsable, parse, walk  # noqa: F401  (re-exported for the tests)
+from tests.conformance.base import nodes as _nodes
+from tests.conformance.collect import Sent
+from tests.conformance.rules_keys import HARD_LIMITED, SHARD_INPUT_EQUALITY
+from tests.conformance.rules_semantic import LATERAL_OFFSETS, MULTIPLE_MODIFICATIONS, PLACEHOLDERS
+from tests.conformance.rules_support import CRDB_INTERNAL, FUNCTIONS, TEMP_TABLES, UNIMPLEMENTED, UNSUPPORTED_CLAUSES
 
 __all__ = ["CRDB_INTERNAL", "CTE_RETURNING", "FUNCTIONS", "HARD_LIMITED", "LATERAL_OFFSETS", "MULTIPLE_MODIFICATIONS",
            "NOTHING_MISSING", "PARSES", "PLACEHOLDERS", "RULES", "SHARD_INPUT_EQUALITY", "TEMP_TABLES",

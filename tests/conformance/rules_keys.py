@@ -9,8 +9,17 @@ from collections.abc import Iterable
 import pglast
 from pglast import ast
 
-from .base import Rule, column_name, column_qualifier, conjuncts, is_plain_equality, nodes, operator, walk
-from .collect import Sent
+from tests.conformance.base import (
+    Rule,
+    column_name,
+    column_qualifier,
+    conjuncts,
+    is_plain_equality,
+    nodes,
+    operator,
+    walk,
+)
+from tests.conformance.collect import Sent
 
 #: The primary keys shardq addresses, in key order: the tasks table's (its hidden shard column
 #: first: migration 0001, sql/cockroachdb/tasks.sql) and the flow slots' (migration 0006).

@@ -9,8 +9,8 @@ from collections import defaultdict
 from pglast import ast
 from pglast.enums import A_Expr_Kind
 
-from .base import Rule, operator, statements, walk, walk_with_parent
-from .collect import Sent
+from tests.conformance.base import Rule, operator, statements, walk, walk_with_parent
+from tests.conformance.collect import Sent
 
 # -- placeholder typing ----------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from pglast import ast
 from pglast.enums import AlterTableType, ConstrType, LimitOption, ObjectType, SetOperation, SortByDir
 
-from .base import Rule, nodes, statements, walk
-from .collect import Sent
+from tests.conformance.base import Rule, nodes, statements, walk
+from tests.conformance.collect import Sent
 
 # -- statement kinds -------------------------------------------------------------------------------
 

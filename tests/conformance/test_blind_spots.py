@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from shardq.engine import COCKROACHDB, POSTGRESQL
-
-from .collect import Sent, named_statements
-from .rules import (
+from tests.conformance.collect import Sent, named_statements
+from tests.conformance.rules import (
     CRDB_INTERNAL,
     FUNCTIONS,
     HARD_LIMITED,
@@ -221,7 +220,7 @@ def test_advisory_locks_notify_and_unlogged_are_refused_for_reasons_true_on_mast
 
 
 def test_every_rule_cites_cockroachdb_source():
-    from .rules import RULES
+    from tests.conformance.rules import RULES
 
     assert all("pkg/" in rule.source or "cockroachdb#" in rule.source or "pglast" in rule.source for rule in RULES)
     assert COCKROACHDB.statements()  # the engine under test

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from . import collect
-from .collect import Sent
-from .rules import PARSES, TEMP_TABLES, UNSUPPORTED_CLAUSES
-from .rules_support import TYPES
+from tests.conformance import collect
+from tests.conformance.collect import Sent
+from tests.conformance.rules import PARSES, TEMP_TABLES, UNSUPPORTED_CLAUSES
+from tests.conformance.rules_support import TYPES
 
 pytestmark = pytest.mark.conformance
 SENT: dict[str, list[str]] = {}

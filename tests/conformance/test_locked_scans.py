@@ -13,12 +13,12 @@ from pglast import ast
 from pglast.enums import A_Expr_Kind, LockWaitPolicy
 from pglast.stream import RawStream
 
-from . import collect
-from .base import conjuncts, walk
-from .collect import Sent
-from .normalise import for_pglast
-from .rules import HARD_LIMITED
-from .rules_keys import LOCKED_SCAN_KEYS, SHARD, key_column
+from tests.conformance import collect
+from tests.conformance.base import conjuncts, walk
+from tests.conformance.collect import Sent
+from tests.conformance.normalise import for_pglast
+from tests.conformance.rules import HARD_LIMITED
+from tests.conformance.rules_keys import LOCKED_SCAN_KEYS, SHARD, key_column
 
 pytestmark = pytest.mark.conformance
 
@@ -174,7 +174,7 @@ def test_a_locked_scan_without_a_hard_limit_is_refused(name, sent):
 def test_with_ties_on_a_locked_scan_does_not_even_parse():
     # PostgreSQL's grammar refuses the pair ("SKIP LOCKED and WITH TIES options cannot be used
     # together"), so PARSES stops it before HARD_LIMITED's own WITH TIES check is reached.
-    from .rules import PARSES
+    from tests.conformance.rules import PARSES
 
     text = next(s for s in LOCKED if s.origin == "sql:flow_slots_take").text
     assert PARSES(Sent("mutated", text.replace("LIMIT %(limit)s", "FETCH FIRST %(limit)s ROWS WITH TIES")))

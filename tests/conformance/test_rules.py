@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from shardq.engine import POSTGRESQL
-
-from .collect import Sent
-from .rules import CRDB_INTERNAL, CTE_RETURNING, FUNCTIONS, HARD_LIMITED, NOTHING_MISSING, PARSES, VARIABLES
+from tests.conformance.collect import Sent
+from tests.conformance.rules import (
+    CRDB_INTERNAL,
+    CTE_RETURNING,
+    FUNCTIONS,
+    HARD_LIMITED,
+    NOTHING_MISSING,
+    PARSES,
+    VARIABLES,
+)
 
 pytestmark = pytest.mark.conformance
 
@@ -144,7 +151,7 @@ def test_a_skip_locked_scan_that_is_not_a_key_span_is_refused(where, order):
 
 
 def test_the_claims_and_the_slot_take_are_key_spans():
-    from .collect import named_statements
+    from tests.conformance.collect import named_statements
 
     checked = [s for s in named_statements() if "SKIP LOCKED" in s.text and s.origin in
                {"sql:task_claim_batch", "sql:task_promote_due", "sql:flow_slots_take"}]

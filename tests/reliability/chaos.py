@@ -8,13 +8,13 @@
     ack-before:n     right before the n-th ack of finished tasks is sent (handlers done, nothing acked)
     ack-during:n     a random 0-3 ms after the n-th ack was sent
     ack-after:n      right after the n-th ack committed
-    take-before:n    right before the worker runs the steps its n-th ack took (shardq.worker.taking):
+    take-before:n    right before the worker runs the steps its n-th ack took (shardq.worker.handoff):
                      the ack committed, the next steps of chains are leased to this process, none ran
     reap-during:n    (reaper) a random 0-3 ms after the n-th statement returning expired leases was sent
     reap-after:n     (reaper) right after the n-th such statement committed
 
 ``handler`` needs nothing but the handler in :mod:`crash_handlers`, so it works with the real
-``shardq`` console script. The statement moments patch :class:`shardq.store.TaskStore` methods in
+``shardq`` console script. The statement moments patch :class:`shardq.sessions.store.TaskStore` methods in
 the process, so that process is started as ``python -m tests.reliability.chaos <shardq args>``,
 which installs the patches and then runs the real ``shardq`` command line unchanged.
 """
@@ -69,7 +69,7 @@ def install() -> None:
     spec = _spec()
     if spec is None:
         return
-    from shardq.store import TaskStore
+    from shardq.sessions.store import TaskStore
 
     moment = spec[0]
     family, _, when = moment.partition("-")
@@ -81,7 +81,7 @@ def install() -> None:
     for method in methods:
         setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
     if family == "take":
-        from shardq.worker.taking import Taker
+        from shardq.worker.handoff import Taker
 
         hand_over = Taker.hand_over
 

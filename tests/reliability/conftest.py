@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .report import FIGURES, write_if_requested
+from tests.reliability.report import FIGURES, write_if_requested
 
 
 @pytest.fixture
@@ -36,9 +36,9 @@ def pytest_sessionfinish(session, exitstatus):
 def own_server():
     """An embedded PostgreSQL owned by one test (which may stop and start it), migrated with four
     buckets. Yields (server, dsn text)."""
-    from shardq import migrate
-    from shardq.db import Dsn
-    from shardq.embedded import EmbeddedServer
+    from shardq.migrations import apply as migrate
+    from shardq.sessions.dsn import Dsn
+    from shardq.sessions.embedded import EmbeddedServer
 
     # Outside pytest's basetemp, like the session server (see tests/conftest.py): pytest rotates
     # and re-permissions that tree when another run starts.

@@ -42,7 +42,7 @@ def _pause() -> None:
 
 def record(task) -> None:
     """Slow handler: record start, sleep a little, record finish. Payload ``poison`` fails for good."""
-    from . import chaos
+    from tests.reliability import chaos
 
     _record("S", task)
     chaos.on_handler()  # may SIGKILL this process mid-handler
@@ -58,7 +58,7 @@ async def record_async(task) -> None:
     records, the pause awaited."""
     import asyncio
 
-    from . import chaos
+    from tests.reliability import chaos
 
     _record("S", task)
     chaos.on_handler()

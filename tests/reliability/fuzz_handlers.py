@@ -29,8 +29,7 @@ import os
 import threading
 
 import shardq
-
-from .crash_handlers import _record
+from tests.reliability.crash_handlers import _record
 
 #: the exit status of a worker whose handler ended the process
 EXIT_CODE = 86

@@ -17,8 +17,15 @@ from collections import Counter
 import pytest
 
 from shardq import NewTask
-
-from .harness import ASYNC_HANDLER, HANDLER, Processes, account, lease_lost_reports, read_executions, wait_until
+from tests.reliability.harness import (
+    ASYNC_HANDLER,
+    HANDLER,
+    Processes,
+    account,
+    lease_lost_reports,
+    read_executions,
+    wait_until,
+)
 
 # Worker kill moments, cycled over the rounds so every one of them is hit.
 MOMENTS = ["handler", "claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "random"]

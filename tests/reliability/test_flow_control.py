@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 
 from shardq import Client
-
-from .harness import Processes, read_executions, wait_until
+from tests.reliability.harness import Processes, read_executions, wait_until
 
 HANDLER = "tests.reliability.crash_handlers:record"
 

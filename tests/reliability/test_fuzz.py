@@ -20,10 +20,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from shardq import InvalidHandler, InvalidInput, NewTask, ReaperConfig, WorkerConfig, admin, migrate
+from shardq import InvalidHandler, InvalidInput, NewTask, ReaperConfig, WorkerConfig
+from shardq.admin import actions as admin
+from shardq.app.loading import load_handler
 from shardq.cli.main import cli
-from shardq.db import Dsn
-from shardq.handlers import load_handler
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
 
 # Things people (and attackers) put where an identifier or key goes.
 INJECTIONS = [
@@ -223,7 +225,7 @@ secrets_ = st.uuids().map(lambda u: f"S3cr{u.hex[:10]}")
 
 @pytest.mark.parametrize("mode", MODES)
 def test_dsn_parsing_accepts_or_rejects_and_never_shows_the_password(figures, mode):
-    tally = Tally(figures, "library: DSN parsing (shardq.db.Dsn.parse)")
+    tally = Tally(figures, "library: DSN parsing (shardq.sessions.session.Dsn.parse)")
     # Parts that cannot move the password out of its place (no URL or key=value delimiters);
     # free text below goes through the parser too, without a secret to look for.
     part = st.text(alphabet=st.characters(blacklist_characters="/?#@:= \t\n'\\", blacklist_categories=["Cs"]),
@@ -271,8 +273,8 @@ def test_handler_specs_load_or_raise_invalid_handler(figures, mode):
     tally = Tally(figures, "library: handler specs (MODULE:FUNCTION)")
     dotted = r"[A-Za-z_][A-Za-z0-9_]{0,8}(\.[A-Za-z_][A-Za-z0-9_]{0,8}){0,2}"
     specs = st.one_of(st.text(max_size=30), st.from_regex(rf"\A{dotted}:{dotted}\Z"),
-                      st.sampled_from(["shardq.handlers:noop", "shardq.handlers:nope", "shardq:__version__",
-                                       "os:path", "json:loads", "shardq.handlers", ":noop", "shardq.handlers:",
+                      st.sampled_from(["shardq.app.loading:noop", "shardq.app.loading:nope", "shardq:__version__",
+                                       "os:path", "json:loads", "shardq.app.loading", ":noop", "shardq.app.loading:",
                                        "tests.reliability.crash_handlers:record", "a b:c", "os;rm:x"]),
                       anything)
 
@@ -391,7 +393,7 @@ def test_cli_queue_set_exits_0_or_2_with_one_line(pg_db, figures, mode):
 def test_cli_work_and_reap_options_exit_0_or_2_with_one_line(pg_db, figures, mode):
     tally = Tally(figures, "CLI: shardq work / reap options (handler, queues, counts, lease, grace, timeouts)")
     opt = st.one_of(st.none(), cli_value)
-    specs = st.one_of(st.just("shardq.handlers:noop"), st.just("shardq.handlers:missing"), st.just("nosuchmod:fn"), cli_text)
+    specs = st.one_of(st.just("shardq.app.loading:noop"), st.just("shardq.app.loading:missing"), st.just("nosuchmod:fn"), cli_text)
 
     @fuzz_settings(mode)
     @given(queue=cli_queue, spec=specs, concurrency=opt, batch=opt, lease=opt, grace=opt, timeout=opt, interval=opt,

@@ -30,9 +30,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from shardq import NewTask
-
-from .fuzz_handlers import BEHAVIOURS, EXIT_CODE, behaviour_of, payload_for
-from .harness import Processes, lease_lost_reports, record_lines
+from tests.reliability.fuzz_handlers import BEHAVIOURS, EXIT_CODE, behaviour_of, payload_for
+from tests.reliability.harness import Processes, lease_lost_reports, record_lines
 
 SYNC_HANDLER = "tests.reliability.fuzz_handlers:behave"
 ASYNC_HANDLER = "tests.reliability.fuzz_handlers:behave_async"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .harness import read_executions
+from tests.reliability.harness import read_executions
 
 
 def test_a_record_line_still_being_written_is_left_for_the_next_read(tmp_path):

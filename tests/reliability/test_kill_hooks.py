@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from shardq import NewTask
-
-from .harness import HANDLER, Processes
+from tests.reliability.harness import HANDLER, Processes
 
 WORKER_MOMENTS = ["handler", "claim-during", "claim-after", "ack-before", "ack-during", "ack-after"]
 

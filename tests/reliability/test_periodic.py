@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 
-from .harness import Processes
+from tests.reliability.harness import Processes
 
 APP = "tests.reliability.crash_handlers:periodic_app"
 RUN_SECONDS = 10.0

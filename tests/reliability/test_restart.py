@@ -15,10 +15,9 @@ from collections import Counter
 import pytest
 
 from shardq import Client, DatabaseError, NewTask, backoff
-from shardq.db import Dsn
-
-from ..factories import TestDatabase, probe
-from .harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
+from shardq.sessions.dsn import Dsn
+from tests.factories import TestDatabase, probe
+from tests.reliability.harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
 
 QUEUE = "restart"
 BATCH = 20

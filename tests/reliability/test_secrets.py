@@ -14,9 +14,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from shardq import Client, DatabaseError, InvalidInput
-from shardq.db import Dsn
-
-from .harness import REPO, SHARDQ, wait_until
+from shardq.sessions.dsn import Dsn
+from tests.reliability.harness import REPO, SHARDQ, wait_until
 
 PASSWORD = "pw-S3cr3t:@/%x y"  # needs URL-encoding; both spellings are searched for
 
@@ -56,7 +55,7 @@ def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both
         (["--debug", "--dsn", url, "stats", "--json"], None),
         (["--debug", "--log-json", "--dsn", url, "queue", "show"], None),
         (["--debug", "--log-json", "--dsn", url, "buckets", "show", "--json"], None),
-        (["--debug", "--log-json", "--dsn", url, "work", "q", "--handler", "shardq.handlers:noop",
+        (["--debug", "--log-json", "--dsn", url, "work", "q", "--handler", "shardq.app.loading:noop",
           "--until-empty"], None),
         (["--debug", "--log-json", "--dsn", url, "reap", "--once"], None),
         (["--debug", "--log-json", "--dsn", url, "dead", "list", "q"], None),
@@ -101,7 +100,7 @@ def test_a_worker_logging_connection_failures_never_shows_the_password(pg_db, tm
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_DSN"}
     with open(log, "wb") as sink:
         proc = subprocess.Popen([SHARDQ, "--debug", "--log-json", "--dsn", closed, "work", "q", "--handler",
-                                 "shardq.handlers:noop"], stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+                                 "shardq.app.loading:noop"], stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
         wait_until(lambda: log.read_text().count("claim failed") >= 3, 60, what="logged connection failures")
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import signal
 
-from .harness import HANDLER, Processes, read_executions, wait_until
+from tests.reliability.harness import HANDLER, Processes, read_executions, wait_until
 
 HOLD = "tests.reliability.crash_handlers:hold"
 

@@ -1,7 +1,7 @@
 """Spark ``then=`` under SIGKILL: real ``shardq work --app`` processes killed around the acks of a
 run's tasks (before, during, after the ack's statement, mid-handler, right after a claim).
 
-Promise under test (shardq.run_callbacks): every run's callback runs, once, after every task of
+Promise under test (shardq.workflows.spark_callbacks): every run's callback runs, once, after every task of
 the run finished; a second execution only after an expired lease (its worker was killed, or it
 logged the lease as lost), never because two acks released it twice; nothing is left waiting or
 leased. The runs' tasks are marked as the Spark writers mark them (the writers are not what is
@@ -17,9 +17,8 @@ import uuid
 import pytest
 
 import shardq
-from shardq import run_callbacks
-
-from .harness import Processes, account, lease_lost_reports, read_executions
+from shardq.workflows import spark_callbacks as run_callbacks
+from tests.reliability.harness import Processes, account, lease_lost_reports, read_executions
 
 MOMENTS = ["ack-during", "ack-before", "ack-after", "handler", "claim-after", "ack-during"]
 APP = "tests.reliability.workflow_app:app"
@@ -45,7 +44,7 @@ def _enqueue(app: shardq.App, db, runs: int, tasks: int, tag: str) -> list[tuple
                                                pytest.param(10, 8, 12, id="full", marks=pytest.mark.slow)])
 def test_killed_workers_run_each_callback_once_after_every_task_of_its_run(pg_db, tmp_path, figures, rounds,
                                                                            runs, tasks):
-    from .workflow_app import app
+    from tests.reliability.workflow_app import app
 
     app._dsn = pg_db.dsn  # the module's app reads $SHARDQ_DSN in the workers; here, the test database
     seed = uuid.uuid4().int % 10_000

@@ -15,8 +15,7 @@ import time
 import pytest
 
 from shardq import Client, ReaperConfig
-
-from .harness import Processes, wait_until
+from tests.reliability.harness import Processes, wait_until
 
 
 class LogWatch(logging.Handler):

@@ -2,7 +2,7 @@
 release steps (before, during, after the ack's statement, mid-handler, right after a claim, and
 after an ack took the next steps of chains, before they ran).
 
-Promise under test (shardq.workflows): every workflow finishes with every step succeeded; no step
+Promise under test (shardq.workflows.steps): every workflow finishes with every step succeeded; no step
 starts before each of its parents finished once; a step runs more than once only after an
 expired lease (its worker was killed, or it logged the lease as lost), never because two parents'
 acks released it twice; nothing is left waiting or leased.
@@ -19,8 +19,7 @@ import pytest
 import shardq
 from shardq.engine import base as engine_base
 from shardq.engine.postgresql import PostgreSQLEngine
-
-from .harness import Processes, account, lease_lost_reports, read_executions
+from tests.reliability.harness import Processes, account, lease_lost_reports, read_executions
 
 MOMENTS = ["ack-before", "take-before", "ack-during", "ack-after", "handler", "claim-after", "ack-during"]
 APP = "tests.reliability.workflow_app:app"
@@ -54,7 +53,7 @@ def _enqueue(app: shardq.App, n: int) -> list:
 ])
 def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, monkeypatch,
                                                                            rounds, workflows, shards):
-    from .workflow_app import app
+    from tests.reliability.workflow_app import app
 
     if shards:
         # Each fan-in of three counts its parents in two shard rows (decided at enqueue, in this

@@ -9,8 +9,7 @@ import random
 import time
 
 import shardq
-
-from . import chaos
+from tests.reliability import chaos
 
 app = shardq.App()
 _fd: int | None = None

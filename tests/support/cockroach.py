@@ -13,12 +13,11 @@ from collections.abc import Callable
 
 from psycopg.conninfo import make_conninfo
 
-from shardq import migrate
-from shardq.db import Session
-from shardq.dsn import Dsn
 from shardq.errors import DatabaseError
-
-from ..factories import TestDatabase
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from tests.factories import TestDatabase
 
 #: The environment variable naming a root URL of a CockroachDB cluster the tests may write to.
 URL_VARIABLE = "SHARDQ_TEST_COCKROACH_URL"
@@ -41,7 +40,7 @@ def database_dsn(root: Dsn, name: str) -> Dsn:
     options, and the same engine (``root``'s URL scheme named it, or the server tells at connect).
 
     The test databases were once addressed as ``Dsn(conninfo, "cockroachdb")``, an engine's *name*
-    where :class:`~shardq.dsn.Dsn` holds the engine itself, and the first connect failed with
+    where :class:`~shardq.sessions.dsn.Dsn` holds the engine itself, and the first connect failed with
     ``AttributeError: 'str' object has no attribute 'startup_options'`` (audit N10)."""
     return dataclasses.replace(root, conninfo=make_conninfo(root.conninfo, dbname=name))
 

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .recorded_cockroach import Error, Rows
+from tests.support.recorded_cockroach import Error, Rows
 
 #: The shard column of ``shardq_tasks``'s primary key with 16 buckets: "crdb_internal_" + the key
 #: columns sorted + "_shard_<N>" (``pkg/sql/catalog/tabledesc/table.go``, GetShardColumnName:

@@ -48,7 +48,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from shardq.engine import COCKROACHDB, Engine
+from shardq.engine import COCKROACHDB
+from shardq.engine.base import Engine
 
 #: What a 24.3 node reports as ``crdb_version`` (``pkg/build/info.go``, Info.Short: "CockroachDB
 #: <distribution> <tag> (<platform>, built <time>, <go version>)").

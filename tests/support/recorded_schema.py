@@ -41,7 +41,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from .recorded_cockroach import CRDB_VERSION_24_3, Answer, Command, Received, Rows
+from tests.support.recorded_cockroach import CRDB_VERSION_24_3, Answer, Command, Received, Rows
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.I)
 _CREATE_INDEX = re.compile(r"^\s*CREATE (?:UNIQUE )?INDEX\b", re.I)

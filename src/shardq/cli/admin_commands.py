@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 def _echo_json(data) -> None:
@@ -28,8 +28,8 @@ def _stats_options(function):
 
 
 def _fetcher(ctx, window_minutes: int, bucket_cap: int, current: bool):
-    from shardq import admin
-    from shardq.stats import StatsOptions
+    from shardq.admin import actions as admin
+    from shardq.admin.stats import StatsOptions
 
     options = StatsOptions(bucket_cap=bucket_cap, window_minutes=window_minutes, follower_read=not current).validate()
     store = client_from(ctx).store
@@ -47,8 +47,8 @@ def _fetcher(ctx, window_minutes: int, bucket_cap: int, current: bool):
 def stats(ctx, as_json, per_bucket, watch, interval, iterations, window_minutes, bucket_cap, current) -> None:
     """Per queue: ready, scheduled, leased, dead, oldest due task's age, enqueue / completion /
     failure rates and estimated lead time. Bounded work at any table size: counts that reach the
-    per-bucket cap show as >=N (see `shardq.stats`)."""
-    from shardq import dashboard
+    per-bucket cap show as >=N (see `shardq.admin.stats`)."""
+    from shardq.cli import terminal as dashboard
 
     fetch = _fetcher(ctx, window_minutes, bucket_cap, current)
     if as_json and watch:
@@ -74,7 +74,7 @@ def stats(ctx, as_json, per_bucket, watch, interval, iterations, window_minutes,
 def top(ctx, interval, iterations, window_minutes, bucket_cap, current) -> None:
     """A live dashboard of every queue (depth, rates, failures, lead time, handler time) and of
     the depth per bucket, so skew shows. Press q or Ctrl-C to leave."""
-    from shardq import dashboard
+    from shardq.cli import terminal as dashboard
 
     fetch = _fetcher(ctx, window_minutes, bucket_cap, current)
     dashboard.run_live(
@@ -95,7 +95,7 @@ def dead() -> None:
 @click.pass_context
 def dead_list(ctx, queue, as_json, limit) -> None:
     """Dead tasks of QUEUE, oldest first."""
-    from shardq import admin
+    from shardq.admin import actions as admin
 
     tasks = admin.dead_list(client_from(ctx).store, queue, limit=limit)
     if as_json:
@@ -117,7 +117,7 @@ def dead_list(ctx, queue, as_json, limit) -> None:
 @click.pass_context
 def dead_requeue(ctx, queue, ids, all_tasks) -> None:
     """Move dead tasks of QUEUE back into it (all of them, or the given IDs)."""
-    from shardq import admin
+    from shardq.admin import actions as admin
 
     result = admin.dead_requeue(client_from(ctx).store, queue, list(ids), all_tasks=all_tasks)
     message = f"requeued {result.requeued}"
@@ -131,7 +131,7 @@ def dead_requeue(ctx, queue, ids, all_tasks) -> None:
 @click.pass_context
 def dead_purge(ctx, queue) -> None:
     """Delete every dead task of QUEUE."""
-    from shardq import admin
+    from shardq.admin import actions as admin
 
     click.echo(f"purged {admin.dead_purge(client_from(ctx).store, queue)}")
 
@@ -146,7 +146,7 @@ def buckets() -> None:
 @click.pass_context
 def buckets_show(ctx, as_json) -> None:
     """Bucket count, shard column (CockroachDB), rows per bucket, resize in progress."""
-    from shardq import admin
+    from shardq.admin import actions as admin
 
     report = admin.buckets_show(client_from(ctx).store)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import cli, dsn_from
+from shardq.cli.group import cli, dsn_from
 
 
 @cli.group("db")
@@ -15,7 +15,7 @@ def db() -> None:
 @db.command("start")
 def db_start() -> None:
     """Start the embedded server (no-op if it runs) and print its URL."""
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     click.echo(EmbeddedServer().start())
 
@@ -23,7 +23,7 @@ def db_start() -> None:
 @db.command("stop")
 def db_stop() -> None:
     """Stop the embedded server."""
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     click.echo("stopped" if EmbeddedServer().stop() else "not running")
 
@@ -31,7 +31,7 @@ def db_stop() -> None:
 @db.command("status")
 def db_status() -> None:
     """Say whether the embedded server runs, where its data is and its URL."""
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     status = EmbeddedServer().status()
     click.echo(f"{'running' if status.running else 'stopped'}  data={status.data_dir}  url={status.url or '-'}")
@@ -40,7 +40,7 @@ def db_status() -> None:
 @db.command("url")
 def db_url() -> None:
     """Print the embedded server's URL (starting it if needed)."""
-    from shardq.embedded import EmbeddedServer
+    from shardq.sessions.embedded import EmbeddedServer
 
     click.echo(EmbeddedServer().start())
 
@@ -51,7 +51,7 @@ def db_url() -> None:
 @click.pass_context
 def migrate(ctx: click.Context, buckets: int, down: bool) -> None:
     """Create or upgrade shardq's tables (idempotent)."""
-    from shardq import migrate as migrations
+    from shardq.migrations import apply as migrations
 
     dsn = dsn_from(ctx)
     result = migrations.downgrade(dsn) if down else migrations.upgrade(dsn, buckets=buckets)
@@ -76,8 +76,8 @@ def doctor(ctx: click.Context, dsn_option: str | None, as_json: bool) -> None:
     everything holds, 1 with one line per problem."""
     import json
 
-    from shardq.config import resolve_dsn
-    from shardq.doctor import diagnose
+    from shardq.admin.doctor import diagnose
+    from shardq.sessions.dsn import resolve_dsn
 
     diagnosis = diagnose(resolve_dsn(dsn_option) if dsn_option else dsn_from(ctx))
     if as_json:

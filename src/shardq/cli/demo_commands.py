@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .app import cli, dsn_from
+from shardq.cli.group import cli, dsn_from
 
 
 @cli.command("demo")
@@ -22,7 +22,7 @@ def demo(ctx, tasks, workers, no_kill) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from shardq.demo import TASKS_DEFAULT, run_demo
+    from shardq.cli.demo import TASKS_DEFAULT, run_demo
 
     console = Console()
     labels = {"spark": "start Spark", "write": "Spark → tasks", "merge": "merge chunks", "drain": "drain"}

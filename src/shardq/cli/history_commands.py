@@ -8,7 +8,7 @@ import uuid
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 def _when(t: dt.datetime | None) -> str:
@@ -26,7 +26,7 @@ def _seconds(s: float | None) -> str:
 def task(ctx, task_id, as_json) -> None:
     """The state of task TASK_ID now, and its attempts. An id shardq knows nothing of (never
     enqueued, or finished in a queue that keeps nothing) is state "unknown"; a malformed id exits 2."""
-    from shardq import history
+    from shardq.lifecycle import history
 
     status = history.status(client_from(ctx).store, task_id)
     if as_json:
@@ -93,7 +93,7 @@ def _after(text: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
 @click.pass_context
 def history_list(ctx, queue, state, since, limit, after, as_json) -> None:
     """Finished tasks of QUEUE, newest first (kept while the queue's --keep-finished lasts)."""
-    from shardq import history
+    from shardq.lifecycle import history
 
     tasks = history.page(client_from(ctx).store, queue, state=state, since=_since(since), after=_after(after),
                          limit=limit)

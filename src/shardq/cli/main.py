@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (register commands)
+from shardq.cli import (  # noqa: F401  (register commands)
     admin_commands,
     db_commands,
     demo_commands,
@@ -14,7 +14,7 @@ from . import (  # noqa: F401  (register commands)
     web_commands,
     workflow_commands,
 )
-from .app import cli
+from shardq.cli.group import cli
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 @cli.group("periodic")
@@ -20,8 +20,8 @@ def periodic() -> None:
 @click.pass_context
 def periodic_list(ctx, app_spec, as_json) -> None:
     """Each schedule: its task and queue, when it runs, the last slot taken and the next one."""
-    from shardq.app import load_app
-    from shardq.periodic import describe
+    from shardq.app.application import load_app
+    from shardq.maintenance.periodic import describe
 
     views = describe(client_from(ctx).store, list(load_app(app_spec).schedules.values()))
     if as_json:

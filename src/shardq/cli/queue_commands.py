@@ -7,9 +7,8 @@ import threading
 
 import click
 
+from shardq.cli.group import cli, client_from
 from shardq.worker import config as worker_config
-
-from .app import cli, client_from
 
 
 @cli.command("enqueue")
@@ -26,7 +25,7 @@ from .app import cli, client_from
 def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
-    from shardq.models import NewTask
+    from shardq.models.tasks import NewTask
 
     if lines and payload is not None:
         raise InvalidInput("give a PAYLOAD or --lines, not both")
@@ -93,16 +92,16 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
          metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned, gc_tuning) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
-    from shardq.runner import EarlySignals, run_worker
+    from shardq.cli.run_worker import EarlySignals, run_worker
 
     if (handler_spec is None) == (app_spec is None):
         raise click.UsageError("give exactly one of --handler MODULE:FUNCTION and --app MODULE:APP")
     if handler_spec is not None and not queues:
         raise click.UsageError("name the QUEUES a --handler works on")
     signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
-    from shardq.app import load_app
-    from shardq.handlers import load_handler
-    from shardq.worker import Handler, Resolver
+    from shardq.app.application import load_app
+    from shardq.app.loading import load_handler
+    from shardq.worker.contract import Handler, Resolver
 
     handler: Handler | Resolver
     if app_spec is not None:
@@ -166,7 +165,7 @@ def reap(ctx, once, interval, statement_timeout) -> None:
 @click.pass_context
 def cancel(ctx, ids) -> None:
     """Cancel tasks by ID (ready, scheduled, waiting or running: a running task's outcome is then ignored)."""
-    from shardq import admin
+    from shardq.admin import actions as admin
 
     result = admin.cancel(client_from(ctx).store, list(ids))
     message = f"cancelled {len(result.cancelled)}"

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 def _limits(settings, usage) -> str:
@@ -55,7 +55,7 @@ def queue() -> None:
 @click.pass_context
 def queue_show(ctx, name, as_json) -> None:
     """Settings of queue NAME, or of every queue."""
-    from shardq import admin
+    from shardq.admin import actions as admin
     from shardq.errors import ShardqError
 
     store = client_from(ctx).store
@@ -106,7 +106,8 @@ def _usage_json(settings, usage) -> dict:
 @click.pass_context
 def queue_set(ctx, name, keep_finished, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""
-    from shardq import admin, validation
+    from shardq import validation
+    from shardq.admin import actions as admin
 
     if keep_finished is not None:
         changes["keep_finished_seconds"] = validation.duration(keep_finished, "--keep-finished")
@@ -123,7 +124,7 @@ def _pause_command(name: str, paused: bool, summary: str):
     @click.option("--dequeue", "dequeue_only", is_flag=True, help="Only dequeue (claims).")
     @click.pass_context
     def command(ctx, queue_name, enqueue_only, dequeue_only) -> None:
-        from shardq import admin
+        from shardq.admin import actions as admin
 
         both = not enqueue_only and not dequeue_only
         flags = {

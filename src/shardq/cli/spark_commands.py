@@ -9,7 +9,7 @@ from contextlib import nullcontext
 import click
 from rich.progress import TaskID
 
-from .app import cli, dsn_from
+from shardq.cli.group import cli, dsn_from
 
 
 @cli.command("spark-enqueue")
@@ -59,7 +59,10 @@ def spark_enqueue(ctx, queue, input_path, fmt, payload_column, dedupe_column, ru
     """Enqueue every row of the input into QUEUE through Spark and JDBC, exactly once per run id
     (with --stream: every file of the directory, exactly once per checkpoint)."""
     from shardq.errors import InvalidInput
-    from shardq.spark import TaskColumns, WriteOptions, enqueue_directory_stream, enqueue_file
+    from shardq.spark.columns import TaskColumns
+    from shardq.spark.files import enqueue_file
+    from shardq.spark.options import WriteOptions
+    from shardq.spark.stream import enqueue_directory_stream
 
     columns = TaskColumns(payload=payload_column, run_at=run_at_column, delay=delay_column,
                           dedupe_key=dedupe_column, max_attempts=max_attempts_column, priority=priority_column,
@@ -148,7 +151,7 @@ class _progress:
 @click.pass_context
 def spark_gc(ctx, older_than, forget_runs_after) -> None:
     """Drop staging tables left behind by killed Spark enqueue attempts (and, optionally, old run ledgers)."""
-    from shardq.spark import gc
+    from shardq.spark.cleanup import gc
 
     result = gc(dsn_from(ctx), stage_max_age_seconds=older_than * 3600,
                 ledger_max_age_seconds=None if forget_runs_after is None else forget_runs_after * 86400)

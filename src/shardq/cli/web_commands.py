@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 @cli.command("web")
@@ -30,8 +30,8 @@ def web(ctx, host, port, token, read_token, app_spec, refresh, bucket_cap) -> No
     needs the token: open the printed URL and log in with it, or send `Authorization: Bearer TOKEN`.
     A --read-token session sees everything and changes nothing."""
     from shardq import web as web_module
-    from shardq.app import load_app
-    from shardq.stats import StatsOptions
+    from shardq.admin.stats import StatsOptions
+    from shardq.app.application import load_app
 
     def started(info) -> None:
         click.echo(f"shardq web: serving {info.url}")

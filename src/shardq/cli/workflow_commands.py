@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .app import cli, client_from
+from shardq.cli.group import cli, client_from
 
 
 @cli.command("workflow")

@@ -19,7 +19,7 @@ Guarantees
       the connection, and a wrong DSN stops the start); shutdown closes it, after the
       application's own lifespan (``inner``) has ended, whatever that raised.
     * ``defer_async`` with ``connection=`` a SQLAlchemy ``AsyncSession`` (``postgresql+psycopg``)
-      writes the task in that session's transaction (:mod:`shardq.app`): nothing new here.
+      writes the task in that session's transaction (:mod:`shardq.app.application`): nothing new here.
 
     * :func:`dashboard` under any prefix (``Mount("/queue-admin", app=...)``): its links, forms,
       redirects, static files, API calls and session cookie stay under the prefix
@@ -38,8 +38,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from ..app import App
-from ..stats import StatsOptions
+from shardq.admin.stats import StatsOptions
+from shardq.app.application import App
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
@@ -70,8 +70,8 @@ def dashboard(tasks: App, token: str, *, read_token: str | None = None, stats_op
     mount under a prefix. ``token`` (at least 16 characters) and ``read_token`` (optional, sees
     everything and changes nothing) as for ``shardq web``; ``stats_options`` and
     ``refresh_seconds`` as for :func:`shardq.web.app.create_app`. Connects ``tasks``' client."""
-    from ..web.app import create_app  # the web extra: only an application that mounts it needs Starlette
-    from ..web.auth import resolve_token
+    from shardq.web.app import create_app  # the web extra: only an application that mounts it needs Starlette
+    from shardq.web.auth import resolve_token
 
     checked, _ = resolve_token(token, "127.0.0.1")
     return create_app(tasks.client, checked, read_token=read_token, stats_options=stats_options,

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import instrumentation
-from ..errors import Permanent, Retry
+from shardq import instrumentation
+from shardq.errors import Permanent, Retry
 
 log = logging.getLogger("shardq.tasks")
 

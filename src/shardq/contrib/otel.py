@@ -29,7 +29,7 @@ Metrics (meter ``shardq``, attribute ``messaging.destination.name``)
     ``messaging.client.consumed.messages`` (tasks claimed), ``messaging.process.duration`` (s, one per
     function run), ``messaging.client.operation.duration`` (s, claim statements,
     ``messaging.operation.name`` = ``claim``), ``shardq.tasks.settled`` (``shardq.outcome``): the
-    figures :mod:`shardq.metrics` exports to Prometheus.
+    figures :mod:`shardq.worker.metrics` exports to Prometheus.
 
 Guarantees
     * Not installed, shardq costs one attribute check per defer and per task (see
@@ -72,8 +72,8 @@ from opentelemetry import context as context_api
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from .. import instrumentation
-from ..errors import Retry
+from shardq import instrumentation
+from shardq.errors import Retry
 
 SYSTEM = "shardq"
 #: carrier key marking a context stored by a batch send (the worker links, not parents)
@@ -278,7 +278,7 @@ class OpenTelemetry(instrumentation.Instrument):
 def _finished_spans(tracer: trace.Tracer) -> Any:
     """Spans made in one go for ``tracer`` if it is the SDK's (None without the SDK installed)."""
     try:
-        from .otel_spans import FinishedSpans
+        from shardq.contrib.otel_spans import FinishedSpans
     except ImportError:  # the API alone: its no-op tracer costs nothing to start spans with
         return None
     return FinishedSpans.of(tracer)

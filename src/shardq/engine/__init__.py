@@ -3,7 +3,7 @@
 :class:`Engine` (in :mod:`.base`) is the interface: connection facts and operations written as
 plans. :mod:`.postgresql` and :mod:`.cockroachdb` implement it, their operations in
 :mod:`.postgresql_ops` and :mod:`.cockroachdb_ops` beside ``sql/<engine>/``. A
-:class:`~shardq.db.Session` finds its engine from the URL scheme or from what the server reports
+:class:`~shardq.sessions.session.Session` finds its engine from the URL scheme or from what the server reports
 at connect; every other module calls the operations of ``session.engine`` (or ``store.engine``)
 and never asks which engine it is. The package runs nothing and imports no session. To add an
 engine: subclass :class:`Engine`, add its ``sql/<name>/`` folder, list an instance in
@@ -13,9 +13,9 @@ resize to :mod:`shardq.resize`.
 
 from __future__ import annotations
 
-from .base import CAPABILITIES, Ddl, Engine, ParameterStatus, RetryPolicy
-from .cockroachdb import CockroachDBEngine
-from .postgresql import PostgreSQLEngine
+from shardq.engine.base import CAPABILITIES, Ddl, Engine, ParameterStatus, RetryPolicy
+from shardq.engine.cockroachdb import CockroachDBEngine
+from shardq.engine.postgresql import PostgreSQLEngine
 
 POSTGRESQL = PostgreSQLEngine()
 COCKROACHDB = CockroachDBEngine()

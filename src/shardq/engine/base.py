@@ -3,7 +3,7 @@
 The rest of shardq never asks which engine it talks to. It takes the :class:`Engine` of its
 session (``session.engine``, or ``yield ENGINE`` in a plan) and calls an *operation*: claim a round,
 settle, find expired leases, promote, read depth, layout and counts, stage a Spark run, judge an
-EXPLAIN. Each operation is a plan (:mod:`shardq.plans`) the engine writes beside its own
+EXPLAIN. Each operation is a plan (:mod:`shardq.sql.plan`) the engine writes beside its own
 statements in ``sql/<engine>/``; the sync and the asyncio sessions run it. Besides operations the
 engine object holds connection facts (URL schemes, startup options, isolation, retry policy,
 version check), the DDL facts the migrations write with (:class:`Ddl`), and exactly the
@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import queries
-from ..history_records import Finished, SucceededColumns
-from ..leases import ExpiredLease, Fenced, TakeOffer, WholeClaim
-from ..models import ClaimedTask, NewTask, SchemaJob, ShardLayout, TaskKey
-from ..plans import Call, Plan
-from . import common
+from shardq import sql as queries
+from shardq.engine import common
+from shardq.models.history import Finished, SucceededColumns
+from shardq.models.layout import SchemaJob, ShardLayout
+from shardq.models.leases import ExpiredLease, Fenced, TakeOffer, WholeClaim
+from shardq.models.tasks import ClaimedTask, NewTask, TaskKey
+from shardq.sql.plan import Call, Plan
 
 #: Reads a parameter the server reported at connect (``server_version``, ``crdb_version`` …).
 ParameterStatus = Callable[[str], "str | None"]
@@ -49,7 +50,7 @@ FAN_IN_SHARDS = 32
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How :class:`~shardq.db.Session` retries what the server says may succeed if re-run.
+    """How :class:`~shardq.sessions.session.Session` retries what the server says may succeed if re-run.
 
     ``serialization_retries``: attempts after a 40001 (the statement, or a transaction's whole
     body, is re-run with full-jitter backoff between ``base_seconds`` and ``cap_seconds``); the
@@ -99,7 +100,7 @@ class Engine(ABC):
     transaction_isolation: ClassVar[str | None] = None
     #: Statements that read engine-internal catalogs: they run only on sessions opened with
     #: ``internals=True`` (see :meth:`startup_options`; plans reach one with
-    #: :class:`~shardq.plans.WithInternals`).
+    #: :class:`~shardq.sql.plan.WithInternals`).
     statements_needing_internals: ClassVar[frozenset[str]] = frozenset()
     #: What precedes a statement to get its EXPLAIN output as text.
     explain_prefix: ClassVar[str]
@@ -197,7 +198,7 @@ class Engine(ABC):
         still running, as (workflow id, step, child kinds, only child, task id, sole child's task
         id, only child's shard) (``workflow_steps_acked``).
 
-        ``take`` (the acking worker's offer, :mod:`shardq.worker.taking`): the engine may lease
+        ``take`` (the acking worker's offer, :mod:`shardq.worker.handoff`): the engine may lease
         the waiting tasks of the steps' sole children to that worker in place (those of
         ``take.queues``, each for its lease, that hold no exclusive key and are due, at most
         ``take.room``, in order of their ids), instead of leaving them for the caller to make
@@ -289,7 +290,7 @@ class Engine(ABC):
 
     @abstractmethod
     def explain_tables_read_whole(self, explain: str) -> set[str]:
-        """The shardq tables EXPLAIN output from :meth:`shardq.db.Session.explain` reads whole
+        """The shardq tables EXPLAIN output from :meth:`shardq.sessions.session.Session.explain` reads whole
         (a scan no index constrains), by name; ``""`` for such a scan whose table the output
         does not name."""
 

@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import UnsupportedServer
-from .base import Ddl, Engine, ParameterStatus, RetryPolicy
-from .cockroachdb_ops import CockroachDBOperations, bucket_count_of
+from shardq.engine.base import Ddl, Engine, ParameterStatus, RetryPolicy
+from shardq.engine.cockroachdb_ops import CockroachDBOperations, bucket_count_of
+from shardq.errors import UnsupportedServer
 
 #: Oldest CockroachDB line shardq supports. ``FOR UPDATE SKIP LOCKED`` exists from 22.2 and is safe
 #: from 22.2.1; the psycopg 3 SQLAlchemy dialect the migrations use needs 22.2.6 / 23.1.0; 23.1 is
@@ -68,7 +68,7 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
     _null_arrays = False
 
     # 40001 comes from every CockroachDB retry error; 40003 (StatementCompletionUnknown) is possible
-    # on an autocommit statement or COMMIT, so fenced statements are re-sent (see shardq.session_rules).
+    # on an autocommit statement or COMMIT, so fenced statements are re-sent (see shardq.sessions.rules).
     retry = RetryPolicy(serialization_retries=10)
     # Exclusive keys are correct only under SERIALIZABLE (no advisory locks: a racing backlog insert
     # and key release must abort one another with 40001). SERIALIZABLE is only the default:

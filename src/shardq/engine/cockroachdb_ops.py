@@ -11,12 +11,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from ..errors import NotMigrated, ShardLayoutChanged
-from ..history_records import Finished, SucceededColumns
-from ..leases import Fenced, WholeClaim
-from ..models import ClaimedTask, SchemaJob, ShardLayout
-from ..plans import Call, Plan, WithInternals
-from .common import (
+from shardq.engine.common import (
     RANKS,
     STATS_PRIORITIES_MAX,
     ack_many,
@@ -26,6 +21,12 @@ from .common import (
     depth_row,
     promote_due_one,
 )
+from shardq.errors import NotMigrated, ShardLayoutChanged
+from shardq.models.history import Finished, SucceededColumns
+from shardq.models.layout import SchemaJob, ShardLayout
+from shardq.models.leases import Fenced, WholeClaim
+from shardq.models.tasks import ClaimedTask
+from shardq.sql.plan import Call, Plan, WithInternals
 
 # pg_indexes renders a hash-sharded index as "... USING HASH WITH (bucket_count=N)"
 # (pkg/sql/logictest/testdata/logic_test/hash_sharded_index).
@@ -66,7 +67,7 @@ class CockroachDBOperations:
     def schema_jobs(self) -> Plan[list[SchemaJob]]:
         """Unfinished schema-change jobs of ``shardq_tasks``. Only ``crdb_internal.jobs`` carries a
         job's descriptor ids, so this reads on a session that opts in to internals
-        (:class:`~shardq.plans.WithInternals`); it is an operator's read (``buckets show``, a
+        (:class:`~shardq.sql.plan.WithInternals`); it is an operator's read (``buckets show``, a
         resize), never on a worker's path."""
         def read() -> Plan[list[SchemaJob]]:
             rows = yield Call("table_schema_jobs_running")

@@ -8,10 +8,10 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..history_records import Finished, SucceededColumns
-from ..leases import Fenced
-from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, NewTask
-from ..plans import Call, Plan
+from shardq.models.history import Finished, SucceededColumns
+from shardq.models.leases import Fenced
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, RANK_SCHEDULED, ClaimedTask, NewTask
+from shardq.sql.plan import Call, Plan
 
 #: The ranks of scheduled and backlogged tasks, as every statement that tells them apart takes them.
 RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
@@ -123,7 +123,7 @@ def ack_many(items: Sequence[Fenced], closed_tokens: Iterable[uuid.UUID] = ()) -
     of ``closed_tokens`` where the engine keeps them. Returns the ids deleted."""
     params = key_arrays(items)
     params["closed_tokens"] = list(closed_tokens)
-    # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
+    # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.sessions.rules).
     # One id per deleted row: a binary tuple costs the client a fraction of a text dict per row.
     rows = yield Call("task_ack_many", params, resend_ambiguous=True, binary=True, tuples=True)
     return {row[0] for row in rows}
@@ -134,7 +134,7 @@ NOTIFY_IDS_PER_CHUNK = 200
 
 
 def notify_chunks(ids: Iterable[uuid.UUID]) -> list[str]:
-    """Task ids joined by commas in chunks that fit one NOTIFY payload (shardq.waiting)."""
+    """Task ids joined by commas in chunks that fit one NOTIFY payload (shardq.lifecycle.waiting)."""
     text = [str(i) for i in ids]
     return [",".join(text[i:i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
 
@@ -182,6 +182,6 @@ def _ack_many_kept(params: dict[str, Any], arrays: dict[str, list], closed_token
     params.update(arrays)
     params["notify"] = notify_chunks(params["ids"]) if notify else []
     # Fenced by whole key + lease token: safe to re-send after 40003 (a re-sent insert replaces
-    # the same history rows; see shardq.session_rules).
+    # the same history rows; see shardq.sessions.rules).
     rows = yield Call("task_ack_many_kept", params, resend_ambiguous=True)
     return {row["id"] for row in rows}

@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from ..errors import UnsupportedServer
-from .base import Ddl, Engine, ParameterStatus
-from .postgresql_ops import PostgreSQLOperations
+from shardq.engine.base import Ddl, Engine, ParameterStatus
+from shardq.engine.postgresql_ops import PostgreSQLOperations
+from shardq.errors import UnsupportedServer
 
 #: Oldest PostgreSQL major version shardq supports (``MERGE``-free SQL, but binary array
 #: parameters and the statements' planner behaviour were measured on 14 and later).
@@ -42,7 +42,7 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     # to 32 rows instead of one: docs/workflows.md, "Fan-in in shards", measured). The shard
     # statements are common SQL, tested here by setting this (tests/test_workflows_shards.py).
     fan_in_shard_from: ClassVar[int | None] = None
-    # Binary arrays cost far less client CPU per element than text (see shardq.queries).
+    # Binary arrays cost far less client CPU per element than text (see shardq.sql).
     _binary_arrays = True
     _null_arrays = True
 

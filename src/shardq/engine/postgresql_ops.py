@@ -9,12 +9,21 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import NotMigrated
-from ..history_records import SucceededColumns
-from ..leases import Fenced, TakeOffer, WholeClaim
-from ..models import ClaimedTask, ShardLayout, TaskKey
-from ..plans import Atomically, Call, Plan, SchemaChange
-from .common import RANKS, STATS_PRIORITIES_MAX, column_arrays, depth_row, key_arrays, notify_chunks, read_steps_acked
+from shardq.engine.common import (
+    RANKS,
+    STATS_PRIORITIES_MAX,
+    column_arrays,
+    depth_row,
+    key_arrays,
+    notify_chunks,
+    read_steps_acked,
+)
+from shardq.errors import NotMigrated
+from shardq.models.history import SucceededColumns
+from shardq.models.layout import ShardLayout
+from shardq.models.leases import Fenced, TakeOffer, WholeClaim
+from shardq.models.tasks import ClaimedTask, TaskKey
+from shardq.sql.plan import Atomically, Call, Plan, SchemaChange
 
 
 def _bounds(claim: WholeClaim) -> dict[str, Any]:
@@ -97,7 +106,7 @@ class PostgreSQLOperations:
         params = key_arrays(items)
         params["closed_tokens"] = list(closed_tokens)
         params["expected"] = len(items)
-        # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.session_rules).
+        # Fenced by whole key + lease token: safe to re-send after 40003 (see shardq.sessions.rules).
         rows = yield Call("task_ack_many", params, resend_ambiguous=True, binary=True, tuples=True)
         deleted = rows[0][1]
         if deleted is None:
@@ -118,7 +127,7 @@ class PostgreSQLOperations:
         lost: set[uuid.UUID] = set()
         for c in claims:
             params = {"bucket": c.bucket, "queue": c.queue, **_bounds(c), "token": c.token, "expected": len(c.keys)}
-            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.session_rules).
+            # Fenced by key range + lease token: safe to re-send after 40003 (see shardq.sessions.rules).
             rows = yield Call("task_ack_claim", params, resend_ambiguous=True)
             row = rows[0]
             if row["ids"] is not None:  # fewer deleted than held: name the ones left behind

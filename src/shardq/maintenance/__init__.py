@@ -17,13 +17,13 @@ prune task history     :mod:`~shardq.maintenance.pruning`          each reaper p
 
 Chores that stay on a worker's own threads because they ride on its hot path: the settler flushes
 the activity counters it gathers while settling (:mod:`shardq.worker.settler`), the fetcher
-renews concurrency slots and consumers promote due tasks as they claim (:mod:`shardq.consumer`),
-and the periodic scheduler takes due slots (:mod:`shardq.periodic`).
+renews concurrency slots and consumers promote due tasks as they claim (:mod:`shardq.lifecycle.claim`),
+and the periodic scheduler takes due slots (:mod:`shardq.maintenance.periodic`).
 """
 
 from __future__ import annotations
 
-from .lease_sweeper import LeaseSweeper
-from .reaper import Reaper, ReaperConfig, ReapResult
+from shardq.maintenance.lease_sweeper import LeaseSweeper
+from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
 
 __all__ = ["LeaseSweeper", "ReapResult", "Reaper", "ReaperConfig"]

@@ -38,9 +38,9 @@ import time
 from collections.abc import Collection
 from typing import Protocol
 
-from ..store import TaskStore
-from .loop import repeat
-from .reaper import Reaper, ReapResult
+from shardq.maintenance.loop import repeat
+from shardq.maintenance.reaper import Reaper, ReapResult
+from shardq.sessions.store import TaskStore
 
 log = logging.getLogger("shardq.worker")
 
@@ -53,7 +53,7 @@ RETRY_PAUSE_MAX = 30.0
 
 
 class StoreSource(Protocol):
-    """Where the sweeper's thread gets its store (a worker's :class:`shardq.worker.sessions.SessionPerThread`)."""
+    """Where the sweeper's thread gets its store (a worker's :class:`shardq.sessions.per_thread.SessionPerThread`)."""
 
     def store(self) -> TaskStore: ...
 

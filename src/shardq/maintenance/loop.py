@@ -22,8 +22,8 @@ import random
 import threading
 from collections.abc import Callable
 
-from .. import backoff
-from ..errors import DatabaseError
+from shardq import backoff
+from shardq.errors import DatabaseError
 
 JITTER = 0.2
 

@@ -1,7 +1,7 @@
 """The promotion backstop: due scheduled tasks become ready even in queues nobody polls.
 
 Consumers promote the due scheduled tasks of the queues they claim from, as they claim (see
-:mod:`shardq.consumer`). A queue no consumer polls right now would keep its due tasks in the
+:mod:`shardq.lifecycle.claim`). A queue no consumer polls right now would keep its due tasks in the
 scheduled range, where stats count them as ready but no claim sees them; the reaper's pass runs
 this backstop so they become ready within one reaper interval.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..store import TaskStore
-from .batches import until_short_batch
+from shardq.maintenance.batches import until_short_batch
+from shardq.sessions.store import TaskStore
 
 
 def promote_due(store: TaskStore, buckets: Iterable[int], queues: Iterable[str], *, batch: int,

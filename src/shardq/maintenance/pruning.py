@@ -9,7 +9,7 @@ schedule's latest slot, which the scheduler reads to find missed slots. Both pru
 :func:`shardq.maintenance.batches.until_short_batch`.
 
 ``shardq_history`` and ``shardq_attempts`` (migration 0008) keep each queue's rows for its
-``keep_finished_seconds`` (:mod:`shardq.history`).
+``keep_finished_seconds`` (:mod:`shardq.lifecycle.history`).
 
 ``shardq_audit`` (the dashboard's log of operators' actions, migration 0009) keeps
 :data:`KEEP_AUDIT_SECONDS` (90 days: a quarter's actions can be looked back on; the log is written
@@ -26,7 +26,7 @@ longer keeps its workflows as long, so a step's ``results`` and its workflow go 
 
 Who runs them: the reaper prunes counters, history, the audit log and workflows once per pass;
 every worker's settler prunes counters and history about once a minute (:mod:`shardq.worker.settler`);
-every worker running an app with schedules prunes slots once a minute (:class:`shardq.periodic.Scheduler`).
+every worker running an app with schedules prunes slots once a minute (:class:`shardq.maintenance.periodic.Scheduler`).
 
 Guarantees
     * Safe from many processes at once; each statement deletes at most its batch.
@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..operations import charts, registry
-from ..operations import workflows as workflow_rows
-from ..stats import RETENTION_SECONDS
-from ..store import TaskStore
-from .batches import until_short_batch
+from shardq.maintenance.batches import until_short_batch
+from shardq.operations import charts, registry
+from shardq.operations import workflows as workflow_rows
+from shardq.operations.activity import RETENTION_SECONDS
+from shardq.sessions.store import TaskStore
 
 PRUNE_BATCH = 1000
 #: at most this many counter batches per call: a backlog of counter rows is worked off over calls

@@ -1,6 +1,6 @@
 """The reaper: returns expired leases to the queue, or to the dead-letter table.
 
-Importable as :mod:`shardq.reaper` (and ``shardq.Reaper``) too; it lives here beside the other
+Importable as :mod:`shardq.maintenance.reaper` (and ``shardq.Reaper``) too; it lives here beside the other
 background services (:mod:`shardq.maintenance`).
 
 A lease expires when its worker died, hung, or lost its connection. ``run_once`` walks every
@@ -26,7 +26,7 @@ Does not
       be running when its task is handed to another worker (that worker's outcome will be refused).
 
 Logs and counters
-    Each reaped task is logged at DEBUG on ``shardq.reaper`` with ``extra`` fields ``event``
+    Each reaped task is logged at DEBUG on ``shardq.maintenance.reaper`` with ``extra`` fields ``event``
     (``expired``: back to ready; ``dead``), ``task_id``, ``queue``, ``bucket``, ``attempt``; a run
     that reaped anything logs one INFO line. A run adds its counts to ``shardq_stats`` (one
     statement) and prunes counter rows older than an hour.
@@ -49,17 +49,18 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .. import validation
-from ..errors import DatabaseError
-from ..failures import Failure, settle_failures
-from ..models import QueueSettings
-from ..stats import ActivityTally
-from ..store import ExpiredLease, Fenced, TaskStore
-from .loop import repeat
-from .promotion import promote_due
-from .pruning import prune_audit, prune_counters, prune_history, prune_workflows
+from shardq import validation
+from shardq.errors import DatabaseError
+from shardq.lifecycle.failures import Failure, settle_failures
+from shardq.maintenance.loop import repeat
+from shardq.maintenance.promotion import promote_due
+from shardq.maintenance.pruning import prune_audit, prune_counters, prune_history, prune_workflows
+from shardq.models.leases import ExpiredLease, Fenced
+from shardq.models.queues import QueueSettings
+from shardq.operations.activity import ActivityTally
+from shardq.sessions.store import TaskStore
 
-log = logging.getLogger("shardq.reaper")
+log = logging.getLogger("shardq.maintenance.reaper")
 
 REAP_INTERVAL_DEFAULT = 5.0
 REAP_BATCH_DEFAULT = 500
@@ -150,14 +151,14 @@ class Reaper:
 
     def flush_counts(self) -> None:
         """Add what was reaped since the last flush to ``shardq_stats`` (one statement)."""
-        self._tally.flush(self.store)
+        self._tally.flush(self.store.run)
 
     def _settings(self) -> dict[str, QueueSettings]:
         return {s.name: s for s in self.store.queue_list()}
 
     def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings],
                due_in: dict[str, float]) -> tuple[int, int]:
-        """Retry or dead-letter expired leases through :func:`shardq.failures.settle_failures`
+        """Retry or dead-letter expired leases through :func:`shardq.lifecycle.failures.settle_failures`
         (the worker's settler uses the same function and defaults); notes in ``due_in`` the
         longest backoff per queue among those put back."""
         failures = [

@@ -31,8 +31,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..operations import registry as plans
-from ..store import TaskStore
+from shardq.operations import registry as plans
+from shardq.sessions.store import TaskStore
 
 BEAT_SECONDS = 5.0
 STALE_SECONDS = 60.0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardq.engine import Engine, engine_for_sqlalchemy
+from shardq.engine import engine_for_sqlalchemy
+from shardq.engine.base import Engine
 
 
 def migration_engine() -> Engine:

@@ -1,7 +1,7 @@
 """Alembic environment for shardq.
 
 shardq has no ORM models (``target_metadata = None``, no autogenerate): every revision is explicit
-DDL through ``op.execute``. :mod:`shardq.migrate` runs this environment with an already-open
+DDL through ``op.execute``. :mod:`shardq.migrations.apply` runs this environment with an already-open
 SQLAlchemy connection in ``config.attributes["connection"]`` and the requested bucket count in
 ``config.attributes["buckets"]``. On CockroachDB the connection is in autocommit, because
 CockroachDB runs schema changes atomically only one statement at a time.
@@ -13,7 +13,7 @@ target_metadata = None
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run shardq migrations through `shardq migrate` (shardq.migrate.upgrade)")
+    raise RuntimeError("run shardq migrations through `shardq migrate` (shardq.migrations.apply.upgrade)")
 
 context.configure(
     connection=connection,

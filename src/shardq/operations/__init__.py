@@ -1,5 +1,5 @@
 """Operations: every named statement shardq sends that both engines send the same way, written
-once as a plan (:mod:`shardq.plans`) that the sync and the asyncio session run, by concern:
+once as a plan (:mod:`shardq.sql.plan`) that the sync and the asyncio session run, by concern:
 
 * :mod:`.tasks` — layout, enqueue, exclusive keys, cancel, settling by fenced key;
 * :mod:`.queues` — queue settings, wake-ups, flow control's slots and token buckets;
@@ -16,7 +16,7 @@ modules keep the plans of their own statements beside their logic.
 
 from __future__ import annotations
 
-from .history import (
+from shardq.operations.history import (
     ack_claims_recorded,
     ack_keys_recorded,
     attempt_record_many,
@@ -32,7 +32,7 @@ from .history import (
     removed_recorded,
     task_status,
 )
-from .queues import (
+from shardq.operations.queues import (
     QUEUE_FIELDS,
     atomically_waking,
     flow_slots_add,
@@ -53,7 +53,7 @@ from .queues import (
     queue_notify,
     queue_update,
 )
-from .records import (
+from shardq.operations.records import (
     dead_get,
     dead_ids_page,
     dead_list,
@@ -64,7 +64,7 @@ from .records import (
     periodic_slot_take,
     periodic_slots_prune,
 )
-from .stats import (
+from shardq.operations.stats import (
     ACTIVITY_ROWS_PER_MINUTE,
     ENQUEUE_COUNT_SECONDS,
     EnqueueCounts,
@@ -76,7 +76,7 @@ from .stats import (
     stats_snapshot,
     stats_window,
 )
-from .tasks import (
+from shardq.operations.tasks import (
     CancelledTask,
     exclusive_keys_lock,
     layout,
@@ -94,7 +94,7 @@ from .tasks import (
     task_release_many,
     task_retry_many,
 )
-from .workflows import (
+from shardq.operations.workflows import (
     IN_SHARDS,
     OWN_ROW,
     workflow_cancel,

@@ -1,4 +1,4 @@
-"""Plans of the dashboard's task browsing (:mod:`shardq.browse`): the bounded scans of one page,
+"""Plans of the dashboard's task browsing (:mod:`shardq.admin.browse`): the bounded scans of one page,
 the rows a page shows, and the actions on tasks named by id. Both engines name these statements
 alike; each engine's ``browse.sql`` reads its own key (sql/postgresql, sql/cockroachdb)."""
 
@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..plans import Call, Plan
+from shardq.sql.plan import Call, Plan
 
 
 def task_browse_span(params: Mapping[str, Any], *, descending: bool) -> Plan[list[dict[str, Any]]]:

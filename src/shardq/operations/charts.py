@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plans import Call, Plan
+from shardq.sql.plan import Call, Plan
 
 
 def stats_hourly_rollup() -> Plan[int]:

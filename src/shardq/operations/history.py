@@ -3,7 +3,7 @@ failed attempts, reading a task's status by id, listing and pruning a queue's hi
 
 Recording is only ever called for queues that keep finished tasks; the callers (the settler, the
 reaper's failures, cancel) run it in the transaction of the statement that finished the task, for
-the ids that statement removed. See :mod:`shardq.history`.
+the ids that statement removed. See :mod:`shardq.lifecycle.history`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..arguments import task_name_of
-from ..engine import Engine
-from ..engine.common import notify_chunks
-from ..error_text import storable
-from ..history_records import AttemptRecord, FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
-from ..leases import Fenced, WholeClaim
-from ..plans import ENGINE, Atomically, Call, Plan
+from shardq.arguments import task_name_of
+from shardq.engine.base import Engine
+from shardq.engine.common import notify_chunks
+from shardq.error_text import storable
+from shardq.models.history import AttemptRecord, FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
+from shardq.models.leases import Fenced, WholeClaim
+from shardq.sql.plan import ENGINE, Atomically, Call, Plan
 
 
 def outcome_notify(ids: Sequence[uuid.UUID]) -> Plan[None]:
-    """Wake processes waiting for these tasks (:mod:`shardq.waiting`), at commit: PostgreSQL
+    """Wake processes waiting for these tasks (:mod:`shardq.lifecycle.waiting`), at commit: PostgreSQL
     only, where waiters listen; elsewhere they poll and nothing is sent."""
     engine: Engine = yield ENGINE
     if not ids or not engine.supports_wakeups:
@@ -104,7 +104,7 @@ def removed_recorded(remove: Callable[[], Plan[set[uuid.UUID]]],
     return done
 
 
-# -- who listens for outcomes (shardq.waiting) ----------------------------------------------------
+# -- who listens for outcomes (shardq.lifecycle.waiting) ----------------------------------------------------
 
 def outcome_listener_seen(listener_id: uuid.UUID) -> Plan[None]:
     yield Call("outcome_listener_seen", {"id": listener_id}, rows="none")

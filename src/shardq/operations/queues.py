@@ -1,5 +1,5 @@
 """Plans of the queue statements: settings, wake-ups, and flow control's concurrency slots and
-token buckets (:mod:`shardq.flow`; statements in ``sql/common/flow.sql``)."""
+token buckets (:mod:`shardq.lifecycle.flow`; statements in ``sql/common/flow.sql``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..errors import DatabaseError
-from ..models import QueueSettings, RateTokens
-from ..plans import Atomically, Call, Plan
+from shardq.errors import DatabaseError
+from shardq.models.queues import QueueSettings, RateTokens
+from shardq.sql.plan import Atomically, Call, Plan
 
 #: The settings :func:`queue_update` may change.
 QUEUE_FIELDS = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
@@ -40,7 +40,7 @@ def queue_update(queue: str, changes: dict[str, object]) -> Plan[QueueSettings |
 
 
 def queue_notify(queue: str) -> Plan[None]:
-    """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.notify`)."""
+    """Wake workers listening for ``queue`` (PostgreSQL only; see :mod:`shardq.lifecycle.notify`)."""
     yield Call("queue_notify", {"queue": queue}, rows="none")
 
 
@@ -70,7 +70,7 @@ def atomically_waking(body: Callable[[bool], Plan[T]]) -> Plan[T]:
 # -- flow control ------------------------------------------------------------------------------
 
 def flow_usage() -> Plan[dict[str, tuple[int, int]]]:
-    """(slots held now, slots in all) per queue with a concurrency limit (shardq.flow)."""
+    """(slots held now, slots in all) per queue with a concurrency limit (shardq.lifecycle.flow)."""
     rows = yield Call("flow_usage")
     return {row["queue"]: (row["in_use"], row["slots"]) for row in rows}
 
@@ -94,7 +94,7 @@ def flow_slots_extend(queue: str, slots: Sequence[int], token: uuid.UUID,
                       lease_seconds: float) -> Plan[list[tuple[int, dt.datetime]]]:
     """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
     params = {"queue": queue, "slots": list(slots), "token": token, "lease_seconds": lease_seconds}
-    # Fenced by the holder's token: safe to re-send after 40003 (see shardq.session_rules).
+    # Fenced by the holder's token: safe to re-send after 40003 (see shardq.sessions.rules).
     rows = yield Call("flow_slots_extend", params, resend_ambiguous=True, tuples=True)
     return [(row[0], row[1]) for row in rows]
 

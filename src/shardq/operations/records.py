@@ -1,4 +1,4 @@
-"""Plans of the statements over kept records: periodic schedules' slots (:mod:`shardq.periodic`)
+"""Plans of the statements over kept records: periodic schedules' slots (:mod:`shardq.maintenance.periodic`)
 and dead-lettered tasks."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
-from ..errors import DatabaseError
-from ..models import MAX_ATTEMPTS_DEFAULT, DeadTask, TaskInfo
-from ..plans import Call, Plan
+from shardq.errors import DatabaseError
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, DeadTask, TaskInfo
+from shardq.sql.plan import Call, Plan
 
 
 def periodic_slot_take(name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,

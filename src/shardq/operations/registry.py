@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..plans import Call, Plan
+from shardq.sql.plan import Call, Plan
 
 
 def worker_beat(row: dict[str, Any]) -> Plan[None]:

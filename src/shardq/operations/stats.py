@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..engine import Engine
-from ..errors import DatabaseError
-from ..models import Activity
-from ..plans import ENGINE, Call, Plan
+from shardq.engine.base import Engine
+from shardq.errors import DatabaseError
+from shardq.models.stats import Activity
+from shardq.sql.plan import ENGINE, Call, Plan
 
-log = logging.getLogger("shardq.store")
+log = logging.getLogger("shardq.sessions.store")
 
 #: Rows of shardq_stats per (queue, minute): concurrent writers pick one at random, so they seldom
 #: wait on each other's row lock; readers sum them.

@@ -10,14 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Engine
-from ..engine.common import RANKS, key_arrays, task_arrays
-from ..error_text import storable
-from ..errors import DatabaseError
-from ..leases import Fenced
-from ..models import NewTask, ShardLayout, TaskInfo
-from ..plans import ENGINE, Call, Plan, UseShardColumn
-from .queues import notify_queue_full
+from shardq.engine.base import Engine
+from shardq.engine.common import RANKS, key_arrays, task_arrays
+from shardq.error_text import storable
+from shardq.errors import DatabaseError
+from shardq.models.layout import ShardLayout
+from shardq.models.leases import Fenced
+from shardq.models.tasks import NewTask, TaskInfo
+from shardq.operations.queues import notify_queue_full
+from shardq.sql.plan import ENGINE, Call, Plan, UseShardColumn
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +28,13 @@ class CancelledTask:
     state: str
     exclusive_key: str | None
     backlogged: bool
-    #: what the history records of a cancelled task (shardq.history)
+    #: what the history records of a cancelled task (shardq.lifecycle.history)
     payload: bytes = b""
     created_at: dt.datetime | None = None
     attempts: int = 0
     last_error: str | None = None
     dedupe_key: str | None = None
-    #: a workflow step's workflow, or a Spark run's mark (shardq.run_callbacks)
+    #: a workflow step's workflow, or a Spark run's mark (shardq.workflows.spark_callbacks)
     workflow_id: uuid.UUID | None = None
 
 
@@ -53,7 +54,7 @@ def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UU
                      wake: bool = False) -> Plan[tuple[set[uuid.UUID], bool]]:
     """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
     enqueue). When the queue is paused nothing was inserted and every id counts as skipped.
-    ``wake`` (where the engine has wake-ups; see :meth:`shardq.notify.Notifier.wake_in_insert`):
+    ``wake`` (where the engine has wake-ups; see :meth:`shardq.lifecycle.notify.Notifier.wake_in_insert`):
     for a batch without dedupe or exclusive keys, the same statement wakes the queue's listening
     workers unless the queue is paused."""
     engine: Engine = yield ENGINE

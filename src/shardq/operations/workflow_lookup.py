@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..plans import Call, Plan
+from shardq.sql.plan import Call, Plan
 
 
 def task_workflow(task_id: str) -> Plan[dict[str, Any] | None]:

@@ -1,5 +1,5 @@
 """Plans of the workflow statements (``sql/common/workflows.sql``), the same on both engines; the
-logic that strings them together is :mod:`shardq.workflows`.
+logic that strings them together is :mod:`shardq.workflows.steps`.
 
 The statements of a step's ack return their rows as binary tuples (``binary=True, tuples=True``):
 one row per step read, child moved or task released, and a text dict costs the worker several
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from ..engine import Engine
-from ..leases import TakeOffer
-from ..models import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
-from ..plans import ENGINE, Call, Plan
-from ..workflow_graph import StepSpec
+from shardq.engine.base import Engine
+from shardq.models.leases import TakeOffer
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
+from shardq.models.workflow_graph import StepSpec
+from shardq.sql.plan import ENGINE, Call, Plan
 
 #: (workflow id, step name, task id, new state) of a step a statement moved
 Moved = tuple[uuid.UUID, str, uuid.UUID, str]
@@ -212,7 +212,7 @@ def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bo
 
 def workflow_tasks_release(task_ids: Sequence[uuid.UUID], *, wake: bool = False) -> Plan[set[uuid.UUID]]:
     """Make these waiting step tasks claimable; returns the ids released. ``wake`` (where the
-    engine has wake-ups, :mod:`shardq.notify`): the same statement wakes the listening workers of
+    engine has wake-ups, :mod:`shardq.lifecycle.notify`): the same statement wakes the listening workers of
     each queue it released tasks into, delivered when the transaction commits."""
     engine: Engine = yield ENGINE
     params: dict[str, Any] = {"ids": list(task_ids)}

@@ -5,7 +5,7 @@ returns every task is in a bucket consumers visit. How it is done differs per en
 each: PostgreSQL changes the ``bucket`` column's default and moves rows out of dropped buckets
 (:mod:`shardq.resize.postgresql`); CockroachDB rebuilds the hash-sharded primary key with
 ``ALTER PRIMARY KEY`` (:mod:`shardq.resize.cockroachdb`). This package sits above the sessions
-(:mod:`shardq.db`): it runs work, which the engine package never does.
+(:mod:`shardq.sessions.session`): it runs work, which the engine package never does.
 
 Options (defaults): ``batch`` rows per move statement on PostgreSQL (1000); ``poll`` seconds
 between passes while only leased or locked rows remain (PostgreSQL, 0.5), or between job polls
@@ -17,12 +17,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .. import validation
-from ..db import Session
-from ..engine import COCKROACHDB, POSTGRESQL, Engine
-from ..models import ResizeProgress, ResizeResult
-from . import cockroachdb, postgresql
-from .postgresql import RESIZE_BATCH_DEFAULT
+from shardq import validation
+from shardq.engine import COCKROACHDB, POSTGRESQL
+from shardq.engine.base import Engine
+from shardq.resize import cockroachdb, postgresql
+from shardq.resize.postgresql import RESIZE_BATCH_DEFAULT
+from shardq.resize.results import ResizeProgress, ResizeResult
+from shardq.sessions.session import Session
 
 __all__ = ["RESIZE_BATCH_DEFAULT", "resize_buckets"]
 

@@ -15,14 +15,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import validation
-from ..db import Session
-from ..errors import DatabaseError, DatabaseUnavailable, ResizeInProgress
-from ..models import ResizeProgress, ResizeResult, SchemaJob
-from ..plans import SchemaChange, single
+from shardq import validation
+from shardq.errors import DatabaseError, DatabaseUnavailable, ResizeInProgress
+from shardq.models.layout import SchemaJob
+from shardq.resize.results import ResizeProgress, ResizeResult
+from shardq.sessions.session import Session
+from shardq.sql.plan import SchemaChange, single
 
 if TYPE_CHECKING:
-    from ..engine import CockroachDBEngine
+    from shardq.engine.cockroachdb import CockroachDBEngine
 
 log = logging.getLogger("shardq.resize")
 

@@ -33,11 +33,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import validation
-from ..db import Session
-from ..errors import DatabaseError, LockTimeout, ResizeInProgress
-from ..models import ResizeProgress, ResizeResult
-from ..plans import Atomically, Call, Plan, SchemaChange, single
+from shardq import validation
+from shardq.errors import DatabaseError, LockTimeout, ResizeInProgress
+from shardq.resize.results import ResizeProgress, ResizeResult
+from shardq.sessions.session import Session
+from shardq.sql.plan import Atomically, Call, Plan, SchemaChange, single
 
 log = logging.getLogger("shardq.resize")
 

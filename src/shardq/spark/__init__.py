@@ -44,7 +44,7 @@ Design (reference: ``shared/reference/spark-jdbc.md`` §0, verified on PostgreSQ
        chunk back; an id staged twice is inserted once; a row with an exclusive key becomes its
        key's active task or joins its backlog, as with ``enqueue_many``), record the count,
        commit. On CockroachDB a 40001 re-runs the whole chunk transaction
-       (:meth:`shardq.db.Session.transaction`). The attempt drops its staging table whether it
+       (:meth:`shardq.sessions.session.Session.transaction`). The attempt drops its staging table whether it
        succeeded or failed; a killed attempt leaves it behind, and every job start (and
        ``shardq spark-gc``) drops staging tables older than a day.
 
@@ -55,7 +55,7 @@ Guarantees
       running at once.
     * A row whose dedupe key is live in the queue is skipped, exactly as with ``enqueue_many``.
     * With ``then=``, the callback task is enqueued once per run, after every task of the run was
-      acked, re-runs included; a dead task of the run cancels it (:mod:`shardq.run_callbacks`).
+      acked, re-runs included; a dead task of the run cancels it (:mod:`shardq.workflows.spark_callbacks`).
 
 Does not
     * make a non-deterministic input deterministic: ``cache()``/``checkpoint()`` it, or the re-run
@@ -71,13 +71,13 @@ staging tables, old runs, progress), :mod:`.files` (file inputs), :mod:`.stream`
 Streaming, one run per micro-batch).
 """
 
-from .cleanup import GcResult, gc, run_progress
-from .columns import TaskColumns
-from .files import derive_run_id, enqueue_file, input_format, read_input
-from .jdbc import JdbcDriver, find_java, find_jdbc_driver, jdbc_target, spark_session
-from .job import enqueue_dataframe
-from .options import SparkEnqueueResult, WriteOptions
-from .stream import await_stream, enqueue_directory_stream, enqueue_stream, read_stream, stream_run_id
+from shardq.spark.cleanup import GcResult, gc, run_progress
+from shardq.spark.columns import TaskColumns
+from shardq.spark.files import derive_run_id, enqueue_file, input_format, read_input
+from shardq.spark.jdbc import JdbcDriver, find_java, find_jdbc_driver, jdbc_target, spark_session
+from shardq.spark.job import enqueue_dataframe
+from shardq.spark.options import SparkEnqueueResult, WriteOptions
+from shardq.spark.stream import await_stream, enqueue_directory_stream, enqueue_stream, read_stream, stream_run_id
 
 __all__ = [
     "GcResult",

@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import validation
-from ..arguments import TAG
-from ..errors import InvalidInput, InvalidTaskFrame
-from .frame import TaskColumns
+from shardq import validation
+from shardq.arguments import TAG
+from shardq.errors import InvalidInput, InvalidTaskFrame
+from shardq.spark.columns import TaskColumns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -72,7 +72,7 @@ class CallTarget:
 
 def call_target(task: Any) -> CallTarget:
     """A :class:`CallTarget` for a task name or an ``@app.task`` function."""
-    from ..app import AppTask
+    from shardq.app.application import AppTask
 
     if isinstance(task, AppTask):
         declared = task
@@ -159,7 +159,7 @@ def _payload(column: Column, kind: DataType, args_col: str, task: str, fail: Fai
 def _fail(message: str) -> Column:
     from pyspark.sql import functions as F
 
-    from .frame import CHECK_MARKER
+    from shardq.spark.checks import CHECK_MARKER
 
     return F.raise_error(F.lit(f"{CHECK_MARKER} {message}")).cast("string")
 
@@ -238,7 +238,7 @@ def _iso_from_micros(micros: Column) -> Column:
     return F.concat(date.cast("string"), F.lit("T"), clock, tail)
 
 
-def _json(c: Column, kind: DataType, where: str, fail: Fail) -> Column:
+def _json(c: Column, kind: DataType, where: str, fail: Fail) -> Column:  # noqa: C901 - one case per Spark type a call argument can have
     """``c``'s value as ``encode_call`` writes it ('null' for NULL); refuses types it cannot."""
     from pyspark.sql import functions as F
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from .. import validation
-from .columns import TaskColumns, check_columns, checked, field_specs, label
+from shardq import validation
+from shardq.spark.columns import TaskColumns, check_columns, checked, field_specs, label
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..config import resolve_dsn
-from ..db import Dsn, Session
-from ..errors import InvalidInput
-from ..maintenance.batches import until_short_batch
-from .ledger import SparkLedger
-from .options import STAGE_TTL_SECONDS_DEFAULT, check_run_id
+from shardq.errors import InvalidInput
+from shardq.maintenance.batches import until_short_batch
+from shardq.sessions.dsn import Dsn, resolve_dsn
+from shardq.sessions.session import Session
+from shardq.spark.ledger import SparkLedger
+from shardq.spark.options import STAGE_TTL_SECONDS_DEFAULT, check_run_id
 
 log = logging.getLogger("shardq.spark")
 

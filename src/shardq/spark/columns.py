@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from dataclasses import fields as dc_fields
 from typing import TYPE_CHECKING
 
-from .. import validation
-from ..errors import InvalidTaskFrame
-from ..models import PRIORITY_MAX, PRIORITY_MIN
+from shardq import validation
+from shardq.errors import InvalidTaskFrame
+from shardq.validation import PRIORITY_MAX, PRIORITY_MIN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -33,7 +33,7 @@ class TaskColumns:
     the row a no-op, and rows sharing a key collapse into one task), ``max_attempts`` (integer;
     default: the queue's setting), ``priority`` (integer, lower runs first; default 0),
     ``exclusive_key`` (string; of the queue's live tasks sharing a key one runs at a time, the
-    others wait in the key's backlog, which releases them in priority order: :mod:`shardq.exclusive`.
+    others wait in the key's backlog, which releases them in priority order: :mod:`shardq.lifecycle.exclusive`.
     A DataFrame has no row order, so among a run's rows sharing a key with equal priorities the
     order is not defined). ``run_at`` and ``delay`` are exclusive; with neither, tasks are
     due at once. A NULL ``run_at``/``delay``/``dedupe_key``/``max_attempts`` value means "not given".

@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import validation
-from ..db import Dsn
-from ..errors import InvalidInput
-from .frame import TaskColumns
-from .job import enqueue_dataframe
-from .options import FORMATS, Progress, SparkEnqueueResult, WriteOptions
+from shardq import validation
+from shardq.errors import InvalidInput
+from shardq.sessions.dsn import Dsn
+from shardq.spark.columns import TaskColumns
+from shardq.spark.job import enqueue_dataframe
+from shardq.spark.options import FORMATS, Progress, SparkEnqueueResult, WriteOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,7 +87,7 @@ def enqueue_file(
     ``shardq spark-enqueue``). Without ``run_id`` the id is :func:`derive_run_id`'s, so running
     the same command over the same, unchanged input again is a re-run (``then``, the callback's
     task name, is not part of it: the first attempt that names one pins it)."""
-    from .jdbc import find_jdbc_driver, spark_session
+    from shardq.spark.jdbc import find_jdbc_driver, spark_session
 
     validation.queue_name(queue)
     columns = columns or TaskColumns()

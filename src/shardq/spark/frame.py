@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .. import validation
-from .checks import CHECK_MARKER, count_bad_rows, is_check_failure, value_checks
-from .columns import PARSED, STAGED, Field, TaskColumns, check_columns, checked, field_specs, label
+from shardq import validation
+from shardq.spark.checks import CHECK_MARKER, count_bad_rows, is_check_failure, value_checks
+from shardq.spark.columns import PARSED, STAGED, Field, TaskColumns, check_columns, checked, field_specs, label
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -52,7 +52,7 @@ CHUNK_BY_KEY = "key"
 CHUNK_BY_ID = "id"
 
 
-def stage_frame(
+def stage_frame(  # noqa: C901 - one case per optional task column of the frame
     df: DataFrame,
     *,
     queue: str,

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from ..db import Dsn
-from ..errors import InvalidInput, SparkSetupError
+from shardq.errors import InvalidInput, SparkSetupError
+from shardq.sessions.dsn import Dsn
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

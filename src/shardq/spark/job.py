@@ -12,21 +12,20 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .. import run_callbacks, validation
-from ..arguments import encode_call
-from ..config import resolve_dsn
-from ..db import Dsn, Session
-from ..errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
-from ..run_callbacks import Callback
-from ..store import TaskStore
-from ..workflow_graph import STEP_NAME_MAX, StepCall
-from . import calls, writer
-from . import frame as frame_module
-from .cleanup import GcResult, collect_stale_stages, drop_quietly, gc, run_progress
-from .frame import TaskColumns
-from .jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
-from .ledger import SCHEME_BY_KEY, MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
-from .options import (
+from shardq import validation
+from shardq.arguments import encode_call
+from shardq.errors import InvalidInput, InvalidTaskFrame, QueuePaused, SparkSetupError
+from shardq.models.workflow_graph import STEP_NAME_MAX, StepCall
+from shardq.sessions.dsn import Dsn, resolve_dsn
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from shardq.spark import calls, writer
+from shardq.spark import frame as frame_module
+from shardq.spark.cleanup import GcResult, collect_stale_stages, drop_quietly, gc, run_progress
+from shardq.spark.columns import TaskColumns
+from shardq.spark.jdbc import DRIVER_CLASS, check_driver_loadable, jdbc_target
+from shardq.spark.ledger import SCHEME_BY_KEY, MergeOutcome, Run, SparkLedger, merge_chunks, stage_name
+from shardq.spark.options import (
     FORMATS,
     LEDGER_TTL_SECONDS_DEFAULT,
     RUN_ID_MAX,
@@ -37,12 +36,14 @@ from .options import (
     WriteOptions,
     check_run_id,
 )
+from shardq.workflows import spark_callbacks as run_callbacks
+from shardq.workflows.spark_callbacks import Callback
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ..app import AppTask
-    from .jdbc import JdbcTarget
+    from shardq.app.application import AppTask
+    from shardq.spark.jdbc import JdbcTarget
 
 __all__ = [
     "FORMATS", "LEDGER_TTL_SECONDS_DEFAULT", "RUN_ID_MAX", "STAGE_TTL_SECONDS_DEFAULT", "WRITERS", "GcResult",
@@ -52,7 +53,7 @@ __all__ = [
 log = logging.getLogger("shardq.spark")
 
 
-def enqueue_dataframe(
+def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one place
     df: DataFrame,
     queue: str,
     *,
@@ -88,7 +89,7 @@ def enqueue_dataframe(
     ``then`` (an ``@app.task`` function, its call ``task.step(**arguments)``, or a task name,
     called without arguments in ``queue``) is the run's callback: enqueued exactly once, when every
     task of the run has been acked, re-runs included; a dead task of the run cancels it
-    (:mod:`shardq.run_callbacks`; ``result.callback_workflow`` names the workflow that shows its
+    (:mod:`shardq.workflows.spark_callbacks`; ``result.callback_workflow`` names the workflow that shows its
     state). The first attempt that gives it pins it: a re-run may leave it out, another callback
     is refused, and so is a callback added after chunks were merged without one, or a run that
     maps an exclusive key.

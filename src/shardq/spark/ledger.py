@@ -1,7 +1,7 @@
 """The database side of a Spark bulk enqueue: run and chunk ledger, staging tables, chunked merge.
 
-Only named statements (``sql/*/spark.sql``), sent as plans (:mod:`shardq.plans`) that a
-:class:`shardq.db.Session` runs; the staging table's name enters SQL only through the ``{stage}``
+Only named statements (``sql/*/spark.sql``), sent as plans (:mod:`shardq.sql.plan`) that a
+:class:`shardq.sessions.session.Session` runs; the staging table's name enters SQL only through the ``{stage}``
 identifier slot.
 """
 
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .. import exclusive
-from ..db import Session
-from ..errors import DatabaseError, DatabaseUnavailable, QueuePaused
-from ..models import RANK_SCHEDULED, NewTask
-from ..plans import Atomically, Call, Plan, SchemaChange, single
-from ..store import TaskStore
+from shardq.errors import DatabaseError, DatabaseUnavailable, QueuePaused
+from shardq.lifecycle import exclusive
+from shardq.models.tasks import RANK_SCHEDULED, NewTask
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from shardq.sql.plan import Atomically, Call, Plan, SchemaChange, single
 
 log = logging.getLogger("shardq.spark")
 
@@ -51,12 +51,12 @@ class Run:
     queue: str
     chunks: int
     scheme: int = SCHEME_BY_KEY
-    #: the run's callback workflow (``then=``; :mod:`shardq.run_callbacks`), written into each task
+    #: the run's callback workflow (``then=``; :mod:`shardq.workflows.spark_callbacks`), written into each task
     workflow_id: uuid.UUID | None = None
 
     @property
     def chunking(self) -> str:
-        from .frame import CHUNK_BY_ID, CHUNK_BY_KEY
+        from shardq.spark.frame import CHUNK_BY_ID, CHUNK_BY_KEY
 
         return CHUNK_BY_KEY if self.scheme == SCHEME_BY_KEY else CHUNK_BY_ID
 
@@ -169,7 +169,7 @@ class SparkLedger:
     def chunk_merge(self, run: Run, stage: Stage, chunk: int, *, keyed: bool = False) -> int | None:
         """Merge one chunk in one transaction with its ledger row; ``None`` when the chunk was
         merged already (by this or another attempt). With ``keyed`` (the run maps an exclusive
-        key), rows carrying a key go through :func:`shardq.exclusive.in_transaction_plan` in
+        key), rows carrying a key go through :func:`shardq.lifecycle.exclusive.in_transaction_plan` in
         the same transaction. The body runs again after a 40001
         (CockroachDB), which is safe: the failed attempt left nothing behind. Raises
         :class:`DatabaseUnavailable` if the server restarted since the staging table was created

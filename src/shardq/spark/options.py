@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import validation
-from ..errors import InvalidInput
+from shardq import validation
+from shardq.errors import InvalidInput
 
 RUN_ID_MAX = 200
 STAGE_TTL_SECONDS_DEFAULT = 24 * 3600.0

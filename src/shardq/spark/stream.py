@@ -39,19 +39,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import validation
-from ..db import Dsn
-from ..errors import InvalidInput
-from . import calls
-from . import frame as frame_module
-from .frame import TaskColumns
-from .job import SparkEnqueueResult, WriteOptions, enqueue_dataframe
+from shardq import validation
+from shardq.errors import InvalidInput
+from shardq.sessions.dsn import Dsn
+from shardq.spark import calls
+from shardq.spark import frame as frame_module
+from shardq.spark.columns import TaskColumns
+from shardq.spark.job import enqueue_dataframe
+from shardq.spark.options import SparkEnqueueResult, WriteOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from ..app import AppTask
+    from shardq.app.application import AppTask
 
 #: chunks per micro-batch when the options do not say (a batch is small; each chunk is a transaction)
 STREAM_CHUNKS_DEFAULT = 4
@@ -166,7 +167,7 @@ def read_stream(
     """A file-source stream over the directory ``path`` (parquet, CSV with a header row, JSON
     lines). Spark needs the schema up front: it is inferred from the files already there, so the
     directory must hold at least one; files added later must share it."""
-    from .files import read_input
+    from shardq.spark.files import read_input
 
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -186,8 +187,8 @@ def read_stream(
 def stream_format(path: str | os.PathLike[str], fmt: str | None) -> str:
     """``fmt``, or the extension its files share (``.parquet``, ``.csv``, ``.json``/``.jsonl``),
     else parquet (Spark's own part files)."""
-    from .files import input_format
-    from .options import FORMATS
+    from shardq.spark.files import input_format
+    from shardq.spark.options import FORMATS
 
     if fmt:
         return input_format(path, fmt)
@@ -221,7 +222,7 @@ def enqueue_directory_stream(
     keeps taking new files until interrupted (KeyboardInterrupt stops the query after its current
     batch's Spark work; a batch cut short is replayed on the next start). Running it again with
     the same checkpoint takes only files it has not taken yet."""
-    from .jdbc import find_jdbc_driver, spark_session
+    from shardq.spark.jdbc import find_jdbc_driver, spark_session
 
     validation.queue_name(queue)
     if not str(checkpoint).strip():

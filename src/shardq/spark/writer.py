@@ -15,7 +15,7 @@ How
       due at the transaction's ``now()``, as ``spark_chunk_merge`` would insert them;
     * **other rows**: ``COPY``s the chunk into the connection's ``TEMP`` table and runs the very
       statements of the staging path on it (``spark_chunk_merge``: due times, scheduled rows,
-      live dedupe keys; exclusive keys through :mod:`shardq.exclusive`);
+      live dedupe keys; exclusive keys through :mod:`shardq.lifecycle.exclusive`);
 
     records the count (``spark_chunk_record``) and commits. Rows cross the network once and are
     written once; nothing else is written but the ledger row.
@@ -45,19 +45,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..db import Dsn, Session
-from ..errors import (
-    DatabaseError,
-    DatabaseUnavailable,
-    QueuePaused,
-    SerializationConflict,
-    StatementTimeout,
-)
-from ..models import RANK_SCHEDULED
-from ..plans import Call, CopyIn, Plan, SchemaChange, single
-from .copy_binary import buffer_of, plain_rows
-from .frame import MERGED_FIELDS, SEPARATOR
-from .ledger import Run, Stage, in_transaction, merge_keyed_rows
+from shardq.errors import DatabaseError, DatabaseUnavailable, QueuePaused, SerializationConflict, StatementTimeout
+from shardq.models.tasks import RANK_SCHEDULED
+from shardq.sessions.dsn import Dsn
+from shardq.sessions.session import Session
+from shardq.spark.copy_binary import buffer_of, plain_rows
+from shardq.spark.frame import MERGED_FIELDS, SEPARATOR
+from shardq.spark.ledger import Run, Stage, in_transaction, merge_keyed_rows
+from shardq.sql.plan import Call, CopyIn, Plan, SchemaChange, single
 
 if TYPE_CHECKING:
     import pyarrow as pa

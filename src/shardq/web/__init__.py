@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ShardqError
+from shardq.errors import ShardqError
 
 __all__ = ["serve"]
 
@@ -35,7 +35,7 @@ __all__ = ["serve"]
 def serve(client: Any, **options: Any) -> None:
     """Serve the web dashboard for ``client`` until stopped; see :func:`shardq.web.server.serve`."""
     try:
-        from .server import serve as run
+        from shardq.web.server import serve as run
     except ImportError as exc:
         raise ShardqError(f"shardq web needs the web extra (pip install 'shardq[web]'): {exc}") from None
     run(client, **options)

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import views
-from .context import Dashboard, Failure, read_body, run_action, run_view
+from shardq.web import views
+from shardq.web.context import Dashboard, Failure, read_body, run_action, run_view
 
 JSON_BODY_MAX = 1024 * 1024
 

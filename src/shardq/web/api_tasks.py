@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import admin
-from ..errors import InvalidInput
-from . import charts_view, finished_list, registry_views, task_list
-from .api import call_action, call_view, checked_action, error_json
-from .context import Failure, run_view
-from .views import NotFound
+from shardq.admin import actions as admin
+from shardq.errors import InvalidInput
+from shardq.web import charts_view, finished_list, registry_views, task_list
+from shardq.web.api import call_action, call_view, checked_action, error_json
+from shardq.web.context import Failure, run_view
+from shardq.web.views import NotFound
 
 
 async def tasks(request: Request) -> Response:

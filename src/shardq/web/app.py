@@ -13,12 +13,12 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client import Client
-from ..stats import StatsOptions
-from . import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form, workflow_page
-from .auth import Auth, AuthGate, Scope, resolve_read_token
-from .context import Dashboard
-from .mount import route_path
+from shardq.admin.stats import StatsOptions
+from shardq.client import Client
+from shardq.web import api, api_tasks, pages, pages_session, pages_tasks, periodic_page, settings_form, workflow_page
+from shardq.web.auth import Auth, AuthGate, Scope, resolve_read_token
+from shardq.web.context import Dashboard
+from shardq.web.mount import route_path
 
 
 def _refuse(scope: Scope, retry_after: int | None) -> Any:
@@ -73,7 +73,7 @@ def create_app(
     samples. ``started`` is set once the application has started (its lifespan began), so a
     caller running it in a thread can wait for that instead of sleeping. ``read_token``: a second
     token that sees everything and changes nothing (see :mod:`shardq.web.auth`). ``schedules``: an
-    app's periodic schedules (:class:`shardq.periodic.Schedule`), for the Periodic page.
+    app's periodic schedules (:class:`shardq.maintenance.periodic.Schedule`), for the Periodic page.
     ``upstream_login``: the enclosing application signs people in and hands over who they are
     (:data:`shardq.web.auth.UPSTREAM_IDENTITY`; :mod:`shardq.contrib.django.dashboard`); only for a
     dashboard reachable through that application alone (default False)."""

@@ -49,9 +49,9 @@ from typing import Any
 
 from starlette.requests import cookie_parser
 
-from ..errors import InvalidInput
-from .mount import route_path
-from .throttle import Throttle
+from shardq.errors import InvalidInput
+from shardq.web.mount import route_path
+from shardq.web.throttle import Throttle
 
 COOKIE = "shardq_session"
 SESSION_SECONDS = 12 * 3600.0

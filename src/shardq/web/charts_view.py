@@ -20,10 +20,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..errors import InvalidInput
-from ..operations import charts as plans
-from ..store import TaskStore
-from .views import known_queue
+from shardq.errors import InvalidInput
+from shardq.operations import charts as plans
+from shardq.sessions.store import TaskStore
+from shardq.web.views import known_queue
 
 #: range name -> (slot width, number of slots)
 RANGES = {"1h": (dt.timedelta(minutes=1), 60), "24h": (dt.timedelta(hours=1), 24), "7d": (dt.timedelta(hours=1), 168)}

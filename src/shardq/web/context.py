@@ -14,13 +14,13 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..client import Client
-from ..db import redact_text
-from ..errors import DatabaseError, InvalidInput, ShardqError
-from ..operations import registry
-from ..stats import StatsOptions
-from .auth import Auth, Identity, client_address, csrf_ok
-from .views import NotFound
+from shardq.admin.stats import StatsOptions
+from shardq.client import Client
+from shardq.errors import DatabaseError, InvalidInput, ShardqError
+from shardq.operations import registry
+from shardq.sessions.dsn import redact_text
+from shardq.web.auth import Auth, Identity, client_address, csrf_ok
+from shardq.web.views import NotFound
 
 log = logging.getLogger("shardq.web")
 

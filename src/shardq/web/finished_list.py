@@ -1,7 +1,7 @@
 """What the dashboard's finished tab shows, as plain data (the views of
 ``/queues/{queue}/tasks?state=finished`` and ``/api/queues/{queue}/tasks/finished``): one page of
 a queue's finished tasks (succeeded, dead, cancelled) from its history, through
-:func:`shardq.history.finished_page`.
+:func:`shardq.lifecycle.history.finished_page`.
 
 Query values: ``outcome`` (succeeded, dead or cancelled; the tab itself is the ``state``),
 ``since`` (an age such as ``90s``, ``15m``, ``2h``, ``7d``: finished within it; or an ISO time
@@ -12,7 +12,7 @@ Guarantees:
 
 * Bad values raise :class:`~shardq.errors.InvalidInput` (a 400) before anything is read; an
   unknown queue is :class:`~shardq.web.views.NotFound`.
-* A page reads at most a fixed number of history rows (see :func:`shardq.history.finished_page`).
+* A page reads at most a fixed number of history rows (see :func:`shardq.lifecycle.history.finished_page`).
 
 Does not: show results (a task's page does), nor anything of a queue that keeps no finished
 tasks (``keeps_finished`` is then false and the page says how to turn keeping on).
@@ -24,11 +24,11 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from .. import history
-from ..errors import InvalidInput
-from ..store import TaskStore
-from .task_list import parse_age
-from .views import known_queue
+from shardq.errors import InvalidInput
+from shardq.lifecycle import history
+from shardq.sessions.store import TaskStore
+from shardq.web.task_list import parse_age
+from shardq.web.views import known_queue
 
 FILTERS = ("outcome", "since", "error")
 

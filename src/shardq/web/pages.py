@@ -21,11 +21,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from .. import dashboard as fmt
-from ..models import Accuracy
-from . import charts_view, views
-from .context import Dashboard, Failure, read_body, run_action, run_view
-from .mount import redirect, root
+from shardq.admin import formatting as fmt
+from shardq.models.stats import Accuracy
+from shardq.web import charts_view, views
+from shardq.web.context import Dashboard, Failure, read_body, run_action, run_view
+from shardq.web.mount import redirect, root
 
 FORM_MAX = 64 * 1024
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}

@@ -7,10 +7,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
-from .context import Dashboard, Failure
-from .mount import redirect, root
-from .pages import error_page, form_value, local_path, login_page, read_form, submit_form, throttled_login_page
+from shardq.web.auth import LOGIN_PATH, client_address, expired_cookie, session_cookie
+from shardq.web.context import Dashboard, Failure
+from shardq.web.mount import redirect, root
+from shardq.web.pages import (
+    error_page,
+    form_value,
+    local_path,
+    login_page,
+    read_form,
+    submit_form,
+    throttled_login_page,
+)
 
 
 async def login(request: Request) -> Response:

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import browse
-from . import api_tasks, finished_list, registry_views, task_list
-from .context import Failure, run_action, run_view
-from .pages import error_page, form_value, queue_path, render, submit_form
+from shardq.admin import browse
+from shardq.web import api_tasks, finished_list, registry_views, task_list
+from shardq.web.context import Failure, run_action, run_view
+from shardq.web.pages import error_page, form_value, queue_path, render, submit_form
 
 #: How each state is named on its tab, and what it means.
 STATE_TABS = {
@@ -27,7 +27,7 @@ STATE_TABS = {
     "expired": "expired: leased, the lease ran out; the worker is likely gone and a sweep puts them back",
     "backlog": "backlog: waiting for their exclusive key",
 }
-#: The tab of finished tasks, shown for a queue that keeps them (shardq.history).
+#: The tab of finished tasks, shown for a queue that keeps them (shardq.lifecycle.history).
 FINISHED_TAB = {"finished": "finished: succeeded, dead or cancelled, kept for the queue's retention"}
 
 

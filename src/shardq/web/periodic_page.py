@@ -1,7 +1,7 @@
 """The Periodic page (``/periodic``) and ``GET /api/periodic``: the schedules of the app given to
 ``shardq web --app MODULE:APP``, each with its task, queue, when it runs, the last slot taken (from
 ``shardq_periodic``, one grouped read of the schedules named) and the next one, as
-``shardq periodic list`` shows them (:func:`shardq.periodic.describe`).
+``shardq periodic list`` shows them (:func:`shardq.maintenance.periodic.describe`).
 
 Does not: find schedules by itself. They are declared in the application's code, not stored;
 without ``--app`` the page says how to give it.
@@ -15,11 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import periodic
-from ..store import TaskStore
-from .api import call_view
-from .context import Dashboard, Failure, run_view
-from .pages import error_page, render
+from shardq.maintenance import periodic
+from shardq.sessions.store import TaskStore
+from shardq.web.api import call_view
+from shardq.web.context import Dashboard, Failure, run_view
+from shardq.web.pages import error_page, render
 
 
 def schedules_view(store: TaskStore, schedules: list[Any] | None) -> dict[str, Any]:

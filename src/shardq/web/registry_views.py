@@ -16,10 +16,10 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from ..errors import InvalidInput
-from ..maintenance import worker_registry
-from ..operations import registry as plans
-from ..store import TaskStore
+from shardq.errors import InvalidInput
+from shardq.maintenance import worker_registry
+from shardq.operations import registry as plans
+from shardq.sessions.store import TaskStore
 
 WORKERS_MAX = 10_000
 #: A worker silent for this long (three beats) is shown as stale.

@@ -11,11 +11,11 @@ from typing import Any, Self
 
 import uvicorn
 
-from ..client import Client
-from ..errors import ShardqError
-from ..stats import StatsOptions
-from .app import create_app
-from .auth import resolve_read_token, resolve_token
+from shardq.admin.stats import StatsOptions
+from shardq.client import Client
+from shardq.errors import ShardqError
+from shardq.web.app import create_app
+from shardq.web.auth import resolve_read_token, resolve_token
 
 START_TIMEOUT_SECONDS = 30.0
 

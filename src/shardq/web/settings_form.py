@@ -1,6 +1,6 @@
 """Editing a queue's settings and limits from its page: ``POST /queues/{queue}/settings`` (the
 form, after a confirmation) and ``POST /api/queues/{queue}/settings`` (JSON), both through
-:func:`shardq.admin.queue_set`, which validates every value before anything is written (so a
+:func:`shardq.admin.actions.queue_set`, which validates every value before anything is written (so a
 refused change changes nothing) and changes a limit together with the rows that enforce it.
 
 Fields: ``lease_seconds``, ``max_attempts``, ``backoff_base``, ``backoff_cap``, ``retry_jitter``,
@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import admin
-from ..errors import InvalidInput
-from ..store import TaskStore
-from .api import call_action, checked_action
-from .context import run_action
-from .pages import form_value, queue_path, submit_form
-from .views import known_queue
+from shardq.admin import actions as admin
+from shardq.errors import InvalidInput
+from shardq.sessions.store import TaskStore
+from shardq.web.api import call_action, checked_action
+from shardq.web.context import run_action
+from shardq.web.pages import form_value, queue_path, submit_form
+from shardq.web.views import known_queue
 
 _FLOATS = ("lease_seconds", "backoff_base", "backoff_cap", "retry_jitter")
 _INTS = ("max_attempts", "concurrency", "rate", "burst")
@@ -55,7 +55,7 @@ def parse_form(form: dict[str, list[str]]) -> dict[str, Any]:
 
 
 def update(store: TaskStore, queue: str, changes: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``changes`` to a known queue (see :func:`shardq.admin.queue_set`); its new settings."""
+    """Apply ``changes`` to a known queue (see :func:`shardq.admin.actions.queue_set`); its new settings."""
     known_queue(store, queue)
     settings = admin.queue_set(store, queue, **changes)
     assert settings is not None

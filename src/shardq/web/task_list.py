@@ -1,15 +1,15 @@
 """What the dashboard's task list shows and does, as plain data (the views of
 ``/queues/{queue}/tasks`` and ``/api/queues/{queue}/tasks``): one page of a queue's live tasks by
-state through :func:`shardq.browse.browse`, and the bulk actions on the tasks chosen.
+state through :func:`shardq.admin.browse.browse`, and the bulk actions on the tasks chosen.
 
 Guarantees:
 
 * Query values arrive as text and are parsed here; bad ones raise
   :class:`~shardq.errors.InvalidInput` (a 400) before anything is read or changed. An unknown
   queue is :class:`~shardq.web.views.NotFound`.
-* Reads are bounded as :mod:`shardq.browse` says (one page: at most a fixed number of index
+* Reads are bounded as :mod:`shardq.admin.browse` says (one page: at most a fixed number of index
   entries per bucket, keyset cursor); actions take at most
-  :data:`shardq.browse.ACTION_IDS_MAX` ids and touch only tasks of the queue named.
+  :data:`shardq.admin.browse.ACTION_IDS_MAX` ids and touch only tasks of the queue named.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .. import admin, browse
-from ..errors import InvalidInput
-from ..operations import browse as browse_plans
-from ..store import TaskStore
-from .views import known_queue
+from shardq.admin import actions as admin
+from shardq.admin import browse
+from shardq.errors import InvalidInput
+from shardq.operations import browse as browse_plans
+from shardq.sessions.store import TaskStore
+from shardq.web.views import known_queue
 
 #: Bulk actions by name: what each does to the tasks chosen.
 ACTIONS = {
@@ -74,7 +75,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]) -> dict[str, Any]:
-    """One page of ``queue``'s tasks in ``state``, as :func:`shardq.browse.browse` reads it, with
+    """One page of ``queue``'s tasks in ``state``, as :func:`shardq.admin.browse.browse` reads it, with
     the filters, order, cursor and limit of ``query``."""
     settings = known_queue(store, queue)
     try:

@@ -1,10 +1,10 @@
 """What the web dashboard shows and does, as plain data: one function per page or action, each
-taking a :class:`~shardq.store.TaskStore` and returning JSON-ready dicts.
+taking a :class:`~shardq.sessions.store.TaskStore` and returning JSON-ready dicts.
 
 Guarantees:
 
 * Reads go through the same functions as ``shardq stats`` and the CLI (:func:`shardq.admin.stats`,
-  :func:`shardq.admin.dead_list`, :func:`shardq.admin.task_show`, …), so every count is bounded
+  :func:`shardq.admin.actions.dead_list`, :func:`shardq.admin.actions.task_show`, …), so every count is bounded
   the same way (per (queue, bucket) caps, sampled buckets above ``max_buckets``) and marked the
   same way when it is not exact (``accuracy``). Nothing here counts a table without a limit.
 * An unknown queue or task raises :class:`NotFound` before anything is written; bad input
@@ -25,14 +25,19 @@ import json
 import uuid
 from typing import Any
 
-from .. import admin, history, validation, workflows
-from ..errors import InvalidInput
-from ..models import Accuracy, QueueSettings, QueueStats, Stats, TaskInfo
-from ..operations import browse as browse_plans
-from ..operations import workflow_lookup
-from ..stats import StatsOptions
-from ..store import TaskStore
-from . import registry_views
+from shardq import validation
+from shardq.admin import actions as admin
+from shardq.admin.stats import StatsOptions
+from shardq.errors import InvalidInput
+from shardq.lifecycle import history
+from shardq.models.queues import QueueSettings
+from shardq.models.stats import Accuracy, QueueStats, Stats
+from shardq.models.tasks import TaskInfo
+from shardq.operations import browse as browse_plans
+from shardq.operations import workflow_lookup
+from shardq.sessions.store import TaskStore
+from shardq.web import registry_views
+from shardq.workflows import steps as workflows
 
 #: Characters of a payload shown in a list (the rest is cut, and said to be).
 PAYLOAD_PREVIEW = 200
@@ -315,7 +320,7 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
     if task is None:
         if status is None or status.state == "unknown":
             raise NotFound(f"no task {task_id!r} (finished in a queue that keeps nothing, or never there)")
-        # Finished and kept in the history (shardq.history): no payload is kept there.
+        # Finished and kept in the history (shardq.lifecycle.history): no payload is kept there.
         return {"id": status.id, "queue": status.queue, "state": status.state, "attempts": status.attempts,
                 "max_attempts": None, "priority": None, "exclusive_key": None, "dedupe_key": None,
                 "created_at": _iso(status.created_at), "run_at": None, "lease_expires_at": None, "died_at": None,
@@ -330,7 +335,7 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
 
 
 def task_status(store: TaskStore, task_id: str) -> dict[str, Any]:
-    """A task's state now and its attempts (:func:`shardq.history.status`): ``unknown`` for an id
+    """A task's state now and its attempts (:func:`shardq.lifecycle.history.status`): ``unknown`` for an id
     shardq knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
     return history.status(store, task_id).as_json()
 
@@ -344,7 +349,7 @@ def _worker_holding(store: TaskStore, task: TaskInfo) -> dict[str, Any] | None:
 
 
 def workflow_status(store: TaskStore, workflow_id: str) -> dict[str, Any]:
-    """A workflow's state and each step's (:mod:`shardq.workflows`): ``unknown`` for an id shardq
+    """A workflow's state and each step's (:mod:`shardq.workflows.steps`): ``unknown`` for an id shardq
     knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
     return store.session.run(workflows.status_plan(workflow_id)).to_json()
 
@@ -368,7 +373,7 @@ def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = Tr
 
 def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None, *, all_tasks: bool) -> dict[str, Any]:
     """Requeue the given dead tasks of a known queue, or all of them (see
-    :func:`shardq.admin.dead_requeue`). Malformed ids raise InvalidInput before any is moved."""
+    :func:`shardq.admin.actions.dead_requeue`). Malformed ids raise InvalidInput before any is moved."""
     known_queue(store, queue)
     result = admin.dead_requeue(store, queue, ids, all_tasks=all_tasks)
     return {"requeued": result.requeued, "not_found_or_kept": result.not_found_or_kept}
@@ -381,7 +386,7 @@ def dead_purge(store: TaskStore, queue: str) -> dict[str, Any]:
 
 
 def cancel(store: TaskStore, task_id: str) -> dict[str, Any]:
-    """Cancel one live task by id (see :func:`shardq.admin.cancel`). :class:`NotFound` when
+    """Cancel one live task by id (see :func:`shardq.admin.actions.cancel`). :class:`NotFound` when
     there is no such live task (a dead one is requeued or purged from its queue's page)."""
     try:
         result = admin.cancel(store, [task_id])

@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import workflow_view
-from .context import Failure, run_view
-from .pages import error_page, render
+from shardq.web import workflow_view
+from shardq.web.context import Failure, run_view
+from shardq.web.pages import error_page, render
 
 
 async def workflow(request: Request) -> Response:

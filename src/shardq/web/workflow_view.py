@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store import TaskStore
-from .views import NotFound, workflow_status
+from shardq.sessions.store import TaskStore
+from shardq.web.views import NotFound, workflow_status
 
 #: step state -> box colour (a state keeps its colour on every page)
 STATE_COLOURS = {"waiting": "#9ca3af", "ready": "#2463eb", "running": "#0ea5e9", "succeeded": "#10b981",

@@ -12,7 +12,7 @@ Parts (each in its own module, each with its own database session used only by i
     * the **lease sweeper** (:mod:`shardq.maintenance.lease_sweeper`, unless ``sweep`` is off) returns crashed
       workers' expired leases to the queue, each worker taking turns at a share of the buckets.
     They share only memory (:mod:`.inflight`): which tasks are held, and the counters that pace
-    claims. Failures are decided by :func:`shardq.failures.settle_failures`, as in the reaper.
+    claims. Failures are decided by :func:`shardq.lifecycle.failures.settle_failures`, as in the reaper.
 
 Outcomes
     The handler gets a :class:`shardq.Task`. Returning acks it (the row is deleted). Raising
@@ -52,7 +52,7 @@ Introspection
       ``lease_lost`` task, and once per claim call with ``claim`` (task None; details ``polls``:
       one (bucket, queue, seconds, tasks found) per claim statement), and once per settled batch
       with ``settled`` (task None; details ``counts``: {(event, queue): n} of the acked, retried,
-      dead, released and lease_lost tasks in it). :mod:`shardq.metrics` hangs Prometheus metrics
+      dead, released and lease_lost tasks in it). :mod:`shardq.worker.metrics` hangs Prometheus metrics
       on it. It runs on the worker's own threads: keep it cheap. ``events`` (optional) names the
       events the hook wants; per-task events nobody wants are then not even built.
     * Every such task event is also logged on ``shardq.worker`` with ``extra`` fields ``event``,
@@ -68,16 +68,16 @@ queue, ``grace_seconds`` 30, ``idle_min``/``idle_max`` 0.05 s / 1.0 s, ``ack_bat
 ``heartbeat`` off, ``until_empty`` off, ``sweep`` on, ``gc_tuning`` on, ``stats_interval`` 2 s, ``statement_timeout`` 10 s (the
 server cancels a statement of the worker's sessions after this long; a cancelled claim or settle is
 retried with backoff like a lost connection), ``listen`` on (on PostgreSQL an idle fetcher waits
-for a producer's wake-up instead of sleeping; see :mod:`shardq.notify`), ``blocked_loop_seconds``
+for a producer's wake-up instead of sleeping; see :mod:`shardq.lifecycle.notify`), ``blocked_loop_seconds``
 0.5).
 """
 
 from __future__ import annotations
 
-from ..models import Task
-from .config import STATEMENT_TIMEOUT_DEFAULT, WorkerConfig, WorkerTotals
-from .contract import Application, Handler, Resolver
-from .runtime import Worker, runs_on_loop
+from shardq.models.tasks import Task
+from shardq.worker.config import STATEMENT_TIMEOUT_DEFAULT, WorkerConfig, WorkerTotals
+from shardq.worker.contract import Application, Handler, Resolver
+from shardq.worker.runtime import Worker, runs_on_loop
 
 __all__ = ["STATEMENT_TIMEOUT_DEFAULT", "Application", "Handler", "Resolver", "Task", "Worker", "WorkerConfig", "WorkerTotals",
            "runs_on_loop"]

@@ -8,8 +8,8 @@ import uuid
 from collections import Counter
 from operator import attrgetter
 
-from ..store import WholeClaim
-from .inflight import Claim, InFlight, claim_of
+from shardq.models.leases import WholeClaim
+from shardq.worker.inflight import Claim, InFlight, claim_of
 
 _workflow_of = attrgetter("claimed.workflow_id")
 Whole = list[tuple[WholeClaim, list[InFlight]]]

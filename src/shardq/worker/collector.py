@@ -30,7 +30,7 @@ import gc
 import threading
 from collections.abc import Iterator
 
-from .config import WorkerConfig
+from shardq.worker.config import WorkerConfig
 
 #: the youngest generation's threshold per task a worker may hold
 YOUNG_PER_HELD_TASK = 100

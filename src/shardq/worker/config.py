@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .. import validation
+from shardq import validation
 
 # Far above any healthy claim or ack (milliseconds), far below a lease: long enough not to fire in
 # normal operation, short enough that a blocked statement fails while its tasks are still leased.
@@ -99,7 +99,7 @@ class WorkerTotals:
     outcomes the database refused because the lease had already passed to someone else."""
 
     claimed: int = 0
-    #: of ``claimed``: workflow steps leased by the ack that released them (shardq.worker.taking)
+    #: of ``claimed``: workflow steps leased by the ack that released them (shardq.worker.handoff)
     taken: int = 0
     acked: int = 0
     retried: int = 0
@@ -116,7 +116,7 @@ class WorkerTotals:
     abandoned: int = 0
     #: the worker stopped because ``max_abandoned`` threads were abandoned (exit non-zero)
     abandoned_limit_reached: bool = False
-    #: claims a flow limit refused (shardq.flow): in all, and per queue until the settler takes them
+    #: claims a flow limit refused (shardq.lifecycle.flow): in all, and per queue until the settler takes them
     throttled: int = 0
     per_bucket_claims: Counter = field(default_factory=Counter)
     _throttled_by_queue: Counter = field(default_factory=Counter, repr=False)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..models import Task
+from shardq.models.tasks import Task
 
 if TYPE_CHECKING:
-    from ..periodic import Schedule
+    from shardq.maintenance.periodic import Schedule
 
 #: A function of one task, sync or ``async def``.
 Handler = Callable[[Task], Any]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
-from .. import instrumentation
-from ..models import ClaimedTask
+from shardq import instrumentation
+from shardq.models.tasks import ClaimedTask
 
 log = logging.getLogger("shardq.worker")
 

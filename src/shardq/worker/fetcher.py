@@ -20,16 +20,18 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .. import backoff, flow, notify
-from ..consumer import PROMOTE_INTERVAL_SECONDS, Consumer
-from ..errors import DatabaseError
-from ..maintenance.lease_sweeper import LeaseSweeper
-from ..models import ClaimedTask
-from .config import WorkerConfig, WorkerTotals
-from .events import EventSink
-from .executor import LoopExecutor, ThreadExecutor
-from .inflight import InFlightTable, entries_for
-from .sessions import SessionPerThread
+from shardq import backoff
+from shardq.errors import DatabaseError
+from shardq.lifecycle import flow, notify
+from shardq.lifecycle.claim import PROMOTE_INTERVAL_SECONDS, Consumer
+from shardq.maintenance.lease_sweeper import LeaseSweeper
+from shardq.models.tasks import ClaimedTask
+from shardq.sessions.per_thread import SessionPerThread
+from shardq.worker.config import WorkerConfig, WorkerTotals
+from shardq.worker.events import EventSink
+from shardq.worker.inflight import InFlightTable, entries_for
+from shardq.worker.loop_executor import LoopExecutor
+from shardq.worker.thread_executor import ThreadExecutor
 
 log = logging.getLogger("shardq.worker")
 
@@ -61,7 +63,7 @@ class Fetcher:
         self.sessions.discover_layout = True
         return self.consumer
 
-    def run(self) -> None:
+    def run(self) -> None:  # noqa: C901 - the fetch loop's states, one per branch
         """Claim until a stop is asked (or, with ``until_empty``, a round finds nothing due and
         nothing is in flight)."""
         consumer = self.consumer or self.connect()
@@ -219,7 +221,7 @@ class Fetcher:
         if timeout is not None:
             for entry in entries:
                 entry.timeout = timeout
-        if settings.results_kept:  # the executor encodes each return value (shardq.history)
+        if settings.results_kept:  # the executor encodes each return value (shardq.lifecycle.history)
             for entry in entries:
                 entry.keep_result = True
         self.table.add(entries)

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from ..error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
-from ..flow import FlowSlots
-from ..models import ClaimedTask
-from ..run_callbacks import is_run
+from shardq.error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
+from shardq.lifecycle.flow import FlowSlots
+from shardq.models.tasks import ClaimedTask
+from shardq.workflows.spark_callbacks import is_run
 
 # How a held task ends, as the settler applies it (plain strings: compared per task).
 ACK = "ack"  # the handler returned: delete the row
@@ -89,13 +89,13 @@ class InFlightTable:
     """The tasks a worker holds and the counters that pace its claims.
 
     Writers: the fetcher adds tasks and owns ``claimed_total``; the settler adds the tasks its acks
-    take (:mod:`shardq.worker.taking`) and owns ``taken_total``; executor slot ``i`` owns
+    take (:mod:`shardq.worker.handoff`) and owns ``taken_total``; executor slot ``i`` owns
     ``started[i]`` and ``finished[i]``; the settler removes settled tasks (:meth:`forget`). Reads of
     the counters from other threads see a value at most a few tasks old, which only moves the next
     claim by as much."""
 
     def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int) -> None:
-        #: the concurrency slots of limited queues this worker holds (shardq.flow): the fetcher fills
+        #: the concurrency slots of limited queues this worker holds (shardq.lifecycle.flow): the fetcher fills
         #: them, the executor frees one when its handler returns
         self.flow = FlowSlots(capacity=slots, on_free=self._wake_fetcher)
         # Keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call, and
@@ -178,7 +178,7 @@ class InFlightTable:
     def start_room(self) -> int:
         """Tasks that could start at once: free slots not already promised to claimed tasks (what
         a queue with a flow limit may claim while the limit binds this worker: no prefetch, see
-        :meth:`shardq.consumer.Consumer._limit_for`)."""
+        :meth:`shardq.lifecycle.claim.Consumer._limit_for`)."""
         started = sum(self.started)
         waiting = self.claimed_total + self.taken_total - started
         running = started - sum(self.finished) - self.timed_out

@@ -17,8 +17,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from ..stats_figures import Activity
-from .inflight import ACK, InFlight
+from shardq.models.stats import Activity
+from shardq.worker.inflight import ACK, InFlight
 
 #: Sums are kept as offsets from this instant: a timedelta sum per batch and one conversion,
 #: not a conversion of each task's times to epoch seconds and a call per task, which made a

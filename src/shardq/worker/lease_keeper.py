@@ -10,16 +10,16 @@ import logging
 import threading
 import time
 
-from .. import validation
-from ..consumer import fenced
-from ..errors import DatabaseError
-from ..maintenance.worker_registry import Holding, WorkerRegistry
-from ..models import ClaimedTask
-from ..queue_settings import QueueSettingsCache
-from ..store import TaskStore
-from .config import WorkerConfig
-from .inflight import InFlight, InFlightTable
-from .sessions import SessionPerThread
+from shardq import validation
+from shardq.errors import DatabaseError
+from shardq.lifecycle.claim import fenced
+from shardq.lifecycle.queue_settings import QueueSettingsCache
+from shardq.maintenance.worker_registry import Holding, WorkerRegistry
+from shardq.models.tasks import ClaimedTask
+from shardq.sessions.per_thread import SessionPerThread
+from shardq.sessions.store import TaskStore
+from shardq.worker.config import WorkerConfig
+from shardq.worker.inflight import InFlight, InFlightTable
 
 log = logging.getLogger("shardq.worker")
 
@@ -111,7 +111,7 @@ class LeaseKeeper:
 
 
 def _keeping_slots(store: TaskStore, entries: list[InFlight], table: InFlightTable) -> list[InFlight]:
-    """Renew the worker's concurrency slots if due (shardq.flow) and return the entries whose
+    """Renew the worker's concurrency slots if due (shardq.lifecycle.flow) and return the entries whose
     leases may be renewed: all but tasks whose slot went to another worker while they ran.
     Renewing such a task's lease would keep one task more running than its queue's limit; it is
     left to run out, as if this worker had stalled."""

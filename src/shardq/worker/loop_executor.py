@@ -1,4 +1,4 @@
-"""Async handlers on one event loop: :class:`LoopExecutor` (see :mod:`shardq.worker.executor`)."""
+"""Async handlers on one event loop: :class:`LoopExecutor` (see :mod:`shardq.worker`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, cast
 
-from ..errors import ResultNotStorable
-from ..history_records import KeptResult, encode_result
-from ..models import Task
-from .config import WorkerTotals
-from .contract import Resolver
-from .events import EventSink
-from .inflight import ACK, FAIL, RELEASE, InFlight, InFlightTable, timeout_text
-from .outcomes import Intake, Outbox, record_failure
-from .thread_executor import Extend
+from shardq.errors import ResultNotStorable
+from shardq.models.history import KeptResult, encode_result
+from shardq.models.tasks import Task
+from shardq.worker.config import WorkerTotals
+from shardq.worker.contract import Resolver
+from shardq.worker.events import EventSink
+from shardq.worker.inflight import ACK, FAIL, RELEASE, InFlight, InFlightTable, timeout_text
+from shardq.worker.outcomes import Intake, Outbox, record_failure
+from shardq.worker.thread_executor import Extend
 
 log = logging.getLogger("shardq.worker")
 
@@ -130,7 +130,7 @@ class LoopExecutor:
                 self._queue.put_nowait(None)  # a slot's end marker: keep it (after this loop)
                 break
 
-    async def _slot(self, slot: int) -> None:
+    async def _slot(self, slot: int) -> None:  # noqa: C901 - a handler slot's outcomes, one per branch
         assert self._queue is not None
         work, put, stop = self._queue, self.outbox.outcomes.append, self.stop_event
         wake, settle_wake = self.table.fetch_wake, self.outbox.wake

@@ -8,9 +8,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from ..errors import Permanent, Retry
-from .config import WorkerTotals
-from .inflight import FAIL, RESCHEDULE, InFlight, describe
+from shardq.error_text import describe
+from shardq.errors import Permanent, Retry
+from shardq.worker.config import WorkerTotals
+from shardq.worker.inflight import FAIL, RESCHEDULE, InFlight
 
 
 def record_failure(entry: InFlight, exc: BaseException, totals: WorkerTotals) -> None:
@@ -37,7 +38,7 @@ class Outbox:
 
 class Intake:
     """Whether an executor still takes tasks from the settler (the tasks its acks took,
-    :mod:`shardq.worker.taking`): until the worker stops, when the executor hands back what has not
+    :mod:`shardq.worker.handoff`): until the worker stops, when the executor hands back what has not
     started (:meth:`close`, under the same lock, before it drains its queue). A task the settler
     offers after that is refused, and the settler hands it back itself: none is left in a queue
     nobody reads."""

@@ -10,25 +10,25 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from ..db import Session
-from ..errors import DatabaseError, InvalidInput
-from ..maintenance.lease_sweeper import LeaseSweeper
-from ..models import Task
-from ..periodic import Scheduler
-from .collector import paced
-from .config import WorkerConfig, WorkerTotals
-from .contract import Application, Handler, Resolver
-from .events import EventHook, EventSink
-from .fetcher import Fetcher
-from .inflight import InFlightTable
-from .lease_keeper import LeaseKeeper
-from .loop_executor import LoopExecutor
-from .outcomes import Outbox
-from .sessions import SessionPerThread
-from .settler import Settler
-from .taking import Taker
-from .thread_executor import ThreadExecutor
-from .timeouts import TimeoutKeeper
+from shardq.errors import DatabaseError, InvalidInput
+from shardq.maintenance.lease_sweeper import LeaseSweeper
+from shardq.maintenance.periodic import Scheduler
+from shardq.models.tasks import Task
+from shardq.sessions.per_thread import SessionPerThread
+from shardq.sessions.session import Session
+from shardq.worker.collector import paced
+from shardq.worker.config import WorkerConfig, WorkerTotals
+from shardq.worker.contract import Application, Handler, Resolver
+from shardq.worker.events import EventHook, EventSink
+from shardq.worker.fetcher import Fetcher
+from shardq.worker.handoff import Taker
+from shardq.worker.inflight import InFlightTable
+from shardq.worker.lease_keeper import LeaseKeeper
+from shardq.worker.loop_executor import LoopExecutor
+from shardq.worker.outcomes import Outbox
+from shardq.worker.settler import Settler
+from shardq.worker.thread_executor import ThreadExecutor
+from shardq.worker.timeouts import TimeoutKeeper
 
 log = logging.getLogger("shardq.worker")
 
@@ -49,7 +49,7 @@ class Worker:
     """Runs ``handler`` over tasks of ``config.queues`` until stopped.
 
     ``handler`` is a function of one :class:`~shardq.Task` (sync or ``async def``), or a resolver
-    (an app's dispatch). ``session_factory`` makes a new :class:`~shardq.db.Session` for each
+    (an app's dispatch). ``session_factory`` makes a new :class:`~shardq.sessions.session.Session` for each
     thread that needs one: the fetcher, the settler, the lease keeper, and handler threads that
     call ``task.extend``. ``loop`` (async handlers only): run them on this event loop, which must
     be running in another thread (``await client.work(...)``); default: a loop of the worker's

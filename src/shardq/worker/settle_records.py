@@ -1,4 +1,4 @@
-"""What the settler records for queues that keep finished tasks (:mod:`shardq.history`): the
+"""What the settler records for queues that keep finished tasks (:mod:`shardq.lifecycle.history`): the
 history row of an acked task, and the split of a step's items into the queues that keep and those
 that do not. A queue that keeps nothing is settled with exactly the statements it had before:
 no extra statement, no extra parameter, no payload decoded."""
@@ -9,12 +9,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..arguments import task_name_of
-from ..consumer import fenced
-from ..history_records import Finished, SucceededColumns
-from ..store import TaskStore, WholeClaim
-from .inflight import InFlight
-from .settle_steps import remove_keyed, remove_whole
+from shardq.arguments import task_name_of
+from shardq.lifecycle.claim import fenced
+from shardq.models.history import Finished, SucceededColumns
+from shardq.models.leases import WholeClaim
+from shardq.sessions.store import TaskStore
+from shardq.worker.inflight import InFlight
+from shardq.worker.settlements import remove_keyed, remove_whole
 
 T = TypeVar("T")
 

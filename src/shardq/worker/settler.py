@@ -4,7 +4,7 @@ It collects outcomes until the claims they belong to are complete (at most
 ``ACK_LINGER_SECONDS``), then settles them: acks of a whole claim in one statement by key range and
 token (PostgreSQL; for a claim of workflow steps, with the moves of their workflows in the same
 transaction), other acks in one statement by key, failures through
-:func:`shardq.failures.settle_failures` (the reaper's function too), hand-backs and reschedules.
+:func:`shardq.lifecycle.failures.settle_failures` (the reaper's function too), hand-backs and reschedules.
 Every statement is fenced by the lease token. It also adds what it settled to ``shardq_stats``
 every ``stats_interval`` seconds and prunes old rows there.
 
@@ -24,28 +24,34 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
-from .. import backoff
-from .. import stats as activity
-from ..arguments import task_name_of
-from ..consumer import fenced
-from ..error_text import storable
-from ..errors import DatabaseError
-from ..failures import Failure, settle_failures
-from ..leases import TakeOffer
-from ..maintenance.pruning import prune_counters, prune_history
-from ..queue_settings import QueueSettingsCache
-from ..store import TaskStore, WholeClaim
-from ..waiting import ListenerPresence
-from . import latency
-from .claims import close_claims, split_steps
-from .config import WorkerConfig, WorkerTotals
-from .events import EventSink
-from .executor import Outbox
-from .inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_key
-from .sessions import SessionPerThread
-from .settle_records import ack_claims_kept, ack_keyed_kept, ack_keys_kept, ack_whole_steps_kept, split_kept
-from .settle_steps import Batch, Step, remove_keyed, remove_whole
-from .taking import Taker
+from shardq import backoff
+from shardq.arguments import task_name_of
+from shardq.error_text import storable
+from shardq.errors import DatabaseError
+from shardq.lifecycle.claim import fenced
+from shardq.lifecycle.failures import Failure, settle_failures
+from shardq.lifecycle.queue_settings import QueueSettingsCache
+from shardq.lifecycle.waiting import ListenerPresence
+from shardq.maintenance.pruning import prune_counters, prune_history
+from shardq.models.leases import TakeOffer, WholeClaim
+from shardq.operations import activity
+from shardq.sessions.per_thread import SessionPerThread
+from shardq.sessions.store import TaskStore
+from shardq.worker import latency
+from shardq.worker.claims import close_claims, split_steps
+from shardq.worker.config import WorkerConfig, WorkerTotals
+from shardq.worker.events import EventSink
+from shardq.worker.handoff import Taker
+from shardq.worker.inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_key
+from shardq.worker.outcomes import Outbox
+from shardq.worker.settle_records import (
+    ack_claims_kept,
+    ack_keyed_kept,
+    ack_keys_kept,
+    ack_whole_steps_kept,
+    split_kept,
+)
+from shardq.worker.settlements import Batch, Step, remove_keyed, remove_whole
 
 log = logging.getLogger("shardq.worker")
 
@@ -71,7 +77,7 @@ class Settler:
     def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, outbox: Outbox,
                  sink: EventSink, totals: WorkerTotals, stop: threading.Event, *, taker: Taker | None = None) -> None:
         self.config = config
-        #: takes the next steps of chains its acks release (shardq.worker.taking); None: takes none
+        #: takes the next steps of chains its acks release (shardq.worker.handoff); None: takes none
         self.taker = taker
         self.sessions = sessions
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
@@ -81,7 +87,7 @@ class Settler:
         self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
         self._settings: QueueSettingsCache | None = None
         self._presence = ListenerPresence()
-        self._settling = 0  # outcomes of the batch being applied (what an ack may take: shardq.worker.taking)
+        self._settling = 0  # outcomes of the batch being applied (what an ack may take: shardq.worker.handoff)
 
     def run(self) -> None:
         store: TaskStore | None = None
@@ -169,7 +175,7 @@ class Settler:
             wake.wait(remaining)
 
     # -- planning -------------------------------------------------------------------------------
-    def _plan(self, outcomes: list[InFlight]) -> Batch:
+    def _plan(self, outcomes: list[InFlight]) -> Batch:  # noqa: C901 - one settlement per outcome kind, in one transaction
         """Decide, once, the statements that settle ``outcomes``: hand-backs, failures,
         reschedules, acks of whole claims by key range, the remaining acks by key (which also
         drop the lease records of claims this batch closes)."""
@@ -380,7 +386,7 @@ class Settler:
             self._tally.of(queue_name).capacity_seconds += offered
         for queue_name, refused in self.totals.take_throttled().items():
             self._tally.of(queue_name).throttled += refused
-        self._tally.flush(store)
+        self._tally.flush(store.run)
         return now
 
     @staticmethod

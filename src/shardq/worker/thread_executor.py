@@ -1,4 +1,4 @@
-"""Sync handlers on threads: :class:`ThreadExecutor` (see :mod:`shardq.worker.executor`)."""
+"""Sync handlers on threads: :class:`ThreadExecutor` (see :mod:`shardq.worker`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..flow import SEAT_WAIT_SECONDS
-from ..history_records import KeptResult, encode_result
-from ..models import Task
-from .config import WorkerTotals
-from .events import EventSink
-from .inflight import RELEASE, InFlight, InFlightTable
-from .outcomes import Intake, Outbox, record_failure
+from shardq.lifecycle.flow import SEAT_WAIT_SECONDS
+from shardq.models.history import KeptResult, encode_result
+from shardq.models.tasks import Task
+from shardq.worker.config import WorkerTotals
+from shardq.worker.events import EventSink
+from shardq.worker.inflight import RELEASE, InFlight, InFlightTable
+from shardq.worker.outcomes import Intake, Outbox, record_failure
 
 Extend = Callable[..., Any]
 
@@ -65,7 +65,7 @@ class ThreadExecutor:
         """:meth:`submit` tasks the settler's ack took, unless the worker is stopping (False)."""
         return self._intake.submit(lambda: self.submit(entries))
 
-    def _slot(self, slot: int) -> None:
+    def _slot(self, slot: int) -> None:  # noqa: C901 - a handler slot's outcomes, one per branch
         work, put, stop = self._work, self.outbox.outcomes.append, self.stop_event
         wake, settle_wake = self.table.fetch_wake, self.outbox.wake
         started, finished, low_water = self.table.started, self.table.finished, self.table.low_water

@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .config import WorkerTotals
-from .executor import Outbox
-from .inflight import FAIL, InFlight, InFlightTable, timeout_text
+from shardq.worker.config import WorkerTotals
+from shardq.worker.inflight import FAIL, InFlight, InFlightTable, timeout_text
+from shardq.worker.outcomes import Outbox
 
 log = logging.getLogger("shardq.worker")
 

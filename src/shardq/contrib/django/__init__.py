@@ -44,7 +44,7 @@ The dashboard mounts in the project's URLs behind Django's staff login
 
 from __future__ import annotations
 
-from .tasks import DjangoApp, dsn_from_settings, settings_value
+from shardq.contrib.django.tasks import DjangoApp, dsn_from_settings, settings_value
 
 #: The project's :class:`shardq.App`: declare tasks on it in each app's ``tasks.py``.
 app = DjangoApp()

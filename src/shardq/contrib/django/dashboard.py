@@ -58,8 +58,8 @@ _apps: list[Any] = []
 
 def _dashboard() -> Any:
     """The project's dashboard application, made once per process on first use."""
-    from ...web.app import create_app  # the web extra: only a project that includes these URLs needs it
-    from . import app
+    from shardq.contrib.django import app
+    from shardq.web.app import create_app  # the web extra: only a project that includes these URLs needs it
 
     with _lock:
         if not _apps:
@@ -71,7 +71,7 @@ def _dashboard() -> Any:
 
 
 def _identity(request: HttpRequest) -> Any:
-    from ...web.auth import Identity
+    from shardq.web.auth import Identity
 
     user = request.user
     session_key = getattr(getattr(request, "session", None), "session_key", None) or ""
@@ -81,7 +81,7 @@ def _identity(request: HttpRequest) -> Any:
 
 
 def _scope(request: HttpRequest, prefix: str, rest: str) -> dict[str, Any]:
-    from ...web.auth import UPSTREAM_IDENTITY
+    from shardq.web.auth import UPSTREAM_IDENTITY
 
     host, _, port = request.get_host().partition(":")
     headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in request.headers.items()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...app import App
-from ...client import Client
-from ...client_async import AsyncClient
-from ...dsn import conninfo_from_parts
+from shardq.app.application import App
+from shardq.client import Client
+from shardq.client_async import AsyncClient
+from shardq.sessions.dsn import conninfo_from_parts
 
 DEFAULTS = {"DSN": None, "DATABASE": "default", "BUCKETS": 16}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import re_path
 
-from .dashboard import dashboard_view
+from shardq.contrib.django.dashboard import dashboard_view
 
 app_name = "shardq"
 urlpatterns = [re_path(r"^(?P<rest>.*)$", dashboard_view, name="dashboard")]

@@ -5,7 +5,7 @@ Revises: 0002
 Create Date: 2026-11-23
 
 Depth (ready, scheduled, leased, dead) is *not* kept here: it is counted from the tasks table with
-bounded, per-bucket scans (see :mod:`shardq.stats`), so it is right whatever wrote the rows.
+bounded, per-bucket scans (see :mod:`shardq.admin.stats`), so it is right whatever wrote the rows.
 Rates need history, which the tasks table cannot give (finished tasks are deleted), so the writers
 add what they did to one row per (queue, minute, slot):
 

@@ -5,7 +5,7 @@ Revises: 0004_tasks_fillfactor
 Create Date: 2026-11-25
 
 * ``shardq_queues.timeout_seconds``: a queue's execution timeout (NULL: none). A task running longer
-  is settled as a failed attempt (see :mod:`shardq.worker.executor`).
+  is settled as a failed attempt (see :mod:`shardq.worker`).
 * ``shardq_stats.timeouts``: attempts that ran out of time, per queue and minute, beside the other
   activity counters.
 * ``shardq_periodic``: the slots of periodic schedules that have been taken, one row per

@@ -5,7 +5,7 @@ Revises: 0007_lease_sweeps
 Create Date: 2026-11-26
 
 * ``shardq_queues.keep_finished_seconds``: how long the queue keeps its finished tasks (0, the
-  default: none are kept, and nothing is written for them; see :mod:`shardq.history`).
+  default: none are kept, and nothing is written for them; see :mod:`shardq.lifecycle.history`).
 * ``shardq_history``: one row per finished task of a queue that keeps them: its outcome
   (``succeeded``, ``dead``, ``cancelled``), task name, enqueue time, attempts, the final attempt's
   run time and error text, and the JSON-encoded result of a task declared with ``result=True``.
@@ -17,7 +17,7 @@ Create Date: 2026-11-26
 * ``shardq_listeners``: one row per process listening for outcome notifications (PostgreSQL),
   renewed while it listens. Workers send those notifications only while a fresh row exists: a
   NOTIFY serialises the commits that send one, so nobody pays for it while nobody waits
-  (:mod:`shardq.waiting`).
+  (:mod:`shardq.lifecycle.waiting`).
 
 Keys. Both tables lead with the task id, a random UUID (v4): inserts land all over the key space,
 so on CockroachDB they spread over every range instead of all landing at the end of one

@@ -5,7 +5,7 @@ Revises: 0009_workers_audit
 Create Date: 2026-11-26
 
 * ``shardq_tasks.workflow_id``: the workflow a task is a step of (NULL for every other task). The
-  claim returns it, so the settler sends a step's ack through :mod:`shardq.workflows`; a task
+  claim returns it, so the settler sends a step's ack through :mod:`shardq.workflows.steps`; a task
   outside every workflow pays one NULL column, nothing more.
 * ``shardq_workflows``: one row per workflow (id, name, when enqueued, when cancelled).
 * ``shardq_workflow_steps``: one row per step, keyed (workflow_id, step): its task id, task name

@@ -8,7 +8,7 @@ Create Date: 2026-11-27
   the run's tasks carry in ``shardq_tasks.workflow_id`` (``run_mark``, a UUID version 5 derived
   from the run id), the workflow that holds the callback as its one step (``workflow_id``,
   ``step``) and whether the run is fully enqueued yet (``complete``: every chunk merged). See
-  :mod:`shardq.run_callbacks`.
+  :mod:`shardq.workflows.spark_callbacks`.
 * ``shardq_tasks_by_workflow``: the task rows of a workflow, indexed only where
   ``workflow_id`` is set (a partial index, as ``shardq_tasks_dedupe``): the ack of a run's task
   asks whether any other task of the run is left with one probe of it. A task outside every

@@ -8,7 +8,7 @@ Create Date: 2026-11-27
   (``keep_finished_seconds`` > 0), every task of it that succeeds keeps its JSON-encoded return
   value in its history row, as a task declared with ``@app.task(result=True)`` does, whether it
   was deferred from an app or enqueued with ``Client.enqueue`` and run by a plain handler
-  (``shardq queue set Q --keep-results``; see :mod:`shardq.history`). False, the default, keeps
+  (``shardq queue set Q --keep-results``; see :mod:`shardq.lifecycle.history`). False, the default, keeps
   what it kept before.
 
 One schema change (on CockroachDB the connection is in autocommit); a constant default, so

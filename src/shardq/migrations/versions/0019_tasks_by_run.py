@@ -6,12 +6,12 @@ Create Date: 2026-11-27
 
 * ``shardq_tasks_by_run`` replaces ``shardq_tasks_by_workflow`` (0011) on PostgreSQL. 0011 indexed
   every row with a ``workflow_id``: a Spark run's tasks, which carry the run's mark there (a UUID
-  version 5, :func:`shardq.run_callbacks.mark_of`), and every workflow step, which carries its
+  version 5, :func:`shardq.workflows.spark_callbacks.mark_of`), and every workflow step, which carries its
   workflow's id (version 4). Only the marks are ever looked up (``spark_callback_due``: is any task
   of the run left), yet each step wrote an entry when it was enqueued and again when it was
   released (a release moves the row's ``rank``, a key column: not a HOT update). The predicate
   now names the version digit of the UUID's text (``xxxxxxxx-xxxx-Vxxx-…``, the 15th character),
-  the test :func:`shardq.run_callbacks.is_run` makes in Python; ``spark_callback_due`` repeats it
+  the test :func:`shardq.workflows.spark_callbacks.is_run` makes in Python; ``spark_callback_due`` repeats it
   word for word so the planner proves the index usable. Measured in docs/workflows.md ("Costs").
 * CockroachDB keeps 0011's index: nothing runs there (``Ddl.expression_predicates``). Its
   predicate would need a cast and a function in a partial index predicate, matched by the

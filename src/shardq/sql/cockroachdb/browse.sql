@@ -1,4 +1,4 @@
--- CockroachDB: browsing a queue's tasks page by page for the dashboard (shardq.browse). The state
+-- CockroachDB: browsing a queue's tasks page by page for the dashboard (shardq.admin.browse). The state
 -- leads the hash-sharded key, so each state is its own span per shard: a page scans at most
 -- %(scan)s keys per shard of ({shard_col}, state, queue, rank, exec_time, id) after a cursor and
 -- filters only what that scan returned (hit), however large the table.

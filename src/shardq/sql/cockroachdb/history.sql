@@ -1,8 +1,8 @@
--- Acks of queues that keep finished tasks (shardq.history), CockroachDB: task_ack_many
+-- Acks of queues that keep finished tasks (shardq.lifecycle.history), CockroachDB: task_ack_many
 -- (tasks.sql) with the history rows written by the same statement, for the rows the fenced DELETE
 -- removed only (one statement, autocommit: the server retries its 40001s as for the plain ack).
 -- Each statement changes shardq_tasks once and shardq_history once. No notification: CockroachDB
--- has no LISTEN/NOTIFY, outcome waiters poll (shardq.waiting).
+-- has no LISTEN/NOTIFY, outcome waiters poll (shardq.lifecycle.waiting).
 
 -- name: task_ack_many_kept
 -- task_ack_many (tasks.sql), recording each task it deleted.

@@ -16,8 +16,8 @@
 -- join equalities and each row is one point lookup.
 --
 -- Every statement runs alone in autocommit, so the server can retry 40001 itself while results
--- stay under its results buffer; shardq.db retries the rest. No statement modifies shardq_tasks
--- twice (CockroachDB refuses that): multi-step changes run as transactions through shardq.db.
+-- stay under its results buffer; shardq.sessions.session retries the rest. No statement modifies shardq_tasks
+-- twice (CockroachDB refuses that): multi-step changes run as transactions through shardq.sessions.session.
 
 -- name: task_claim_batch
 -- Lease up to limit ready tasks of one queue in one bucket, lowest rank (priority) then earliest
@@ -147,7 +147,7 @@ GROUP BY 1 ORDER BY 1
 -- name: exclusive_keys_lock
 -- CockroachDB needs no lock here: its transactions are serializable, so a backlog insert racing
 -- the release of its key makes one of the two transactions fail with 40001 and be retried by
--- shardq.db. Kept as a statement so both databases run the same steps.
+-- shardq.sessions.session. Kept as a statement so both databases run the same steps.
 SELECT 0 AS locked
 
 -- name: task_backlog_release

@@ -1,4 +1,4 @@
--- Browsing and acting on a queue's live tasks from the dashboard (shardq.browse). The reads of a
+-- Browsing and acting on a queue's live tasks from the dashboard (shardq.admin.browse). The reads of a
 -- page are in the engines' browse.sql; these act on tasks named by id (the unique index
 -- shardq_tasks_id, migration 0001) and re-check the state, so a task that moved on meanwhile
 -- (claimed, finished, cancelled) is left alone and not returned.

@@ -1,10 +1,10 @@
 -- Flow control (docs/flow-control.md): global concurrency slots and rate tokens per queue. Only
 -- queues with a limit ever run these statements; a queue without one claims exactly as before.
 --
--- Slots (shardq.flow.FlowSlots): a worker takes free slots (take + hold, one transaction) and keeps
+-- Slots (shardq.lifecycle.flow.FlowSlots): a worker takes free slots (take + hold, one transaction) and keeps
 -- them while it has work, renewing them every third of a lease and giving idle ones back; its
 -- claims of the queue ask for at most as many tasks as it has idle slots. Tokens
--- (shardq.flow.claim_with_tokens): one transaction locks the bucket, claims at most as many tasks
+-- (shardq.lifecycle.flow.claim_with_tokens): one transaction locks the bucket, claims at most as many tasks
 -- as there are whole tokens with the queue's ordinary claim statement, and writes back the rest.
 -- Statements address shardq_slots by its whole key (queue, free_at, slot), by its unique
 -- (queue, slot) index, or scan the span (queue, free_at <= now()) in key order, and
@@ -16,7 +16,7 @@
 -- ../shared/reference/cockroachdb.md). Its FOR UPDATE locks are best-effort under SERIALIZABLE
 -- (docs known-limitations/select-for-update-limitations.md); correctness does not rest on them:
 -- two transactions that take the same slot or token row both write it, and one of them gets 40001
--- and is re-run whole by shardq.db (the claim is in that transaction, so no task is leased twice).
+-- and is re-run whole by shardq.sessions.session (the claim is in that transaction, so no task is leased twice).
 -- Changing free_at (a key column) rewrites the row's key, as a task's change of state does
 -- (pkg/sql/row/updater.go, Updater.primaryKeyColChange: "rows must be deleted and re-added").
 -- Checked by the conformance suite: tests/conformance/rules.py HARD_LIMITED holds flow_slots_take
@@ -73,7 +73,7 @@ DELETE FROM shardq_slots WHERE queue = %(queue)s AND slot >= %(slots)s::INT4
 
 -- name: flow_tokens_take
 -- Lock a rate-limited queue's token bucket and read it with the transaction's clock; the refill is
--- computed by the caller (shardq.flow.RateTokens) from these three values.
+-- computed by the caller (shardq.lifecycle.flow.RateTokens) from these three values.
 SELECT tokens, refilled_at, now() AS now FROM shardq_rate_tokens WHERE queue = %(queue)s FOR UPDATE
 
 -- name: flow_tokens_spend

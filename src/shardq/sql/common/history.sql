@@ -100,7 +100,7 @@ WHERE (task_id, attempt) IN (
 RETURNING task_id
 
 -- name: outcome_listener_seen
--- This process listens for outcome notifications (shardq.waiting): insert or renew its row.
+-- This process listens for outcome notifications (shardq.lifecycle.waiting): insert or renew its row.
 INSERT INTO shardq_listeners (id) VALUES (%(id)s::UUID)
 ON CONFLICT (id) DO UPDATE SET seen_at = now()
 

@@ -58,7 +58,7 @@ RETURNING chunk
 -- exclusive key, and arbitrating on every unique index (task_insert_many's bare ON CONFLICT) slowed
 -- the merge (docs/spark.md, "Before: the staging path"). When the queue is paused for enqueue nothing is inserted and paused = true: the
 -- caller rolls the chunk back. Spark binds NULL for every absent value; defaults are applied here.
--- workflow_id: the run's callback workflow when the run declared then= (shardq.run_callbacks), else NULL.
+-- workflow_id: the run's callback workflow when the run declared then= (shardq.workflows.spark_callbacks), else NULL.
 WITH settings AS (
     SELECT coalesce((SELECT q.paused_enqueue FROM shardq_queues AS q WHERE q.name = %(queue)s), false) AS paused,
            coalesce((SELECT q.max_attempts FROM shardq_queues AS q WHERE q.name = %(queue)s), 25) AS max_attempts
@@ -89,7 +89,7 @@ SELECT (SELECT count(*) FROM merged) AS merged, (SELECT paused FROM settings) AS
 
 -- name: spark_chunk_keyed_rows
 -- The rows of one chunk that carry an exclusive key, once each: the merge enqueues them the way
--- enqueue_many does (shardq.exclusive: active where the key is free, else into its backlog, under
+-- enqueue_many does (shardq.lifecycle.exclusive: active where the key is free, else into its backlog, under
 -- the keys' locks), in the chunk's transaction.
 SELECT DISTINCT ON (s.id)
        s.id::UUID AS id, s.payload, s.run_at, s.delay, s.dedupe_key, s.max_attempts,

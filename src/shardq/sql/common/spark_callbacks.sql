@@ -1,5 +1,5 @@
 -- Spark then=: the callback of a Spark run, released once every task of the run succeeded
--- (shardq.run_callbacks). The callback is the one step of a workflow of its own; the run's tasks
+-- (shardq.workflows.spark_callbacks). The callback is the one step of a workflow of its own; the run's tasks
 -- carry the run's mark (run_mark) in shardq_tasks.workflow_id without being steps.
 
 -- name: spark_callback_register

@@ -1,5 +1,5 @@
 -- name: workflow_insert
--- One row per workflow (shardq.workflows): its id and name.
+-- One row per workflow (shardq.workflows.steps): its id and name.
 INSERT INTO shardq_workflows (id, name) VALUES (%(id)s::UUID, %(name)s::TEXT)
 
 -- name: workflow_steps_insert
@@ -203,7 +203,7 @@ RETURNING s.workflow_id, s.step, s.task_id, s.state
 -- workflow_children_advance with the children named: each child's own row drops by n, with the
 -- same row locks, re-read and outcome as workflow_children_advance (keep them in step). Sent for
 -- the shards an ack drained (n shards, from workflow_counts_advance), and for the only children of
--- succeeded parents (n parents; shardq.workflows groups them), which then read no edge. The
+-- succeeded parents (n parents; shardq.workflows.steps groups them), which then read no edge. The
 -- children come in as arrays and are grouped. One statement for arrays and edges (hits as a UNION
 -- ALL of the grouped edges and the arrays) lost decrements on PostgreSQL: a row the FOR UPDATE had
 -- waited for was skipped once its holder committed (tests/test_workflows_locking.py: 49 of 50
@@ -392,7 +392,7 @@ RETURNING id, state <> 'waiting' AS released
 
 -- name: workflow_steps_cancel
 -- The steps whose task rows were just deleted by a cancel, in its transaction (workflow_cancel, or
--- shardq.admin.cancel by task id): 'cancelled', waiting or not. Those whose tasks had been
+-- shardq.admin.actions.cancel by task id): 'cancelled', waiting or not. Those whose tasks had been
 -- released wait on no parent (a step released directly by its sole parent still counted it).
 -- Returns what workflow_steps_finish returns, for the cancel by id to stop their dependents.
 UPDATE shardq_workflow_steps

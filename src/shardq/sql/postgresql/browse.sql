@@ -1,4 +1,4 @@
--- PostgreSQL: browsing a queue's tasks page by page for the dashboard (shardq.browse). Every
+-- PostgreSQL: browsing a queue's tasks page by page for the dashboard (shardq.admin.browse). Every
 -- statement reads a bounded number of index entries however large the table: a page scans at most
 -- %(scan)s keys per bucket in key order (rank, exec_time, id) after a cursor, and filters only what
 -- that scan returned (hit). So a selective filter costs the same as none; it fills pages more

@@ -1,8 +1,8 @@
--- Acks of queues that keep finished tasks (shardq.history), PostgreSQL: the ack statements of
+-- Acks of queues that keep finished tasks (shardq.lifecycle.history), PostgreSQL: the ack statements of
 -- tasks.sql with the history rows written by the same statement (one round trip, autocommit, as
 -- the plain acks), for the rows the fenced DELETE removed only. The enqueue time and attempts come
 -- from the deleted rows; the task name, run time and result travel as arrays keyed by id. notify:
--- chunks of ids for outcome waiters (shardq.waiting), an empty array when nobody listens.
+-- chunks of ids for outcome waiters (shardq.lifecycle.waiting), an empty array when nobody listens.
 
 -- name: task_ack_claim_kept
 -- task_ack_claim (tasks.sql), recording each task it deleted.

@@ -51,13 +51,13 @@ COPY shardq_tasks (id, rank, priority, payload, max_attempts, state, queue, exec
 
 -- name: spark_chunk_copy_run_tasks
 -- spark_chunk_copy_tasks for a run that declared then=: each row also carries the run's workflow id
--- (shardq.run_callbacks), the last field of every row.
+-- (shardq.workflows.spark_callbacks), the last field of every row.
 COPY shardq_tasks (id, rank, priority, payload, max_attempts, state, queue, exec_time, workflow_id)
 FROM STDIN (FORMAT binary)
 
 -- name: spark_chunk_table_create
 -- COPY writer: the connection's own table for one chunk's rows, when the run maps a run_at, delay,
--- dedupe key or exclusive key (those rows take spark_chunk_merge's and shardq.exclusive's SQL rules).
+-- dedupe key or exclusive key (those rows take spark_chunk_merge's and shardq.lifecycle.exclusive's SQL rules).
 -- TEMP: no WAL, no other session sees it; ON COMMIT DELETE ROWS empties it after each chunk (a
 -- rolled-back chunk's rows go with the rollback). Columns as the staging table's.
 CREATE TEMP TABLE IF NOT EXISTS {stage} (

@@ -18,7 +18,7 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 -- of each priority (a loose index scan over at most rank_cap priorities) and the first due
 -- scheduled row; ranks says how many priorities were visited.
 -- The backlog rank holds an exclusive key's backlog entries and workflow steps waiting for their
--- parents (shardq.workflows): backlog counts both, index-only; waiting counts the steps among
+-- parents (shardq.workflows.steps): backlog counts both, index-only; waiting counts the steps among
 -- them with a state filter (heap visits, over that one span only, capped), and the caller
 -- subtracts it.
 SELECT q.name AS queue, b.bucket, c.active, c.due_scheduled, c.scheduled, c.backlog, c.waiting,

@@ -2,7 +2,7 @@
 -- PostgreSQL's workflow_tasks_release (sql/common/workflows.sql: keep them in step) that also
 -- wakes the listening workers of each queue it released steps into (wake true): one pg_notify
 -- per queue, delivered when the ack that released them commits, like the producer's wake-up
--- after an enqueue (shardq.notify). Without it an idle listening worker took a released step
+-- after an enqueue (shardq.lifecycle.notify). Without it an idle listening worker took a released step
 -- only at its next poll (up to its idle pause, 1 s by default: docs/workflows.md).
 WITH released AS (
     UPDATE shardq_tasks
@@ -20,7 +20,7 @@ SELECT r.id FROM released AS r CROSS JOIN woken AS w
 -- workflow_steps_acked (sql/common/workflows.sql: keep them in step) for an acking worker that
 -- takes the tasks of the sole children its ack releases (a chain's next steps), in one statement:
 -- up to %(room)s of them, in order of their ids, each waiting task of one of the offered queues
--- (not limited, served by that worker: shardq.worker.taking), without an exclusive key and due, is
+-- (not limited, served by that worker: shardq.worker.handoff), without an exclusive key and due, is
 -- leased where it lies, as a claim leases it (attempts + 1, the queue's lease, a token), so that it
 -- is never claimed. Its key stays at the backlog rank: no indexed column changes, so the update is
 -- HOT (the row's page has room: fillfactor, migration 0004) and writes no index entry, where a

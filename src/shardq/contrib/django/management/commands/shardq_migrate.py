@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from shardq import migrate
-from shardq.contrib.django import dsn_from_settings, settings_value
-from shardq.db import Dsn
+from shardq.contrib.django.tasks import dsn_from_settings, settings_value
+from shardq.migrations import apply as migrate
+from shardq.sessions.dsn import Dsn
 
 
 class Command(BaseCommand):

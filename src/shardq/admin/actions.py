@@ -1,0 +1,265 @@
+"""Operator functions behind the CLI: stats, dead letters, bucket layout.
+
+Each function takes a :class:`TaskStore`, validates its input, and returns a dataclass the CLI
+prints; none of them prints."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shardq import operations, validation
+from shardq.admin.stats import StatsOptions, collect
+from shardq.arguments import task_name_of
+from shardq.errors import InvalidInput
+from shardq.lifecycle import flow
+from shardq.maintenance.batches import until_short_batch
+from shardq.models.history import Finished
+from shardq.models.layout import SchemaJob, ShardLayout
+from shardq.models.queues import QueueSettings
+from shardq.models.stats import Stats
+from shardq.models.tasks import DeadTask, TaskInfo
+from shardq.sessions.session import Session
+from shardq.sessions.store import TaskStore
+from shardq.sql.plan import Plan
+from shardq.workflows import spark_callbacks as run_callbacks
+from shardq.workflows import steps as workflows
+
+PAGE = 1000
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # a created_at the tasks table never lacks
+
+
+def stats(store: TaskStore, options: StatsOptions | None = None) -> Stats:
+    """Per-queue depth (ready, scheduled, leased, backlog, dead), the oldest due task's age, rates and lead
+    time, read with bounded work whatever the table's size (see :mod:`shardq.admin.stats` for what is
+    exact and what is estimated). Every queue in ``shardq_queues`` is listed, also when empty."""
+    return collect(store, options)
+
+
+@dataclass(frozen=True)
+class BucketReport:
+    """``shardq buckets show``: the layout, rows per bucket, and whether a resize is running
+    (PostgreSQL: a shrink still moving rows, ``resizing_from`` set; CockroachDB: an unfinished
+    schema-change job of ``shardq_tasks``, listed in ``schema_jobs``)."""
+
+    layout: ShardLayout
+    rows_per_bucket: dict[int, int]
+    dialect: str
+    schema_jobs: tuple[SchemaJob, ...] = ()
+
+    @property
+    def resizing(self) -> bool:
+        return self.layout.resizing_from is not None or bool(self.schema_jobs)
+
+    def as_json(self) -> dict:
+        return {
+            "dialect": self.dialect,
+            "bucket_count": self.layout.bucket_count,
+            "shard_column": self.layout.shard_column,
+            "resizing": self.resizing,
+            "resizing_from": self.layout.resizing_from,
+            "schema_jobs": [job.as_json() for job in self.schema_jobs],
+            "rows_per_bucket": {str(b): n for b, n in sorted(self.rows_per_bucket.items())},
+        }
+
+
+def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
+    """The layout and rows per bucket. With ``historical`` (the default) an engine that has
+    historical reads counts from one a few seconds old, which never waits on claimers (so rows
+    written in the last ~5 s may be missing); ``historical=False`` reads the present."""
+    layout = store.layout()
+    jobs = tuple(store.schema_jobs())
+    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.dialect, jobs)
+
+
+def dead_list(store: TaskStore, queue: str, *, limit: int = 100,
+              after: tuple[dt.datetime, uuid.UUID] | None = None) -> list[DeadTask]:
+    """A queue's dead tasks, oldest death first: the first ``limit``, or with ``after`` (the
+    ``(died_at, id)`` of the last one seen) the next ``limit`` (keyset paging: each page is one
+    index seek, however deep)."""
+    validation.queue_name(queue)
+    validation.positive_int(limit, "limit", maximum=100_000)
+    if after is not None:
+        return store.dead_list_after(queue, after[0], after[1], limit)
+    return store.dead_list(queue, limit)
+
+
+def _parse_ids(ids: list[str]) -> list[uuid.UUID]:
+    parsed = []
+    for text in ids:
+        try:
+            parsed.append(uuid.UUID(str(text)))
+        except ValueError:
+            raise InvalidInput(f"not a task id: {text!r}") from None
+    return parsed
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    requeued: int
+    not_found_or_kept: int
+
+
+def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, all_tasks: bool = False) -> RequeueResult:
+    """Move dead tasks back to the queue (fresh attempts, due now): the given ids, or all of
+    them with ``all_tasks``. A dead task whose dedupe key is live again stays dead."""
+    validation.queue_name(queue)
+    if all_tasks == bool(ids):
+        raise InvalidInput("give either task ids or --all")
+    if not all_tasks:
+        wanted = _parse_ids(ids or [])
+        done = workflows.dead_requeue(store, queue, wanted)
+        return RequeueResult(len(done), len(set(wanted)) - len(done))
+    requeued = kept = 0
+    after = uuid.UUID(int=0)
+    while True:
+        page = store.dead_ids_page(queue, after, PAGE)
+        if not page:
+            return RequeueResult(requeued, kept)
+        done = workflows.dead_requeue(store, queue, page)
+        requeued += len(done)
+        kept += len(page) - len(done)
+        after = page[-1]
+
+
+def dead_purge(store: TaskStore, queue: str) -> int:
+    """Delete every dead task of ``queue``, in bounded batches. Returns how many."""
+    validation.queue_name(queue)
+    return until_short_batch(lambda n: store.dead_purge_batch(queue, n), PAGE)
+
+
+def task_show(store: TaskStore, task_id: str) -> TaskInfo | None:
+    """One task by id, wherever it is: the tasks table (ready, scheduled, leased, backlog) or the
+    dead letters; None when neither holds it (finished tasks are deleted). Two index lookups at
+    most. A malformed id raises :class:`InvalidInput`."""
+    (wanted,) = _parse_ids([task_id])
+    return store.task_get(wanted) or store.dead_get(wanted)
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    cancelled: tuple[str, ...]
+    not_found: tuple[str, ...]
+    #: backlog entries promoted because the task cancelled held their exclusive key
+    promoted: int = 0
+
+
+def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
+    """Cancel tasks by id, whatever their state. A leased task is deleted under its worker, whose
+    later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
+    the active task of an exclusive key releases the key's backlog. A malformed id, or none, is
+    :class:`InvalidInput` before anything is sent."""
+    return store.session.run(cancel_plan(parse_cancel_ids(ids)))
+
+
+def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
+    """The ids :func:`cancel` takes, checked: at least one, each a UUID."""
+    wanted = _parse_ids(ids)
+    if not wanted:
+        raise InvalidInput("give at least one task id")
+    return wanted
+
+
+def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
+    """:func:`cancel` as a plan (:mod:`shardq.sql.plan`), for either session."""
+    from shardq.lifecycle import exclusive
+
+    # Lock the keys of every task named (a key never changes; whether the task is active may),
+    # then delete, then release the keys whose active task was deleted.
+    keyed = yield from operations.task_exclusive_keys_by_id(wanted)
+    removed: set[uuid.UUID] = set()
+
+    def remove() -> Plan[set[uuid.UUID]]:
+        gone = yield from operations.task_cancel_many(wanted)
+        # The history keeps them where their queue keeps finished tasks (the statement checks).
+        yield from operations.history_record_cancelled([
+            Finished(t.id, t.queue, "cancelled", task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
+                     error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
+        steps = [t for t in gone if t.workflow_id is not None and not run_callbacks.is_run(t.workflow_id)]
+        if steps:
+            yield from workflows.cancelled_by_id_plan([t.id for t in steps],
+                                                      [t.id for t in steps if t.state != "waiting"])
+        removed.clear()  # may run again on a 40001 retry
+        removed.update(t.id for t in gone)
+        return {t.id for t in gone if t.exclusive_key and not t.backlogged}
+
+    _, promoted = yield from exclusive.remove_and_release_plan(list(keyed.values()), remove, keyed)
+    return CancelResult(
+        tuple(str(i) for i in wanted if i in removed),
+        tuple(str(i) for i in wanted if i not in removed),
+        len(promoted),
+    )
+
+
+def queue_show(store: TaskStore, queue: str) -> QueueSettings | None:
+    """Settings of one queue (None if unknown)."""
+    validation.queue_name(queue)
+    return store.queue_get(queue)
+
+
+def flow_usage(store: TaskStore) -> dict[str, tuple[int, int]]:
+    """(slots held now, slots in all) of every queue with a concurrency limit."""
+    return store.flow_usage()
+
+
+def queue_list(store: TaskStore) -> list[QueueSettings]:
+    """Settings of every known queue, by name."""
+    return store.queue_list()
+
+
+def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings | None:
+    """Change a queue's settings (creating the queue with defaults first if needed). Options:
+    ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
+    ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
+    ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it),
+    ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts per second
+    across all workers) and ``burst`` (starts at once, default the rate; only with ``rate``), whole
+    numbers, 0 removing a limit (see :mod:`shardq.lifecycle.flow`); ``keep_finished_seconds`` (how long
+    finished tasks stay in the history, 0 = not kept; see :mod:`shardq.lifecycle.history`); ``keep_results``
+    (bool: while finished tasks are kept, every task of the queue that succeeds keeps its
+    JSON-encoded return value, as ``@app.task(result=True)`` does). None leaves a setting
+    unchanged."""
+    validation.queue_name(queue)
+    checks: dict[str, Callable[[Any], object]] = {
+        "lease_seconds": validation.lease_seconds,
+        "max_attempts": lambda v: validation.positive_int(v, "max attempts", maximum=10_000),
+        "backoff_base": lambda v: validation.positive_seconds(v, "backoff base"),
+        "backoff_cap": lambda v: validation.positive_seconds(v, "backoff cap"),
+        "retry_jitter": lambda v: validation.fraction(v, "retry jitter"),
+        "exclusive_latest_only": lambda v: validation.flag(v, "exclusive_latest_only"),
+        "paused_enqueue": lambda v: validation.flag(v, "paused_enqueue"),
+        "paused_dequeue": lambda v: validation.flag(v, "paused_dequeue"),
+        "timeout_seconds": lambda v: validation.positive_seconds(v, "timeout"),
+        "timeout_clear": lambda v: validation.flag(v, "timeout_clear"),
+        "concurrency": lambda v: validation.flow_limit(v, "concurrency limit"),
+        "rate": lambda v: validation.flow_limit(v, "rate"),
+        "burst": lambda v: validation.positive_int(v, "burst", maximum=validation.FLOW_LIMIT_MAX),
+        "keep_finished_seconds": lambda v: validation.non_negative_seconds(v, "keep finished"),
+        "keep_results": lambda v: validation.flag(v, "keep_results"),
+    }
+    unknown = set(changes) - set(checks)
+    if unknown:
+        raise InvalidInput(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
+    clean = {name: checks[name](value) for name, value in changes.items() if value is not None}
+    if "burst" in clean and not clean.get("rate"):
+        raise InvalidInput("a burst needs a rate (set both: rate R, burst B)")
+    if not {"concurrency", "rate"} & set(clean):
+        store.queue_ensure(queue)
+        return store.queue_update(queue, **clean)
+
+    def body(_session: Session) -> QueueSettings | None:
+        # One transaction: the limits and the rows that enforce them (slots, token bucket) change
+        # together, so no claim sees one without the other.
+        store.queue_ensure(queue)
+        settings = store.queue_update(queue, **clean)
+        if settings is not None:
+            flow.fit(store, settings)
+        return settings
+
+    return store.session.transaction(body)
+
