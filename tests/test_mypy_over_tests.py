@@ -24,7 +24,7 @@ def test_pyproject_has_mypy_check_the_tests_benchmarks_tools_and_examples():
 def test_a_str_where_an_engine_is_wanted_is_an_arg_type_error(tmp_path, monkeypatch):
     checked = tmp_path / "wrong_engine.py"
     checked.write_text(textwrap.dedent("""\
-        from shardq.dsn import Dsn
+        from shardq.sessions.dsn import Dsn
         from shardq.engine import COCKROACHDB
 
         Dsn("host=x", COCKROACHDB)

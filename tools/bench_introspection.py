@@ -116,7 +116,7 @@ class FakeSession:
 SHARED = FakeSession()
 kwargs = {}
 if "metrics" in sys.argv[2:]:
-    from shardq.metrics import WorkerMetrics
+    from shardq.worker.metrics import WorkerMetrics
     metrics = WorkerMetrics(queues=["q"])
     kwargs = {"on_event": metrics.on_event, "events": metrics.EVENTS}
 if "debug-log" in sys.argv[2:]:
