@@ -48,7 +48,7 @@ conformance: setup
 
 # The CockroachDB suite against an insecure single node testcontainers starts (a Docker engine),
 # or the cluster SHARDQ_TEST_COCKROACH_URL names. COCKROACH=oldest (the 23.1 line) or newest (the
-# default), or an image: tests/cockroach_container.py.
+# default), or an image: tests/support/cockroach_container.py.
 COCKROACH ?= newest
 test-cockroach:
 	$(MAKE) setup EXTRAS=dev,cockroach

@@ -13,8 +13,8 @@ Run it::
     SHARDQ_DSN=postgresql://... SHARDQ_WEB_TOKEN=a-long-secret-token uvicorn examples.fastapi_orders:api
     shardq work --app examples.fastapi_orders:tasks          # runs the receipts
 
-tests/test_asgi_example.py runs it in-process against the test database;
-tests/test_web_browser_mount.py logs in to its dashboard in headless Chromium.
+tests/contrib/test_asgi_example.py runs it in-process against the test database;
+tests/web/test_browser_mount.py logs in to its dashboard in headless Chromium.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route's annotations at run time, and

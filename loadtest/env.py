@@ -17,9 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from shardq.migrations import apply as migrate
-from shardq.sessions.dsn import Dsn
-from shardq.sessions.embedded import EmbeddedServer
+from loadtest.shardq_paths import Dsn, EmbeddedServer, migrate
 
 BUCKETS = 16  # shardq's default bucket count; the raw bound uses the same
 

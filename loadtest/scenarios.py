@@ -577,8 +577,7 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
 
 def reaper_cost(url: str, sizes: Sizes, log) -> dict:
     import shardq
-    from shardq.lifecycle.claim import Consumer
-    from shardq.maintenance.reaper import Reaper
+    from loadtest.shardq_paths import Consumer, Reaper
     from shardq.validation import LEASE_MIN_SECONDS
 
     vacuum_analyze(url)
@@ -622,7 +621,7 @@ def _reap_candidate_blocks(url: str, buckets: int) -> int:
     """Buffers the reaper's candidate search touches over every bucket (EXPLAIN ANALYZE of the
     read-only statement): a count, so unlike milliseconds it does not move with the machine's
     load, and it shows whether the work follows expired leases or table size."""
-    from shardq.sql import statements_for
+    from loadtest.shardq_paths import statements_for
 
     text = statements_for("postgresql")["task_reap_candidates"].text
     total = 0

@@ -6,7 +6,7 @@
 * CockroachDB: ``SHARDQ_TEST_COCKROACH_URL`` (a root URL of a cluster that may be written to), or a
   testcontainers CockroachDB when a Docker engine answers: an insecure single node of the image
   ``SHARDQ_TEST_COCKROACH_IMAGE`` names (``oldest``, ``newest`` or an image; see
-  ``tests/cockroach_container.py``). One database is migrated per test
+  ``tests/support/cockroach_container.py``). One database is migrated per test
   session (migrations there are several schema-change jobs each) and emptied before each test;
   tests that change the schema (resizing) get a fresh database of their own (``crdb_db_fresh``).
   The embedded PostgreSQL is not started for CockroachDB tests. Where no CockroachDB exists the
@@ -33,9 +33,9 @@ from shardq.migrations import apply as migrate
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.embedded import EmbeddedServer
 from shardq.sessions.session import Session
-from tests.cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
-from tests.factories import TestDatabase
 from tests.support import cockroach as cockroach_support
+from tests.support.cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
+from tests.support.factories import TestDatabase
 
 TEST_BUCKETS = 4
 
@@ -180,7 +180,7 @@ def cockroach_root() -> Iterator[str]:
     except Exception:  # noqa: BLE001 - no client, no engine, refused: all mean "no Docker here"
         pytest.skip("CockroachDB: no SHARDQ_TEST_COCKROACH_URL and no Docker engine answers")
     # An insecure single node of the image SHARDQ_TEST_COCKROACH_IMAGE names, reached as root
-    # without TLS (tests/cockroach_container.py says why and how).
+    # without TLS (tests/support/cockroach_container.py says why and how).
     with insecure_container(cockroach_image()) as container:
         yield root_url(container.get_container_host_ip(), container.get_exposed_port(SQL_PORT))
 

@@ -11,9 +11,8 @@ import psycopg
 
 import shardq
 from loadtest.procs import Control, Recorder, paced, stamp, unstamp, watch_stop
-from shardq.lifecycle.enqueue import Producer
+from loadtest.shardq_paths import Producer, TaskStore
 from shardq.models import Task
-from shardq.sessions.store import TaskStore
 from shardq.worker.contract import Handler
 
 QUEUE = "bench"

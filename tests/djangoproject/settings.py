@@ -1,4 +1,4 @@
-"""A Django project for tests/test_django.py: shardq.contrib.django and one app, ``shop``, whose
+"""A Django project for tests/contrib/test_django.py: shardq.contrib.django and one app, ``shop``, whose
 tasks.py declares a task; Django's auth and sessions, with shardq's dashboard at /queue-admin/
 behind the staff login (tests/test_django_dashboard.py). DATABASES points at a placeholder: the
 tests' ``django_db_setup`` fills in the embedded PostgreSQL's database before the first connection."""

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import re
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from shardq import InvalidHandler, InvalidInput, NewTask, ReaperConfig, WorkerConfig
@@ -26,6 +25,7 @@ from shardq.app.loading import load_handler
 from shardq.cli.main import cli
 from shardq.migrations import apply as migrate
 from shardq.sessions.dsn import Dsn
+from tests.reliability.fuzz_support import MODES, Tally, fuzz_settings
 
 # Things people (and attackers) put where an identifier or key goes.
 INJECTIONS = [
@@ -50,31 +50,10 @@ INJECTIONS = [
     "x" * 129,
 ]
 
-SIZES = {"fast": 40, "full": int(os.environ.get("SHARDQ_FUZZ_EXAMPLES", "400"))}
-MODES = [pytest.param("fast", id="fast"), pytest.param("full", id="full", marks=pytest.mark.slow)]
 
 
-def fuzz_settings(mode: str):
-    return settings(max_examples=SIZES[mode], deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-class Tally:
-    def __init__(self, figures, target: str) -> None:
-        self.figures, self.target = figures, target
-        self.tried = self.accepted = self.rejected = self.failures = 0
-
-    def ok(self) -> None:
-        self.tried += 1
-        self.accepted += 1
-
-    def no(self) -> None:
-        self.tried += 1
-        self.rejected += 1
-
-    def save(self, note: str | None = None) -> None:
-        self.figures.add("fuzz", target=self.target, tried=self.tried, accepted=self.accepted,
-                         rejected=self.rejected, failures=self.failures, note=note)
 
 
 def snapshot(db) -> tuple:

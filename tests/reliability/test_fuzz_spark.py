@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardq import InvalidInput
-from tests.reliability.test_fuzz import MODES, Tally, fuzz_settings
+from tests.reliability.fuzz_support import MODES, Tally, fuzz_settings
 
 HEADERS = ["payload", "body", "key", "delay", "prio", "tries", "at", "weird col", "x'; DROP TABLE shardq_tasks; --"]
 SPARK_EXAMPLES = int(os.environ.get("SHARDQ_FUZZ_SPARK_EXAMPLES", "30"))

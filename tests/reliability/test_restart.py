@@ -16,8 +16,8 @@ import pytest
 
 from shardq import Client, DatabaseError, NewTask, backoff
 from shardq.sessions.dsn import Dsn
-from tests.factories import TestDatabase, probe
 from tests.reliability.harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
+from tests.support.factories import TestDatabase, probe
 
 QUEUE = "restart"
 BATCH = 20

@@ -5,7 +5,7 @@ Promise under test (shardq.workflows.spark_callbacks): every run's callback runs
 the run finished; a second execution only after an expired lease (its worker was killed, or it
 logged the lease as lost), never because two acks released it twice; nothing is left waiting or
 leased. The runs' tasks are marked as the Spark writers mark them (the writers are not what is
-under test here: tests/test_spark_then.py runs them).
+under test here: tests/spark/test_then.py runs them).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The CockroachDB test databases: where the cluster is, how each test database is created,
 migrated, addressed and emptied. ``tests/conftest.py``'s CockroachDB fixtures are thin wrappers of
-these functions, which ``tests/test_cockroach_fixtures.py`` runs against the recorded CockroachDB
+these functions, which ``tests/project/test_cockroach_fixtures.py`` runs against the recorded CockroachDB
 (``tests/support/recorded_cockroach.py``), so the fixtures' own code runs in ``make test``."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from shardq.errors import DatabaseError
 from shardq.migrations import apply as migrate
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.session import Session
-from tests.factories import TestDatabase
+from tests.support.factories import TestDatabase
 
 #: The environment variable naming a root URL of a CockroachDB cluster the tests may write to.
 URL_VARIABLE = "SHARDQ_TEST_COCKROACH_URL"
@@ -66,7 +66,7 @@ def create_database_when_allowed(session: Session, name: str, *, patience: float
 def fresh_database(url: str, *, buckets: int, name: str | None = None, patience: float = 30.0,
                    pause: float = 0.5) -> TestDatabase:
     """A new database on the cluster at ``url``, migrated with ``buckets`` buckets, opened as a
-    :class:`~tests.factories.TestDatabase` that drops it when closed."""
+    :class:`~tests.support.factories.TestDatabase` that drops it when closed."""
     name = name or f"t_{uuid.uuid4().hex[:12]}"
     root = Dsn.parse(url)
     with Session(root) as session:

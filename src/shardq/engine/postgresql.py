@@ -40,7 +40,7 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     # A wide fan-in keeps its one counter row here: its acks queue on the row lock only for the rest
     # of each transaction, and the shard rows cost more CPU than they save (a batch ack lowers up
     # to 32 rows instead of one: docs/workflows.md, "Fan-in in shards", measured). The shard
-    # statements are common SQL, tested here by setting this (tests/test_workflows_shards.py).
+    # statements are common SQL, tested here by setting this (tests/workflows/test_fan_in_shards.py).
     fan_in_shard_from: ClassVar[int | None] = None
     # Binary arrays cost far less client CPU per element than text (see shardq.sql).
     _binary_arrays = True
