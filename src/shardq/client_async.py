@@ -55,8 +55,9 @@ from shardq.models.stats import Stats
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
 from shardq.operations.stats import EnqueueCounts
+from shardq.sessions.borrowed import borrow_async
 from shardq.sessions.dsn import Dsn, resolve_dsn
-from shardq.sessions.session_async import AsyncSession, borrow_async
+from shardq.sessions.session_async import AsyncSession
 from shardq.sql.plan import Plan
 from shardq.worker.config import WorkerTotals
 from shardq.worker.contract import Handler, Resolver

@@ -127,6 +127,46 @@ def test_old_slot_rows_are_pruned_but_never_a_schedules_latest(db, app):
     assert [r["slot"] for r in db.sql("SELECT slot FROM shardq_periodic")] == [at("2026-11-25T10:02:00")]
 
 
+def test_a_scheduler_pass_takes_due_slots_and_prunes_once_a_minute_on_the_calling_thread(db, app):
+    @app.periodic(every=60)
+    @app.task(name="job")
+    def job() -> None: ...
+
+    sent: list[str] = []
+    store = db.client.store
+    store.session.before_statement = sent.append
+    try:
+        clock = Clock(at("2026-11-25T10:00:10"))
+        s = scheduler(db, app, clock)
+        assert s.run_once() == 1
+        assert sent == ["periodic_last_slots", "periodic_slot_take", "periodic_slots_prune"]  # the first pass prunes
+        sent.clear()
+        clock.now = at("2026-11-25T10:00:50")
+        assert s.run_once() == 0 and sent == []  # nothing due, and the last prune is not a minute old
+        db.sql("UPDATE shardq_periodic SET taken_at = taken_at - INTERVAL '2 days'")
+        clock.now = at("2026-11-25T10:01:10")
+        assert s.run_once() == 1
+        assert sent == ["periodic_slot_take", "periodic_slots_prune"]
+    finally:
+        store.session.before_statement = None
+    assert [r["slot"] for r in db.sql("SELECT slot FROM shardq_periodic")] == [at("2026-11-25T10:01:00")]
+    assert s.taken == 2 and not s.thread.is_alive()  # every pass ran here, none on the thread
+
+
+def test_the_scheduler_thread_runs_its_passes_on_the_maintenance_loop(monkeypatch):
+    s = Scheduler(lambda: pytest.fail("a pass is replaced here: no store"), [])
+    passes = []
+
+    def one_pass() -> int:
+        passes.append(s.stop_event.is_set())
+        s.stop_event.set()  # repeat() returns once stop is set: no pause is waited out
+        return 0
+
+    monkeypatch.setattr(s, "run_once", one_pass)
+    s.run()
+    assert passes == [False]  # the first pass comes at once
+
+
 @pytest.mark.parametrize("declare,words", [
     (dict(cron="not a cron"), "does not parse"),
     (dict(every=0), "every must be a positive"),

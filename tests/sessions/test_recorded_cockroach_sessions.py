@@ -1,5 +1,5 @@
 """The session rules on CockroachDB (shardq.sessions.rules, shardq.sessions.session, shardq.sessions.session_async,
-shardq.sessions.utility, shardq.sessions.borrowed) against the recorded server: the pinned SERIALIZABLE
+shardq.sessions.borrowed) against the recorded server: the pinned SERIALIZABLE
 isolation, the 40001 retry of one statement and of a whole transaction, the 40003 resend of
 fenced statements only, 42703 on the shard column, and message redaction, sync and asyncio alike.
 Errors: tests/support/cockroach_answers.py."""
@@ -19,10 +19,10 @@ from shardq.engine import COCKROACHDB
 from shardq.errors import AmbiguousResult, NotMigrated, SerializationConflict, ShardLayoutChanged, StatementTimeout
 from shardq.models import TaskKey
 from shardq.models.leases import Fenced
-from shardq.sessions.borrowed import borrow
+from shardq.sessions.borrowed import borrow, borrow_async
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.session import Session
-from shardq.sessions.session_async import AsyncSession, borrow_async
+from shardq.sessions.session_async import AsyncSession
 from tests.support.cockroach_answers import (
     AMBIGUOUS_40003,
     NOW,
@@ -313,7 +313,7 @@ def test_an_asyncio_borrowed_cockroachdb_connection_learns_the_engine():
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
             session = await borrow_async(conn)
-            assert await session.get_engine() is COCKROACHDB
+            assert session.engine is COCKROACHDB
             return await session.transaction(lambda s: s.fetch_all("queue_list"))
         finally:
             await conn.close()
@@ -329,7 +329,8 @@ def test_an_asyncio_session_learns_cockroachdb_from_a_postgresql_url():
     async def main(url):
         session = AsyncSession(Dsn.parse(url), statement_timeout_ms=900)
         try:
-            return await session.get_engine()
+            await session.connection()
+            return session.engine
         finally:
             await session.close()
 

@@ -30,9 +30,9 @@ class RecordingSession(Session):
 
     uses: ClassVar[dict[int, set[int]]] = defaultdict(set)
 
-    def _connection(self):
+    def connection(self):
         RecordingSession.uses[id(self)].add(threading.get_ident())
-        return super()._connection()
+        return super().connection()
 
 
 def test_no_session_is_used_by_two_threads(db):

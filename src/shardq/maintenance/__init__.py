@@ -9,16 +9,16 @@ chore                  module                                      started by
 =====================  ==========================================  ===================================
 reap expired leases    :mod:`~shardq.maintenance.reaper`           ``shardq reap`` / ``client.reaper()``
 sweep expired leases   :mod:`~shardq.maintenance.lease_sweeper`    every worker (``sweep=True``)
+take periodic slots    :mod:`~shardq.maintenance.periodic`         every worker of an app with schedules
 promotion backstop     :mod:`~shardq.maintenance.promotion`        each reaper pass
 prune counter rows     :mod:`~shardq.maintenance.pruning`          each reaper pass; the worker's settler
-prune periodic slots   :mod:`~shardq.maintenance.pruning`          the worker's periodic scheduler
+prune periodic slots   :mod:`~shardq.maintenance.pruning`          each periodic scheduler pass
 prune task history     :mod:`~shardq.maintenance.pruning`          each reaper pass; the worker's settler
 =====================  ==========================================  ===================================
 
 Chores that stay on a worker's own threads because they ride on its hot path: the settler flushes
 the activity counters it gathers while settling (:mod:`shardq.worker.settler`), the fetcher
-renews concurrency slots and consumers promote due tasks as they claim (:mod:`shardq.lifecycle.claim`),
-and the periodic scheduler takes due slots (:mod:`shardq.maintenance.periodic`).
+renews concurrency slots and consumers promote due tasks as they claim (:mod:`shardq.lifecycle.claim`).
 """
 
 from __future__ import annotations

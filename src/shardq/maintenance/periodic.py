@@ -18,6 +18,11 @@ Guarantees
       slots before it (oldest first), never more.
     * Cost: a worker sends one statement per slot that falls due, none per tick in between, and
       one bounded prune statement a minute.
+    * A worker's scheduler is a background service like the others: :meth:`Scheduler.run_once` is
+      one pass (take what is due, prune once a minute), and :meth:`Scheduler.run` only schedules
+      passes, every tick, on :func:`shardq.maintenance.loop.repeat`, so a failed pass (a lost
+      connection, anything the database refused) is logged and retried with backoff up to
+      ``RETRY_PAUSE_MAX`` seconds: a slot is taken late, not lost.
 
 Does not
     * run a slot whose queue is paused for enqueue at its time: the slot is taken and skipped.
@@ -30,8 +35,8 @@ import datetime as dt
 import inspect
 import logging
 import math
+import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +45,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from shardq.arguments import encode_call
-from shardq.errors import DatabaseError, InvalidInput
+from shardq.errors import InvalidInput
+from shardq.maintenance.loop import repeat
 from shardq.maintenance.pruning import prune_slots
 from shardq.sessions.store import TaskStore
 
@@ -56,6 +62,10 @@ TICK_SECONDS_MIN = 0.05
 
 #: how often a scheduler prunes old slot rows (:func:`shardq.maintenance.pruning.prune_slots`)
 PRUNE_SECONDS = 60.0
+
+
+#: the longest pause between failed passes of :meth:`Scheduler.run`
+RETRY_PAUSE_MAX = 5.0
 
 
 CATCH_UP_MAX = 100
@@ -209,15 +219,20 @@ def describe(store: TaskStore, schedules: list[Schedule], now: dt.datetime | Non
 
 
 class Scheduler:
-    """Takes due slots of ``schedules`` through its own store (one thread, one session):
-    :meth:`run_once` looks once, :meth:`run` loops until ``stop``."""
+    """Takes due slots of ``schedules`` through its own store (one thread, one session) and prunes
+    old slot rows: :meth:`run_once` is one pass, :meth:`run` only schedules passes on
+    :attr:`thread` until :attr:`stop_event` is set. ``clock`` gives the time slots fall due and
+    prunes are timed by."""
 
     def __init__(self, store_factory: Callable[[], TaskStore], schedules: list[Schedule],
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC)) -> None:
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC),
+                 rng: random.Random | None = None) -> None:
         self.store_factory = store_factory
         self.schedules = list(schedules)
         self.clock = clock
+        self.rng = rng or random.Random()
         self._last: dict[str, dt.datetime] | None = None
+        self._pruned_at: dt.datetime | None = None
         self._store: TaskStore | None = None
         self.taken = 0
         self.thread = threading.Thread(target=self._run_logged, name="shardq-scheduler", daemon=True)
@@ -232,9 +247,18 @@ class Scheduler:
         return self._store
 
     def run_once(self) -> int:
-        """Take every slot due now that this scheduler has not seen taken; returns how many it
-        took. The first call reads each schedule's latest taken slot (for ``catch_up``)."""
+        """One pass: take every slot due now that this scheduler has not seen taken, then prune
+        old slot rows if the last prune was ``PRUNE_SECONDS`` ago (the first pass prunes); returns
+        how many slots it took. The first call reads each schedule's latest taken slot (for
+        ``catch_up``)."""
         now = self.clock()
+        took = self._take_due(now)
+        if self._pruned_at is None or not self._pruned_at <= now < self._pruned_at + dt.timedelta(seconds=PRUNE_SECONDS):
+            self._pruned_at = now  # a failed prune waits for the next minute, as a done one does
+            prune_slots(self.store)
+        return took
+
+    def _take_due(self, now: dt.datetime) -> int:
         if self._last is None:
             self._last = self.store.periodic_last_slots([s.name for s in self.schedules])
         took = 0
@@ -248,25 +272,14 @@ class Scheduler:
         return took
 
     def run(self) -> None:
-        next_prune = time.monotonic()
-        failures = 0
-        while not self.stop_event.is_set():
-            try:
-                self.run_once()
-                if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + PRUNE_SECONDS
-                    prune_slots(self.store)
-                failures = 0
-            except DatabaseError as exc:  # the next tick tries again: a slot is taken late, not lost
-                failures += 1
-                log.warning("periodic scheduling failed (%s); retrying", exc)
-                self.stop_event.wait(min(5.0, self.tick * (2 ** min(failures, 6))))
-                continue
-            self.stop_event.wait(self.tick)
+        """Call :meth:`run_once` every ``tick`` (±20 %) until :attr:`stop_event` is set. Only
+        schedules (:func:`shardq.maintenance.loop.repeat`); a failed pass is logged and retried
+        with backoff (see the module docstring)."""
+        repeat(self.run_once, self.stop_event, every=self.tick, retry_max=RETRY_PAUSE_MAX,
+               what="periodic scheduling", log=log, rng=self.rng)
 
     def _run_logged(self) -> None:
         try:
             self.run()
         except Exception:  # a scheduling bug must not take the worker down silently
             log.exception("the periodic scheduler stopped")
-

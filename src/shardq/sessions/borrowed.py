@@ -1,9 +1,17 @@
 """Statements on a connection the caller owns, inside the caller's transaction (transactional
-enqueue): :class:`BorrowedSession` and :func:`borrow`."""
+enqueue), sync and asyncio side by side: :class:`BorrowedSession` and :func:`borrow` over a
+psycopg ``Connection`` or a SQLAlchemy ``Session``/``Connection``; :class:`AsyncBorrowedSession`
+and :func:`borrow_async` over a psycopg ``AsyncConnection`` or a SQLAlchemy
+``AsyncSession``/``AsyncConnection``, on the psycopg driver.
+
+Both are their session (:class:`shardq.sessions.session.Session`,
+:class:`shardq.sessions.session_async.AsyncSession`) with the connection handed in: the same plans
+and error translation; nothing commits, rolls back or closes the caller's connection, even a
+broken one; no 40001 retry and no reconnect."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -11,8 +19,9 @@ import psycopg
 from shardq.engine import engine_for_server
 from shardq.errors import DatabaseUnavailable, InvalidInput
 from shardq.sessions.dsn import Dsn
-from shardq.sessions.rules import _translate
+from shardq.sessions.rules import discard_if_broken
 from shardq.sessions.session import Session
+from shardq.sessions.session_async import AsyncSession
 
 T = TypeVar("T")
 
@@ -36,29 +45,71 @@ class BorrowedSession(Session):
         self._in_transaction = True  # statements are never re-sent on their own
         self.borrowed = True
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def connection(self) -> psycopg.Connection[Any]:
         conn = self._conn
         if conn is None or conn.closed:
             raise DatabaseUnavailable("the connection given to shardq is closed")
         return conn
 
-    def close(self) -> None:
-        """Nothing to close: the connection stays the caller's."""
-
     def _discard(self) -> None:
         """Never close the caller's connection, even a broken one."""
+
+    def close(self) -> None:
+        """Nothing to close: the connection stays the caller's."""
 
     def transaction(self, body: Callable[[Session], T]) -> T:
         """``body`` inside the caller's transaction (an autocommit connection gets a transaction
         of its own, committed at the end, as autocommit asks). Run once: no retry."""
-        conn = self._connection()
+        conn = self.connection()
         try:
             if conn.autocommit:
                 with conn.transaction():
                     return body(self)
             return body(self)
         except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
+            raise discard_if_broken(self, exc) from exc
+
+
+class AsyncBorrowedSession(AsyncSession):
+    """Named statements on a ``psycopg.AsyncConnection`` the caller owns, inside the caller's
+    transaction. Guarantees and limits as :class:`BorrowedSession`: nothing here
+    commits, rolls back or closes the connection (a connection outside autocommit has its
+    transaction begun by the first statement if none is open); no 40001 retry (the caller's
+    transaction is aborted: :class:`SerializationConflict` surfaces), no reconnect."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any], *, application_name: str = "shardq") -> None:
+        super().__init__(Dsn(connection.info.dsn), application_name=application_name, max_retries=0)
+        self._conn = connection
+        self._engine = engine_for_server(connection.info.parameter_status)
+        self._in_transaction = True  # statements are never re-sent on their own
+        self.borrowed = True
+
+    async def connection(self) -> psycopg.AsyncConnection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed:
+            raise DatabaseUnavailable("the connection given to shardq is closed")
+        return conn
+
+    async def _discard(self) -> None:
+        """Never close the caller's connection, even a broken one."""
+
+    async def close(self) -> None:
+        """Nothing to close: the connection stays the caller's."""
+
+    def abandon(self) -> None:
+        """Nothing to close: the connection stays the caller's."""
+
+    async def transaction(self, body: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """``body`` inside the caller's transaction (an autocommit connection gets a transaction
+        of its own, committed at the end, as autocommit asks). Run once: no retry."""
+        conn = await self.connection()
+        try:
+            if conn.autocommit:
+                async with conn.transaction():
+                    return await body(self)
+            return await body(self)
+        except psycopg.Error as exc:
+            raise discard_if_broken(self, exc) from exc
 
 
 def borrow(connection: object) -> BorrowedSession:
@@ -67,8 +118,6 @@ def borrow(connection: object) -> BorrowedSession:
     ``cockroachdb+psycopg://``). Anything else is :class:`InvalidInput`."""
     if isinstance(connection, psycopg.Connection):
         return BorrowedSession(connection)
-    from shardq.sessions.session_async import is_async_connection  # the asyncio session module imports this one
-
     if is_async_connection(connection):
         raise InvalidInput(
             f"connection= got an asyncio {type(connection).__name__}: use the asyncio call"
@@ -105,3 +154,56 @@ def _sqlalchemy_driver_connection(connection: object) -> object | None:
         return connection.connection.driver_connection
     return None
 
+
+async def borrow_async(connection: object) -> AsyncBorrowedSession:
+    """An :class:`AsyncBorrowedSession` over ``connection``: a psycopg (3) ``AsyncConnection``, or
+    a SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` whose driver is psycopg
+    (``postgresql+psycopg://``), joining its transaction. Anything else is :class:`InvalidInput`."""
+    if isinstance(connection, psycopg.AsyncConnection):
+        return AsyncBorrowedSession(connection)
+    if isinstance(connection, psycopg.Connection):
+        raise InvalidInput("a sync connection needs the sync call (defer / Client.enqueue), not the asyncio one")
+    driver = await _sqlalchemy_async_driver_connection(connection)
+    if isinstance(driver, psycopg.AsyncConnection):
+        return AsyncBorrowedSession(driver)
+    if driver is not None:
+        raise InvalidInput(
+            f"connection= needs the psycopg (3) driver under SQLAlchemy, not {type(driver).__module__}"
+            " (use a postgresql+psycopg:// or cockroachdb+psycopg:// URL)"
+        )
+    raise InvalidInput(
+        "connection= takes a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection,"
+        f" not {type(connection).__name__}"
+    )
+
+
+def is_async_connection(connection: object) -> bool:
+    """Whether ``connection`` is an asyncio connection object (psycopg ``AsyncConnection``,
+    SQLAlchemy ``AsyncSession``/``AsyncConnection``): the sync calls refuse those."""
+    if isinstance(connection, psycopg.AsyncConnection):
+        return True
+    try:
+        from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+        from sqlalchemy.ext.asyncio import AsyncSession as SAAsyncSession
+    except ImportError:
+        return False
+    return isinstance(connection, (SAAsyncSession, SAAsyncConnection))
+
+
+async def _sqlalchemy_async_driver_connection(connection: object) -> object | None:
+    """The DBAPI driver connection under a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``
+    (joining, or beginning as SQLAlchemy's autobegin would, its transaction), or None when
+    ``connection`` is neither."""
+    try:
+        from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+        from sqlalchemy.ext.asyncio import AsyncSession as SAAsyncSession
+    except ImportError:
+        return None
+    if isinstance(connection, SAAsyncSession):
+        connection = await connection.connection()  # begins (or joins) the session's transaction
+    if isinstance(connection, SAAsyncConnection):
+        if not connection.in_transaction():
+            await connection.begin()
+        raw = await connection.get_raw_connection()
+        return raw.driver_connection
+    return None

@@ -1,6 +1,7 @@
 """The rules both sessions (:class:`shardq.sessions.session.Session`, :class:`shardq.sessions.session_async.AsyncSession`)
 follow, written once: connect arguments and isolation per engine, statement composition, the
-40001/40003 retry rules, and error translation.
+40001/40003 retry rules, and error translation, with the one way a session gives up on a psycopg
+error (:func:`discard_if_broken`: drop a connection the error broke, then translate).
 
 Guarantees
     * Every ``psycopg.Error`` leaving a session is a :class:`shardq.errors.DatabaseError`
@@ -43,7 +44,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -174,6 +175,42 @@ def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: s
         message = _translate(exc, dsn)
         return NotMigrated(f"{NotMigrated.__doc__} ({name}: {message})")
     return _translate(exc, dsn)
+
+
+class HoldsConnection(Protocol):
+    """What :func:`discard_if_broken` reads of a session: the sync or the asyncio one."""
+
+    dsn: Dsn
+
+    @property
+    def _conn(self) -> psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None: ...
+
+    @property
+    def _engine(self) -> Engine | None: ...
+
+    @property
+    def _shard_column(self) -> str | None: ...
+
+    def _drop_broken(self) -> None: ...
+
+
+def discard_if_broken(session: HoldsConnection, exc: psycopg.Error, statement: str | None = None) -> DatabaseError:
+    """The shardq error to raise for ``exc``, a psycopg error ``session`` does not retry: if it left
+    the session's connection closed or broken, the connection is dropped first, so the session's
+    next call opens a new one (a borrowed session never drops the caller's connection); then
+    ``exc`` is translated, as :func:`statement_error` for the named ``statement`` or as every
+    other error otherwise. Both sessions' every give-up path goes through here:
+    ``raise discard_if_broken(self, exc) from exc``.
+
+    Dropping is synchronous on both sessions: a closed or broken connection has nothing left to
+    say to its server (psycopg's ``close`` of one returns at once), so the asyncio session drops
+    it without awaiting."""
+    conn = session._conn
+    if conn is not None and (conn.closed or conn.broken):
+        session._drop_broken()
+    if statement is None:
+        return _translate(exc, session.dsn)
+    return statement_error(exc, session.dsn, session._engine, statement, session._shard_column)
 
 
 def identifier(name: str) -> sql.Identifier:

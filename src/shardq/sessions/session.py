@@ -2,13 +2,19 @@
 
 :class:`Session` connects (the engine's startup options, its pinned isolation level, the engine
 learnt from the server), runs plans (:meth:`Session.run`, the one way shardq's modules send named
-statements) and the statements they request, and translates errors. The rules it follows —
-autocommit, the 40001/40003 retries, why a re-sent ack is safe, error translation — are shared
-with the asyncio session (:mod:`shardq.sessions.session_async`) and documented in :mod:`shardq.sessions.rules`.
-Only these three modules, :mod:`shardq.sessions.borrowed` (a session on a caller's connection),
-:mod:`shardq.sessions.embedded` (the embedded server's bootstrap) and :mod:`shardq.spark.writer` (COPY)
-touch psycopg; everything else yields requests (:mod:`shardq.sql.plan`) and gets dict rows or shardq
-errors back.
+statements) and the statements they request, and translates errors. It also sends what falls
+outside the named-statement path: DDL with its slots filled (:meth:`Session.execute_ddl`), SQL
+composed elsewhere (:meth:`Session.execute_raw`: migrations' probes, admin), a transaction that is
+always rolled back (:meth:`Session.rolled_back`, ``shardq doctor``), ``COPY … FROM STDIN``
+(:meth:`Session.copy_in`, the Spark COPY writer) and EXPLAIN for query-plan checks
+(:meth:`Session.explain`); none of these is retried after a 40001 on its own.
+
+The rules it follows — autocommit, the 40001/40003 retries, why a re-sent ack is safe, error
+translation, dropping a broken connection — are shared with the asyncio session
+(:mod:`shardq.sessions.session_async`, laid out as this module) and written once in
+:mod:`shardq.sessions.rules`. Only the modules of :mod:`shardq.sessions` touch psycopg (the
+sessions on a caller's connection are in :mod:`shardq.sessions.borrowed`); everything else yields
+requests (:mod:`shardq.sql.plan`) and gets dict rows or shardq errors back.
 
 Engines
     The session's :attr:`Session.engine` (:mod:`shardq.engine`) gives the statements, startup
@@ -25,6 +31,7 @@ Does not
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +40,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 
 from shardq.engine import POSTGRESQL, engine_for_server
@@ -43,12 +51,11 @@ from shardq.sessions.rules import (
     _translate,
     compose_statement,
     connect_arguments,
+    discard_if_broken,
     isolation_of,
     resend_after,
     retry_pause,
-    statement_error,
 )
-from shardq.sessions.utility import SpecialStatements
 from shardq.sql.plan import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
 
 log = logging.getLogger("shardq.sessions.session")
@@ -57,7 +64,7 @@ log = logging.getLogger("shardq.sessions.session")
 T = TypeVar("T")
 
 
-class Session(SpecialStatements):
+class Session:
     """One database connection and the statements run on it. Not thread-safe: one per thread.
 
     ``shard_column`` fills the ``{shard_col}`` slot of CockroachDB statements; set it with
@@ -96,7 +103,8 @@ class Session(SpecialStatements):
         self.before_statement: Callable[[str], None] | None = None
 
     # -- connection -------------------------------------------------------------------------
-    def _connection(self) -> psycopg.Connection[Any]:
+    def connection(self) -> psycopg.Connection[Any]:
+        """The open connection, connecting (or reconnecting after a loss) first."""
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         self._discard()
@@ -144,6 +152,10 @@ class Session(SpecialStatements):
                 self._conn.close()
         self._conn = None
 
+    def _drop_broken(self) -> None:
+        """Drop a connection an error left closed or broken (:func:`shardq.sessions.rules.discard_if_broken`)."""
+        self._discard()
+
     def close(self) -> None:
         self._listening.clear()
         self._discard()
@@ -159,7 +171,7 @@ class Session(SpecialStatements):
         """The database engine behind this session (:mod:`shardq.engine`): named by the URL, or
         detected from the server on first connect."""
         if self._engine is None:
-            self._connection()
+            self.connection()
         assert self._engine is not None
         return self._engine
 
@@ -187,11 +199,11 @@ class Session(SpecialStatements):
 
     @property
     def server_version(self) -> int:
-        return self._connection().info.server_version
+        return self.connection().info.server_version
 
     def parameter_status(self, name: str) -> str | None:
         """A server parameter reported at connect time (e.g. CockroachDB's ``crdb_version``)."""
-        return self._connection().info.parameter_status(name)
+        return self.connection().info.parameter_status(name)
 
     def set_shard_column(self, column: str | None) -> None:
         if column != self._shard_column:
@@ -246,7 +258,7 @@ class Session(SpecialStatements):
         while True:
             attempt += 1
             try:
-                conn = self._connection()
+                conn = self.connection()
                 if self.before_statement is not None:
                     self.before_statement(name)
                 with conn.cursor(binary=binary, row_factory=tuple_row if tuples else dict_row) as cur:
@@ -257,9 +269,7 @@ class Session(SpecialStatements):
                                 in_transaction=self._in_transaction, resend_ambiguous=resend_ambiguous):
                     time.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    self._discard()
-                raise statement_error(exc, self.dsn, self._engine, name, self._shard_column) from exc
+                raise discard_if_broken(self, exc, name) from exc
 
     def fetch_all(
         self,
@@ -315,16 +325,14 @@ class Session(SpecialStatements):
         ``timeout`` seconds; else an empty list. Notifications that arrive while other statements
         run are kept until this is called."""
         try:
-            conn = self._connection()
+            conn = self.connection()
             return [n.payload for n in conn.notifies(timeout=max(0.0, timeout), stop_after=1)]
         except psycopg.Error as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._discard()
-            raise _translate(exc, self.dsn) from exc
+            raise discard_if_broken(self, exc) from exc
 
     @contextmanager
     def _transaction_block(self) -> Iterator[None]:
-        conn = self._connection()
+        conn = self.connection()
         # Opened inside another (a savepoint), it restores the outer one's mark when it ends.
         outer, self._in_transaction = self._in_transaction, True
         try:
@@ -354,10 +362,84 @@ class Session(SpecialStatements):
                 if isinstance(exc, pgerrors.SerializationFailure) and attempt <= self.max_retries:
                     time.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    self._discard()
-                raise _translate(exc, self.dsn) from exc
+                raise discard_if_broken(self, exc) from exc
 
+    # -- outside the named-statement path: rolled-back transactions, EXPLAIN, DDL, raw SQL, COPY --
+    def rolled_back(self, body: Callable[[Session], T]) -> T:
+        """Run ``body(self)`` inside one transaction that is always rolled back, whatever it
+        did: for checks that must never change the database (``shardq doctor``). Not retried."""
+        conn = self.connection()
+        outer, self._in_transaction = self._in_transaction, True  # see _transaction_block
+        try:
+            with conn.transaction(force_rollback=True):
+                return body(self)
+        except psycopg.Error as exc:
+            raise discard_if_broken(self, exc) from exc
+        finally:
+            self._in_transaction = outer
+
+    def explain(self, name: str, params: Mapping[str, Any] | None = None) -> str:
+        """The engine's EXPLAIN output for a named statement with these values, as text (one line
+        per row the server returned), for query-plan checks: see
+        :meth:`shardq.engine.Engine.explain_reads_whole_table`."""
+        engine = self.engine
+        query = self._query(name)
+        try:
+            conn = self.connection()
+            text = query if isinstance(query, str) else query.as_string(conn)
+            explain, values = engine.explain_query(
+                text, params or {}, lambda text, values: psycopg.ClientCursor(conn).mogrify(text, values))
+            rows = conn.execute(explain, values).fetchall()
+        except psycopg.Error as exc:
+            raise discard_if_broken(self, exc) from exc
+        lines = (next(iter(row.values())) for row in rows)
+        # A JSON plan arrives decoded; hand it back as the JSON text the server wrote.
+        return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+
+    def execute_ddl(
+        self,
+        name: str,
+        *,
+        identifiers: Mapping[str, str] | None = None,
+        literals: Mapping[str, int] | None = None,
+    ) -> None:
+        """Run a named DDL statement whose ``{slots}`` take identifiers or integer literals.
+
+        DDL takes no bind parameters (neither database plans a utility statement with them), so
+        this is the one place a value enters SQL text: only ``int`` values, rendered by
+        ``psycopg.sql.Literal``; names go through ``psycopg.sql.Identifier``. No 40001 retry here:
+        CockroachDB retries an autocommit schema change itself, and inside
+        :meth:`transaction` the body is retried as a whole.
+        """
+        slots: dict[str, Any] = {k: sql.Identifier(v) for k, v in (identifiers or {}).items()}
+        for key, value in (literals or {}).items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInput(f"DDL literal {key} must be a whole number")
+            slots[key] = sql.Literal(value)
+        statement = self.engine.statements()[name]
+        self.execute_raw(sql.SQL(statement.text).format(**slots))
+
+    def execute_raw(self, query: Any, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run SQL that is not a named statement: DDL composed with ``psycopg.sql`` (migrations,
+        resizing, Spark staging) or admin probes. Same error translation; no 40001 retry."""
+        try:
+            with self.connection().cursor(row_factory=dict_row) as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            raise discard_if_broken(self, exc) from exc
+
+    def copy_in(self, name: str, data: memoryview | list[Any], identifiers: Mapping[str, str] | None = None) -> None:
+        """``COPY … FROM STDIN`` of the named statement with ``data`` (bytes, or a list of them),
+        on this session's connection, in its transaction (errors are translated by
+        :meth:`transaction`)."""
+        conn = self.connection()
+        with conn.cursor() as cur, cur.copy(self._query(name, identifiers)) as copy:
+            step = 1 << 20
+            for part in data if isinstance(data, list) else [data]:
+                view = memoryview(part)
+                for start in range(0, len(view), step):
+                    copy.write(view[start:start + step])
 
 def _serve(session: Session, request: Any) -> Any:
     if isinstance(request, Call):

@@ -14,12 +14,14 @@ sessions cannot drift apart:
   :meth:`AsyncSession.transaction`); 40003 re-sent only for statements marked safe
   (:func:`shardq.sessions.rules.resend_after`, :func:`shardq.sessions.rules.retry_pause`);
 * every ``psycopg.Error`` leaves as a :class:`shardq.errors.DatabaseError` subclass with the
-  original as ``__cause__`` and the DSN's password redacted (:func:`shardq.sessions.rules.statement_error`).
+  original as ``__cause__`` and the DSN's password redacted, a connection it broke dropped first
+  (:func:`shardq.sessions.rules.discard_if_broken`).
 
-:class:`AsyncBorrowedSession` runs statements on a caller's ``AsyncConnection`` inside the caller's
-transaction (never committing it), like :class:`shardq.sessions.borrowed.BorrowedSession`; :func:`borrow_async`
-accepts a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``/``AsyncConnection`` on the
-psycopg driver.
+Laid out and named as the sync session: :meth:`AsyncSession.connection` (awaited here),
+:attr:`AsyncSession.engine`, :meth:`AsyncSession.run`, ``fetch_all``/``fetch_one``/``execute``,
+:meth:`AsyncSession.transaction`. The asyncio session on a caller's connection,
+:class:`shardq.sessions.borrowed.AsyncBorrowedSession`, sits beside the sync one in
+:mod:`shardq.sessions.borrowed`.
 
 Does not: pool connections (one connection per session; statements of one session run one at a
 time), LISTEN, run DDL or COPY, or read engine-internal catalogs (a plan asking for one of these
@@ -39,20 +41,20 @@ from psycopg.rows import dict_row, tuple_row
 
 from shardq.engine import POSTGRESQL, engine_for_server
 from shardq.engine.base import Engine
-from shardq.errors import DatabaseUnavailable, InvalidInput, SerializationConflict, ShardqError
+from shardq.errors import InvalidInput, SerializationConflict, ShardqError
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.rules import (
     _translate,
     compose_statement,
     connect_arguments,
+    discard_if_broken,
     isolation_of,
     resend_after,
     retry_pause,
-    statement_error,
 )
 from shardq.sql.plan import Atomically, Call, CopyIn, Plan, SchemaChange, UseShardColumn, WithInternals
 
-log = logging.getLogger("shardq.sessions.session")
+log = logging.getLogger("shardq.sessions.session_async")
 
 
 T = TypeVar("T")
@@ -130,6 +132,11 @@ class AsyncSession:
                 await self._conn.close()
         self._conn = None
 
+    def _drop_broken(self) -> None:
+        """Drop a connection an error left closed or broken (:func:`shardq.sessions.rules.discard_if_broken`):
+        it has nothing left to say to its server, so dropping it needs no round trip."""
+        self.abandon()
+
     async def close(self) -> None:
         await self._discard()
 
@@ -141,11 +148,16 @@ class AsyncSession:
                 self._conn.pgconn.finish()
         self._conn = None
 
-    async def get_engine(self) -> Engine:
-        """The database engine (named by the URL, or learnt from the server on first connect)."""
+    @property
+    def engine(self) -> Engine:
+        """The database engine behind this session (:mod:`shardq.engine`): named by the URL, or
+        learnt from the server at the first connect. A property cannot connect, so the engine of
+        a ``postgresql://`` URL is known only once :meth:`connection` has been awaited (every
+        statement awaits it; :meth:`shardq.AsyncClient.connect` does it up front); before that,
+        reading it raises :class:`~shardq.errors.ShardqError`."""
         if self._engine is None:
-            await self.connection()
-        assert self._engine is not None
+            raise ShardqError("the engine of a postgresql:// URL is learnt at the first connect:"
+                              " await the session's connection() first")
         return self._engine
 
     @property
@@ -183,8 +195,7 @@ class AsyncSession:
             attempt += 1
             try:
                 conn = await self.connection()
-                engine = await self.get_engine()
-                query = compose_statement(engine, name, self._shard_column, identifiers or {})
+                query = compose_statement(self.engine, name, self._shard_column, identifiers or {})
                 if self.before_statement is not None:
                     self.before_statement(name)
                 async with conn.cursor(binary=binary, row_factory=tuple_row if tuples else dict_row) as cur:
@@ -193,11 +204,9 @@ class AsyncSession:
             except psycopg.Error as exc:
                 if resend_after(exc, name=name, attempt=attempt, max_retries=self.max_retries,
                                 in_transaction=self._in_transaction, resend_ambiguous=resend_ambiguous):
-                    await asyncio.sleep(retry_pause(attempt, policy=(await self.get_engine()).retry))
+                    await asyncio.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    await self._discard()
-                raise statement_error(exc, self.dsn, self._engine, name, self._shard_column) from exc
+                raise discard_if_broken(self, exc, name) from exc
 
     async def fetch_all(self, name: str, params: Mapping[str, Any] | None = None, *,
                         resend_ambiguous: bool = False, identifiers: Mapping[str, str] | None = None,
@@ -234,14 +243,12 @@ class AsyncSession:
                 if attempt > self.max_retries:
                     raise
                 log.debug("transaction hit 40001 (attempt %d): %s", attempt, exc)
-                await asyncio.sleep(retry_pause(attempt, policy=(await self.get_engine()).retry))
+                await asyncio.sleep(retry_pause(attempt, policy=self.engine.retry))
             except psycopg.Error as exc:
                 if isinstance(exc, pgerrors.SerializationFailure) and attempt <= self.max_retries:
-                    await asyncio.sleep(retry_pause(attempt, policy=(await self.get_engine()).retry))
+                    await asyncio.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    await self._discard()
-                raise _translate(exc, self.dsn) from exc
+                raise discard_if_broken(self, exc) from exc
 
 
 async def _serve(session: AsyncSession, request: Any) -> Any:
@@ -262,101 +269,6 @@ async def _serve(session: AsyncSession, request: Any) -> Any:
         return None
     if isinstance(request, (WithInternals, SchemaChange, CopyIn)):
         raise InvalidInput(f"{type(request).__name__} needs the sync session")
-    return await session.get_engine()
-
-
-class AsyncBorrowedSession(AsyncSession):
-    """Named statements on a ``psycopg.AsyncConnection`` the caller owns, inside the caller's
-    transaction. Guarantees and limits as :class:`shardq.sessions.borrowed.BorrowedSession`: nothing here
-    commits, rolls back or closes the connection (a connection outside autocommit has its
-    transaction begun by the first statement if none is open); no 40001 retry (the caller's
-    transaction is aborted: :class:`SerializationConflict` surfaces), no reconnect."""
-
-    def __init__(self, connection: psycopg.AsyncConnection[Any], *, application_name: str = "shardq") -> None:
-        super().__init__(Dsn(connection.info.dsn), application_name=application_name, max_retries=0)
-        self._conn = connection
-        self._engine = engine_for_server(connection.info.parameter_status)
-        self._in_transaction = True  # statements are never re-sent on their own
-        self.borrowed = True
-
-    async def connection(self) -> psycopg.AsyncConnection[Any]:
-        conn = self._conn
-        if conn is None or conn.closed:
-            raise DatabaseUnavailable("the connection given to shardq is closed")
-        return conn
-
-    async def _discard(self) -> None:
-        """Never close the caller's connection, even a broken one."""
-
-    async def close(self) -> None:
-        """Nothing to close: the connection stays the caller's."""
-
-    def abandon(self) -> None:
-        """Nothing to close: the connection stays the caller's."""
-
-    async def transaction(self, body: Callable[[AsyncSession], Awaitable[T]]) -> T:
-        """``body`` inside the caller's transaction (an autocommit connection gets a transaction
-        of its own, committed at the end, as autocommit asks). Run once: no retry."""
-        conn = await self.connection()
-        try:
-            if conn.autocommit:
-                async with conn.transaction():
-                    return await body(self)
-            return await body(self)
-        except psycopg.Error as exc:
-            raise _translate(exc, self.dsn) from exc
-
-
-async def borrow_async(connection: object) -> AsyncBorrowedSession:
-    """An :class:`AsyncBorrowedSession` over ``connection``: a psycopg (3) ``AsyncConnection``, or
-    a SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` whose driver is psycopg
-    (``postgresql+psycopg://``), joining its transaction. Anything else is :class:`InvalidInput`."""
-    if isinstance(connection, psycopg.AsyncConnection):
-        return AsyncBorrowedSession(connection)
-    if isinstance(connection, psycopg.Connection):
-        raise InvalidInput("a sync connection needs the sync call (defer / Client.enqueue), not the asyncio one")
-    driver = await _sqlalchemy_async_driver_connection(connection)
-    if isinstance(driver, psycopg.AsyncConnection):
-        return AsyncBorrowedSession(driver)
-    if driver is not None:
-        raise InvalidInput(
-            f"connection= needs the psycopg (3) driver under SQLAlchemy, not {type(driver).__module__}"
-            " (use a postgresql+psycopg:// or cockroachdb+psycopg:// URL)"
-        )
-    raise InvalidInput(
-        "connection= takes a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection,"
-        f" not {type(connection).__name__}"
-    )
-
-
-def is_async_connection(connection: object) -> bool:
-    """Whether ``connection`` is an asyncio connection object (psycopg ``AsyncConnection``,
-    SQLAlchemy ``AsyncSession``/``AsyncConnection``): the sync calls refuse those."""
-    if isinstance(connection, psycopg.AsyncConnection):
-        return True
-    try:
-        from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
-        from sqlalchemy.ext.asyncio import AsyncSession as SAAsyncSession
-    except ImportError:
-        return False
-    return isinstance(connection, (SAAsyncSession, SAAsyncConnection))
-
-
-async def _sqlalchemy_async_driver_connection(connection: object) -> object | None:
-    """The DBAPI driver connection under a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``
-    (joining, or beginning as SQLAlchemy's autobegin would, its transaction), or None when
-    ``connection`` is neither."""
-    try:
-        from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
-        from sqlalchemy.ext.asyncio import AsyncSession as SAAsyncSession
-    except ImportError:
-        return None
-    if isinstance(connection, SAAsyncSession):
-        connection = await connection.connection()  # begins (or joins) the session's transaction
-    if isinstance(connection, SAAsyncConnection):
-        if not connection.in_transaction():
-            await connection.begin()
-        raw = await connection.get_raw_connection()
-        return raw.driver_connection
-    return None
-
+    if session._engine is None:  # named by the URL, else learnt at the first connect
+        await session.connection()
+    return session.engine
