@@ -16,7 +16,7 @@ from typing import Any
 
 from shardq.engine.base import Engine
 from shardq.models.leases import TakeOffer
-from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, TaskState
 from shardq.models.workflow_graph import StepSpec
 from shardq.sql.plan import ENGINE, Call, Plan
 
@@ -188,7 +188,8 @@ def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[
     the children it released or cancelled (an on-failure child whose parents all succeeded)."""
     rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
                                                     "steps": [s for _, s in parents]}, binary=True, tuples=True)
-    return [m for m in rows if m[3] != "waiting"]
+    waiting = TaskState.WAITING
+    return [m for m in rows if m[3] != waiting]
 
 
 def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
@@ -198,7 +199,8 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
     rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
                                                       "steps": [s for _, s, _ in drained],
                                                       "counts": [n for _, _, n in drained]}, binary=True, tuples=True)
-    return [m for m in rows if m[3] != "waiting"]
+    waiting = TaskState.WAITING
+    return [m for m in rows if m[3] != waiting]
 
 
 def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bool) -> Plan[list[Moved]]:

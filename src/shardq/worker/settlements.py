@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from shardq.lifecycle import exclusive
 from shardq.lifecycle.claim import fenced
 from shardq.models.leases import Fenced, TakeOffer, WholeClaim
+from shardq.models.tasks import TaskState
 from shardq.sessions.store import TaskStore
 from shardq.worker.inflight import InFlight
 from shardq.workflows import spark_callbacks as run_callbacks
@@ -61,11 +62,12 @@ def remove_keyed(
     if steps:
         step_items = [fenced(o.claimed) for o in steps]
         results = {o.claimed.key.id: o.result for o in steps if o.result is not None} if step_results else None
-        removed = workflows.remove_and_release(store, lambda: remove(step_items), "succeeded", results, take)
+        removed = workflows.remove_and_release(store, lambda: remove(step_items), TaskState.SUCCEEDED, results, take)
     if runs:
         run_items = [fenced(o.claimed) for o in runs]
         workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}
-        removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of, "succeeded")
+        removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of,
+                                                   TaskState.SUCCEEDED)
     return removed | (_remove_keyed(store, keyed, remove) if keyed else set())
 
 
@@ -85,7 +87,7 @@ def remove_whole(
                if step_results else None)
     whole = [claim for claim, _ in claims]
     lost = ack if ack is not None else (lambda: store.task_ack_claims(whole, in_transaction=True))
-    return workflows.remove_and_release(store, lambda: held - lost(), "succeeded", results, take)
+    return workflows.remove_and_release(store, lambda: held - lost(), TaskState.SUCCEEDED, results, take)
 
 
 def _remove_keyed(
