@@ -1,7 +1,7 @@
-"""The settler's units of work: a :class:`Step` (one statement, or a few for failures, over a
-list of outcomes that can be re-run on any part of it), a :class:`Batch` of them, and the helpers
-that build the steps of acks that release other tasks: exclusive-key acks, workflow steps, tasks
-of Spark runs."""
+"""The settler's units of work: a :class:`Settlement` (one statement, or a few for failures, over
+a list of outcomes that can be re-run on any part of it), a :class:`Batch` of them, and the helpers
+that build the settlements of acks that release other tasks: exclusive-key acks, workflow steps,
+tasks of Spark runs. (A settlement is not a workflow step: docs/glossary.md, "settle".)"""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from shardq.workflows import steps as workflows
 
 
 @dataclass(slots=True)
-class Step:
-    """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A step
-    can be re-run on any part of its items, which is how one bad outcome is kept from failing
+class Settlement:
+    """One statement (or a few, for failures) settling ``items``: ``run(store, items)``. A
+    settlement can be re-run on any part of its items, which is how one bad outcome is kept from failing
     the others (:meth:`Settler._isolate`). ``writes_errors``: its items carry error texts, which a
     last try replaces with a plain reason."""
 
@@ -36,7 +36,7 @@ class Batch:
     """Outcomes taken together, and the statements still to run to settle them."""
 
     outcomes: list[InFlight]
-    steps: list[Step]
+    settlements: list[Settlement]
 
 
 def remove_keyed(

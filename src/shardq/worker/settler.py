@@ -51,7 +51,7 @@ from shardq.worker.settle_records import (
     ack_whole_steps_kept,
     split_kept,
 )
-from shardq.worker.settlements import Batch, Step, remove_keyed, remove_whole
+from shardq.worker.settlements import Batch, Settlement, remove_keyed, remove_whole
 
 log = logging.getLogger("shardq.worker")
 
@@ -209,13 +209,13 @@ class Settler:
         whole, partial, closed = close_claims(outcomes, acks)
         whole, whole_steps, partial, partial_steps = split_steps(whole, partial, acks)
         keyed_acks += partial_steps
-        steps: list[Step] = []
+        settlements: list[Settlement] = []
         if releases:
             def release(store: TaskStore, items: list[InFlight]) -> None:
                 self._count(items, store.task_release_many([fenced(o.claimed) for o in items]), "released")
-            steps.append(Step(release, releases))
+            settlements.append(Settlement(release, releases))
         if fails:
-            steps.append(Step(self._settle_failures, fails, writes_errors=True))
+            settlements.append(Settlement(self._settle_failures, fails, writes_errors=True))
         if reschedules:
             def reschedule(store: TaskStore, items: list[InFlight]) -> None:
                 done = store.task_retry_many(
@@ -223,7 +223,7 @@ class Settler:
                     require_expired=False, refund=True,
                 )
                 self._count(items, done, "retried")
-            steps.append(Step(reschedule, reschedules, writes_errors=True))
+            settlements.append(Settlement(reschedule, reschedules, writes_errors=True))
         # Acks of queues that keep finished tasks also write their history rows in the ack's own
         # statement; the others send what they always did (see settle_records).
         if keyed_acks:
@@ -234,7 +234,7 @@ class Settler:
                         store, plain, store.task_ack_many, take=take)), "acked")
                 if kept:
                     self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
-            steps.append(Step(ack_keyed, keyed_acks))
+            settlements.append(Settlement(ack_keyed, keyed_acks))
         if whole_steps:
             def ack_whole_steps(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
@@ -244,7 +244,7 @@ class Settler:
                 if kept:
                     self._count([o for _, acks in kept for o in acks],
                                 ack_whole_steps_kept(store, kept, self._presence.present(store)), "acked")
-            steps.append(Step(ack_whole_steps, whole_steps))
+            settlements.append(Settlement(ack_whole_steps, whole_steps))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
@@ -254,7 +254,7 @@ class Settler:
                 if kept:
                     acked, lost = ack_claims_kept(store, kept, self._presence.present(store))
                     self._count(acked, None, "acked", lost=lost)
-            steps.append(Step(ack_whole, whole))
+            settlements.append(Settlement(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
@@ -263,12 +263,12 @@ class Settler:
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
                 if plain or closed:
                     self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")
-            steps.append(Step(ack_by_key, partial))
+            settlements.append(Settlement(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
             for o in releases:  # handed back unstarted: the executor never freed their slots
                 flow_slots.finished(o.claimed)
-        return Batch(outcomes, steps)
+        return Batch(outcomes, settlements)
 
     def _taking(self, store: TaskStore, ack: Callable[[TakeOffer | None], set[uuid.UUID]]) -> set[uuid.UUID]:
         """``ack(offer)``, offering to take the chain steps it releases, then run what it took."""
@@ -283,37 +283,37 @@ class Settler:
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
         self._settling = len(batch.outcomes)
-        while batch.steps:
-            step = batch.steps[0]
+        while batch.settlements:
+            settlement = batch.settlements[0]
             try:
-                step.run(store, step.items)
+                settlement.run(store, settlement.items)
             except Exception as exc:  # whatever refused it, the other outcomes go on
                 if isinstance(exc, DatabaseError) and exc.transient:
                     raise  # the whole rest of the batch again, later (see run)
-                batch.steps[0:1] = self._isolate(store, step, exc)
+                batch.settlements[0:1] = self._isolate(store, settlement, exc)
                 continue
-            batch.steps.pop(0)
+            batch.settlements.pop(0)
         self.table.forget(batch.outcomes)
         if self._settled_counts and self.sink.wants("settled"):
             self.sink.emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
 
-    def _isolate(self, store: TaskStore, step: Step, exc: Exception) -> list[Step]:
-        """A step the database refused for good: settle its items one by one, so one bad outcome
-        does not cost the others theirs. Returns the steps that replace it. A single item refused
+    def _isolate(self, store: TaskStore, settlement: Settlement, exc: Exception) -> list[Settlement]:
+        """A settlement the database refused for good: settle its items one by one, so one bad outcome
+        does not cost the others theirs. Returns the settlements that replace it. A single item refused
         again is settled with a plain reason where it is a failure; anything else is left to the
         lease sweep (its lease expires: at-least-once holds)."""
-        if len(step.items) > 1:
-            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(step.items), exc)
-            return [replace(step, items=[item]) for item in step.items]
-        if step.writes_errors and step.items:
-            outcome: InFlight = step.items[0]
+        if len(settlement.items) > 1:
+            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(settlement.items), exc)
+            return [replace(settlement, items=[item]) for item in settlement.items]
+        if settlement.writes_errors and settlement.items:
+            outcome: InFlight = settlement.items[0]
             refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.error("task %s: settling it with its error text failed (%s); settling it with a plain reason "
                       "(was: %r)", outcome.claimed.key.id, refusal, (outcome.error or "")[:200])
             outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
             try:
-                step.run(store, step.items)
+                settlement.run(store, settlement.items)
                 return []
             except Exception as again:
                 if isinstance(again, DatabaseError) and again.transient:
