@@ -46,7 +46,7 @@ from shardq import validation
 from shardq.errors import InvalidInput
 from shardq.models.leases import Fenced
 from shardq.models.tasks import BROWSE_STATES, RANK_BACKLOG, RANK_SCHEDULED, TaskKey, TaskState
-from shardq.operations import browse as plans
+from shardq.operations import browse as browse_operations
 from shardq.sessions.store import TaskStore
 
 #: The states a queue's tasks can be browsed by, as the dashboard names them.
@@ -245,7 +245,7 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     params: dict[str, Any] = {"queue": queue, **filters.params(dt.datetime.now(dt.UTC))}
     capped = False
     if state in (TaskState.RUNNING, TaskState.EXPIRED):
-        rows = store.run(plans.task_browse_leased({**params, "expired_only": state == TaskState.EXPIRED,
+        rows = store.run(browse_operations.task_browse_leased({**params, "expired_only": state == TaskState.EXPIRED,
                                                     "cap": LEASED_CAP}))
         scanned = len(rows)
         capped = scanned >= LEASED_CAP
@@ -269,7 +269,7 @@ def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Fi
     no task is skipped; the next page starts after the last kept hit, or at the frontier."""
     span = span_params(store.layout().visit_count, state, filters, position, descending, limit)
     per_bucket = span["scan"]
-    rows = store.run(plans.task_browse_span({**params, **span}, descending=descending))
+    rows = store.run(browse_operations.task_browse_span({**params, **span}, descending=descending))
     by_bucket: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_bucket.setdefault(row["bucket"], []).append(row)
@@ -292,7 +292,7 @@ def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Fi
 def _details(store: TaskStore, keys: list[dict[str, Any]]) -> list[BrowsedTask]:
     if not keys:
         return []
-    found = store.run(plans.task_browse_rows([r["id"] for r in keys]))
+    found = store.run(browse_operations.task_browse_rows([r["id"] for r in keys]))
     out = []
     for key in keys:
         row = found.get(key["id"])
@@ -342,7 +342,7 @@ def run_now(store: TaskStore, queue: str, ids: Iterable[object]) -> ActionResult
     """Make scheduled tasks ready now (run now; retry now for one waiting for its backoff). Tasks
     in another state are left alone."""
     wanted = parse_ids(ids)
-    return _result(wanted, store.run(plans.task_run_now_many(queue, wanted)))
+    return _result(wanted, store.run(browse_operations.task_run_now_many(queue, wanted)))
 
 
 def set_priority(store: TaskStore, queue: str, ids: Iterable[object], priority: object) -> ActionResult:
@@ -350,7 +350,7 @@ def set_priority(store: TaskStore, queue: str, ids: Iterable[object], priority: 
     place in claim order). Running tasks are left alone."""
     wanted = parse_ids(ids)
     value = validation.priority(priority)
-    return _result(wanted, store.run(plans.task_priority_set_many(queue, wanted, value)))
+    return _result(wanted, store.run(browse_operations.task_priority_set_many(queue, wanted, value)))
 
 
 def requeue_expired(store: TaskStore, queue: str, ids: Iterable[object]) -> ActionResult:
@@ -358,7 +358,7 @@ def requeue_expired(store: TaskStore, queue: str, ids: Iterable[object]) -> Acti
     waiting for a lease sweep, and without charging the attempt (as a worker's hand-back does;
     fenced by the lease token: a task whose lease was renewed, or taken again, is left alone)."""
     wanted = parse_ids(ids)
-    rows = store.run(plans.task_browse_rows(wanted))
+    rows = store.run(browse_operations.task_browse_rows(wanted))
     now = dt.datetime.now(dt.UTC)
     expired = [
         Fenced(TaskKey(r["bucket"], r["queue"], r["rank"], r["exec_time"], r["id"]), r["lease_token"])
