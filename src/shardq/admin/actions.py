@@ -49,6 +49,8 @@ class BucketReport:
 
     layout: ShardLayout
     rows_per_bucket: dict[int, int]
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str
     schema_jobs: tuple[SchemaJob, ...] = ()
 
@@ -74,7 +76,7 @@ def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
     written in the last ~5 s may be missing); ``historical=False`` reads the present."""
     layout = store.layout()
     jobs = tuple(store.schema_jobs())
-    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.dialect, jobs)
+    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.engine_name, jobs)
 
 
 def dead_list(store: TaskStore, queue: str, *, limit: int = 100,

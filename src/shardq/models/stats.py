@@ -209,6 +209,8 @@ class Stats:
     buckets: int
     queues: dict[str, QueueStats] = field(default_factory=dict)
     as_of: dt.datetime | None = None
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str | None = None
     follower_read: bool = False
     bucket_cap: int | None = None
