@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from shardq.engine.base import Engine
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
 from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, TaskState
 from shardq.models.workflow_graph import StepSpec
 from shardq.sql.plan import ENGINE, Call, Plan
@@ -131,15 +131,15 @@ FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None", "int | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
                          parents: bool = False) -> Plan[tuple[list[AckedStep], list[uuid.UUID]]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
-    absence being its success (``sql/common/workflows.sql``). ``take``: the acking worker's offer
+    absence being its success (``sql/common/workflows.sql``). ``handoff``: the acking worker's offer
     for the sole children of these steps, taken where the engine can
     (:meth:`~shardq.engine.Engine.steps_acked`, whose steps left out and ``parents`` these are)."""
     engine: Engine = yield ENGINE
-    return (yield from engine.steps_acked(task_ids, take, parents))
+    return (yield from engine.steps_acked(task_ids, handoff, parents))
 
 
 def workflow_steps_keep_results(results: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from shardq.lifecycle import exclusive
 from shardq.lifecycle.claim import fenced
-from shardq.models.leases import Fenced, TakeOffer, WholeClaim
+from shardq.models.leases import Fenced, HandoffOffer, WholeClaim
 from shardq.models.tasks import TaskState
 from shardq.sessions.store import TaskStore
 from shardq.worker.inflight import InFlight
@@ -41,7 +41,7 @@ class Batch:
 
 def remove_keyed(
     store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]], *,
-    step_results: bool = True, take: TakeOffer | None = None,
+    step_results: bool = True, handoff: HandoffOffer | None = None,
 ) -> set[uuid.UUID]:
     """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
     (see :mod:`shardq.lifecycle.exclusive`), and workflow steps, releasing the children they were the last
@@ -49,7 +49,7 @@ def remove_keyed(
     a callback, releasing it in the ack that leaves none of its run (:mod:`shardq.workflows.spark_callbacks`).
     ``step_results``: the steps' results (of tasks declared ``result=True``) are kept with their
     workflow — for a queue that keeps no finished tasks; one that keeps them has them in its
-    history rows. ``take``: the acking worker's offer to run the next steps of chains the acks
+    history rows. ``handoff``: the acking worker's offer to run the next steps of chains the acks
     release (:mod:`shardq.worker.handoff`)."""
     steps = [o for o in outcomes if o.claimed.workflow_id is not None]
     if not steps:
@@ -62,7 +62,7 @@ def remove_keyed(
     if steps:
         step_items = [fenced(o.claimed) for o in steps]
         results = {o.claimed.key.id: o.result for o in steps if o.result is not None} if step_results else None
-        removed = workflows.remove_and_release(store, lambda: remove(step_items), TaskState.SUCCEEDED, results, take)
+        removed = workflows.remove_and_release(store, lambda: remove(step_items), TaskState.SUCCEEDED, results, handoff)
     if runs:
         run_items = [fenced(o.claimed) for o in runs]
         workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}
@@ -73,21 +73,21 @@ def remove_keyed(
 
 def remove_whole(
     store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
-    ack: Callable[[], set[uuid.UUID]] | None = None, *, step_results: bool = True, take: TakeOffer | None = None,
+    ack: Callable[[], set[uuid.UUID]] | None = None, *, step_results: bool = True, handoff: HandoffOffer | None = None,
 ) -> set[uuid.UUID]:
     """Ack claims of workflow steps (no exclusive key, no Spark run's task) whose every task
     finished: each claim's rows by key range and token, as a claim of plain tasks (no key arrays
     travel), and the acked steps' workflows moved on (:func:`shardq.workflows.steps.remove_and_release`),
     in one transaction. ``ack()`` deletes the claims' rows and returns the ids it did not delete (by
     default :meth:`~shardq.sessions.store.TaskStore.task_ack_claims` inside that transaction); ``step_results`` as in
-    :func:`remove_keyed`, and ``take``. Returns the ids deleted."""
+    :func:`remove_keyed`, and ``handoff``. Returns the ids deleted."""
     outcomes = [o for _, acks in claims for o in acks]
     held = {o.claimed.key.id for o in outcomes}
     results = ({o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
                if step_results else None)
     whole = [claim for claim, _ in claims]
     lost = ack if ack is not None else (lambda: store.task_ack_claims(whole, in_transaction=True))
-    return workflows.remove_and_release(store, lambda: held - lost(), TaskState.SUCCEEDED, results, take)
+    return workflows.remove_and_release(store, lambda: held - lost(), TaskState.SUCCEEDED, results, handoff)
 
 
 def _remove_keyed(

@@ -73,7 +73,7 @@ from operator import attrgetter
 
 from shardq import operations
 from shardq.errors import InvalidInput
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
 from shardq.models.tasks import STEP_STATES as STEP_STATES  # re-exported: a step's states
 from shardq.models.tasks import TaskState
 from shardq.models.workflow_graph import Graph, check
@@ -160,7 +160,7 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
 
 def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str,
                             results: Mapping[uuid.UUID, str] | None = None,
-                            take: TakeOffer | None = None) -> Plan[set[uuid.UUID]]:
+                            handoff: HandoffOffer | None = None) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
     ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
@@ -171,20 +171,20 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     workers of their queues (delivered at the commit). A server that refuses the wake-up at the
     commit (its notification queue full) fails the transaction: it is run again without it.
 
-    ``take`` (an acking worker's offer): the sole children this ack releases (the next steps of
+    ``handoff`` (an acking worker's offer): the sole children this ack releases (the next steps of
     chains) are leased to it where the engine can, in the statement that reads the acked steps,
-    into ``take.tasks`` (:meth:`~shardq.engine.Engine.steps_acked`); the others are released as
+    into ``handoff.tasks`` (:meth:`~shardq.engine.Engine.steps_acked`); the others are released as
     usual."""
 
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
-        if take is not None:
-            take.tasks = []  # this attempt's: an attempt rolled back took nothing
+        if handoff is not None:
+            handoff.tasks = []  # this attempt's: an attempt rolled back took nothing
         removed = yield from remove()
         if not removed:
             return removed
         task_ids = sorted(removed, key=_by_value)
         if outcome == TaskState.SUCCEEDED:
-            yield from _succeeded(task_ids, wake, results, take)
+            yield from _succeeded(task_ids, wake, results, handoff)
         else:
             finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
@@ -194,19 +194,19 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     try:
         result: set[uuid.UUID] = yield from operations.atomically_waking(body)
     except BaseException:
-        if take is not None:
-            take.tasks = []  # rolled back: nothing was taken
+        if handoff is not None:
+            handoff.tasks = []  # rolled back: nothing was taken
         raise
     return result
 
 
 def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None,
-               take: TakeOffer | None = None) -> Plan[None]:
+               handoff: HandoffOffer | None = None) -> Plan[None]:
     """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
     next step of a chain) is made claimable directly; the other children are counted off."""
-    acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, take, parents=bool(results))
+    acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, handoff, parents=bool(results))
     leaves = sorted((task for _w, _s, kinds, _c, task, _ct, _k in acked if not kinds), key=_by_value)
     if leaves:
         yield from operations.workflow_steps_finish(leaves, TaskState.SUCCEEDED)
@@ -388,12 +388,12 @@ def _parse(workflow_id: object) -> uuid.UUID:
 
 def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str,
                        results: Mapping[uuid.UUID, str] | None = None,
-                       take: TakeOffer | None = None) -> set[uuid.UUID]:
+                       handoff: HandoffOffer | None = None) -> set[uuid.UUID]:
     """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
 
     def remove_plan() -> Plan[set[uuid.UUID]]:
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return store.session.run(remove_and_release_plan(remove_plan, outcome, results, take))
+    return store.session.run(remove_and_release_plan(remove_plan, outcome, results, handoff))
 
