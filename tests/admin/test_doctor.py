@@ -9,7 +9,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from shardq.admin import explain_checks as doctor_plans
+from shardq.admin import explain_checks
 from shardq.admin.doctor import diagnose
 from shardq.cli.main import cli
 from shardq.engine import ENGINES
@@ -23,7 +23,7 @@ def test_a_migrated_database_passes_every_check(db):
     areas = {check.area for check in diagnosis.checks}
     assert areas == {"server", "session", "schema", "layout", "privileges", "plans"}
     planned = [check for check in diagnosis.checks if check.area == "plans"]
-    assert len(planned) == len(doctor_plans.planned(db.session.engine)) > 40
+    assert len(planned) == len(explain_checks.planned(db.session.engine)) > 40
     assert any(c.area == "layout" and c.detail.startswith("4") for c in diagnosis.checks)
 
 
@@ -64,7 +64,7 @@ def test_a_claim_without_its_limit_is_flagged_as_an_unbounded_skip_locked_scan(p
     from shardq.engine import POSTGRESQL
 
     statement = POSTGRESQL.statements()["task_claim_batch"]
-    plan = pg_db.session.explain("task_claim_batch", doctor_plans.example_values(statement))
+    plan = pg_db.session.explain("task_claim_batch", explain_checks.example_values(statement))
     assert not POSTGRESQL.explain_skip_locked_unbounded(plan)
     unbounded = json.dumps([{"Plan": {"Node Type": "LockRows", "Plans": [
         {"Node Type": "Index Scan", "Relation Name": "shardq_tasks", "Index Cond": "(bucket = 0)"}]}}])
@@ -91,8 +91,8 @@ def test_a_scan_without_the_bucket_is_a_fan_out_over_buckets():
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.name)
 def test_every_planned_statement_gets_a_value_for_every_parameter(engine):
-    for statement in doctor_plans.planned(engine).values():
-        doctor_plans.example_values(statement)  # KeyError names a parameter nobody gives a value
+    for statement in explain_checks.planned(engine).values():
+        explain_checks.example_values(statement)  # KeyError names a parameter nobody gives a value
 
 
 # -- the command ----------------------------------------------------------------------------------

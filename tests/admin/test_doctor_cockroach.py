@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pytest
 from click.testing import CliRunner
 
-from shardq.admin import explain_checks as doctor_plans
+from shardq.admin import explain_checks
 from shardq.admin.doctor import WORKER_TABLES, diagnose
 from shardq.cli.main import cli
 from shardq.engine import COCKROACHDB
@@ -40,7 +40,7 @@ from tests.support.recorded_cockroach import (
 
 pytestmark = pytest.mark.recorded
 
-PLANNED = doctor_plans.planned(COCKROACHDB)
+PLANNED = explain_checks.planned(COCKROACHDB)
 HEAD = migrate.head_revision()
 
 #: Every statement CockroachDB plans that reads a table whole by design, and the table. The first

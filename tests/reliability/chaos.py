@@ -81,16 +81,16 @@ def install() -> None:
     for method in methods:
         setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
     if family == "take":
-        from shardq.worker.handoff import Taker
+        from shardq.worker.handoff import Handoff
 
-        hand_over = Taker.hand_over
+        hand_over = Handoff.hand_over
 
         def dying_hand_over(self, store, settings, offer):
             if offer is not None and offer.tasks and _due(moment):
                 die()
             return hand_over(self, store, settings, offer)
 
-        Taker.hand_over = dying_hand_over  # type: ignore[method-assign]
+        Handoff.hand_over = dying_hand_over  # type: ignore[method-assign]
 
 
 def _wrapped(original, moment: str, family: str, when: str):

@@ -15,11 +15,11 @@ from shardq.lifecycle.claim import Consumer, fenced
 from shardq.lifecycle.queue_settings import QueueSettingsCache
 from shardq.maintenance.reaper import Reaper
 from shardq.models import RANK_BACKLOG
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
 from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.events import EventSink
-from shardq.worker.handoff import Taker
-from shardq.worker.inflight import RELEASE, InFlightTable, entries_for
+from shardq.worker.handoff import Handoff
+from shardq.worker.inflight import HAND_BACK, InFlightTable, entries_for
 from shardq.worker.outcomes import Outbox
 from shardq.worker.thread_executor import ThreadExecutor
 from shardq.workflows import steps as workflows
@@ -87,7 +87,7 @@ def test_a_step_of_a_queue_with_a_concurrency_limit_is_claimed_under_the_limit_n
     assert sorted(ran) == [(c, i) for c in range(4) for i in range(3)]
 
 
-def _take_second_step(app, db) -> tuple[TakeOffer, dict]:
+def _take_second_step(app, db) -> tuple[HandoffOffer, dict]:
     """A chain a -> b in queue q: a claimed and acked with an offer to take; returns the offer
     (holding b) and b's row as the ack left it."""
     @app.task(name="step", queue="q")
@@ -99,7 +99,7 @@ def _take_second_step(app, db) -> tuple[TakeOffer, dict]:
     handle = wf.enqueue()
     store = db.client.store
     (claimed,) = Consumer(store, ["q"], batch=10, lease_seconds=30.0).claim().tasks
-    offer = TakeOffer(("q",), (30.0,), room=10)
+    offer = HandoffOffer(("q",), (30.0,), room=10)
     removed = workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(claimed)]), "succeeded",
                                            None, offer)
     assert removed == {claimed.key.id}
@@ -174,15 +174,15 @@ def test_a_step_taken_while_the_worker_stops_is_handed_back_at_once_with_its_att
     (taken,) = offer.tasks
     config = WorkerConfig(queues=("q",))
     table = InFlightTable(4, batch=10, prefetch=4, ack_batch=10)
-    taker = Taker(config, table, _Stopped(), EventSink(None, None), WorkerTotals())  # type: ignore[arg-type]
+    handoff = Handoff(config, table, _Stopped(), EventSink(None, None), WorkerTotals())  # type: ignore[arg-type]
     store = db.client.store
-    taker.hand_over(store, QueueSettingsCache(store, ["q"]), offer)
-    assert not table.entries and table.taken_total == 0 and taker.totals.taken == 0
+    handoff.hand_over(store, QueueSettingsCache(store, ["q"]), offer)
+    assert not table.entries and table.taken_total == 0 and handoff.totals.taken == 0
     (row,) = probe(db.session, "SELECT state, rank, attempts, lease_token FROM shardq_tasks WHERE id = %(id)s",
                    {"id": taken.key.id})
     # Ready where claims find it: handed back from the backlog rank it was taken at.
     assert row == {"state": "ready", "rank": taken.priority, "attempts": 0, "lease_token": None}
-    assert taker.offer(QueueSettingsCache(store, ["q"]), stopping=True, settling=0) is None
+    assert handoff.offer(QueueSettingsCache(store, ["q"]), stopping=True, settling=0) is None
     assert app.work(until_empty=True).acked == 1
 
 
@@ -194,18 +194,18 @@ def test_an_executor_refuses_taken_tasks_once_it_handed_back_what_had_not_starte
     entries, _claims = entries_for([_claimed()], deadline=0.0)
     assert executor.submit_taken(entries)
     executor.hand_back_unstarted()  # the stop: queued tasks go back, and no more are taken
-    assert [o.kind for o in outbox.outcomes] == [RELEASE]
+    assert [o.kind for o in outbox.outcomes] == [HAND_BACK]
     assert not executor.submit_taken(entries_for([_claimed()], deadline=0.0)[0])
 
 
 def test_an_ack_may_take_up_to_the_leases_a_worker_holds_less_those_it_keeps():
     table = InFlightTable(2, batch=10, prefetch=4, ack_batch=10)
-    assert table.take_room(settling=0) == 16  # slots + prefetch + ack batch
+    assert table.handoff_room(settling=0) == 16  # slots + prefetch + ack batch
     table.add(entries_for([_claimed() for _ in range(6)], deadline=0.0)[0])
-    assert table.take_room(settling=0) == 10
-    assert table.take_room(settling=6) == 16  # the six being acked leave
+    assert table.handoff_room(settling=0) == 10
+    assert table.handoff_room(settling=6) == 16  # the six being acked leave
     table.add(entries_for([_claimed() for _ in range(20)], deadline=0.0)[0])
-    assert table.take_room(settling=0) == 0
+    assert table.handoff_room(settling=0) == 0
 
 
 def _claimed():

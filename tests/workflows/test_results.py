@@ -8,7 +8,7 @@ import datetime as dt
 import uuid
 
 from shardq.engine import POSTGRESQL
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
 from shardq.sql.plan import ENGINE
 from shardq.workflows import steps as workflows
 from tests.support.factories import probe
@@ -34,7 +34,7 @@ def test_an_ack_keeps_results_only_of_steps_with_children_in_one_statement():
 
 def test_an_ack_that_takes_the_next_step_keeps_the_result_of_the_step_before_it():
     w, parent = uuid.uuid4(), uuid.uuid4()
-    offer = TakeOffer(("q",), (30.0,), room=10)
+    offer = HandoffOffer(("q",), (30.0,), room=10)
     now = dt.datetime.now(dt.UTC)
     # The acked step returns no row of its own (its child was taken): the taken task's row names it.
     taken = (None,) * 7 + (0, "q", 0, now, uuid.uuid4(), 1, 25, b"{}", now, now, 0, w, uuid.uuid4(), parent)
@@ -44,7 +44,7 @@ def test_an_ack_that_takes_the_next_step_keeps_the_result_of_the_step_before_it(
             return POSTGRESQL
         return [taken] if getattr(request, "name", "") == "workflow_steps_acked_take" else []
 
-    _, sent = drive(workflows._succeeded([parent], wake=False, results={parent: '{"n": 3}'}, take=offer), answer)
+    _, sent = drive(workflows._succeeded([parent], wake=False, results={parent: '{"n": 3}'}, handoff=offer), answer)
     assert [r.params["parents"] for r in sent if getattr(r, "name", "") == "workflow_steps_acked_take"] == [True]
     keep = [request for request in sent if getattr(request, "name", "") == "workflow_steps_keep_results"]
     assert [(r.params["task_ids"], r.params["results"]) for r in keep] == [([parent], ['{"n": 3}'])]

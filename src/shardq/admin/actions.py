@@ -21,7 +21,7 @@ from shardq.models.history import Finished
 from shardq.models.layout import SchemaJob, ShardLayout
 from shardq.models.queues import QueueSettings
 from shardq.models.stats import Stats
-from shardq.models.tasks import DeadTask, TaskInfo
+from shardq.models.tasks import DeadTask, TaskInfo, TaskState
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
 from shardq.sql.plan import Plan
@@ -49,6 +49,8 @@ class BucketReport:
 
     layout: ShardLayout
     rows_per_bucket: dict[int, int]
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str
     schema_jobs: tuple[SchemaJob, ...] = ()
 
@@ -74,7 +76,7 @@ def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
     written in the last ~5 s may be missing); ``historical=False`` reads the present."""
     layout = store.layout()
     jobs = tuple(store.schema_jobs())
-    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.dialect, jobs)
+    return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.engine_name, jobs)
 
 
 def dead_list(store: TaskStore, queue: str, *, limit: int = 100,
@@ -178,12 +180,12 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
         gone = yield from operations.task_cancel_many(wanted)
         # The history keeps them where their queue keeps finished tasks (the statement checks).
         yield from operations.history_record_cancelled([
-            Finished(t.id, t.queue, "cancelled", task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
+            Finished(t.id, t.queue, TaskState.CANCELLED, task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
                      error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
         steps = [t for t in gone if t.workflow_id is not None and not run_callbacks.is_run(t.workflow_id)]
         if steps:
             yield from workflows.cancelled_by_id_plan([t.id for t in steps],
-                                                      [t.id for t in steps if t.state != "waiting"])
+                                                      [t.id for t in steps if t.state != TaskState.WAITING])
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

@@ -1,9 +1,12 @@
 """Browsing a queue's live tasks by state, page by page, and acting on the tasks chosen: what the
 dashboard's task list (``/queues/{queue}/tasks``) runs.
 
-States: ``ready``, ``scheduled`` (waiting for their time, a retry's backoff included),
-``running`` (leased), ``expired`` (leased, the lease run out: the worker is likely gone) and
-``backlog`` (waiting for an exclusive key). Finished tasks are not here: the tasks table holds
+States (:data:`STATES`, members of :class:`shardq.models.tasks.TaskState`): ``ready``,
+``scheduled`` (waiting for their time, a retry's backoff included; the stored state, so not the
+backlog), ``running`` (leased with the lease live: held by a worker, its handler started or not;
+the status's ``running`` also counts an expired lease, which the browser lists apart), ``expired``
+(leased, the lease run out: the worker is likely gone) and ``backlog`` (waiting for an exclusive
+key). Finished tasks are not here: the tasks table holds
 live tasks only (dead letters have their own page).
 
 Guarantees:
@@ -42,12 +45,12 @@ from typing import Any
 from shardq import validation
 from shardq.errors import InvalidInput
 from shardq.models.leases import Fenced
-from shardq.models.tasks import RANK_BACKLOG, RANK_SCHEDULED, TaskKey
-from shardq.operations import browse as plans
+from shardq.models.tasks import BROWSE_STATES, RANK_BACKLOG, RANK_SCHEDULED, TaskKey, TaskState
+from shardq.operations import browse as browse_operations
 from shardq.sessions.store import TaskStore
 
 #: The states a queue's tasks can be browsed by, as the dashboard names them.
-STATES = ("ready", "scheduled", "running", "expired", "backlog")
+STATES = BROWSE_STATES
 
 
 ORDERS = ("asc", "desc")
@@ -112,7 +115,7 @@ class Filters:
     def key_only(self, state: str) -> bool:
         """True when every condition is on the scanned key (then a page fills as it scans)."""
         rest = (self.exclusive_key, self.dedupe_key, self.min_age_s, self.error_text)
-        return all(v is None for v in rest) and (self.priority is None or state == "ready")
+        return all(v is None for v in rest) and (self.priority is None or state == TaskState.READY)
 
     def params(self, now: dt.datetime) -> dict[str, Any]:
         like = None
@@ -192,13 +195,13 @@ def parse_cursor(cursor: str) -> tuple[int, dt.datetime, uuid.UUID]:
 
 def _span(state: str, filters: Filters) -> tuple[str, int, int]:
     """The table state and the rank range of a browsable state's span."""
-    if state == "ready":
+    if state == TaskState.READY:
         if filters.priority is not None:
-            return "ready", filters.priority, filters.priority
-        return "ready", _INT8_MIN, RANK_BACKLOG - 1
-    if state == "scheduled":
-        return "scheduled", RANK_SCHEDULED, RANK_SCHEDULED
-    return "backlog", RANK_BACKLOG, RANK_BACKLOG
+            return TaskState.READY, filters.priority, filters.priority
+        return TaskState.READY, _INT8_MIN, RANK_BACKLOG - 1
+    if state == TaskState.SCHEDULED:
+        return TaskState.SCHEDULED, RANK_SCHEDULED, RANK_SCHEDULED
+    return TaskState.BACKLOG, RANK_BACKLOG, RANK_BACKLOG
 
 
 def span_params(bucket_count: int, state: str, filters: Filters,
@@ -241,8 +244,8 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     descending = order == "desc"
     params: dict[str, Any] = {"queue": queue, **filters.params(dt.datetime.now(dt.UTC))}
     capped = False
-    if state in ("running", "expired"):
-        rows = store.run(plans.task_browse_leased({**params, "expired_only": state == "expired",
+    if state in (TaskState.RUNNING, TaskState.EXPIRED):
+        rows = store.run(browse_operations.task_browse_leased({**params, "expired_only": state == TaskState.EXPIRED,
                                                     "cap": LEASED_CAP}))
         scanned = len(rows)
         capped = scanned >= LEASED_CAP
@@ -266,7 +269,7 @@ def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Fi
     no task is skipped; the next page starts after the last kept hit, or at the frontier."""
     span = span_params(store.layout().visit_count, state, filters, position, descending, limit)
     per_bucket = span["scan"]
-    rows = store.run(plans.task_browse_span({**params, **span}, descending=descending))
+    rows = store.run(browse_operations.task_browse_span({**params, **span}, descending=descending))
     by_bucket: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_bucket.setdefault(row["bucket"], []).append(row)
@@ -289,7 +292,7 @@ def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Fi
 def _details(store: TaskStore, keys: list[dict[str, Any]]) -> list[BrowsedTask]:
     if not keys:
         return []
-    found = store.run(plans.task_browse_rows([r["id"] for r in keys]))
+    found = store.run(browse_operations.task_browse_rows([r["id"] for r in keys]))
     out = []
     for key in keys:
         row = found.get(key["id"])
@@ -298,7 +301,8 @@ def _details(store: TaskStore, keys: list[dict[str, Any]]) -> list[BrowsedTask]:
         out.append(BrowsedTask(
             id=str(row["id"]), queue=row["queue"], state=_shown_state(row), priority=row["priority"],
             attempts=row["attempts"], max_attempts=row["max_attempts"], run_at=row["exec_time"],
-            created_at=row["created_at"], lease_expires_at=row["lease_expires_at"] if row["state"] == "leased" else None,
+            created_at=row["created_at"],
+            lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
             exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"], last_error=row["last_error"],
             payload_bytes=row["payload_bytes"],
         ))
@@ -306,10 +310,10 @@ def _details(store: TaskStore, keys: list[dict[str, Any]]) -> list[BrowsedTask]:
 
 
 def _shown_state(row: dict[str, Any]) -> str:
-    if row["state"] != "leased":
+    if row["state"] != TaskState.LEASED:
         return str(row["state"])
     expires = row["lease_expires_at"]
-    return "expired" if expires is not None and expires <= dt.datetime.now(dt.UTC) else "running"
+    return TaskState.EXPIRED if expires is not None and expires <= dt.datetime.now(dt.UTC) else TaskState.RUNNING
 
 
 def parse_ids(ids: Iterable[object]) -> list[uuid.UUID]:
@@ -338,7 +342,7 @@ def run_now(store: TaskStore, queue: str, ids: Iterable[object]) -> ActionResult
     """Make scheduled tasks ready now (run now; retry now for one waiting for its backoff). Tasks
     in another state are left alone."""
     wanted = parse_ids(ids)
-    return _result(wanted, store.run(plans.task_run_now_many(queue, wanted)))
+    return _result(wanted, store.run(browse_operations.task_run_now_many(queue, wanted)))
 
 
 def set_priority(store: TaskStore, queue: str, ids: Iterable[object], priority: object) -> ActionResult:
@@ -346,7 +350,7 @@ def set_priority(store: TaskStore, queue: str, ids: Iterable[object], priority: 
     place in claim order). Running tasks are left alone."""
     wanted = parse_ids(ids)
     value = validation.priority(priority)
-    return _result(wanted, store.run(plans.task_priority_set_many(queue, wanted, value)))
+    return _result(wanted, store.run(browse_operations.task_priority_set_many(queue, wanted, value)))
 
 
 def requeue_expired(store: TaskStore, queue: str, ids: Iterable[object]) -> ActionResult:
@@ -354,12 +358,12 @@ def requeue_expired(store: TaskStore, queue: str, ids: Iterable[object]) -> Acti
     waiting for a lease sweep, and without charging the attempt (as a worker's hand-back does;
     fenced by the lease token: a task whose lease was renewed, or taken again, is left alone)."""
     wanted = parse_ids(ids)
-    rows = store.run(plans.task_browse_rows(wanted))
+    rows = store.run(browse_operations.task_browse_rows(wanted))
     now = dt.datetime.now(dt.UTC)
     expired = [
         Fenced(TaskKey(r["bucket"], r["queue"], r["rank"], r["exec_time"], r["id"]), r["lease_token"])
         for r in rows.values()
-        if r["queue"] == queue and r["state"] == "leased" and r["lease_token"] is not None
+        if r["queue"] == queue and r["state"] == TaskState.LEASED and r["lease_token"] is not None
         and r["lease_expires_at"] is not None and r["lease_expires_at"] <= now
     ]
     released = store.task_release_many(expired) if expired else set()

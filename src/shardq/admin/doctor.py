@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardq import operations
-from shardq.admin import explain_checks as doctor_plans
+from shardq.admin import explain_checks
 from shardq.errors import DatabaseError, NotMigrated
 from shardq.migrations import apply as migrate
 from shardq.models.layout import ShardLayout
@@ -202,8 +202,8 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
     engine = session.engine
     setup = "doctor_plan_setup" in engine.statements()
     checks = []
-    for name, statement in doctor_plans.planned(engine).items():
-        values = doctor_plans.example_values(statement)
+    for name, statement in explain_checks.planned(engine).items():
+        values = explain_checks.example_values(statement)
 
         def plan_of(s: Session, name: str = name, values: dict[str, Any] = values) -> str:
             if setup:
@@ -215,8 +215,8 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
         except DatabaseError as exc:
             checks.append(Check("plans", name, False, f"cannot be planned: {str(exc).splitlines()[0]}"))
             continue
-        found = doctor_plans.problems(engine, name, statement, plan, layout.bucket_count)
-        design = None if found else doctor_plans.by_design(engine, name, plan)
+        found = explain_checks.problems(engine, name, statement, plan, layout.bucket_count)
+        design = None if found else explain_checks.by_design(engine, name, plan)
         checks.append(Check("plans", name, not found, ", ".join(found) if found else f"ok: {design}" if design else "ok"))
     return checks
 

@@ -27,7 +27,7 @@ from shardq import sql as queries
 from shardq.engine import common
 from shardq.models.history import Finished, SucceededColumns
 from shardq.models.layout import SchemaJob, ShardLayout
-from shardq.models.leases import ExpiredLease, Fenced, TakeOffer, WholeClaim
+from shardq.models.leases import ExpiredLease, Fenced, HandoffOffer, WholeClaim
 from shardq.models.tasks import ClaimedTask, NewTask, TaskKey
 from shardq.sql.plan import Call, Plan
 
@@ -192,25 +192,25 @@ class Engine(ABC):
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (one statement); how many."""
 
-    def steps_acked(self, task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+    def steps_acked(self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
                     parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
         """Inside the transaction of an ack that deleted the tasks ``task_ids``: their workflow steps
         still running, as (workflow id, step, child kinds, only child, task id, sole child's task
         id, only child's shard) (``workflow_steps_acked``).
 
-        ``take`` (the acking worker's offer, :mod:`shardq.worker.handoff`): the engine may lease
+        ``handoff`` (the acking worker's offer, :mod:`shardq.worker.handoff`): the engine may lease
         the waiting tasks of the steps' sole children to that worker in place (those of
-        ``take.queues``, each for its lease, that hold no exclusive key and are due, at most
-        ``take.room``, in order of their ids), instead of leaving them for the caller to make
-        claimable, so that no claim has to find them; into ``take.tasks``, as :meth:`claim`
+        ``handoff.queues``, each for its lease, that hold no exclusive key and are due, at most
+        ``handoff.room``, in order of their ids), instead of leaving them for the caller to make
+        claimable, so that no claim has to find them; into ``handoff.tasks``, as :meth:`claim`
         returns tasks (one lease token per bucket and queue, each token's tasks in key order). A
         task so leased may keep a key outside the claims' span: whatever makes a leased task ready
         again must put it back in the span (a retry, the lease sweep, a hand-back). A step whose
         sole child was taken is left out of the steps returned: its ack has nothing more to do.
         With ``parents``, the second value names the task ids of those steps (else it is empty).
         This default takes none."""
-        if take is not None:
-            take.tasks = []
+        if handoff is not None:
+            handoff.tasks = []
         return (yield from common.read_steps_acked(task_ids)), []
 
     # -- settle ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from shardq.engine.common import (
 from shardq.errors import NotMigrated
 from shardq.models.history import SucceededColumns
 from shardq.models.layout import ShardLayout
-from shardq.models.leases import Fenced, TakeOffer, WholeClaim
+from shardq.models.leases import Fenced, HandoffOffer, WholeClaim
 from shardq.models.tasks import ClaimedTask, TaskKey
 from shardq.sql.plan import Atomically, Call, Plan, SchemaChange
 
@@ -66,19 +66,19 @@ class PostgreSQLOperations:
         from_claim_row = ClaimedTask.from_claim_row
         return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
 
-    def steps_acked(self, task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+    def steps_acked(self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
                     parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
         """With an offer, ``workflow_steps_acked_take``: the read and the take in one statement, a
         row update per task taken, leased where it waits (its key, at the backlog rank, unchanged:
         a HOT update), and one lease record per bucket and queue. A step whose child it took
         sends no row back: a chain's step costs the worker only its next task's row."""
-        if take is not None:
-            take.tasks = []
-        if take is None or take.room <= 0:
+        if handoff is not None:
+            handoff.tasks = []
+        if handoff is None or handoff.room <= 0:
             return (yield from read_steps_acked(task_ids)), []
         rows = yield Call("workflow_steps_acked_take", {
-            "task_ids": list(task_ids), "queues": list(take.queues), "lease_seconds": list(take.lease_seconds),
-            "room": take.room, "token": uuid.uuid4(), "parents": parents}, binary=True, tuples=True)
+            "task_ids": list(task_ids), "queues": list(handoff.queues), "lease_seconds": list(handoff.lease_seconds),
+            "room": handoff.room, "token": uuid.uuid4(), "parents": parents}, binary=True, tuples=True)
         acked: list[tuple] = []
         taken: list[ClaimedTask] = []
         taken_parents: list[uuid.UUID] = []
@@ -93,7 +93,7 @@ class PostgreSQLOperations:
                                      payload, token, expires, created, priority, None, None, workflow))
             if parent is not None:
                 taken_parents.append(parent)
-        take.tasks = taken
+        handoff.tasks = taken
         return acked, taken_parents
 
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:

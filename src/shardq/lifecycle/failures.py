@@ -26,6 +26,7 @@ from shardq.lifecycle import exclusive
 from shardq.models.history import FailedAttempt, Finished
 from shardq.models.leases import Fenced
 from shardq.models.queues import QueueSettings
+from shardq.models.tasks import TaskState
 from shardq.sessions.store import TaskStore
 from shardq.workflows import spark_callbacks as run_callbacks
 from shardq.workflows import steps as workflows
@@ -141,7 +142,7 @@ def settle_failures(
             continue
         items = [f.item for f in group]
         errors = [f.dead_error if f.dead_error is not None else f.error for f in group]
-        records = [Finished(f.item.key.id, f.queue, "dead", f.task, _NO_TIME, f.attempts, f.run_seconds)
+        records = [Finished(f.item.key.id, f.queue, TaskState.DEAD, f.task, _NO_TIME, f.attempts, f.run_seconds)
                    for f in group] if kept(group[0]) else None
         in_keys = group[0].exclusive_key is not None or group[0].workflow_id is not None
 
@@ -158,7 +159,8 @@ def settle_failures(
         elif group[0].workflow_id is not None:
             # A dead task of a Spark run cancels the run's callback, in the same transaction.
             workflow_of = {f.item.key.id: f.workflow_id for f in group}
-            done = workflows.remove_and_release(store, run_callbacks.settling(store, remove, workflow_of, "dead"), "dead")
+            settling = run_callbacks.settling(store, remove, workflow_of, TaskState.DEAD)
+            done = workflows.remove_and_release(store, settling, TaskState.DEAD)
         else:
             key_of = {f.item.key.id: (f.queue, f.exclusive_key or "") for f in group}
             done, _promoted = exclusive.remove_and_release(store, list(key_of.values()), remove, key_of)

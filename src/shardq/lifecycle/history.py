@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from shardq.errors import InvalidInput
 from shardq.models.history import FINISHED_STATES, FinishedTask, TaskStatus
-from shardq.operations import history as history_plans
+from shardq.operations import history as history_operations
 from shardq.sessions.store import TaskStore
 
 #: rows per :func:`page` by default, and at most
@@ -147,7 +147,7 @@ def finished_page(store: TaskStore, queue: str, *, state: str | None = None, sin
     if error_text is not None:
         like = "%" + error_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     scan = limit if state is None and like is None else max(limit, SCAN_FILTERED)
-    rows = store.run(history_plans.history_browse({
+    rows = store.run(history_operations.history_browse({
         "queue": queue, "state": state, "error_like": like, "since": since,
         "after_at": position[0] if position else None, "after_id": position[1] if position else None,
         "scan": scan}))

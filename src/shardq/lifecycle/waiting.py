@@ -46,6 +46,7 @@ from typing import Any
 from shardq import operations
 from shardq.errors import DatabaseError, OutcomeNotKept, TaskCancelled, TaskDead, WaitTimeout
 from shardq.models.history import TaskStatus
+from shardq.models.tasks import TaskState
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
@@ -81,14 +82,14 @@ def outcome(status: TaskStatus, *, seen_live: bool) -> tuple[bool, Any]:
     """(finished, result) of ``status``; raises the failure of a task that did not succeed.
     ``seen_live``: the waiter saw the task before (an ``unknown`` then means it finished in a
     queue that keeps nothing)."""
-    if status.state == "succeeded":
+    if status.state == TaskState.SUCCEEDED:
         return True, status.value()
-    if status.state == "dead":
+    if status.state == TaskState.DEAD:
         error = (status.last_error or "").strip().splitlines()
         raise TaskDead(f"task {status.id} is dead" + (f": {error[0]}" if error else ""), status)
-    if status.state == "cancelled":
+    if status.state == TaskState.CANCELLED:
         raise TaskCancelled(f"task {status.id} was cancelled", status)
-    if status.state == "unknown":
+    if status.state == TaskState.UNKNOWN:
         raise OutcomeNotKept(f"task {status.id} is not in the queue, and no outcome of it is kept"
                              + (" (its queue keeps no finished tasks)" if seen_live else ""), status)
     return False, None

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shardq.operations import registry as plans
+from shardq.operations import registry
 from shardq.sessions.store import TaskStore
 
 BEAT_SECONDS = 5.0
@@ -79,14 +79,14 @@ class WorkerRegistry:
 
     def beat(self, store: TaskStore) -> None:
         held = self.holding()
-        store.run(plans.worker_beat({
+        store.run(registry.worker_beat({
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
             "concurrency": self.concurrency, "in_hand": held.in_hand, "running": held.running,
             "tokens": list(dict.fromkeys(held.tokens))[:TOKENS_MAX], "started_at": self.started_at,
         }))
         self.beats += 1
         if self.beats % PRUNE_EVERY_BEATS == 0:
-            store.run(plans.worker_prune(self.stale))
+            store.run(registry.worker_prune(self.stale))
 
     def leave(self, store: TaskStore) -> None:
-        store.run(plans.worker_leave(self.id))
+        store.run(registry.worker_leave(self.id))

@@ -26,6 +26,8 @@ from shardq.errors import DatabaseError, InvalidInput
 class MigrationResult:
     before: str | None
     after: str | None
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str
     buckets: int
     buckets_ignored: bool = False

@@ -2,11 +2,12 @@
 (:class:`Finished`, :class:`FailedAttempt`) and what a caller reads back (:class:`TaskStatus`,
 :class:`AttemptRecord`, :class:`FinishedTask`). No I/O: rows become objects here.
 
-States a :class:`TaskStatus` reports (``state``):
+States a :class:`TaskStatus` reports (``state``, :data:`shardq.models.tasks.STATUS_STATES`,
+members of :class:`shardq.models.tasks.TaskState`):
 
 * ``scheduled`` — waiting for its time (a delay, or its exclusive key's backlog);
 * ``ready`` — due, waiting for a worker;
-* ``running`` — leased by a worker (``attempt`` is the attempt running);
+* ``running`` — leased by a worker, its handler started or not (``attempt`` is the attempt);
 * ``retrying`` — a failed attempt put it back; it runs again at ``run_at``;
 * ``succeeded``, ``dead``, ``cancelled`` — finished (``succeeded`` and ``cancelled`` only while
   its queue keeps finished tasks; ``dead`` also from the dead letters);
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from shardq.errors import ResultNotStorable
+from shardq.models.tasks import FINISHED_STATES
 
 #: the largest JSON text of a result kept (bytes of UTF-8); a larger one fails its attempt
 RESULT_MAX_BYTES = 256 * 1024
@@ -50,14 +52,6 @@ def encode_result(value: Any) -> KeptResult:
         raise ResultNotStorable(f"the task's result cannot be kept: {size:,} bytes of JSON, over the limit of "
                                 f"{RESULT_MAX_BYTES:,}")
     return KeptResult(text)
-
-
-#: the states of a finished task
-FINISHED_STATES = ("succeeded", "dead", "cancelled")
-
-
-#: every state a status may report
-STATES = ("scheduled", "ready", "running", "retrying", *FINISHED_STATES, "unknown")
 
 
 def keeping_result(call: Callable[[], Any], is_async: bool) -> Callable[[], Any]:

@@ -44,7 +44,7 @@ class ExpiredLease:
 
 
 @dataclass(slots=True)
-class TakeOffer:
+class HandoffOffer:
     """What a worker acking workflow steps offers to run itself of the sole children its ack
     releases (the next steps of chains), so that no claim has to find them
     (:meth:`shardq.engine.Engine.steps_acked`): tasks of ``queues`` (each leased for its

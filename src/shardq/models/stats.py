@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from shardq.models.tasks import TaskState
+
 
 @dataclass
 class Activity:
@@ -72,8 +74,12 @@ class Accuracy(str, Enum):
     ESTIMATE = "estimate"  # only a sample of buckets was counted and the sum scaled up
 
 
-#: the depth counts of a queue, as named in :class:`QueueStats` and the stats JSON
-COUNTS = ("ready", "scheduled", "leased", "expired", "backlog", "waiting", "dead")
+#: the depth counts of a queue, as named in :class:`QueueStats` and the stats JSON: stored states
+#: (:class:`shardq.models.tasks.TaskState`), except that ``leased`` counts only the leases still
+#: running and ``expired`` the ones run out (the browser's ``running`` and ``expired``), and
+#: ``dead`` counts the dead letters
+COUNTS = (TaskState.READY, TaskState.SCHEDULED, TaskState.LEASED, TaskState.EXPIRED, TaskState.BACKLOG,
+          TaskState.WAITING, TaskState.DEAD)
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,8 @@ class Stats:
     buckets: int
     queues: dict[str, QueueStats] = field(default_factory=dict)
     as_of: dt.datetime | None = None
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str | None = None
     follower_read: bool = False
     bucket_cap: int | None = None

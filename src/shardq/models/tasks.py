@@ -9,7 +9,7 @@ import datetime as dt
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
 from shardq import validation
@@ -19,14 +19,60 @@ from shardq.errors import LeaseLost
 # part of this vocabulary too.
 
 
-class TaskState(str, Enum):
-    """Where a task is in its life. Finished tasks are deleted; failed ones move to ``shardq_dead``."""
+class TaskState(StrEnum):
+    """The one vocabulary of task states: every word a task's state is stored or shown as.
+
+    A :class:`~enum.StrEnum` (a ``str, Enum`` whose ``str()`` and ``format()`` are the value), so
+    each member compares equal to, hashes like and serialises as its word: rows read from the
+    database (plain strings) compare equal to the members, and JSON, CLI text and SQL values are
+    the words themselves. Each view shows a sub-vocabulary, listed below the class.
+
+    *Stored* in ``shardq_tasks.state`` (a live task's row; :data:`LIVE_STATES`):
+    """
 
     READY = "ready"  # due and claimable, ordered by (priority, exec_time)
-    SCHEDULED = "scheduled"  # waiting for exec_time (a delay, or a retry's backoff)
-    LEASED = "leased"  # held by a consumer until lease_expires_at
-    BACKLOG = "backlog"  # waiting for its exclusive key to be released
+    SCHEDULED = "scheduled"  # waiting for exec_time (a delay, or a retry's backoff); not the backlog
+    LEASED = "leased"  # held by a worker under a lease until lease_expires_at (started or not)
+    BACKLOG = "backlog"  # waiting for its exclusive key (shardq.lifecycle.exclusive), at RANK_BACKLOG
     WAITING = "waiting"  # a workflow step waiting for its parents (shardq.workflows.steps), at RANK_BACKLOG
+    # *Finished* (FINISHED_STATES): in shardq_history.state and shardq_workflow_steps.state; a dead
+    # task's row is in shardq_dead.
+    SUCCEEDED = "succeeded"  # its handler returned (acked)
+    DEAD = "dead"  # its last attempt failed (dead-lettered) or its lease ran out with none left
+    CANCELLED = "cancelled"  # deleted by id before it finished
+    # *Shown*, never stored: words a view derives from a stored state.
+    RUNNING = "running"  # leased, as a status, a step or the browser shows it (see below)
+    RETRYING = "retrying"  # status: scheduled again after a failed attempt (it has an error text)
+    EXPIRED = "expired"  # leased with its lease run out (the worker is likely gone; a sweep puts it back)
+    FAILED = "failed"  # an attempt's outcome (AttemptRecord); a workflow's state when a step died
+    UNKNOWN = "unknown"  # status: no such id, or finished past what its queue keeps
+
+
+#: the states a live task's row holds (``shardq_tasks.state``)
+LIVE_STATES = (TaskState.READY, TaskState.SCHEDULED, TaskState.LEASED, TaskState.BACKLOG, TaskState.WAITING)
+
+
+#: the states of a finished task (history rows, workflow steps, ``shardq history --state``)
+FINISHED_STATES = (TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED)
+
+
+#: what a status reports (:class:`shardq.models.history.TaskStatus`): ``running`` is leased (expired
+#: leases too); ``scheduled`` is waiting for its time *or* its key (the backlog and a waiting
+#: workflow step are folded in: the status's caller cannot act on the difference); ``retrying``
+#: is scheduled after a failed attempt
+STATUS_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.RETRYING, *FINISHED_STATES,
+                 TaskState.UNKNOWN)
+
+
+#: a workflow step's states (:class:`shardq.workflows.steps.StepStatus`), in the order a step moves
+#: through them: ``running`` is leased; a step whose attempt failed is ``ready`` again
+STEP_STATES = (TaskState.WAITING, TaskState.READY, TaskState.RUNNING, *FINISHED_STATES)
+
+
+#: the states a queue's live tasks are browsed by (:mod:`shardq.admin.browse`): the browser splits
+#: leased into ``running`` (lease live) and ``expired`` (lease run out); ``scheduled`` is the
+#: stored state (the backlog has its own list)
+BROWSE_STATES = (TaskState.READY, TaskState.SCHEDULED, TaskState.RUNNING, TaskState.EXPIRED, TaskState.BACKLOG)
 
 
 # Ranks beyond every priority keep scheduled and backlogged tasks out of a claim's span
@@ -292,14 +338,14 @@ class TaskInfo:
             id=str(row["id"]), queue=row["queue"], state=row["state"], payload=bytes(row["payload"]),
             attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
             priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
-            exec_time=row["exec_time"], lease_expires_at=row["lease_expires_at"] if row["state"] == "leased" else None,
+            exec_time=row["exec_time"], lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
             last_error=row["last_error"],
         )
 
     @classmethod
     def from_dead_row(cls, row: Mapping[str, Any]) -> TaskInfo:
         return cls(
-            id=str(row["id"]), queue=row["queue"], state="dead", payload=bytes(row["payload"]),
+            id=str(row["id"]), queue=row["queue"], state=TaskState.DEAD, payload=bytes(row["payload"]),
             attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
             priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
             last_error=row["last_error"], died_at=row["died_at"],

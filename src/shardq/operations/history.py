@@ -19,6 +19,7 @@ from shardq.engine.common import notify_chunks
 from shardq.error_text import storable
 from shardq.models.history import AttemptRecord, FailedAttempt, Finished, FinishedTask, SucceededColumns, TaskStatus
 from shardq.models.leases import Fenced, WholeClaim
+from shardq.models.tasks import TaskState
 from shardq.sql.plan import ENGINE, Atomically, Call, Plan
 
 
@@ -138,7 +139,7 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
     failed: list[AttemptRecord] = []
     for r in rows:
         if r["source"] == "attempt":
-            failed.append(AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], "failed", r["last_error"]))
+            failed.append(AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], TaskState.FAILED, r["last_error"]))
         else:
             found[r["source"]] = r
     failed.sort(key=lambda a: a.attempt)
@@ -155,27 +156,28 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
                           history=tuple(attempts))
     dead = found.get("dead")
     if dead is not None:
-        final = AttemptRecord(dead["attempts"], dead["finished_at"], None, "dead", dead["last_error"])
+        final = AttemptRecord(dead["attempts"], dead["finished_at"], None, TaskState.DEAD, dead["last_error"])
         attempts = [a for a in failed if a.attempt != dead["attempts"]] + [final]
-        return TaskStatus(str(task_id), "dead", dead["queue"], task_name_of(dead["payload"]), dead["created_at"],
+        return TaskStatus(str(task_id), TaskState.DEAD, dead["queue"], task_name_of(dead["payload"]), dead["created_at"],
                           dead["attempts"], finished_at=dead["finished_at"], last_error=dead["last_error"],
                           history=tuple(attempts))
-    return TaskStatus(str(task_id), "unknown")
+    return TaskStatus(str(task_id), TaskState.UNKNOWN)
 
 
 def _live_status(row: dict, failed: list[AttemptRecord]) -> TaskStatus:
     state = row["state"]
     attempt = None
-    if state == "leased":
-        shown, attempt = "running", row["attempts"]
-    elif row["backlogged"] or state == "scheduled":
+    if state == TaskState.LEASED:
+        shown, attempt = TaskState.RUNNING, row["attempts"]
+    elif row["backlogged"] or state == TaskState.SCHEDULED:
         # A task put back by a failed attempt waits with its error text; one that never ran
         # waits for its delay or its key.
-        shown = "retrying" if row["attempts"] > 0 and row["last_error"] is not None else "scheduled"
+        failed_before = row["attempts"] > 0 and row["last_error"] is not None
+        shown = TaskState.RETRYING if failed_before else TaskState.SCHEDULED
     else:
-        shown = "ready"
+        shown = TaskState.READY
     return TaskStatus(str(row["id"]), shown, row["queue"], task_name_of(row["payload"]), row["created_at"],
-                      row["attempts"], attempt=attempt, run_at=row["exec_time"] if shown != "running" else None,
+                      row["attempts"], attempt=attempt, run_at=row["exec_time"] if shown != TaskState.RUNNING else None,
                       last_error=row["last_error"], history=tuple(failed))
 
 

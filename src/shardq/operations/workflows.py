@@ -15,8 +15,8 @@ from operator import attrgetter
 from typing import Any
 
 from shardq.engine.base import Engine
-from shardq.models.leases import TakeOffer
-from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
+from shardq.models.leases import HandoffOffer
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, TaskState
 from shardq.models.workflow_graph import StepSpec
 from shardq.sql.plan import ENGINE, Call, Plan
 
@@ -131,15 +131,15 @@ FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None", "int | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID], take: TakeOffer | None = None,
+def workflow_steps_acked(task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
                          parents: bool = False) -> Plan[tuple[list[AckedStep], list[uuid.UUID]]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
-    absence being its success (``sql/common/workflows.sql``). ``take``: the acking worker's offer
+    absence being its success (``sql/common/workflows.sql``). ``handoff``: the acking worker's offer
     for the sole children of these steps, taken where the engine can
     (:meth:`~shardq.engine.Engine.steps_acked`, whose steps left out and ``parents`` these are)."""
     engine: Engine = yield ENGINE
-    return (yield from engine.steps_acked(task_ids, take, parents))
+    return (yield from engine.steps_acked(task_ids, handoff, parents))
 
 
 def workflow_steps_keep_results(results: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
@@ -188,7 +188,8 @@ def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[
     the children it released or cancelled (an on-failure child whose parents all succeeded)."""
     rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
                                                     "steps": [s for _, s in parents]}, binary=True, tuples=True)
-    return [m for m in rows if m[3] != "waiting"]
+    waiting = TaskState.WAITING
+    return [m for m in rows if m[3] != waiting]
 
 
 def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -> Plan[list[Moved]]:
@@ -198,7 +199,8 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
     rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
                                                       "steps": [s for _, s, _ in drained],
                                                       "counts": [n for _, _, n in drained]}, binary=True, tuples=True)
-    return [m for m in rows if m[3] != "waiting"]
+    waiting = TaskState.WAITING
+    return [m for m in rows if m[3] != waiting]
 
 
 def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bool) -> Plan[list[Moved]]:

@@ -33,6 +33,8 @@ class ResizeResult:
     empty (run the resize again to finish). ``stale_column_kept`` says why CockroachDB's old shard
     column could not be dropped (None when it was dropped or there was none)."""
 
+    #: the engine's name ("postgresql" or "cockroachdb"): a public field (and JSON key) named before
+    #: "engine name" was the word (docs/glossary.md, "engine")
     dialect: str
     before: int
     after: int

@@ -176,8 +176,14 @@ class Session:
         return self._engine
 
     @property
-    def dialect(self) -> str:
+    def engine_name(self) -> str:
         """The engine's name, for reports (``"postgresql"`` or ``"cockroachdb"``)."""
+        return self.engine.name
+
+    @property
+    def dialect(self) -> str:
+        """:attr:`engine_name` under its former name, kept for existing code (not SQLAlchemy's
+        dialect: docs/glossary.md, "engine")."""
         return self.engine.name
 
     @property

@@ -56,8 +56,14 @@ class TaskStore:
         return self.session.engine
 
     @property
+    def engine_name(self) -> str:
+        """The engine's name, for reports (``"postgresql"`` or ``"cockroachdb"``)."""
+        return self.session.engine.name
+
+    @property
     def dialect(self) -> str:
-        """The engine's name, for reports."""
+        """:attr:`engine_name` under its former name, kept for existing code (``Client.dialect``
+        reads it)."""
         return self.session.engine.name
 
     def layout(self) -> ShardLayout:

@@ -21,7 +21,7 @@ import datetime as dt
 from typing import Any
 
 from shardq.errors import InvalidInput
-from shardq.operations import charts as plans
+from shardq.operations import charts
 from shardq.sessions.store import TaskStore
 from shardq.web.views import known_queue
 
@@ -44,14 +44,14 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
     if range_name not in RANGES:
         raise InvalidInput(f"range must be one of {', '.join(RANGES)}")
     step, slots = RANGES[range_name]
-    minutes = store.run(plans.stats_minutes_of_queue(queue, slots - 1 if step == MINUTE else 119))
+    minutes = store.run(charts.stats_minutes_of_queue(queue, slots - 1 if step == MINUTE else 119))
     found: dict[dt.datetime, dict[str, float]] = {}
     if step == MINUTE:
         rows = minutes
         for row in rows:
             found[row["at"]] = {name: float(row[name]) for name in COUNTERS}
     else:
-        rows = store.run(plans.stats_hours_of_queue(queue, slots - 1))
+        rows = store.run(charts.stats_hours_of_queue(queue, slots - 1))
         for row in rows:
             found[row["at"]] = {name: float(row[name]) for name in COUNTERS}
         # The current and the previous hour from the minutes themselves: their hourly rows are only

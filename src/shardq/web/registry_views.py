@@ -18,7 +18,7 @@ from typing import Any
 
 from shardq.errors import InvalidInput
 from shardq.maintenance import worker_registry
-from shardq.operations import registry as plans
+from shardq.operations import registry
 from shardq.sessions.store import TaskStore
 
 WORKERS_MAX = 10_000
@@ -36,7 +36,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 def workers(store: TaskStore) -> dict[str, Any]:
     """Every registered worker: host, pid, queues, concurrency, tasks in hand and running, start,
     last beat and its age (by the database's clock), stale or not."""
-    rows = store.run(plans.worker_list(WORKERS_MAX))
+    rows = store.run(registry.worker_list(WORKERS_MAX))
     out = []
     for row in rows:
         age = max(0.0, (row["db_now"] - row["beat_at"]).total_seconds())
@@ -53,7 +53,7 @@ def worker_of(store: TaskStore, lease_token: uuid.UUID | None) -> dict[str, Any]
     """The registered worker holding the claim ``lease_token`` (a leased task's), or None."""
     if lease_token is None:
         return None
-    row = store.run(plans.worker_by_token(lease_token))
+    row = store.run(registry.worker_by_token(lease_token))
     if row is None:
         return None
     return {"id": str(row["id"]), "host": row["host"], "pid": row["pid"], "beat_at": _iso(row["beat_at"])}
@@ -80,7 +80,7 @@ def audit(store: TaskStore, *, before: str | None = None, limit: int = AUDIT_LIM
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= AUDIT_LIMIT_MAX:
         raise InvalidInput(f"limit must be between 1 and {AUDIT_LIMIT_MAX}")
     position = _parse_before(before) if before else _END
-    rows = list(store.run(plans.audit_list_before(position, limit + 1)))
+    rows = list(store.run(registry.audit_list_before(position, limit + 1)))
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows else None

@@ -23,7 +23,7 @@ from typing import Any
 from shardq.admin import actions as admin
 from shardq.admin import browse
 from shardq.errors import InvalidInput
-from shardq.operations import browse as browse_plans
+from shardq.operations import browse as browse_operations
 from shardq.sessions.store import TaskStore
 from shardq.web.views import known_queue
 
@@ -109,7 +109,7 @@ def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]
 
 
 def _in_queue(store: TaskStore, queue: str, ids: list[uuid.UUID]) -> list[str]:
-    rows = store.run(browse_plans.task_browse_rows(ids))
+    rows = store.run(browse_operations.task_browse_rows(ids))
     return [str(i) for i in ids if i in rows and rows[i]["queue"] == queue]
 
 

@@ -33,7 +33,7 @@ from shardq.lifecycle import history
 from shardq.models.queues import QueueSettings
 from shardq.models.stats import Accuracy, QueueStats, Stats
 from shardq.models.tasks import TaskInfo
-from shardq.operations import browse as browse_plans
+from shardq.operations import browse as browse_operations
 from shardq.operations import workflow_lookup
 from shardq.sessions.store import TaskStore
 from shardq.web import registry_views
@@ -344,7 +344,7 @@ def _worker_holding(store: TaskStore, task: TaskInfo) -> dict[str, Any] | None:
     """The registered worker that holds a leased task (by its claim's lease token), else None."""
     if task.state != "leased":
         return None
-    row = store.run(browse_plans.task_browse_rows([uuid.UUID(task.id)])).get(uuid.UUID(task.id))
+    row = store.run(browse_operations.task_browse_rows([uuid.UUID(task.id)])).get(uuid.UUID(task.id))
     return registry_views.worker_of(store, row["lease_token"]) if row else None
 
 

@@ -1,14 +1,15 @@
-"""Chain steps the settler takes: the worker whose ack releases the next step of a chain runs it
-itself, without a claim.
+"""Hand-offs: the worker whose ack releases the next step of a chain runs it itself, without a
+claim (the ack hands the step off to it; "take" is kept for reserving rows that are not tasks:
+docs/glossary.md).
 
 A step with one parent that is its parent's only child (the next step of a chain) is released by
 its parent's ack, in the ack's transaction (:mod:`shardq.workflows.steps`). Before that ack, the settler
-offers to take such tasks (:meth:`Taker.offer`): of the queues this worker serves without a flow
+offers to run such tasks (:meth:`Handoff.offer`): of the queues this worker serves without a flow
 limit (no concurrency or rate limit, not paused), as many as its handlers and prefetch have room
 for. The engine then leases them to this worker in the ack's transaction instead of releasing
 them (:meth:`shardq.engine.Engine.steps_acked`: on PostgreSQL a row update in place, in the
 statement that reads the acked steps, the task kept at the backlog rank, which writes no index
-entry, where a release and a claim were two updates that moved its key); CockroachDB takes none. Once the ack committed, :meth:`Taker.hand_over` gives the
+entry, where a release and a claim were two updates that moved its key); CockroachDB takes none. Once the ack committed, :meth:`Handoff.hand_over` gives the
 tasks to the executor as a claim's are given: same lease, same entries, same settle. A step left
 out (another queue, a limited one, no room, an exclusive key, not due) is released as before, for
 any worker's claim.
@@ -25,7 +26,7 @@ import time
 
 from shardq.lifecycle.claim import fenced
 from shardq.lifecycle.queue_settings import QueueSettingsCache
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
 from shardq.sessions.store import TaskStore
 from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.events import EventSink
@@ -34,20 +35,20 @@ from shardq.worker.loop_executor import LoopExecutor
 from shardq.worker.thread_executor import ThreadExecutor
 
 
-class Taker:
-    """The settler's side of taking released steps (see the module documentation)."""
+class Handoff:
+    """The settler's side of handing off released steps (see the module documentation)."""
 
     def __init__(self, config: WorkerConfig, table: InFlightTable, executor: ThreadExecutor | LoopExecutor,
                  sink: EventSink, totals: WorkerTotals) -> None:
         self.config, self.table, self.executor, self.sink, self.totals = config, table, executor, sink, totals
 
-    def offer(self, settings: QueueSettingsCache, stopping: bool, settling: int) -> TakeOffer | None:
-        """What the next ack of ``settling`` held tasks may take (None: nothing, while
+    def offer(self, settings: QueueSettingsCache, stopping: bool, settling: int) -> HandoffOffer | None:
+        """What the next ack of ``settling`` held tasks may hand off (None: nothing, while
         ``stopping`` or without room). Reads queue settings (through the settler's own cache)
         before the ack's transaction begins."""
         if stopping:
             return None
-        room = self.table.take_room(settling)
+        room = self.table.handoff_room(settling)
         if room <= 0:
             return None
         queues: list[str] = []
@@ -58,9 +59,9 @@ class Taker:
                 continue
             queues.append(queue)
             leases.append(settings.lease_for(queue))
-        return TakeOffer(tuple(queues), tuple(leases), room) if queues else None
+        return HandoffOffer(tuple(queues), tuple(leases), room) if queues else None
 
-    def hand_over(self, store: TaskStore, settings: QueueSettingsCache, offer: TakeOffer | None) -> None:
+    def hand_over(self, store: TaskStore, settings: QueueSettingsCache, offer: HandoffOffer | None) -> None:
         """Run what a committed ack took (``offer.tasks``), as the fetcher runs a claim's tasks;
         if the executor no longer takes tasks (the worker stops), hand them back at once."""
         if offer is None or not offer.tasks:

@@ -23,7 +23,7 @@ from shardq.workflows.spark_callbacks import is_run
 # How a held task ends, as the settler applies it (plain strings: compared per task).
 ACK = "ack"  # the handler returned: delete the row
 FAIL = "fail"  # the handler raised: retry with backoff or dead-letter
-RELEASE = "release"  # never started (stop, lease ran out in the buffer): ready again, attempt refunded
+HAND_BACK = "hand_back"  # never started (stop, lease ran out in the buffer): ready again, attempt refunded
 RESCHEDULE = "reschedule"  # shardq.Retry: run again after a delay, attempt refunded
 
 
@@ -82,14 +82,14 @@ class InFlight:
 
     def released(self) -> InFlight:
         """A copy handed back: the executor still owns this entry and may queue it later."""
-        return InFlight(self.claimed, self.local_deadline, self.claim, kind=RELEASE)
+        return InFlight(self.claimed, self.local_deadline, self.claim, kind=HAND_BACK)
 
 
 class InFlightTable:
     """The tasks a worker holds and the counters that pace its claims.
 
     Writers: the fetcher adds tasks and owns ``claimed_total``; the settler adds the tasks its acks
-    take (:mod:`shardq.worker.handoff`) and owns ``taken_total``; executor slot ``i`` owns
+    hand off (:mod:`shardq.worker.handoff`) and owns ``taken_total``; executor slot ``i`` owns
     ``started[i]`` and ``finished[i]``; the settler removes settled tasks (:meth:`forget`). Reads of
     the counters from other threads see a value at most a few tasks old, which only moves the next
     claim by as much."""
@@ -143,8 +143,8 @@ class InFlightTable:
                 self.entries.pop(entry.claimed.key.id.int, None)
         self.taken_total -= len(entries)
 
-    def take_room(self, settling: int) -> int:
-        """How many tasks an ack of ``settling`` held tasks may take now: up to the most leases a
+    def handoff_room(self, settling: int) -> int:
+        """How many tasks an ack of ``settling`` held tasks may hand off now: up to the most leases a
         worker holds (slots, prefetch and an ack batch, as :meth:`want` counts them), the tasks it
         acks no longer counted. Taken ahead of claims: a claim waits for the room they leave."""
         held = len(self.entries) - settling

@@ -17,7 +17,7 @@ from shardq.models.tasks import Task
 from shardq.worker.config import WorkerTotals
 from shardq.worker.contract import Resolver
 from shardq.worker.events import EventSink
-from shardq.worker.inflight import ACK, FAIL, RELEASE, InFlight, InFlightTable, timeout_text
+from shardq.worker.inflight import ACK, FAIL, HAND_BACK, InFlight, InFlightTable, timeout_text
 from shardq.worker.outcomes import Intake, Outbox, record_failure
 from shardq.worker.thread_executor import Extend
 
@@ -124,7 +124,7 @@ class LoopExecutor:
         while not self._queue.empty():
             entry = self._queue.get_nowait()
             if entry is not None:
-                entry.kind = RELEASE
+                entry.kind = HAND_BACK
                 self.outbox.outcomes.append(entry)
             else:
                 self._queue.put_nowait(None)  # a slot's end marker: keep it (after this loop)
@@ -153,7 +153,7 @@ class LoopExecutor:
             # No wait for a slot here: it would block the loop (and this pool frees a timed-out task's
             # slot at its timeout, so its coroutines never outnumber the slots).
             if stop.is_set() or monotonic() >= entry.local_deadline or (flow_pools and not flow_seat(entry.claimed)):
-                entry.kind = RELEASE
+                entry.kind = HAND_BACK
             else:
                 entry.running = True
                 current[me] = entry

@@ -21,7 +21,7 @@ from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.contract import Application, Handler, Resolver
 from shardq.worker.events import EventHook, EventSink
 from shardq.worker.fetcher import Fetcher
-from shardq.worker.handoff import Taker
+from shardq.worker.handoff import Handoff
 from shardq.worker.inflight import InFlightTable
 from shardq.worker.lease_keeper import LeaseKeeper
 from shardq.worker.loop_executor import LoopExecutor
@@ -107,9 +107,9 @@ class Worker:
             self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.totals,
                                                 self.executor.replace_slot, self._after_abandoned)
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
-        taker = Taker(self.config, self.table, self.executor, self.sink, self.totals)
+        handoff = Handoff(self.config, self.table, self.executor, self.sink, self.totals)
         self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop,
-                               taker=taker)
+                               handoff=handoff)
         self.sweeper = LeaseSweeper(self.sessions, self._stop, queues=self.config.queues) if self.config.sweep else None
         self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.totals,
                                self._stop, sweeper=self.sweeper)

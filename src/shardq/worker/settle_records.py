@@ -13,6 +13,7 @@ from shardq.arguments import task_name_of
 from shardq.lifecycle.claim import fenced
 from shardq.models.history import Finished, SucceededColumns
 from shardq.models.leases import WholeClaim
+from shardq.models.tasks import TaskState
 from shardq.sessions.store import TaskStore
 from shardq.worker.inflight import InFlight
 from shardq.worker.settlements import remove_keyed, remove_whole
@@ -39,7 +40,7 @@ def succeeded(o: InFlight) -> Finished:
     """The history row of a task whose handler returned (``o.result``: its encoded return value,
     for a task that keeps one)."""
     c = o.claimed
-    return Finished(c.key.id, c.key.queue, "succeeded", task_name_of(c.payload), c.created_at, c.attempt,
+    return Finished(c.key.id, c.key.queue, TaskState.SUCCEEDED, task_name_of(c.payload), c.created_at, c.attempt,
                     o.seconds, None, o.result)
 
 

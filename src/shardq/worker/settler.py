@@ -33,7 +33,7 @@ from shardq.lifecycle.failures import Failure, settle_failures
 from shardq.lifecycle.queue_settings import QueueSettingsCache
 from shardq.lifecycle.waiting import ListenerPresence
 from shardq.maintenance.pruning import prune_counters, prune_history
-from shardq.models.leases import TakeOffer, WholeClaim
+from shardq.models.leases import HandoffOffer, WholeClaim
 from shardq.operations import activity
 from shardq.sessions.per_thread import SessionPerThread
 from shardq.sessions.store import TaskStore
@@ -41,7 +41,7 @@ from shardq.worker import latency
 from shardq.worker.claims import close_claims, split_steps
 from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.events import EventSink
-from shardq.worker.handoff import Taker
+from shardq.worker.handoff import Handoff
 from shardq.worker.inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_key
 from shardq.worker.outcomes import Outbox
 from shardq.worker.settle_records import (
@@ -51,7 +51,7 @@ from shardq.worker.settle_records import (
     ack_whole_steps_kept,
     split_kept,
 )
-from shardq.worker.settlements import Batch, Step, remove_keyed, remove_whole
+from shardq.worker.settlements import Batch, Settlement, remove_keyed, remove_whole
 
 log = logging.getLogger("shardq.worker")
 
@@ -75,10 +75,10 @@ class Settler:
     takes the end marker (``None``) the worker queues at shutdown."""
 
     def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, outbox: Outbox,
-                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, *, taker: Taker | None = None) -> None:
+                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, *, handoff: Handoff | None = None) -> None:
         self.config = config
-        #: takes the next steps of chains its acks release (shardq.worker.handoff); None: takes none
-        self.taker = taker
+        #: runs the next steps of chains its acks release (shardq.worker.handoff); None: runs none
+        self.handoff = handoff
         self.sessions = sessions
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
@@ -87,7 +87,7 @@ class Settler:
         self._settled_counts: dict[tuple[str, str], int] = {}  # one "settled" event per batch
         self._settings: QueueSettingsCache | None = None
         self._presence = ListenerPresence()
-        self._settling = 0  # outcomes of the batch being applied (what an ack may take: shardq.worker.handoff)
+        self._settling = 0  # outcomes of the batch being applied (what an ack may hand off: shardq.worker.handoff)
 
     def run(self) -> None:
         store: TaskStore | None = None
@@ -182,7 +182,7 @@ class Settler:
         acks: list[InFlight] = []
         keyed_acks: list[InFlight] = []
         fails: list[InFlight] = []
-        releases: list[InFlight] = []
+        hand_backs: list[InFlight] = []
         reschedules: list[InFlight] = []
         handled: dict[str, list[InFlight]] = {}  # per queue, the outcomes whose handler ran
         for o in outcomes:
@@ -195,7 +195,7 @@ class Settler:
             elif kind == RESCHEDULE:
                 reschedules.append(o)
             else:
-                releases.append(o)
+                hand_backs.append(o)
             if o.seconds is not None:
                 handled.setdefault(o.claimed.key.queue, []).append(o)
         self._settled_counts = {}
@@ -209,13 +209,13 @@ class Settler:
         whole, partial, closed = close_claims(outcomes, acks)
         whole, whole_steps, partial, partial_steps = split_steps(whole, partial, acks)
         keyed_acks += partial_steps
-        steps: list[Step] = []
-        if releases:
-            def release(store: TaskStore, items: list[InFlight]) -> None:
+        settlements: list[Settlement] = []
+        if hand_backs:
+            def hand_back(store: TaskStore, items: list[InFlight]) -> None:
                 self._count(items, store.task_release_many([fenced(o.claimed) for o in items]), "released")
-            steps.append(Step(release, releases))
+            settlements.append(Settlement(hand_back, hand_backs))
         if fails:
-            steps.append(Step(self._settle_failures, fails, writes_errors=True))
+            settlements.append(Settlement(self._settle_failures, fails, writes_errors=True))
         if reschedules:
             def reschedule(store: TaskStore, items: list[InFlight]) -> None:
                 done = store.task_retry_many(
@@ -223,28 +223,28 @@ class Settler:
                     require_expired=False, refund=True,
                 )
                 self._count(items, done, "retried")
-            steps.append(Step(reschedule, reschedules, writes_errors=True))
+            settlements.append(Settlement(reschedule, reschedules, writes_errors=True))
         # Acks of queues that keep finished tasks also write their history rows in the ack's own
         # statement; the others send what they always did (see settle_records).
         if keyed_acks:
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if plain:
-                    self._count(plain, self._taking(store, lambda take: remove_keyed(
-                        store, plain, store.task_ack_many, take=take)), "acked")
+                    self._count(plain, self._offering(store, lambda handoff: remove_keyed(
+                        store, plain, store.task_ack_many, handoff=handoff)), "acked")
                 if kept:
                     self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
-            steps.append(Step(ack_keyed, keyed_acks))
+            settlements.append(Settlement(ack_keyed, keyed_acks))
         if whole_steps:
             def ack_whole_steps(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
                 if plain:
                     self._count([o for _, acks in plain for o in acks],
-                                self._taking(store, lambda take: remove_whole(store, plain, take=take)), "acked")
+                                self._offering(store, lambda handoff: remove_whole(store, plain, handoff=handoff)), "acked")
                 if kept:
                     self._count([o for _, acks in kept for o in acks],
                                 ack_whole_steps_kept(store, kept, self._presence.present(store)), "acked")
-            steps.append(Step(ack_whole_steps, whole_steps))
+            settlements.append(Settlement(ack_whole_steps, whole_steps))
         if whole:
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
@@ -254,7 +254,7 @@ class Settler:
                 if kept:
                     acked, lost = ack_claims_kept(store, kept, self._presence.present(store))
                     self._count(acked, None, "acked", lost=lost)
-            steps.append(Step(ack_whole, whole))
+            settlements.append(Settlement(ack_whole, whole))
         if partial or closed:
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
@@ -263,57 +263,57 @@ class Settler:
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
                 if plain or closed:
                     self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")
-            steps.append(Step(ack_by_key, partial))
+            settlements.append(Settlement(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
-            for o in releases:  # handed back unstarted: the executor never freed their slots
+            for o in hand_backs:  # handed back unstarted: the executor never freed their slots
                 flow_slots.finished(o.claimed)
-        return Batch(outcomes, steps)
+        return Batch(outcomes, settlements)
 
-    def _taking(self, store: TaskStore, ack: Callable[[TakeOffer | None], set[uuid.UUID]]) -> set[uuid.UUID]:
-        """``ack(offer)``, offering to take the chain steps it releases, then run what it took."""
+    def _offering(self, store: TaskStore, ack: Callable[[HandoffOffer | None], set[uuid.UUID]]) -> set[uuid.UUID]:
+        """``ack(offer)``, offering to run the chain steps it releases, then run those handed off."""
         assert self._settings is not None
-        offer = (self.taker.offer(self._settings, self.stop_event.is_set(), self._settling)
-                 if self.taker is not None else None)
+        offer = (self.handoff.offer(self._settings, self.stop_event.is_set(), self._settling)
+                 if self.handoff is not None else None)
         try:
             return ack(offer)
         finally:  # what a committed transaction took runs here, whatever came after it
-            if offer is not None and self.taker is not None:
-                self.taker.hand_over(store, self._settings, offer)
+            if offer is not None and self.handoff is not None:
+                self.handoff.hand_over(store, self._settings, offer)
 
     def _apply(self, store: TaskStore, batch: Batch) -> None:
         self._settling = len(batch.outcomes)
-        while batch.steps:
-            step = batch.steps[0]
+        while batch.settlements:
+            settlement = batch.settlements[0]
             try:
-                step.run(store, step.items)
+                settlement.run(store, settlement.items)
             except Exception as exc:  # whatever refused it, the other outcomes go on
                 if isinstance(exc, DatabaseError) and exc.transient:
                     raise  # the whole rest of the batch again, later (see run)
-                batch.steps[0:1] = self._isolate(store, step, exc)
+                batch.settlements[0:1] = self._isolate(store, settlement, exc)
                 continue
-            batch.steps.pop(0)
+            batch.settlements.pop(0)
         self.table.forget(batch.outcomes)
         if self._settled_counts and self.sink.wants("settled"):
             self.sink.emit("settled", None, counts=self._settled_counts)
         self._settled_counts = {}
 
-    def _isolate(self, store: TaskStore, step: Step, exc: Exception) -> list[Step]:
-        """A step the database refused for good: settle its items one by one, so one bad outcome
-        does not cost the others theirs. Returns the steps that replace it. A single item refused
+    def _isolate(self, store: TaskStore, settlement: Settlement, exc: Exception) -> list[Settlement]:
+        """A settlement the database refused for good: settle its items one by one, so one bad outcome
+        does not cost the others theirs. Returns the settlements that replace it. A single item refused
         again is settled with a plain reason where it is a failure; anything else is left to the
         lease sweep (its lease expires: at-least-once holds)."""
-        if len(step.items) > 1:
-            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(step.items), exc)
-            return [replace(step, items=[item]) for item in step.items]
-        if step.writes_errors and step.items:
-            outcome: InFlight = step.items[0]
+        if len(settlement.items) > 1:
+            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(settlement.items), exc)
+            return [replace(settlement, items=[item]) for item in settlement.items]
+        if settlement.writes_errors and settlement.items:
+            outcome: InFlight = settlement.items[0]
             refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.error("task %s: settling it with its error text failed (%s); settling it with a plain reason "
                       "(was: %r)", outcome.claimed.key.id, refusal, (outcome.error or "")[:200])
             outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
             try:
-                step.run(store, step.items)
+                settlement.run(store, settlement.items)
                 return []
             except Exception as again:
                 if isinstance(again, DatabaseError) and again.transient:

@@ -13,7 +13,7 @@ from shardq.models.history import KeptResult, encode_result
 from shardq.models.tasks import Task
 from shardq.worker.config import WorkerTotals
 from shardq.worker.events import EventSink
-from shardq.worker.inflight import RELEASE, InFlight, InFlightTable
+from shardq.worker.inflight import HAND_BACK, InFlight, InFlightTable
 from shardq.worker.outcomes import Intake, Outbox, record_failure
 
 Extend = Callable[..., Any]
@@ -83,7 +83,7 @@ class ThreadExecutor:
                     or (flow_pools and (not flow_seat(entry.claimed, SEAT_WAIT_SECONDS) or stop.is_set()))):
                 # Not started: hand it back rather than run a task that may be elsewhere (or, claimed
                 # ahead, one that found no idle slot of its queue's limit in time).
-                entry.kind = RELEASE
+                entry.kind = HAND_BACK
             else:
                 t0 = perf_counter()
                 try:
@@ -135,7 +135,7 @@ class ThreadExecutor:
             except queue_module.Empty:
                 return
             if entry is not None:
-                entry.kind = RELEASE
+                entry.kind = HAND_BACK
                 self.outbox.outcomes.append(entry)
 
     def finish(self, deadline: float, force: threading.Event) -> bool:

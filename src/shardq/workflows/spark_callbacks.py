@@ -61,7 +61,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from shardq import operations
-from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG
+from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, RANK_BACKLOG, TaskState
 from shardq.models.workflow_graph import StepCall
 from shardq.sessions.store import TaskStore
 from shardq.sql.plan import Atomically, Call, Plan
@@ -156,7 +156,7 @@ def settle_plan(marks: Collection[uuid.UUID], outcome: str, *, wake: bool = Fals
     runs' callbacks. ``wake``: the release also wakes the listening workers of the callbacks'
     queues, as a released workflow step does (:func:`shardq.workflows.steps.remove_and_release_plan`),
     delivered at the commit, where the engine has wake-ups."""
-    if outcome == "succeeded":
+    if outcome == TaskState.SUCCEEDED:
         yield from _release_due(sorted(marks), wake)
         return
     rows = yield Call("spark_callback_lock", {"marks": sorted(marks)})

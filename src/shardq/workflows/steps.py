@@ -73,7 +73,9 @@ from operator import attrgetter
 
 from shardq import operations
 from shardq.errors import InvalidInput
-from shardq.models.leases import TakeOffer
+from shardq.models.leases import HandoffOffer
+from shardq.models.tasks import STEP_STATES as STEP_STATES  # re-exported: a step's states
+from shardq.models.tasks import TaskState
 from shardq.models.workflow_graph import Graph, check
 from shardq.operations.workflows import FinishedStep, Moved
 from shardq.sessions.store import TaskStore
@@ -84,15 +86,11 @@ from shardq.sql.plan import Atomically, Plan
 _by_value = attrgetter("int")
 
 
-#: The states of a step, in the order a step moves through them
-STEP_STATES = ("waiting", "ready", "running", "succeeded", "dead", "cancelled")
-
-
 @dataclass(frozen=True)
 class StepStatus:
     """One step: its ``name``, ``task_id``, ``task`` (name), ``queue``, ``state`` (one of
-    :data:`STEP_STATES`: ``ready`` is queued, ``running`` held by a worker under a lease; a step
-    whose attempt failed and waits for its retry is ``ready`` again), ``parents``, ``waiting_on`` (parents
+    :data:`shardq.models.tasks.STEP_STATES`: ``ready`` is queued, ``running`` held by a worker under
+    a lease; a step whose attempt failed and waits for its retry is ``ready`` again), ``parents``, ``waiting_on`` (parents
     not yet succeeded), ``on_failure`` and ``finished_at``: when it died, was cancelled or, for a
     step without children, succeeded; None for a step with children that succeeded (its ack writes
     nothing of it: docs/workflows.md, "Costs"; its queue's history has the time when it keeps
@@ -162,7 +160,7 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
 
 def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str,
                             results: Mapping[uuid.UUID, str] | None = None,
-                            take: TakeOffer | None = None) -> Plan[set[uuid.UUID]]:
+                            handoff: HandoffOffer | None = None) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
     ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
@@ -173,20 +171,20 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     workers of their queues (delivered at the commit). A server that refuses the wake-up at the
     commit (its notification queue full) fails the transaction: it is run again without it.
 
-    ``take`` (an acking worker's offer): the sole children this ack releases (the next steps of
+    ``handoff`` (an acking worker's offer): the sole children this ack releases (the next steps of
     chains) are leased to it where the engine can, in the statement that reads the acked steps,
-    into ``take.tasks`` (:meth:`~shardq.engine.Engine.steps_acked`); the others are released as
+    into ``handoff.tasks`` (:meth:`~shardq.engine.Engine.steps_acked`); the others are released as
     usual."""
 
     def body(wake: bool) -> Plan[set[uuid.UUID]]:
-        if take is not None:
-            take.tasks = []  # this attempt's: an attempt rolled back took nothing
+        if handoff is not None:
+            handoff.tasks = []  # this attempt's: an attempt rolled back took nothing
         removed = yield from remove()
         if not removed:
             return removed
         task_ids = sorted(removed, key=_by_value)
-        if outcome == "succeeded":
-            yield from _succeeded(task_ids, wake, results, take)
+        if outcome == TaskState.SUCCEEDED:
+            yield from _succeeded(task_ids, wake, results, handoff)
         else:
             finished = yield from operations.workflow_steps_finish(task_ids, outcome)
             if finished:
@@ -196,22 +194,22 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     try:
         result: set[uuid.UUID] = yield from operations.atomically_waking(body)
     except BaseException:
-        if take is not None:
-            take.tasks = []  # rolled back: nothing was taken
+        if handoff is not None:
+            handoff.tasks = []  # rolled back: nothing was taken
         raise
     return result
 
 
 def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None,
-               take: TakeOffer | None = None) -> Plan[None]:
+               handoff: HandoffOffer | None = None) -> Plan[None]:
     """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
     next step of a chain) is made claimable directly; the other children are counted off."""
-    acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, take, parents=bool(results))
+    acked, taken_parents = yield from operations.workflow_steps_acked(task_ids, handoff, parents=bool(results))
     leaves = sorted((task for _w, _s, kinds, _c, task, _ct, _k in acked if not kinds), key=_by_value)
     if leaves:
-        yield from operations.workflow_steps_finish(leaves, "succeeded")
+        yield from operations.workflow_steps_finish(leaves, TaskState.SUCCEEDED)
     if results:
         kept = [(task, results[task]) for _w, _s, kinds, _c, task, _ct, _k in acked if kinds and task in results]
         kept += [(task, results[task]) for task in taken_parents if task in results]
@@ -221,7 +219,7 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
     counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task, _sh in acked
                if kinds and child_task is None]
     shards = {(w, step): shard for w, step, _k, _c, _t, _ct, shard in acked if shard is not None}
-    yield from _move_on(counted, "succeeded", wake, direct, shards)
+    yield from _move_on(counted, TaskState.SUCCEEDED, wake, direct, shards)
 
 
 def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
@@ -232,14 +230,14 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
     parent's only child counted in shards (that child is its ``only_child``)."""
     if not finished:
         moved: list[Moved] = []
-    elif outcome == "succeeded":
+    elif outcome == TaskState.SUCCEEDED:
         moved = yield from _advance(finished, shards)
     else:
         moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
-                                                             died=outcome == "dead")
+                                                             died=outcome == TaskState.DEAD)
     while True:
         yield from _apply(moved, wake, released)
-        cancelled = [(w, step) for w, step, _task, state in moved if state == "cancelled"]
+        cancelled = [(w, step) for w, step, _task, state in moved if state == TaskState.CANCELLED]
         if not cancelled:
             return
         moved = yield from operations.workflow_children_stop(cancelled, died=False)
@@ -280,8 +278,8 @@ def _advance(finished: list[FinishedStep], shards: Mapping[tuple[uuid.UUID, str]
 
 
 def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -> Plan[None]:
-    released = [*released, *(task for _w, _s, task, state in moved if state == "ready")]
-    dropped = [task for _w, _s, task, state in moved if state == "cancelled"]
+    released = [*released, *(task for _w, _s, task, state in moved if state == TaskState.READY)]
+    dropped = [task for _w, _s, task, state in moved if state == TaskState.CANCELLED]
     if released:
         yield from operations.workflow_tasks_release(sorted(released, key=_by_value), wake=wake)
     if dropped:
@@ -296,7 +294,7 @@ def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.
     would be released into no task."""
     finished = yield from operations.workflow_steps_cancel(sorted(task_ids, key=_by_value), released)
     if finished:
-        yield from _move_on(finished, "cancelled", wake=False)
+        yield from _move_on(finished, TaskState.CANCELLED, wake=False)
 
 
 def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
@@ -358,7 +356,7 @@ def status_plan(workflow_id: object) -> Plan[WorkflowStatus]:
     wid = _parse(workflow_id)
     row = yield from operations.workflow_get(wid)
     if row is None:
-        return WorkflowStatus(str(wid), "unknown")
+        return WorkflowStatus(str(wid), TaskState.UNKNOWN)
     rows = yield from operations.workflow_steps_list(wid)
     steps = tuple(StepStatus(r["step"], str(r["task_id"]), r["task"], r["queue"], r["state"], tuple(r["parents"]),
                              r["waiting_on"], r["on_failure"], r["finished_at"]) for r in rows)
@@ -368,14 +366,15 @@ def status_plan(workflow_id: object) -> Plan[WorkflowStatus]:
 
 def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
     if cancelled:
-        return "cancelled"
-    if any(s.state in ("waiting", "ready", "running") for s in steps):
-        return "running"
-    if any(s.state == "dead" for s in steps):
-        return "failed"
+        return TaskState.CANCELLED
+    if any(s.state in (TaskState.WAITING, TaskState.READY, TaskState.RUNNING) for s in steps):
+        return TaskState.RUNNING
+    if any(s.state == TaskState.DEAD for s in steps):
+        return TaskState.FAILED
     # A step cancelled by its task's id (shardq.admin.actions.cancel); an on-failure step is cancelled
     # when its parents all succeeded, which is how a workflow succeeds.
-    return "cancelled" if any(s.state == "cancelled" and not s.on_failure for s in steps) else "succeeded"
+    cancelled_step = any(s.state == TaskState.CANCELLED and not s.on_failure for s in steps)
+    return TaskState.CANCELLED if cancelled_step else TaskState.SUCCEEDED
 
 
 def _parse(workflow_id: object) -> uuid.UUID:
@@ -389,12 +388,12 @@ def _parse(workflow_id: object) -> uuid.UUID:
 
 def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str,
                        results: Mapping[uuid.UUID, str] | None = None,
-                       take: TakeOffer | None = None) -> set[uuid.UUID]:
+                       handoff: HandoffOffer | None = None) -> set[uuid.UUID]:
     """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
 
     def remove_plan() -> Plan[set[uuid.UUID]]:
         return remove()
         yield  # a plan that runs ``remove`` on the sync session directly
 
-    return store.session.run(remove_and_release_plan(remove_plan, outcome, results, take))
+    return store.session.run(remove_and_release_plan(remove_plan, outcome, results, handoff))
 
