@@ -22,6 +22,7 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
 from shardq.admin import actions as admin
+from shardq.admin.stats import collect_plan
 from shardq.client import Client
 from shardq.errors import InvalidInput
 from shardq.sessions.dsn import Dsn
@@ -63,7 +64,7 @@ def test_queues_api_reports_each_queue_as_stats_does(web):
     emails = by_name["emails"]
     assert (emails["ready"], emails["scheduled"], emails["leased"], emails["dead"]) == (3, 1, 1, 1)
     assert emails["accuracy"]["ready"] == "exact"
-    stats = admin.stats(db.store, CURRENT).queues["emails"]
+    stats = db.store.run(collect_plan(CURRENT.validate())).queues["emails"]
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (3, 1, 1, 1)
     for key in ("enqueue_rate", "ack_rate", "completion_rate", "failure_rate", "lead_time_s", "oldest_ready_age_s"):
         assert key in emails
@@ -659,7 +660,7 @@ def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
     long_name = "tenant-" + "x" * 110 + "-end"
     db.make_task(long_name)
     console = Console(width=120, record=True, color_system=None)
-    console.print(dashboard.queues_table(admin.stats(db.store, CURRENT)))
+    console.print(dashboard.queues_table(db.store.run(collect_plan(CURRENT.validate()))))
     lines = console.export_text().splitlines()
     row = next(line for line in lines if line.startswith("tenant-"))
     assert "…" in row and "-end" not in row and row.rstrip().endswith("∞")  # lead time, the last column, is visible

@@ -33,7 +33,7 @@ Guarantees:
   commit leaves everything as it was: the lease runs out, the parent runs again.
 * **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
   not give it) receives its parents' results as a dict by step name, read when it runs
-  (:func:`parent_results`; a parent's result is kept when its task is declared ``result=True``
+  (:func:`parent_results_plan`; a parent's result is kept when its task is declared ``result=True``
   or, in a queue that keeps finished tasks, when the queue keeps results; else None). Where the
   parent's queue keeps finished tasks its history row has the result; where it keeps none, the
   ack keeps it in the parent's step row, until the workflow is pruned.
@@ -44,7 +44,7 @@ Guarantees:
   from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
   cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
   their tasks (a running one's ack then deletes nothing and releases nothing); cancelling a step's
-  task by id (:func:`shardq.admin.actions.cancel`) cancels that step and its dependents.
+  task by id (:func:`shardq.admin.actions.cancel_plan`) cancels that step and its dependents.
 
 Does not:
 
@@ -289,7 +289,7 @@ def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -
 
 
 def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.UUID]) -> Plan[None]:
-    """Steps whose task rows :func:`shardq.admin.actions.cancel` just deleted by id, in its transaction
+    """Steps whose task rows :func:`shardq.admin.actions.cancel_plan` just deleted by id, in its transaction
     (``released``: those whose tasks no longer waited): cancelled (waiting or ready), and their
     dependents with them, level by level (an on-failure child too: its parent did not die).
     Without it a step ready would read as succeeded, its task row being gone, and one waiting
@@ -329,15 +329,11 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
     return result
 
 
-def parent_results(store: TaskStore, task_id: object) -> dict[str, object]:
+def parent_results_plan(task_id: object) -> Plan[dict[str, object]]:
     """The results of the parents of the step whose task is ``task_id``, by step name (None where
     a parent keeps none: its task is not declared ``result=True`` or its queue keeps no finished
-    tasks). One read."""
-    return store.session.run(parent_results_plan(task_id))
-
-
-def parent_results_plan(task_id: object) -> Plan[dict[str, object]]:
-    """:func:`parent_results` as a plan (run by the sync and the asyncio client alike)."""
+    tasks). One read; run by the sync and the asyncio client alike. A malformed id raises
+    :class:`InvalidInput` here, before anything is sent."""
     return operations.workflow_parent_results(_parse(task_id))
 
 
@@ -373,7 +369,7 @@ def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
         return "running"
     if any(s.state == "dead" for s in steps):
         return "failed"
-    # A step cancelled by its task's id (shardq.admin.actions.cancel); an on-failure step is cancelled
+    # A step cancelled by its task's id (shardq.admin.actions.cancel_plan); an on-failure step is cancelled
     # when its parents all succeeded, which is how a workflow succeeds.
     return "cancelled" if any(s.state == "cancelled" and not s.on_failure for s in steps) else "succeeded"
 
