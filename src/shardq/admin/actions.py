@@ -2,8 +2,9 @@
 
 An operation both clients run is one plan (:mod:`shardq.sql.plan`) that validates its input
 before anything is sent: :func:`cancel_plan` (with :func:`parse_cancel_ids`),
-:func:`queue_show_plan`, :func:`queue_set_plan`. The others take a :class:`TaskStore`, validate
-their input, and return a dataclass; none of them prints."""
+:func:`queue_show_plan`, :func:`queue_set_plan`. The sync-only operator calls (dead letters,
+bucket layout, one task by id) take a :class:`TaskStore`, validate their input, and return a
+dataclass; none of them prints."""
 
 from __future__ import annotations
 
@@ -190,21 +191,6 @@ def queue_show_plan(queue: str) -> Plan[QueueSettings | None]:
     return operations.queue_get(queue)
 
 
-def queue_show(store: TaskStore, queue: str) -> QueueSettings | None:
-    """:func:`queue_show_plan` on a sync store (the dashboard's spelling)."""
-    return store.run(queue_show_plan(queue))
-
-
-def flow_usage(store: TaskStore) -> dict[str, tuple[int, int]]:
-    """(slots held now, slots in all) of every queue with a concurrency limit."""
-    return store.flow_usage()
-
-
-def queue_list(store: TaskStore) -> list[QueueSettings]:
-    """Settings of every known queue, by name."""
-    return store.queue_list()
-
-
 def pause_changes(paused: bool, *, enqueue: bool = True, dequeue: bool = True) -> dict[str, object]:
     """The :func:`queue_set_plan` changes that pause (or resume) enqueue and/or dequeue."""
     return {"paused_enqueue": paused if enqueue else None, "paused_dequeue": paused if dequeue else None}
@@ -272,8 +258,3 @@ def _queue_set(queue: str, clean: dict[str, object]) -> Plan[QueueSettings | Non
 
     result: QueueSettings | None = yield Atomically(body)
     return result
-
-
-def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings | None:
-    """:func:`queue_set_plan` on a sync store (the dashboard's spelling)."""
-    return store.run(queue_set_plan(queue, changes))

@@ -144,7 +144,7 @@ def known_queue(store: TaskStore, queue: str) -> QueueSettings:
     """The queue's settings; :class:`NotFound` for a name that is not a queue (malformed names
     included: no queue can have one)."""
     try:
-        settings = admin.queue_show(store, queue)
+        settings = store.run(admin.queue_show_plan(queue))
     except InvalidInput:
         settings = None
     if settings is None:
@@ -227,7 +227,7 @@ def overview(store: TaskStore, options: StatsOptions | None = None) -> dict[str,
     oldest due task's age, enqueue / ack / completion / failure rates, lead time and whether it
     is paused. One bounded stats snapshot (:func:`shardq.admin.stats.collect_plan`) plus the settings list."""
     stats = store.run(collect_plan((options or StatsOptions()).validate()))
-    settings = {s.name: s for s in admin.queue_list(store)}
+    settings = {s.name: s for s in store.run(operations.queue_list())}
     return {
         **_stats_header(stats),
         "queues": [_queue_json(name, q, settings.get(name)) for name, q in sorted(stats.queues.items())],
@@ -362,11 +362,7 @@ def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = Tr
     known_queue(store, queue)
     if not enqueue and not dequeue:
         raise InvalidInput("nothing to pause or resume: enqueue and dequeue are both false")
-    changed = admin.queue_set(
-        store, queue,
-        paused_enqueue=paused if enqueue else None,
-        paused_dequeue=paused if dequeue else None,
-    )
+    changed = store.run(admin.queue_set_plan(queue, admin.pause_changes(paused, enqueue=enqueue, dequeue=dequeue)))
     assert changed is not None
     return changed.as_json()
 
