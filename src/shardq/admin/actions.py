@@ -106,7 +106,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         raise InvalidInput("give either task ids or --all")
     if not all_tasks:
         wanted = _parse_ids(ids or [])
-        done = workflows.dead_requeue(store, queue, wanted)
+        done = store.run(workflows.dead_requeue_plan(queue, wanted))
         return RequeueResult(len(done), len(set(wanted)) - len(done))
     requeued = kept = 0
     after = uuid.UUID(int=0)
@@ -114,7 +114,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         page = store.dead_ids_page(queue, after, PAGE)
         if not page:
             return RequeueResult(requeued, kept)
-        done = workflows.dead_requeue(store, queue, page)
+        done = store.run(workflows.dead_requeue_plan(queue, page))
         requeued += len(done)
         kept += len(page) - len(done)
         after = page[-1]

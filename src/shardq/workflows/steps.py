@@ -41,8 +41,8 @@ Guarantees:
   on its last attempt) cancels its waiting children, and theirs,
   and releases an on-failure child instead of cancelling it; an on-failure child whose parents
   all succeeded is cancelled. Requeueing a dead step from the dead letters resumes its workflow
-  from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
-  cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
+  from it, in the requeue's transaction (:func:`dead_requeue_plan`): the step is ready again and its
+  cancelled dependents wait again. :func:`cancel_plan` cancels every step not finished yet and deletes
   their tasks (a running one's ack then deletes nothing and releases nothing); cancelling a step's
   task by id (:func:`shardq.admin.actions.cancel_plan`) cancels that step and its dependents.
 
@@ -299,16 +299,11 @@ def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.
         yield from _move_on(finished, "cancelled", wake=False)
 
 
-def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    """Requeue dead tasks (:func:`shardq.admin.actions.dead_requeue`) and resume the workflows of those
-    that were steps, in one transaction; returns the ids requeued."""
-    return store.session.run(dead_requeue_plan(queue, ids))
-
-
 def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    """:func:`dead_requeue` as a plan: the requeued step is ``ready`` again and a step of its
-    workflow again; its dependents cancelled when it died wait again (their tasks enqueued again
-    from what their steps kept), level by level down the graph."""
+    """Requeue dead tasks (:func:`shardq.admin.actions.dead_requeue`) and resume the workflows of
+    those that were steps, in one transaction; returns the ids requeued. The requeued step is
+    ``ready`` again and a step of its workflow again; its dependents cancelled when it died wait
+    again (their tasks enqueued again from what their steps kept), level by level down the graph."""
 
     def body() -> Plan[set[uuid.UUID]]:
         done = yield from operations.dead_requeue_ids(queue, ids)
