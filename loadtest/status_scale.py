@@ -7,7 +7,7 @@ for every tenth of them, by ``INSERT … SELECT generate_series`` (not the queue
 path would take hours, and the queue's write cost is the history cell's subject). Indexes are
 dropped for the fill and built again after it, as a bulk load does; then ``VACUUM ANALYZE``.
 
-It then times :func:`shardq.lifecycle.history.status` (the library call: one statement of at most four
+It then times :meth:`shardq.Client.status` (the library call: one statement of at most four
 primary-key reads, over the client's own session) for ``--samples`` random ids of each kind, ``--rounds`` times: a kept task,
 an id found nowhere, and a live task (enqueued through the API, some of them leased), and writes
 p50/p99/max with the plan of its statement (``EXPLAIN (ANALYZE, BUFFERS)``) to
@@ -33,7 +33,6 @@ import psycopg
 
 import shardq
 from loadtest.env import BUCKETS, Bench, loadavg, machine
-from shardq.lifecycle import history
 
 SALT = "status-scale"
 QUEUES = ("mail", "thumbs", "billing", "webhooks")
@@ -114,12 +113,11 @@ def _bulk_load(conn: psycopg.Connection, rows: int, log) -> dict:
 
 
 def _time(client: shardq.Client, ids: list[uuid.UUID], expect: set[str]) -> dict:
-    store = client.store
     seconds: list[float] = []
     states: dict[str, int] = {}
     for task in ids:
         t0 = time.perf_counter()
-        got = history.status(store, task)
+        got = client.status(task)
         seconds.append(time.perf_counter() - t0)
         states[got.state] = states.get(got.state, 0) + 1
     unexpected = set(states) - expect

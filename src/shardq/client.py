@@ -13,22 +13,27 @@ A :class:`Client` is thread-safe: each thread gets its own database session.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
+import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Unpack
 
+from shardq import operations, validation
 from shardq import resize as resize_module
-from shardq import validation
 from shardq.admin import actions as admin
+from shardq.admin.stats import StatsOptions, collect_plan
 from shardq.lifecycle import history, waiting
-from shardq.lifecycle.enqueue import Producer
+from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, Producer
 from shardq.lifecycle.notify import Notifier
+from shardq.maintenance import periodic
+from shardq.maintenance.periodic import Schedule, ScheduleView
 from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
 from shardq.migrations import apply as migrate_module
 from shardq.models.history import FinishedTask, TaskStatus
 from shardq.models.queues import QueueSettings
 from shardq.models.stats import Stats
-from shardq.models.tasks import ClaimedTask, EnqueueResult, NewTask, TaskOptions
+from shardq.models.tasks import ClaimedTask, DeadTask, EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
 from shardq.resize.results import ResizeResult
 from shardq.sessions.borrowed import borrow
@@ -117,7 +122,7 @@ class Client:
         queue: str,
         tasks: Iterable[NewTask | bytes | str],
         *,
-        batch_size: int = 1000,
+        batch_size: int = BATCH_SIZE_DEFAULT,
         connection: object | None = None,
     ) -> EnqueueResult:
         """Enqueue many tasks, ``batch_size`` per statement; ``connection`` as for :meth:`enqueue`."""
@@ -162,22 +167,21 @@ class Client:
         return Reaper(self.store).run_once()
 
     # -- operating --------------------------------------------------------------------------
+    # Every call AsyncClient shares runs the very plan it awaits, its input checked by the same
+    # functions before anything is sent (tests/test_client_twins.py).
     def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :mod:`shardq.admin.stats`); ``options`` are
         :class:`shardq.admin.stats.StatsOptions` fields. Unlike the command line, this reads the current
         state by default on CockroachDB too (``follower_read=False``): a program asking usually
         wants what it just did to show; pass ``follower_read=True`` for the cheaper historical read."""
-        from shardq.admin.stats import StatsOptions
-
-        options.setdefault("follower_read", False)
-        return admin.stats(self.store, StatsOptions(**options))
+        return self.store.run(collect_plan(stats_options(options)))
 
     def status(self, task_id: object) -> TaskStatus:
         """A task's state now, by id: scheduled, ready, running (with its attempt), retrying (with
         the time), succeeded, dead, cancelled, or unknown (no such id, or finished in a queue that
         keeps nothing, or past its retention), with its attempts (see :mod:`shardq.lifecycle.history`). A
         malformed id raises :class:`shardq.InvalidInput`."""
-        return history.status(self.store, task_id)
+        return self.store.run(operations.task_status(history.parse_task_id(task_id)))
 
     def wait(self, task_id: object, timeout: float | None = None) -> Any:
         """Wait for a task's outcome: its result (None when it keeps none), or its failure raised
@@ -187,13 +191,13 @@ class Client:
         wanted = history.parse_task_id(task_id)
         if timeout is not None:
             timeout = validation.non_negative_seconds(timeout, "timeout")
-        return waiting.wait(lambda: history.status(self.store, wanted), wanted, timeout,
+        return waiting.wait(lambda: self.store.run(operations.task_status(wanted)), wanted, timeout,
                             waiting.listener_for(self.dsn))
 
     def history(self, queue: str, **options: Any) -> list[FinishedTask]:
         """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
-        ``after``, ``limit`` (see :func:`shardq.lifecycle.history.page`)."""
-        return history.page(self.store, queue, **options)
+        ``after``, ``limit`` (see :func:`shardq.lifecycle.history.page_plan`)."""
+        return self.store.run(history.page_plan(queue, **options))
 
     # -- workflows (shardq.workflows.steps) --------------------------------------------------------
     def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
@@ -201,28 +205,41 @@ class Client:
         (never committed here); a graph :func:`shardq.models.workflow_graph.check` refuses writes nothing.
         Usually reached through :meth:`shardq.App.workflow`."""
         if connection is not None:
-            return TaskStore(borrow(connection)).session.run(workflows.enqueue_in_transaction_plan(graph))
-        return self.store.session.run(workflows.enqueue_plan(graph))
+            return TaskStore(borrow(connection)).run(workflows.enqueue_in_transaction_plan(graph))
+        return self.store.run(workflows.enqueue_plan(graph))
 
     def workflow_status(self, workflow_id: object) -> workflows.WorkflowStatus:
         """A workflow's state and each step's, by id (state ``unknown`` for no such workflow)."""
-        return self.store.session.run(workflows.status_plan(workflow_id))
+        return self.store.run(workflows.status_plan(workflow_id))
 
     def parent_results(self, task_id: object) -> dict[str, object]:
-        """The results of the parents of a workflow step, by step name (see :mod:`shardq.workflows.steps`)."""
-        return workflows.parent_results(self.store, task_id)
+        """The results of the parents of a workflow step, by step name (see
+        :func:`shardq.workflows.steps.parent_results_plan`)."""
+        return self.store.run(workflows.parent_results_plan(task_id))
 
     def cancel_workflow(self, workflow_id: object) -> int:
         """Cancel every step of a workflow not finished yet; returns how many."""
-        return self.store.session.run(workflows.cancel_plan(workflow_id))
+        return self.store.run(workflows.cancel_plan(workflow_id))
 
     def cancel(self, *ids: str) -> admin.CancelResult:
-        """Cancel tasks by id (see :func:`shardq.admin.actions.cancel`)."""
-        return admin.cancel(self.store, list(ids))
+        """Cancel tasks by id, whatever their state, in one transaction (see
+        :func:`shardq.admin.actions.cancel_plan`): ``cancelled`` and ``not_found`` list the ids
+        given. A malformed id, or none, raises :class:`shardq.InvalidInput` before anything is sent."""
+        return self.store.run(admin.cancel_plan(admin.parse_cancel_ids(ids)))
 
+    # -- queues -----------------------------------------------------------------------------
     def queue_settings(self, queue: str) -> QueueSettings | None:
         """One queue's settings, or None for a queue shardq has not seen."""
-        return admin.queue_show(self.store, queue)
+        return self.store.run(admin.queue_show_plan(queue))
+
+    def queues(self) -> list[QueueSettings]:
+        """The settings of every queue shardq has seen, by name (one read)."""
+        return self.store.run(operations.queue_list())
+
+    def flow_usage(self) -> dict[str, tuple[int, int]]:
+        """(slots held now, slots in all) of every queue with a concurrency limit, by queue (one
+        read; see :mod:`shardq.lifecycle.flow`)."""
+        return self.store.run(operations.flow_usage())
 
     def set_queue(self, queue: str, **changes: object) -> QueueSettings | None:
         """Change queue settings: lease_seconds (at least 1), max_attempts, backoff_base,
@@ -230,21 +247,64 @@ class Client:
         timeout_seconds (``timeout_clear=True`` removes it); flow control: ``concurrency`` (at most
         N tasks running at once across all workers), ``rate`` (at most R starts per second) and
         ``burst`` (default R), 0 removing a limit; the history: ``keep_finished_seconds`` and
-        ``keep_results`` (see :func:`shardq.admin.actions.queue_set`)."""
-        return admin.queue_set(self.store, queue, **changes)
+        ``keep_results`` (see :func:`shardq.admin.actions.queue_set_plan`). None leaves a setting
+        unchanged; a queue not seen yet is created with the defaults first. Every change is checked
+        before anything is sent; limits change in one transaction with the rows enforcing them."""
+        return self.store.run(admin.queue_set_plan(queue, changes))
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
-        return admin.queue_set(self.store, queue, paused_enqueue=True if enqueue else None,
-                               paused_dequeue=True if dequeue else None)
+        """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
+        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue,
+                                                                               dequeue=dequeue)))
 
     def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
-        return admin.queue_set(self.store, queue, paused_enqueue=False if enqueue else None,
-                               paused_dequeue=False if dequeue else None)
+        """Resume enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
+        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue,
+                                                                               dequeue=dequeue)))
+
+    # -- operators' calls (the command line's; sync only) --------------------------------------------
+    def dead_tasks(self, queue: str, *, limit: int = 100,
+                   after: tuple[dt.datetime, uuid.UUID] | None = None) -> list[DeadTask]:
+        """A queue's dead tasks, oldest death first: the first ``limit``, or the next ``limit``
+        ``after`` the (died_at, id) of the last one seen; one index seek per page, however deep
+        (see :func:`shardq.admin.actions.dead_list`)."""
+        return admin.dead_list(self.store, queue, limit=limit, after=after)
+
+    def requeue_dead(self, queue: str, ids: Sequence[str] = (), *, all_tasks: bool = False) -> admin.RequeueResult:
+        """Move dead tasks of ``queue`` back into it with fresh attempts, due now: the given ids, or
+        every one with ``all_tasks`` (a page of 1,000 per transaction). A dead task whose dedupe key
+        is live again stays dead (counted in ``not_found_or_kept``); a requeued workflow step
+        resumes its workflow. Exactly one of ids and ``all_tasks``, else :class:`shardq.InvalidInput`
+        (see :func:`shardq.admin.actions.dead_requeue`)."""
+        return admin.dead_requeue(self.store, queue, list(ids), all_tasks=all_tasks)
+
+    def purge_dead(self, queue: str) -> int:
+        """Delete every dead task of ``queue``, 1,000 per statement; returns how many (see
+        :func:`shardq.admin.actions.dead_purge`)."""
+        return admin.dead_purge(self.store, queue)
+
+    def buckets(self, *, historical: bool = True) -> admin.BucketReport:
+        """The bucket layout, rows per bucket and any resize in progress. With ``historical`` (the
+        default) CockroachDB counts from a read a few seconds old, never waiting on claimers (see
+        :func:`shardq.admin.actions.buckets_show`)."""
+        return admin.buckets_show(self.store, historical=historical)
+
+    def schedules(self, schedules: Sequence[Schedule]) -> list[ScheduleView]:
+        """Each of ``schedules`` (an app's, :attr:`shardq.App.schedules`) with its last slot taken
+        and its next one, by name (one read; see :func:`shardq.maintenance.periodic.describe`)."""
+        return periodic.describe(self.store, list(schedules))
 
     def resize_buckets(self, buckets: int, **options: Any) -> ResizeResult:
         """Change the bucket count online while producers and consumers keep running; see
         :func:`shardq.resize.resize_buckets` for what is guaranteed and the options."""
         return resize_module.resize_buckets(self.new_session, buckets, **options)
+
+
+def stats_options(options: dict[str, Any]) -> StatsOptions:
+    """The options of :meth:`Client.stats` and :meth:`shardq.AsyncClient.stats`, checked before
+    anything is sent: :class:`~shardq.admin.stats.StatsOptions` fields, ``follower_read`` False
+    unless given."""
+    return StatsOptions(**{"follower_read": False, **options}).validate()
 
 
 def connect(dsn: str | Dsn | None = None, **options: Any) -> Client:

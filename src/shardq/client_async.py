@@ -10,8 +10,10 @@
 
 Guarantees
     * The same arguments, results, errors and guarantees as the sync :class:`shardq.Client`:
-      enqueue, enqueue_many, cancel, stats and the workflow calls run the very same plans (:mod:`shardq.sql.plan`), so
-      they send the same named statements with the same parameters. Bad input raises
+      every call the two share (enqueue, enqueue_many, cancel, status, wait, stats, history, the
+      queue settings calls and the workflow calls) runs the very same plan (:mod:`shardq.sql.plan`)
+      after the same checks of its input, so they send the same named statements with the same
+      parameters (tests/test_client_twins.py). Bad input raises
       :class:`~shardq.errors.InvalidInput` before anything is sent; errors are the
       :mod:`shardq.errors` hierarchy; a paused queue is :class:`~shardq.errors.QueuePaused`.
     * Database calls are asyncio all the way down: one ``psycopg.AsyncConnection`` per client,
@@ -28,8 +30,9 @@ Guarantees
       propagates.
 
 Does not
-    * migrate, reap, resize or change queue settings: use the sync :class:`shardq.Client` (those
-      are operators' calls, not an application's hot path);
+    * migrate, reap, resize, or handle dead letters, buckets and schedules: use the sync
+      :class:`shardq.Client` (those are operators' calls, made from the command line, not an
+      application's hot path);
     * belong to more than one event loop: a client is bound to the loop of its first call.
 """
 
@@ -44,13 +47,14 @@ from typing import Any, TypeVar, Unpack
 
 from shardq import operations, validation
 from shardq.admin import actions as admin
-from shardq.client import Client
+from shardq.admin.stats import collect_plan
+from shardq.client import Client, stats_options
 from shardq.errors import DatabaseError
-from shardq.lifecycle import waiting
+from shardq.lifecycle import history, waiting
 from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
-from shardq.lifecycle.history import parse_task_id
 from shardq.lifecycle.notify import Notifier
-from shardq.models.history import TaskStatus
+from shardq.models.history import FinishedTask, TaskStatus
+from shardq.models.queues import QueueSettings
 from shardq.models.stats import Stats
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
@@ -159,17 +163,17 @@ class AsyncClient:
 
     # -- operating --------------------------------------------------------------------------
     async def cancel(self, *ids: str) -> admin.CancelResult:
-        """Cancel tasks by id (see :func:`shardq.admin.actions.cancel`)."""
-        return await self._run(admin.cancel_plan(admin.parse_cancel_ids(list(ids))))
+        """Cancel tasks by id (see :meth:`shardq.Client.cancel`)."""
+        return await self._run(admin.cancel_plan(admin.parse_cancel_ids(ids)))
 
     async def status(self, task_id: object) -> TaskStatus:
         """A task's state now, by id (see :meth:`shardq.Client.status`)."""
-        return await self._run(operations.task_status(parse_task_id(task_id)))
+        return await self._run(operations.task_status(history.parse_task_id(task_id)))
 
     async def wait(self, task_id: object, timeout: float | None = None) -> Any:
         """Await a task's outcome (see :meth:`shardq.Client.wait`): the process's one listener
         wakes it on PostgreSQL; it polls on CockroachDB."""
-        wanted = parse_task_id(task_id)
+        wanted = history.parse_task_id(task_id)
         if timeout is not None:
             timeout = validation.non_negative_seconds(timeout, "timeout")
         return await waiting.wait_async(lambda: self._run(operations.task_status(wanted)), wanted, timeout,
@@ -177,10 +181,39 @@ class AsyncClient:
 
     async def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""
-        from shardq.admin.stats import StatsOptions, collect_plan
+        return await self._run(collect_plan(stats_options(options)))
 
-        options.setdefault("follower_read", False)
-        return await self._run(collect_plan(StatsOptions(**options).validate()))
+    async def history(self, queue: str, **options: Any) -> list[FinishedTask]:
+        """A page of ``queue``'s finished tasks, newest first (see :meth:`shardq.Client.history`)."""
+        return await self._run(history.page_plan(queue, **options))
+
+    # -- queues -----------------------------------------------------------------------------
+    async def queue_settings(self, queue: str) -> QueueSettings | None:
+        """One queue's settings, or None for a queue shardq has not seen."""
+        return await self._run(admin.queue_show_plan(queue))
+
+    async def queues(self) -> list[QueueSettings]:
+        """The settings of every queue shardq has seen, by name (see :meth:`shardq.Client.queues`)."""
+        return await self._run(operations.queue_list())
+
+    async def flow_usage(self) -> dict[str, tuple[int, int]]:
+        """(slots held now, slots in all) of every queue with a concurrency limit (see
+        :meth:`shardq.Client.flow_usage`)."""
+        return await self._run(operations.flow_usage())
+
+    async def set_queue(self, queue: str, **changes: object) -> QueueSettings | None:
+        """Change queue settings (see :meth:`shardq.Client.set_queue`: the same checks and plan)."""
+        return await self._run(admin.queue_set_plan(queue, changes))
+
+    async def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
+        """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
+        return await self._run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue,
+                                                                                dequeue=dequeue)))
+
+    async def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
+        """Resume enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
+        return await self._run(admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue,
+                                                                                dequeue=dequeue)))
 
     # -- workflows (shardq.workflows.steps) --------------------------------------------------------
     async def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
@@ -199,7 +232,7 @@ class AsyncClient:
 
     async def parent_results(self, task_id: object) -> dict[str, object]:
         """The results of the parents of a workflow step, by step name (see
-        :func:`shardq.workflows.steps.parent_results`)."""
+        :func:`shardq.workflows.steps.parent_results_plan`)."""
         return await self._run(workflows.parent_results_plan(task_id))
 
     async def cancel_workflow(self, workflow_id: object) -> int:

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from shardq import Permanent
 from shardq.admin import formatting
-from shardq.admin.stats import StatsOptions, collect
+from shardq.admin.stats import StatsOptions, collect_plan
 from shardq.cli import terminal as dashboard
 from shardq.cli.main import cli
 from shardq.errors import DatabaseUnavailable
@@ -30,7 +30,7 @@ CURRENT = StatsOptions(follower_read=False)
 
 
 def snapshot(db, **options) -> Stats:
-    return collect(db.store, StatsOptions(**{"follower_read": False, **options}))
+    return db.store.run(collect_plan(StatsOptions(**{"follower_read": False, **options}).validate()))
 
 
 def bury(db, task, error="boom"):
@@ -134,7 +134,8 @@ def test_dead_letters_are_counted_up_to_the_cap(db):
 def test_with_more_buckets_than_max_buckets_a_sample_is_scaled_up(db):
     tasks = [db.make_task("q") for _ in range(40)]
     per_bucket = Counter(t.key.bucket for t in tasks)
-    stats = collect(db.store, StatsOptions(follower_read=False, max_buckets=2), rng=random.Random(7))
+    stats = db.store.run(collect_plan(StatsOptions(follower_read=False, max_buckets=2).validate(),
+                                   rng=random.Random(7)))
     assert len(stats.buckets_counted) == 2
     q = stats.queues["q"]
     assert q.ready == round(sum(per_bucket[b] for b in stats.buckets_counted) * db.layout.bucket_count / 2)

@@ -18,7 +18,6 @@ pytest.importorskip("pytest_django")
 from django.core.management import call_command
 from django.db import transaction
 
-from shardq.admin import actions as admin
 from shardq.contrib.django import app
 from shardq.contrib.django.tasks import dsn_from_settings
 from tests.djangoproject.shop import tasks as shop_tasks
@@ -83,7 +82,7 @@ def _submit(http, path: str, form: dict[str, str]):
 
 def _queue_page(http, queue: str = "mail") -> str:
     """The page of ``queue`` (made with default settings first), whose forms carry the CSRF token."""
-    admin.queue_set(app.client.store, queue)
+    app.client.set_queue(queue)
     page = http.get(DASHBOARD + "queues/" + queue)
     assert page.status_code == 200
     return page.text

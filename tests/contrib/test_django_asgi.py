@@ -16,7 +16,6 @@ pytest.importorskip("httpx")
 import httpx
 from django.core.asgi import get_asgi_application
 
-from shardq.admin import actions as admin
 from shardq.contrib.django import app
 from tests.support.django_project import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
 
@@ -59,7 +58,7 @@ def test_over_asgi_an_anonymous_user_is_sent_to_the_login_page():
 
 @pytest.mark.django_db(transaction=True)
 def test_over_asgi_a_staff_user_reads_the_dashboard_under_its_prefix_and_changes_nothing():
-    admin.queue_set(app.client.store, "mail")
+    app.client.set_queue("mail")
     cookies = _session_cookie(make_user("reader", staff=True))
 
     async def steps(http):
@@ -81,12 +80,12 @@ def test_over_asgi_a_staff_user_reads_the_dashboard_under_its_prefix_and_changes
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     assert api.status_code == 200 and "mail" in api.text
     assert refused.status_code == 403 and "read-only" in refused.text
-    assert not admin.queue_show(app.client.store, "mail").paused_dequeue
+    assert not app.client.queue_settings("mail").paused_dequeue
 
 
 @pytest.mark.django_db(transaction=True)
 def test_over_asgi_a_holder_of_the_permission_pauses_a_queue_and_is_named_in_the_audit():
-    admin.queue_set(app.client.store, "mail")
+    app.client.set_queue("mail")
     cookies = _session_cookie(make_user("operator", staff=True, operator=True))
 
     async def steps(http):
@@ -97,7 +96,7 @@ def test_over_asgi_a_holder_of_the_permission_pauses_a_queue_and_is_named_in_the
 
     paused, audit = _over_asgi(steps, cookies)
     assert paused.status_code == 303 and paused.headers["location"] == "/queue-admin/queues/mail?done=paused-dequeue"
-    assert admin.queue_show(app.client.store, "mail").paused_dequeue
+    assert app.client.queue_settings("mail").paused_dequeue
     assert "Django user operator" in audit.text
 
 

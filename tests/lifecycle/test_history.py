@@ -160,16 +160,16 @@ def test_history_pages_newest_first_with_state_and_since_filters(db):
     _drain(db, "kept", lambda task: None)
     db.sql("UPDATE shardq_history SET finished_at = now() - interval '1 hour' WHERE id = %(id)s",
            {"id": uuid.UUID(ids[0])})
-    first = history.page(db.store, "kept", limit=4)
-    rest = history.page(db.store, "kept", after=(first[-1].finished_at, uuid.UUID(first[-1].id)), limit=4)
+    first = db.store.run(history.page_plan("kept", limit=4))
+    rest = db.store.run(history.page_plan("kept", after=(first[-1].finished_at, uuid.UUID(first[-1].id)), limit=4))
     assert len(first) == 4 and len(rest) == 3
     assert {t.id for t in first + rest} == set(ids)
     assert rest[-1].id == ids[0]  # the oldest last
-    recent = history.page(db.store, "kept", since=utcnow() - dt.timedelta(minutes=5))
+    recent = db.store.run(history.page_plan("kept", since=utcnow() - dt.timedelta(minutes=5)))
     assert len(recent) == 6
-    assert history.page(db.store, "kept", state="dead") == []
+    assert db.store.run(history.page_plan("kept", state="dead")) == []
     with pytest.raises(InvalidInput):
-        history.page(db.store, "kept", state="running")
+        db.store.run(history.page_plan("kept", state="running"))
 
 
 def test_pruning_removes_rows_past_the_queues_retention_and_everything_of_a_queue_set_back_to_zero(db):

@@ -22,6 +22,7 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
 from shardq.admin import actions as admin
+from shardq.admin.stats import collect_plan
 from shardq.client import Client
 from shardq.errors import InvalidInput
 from shardq.sessions.dsn import Dsn
@@ -63,7 +64,7 @@ def test_queues_api_reports_each_queue_as_stats_does(web):
     emails = by_name["emails"]
     assert (emails["ready"], emails["scheduled"], emails["leased"], emails["dead"]) == (3, 1, 1, 1)
     assert emails["accuracy"]["ready"] == "exact"
-    stats = admin.stats(db.store, CURRENT).queues["emails"]
+    stats = db.store.run(collect_plan(CURRENT.validate())).queues["emails"]
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (3, 1, 1, 1)
     for key in ("enqueue_rate", "ack_rate", "completion_rate", "failure_rate", "lead_time_s", "oldest_ready_age_s"):
         assert key in emails
@@ -152,13 +153,13 @@ def test_pause_and_resume_change_the_queue_settings(web):
     db = web.db
     db.make_task("q")
     assert web.post("/api/queues/q/pause", headers=BEARER).json()["paused_dequeue"] is True
-    settings = admin.queue_show(db.store, "q")
+    settings = db.store.run(admin.queue_show_plan("q"))
     assert settings.paused_enqueue and settings.paused_dequeue
     web.post("/api/queues/q/resume", headers=BEARER, json={"enqueue": False})
-    settings = admin.queue_show(db.store, "q")
+    settings = db.store.run(admin.queue_show_plan("q"))
     assert settings.paused_enqueue and not settings.paused_dequeue
     web.post("/api/queues/q/resume", headers=BEARER)
-    assert not admin.queue_show(db.store, "q").paused_enqueue
+    assert not db.store.run(admin.queue_show_plan("q")).paused_enqueue
 
 
 def test_requeue_by_ids_or_all_moves_dead_tasks_back(web):
@@ -200,7 +201,7 @@ def populated(web):
     db = web.db
     db.admin_task = db.make_task("q", payload=b"live-payload-marker")
     db.dead_task = make_dead(db, "q", payload=b"dead-payload-marker", error="dead-error-marker")
-    admin.queue_set(db.store, "q", paused_enqueue=True)
+    db.store.run(admin.queue_set_plan("q", {"paused_enqueue": True}))
     return web
 
 
@@ -293,7 +294,7 @@ def test_a_cookie_request_must_carry_the_sessions_csrf_token(populated):
         assert web.post(path, data={"confirm": "1", "csrf": "forged"}).status_code == 403, path
     assert snapshot(web.db) == before
     assert web.post("/api/queues/q/pause", headers={"X-CSRF-Token": csrf}).status_code == 200
-    assert admin.queue_show(web.db.store, "q").paused_dequeue
+    assert web.db.store.run(admin.queue_show_plan("q")).paused_dequeue
 
 
 def test_the_forms_act_and_redirect_back_with_a_message(populated):
@@ -302,7 +303,7 @@ def test_the_forms_act_and_redirect_back_with_a_message(populated):
     csrf = login(web)
     response = web.post("/queues/q/resume", data={"csrf": csrf})
     assert response.status_code == 303 and response.headers["location"] == "/queues/q?done=resumed-both"
-    assert not admin.queue_show(db.store, "q").paused_enqueue
+    assert not db.store.run(admin.queue_show_plan("q")).paused_enqueue
     assert "Resumed enqueue and dequeue." in web.get(response.headers["location"]).text
     response = web.post("/queues/q/dead/requeue", data={"csrf": csrf, "id": str(db.dead_task.key.id)})
     assert response.headers["location"] == "/queues/q/dead?done=requeued&n=1"
@@ -608,18 +609,18 @@ def test_the_forms_pause_dequeue_or_enqueue_apart(populated):
     web = populated
     db = web.db
     csrf = login(web)
-    admin.queue_set(db.store, "q", paused_enqueue=False)
+    db.store.run(admin.queue_set_plan("q", {"paused_enqueue": False}))
     page = web.get("/queues/q").text
     assert 'id="pause-dequeue"' in page and 'id="pause-enqueue"' in page and "data-confirm=" in page
     response = web.post("/queues/q/pause", data={"csrf": csrf, "what": "dequeue"})
     assert response.headers["location"] == "/queues/q?done=paused-dequeue"
-    settings = admin.queue_show(db.store, "q")
+    settings = db.store.run(admin.queue_show_plan("q"))
     assert settings.paused_dequeue and not settings.paused_enqueue  # producers still enqueue
     assert web.post("/queues/q/pause", data={"csrf": csrf}).status_code == 400  # pausing what?
     web.post("/queues/q/pause", data={"csrf": csrf, "what": "enqueue"})
-    assert admin.queue_show(db.store, "q").paused_enqueue
+    assert db.store.run(admin.queue_show_plan("q")).paused_enqueue
     web.post("/queues/q/resume", data={"csrf": csrf, "what": "dequeue"})
-    settings = admin.queue_show(db.store, "q")
+    settings = db.store.run(admin.queue_show_plan("q"))
     assert not settings.paused_dequeue and settings.paused_enqueue
 
 
@@ -659,7 +660,7 @@ def test_shardq_stats_cuts_a_long_queue_name_with_an_ellipsis(db):
     long_name = "tenant-" + "x" * 110 + "-end"
     db.make_task(long_name)
     console = Console(width=120, record=True, color_system=None)
-    console.print(dashboard.queues_table(admin.stats(db.store, CURRENT)))
+    console.print(dashboard.queues_table(db.store.run(collect_plan(CURRENT.validate()))))
     lines = console.export_text().splitlines()
     row = next(line for line in lines if line.startswith("tenant-"))
     assert "…" in row and "-end" not in row and row.rstrip().endswith("∞")  # lead time, the last column, is visible

@@ -95,13 +95,13 @@ def test_pausing_workers_or_producers_apart_after_a_confirmation(site):
     expect(site.locator("#buckets rect.ready")).to_have_count(db.layout.bucket_count)
     answers.append("no")
     site.click("#pause-dequeue")  # dismissed: nothing is sent
-    settings = admin.queue_show(db.store, "emails")
+    settings = db.store.run(admin.queue_show_plan("emails"))
     assert not settings.paused_dequeue and not settings.paused_enqueue
     answers.append("yes")
     site.click("#pause-dequeue")
     expect(site.locator(".flash")).to_contain_text("Paused dequeue")
     expect(site.locator("#queue-state")).to_have_text("paused: dequeue")
-    settings = admin.queue_show(db.store, "emails")
+    settings = db.store.run(admin.queue_show_plan("emails"))
     assert settings.paused_dequeue and not settings.paused_enqueue  # producers still enqueue
     db.client.enqueue("emails", b"still accepted")
     answers.append("yes")
@@ -111,7 +111,7 @@ def test_pausing_workers_or_producers_apart_after_a_confirmation(site):
     expect(site.locator("#queue-state")).to_have_text("paused: enqueue")
     site.click("#resume-enqueue")
     expect(site.locator("#queue-state")).to_have_text("open")
-    settings = admin.queue_show(db.store, "emails")
+    settings = db.store.run(admin.queue_show_plan("emails"))
     assert not settings.paused_dequeue and not settings.paused_enqueue
     assert not answers and not site.errors, (answers, site.errors)
 

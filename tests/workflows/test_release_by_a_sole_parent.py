@@ -149,7 +149,7 @@ def test_cancelling_a_step_released_directly_by_its_task_id_cancels_it_and_its_d
     ran: list[str] = []
     handle = _chain(app, ran)
     app.work(["one"], until_empty=True)
-    assert admin.cancel(app.client.store, [handle.task_ids["two"]]).cancelled == (handle.task_ids["two"],)
+    assert app.client.cancel(handle.task_ids["two"]).cancelled == (handle.task_ids["two"],)
     assert _steps(app, handle) == {"one": ("succeeded", 0), "two": ("cancelled", 0), "three": ("cancelled", 1)}
     assert app.workflow_status(handle).state == "cancelled"
     assert app.work(until_empty=True).acked == 0

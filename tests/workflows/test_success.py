@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 
-from shardq.admin import actions as admin
 from shardq.engine import POSTGRESQL
 from shardq.operations.workflows import OWN_ROW
 from shardq.sql.plan import ENGINE
@@ -92,7 +91,7 @@ def test_cancelling_a_steps_task_by_id_cancels_the_step_and_its_dependents(app, 
     ran: list[str] = []
     handle = _two_queues(app, ran)
     app.work(["first"], until_empty=True)
-    result = admin.cancel(app.client.store, [handle.task_ids["second"]])
+    result = app.client.cancel(handle.task_ids["second"])
     assert result.cancelled == (handle.task_ids["second"],)
     assert _states(app, handle) == {"first": "succeeded", "second": "cancelled", "third": "cancelled"}
     assert app.workflow_status(handle).state == "cancelled"
@@ -102,7 +101,7 @@ def test_cancelling_a_steps_task_by_id_cancels_the_step_and_its_dependents(app, 
 def test_cancelling_a_waiting_steps_task_by_id_releases_nothing_when_its_parent_succeeds(app, db):
     ran: list[str] = []
     handle = _two_queues(app, ran)
-    admin.cancel(app.client.store, [handle.task_ids["second"]])
+    app.client.cancel(handle.task_ids["second"])
     app.work(until_empty=True)
     assert ran == ["first"]
     assert _states(app, handle) == {"first": "succeeded", "second": "cancelled", "third": "cancelled"}

@@ -1,18 +1,20 @@
-"""Operator functions behind the CLI: stats, dead letters, bucket layout.
+"""Operator functions behind :class:`shardq.Client`: cancel, queue settings, dead letters, bucket layout.
 
-Each function takes a :class:`TaskStore`, validates its input, and returns a dataclass the CLI
-prints; none of them prints."""
+An operation both clients run is one plan (:mod:`shardq.sql.plan`) that validates its input
+before anything is sent: :func:`cancel_plan` (with :func:`parse_cancel_ids`),
+:func:`queue_show_plan`, :func:`queue_set_plan`. The sync-only operator calls (dead letters,
+bucket layout, one task by id) take a :class:`TaskStore`, validate their input, and return a
+dataclass; none of them prints."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shardq import operations, validation
-from shardq.admin.stats import StatsOptions, collect
 from shardq.arguments import task_name_of
 from shardq.errors import InvalidInput
 from shardq.lifecycle import flow
@@ -20,11 +22,9 @@ from shardq.maintenance.batches import until_short_batch
 from shardq.models.history import Finished
 from shardq.models.layout import SchemaJob, ShardLayout
 from shardq.models.queues import QueueSettings
-from shardq.models.stats import Stats
 from shardq.models.tasks import DeadTask, TaskInfo, TaskState
-from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
-from shardq.sql.plan import Plan
+from shardq.sql.plan import Atomically, Plan
 from shardq.workflows import spark_callbacks as run_callbacks
 from shardq.workflows import steps as workflows
 
@@ -32,13 +32,6 @@ PAGE = 1000
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # a created_at the tasks table never lacks
-
-
-def stats(store: TaskStore, options: StatsOptions | None = None) -> Stats:
-    """Per-queue depth (ready, scheduled, leased, backlog, dead), the oldest due task's age, rates and lead
-    time, read with bounded work whatever the table's size (see :mod:`shardq.admin.stats` for what is
-    exact and what is estimated). Every queue in ``shardq_queues`` is listed, also when empty."""
-    return collect(store, options)
 
 
 @dataclass(frozen=True)
@@ -115,7 +108,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         raise InvalidInput("give either task ids or --all")
     if not all_tasks:
         wanted = _parse_ids(ids or [])
-        done = workflows.dead_requeue(store, queue, wanted)
+        done = store.run(workflows.dead_requeue_plan(queue, wanted))
         return RequeueResult(len(done), len(set(wanted)) - len(done))
     requeued = kept = 0
     after = uuid.UUID(int=0)
@@ -123,7 +116,7 @@ def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, 
         page = store.dead_ids_page(queue, after, PAGE)
         if not page:
             return RequeueResult(requeued, kept)
-        done = workflows.dead_requeue(store, queue, page)
+        done = store.run(workflows.dead_requeue_plan(queue, page))
         requeued += len(done)
         kept += len(page) - len(done)
         after = page[-1]
@@ -151,24 +144,20 @@ class CancelResult:
     promoted: int = 0
 
 
-def cancel(store: TaskStore, ids: list[str]) -> CancelResult:
-    """Cancel tasks by id, whatever their state. A leased task is deleted under its worker, whose
-    later ack, retry or extension then changes nothing (the token is gone with the row). Cancelling
-    the active task of an exclusive key releases the key's backlog. A malformed id, or none, is
-    :class:`InvalidInput` before anything is sent."""
-    return store.session.run(cancel_plan(parse_cancel_ids(ids)))
-
-
-def parse_cancel_ids(ids: list[str]) -> list[uuid.UUID]:
-    """The ids :func:`cancel` takes, checked: at least one, each a UUID."""
-    wanted = _parse_ids(ids)
+def parse_cancel_ids(ids: Sequence[object]) -> list[uuid.UUID]:
+    """The ids :func:`cancel_plan` takes, checked before anything is sent: at least one, each a
+    UUID (:class:`InvalidInput` otherwise)."""
+    wanted = _parse_ids([str(i) for i in ids])
     if not wanted:
         raise InvalidInput("give at least one task id")
     return wanted
 
 
 def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
-    """:func:`cancel` as a plan (:mod:`shardq.sql.plan`), for either session."""
+    """Cancel tasks by id (checked by :func:`parse_cancel_ids`), whatever their state, in one
+    transaction, on either session. A leased task is deleted under its worker, whose later ack,
+    retry or extension then changes nothing (the token is gone with the row). Cancelling the
+    active task of an exclusive key releases the key's backlog."""
     from shardq.lifecycle import exclusive
 
     # Lock the keys of every task named (a key never changes; whether the task is active may),
@@ -198,35 +187,20 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
     )
 
 
-def queue_show(store: TaskStore, queue: str) -> QueueSettings | None:
-    """Settings of one queue (None if unknown)."""
+def queue_show_plan(queue: str) -> Plan[QueueSettings | None]:
+    """Settings of one queue (None if unknown); the name is checked here, before anything is sent."""
     validation.queue_name(queue)
-    return store.queue_get(queue)
+    return operations.queue_get(queue)
 
 
-def flow_usage(store: TaskStore) -> dict[str, tuple[int, int]]:
-    """(slots held now, slots in all) of every queue with a concurrency limit."""
-    return store.flow_usage()
+def pause_changes(paused: bool, *, enqueue: bool = True, dequeue: bool = True) -> dict[str, object]:
+    """The :func:`queue_set_plan` changes that pause (or resume) enqueue and/or dequeue."""
+    return {"paused_enqueue": paused if enqueue else None, "paused_dequeue": paused if dequeue else None}
 
 
-def queue_list(store: TaskStore) -> list[QueueSettings]:
-    """Settings of every known queue, by name."""
-    return store.queue_list()
-
-
-def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings | None:
-    """Change a queue's settings (creating the queue with defaults first if needed). Options:
-    ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``, ``backoff_cap`` (seconds),
-    ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool), ``paused_enqueue``,
-    ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True`` removes it),
-    ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts per second
-    across all workers) and ``burst`` (starts at once, default the rate; only with ``rate``), whole
-    numbers, 0 removing a limit (see :mod:`shardq.lifecycle.flow`); ``keep_finished_seconds`` (how long
-    finished tasks stay in the history, 0 = not kept; see :mod:`shardq.lifecycle.history`); ``keep_results``
-    (bool: while finished tasks are kept, every task of the queue that succeeds keeps its
-    JSON-encoded return value, as ``@app.task(result=True)`` does). None leaves a setting
-    unchanged."""
-    validation.queue_name(queue)
+def queue_changes(changes: Mapping[str, object]) -> dict[str, object]:
+    """``changes`` checked and normalised for :func:`queue_set_plan` (None values dropped);
+    :class:`InvalidInput` for an unknown setting or a bad value."""
     checks: dict[str, Callable[[Any], object]] = {
         "lease_seconds": validation.lease_seconds,
         "max_attempts": lambda v: validation.positive_int(v, "max attempts", maximum=10_000),
@@ -250,18 +224,39 @@ def queue_set(store: TaskStore, queue: str, **changes: object) -> QueueSettings 
     clean = {name: checks[name](value) for name, value in changes.items() if value is not None}
     if "burst" in clean and not clean.get("rate"):
         raise InvalidInput("a burst needs a rate (set both: rate R, burst B)")
-    if not {"concurrency", "rate"} & set(clean):
-        store.queue_ensure(queue)
-        return store.queue_update(queue, **clean)
+    return clean
 
-    def body(_session: Session) -> QueueSettings | None:
+
+def queue_set_plan(queue: str, changes: Mapping[str, object]) -> Plan[QueueSettings | None]:
+    """Change a queue's settings (creating the queue with defaults first if needed), on either
+    session; the name and every change are checked here (:func:`queue_changes`), before anything
+    is sent. Options: ``lease_seconds`` (at least 1), ``max_attempts``, ``backoff_base``,
+    ``backoff_cap`` (seconds), ``retry_jitter`` (0..1), ``exclusive_latest_only`` (bool),
+    ``paused_enqueue``, ``paused_dequeue`` (bool), ``timeout_seconds`` (> 0; ``timeout_clear=True``
+    removes it), ``concurrency`` (tasks running at once across all workers), ``rate`` (task starts
+    per second across all workers) and ``burst`` (starts at once, default the rate; only with
+    ``rate``), whole numbers, 0 removing a limit (see :mod:`shardq.lifecycle.flow`);
+    ``keep_finished_seconds`` (how long finished tasks stay in the history, 0 = not kept; see
+    :mod:`shardq.lifecycle.history`); ``keep_results`` (bool: while finished tasks are kept, every
+    task of the queue that succeeds keeps its JSON-encoded return value, as
+    ``@app.task(result=True)`` does). None leaves a setting unchanged."""
+    validation.queue_name(queue)
+    return _queue_set(queue, queue_changes(changes))
+
+
+def _queue_set(queue: str, clean: dict[str, object]) -> Plan[QueueSettings | None]:
+    if not {"concurrency", "rate"} & set(clean):
+        yield from operations.queue_ensure(queue)
+        return (yield from operations.queue_update(queue, clean))
+
+    def body() -> Plan[QueueSettings | None]:
         # One transaction: the limits and the rows that enforce them (slots, token bucket) change
         # together, so no claim sees one without the other.
-        store.queue_ensure(queue)
-        settings = store.queue_update(queue, **clean)
+        yield from operations.queue_ensure(queue)
+        settings = yield from operations.queue_update(queue, clean)
         if settings is not None:
-            flow.fit(store, settings)
+            yield from flow.fit_plan(settings)
         return settings
 
-    return store.session.transaction(body)
-
+    result: QueueSettings | None = yield Atomically(body)
+    return result

@@ -2,7 +2,7 @@
 
 Counting tasks by state with ``GROUP BY`` over the whole tasks table is itself a known load
 problem for SQL queues (River #746: slow at ~5M rows; hexpm #1773: the queue-length count was the
-database's largest consumer). :func:`collect` never does that. It reads, in one read-only
+database's largest consumer). :func:`collect_plan` never does that. It reads, in one read-only
 snapshot (on CockroachDB a follower read, ``AS OF SYSTEM TIME follower_read_timestamp()``, about
 4.8 s old, which never blocks or restarts the claimers):
 
@@ -65,7 +65,6 @@ from shardq.engine.base import Engine
 from shardq.errors import NotMigrated, ShardLayoutChanged
 from shardq.models.stats import Accuracy, Activity, BucketDepth, QueueStats, Stats
 from shardq.operations.activity import RETENTION_SECONDS
-from shardq.sessions.store import TaskStore
 from shardq.sql.plan import ENGINE, Atomically, Plan
 
 log = logging.getLogger("shardq.admin.stats")
@@ -84,7 +83,7 @@ WINDOW_MINUTES_DEFAULT = 5
 
 @dataclass(frozen=True)
 class StatsOptions:
-    """How :func:`collect` reads.
+    """How :func:`collect_plan` reads.
 
     ``bucket_cap`` rows counted at most per (queue, bucket, state) (10,000); ``window_minutes``
     full minutes of counters before the current one for rates (5, at most 59);
@@ -111,15 +110,11 @@ def _choose_buckets(visit_count: int, max_buckets: int, rng: random.Random) -> t
     return tuple(sorted(rng.sample(range(visit_count), max_buckets)))
 
 
-def collect(store: TaskStore, options: StatsOptions | None = None, *, rng: random.Random | None = None) -> Stats:
-    """A :class:`~shardq.models.Stats` snapshot of every queue in ``shardq_queues`` (and any
-    queue with recorded activity), empty ones included. See the module documentation for what
-    is exact and what is estimated."""
-    return store.session.run(collect_plan((options or StatsOptions()).validate(), rng=rng))
-
-
 def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> Plan[Stats]:  # noqa: C901 - one snapshot, read queue by queue in one plan
-    """:func:`collect` as a plan (:mod:`shardq.sql.plan`), for either session; ``options`` validated."""
+    """A :class:`~shardq.models.Stats` snapshot of every queue in ``shardq_queues`` (and any
+    queue with recorded activity), empty ones included, as a plan (:mod:`shardq.sql.plan`) for
+    either session; ``options`` validated already (:meth:`StatsOptions.validate`). See the module
+    documentation for what is exact and what is estimated."""
     engine: Engine = yield ENGINE  # its name, for the report
     layout = yield from operations.layout()  # before the snapshot: it points CockroachDB statements at the shard column
     buckets = _choose_buckets(layout.visit_count, options.max_buckets, rng or random.Random())

@@ -28,12 +28,13 @@ def _stats_options(function):
 
 
 def _fetcher(ctx, window_minutes: int, bucket_cap: int, current: bool):
-    from shardq.admin import actions as admin
-    from shardq.admin.stats import StatsOptions
+    from shardq.client import stats_options
 
-    options = StatsOptions(bucket_cap=bucket_cap, window_minutes=window_minutes, follower_read=not current).validate()
-    store = client_from(ctx).store
-    return lambda: admin.stats(store, options)
+    # Checked now, before the first snapshot (a bad option exits 2 at once, also with --watch).
+    options = {"bucket_cap": bucket_cap, "window_minutes": window_minutes, "follower_read": not current}
+    stats_options(options)
+    client = client_from(ctx)
+    return lambda: client.stats(**options)
 
 
 @cli.command("stats")
@@ -95,9 +96,7 @@ def dead() -> None:
 @click.pass_context
 def dead_list(ctx, queue, as_json, limit) -> None:
     """Dead tasks of QUEUE, oldest first."""
-    from shardq.admin import actions as admin
-
-    tasks = admin.dead_list(client_from(ctx).store, queue, limit=limit)
+    tasks = client_from(ctx).dead_tasks(queue, limit=limit)
     if as_json:
         _echo_json([
             {"id": t.id, "queue": t.queue, "attempts": t.attempts, "last_error": t.last_error,
@@ -117,9 +116,7 @@ def dead_list(ctx, queue, as_json, limit) -> None:
 @click.pass_context
 def dead_requeue(ctx, queue, ids, all_tasks) -> None:
     """Move dead tasks of QUEUE back into it (all of them, or the given IDs)."""
-    from shardq.admin import actions as admin
-
-    result = admin.dead_requeue(client_from(ctx).store, queue, list(ids), all_tasks=all_tasks)
+    result = client_from(ctx).requeue_dead(queue, list(ids), all_tasks=all_tasks)
     message = f"requeued {result.requeued}"
     if result.not_found_or_kept:
         message += f" ({result.not_found_or_kept} not found or kept: live duplicate key)"
@@ -131,9 +128,7 @@ def dead_requeue(ctx, queue, ids, all_tasks) -> None:
 @click.pass_context
 def dead_purge(ctx, queue) -> None:
     """Delete every dead task of QUEUE."""
-    from shardq.admin import actions as admin
-
-    click.echo(f"purged {admin.dead_purge(client_from(ctx).store, queue)}")
+    click.echo(f"purged {client_from(ctx).purge_dead(queue)}")
 
 
 @cli.group("buckets")
@@ -146,9 +141,7 @@ def buckets() -> None:
 @click.pass_context
 def buckets_show(ctx, as_json) -> None:
     """Bucket count, shard column (CockroachDB), rows per bucket, resize in progress."""
-    from shardq.admin import actions as admin
-
-    report = admin.buckets_show(client_from(ctx).store)
+    report = client_from(ctx).buckets()
     if as_json:
         _echo_json(report.as_json())
         return
@@ -179,11 +172,9 @@ def buckets_resize(ctx, count, batch, as_json) -> None:
     """
     import sys
 
-    from shardq import resize
-
     client = client_from(ctx)
     if as_json:
-        result = resize.resize_buckets(client.new_session, count, batch=batch)
+        result = client.resize_buckets(count, batch=batch)
         _echo_json(result.as_json())
         return
     if sys.stdout.isatty():
@@ -203,7 +194,7 @@ def buckets_resize(ctx, count, batch, as_json) -> None:
                     completed = progress.moved
                 bar.update(task, description=f"{progress.phase}: {progress.detail}", total=total, completed=completed)
 
-            result = resize.resize_buckets(client.new_session, count, batch=batch, on_progress=show)
+            result = client.resize_buckets(count, batch=batch, on_progress=show)
     else:
         last: list[str | None] = [None]
 
@@ -213,5 +204,5 @@ def buckets_resize(ctx, count, batch, as_json) -> None:
                 click.echo(line)
                 last[0] = line
 
-        result = resize.resize_buckets(client.new_session, count, batch=batch, on_progress=show)
+        result = client.resize_buckets(count, batch=batch, on_progress=show)
     click.echo(result.message)

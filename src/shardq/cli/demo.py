@@ -41,13 +41,11 @@ from pathlib import Path
 from typing import IO
 
 from shardq import validation
-from shardq.admin import actions as admin
+from shardq.client import Client
 from shardq.errors import ShardqError
 from shardq.migrations import apply as migrate_module
 from shardq.models.tasks import Task
 from shardq.sessions.dsn import Dsn, resolve_dsn
-from shardq.sessions.session import Session
-from shardq.sessions.store import TaskStore
 
 TASKS_DEFAULT = 200_000  # about a minute end to end on a 2-core machine (Spark start included)
 
@@ -203,11 +201,10 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
         if result.enqueued != tasks:
             report.problems.append(f"enqueued {result.enqueued} of {tasks}")
 
-        with Session(dsn, application_name="shardq-demo") as session:
-            store = TaskStore(session)
+        with Client(dsn, application_name="shardq-demo", notify=False) as client:
             while True:
                 # bounded per-bucket counts: a lower bound while deep, exact once small (see shardq.admin.stats)
-                stats = admin.stats(store).queues.get(queue)
+                stats = client.stats(follower_read=True).queues.get(queue)
                 left = (stats.ready + stats.scheduled + stats.leased + stats.expired + stats.backlog) if stats else 0
                 dead = stats.dead if stats else 0
                 report_progress("drain", tasks - left, tasks)

@@ -26,9 +26,7 @@ def _seconds(s: float | None) -> str:
 def task(ctx, task_id, as_json) -> None:
     """The state of task TASK_ID now, and its attempts. An id shardq knows nothing of (never
     enqueued, or finished in a queue that keeps nothing) is state "unknown"; a malformed id exits 2."""
-    from shardq.lifecycle import history
-
-    status = history.status(client_from(ctx).store, task_id)
+    status = client_from(ctx).status(task_id)
     if as_json:
         click.echo(json.dumps(status.as_json(), indent=2))
         return
@@ -93,10 +91,7 @@ def _after(text: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
 @click.pass_context
 def history_list(ctx, queue, state, since, limit, after, as_json) -> None:
     """Finished tasks of QUEUE, newest first (kept while the queue's --keep-finished lasts)."""
-    from shardq.lifecycle import history
-
-    tasks = history.page(client_from(ctx).store, queue, state=state, since=_since(since), after=_after(after),
-                         limit=limit)
+    tasks = client_from(ctx).history(queue, state=state, since=_since(since), after=_after(after), limit=limit)
     cursor = f"{tasks[-1].finished_at.isoformat()}/{tasks[-1].id}" if len(tasks) == limit else None
     if as_json:
         click.echo(json.dumps({"tasks": [t.as_json() for t in tasks], "next": cursor}, indent=2))

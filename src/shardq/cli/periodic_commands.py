@@ -21,9 +21,8 @@ def periodic() -> None:
 def periodic_list(ctx, app_spec, as_json) -> None:
     """Each schedule: its task and queue, when it runs, the last slot taken and the next one."""
     from shardq.app.application import load_app
-    from shardq.maintenance.periodic import describe
 
-    views = describe(client_from(ctx).store, list(load_app(app_spec).schedules.values()))
+    views = client_from(ctx).schedules(list(load_app(app_spec).schedules.values()))
     if as_json:
         click.echo(json.dumps([v.as_json() for v in views], indent=1))
         return

@@ -165,9 +165,7 @@ def reap(ctx, once, interval, statement_timeout) -> None:
 @click.pass_context
 def cancel(ctx, ids) -> None:
     """Cancel tasks by ID (ready, scheduled, waiting or running: a running task's outcome is then ignored)."""
-    from shardq.admin import actions as admin
-
-    result = admin.cancel(client_from(ctx).store, list(ids))
+    result = client_from(ctx).cancel(*ids)
     message = f"cancelled {len(result.cancelled)}"
     if result.not_found:
         message += f" (not found: {', '.join(result.not_found)})"

@@ -55,18 +55,17 @@ def queue() -> None:
 @click.pass_context
 def queue_show(ctx, name, as_json) -> None:
     """Settings of queue NAME, or of every queue."""
-    from shardq.admin import actions as admin
     from shardq.errors import ShardqError
 
-    store = client_from(ctx).store
+    client = client_from(ctx)
     if name is None:
-        items = admin.queue_list(store)
+        items = client.queues()
     else:
-        found = admin.queue_show(store, name)
+        found = client.queue_settings(name)
         if found is None:
             raise ShardqError(f"no queue named {name!r}")
         items = [found]
-    usage = admin.flow_usage(store)
+    usage = client.flow_usage()
     if as_json:
         click.echo(json.dumps([{**s.as_json(), **_usage_json(s, usage)} for s in items], indent=2))
         return
@@ -107,14 +106,13 @@ def _usage_json(settings, usage) -> dict:
 def queue_set(ctx, name, keep_finished, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""
     from shardq import validation
-    from shardq.admin import actions as admin
 
     if keep_finished is not None:
         changes["keep_finished_seconds"] = validation.duration(keep_finished, "--keep-finished")
 
-    store = client_from(ctx).store
-    settings = admin.queue_set(store, name, **changes)
-    _print(settings, admin.flow_usage(store) if settings is not None and settings.limited else None)
+    client = client_from(ctx)
+    settings = client.set_queue(name, **changes)
+    _print(settings, client.flow_usage() if settings is not None and settings.limited else None)
 
 
 def _pause_command(name: str, paused: bool, summary: str):
@@ -124,14 +122,10 @@ def _pause_command(name: str, paused: bool, summary: str):
     @click.option("--dequeue", "dequeue_only", is_flag=True, help="Only dequeue (claims).")
     @click.pass_context
     def command(ctx, queue_name, enqueue_only, dequeue_only) -> None:
-        from shardq.admin import actions as admin
-
         both = not enqueue_only and not dequeue_only
-        flags = {
-            "paused_enqueue": paused if (both or enqueue_only) else None,
-            "paused_dequeue": paused if (both or dequeue_only) else None,
-        }
-        _print(admin.queue_set(client_from(ctx).store, queue_name, **flags))
+        client = client_from(ctx)
+        change = client.pause if paused else client.resume
+        _print(change(queue_name, enqueue=both or enqueue_only, dequeue=both or dequeue_only))
 
     return command
 

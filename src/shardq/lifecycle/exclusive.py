@@ -46,29 +46,18 @@ class ExclusiveEnqueue:
     paused: bool
 
 
-def enqueue(store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> ExclusiveEnqueue:
-    """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
-    into the key's backlog. One transaction; may run more than once on CockroachDB (40001)."""
-    return store.session.run(enqueue_plan(queue, tasks, ids))
-
-
 def enqueue_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
-    """:func:`enqueue` as a plan (:mod:`shardq.sql.plan`), for either session."""
+    """Insert tasks of which some carry exclusive keys: active where the key is free, otherwise
+    into the key's backlog, as a plan (:mod:`shardq.sql.plan`) for either session. One
+    transaction; may run more than once on CockroachDB (40001)."""
     result: ExclusiveEnqueue = yield Atomically(lambda: in_transaction_plan(queue, tasks, ids))
     return result
 
 
-def enqueue_in_transaction(
-    store: TaskStore, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
-) -> ExclusiveEnqueue:
-    """:func:`enqueue`'s work, inside a transaction the caller holds open (the Spark merge does
-    this in each chunk's transaction). Takes the keys' locks first, so it must be the only part of
-    that transaction that touches these keys' backlogs."""
-    return store.session.run(in_transaction_plan(queue, tasks, ids))
-
-
 def in_transaction_plan(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> Plan[ExclusiveEnqueue]:
-    """:func:`enqueue_in_transaction` as a plan."""
+    """:func:`enqueue_plan`'s work, inside a transaction the caller holds open (the Spark merge
+    does this in each chunk's transaction). Takes the keys' locks first, so it must be the only
+    part of that transaction that touches these keys' backlogs."""
     pairs = sorted({(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
     yield from operations.exclusive_keys_lock(pairs)
     skipped, paused = yield from operations.task_insert_many(queue, tasks, ids)

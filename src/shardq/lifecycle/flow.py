@@ -47,10 +47,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardq import operations
 from shardq.models.queues import QueueSettings
 from shardq.models.tasks import ClaimedTask
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
+from shardq.sql.plan import Plan
 
 log = logging.getLogger("shardq.lifecycle.flow")
 
@@ -337,15 +339,15 @@ def claim_with_tokens(
     return store.session.transaction(body)
 
 
-def fit(store: TaskStore, settings: QueueSettings) -> None:
+def fit_plan(settings: QueueSettings) -> Plan[None]:
     """Make the slot rows and the token bucket match ``settings`` (after ``shardq queue set``):
     slots 0 .. limit - 1 exist and no others; a bucket, full, exactly when a rate is set."""
     limit = settings.concurrency_limit or 0
-    store.flow_slots_trim(settings.name, limit)
+    yield from operations.flow_slots_trim(settings.name, limit)
     if limit:
-        store.flow_slots_add(settings.name, limit)
+        yield from operations.flow_slots_add(settings.name, limit)
     if settings.rate_limit is None:
-        store.flow_tokens_drop(settings.name)
+        yield from operations.flow_tokens_drop(settings.name)
     else:
-        store.flow_tokens_reset(settings.name, float(settings.burst))
+        yield from operations.flow_tokens_reset(settings.name, float(settings.burst))
 

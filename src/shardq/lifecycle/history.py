@@ -4,8 +4,8 @@ A queue keeps its finished tasks for ``keep_finished_seconds`` (``shardq queue s
 --keep-finished 7d``; 0, the default, keeps none). While it does, every task of it that
 finishes — succeeded, dead-lettered, cancelled — leaves one row in ``shardq_history``, and every
 failed attempt that is retried leaves one row in ``shardq_attempts`` (migration 0008).
-:func:`status` reads a task's state now by id, wherever it is; :func:`page` lists a queue's
-finished tasks; :func:`shardq.maintenance.pruning.prune_history` removes rows past their queue's
+:func:`shardq.operations.task_status` reads a task's state now by id, wherever it is (with
+:func:`parse_task_id`); :func:`page_plan` lists a queue's finished tasks; :func:`shardq.maintenance.pruning.prune_history` removes rows past their queue's
 retention (each reaper pass, and every worker's settler about once a minute).
 
 Results: a task declared with ``@app.task(result=True)`` keeps its JSON-encoded return value in
@@ -44,11 +44,12 @@ import uuid
 from dataclasses import dataclass
 
 from shardq.errors import InvalidInput
-from shardq.models.history import FINISHED_STATES, FinishedTask, TaskStatus
+from shardq.models.history import FINISHED_STATES, FinishedTask
 from shardq.operations import history as history_operations
 from shardq.sessions.store import TaskStore
+from shardq.sql.plan import Plan
 
-#: rows per :func:`page` by default, and at most
+#: rows per :func:`page_plan` by default, and at most
 PAGE_DEFAULT = 50
 
 
@@ -65,16 +66,11 @@ def parse_task_id(text: object) -> uuid.UUID:
         raise InvalidInput(f"not a task id: {str(text)[:80]!r}") from None
 
 
-def status(store: TaskStore, task_id: object) -> TaskStatus:
-    """The state of one task now (see :class:`shardq.models.history.TaskStatus`); an id that is
-    nowhere is ``unknown``, not an error. A malformed id raises :class:`InvalidInput`."""
-    return store.task_status(parse_task_id(task_id))
-
-
-def page(store: TaskStore, queue: str, *, state: str | None = None, since: dt.datetime | None = None,
-         after: tuple[dt.datetime, uuid.UUID] | None = None, limit: int = PAGE_DEFAULT) -> list[FinishedTask]:
-    """A page of ``queue``'s finished tasks, newest first; the next page starts ``after`` the
-    (finished_at, id) of the last row. ``state``: one of succeeded, dead, cancelled."""
+def page_plan(queue: str, *, state: str | None = None, since: dt.datetime | None = None,
+              after: tuple[dt.datetime, uuid.UUID] | None = None, limit: int = PAGE_DEFAULT) -> Plan[list[FinishedTask]]:
+    """A page of ``queue``'s finished tasks, newest first, as a plan for either session; the next
+    page starts ``after`` the (finished_at, id) of the last row. ``state``: one of succeeded, dead,
+    cancelled. Every argument is checked here (:class:`InvalidInput`), before anything is sent."""
     from shardq import validation
 
     validation.queue_name(queue)
@@ -83,7 +79,7 @@ def page(store: TaskStore, queue: str, *, state: str | None = None, since: dt.da
     if since is not None and since.tzinfo is None:
         raise InvalidInput("since must be an aware datetime")
     limit = validation.positive_int(limit, "limit", maximum=PAGE_MAX)
-    return store.history_list(queue, state=state, since=since, after=after, limit=limit)
+    return history_operations.history_list(queue, state=state, since=since, after=after, limit=limit)
 
 
 # -- the dashboard's finished tab -------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Editing a queue's settings and limits from its page: ``POST /queues/{queue}/settings`` (the
 form, after a confirmation) and ``POST /api/queues/{queue}/settings`` (JSON), both through
-:func:`shardq.admin.actions.queue_set`, which validates every value before anything is written (so a
+:func:`shardq.admin.actions.queue_set_plan`, which validates every value before anything is written (so a
 refused change changes nothing) and changes a limit together with the rows that enforce it.
 
 Fields: ``lease_seconds``, ``max_attempts``, ``backoff_base``, ``backoff_cap``, ``retry_jitter``,
@@ -55,9 +55,9 @@ def parse_form(form: dict[str, list[str]]) -> dict[str, Any]:
 
 
 def update(store: TaskStore, queue: str, changes: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``changes`` to a known queue (see :func:`shardq.admin.actions.queue_set`); its new settings."""
+    """Apply ``changes`` to a known queue (see :func:`shardq.admin.actions.queue_set_plan`); its new settings."""
     known_queue(store, queue)
-    settings = admin.queue_set(store, queue, **changes)
+    settings = store.run(admin.queue_set_plan(queue, changes))
     assert settings is not None
     return settings.as_json()
 

@@ -123,7 +123,7 @@ def act(store: TaskStore, queue: str, action: str, ids: list[Any], priority: Any
     wanted = browse.parse_ids(ids)
     if action == "cancel":
         mine = _in_queue(store, queue, wanted)
-        changed = set(admin.cancel(store, mine).cancelled) if mine else set()
+        changed = set(store.run(admin.cancel_plan(admin.parse_cancel_ids(mine))).cancelled) if mine else set()
         result = browse.ActionResult(tuple(str(i) for i in wanted if str(i) in changed),
                                      tuple(str(i) for i in wanted if str(i) not in changed))
     elif action == "run_now":

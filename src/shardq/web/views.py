@@ -3,7 +3,7 @@ taking a :class:`~shardq.sessions.store.TaskStore` and returning JSON-ready dict
 
 Guarantees:
 
-* Reads go through the same functions as ``shardq stats`` and the CLI (:func:`shardq.admin.stats`,
+* Reads go through the same functions as ``shardq stats`` and the CLI (:func:`shardq.admin.stats.collect_plan`,
   :func:`shardq.admin.actions.dead_list`, :func:`shardq.admin.actions.task_show`, …), so every count is bounded
   the same way (per (queue, bucket) caps, sampled buckets above ``max_buckets``) and marked the
   same way when it is not exact (``accuracy``). Nothing here counts a table without a limit.
@@ -25,9 +25,9 @@ import json
 import uuid
 from typing import Any
 
-from shardq import validation
+from shardq import operations, validation
 from shardq.admin import actions as admin
-from shardq.admin.stats import StatsOptions
+from shardq.admin.stats import StatsOptions, collect_plan
 from shardq.errors import InvalidInput
 from shardq.lifecycle import history
 from shardq.models.queues import QueueSettings
@@ -144,7 +144,7 @@ def known_queue(store: TaskStore, queue: str) -> QueueSettings:
     """The queue's settings; :class:`NotFound` for a name that is not a queue (malformed names
     included: no queue can have one)."""
     try:
-        settings = admin.queue_show(store, queue)
+        settings = store.run(admin.queue_show_plan(queue))
     except InvalidInput:
         settings = None
     if settings is None:
@@ -225,9 +225,9 @@ def _stats_header(stats: Stats) -> dict[str, Any]:
 def overview(store: TaskStore, options: StatsOptions | None = None) -> dict[str, Any]:
     """Every queue: depth (ready, scheduled, leased (running), expired, backlog, dead, each with its accuracy), the
     oldest due task's age, enqueue / ack / completion / failure rates, lead time and whether it
-    is paused. One bounded stats snapshot (:func:`shardq.admin.stats`) plus the settings list."""
-    stats = admin.stats(store, options)
-    settings = {s.name: s for s in admin.queue_list(store)}
+    is paused. One bounded stats snapshot (:func:`shardq.admin.stats.collect_plan`) plus the settings list."""
+    stats = store.run(collect_plan((options or StatsOptions()).validate()))
+    settings = {s.name: s for s in store.run(operations.queue_list())}
     return {
         **_stats_header(stats),
         "queues": [_queue_json(name, q, settings.get(name)) for name, q in sorted(stats.queues.items())],
@@ -238,7 +238,7 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
     """One queue: its settings, its numbers as in :func:`overview`, its depth per counted bucket
     and the skew (max/mean due depth over buckets). :class:`NotFound` for an unknown queue."""
     settings = known_queue(store, queue)
-    stats = admin.stats(store, options)
+    stats = store.run(collect_plan((options or StatsOptions()).validate()))
     q = stats.queues.get(queue, QueueStats())
     cap = stats.bucket_cap if stats.bucket_cap is not None else (options or StatsOptions()).bucket_cap
     per_bucket = {b: q.per_bucket.get(b) for b in stats.buckets_counted}
@@ -314,7 +314,7 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
     :class:`NotFound` when none holds it, and for a malformed id."""
     try:
         task = admin.task_show(store, task_id)
-        status = history.status(store, task_id)
+        status = store.run(operations.task_status(history.parse_task_id(task_id)))
     except InvalidInput:
         task, status = None, None
     if task is None:
@@ -335,9 +335,9 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
 
 
 def task_status(store: TaskStore, task_id: str) -> dict[str, Any]:
-    """A task's state now and its attempts (:func:`shardq.lifecycle.history.status`): ``unknown`` for an id
+    """A task's state now and its attempts (:func:`shardq.operations.task_status`): ``unknown`` for an id
     shardq knows nothing of; a malformed id is :class:`shardq.errors.InvalidInput`."""
-    return history.status(store, task_id).as_json()
+    return store.run(operations.task_status(history.parse_task_id(task_id))).as_json()
 
 
 def _worker_holding(store: TaskStore, task: TaskInfo) -> dict[str, Any] | None:
@@ -362,11 +362,7 @@ def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = Tr
     known_queue(store, queue)
     if not enqueue and not dequeue:
         raise InvalidInput("nothing to pause or resume: enqueue and dequeue are both false")
-    changed = admin.queue_set(
-        store, queue,
-        paused_enqueue=paused if enqueue else None,
-        paused_dequeue=paused if dequeue else None,
-    )
+    changed = store.run(admin.queue_set_plan(queue, admin.pause_changes(paused, enqueue=enqueue, dequeue=dequeue)))
     assert changed is not None
     return changed.as_json()
 
@@ -386,10 +382,10 @@ def dead_purge(store: TaskStore, queue: str) -> dict[str, Any]:
 
 
 def cancel(store: TaskStore, task_id: str) -> dict[str, Any]:
-    """Cancel one live task by id (see :func:`shardq.admin.actions.cancel`). :class:`NotFound` when
+    """Cancel one live task by id (see :func:`shardq.admin.actions.cancel_plan`). :class:`NotFound` when
     there is no such live task (a dead one is requeued or purged from its queue's page)."""
     try:
-        result = admin.cancel(store, [task_id])
+        result = store.run(admin.cancel_plan(admin.parse_cancel_ids([task_id])))
     except InvalidInput:
         raise NotFound(f"no task {task_id!r}") from None
     if not result.cancelled:

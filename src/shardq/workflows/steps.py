@@ -33,7 +33,7 @@ Guarantees:
   commit leaves everything as it was: the lease runs out, the parent runs again.
 * **Results.** A step whose function takes a keyword parameter ``results`` (and whose call does
   not give it) receives its parents' results as a dict by step name, read when it runs
-  (:func:`parent_results`; a parent's result is kept when its task is declared ``result=True``
+  (:func:`parent_results_plan`; a parent's result is kept when its task is declared ``result=True``
   or, in a queue that keeps finished tasks, when the queue keeps results; else None). Where the
   parent's queue keeps finished tasks its history row has the result; where it keeps none, the
   ack keeps it in the parent's step row, until the workflow is pruned.
@@ -41,10 +41,10 @@ Guarantees:
   on its last attempt) cancels its waiting children, and theirs,
   and releases an on-failure child instead of cancelling it; an on-failure child whose parents
   all succeeded is cancelled. Requeueing a dead step from the dead letters resumes its workflow
-  from it, in the requeue's transaction (:func:`dead_requeue`): the step is ready again and its
-  cancelled dependents wait again. :func:`cancel` cancels every step not finished yet and deletes
+  from it, in the requeue's transaction (:func:`dead_requeue_plan`): the step is ready again and its
+  cancelled dependents wait again. :func:`cancel_plan` cancels every step not finished yet and deletes
   their tasks (a running one's ack then deletes nothing and releases nothing); cancelling a step's
-  task by id (:func:`shardq.admin.actions.cancel`) cancels that step and its dependents.
+  task by id (:func:`shardq.admin.actions.cancel_plan`) cancels that step and its dependents.
 
 Does not:
 
@@ -287,7 +287,7 @@ def _apply(moved: list[Moved], wake: bool, released: Sequence[uuid.UUID] = ()) -
 
 
 def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.UUID]) -> Plan[None]:
-    """Steps whose task rows :func:`shardq.admin.actions.cancel` just deleted by id, in its transaction
+    """Steps whose task rows :func:`shardq.admin.actions.cancel_plan` just deleted by id, in its transaction
     (``released``: those whose tasks no longer waited): cancelled (waiting or ready), and their
     dependents with them, level by level (an on-failure child too: its parent did not die).
     Without it a step ready would read as succeeded, its task row being gone, and one waiting
@@ -297,16 +297,11 @@ def cancelled_by_id_plan(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.
         yield from _move_on(finished, TaskState.CANCELLED, wake=False)
 
 
-def dead_requeue(store: TaskStore, queue: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    """Requeue dead tasks (:func:`shardq.admin.actions.dead_requeue`) and resume the workflows of those
-    that were steps, in one transaction; returns the ids requeued."""
-    return store.session.run(dead_requeue_plan(queue, ids))
-
-
 def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUID]]:
-    """:func:`dead_requeue` as a plan: the requeued step is ``ready`` again and a step of its
-    workflow again; its dependents cancelled when it died wait again (their tasks enqueued again
-    from what their steps kept), level by level down the graph."""
+    """Requeue dead tasks (:func:`shardq.admin.actions.dead_requeue`) and resume the workflows of
+    those that were steps, in one transaction; returns the ids requeued. The requeued step is
+    ``ready`` again and a step of its workflow again; its dependents cancelled when it died wait
+    again (their tasks enqueued again from what their steps kept), level by level down the graph."""
 
     def body() -> Plan[set[uuid.UUID]]:
         done = yield from operations.dead_requeue_ids(queue, ids)
@@ -327,15 +322,11 @@ def dead_requeue_plan(queue: str, ids: Sequence[uuid.UUID]) -> Plan[set[uuid.UUI
     return result
 
 
-def parent_results(store: TaskStore, task_id: object) -> dict[str, object]:
+def parent_results_plan(task_id: object) -> Plan[dict[str, object]]:
     """The results of the parents of the step whose task is ``task_id``, by step name (None where
     a parent keeps none: its task is not declared ``result=True`` or its queue keeps no finished
-    tasks). One read."""
-    return store.session.run(parent_results_plan(task_id))
-
-
-def parent_results_plan(task_id: object) -> Plan[dict[str, object]]:
-    """:func:`parent_results` as a plan (run by the sync and the asyncio client alike)."""
+    tasks). One read; run by the sync and the asyncio client alike. A malformed id raises
+    :class:`InvalidInput` here, before anything is sent."""
     return operations.workflow_parent_results(_parse(task_id))
 
 
@@ -371,7 +362,7 @@ def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
         return TaskState.RUNNING
     if any(s.state == TaskState.DEAD for s in steps):
         return TaskState.FAILED
-    # A step cancelled by its task's id (shardq.admin.actions.cancel); an on-failure step is cancelled
+    # A step cancelled by its task's id (shardq.admin.actions.cancel_plan); an on-failure step is cancelled
     # when its parents all succeeded, which is how a workflow succeeds.
     cancelled_step = any(s.state == TaskState.CANCELLED and not s.on_failure for s in steps)
     return TaskState.CANCELLED if cancelled_step else TaskState.SUCCEEDED

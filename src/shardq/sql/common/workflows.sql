@@ -392,7 +392,7 @@ RETURNING id, state <> 'waiting' AS released
 
 -- name: workflow_steps_cancel
 -- The steps whose task rows were just deleted by a cancel, in its transaction (workflow_cancel, or
--- shardq.admin.actions.cancel by task id): 'cancelled', waiting or not. Those whose tasks had been
+-- shardq.admin.actions.cancel_plan by task id): 'cancelled', waiting or not. Those whose tasks had been
 -- released wait on no parent (a step released directly by its sole parent still counted it).
 -- Returns what workflow_steps_finish returns, for the cancel by id to stop their dependents.
 UPDATE shardq_workflow_steps
