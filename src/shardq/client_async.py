@@ -54,6 +54,7 @@ from shardq.models.history import TaskStatus
 from shardq.models.stats import Stats
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
+from shardq.operations import durable
 from shardq.operations.stats import EnqueueCounts
 from shardq.sessions.dsn import Dsn, resolve_dsn
 from shardq.sessions.session_async import AsyncSession, borrow_async
@@ -157,6 +158,10 @@ class AsyncClient:
         return await borrowed.run(enqueue_plan(queue, prepared, batch_size=batch_size, notifier=self.notifier))
 
     # -- operating --------------------------------------------------------------------------
+    async def signal(self, task_id: object, name: str, payload: Any = None, *, key: str | None = None) -> bool:
+        """:meth:`shardq.Client.signal` for asyncio code."""
+        return await self._run(durable.send_signal(parse_task_id(task_id), name, payload, key))
+
     async def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :func:`shardq.admin.actions.cancel`)."""
         return await self._run(admin.cancel_plan(admin.parse_cancel_ids(list(ids))))
