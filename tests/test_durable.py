@@ -405,3 +405,50 @@ def test_the_signal_command_sends_and_refuses_in_one_line_with_exit_2(app, pg_db
         assert pg_app.work(until_empty=True).acked == 1
     finally:
         pg_app.close()
+
+
+def test_a_waiting_task_shows_as_waiting_with_its_signal_and_progress_in_status(app, db):
+    @app.task(name="shown", queue=Q, pass_context=True)
+    def shown(ctx: shardq.TaskContext) -> None:
+        ctx.progress({"done": 1, "of": 3})
+        ctx.progress({"done": 2, "of": 3})  # within a second of the first: not written
+        ctx.wait_for("approved")
+
+    task_id = shown.defer()
+    app.work(until_empty=True)
+    status = db.client.status(task_id)
+    assert status.state == "waiting" and status.waiting_for == "approved"
+    assert status.as_json()["progress"] == {"done": 1, "of": 3}
+    assert steps_of(db, task_id)[0]["idx"] == -1  # the progress row, apart from the steps
+    db.client.signal(task_id, "approved")
+    assert db.client.status(task_id).state == "ready"
+    app.work(until_empty=True)
+    assert db.client.status(task_id).state in ("unknown", "succeeded")
+
+
+def test_progress_is_bounded_and_fenced(db):
+    claimed = db.make_task(Q, state="leased")
+    run = _run_for(db, claimed)
+    from shardq.app import durable
+
+    with pytest.raises(shardq.StepNotStorable, match="progress: 5,002 bytes"):
+        durable.progress(run, "x" * 5000)
+    probe(db.session, "UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
+          {"t": uuid.uuid4(), "id": claimed.key.id})
+    with pytest.raises(LeaseLost):
+        durable.progress(run, 1)
+
+
+def test_a_running_handler_learns_that_its_task_was_cancelled(app, db):
+    seen: list[bool] = []
+
+    @app.task(name="long", queue=Q, pass_context=True)
+    def long(ctx: shardq.TaskContext) -> None:
+        seen.append(ctx.cancelled)
+        db.client.cancel(ctx.id)  # as `shardq cancel` would, from elsewhere
+        ctx._run._checked_at = None  # the once-a-second read, due now
+        seen.append(ctx.cancelled)
+
+    long.defer()
+    app.work(until_empty=True)
+    assert seen == [False, True]

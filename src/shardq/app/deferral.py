@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from shardq import instrumentation, validation
+from shardq.app import durable
 from shardq.arguments import encode_call
 from shardq.errors import InvalidInput
 from shardq.lifecycle.enqueue import normalise
@@ -99,6 +100,26 @@ class TaskContext:
 
     async def wait_for_async(self, name: str, timeout: float | None = None) -> Any:
         return await self._run.wait_for_async(name, timeout)
+
+    def progress(self, value: Any) -> None:
+        """Report progress (JSON, at most 4 KiB), shown by status by id (``progress``); written
+        at most once a second, however often this is called: a call within a second of the last
+        write writes nothing (the next call after that second writes its value)."""
+        durable.progress(self._run, value)
+
+    async def progress_async(self, value: Any) -> None:
+        await durable.progress_async(self._run, value)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this run no longer holds its task: cancelled (``shardq cancel``), or its lease
+        passed to another worker. Reads the database at most once a second; stop soon when True
+        (the outcome of a cancelled task is ignored)."""
+        return durable.cancelled(self._run)
+
+    async def cancelled_async(self) -> bool:
+        """:attr:`cancelled` for an ``async def`` task."""
+        return await durable.cancelled_async(self._run)
 
 
 class CallOptions(TaskOptions, total=False):

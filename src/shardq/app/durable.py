@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,10 @@ class DurableRun:
         self.fenced = Fenced(handle.claimed.key, handle.claimed.lease_token)
         self._steps: list[plans.RecordedStep] | None = None
         self.next = 0
+        # progress: when it was last written (monotonic; None: never)
+        self._progress_at: float | None = None
+        self._checked_at: float | None = None
+        self._cancelled = False
 
     # -- running plans ---------------------------------------------------------------------
     def _run(self, plan: Plan[Any]) -> Any:
@@ -245,3 +250,53 @@ def _answer(signal: str, value: str) -> Any:
     if isinstance(decoded, dict) and "payload" in decoded:
         return decoded["payload"]
     raise SignalTimeout(f"no signal {signal!r} before the wait's timeout")
+
+
+#: progress is written at most this often (seconds), whatever the handler calls
+PROGRESS_EVERY = 1.0
+#: ``cancelled`` reads the database at most this often (seconds)
+CANCEL_CHECK_EVERY = 1.0
+
+
+def _progress_due(run: DurableRun, value: Any) -> str | None:
+    """The JSON text to write now, or None (the last write was less than a second ago)."""
+    text = encode_json(value, plans.PROGRESS_MAX_BYTES, "progress")
+    now = time.monotonic()
+    if run._progress_at is not None and now - run._progress_at < PROGRESS_EVERY:
+        return None
+    run._progress_at = now
+    return text
+
+
+def progress(run: DurableRun, value: Any) -> None:
+    text = _progress_due(run, value)
+    if text is not None:
+        run._run(plans.progress_record(run.fenced, text))
+
+
+async def progress_async(run: DurableRun, value: Any) -> None:
+    text = _progress_due(run, value)
+    if text is not None:
+        await run._run_async(plans.progress_record(run.fenced, text))
+
+
+def _check_due(run: DurableRun) -> bool:
+    if run._cancelled:
+        return False
+    now = time.monotonic()
+    if run._checked_at is not None and now - run._checked_at < CANCEL_CHECK_EVERY:
+        return False
+    run._checked_at = now
+    return True
+
+
+def cancelled(run: DurableRun) -> bool:
+    if _check_due(run):
+        run._cancelled = not run._run(plans.lease_held(run.fenced))
+    return run._cancelled
+
+
+async def cancelled_async(run: DurableRun) -> bool:
+    if _check_due(run):
+        run._cancelled = not await run._run_async(plans.lease_held(run.fenced))
+    return run._cancelled

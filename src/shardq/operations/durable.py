@@ -16,6 +16,7 @@ from shardq.engine.common import key_arrays
 from shardq.error_text import storable
 from shardq.errors import InvalidInput, LeaseLost, StepNotStorable, TaskNotLive
 from shardq.models.leases import Fenced
+from shardq.operations.history import WAIT_STEP_PREFIX
 from shardq.sql.plan import ENGINE, Atomically, Call, Plan
 
 #: a step's JSON value, at most this many bytes (as a kept result)
@@ -73,7 +74,7 @@ def signal_id(key: str | None) -> uuid.UUID:
 
 
 #: A wait's step name is its signal's name with this prefix (what task_signal_wake looks for).
-WAIT_PREFIX = RESERVED + "wait:"
+WAIT_PREFIX = WAIT_STEP_PREFIX  # "shardq:wait:"; status by id reads it too
 #: A wait without a timeout is scheduled this far ahead (a signal makes it due at once).
 FAR_FUTURE = dt.timedelta(days=3650)
 
@@ -111,6 +112,24 @@ def step_record(fenced: Fenced, idx: int, name: str, value: str | None, version:
     row = yield Call("task_step_record", params, rows="one")
     if row is None:
         raise _lost(fenced, f"step {idx} ({name})")
+
+
+#: the index of a task's progress row in shardq_task_steps (not a step: steps are 0, 1, 2 …)
+PROGRESS_IDX = -1
+PROGRESS_STEP = RESERVED + "progress"
+#: a progress value, at most this many bytes of JSON
+PROGRESS_MAX_BYTES = 4096
+
+
+def progress_record(fenced: Fenced, value: str) -> Plan[None]:
+    """Write the task's progress (JSON text), fenced like a step."""
+    yield from step_record(fenced, PROGRESS_IDX, PROGRESS_STEP, value, None)
+
+
+def lease_held(fenced: Fenced) -> Plan[bool]:
+    """Whether the task's row is still there under this run's lease token."""
+    row = yield Call("task_lease_held", {"task_id": fenced.key.id, "token": fenced.token}, rows="one")
+    return bool(row and row["held"])
 
 
 def steps_clear(fenced: Fenced) -> Plan[int]:

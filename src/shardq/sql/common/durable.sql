@@ -6,10 +6,11 @@
 
 -- name: task_steps_read
 -- The recorded steps of one task in order (its primary key's prefix: one range read), with whether
--- each sleep or wait has reached its wake time on the server's clock.
+-- each sleep or wait has reached its wake time on the server's clock. Index -1 is the task's
+-- progress (ctx.progress), not a step.
 SELECT idx, name, value, version, wake_at, coalesce(wake_at <= now(), false) AS due
 FROM shardq_task_steps
-WHERE task_id = %(task_id)s::UUID
+WHERE task_id = %(task_id)s::UUID AND idx >= 0
 ORDER BY idx
 
 -- name: task_signal_lock
@@ -68,3 +69,8 @@ WHERE task_id IN (
     LIMIT %(limit)s
 )
 RETURNING task_id
+
+-- name: task_lease_held
+-- Whether this run still holds its task (ctx.cancelled): the row by id (the unique id index) and
+-- whether its lease token is still the run's. No row: cancelled (or finished).
+SELECT lease_token = %(token)s::UUID AS held FROM shardq_tasks WHERE id = %(task_id)s::UUID
