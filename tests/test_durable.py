@@ -9,7 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,10 @@ import shardq
 from shardq.app.durable import DurableRun
 from shardq.errors import InvalidInput, LeaseLost, TaskNotLive
 from shardq.maintenance.pruning import prune_durable
+from shardq.models.leases import Fenced
 from shardq.models.tasks import Task
 from shardq.operations import durable as plans
+from shardq.sql.plan import Atomically, Call
 from tests.factories import TestDatabase, probe
 
 Q = "durable"
@@ -452,3 +457,123 @@ def test_a_running_handler_learns_that_its_task_was_cancelled(app, db):
     long.defer()
     app.work(until_empty=True)
     assert seen == [False, True]
+
+
+# -- a signal and a wait at the same moment (PostgreSQL: both lock the task row first) ----------
+
+def _pausing(plan: Any, after: str, locked: threading.Event, release: threading.Event) -> Any:
+    """``plan``, blocking once the statement named ``after`` has answered (its transaction open,
+    holding what that statement locked) until ``release`` is set."""
+    request = plan.send(None)
+    while True:
+        if isinstance(request, Atomically):
+            request = Atomically(partial(_paused_body, request.body, after, locked, release))
+        answer = yield request
+        if isinstance(request, Call) and request.name == after:
+            locked.set()
+            assert release.wait(30)
+        try:
+            request = plan.send(answer)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _paused_body(body: Any, after: str, locked: threading.Event, release: threading.Event) -> Any:
+    return _pausing(body(), after, locked, release)
+
+
+def _blocked_on_a_lock(db: TestDatabase) -> None:
+    """Wait until some backend waits for a row lock (the other side of the race has reached it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = probe(db.session, "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        if rows[0]["n"]:
+            return
+        time.sleep(0.01)  # polling a condition, not waiting a fixed time
+    raise AssertionError("nobody waited for the lock")
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    return thread, out
+
+
+def test_a_wait_that_meets_a_signal_being_sent_waits_for_it_and_consumes_it(pg_db):
+    db = pg_db
+    claimed = db.make_task(Q, state="leased")
+    fenced = Fenced(claimed.key, claimed.lease_token)
+    locked, release = threading.Event(), threading.Event()
+    sender = db.client.new_session()
+    signal = _pausing(plans.send_signal(claimed.key.id, "go", {"n": 1}), "task_signal_lock", locked, release)
+    sending, sent = _in_thread(lambda: sender.run(signal))
+    assert locked.wait(30)  # the signal's transaction holds the task row
+    waiter = db.client.new_session()
+    waiting, waited = _in_thread(lambda: waiter.run(plans.wait_plan(fenced, 0, "go", None, None)))
+    _blocked_on_a_lock(db)  # the wait's fenced write waits for the signal's commit
+    release.set()
+    sending.join(30)
+    waiting.join(30)
+    assert sent == [True]
+    assert waited == [plans.WaitOutcome('{"payload": {"n":1}}')]
+    assert db.task_row(claimed.id)["state"] == "leased"  # it never parked
+
+
+def test_a_signal_that_meets_a_wait_parking_waits_for_it_and_wakes_the_task(pg_db):
+    db = pg_db
+    claimed = db.make_task(Q, state="leased")
+    fenced = Fenced(claimed.key, claimed.lease_token)
+    locked, release = threading.Event(), threading.Event()
+    waiter = db.client.new_session()
+    wait = _pausing(plans.wait_plan(fenced, 0, "go", None, None), "task_wait_begin", locked, release)
+    waiting, waited = _in_thread(lambda: waiter.run(wait))
+    assert locked.wait(30)  # the wait's transaction holds the task row, its signal not there yet
+    sender = db.client.new_session()
+    sending, sent = _in_thread(lambda: sender.run(plans.send_signal(claimed.key.id, "go", 2)))
+    _blocked_on_a_lock(db)
+    release.set()
+    waiting.join(30)
+    sending.join(30)
+    assert waited == [plans.WaitOutcome()]  # parked
+    assert sent == [True]
+    row = db.task_row(claimed.id)
+    assert row["state"] == "ready" and row["lease_token"] is None  # woken by the signal's transaction
+
+
+def test_a_run_that_died_after_its_checkpoint_is_replayed_by_the_next_after_the_reaper(app, db):
+    calls: list[str] = []
+
+    @app.task(name="crashy", queue=Q, pass_context=True)
+    def crashy(ctx: shardq.TaskContext) -> None:
+        ctx.step("a", lambda: calls.append("a") or "A")
+        ctx.step("b", lambda: calls.append("b"))
+
+    from shardq.arguments import encode_call
+
+    # A worker claimed it, ran and recorded step a (its lease ran out meanwhile, but nobody had
+    # taken the task: its token still holds), then died before its ack.
+    claimed = db.make_task(Q, state="leased", payload=encode_call("crashy", {}),
+                           lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
+    dying = _run_for(db, claimed)
+    assert dying.step("a", lambda: calls.append("a") or "A") == "A"
+    assert db.client.reap_once().retried == 1
+    wake_now(db, claimed.id)
+    assert app.work(until_empty=True).acked == 1
+    assert calls == ["a", "b"]  # a ran once, on the run that died
+
+
+@pytest.mark.parametrize("name", ["'; DROP TABLE shardq_tasks; --", "ünï cødé ✓", "tab\tand\nnewline", "%(id)s {x}"])
+def test_hostile_step_and_signal_names_and_payloads_are_plain_values(app, db, name):
+    got: list[Any] = []
+    payload = {"s": "'\"\\", "n": [None, 1.5, {"\u0000x": "ok"}], "big": 10**30}
+
+    @app.task(name="hostile", queue=Q, pass_context=True)
+    def hostile(ctx: shardq.TaskContext) -> None:
+        got.append(ctx.step(name, lambda: payload))
+        got.append(ctx.wait_for(name))
+
+    task_id = hostile.defer()
+    assert db.client.signal(task_id, name, payload)
+    assert app.work(until_empty=True).acked == 1
+    assert got == [payload, payload]
