@@ -4,6 +4,7 @@ a changed sequence, versions, durable sleep, signals and their waits, bad input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -399,6 +400,10 @@ def test_the_signal_command_sends_and_refuses_in_one_line_with_exit_2(app, pg_db
         def shardq_cli(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([SHARDQ, *args], capture_output=True, text=True, env=env, timeout=120)
 
+        pg_app.work(until_empty=True)  # parks on the wait
+        shown = shardq_cli("task", task_id)
+        assert shown.returncode == 0, shown.stderr
+        assert f"{task_id}: waiting" in shown.stdout and "waiting for signal 'go'" in shown.stdout
         sent = shardq_cli("signal", task_id, "go", json.dumps({"ok": True}))
         assert sent.returncode == 0, sent.stderr
         assert f"signal 'go' sent to task {task_id}" in sent.stdout
@@ -577,3 +582,21 @@ def test_hostile_step_and_signal_names_and_payloads_are_plain_values(app, db, na
     assert db.client.signal(task_id, name, payload)
     assert app.work(until_empty=True).acked == 1
     assert got == [payload, payload]
+
+
+def test_a_handler_that_swallows_its_park_leaves_the_task_parked(app, db):
+    after: list[str] = []
+
+    @app.task(name="swallow", queue=Q, pass_context=True)
+    def swallow(ctx: shardq.TaskContext) -> None:
+        with contextlib.suppress(Exception):  # what a careless handler does
+            ctx.sleep(3600)
+        try:
+            ctx.step("later", lambda: None)
+        except LeaseLost:
+            after.append("refused")
+
+    task_id = swallow.defer()
+    totals = app.work(until_empty=True)
+    assert after == ["refused"] and totals.acked == 0
+    assert db.task_row(task_id)["state"] == "scheduled"
