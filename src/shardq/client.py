@@ -35,6 +35,7 @@ from shardq.models.queues import QueueSettings
 from shardq.models.stats import Stats
 from shardq.models.tasks import ClaimedTask, DeadTask, EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
+from shardq.operations import durable
 from shardq.resize.results import ResizeResult
 from shardq.sessions.borrowed import borrow
 from shardq.sessions.dsn import Dsn, resolve_dsn
@@ -220,6 +221,15 @@ class Client:
     def cancel_workflow(self, workflow_id: object) -> int:
         """Cancel every step of a workflow not finished yet; returns how many."""
         return self.store.run(workflows.cancel_plan(workflow_id))
+
+    def signal(self, task_id: object, name: str, payload: Any = None, *, key: str | None = None) -> bool:
+        """Send signal ``name`` with a JSON ``payload`` to a live task, for its ``ctx.wait_for``
+        (docs/durable.md): stored, and a task parked waiting for it made due now, in one
+        transaction. ``key``: an idempotency key (a retry with the same key sends nothing twice).
+        Returns whether it was new. :class:`shardq.TaskNotLive` (an :class:`InvalidInput`) for an
+        unknown or finished task; a payload over 64 KiB of JSON is refused before anything is sent."""
+        plan = durable.send_signal(history.parse_task_id(task_id), name, payload, key)
+        return self.store.session.run(plan)
 
     def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id, whatever their state, in one transaction (see

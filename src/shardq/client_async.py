@@ -58,6 +58,7 @@ from shardq.models.queues import QueueSettings
 from shardq.models.stats import Stats
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.models.workflow_graph import Graph
+from shardq.operations import durable
 from shardq.operations.stats import EnqueueCounts
 from shardq.sessions.borrowed import borrow_async
 from shardq.sessions.dsn import Dsn, resolve_dsn
@@ -162,6 +163,10 @@ class AsyncClient:
         return await borrowed.run(enqueue_plan(queue, prepared, batch_size=batch_size, notifier=self.notifier))
 
     # -- operating --------------------------------------------------------------------------
+    async def signal(self, task_id: object, name: str, payload: Any = None, *, key: str | None = None) -> bool:
+        """:meth:`shardq.Client.signal` for asyncio code."""
+        return await self._run(durable.send_signal(history.parse_task_id(task_id), name, payload, key))
+
     async def cancel(self, *ids: str) -> admin.CancelResult:
         """Cancel tasks by id (see :meth:`shardq.Client.cancel`)."""
         return await self._run(admin.cancel_plan(admin.parse_cancel_ids(ids)))

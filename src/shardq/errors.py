@@ -160,3 +160,33 @@ class SparkSetupError(ShardqError):
 
 class InvalidTaskFrame(InvalidInput):
     """The DataFrame does not fit the task column mapping (a missing column, a wrong type, or a bad value)."""
+
+
+class TaskNotLive(InvalidInput):
+    """A signal names no live task: an unknown id, or a task that has finished."""
+
+
+class StepMismatch(ShardqError):
+    """A durable task's steps differ from the ones it recorded (its code changed between runs
+    without a new ``version=``): the attempt fails with this one line naming the first mismatch."""
+
+
+class StepNotStorable(ShardqError):
+    """A step's value (or a signal's payload) cannot be recorded: not JSON-encodable, or over the
+    size limit. The attempt fails with this one line naming the step and the type or size."""
+
+
+class SignalTimeout(ShardqError, TimeoutError):
+    """``ctx.wait_for(name, timeout=…)`` saw no signal before its timeout (recorded as the step's
+    outcome: a replay raises it again)."""
+
+
+class Parked(Exception):
+    """Raised by a durable task's ``sleep``/``wait_for`` once the task has been put back to sleep
+    in the database (scheduled at ``until``, holding no lease): the worker settles nothing more
+    for this run. Do not catch it in a handler (as :class:`Retry`, it ends the run)."""
+
+    def __init__(self, until: object, reason: str) -> None:
+        self.until = until
+        self.reason = reason
+        super().__init__(reason)

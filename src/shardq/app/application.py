@@ -54,6 +54,7 @@ from typing import Any, ParamSpec, TypeVar, Unpack
 
 from shardq import instrumentation, validation
 from shardq.app.deferral import CallOptions, Deferral, TaskContext, TaskTemplate
+from shardq.app.durable import DurableRun
 from shardq.app.workflow import Workflow
 from shardq.arguments import decode_traced_call
 from shardq.client import Client, connect
@@ -92,8 +93,11 @@ class AppTask(Deferral[P, R]):
         pass_context: bool,
         timeout: float | None = None,
         result: bool = False,
+        version: str | None = None,
     ) -> None:
         self.app = app
+        #: the durable steps' version (docs/durable.md): steps recorded under another are forgotten
+        self.version = version
         #: keep the return value (JSON) with the outcome, in queues that keep finished tasks
         self.keeps_result = result
         #: execution timeout in seconds (over the queue's and the worker's; None: theirs apply)
@@ -151,7 +155,9 @@ class AppTask(Deferral[P, R]):
     def run(self, handle: Task, arguments: dict[str, Any]) -> object:
         """Run the function for a claimed task (the worker's side)."""
         if self.pass_context:
-            context = TaskContext(handle.id, handle.queue, handle.attempt, self.name, handle.created_at, handle)
+            durable = DurableRun(handle, self.version, lambda: self.app.client, self.app.async_client)
+            context = TaskContext(handle.id, handle.queue, handle.attempt, self.name, handle.created_at, handle,
+                                  durable)
             return self.function(context, **arguments)
         return self.function(**arguments)
 
@@ -204,6 +210,7 @@ class App:
         pass_context: bool = False,
         timeout: float | None = None,
         result: bool = False,
+        version: str | None = None,
     ) -> Any:
         """Declare a task, as ``@app.task`` or ``@app.task(name=…, queue=…, priority=…,
         max_attempts=…, pass_context=…, timeout=…)``. The name defaults to ``module.function``;
@@ -213,7 +220,9 @@ class App:
         stored, JSON-encoded, with the task's success, in the same transaction as the ack, and
         read back by :meth:`status` and a handle's ``wait``; it needs a queue that keeps finished
         tasks (``shardq queue set Q --keep-finished DURATION``). A value that is not JSON, or is
-        over 256 KiB of it, fails that attempt with one line naming its type or size."""
+        over 256 KiB of it, fails that attempt with one line naming its type or size.
+        ``version``: the version of its durable steps (docs/durable.md): a run finding steps
+        recorded under another version starts afresh instead of failing on a changed sequence."""
         validation.queue_name(queue)
         validation.priority(priority)
         if max_attempts is not None:
@@ -228,7 +237,7 @@ class App:
                                    f"{validation.QUEUE_NAME_MAX}: give a shorter name=")
             declared: AppTask[Any, Any] = AppTask(self, fn, name=task_name, queue=queue, priority=priority,
                                max_attempts=max_attempts, pass_context=pass_context, timeout=timeout,
-                               result=validation.flag(result, "result"))
+                               result=validation.flag(result, "result"), version=_version(version))
             with self._lock:
                 if task_name in self.tasks:
                     raise InvalidInput(f"a task named {task_name!r} is already declared")
@@ -388,6 +397,12 @@ class App:
             client = self._async_clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.close()
+
+
+def _version(version: object) -> str | None:
+    if version is not None and (not isinstance(version, str) or not version or len(version) > 200):
+        raise InvalidInput("version must be a non-empty string of at most 200 characters")
+    return version
 
 
 def load_app(spec: str) -> App:

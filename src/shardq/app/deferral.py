@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from shardq import instrumentation, validation
+from shardq.app import durable
 from shardq.arguments import encode_call
 from shardq.errors import InvalidInput
 from shardq.lifecycle.enqueue import normalise
@@ -23,6 +24,7 @@ from shardq.models.tasks import EnqueueResult, NewTask, Task, TaskOptions
 from shardq.models.workflow_graph import StepCall
 
 if TYPE_CHECKING:
+    from shardq.app.durable import DurableRun
     from shardq.client import Client
     from shardq.client_async import AsyncClient
 
@@ -39,7 +41,12 @@ _PAYLOAD_MAX = validation.PAYLOAD_MAX_BYTES
 @dataclass(frozen=True)
 class TaskContext:
     """What a ``pass_context=True`` task receives first: ``id``, ``queue``, ``attempt``
-    (1-based), ``task`` (its name) and ``enqueued_at``; :meth:`extend` renews the lease."""
+    (1-based), ``task`` (its name) and ``enqueued_at``; :meth:`extend` renews the lease.
+
+    Durable execution (docs/durable.md): :meth:`step` runs a function once and records its JSON
+    value, :meth:`sleep` / :meth:`sleep_until` and :meth:`wait_for` end the run and resume the
+    task later, replaying the recorded steps. In an ``async def`` task use the ``_async`` twins
+    (``await ctx.step_async(...)``)."""
 
     id: str
     queue: str
@@ -47,10 +54,72 @@ class TaskContext:
     task: str
     enqueued_at: dt.datetime
     _handle: Task
+    _durable: DurableRun | None = None
 
     def extend(self, seconds: float) -> dt.datetime:
         """Renew this task's lease to now + ``seconds``; see :meth:`shardq.Task.extend`."""
         return self._handle.extend(seconds)
+
+    @property
+    def _run(self) -> DurableRun:
+        if self._durable is None:
+            raise InvalidInput("durable steps need a task declared on an App (this context has no database)")
+        return self._durable
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` once: its JSON value is recorded (fenced by the lease) and a
+        later run of this task returns the recorded value without calling ``fn``. The value comes
+        back as JSON decodes it (a tuple as a list), on the first run too."""
+        return self._run.step(name, fn, *args, **kwargs)
+
+    async def step_async(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`step` in an ``async def`` task; ``fn`` may be a coroutine function."""
+        return await self._run.step_async(name, fn, *args, **kwargs)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably: the run ends (no attempt used, nothing held) and the task runs again
+        after ``seconds``, where this call returns."""
+        self._run.sleep(seconds)
+
+    def sleep_until(self, when: dt.datetime) -> None:
+        """:meth:`sleep` until the aware datetime ``when``."""
+        self._run.sleep_until(when)
+
+    async def sleep_async(self, seconds: float) -> None:
+        await self._run.sleep_async(seconds)
+
+    async def sleep_until_async(self, when: dt.datetime) -> None:
+        await self._run.sleep_until_async(when)
+
+    def wait_for(self, name: str, timeout: float | None = None) -> Any:
+        """The payload of the next signal ``name`` sent to this task (``client.signal``), each
+        consumed once; without one yet the run ends and the task waits holding nothing, resumed
+        by the signal's own transaction. :class:`shardq.SignalTimeout` after ``timeout``
+        seconds (None: no timeout)."""
+        return self._run.wait_for(name, timeout)
+
+    async def wait_for_async(self, name: str, timeout: float | None = None) -> Any:
+        return await self._run.wait_for_async(name, timeout)
+
+    def progress(self, value: Any) -> None:
+        """Report progress (JSON, at most 4 KiB), shown by status by id (``progress``); written
+        at most once a second, however often this is called: a call within a second of the last
+        write writes nothing (the next call after that second writes its value)."""
+        durable.progress(self._run, value)
+
+    async def progress_async(self, value: Any) -> None:
+        await durable.progress_async(self._run, value)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this run no longer holds its task: cancelled (``shardq cancel``), or its lease
+        passed to another worker. Reads the database at most once a second; stop soon when True
+        (the outcome of a cancelled task is ignored)."""
+        return durable.cancelled(self._run)
+
+    async def cancelled_async(self) -> bool:
+        """:attr:`cancelled` for an ``async def`` task."""
+        return await durable.cancelled_async(self._run)
 
 
 class CallOptions(TaskOptions, total=False):

@@ -49,6 +49,10 @@ def task(ctx, task_id, as_json) -> None:
         click.echo(f"  last error: {status.last_error.splitlines()[0] if status.last_error.strip() else ''}")
     if status.result is not None:
         click.echo(f"  result: {status.result[:200]}")
+    if status.waiting_for is not None:
+        click.echo(f"  waiting for signal {status.waiting_for!r}")
+    if status.progress is not None:
+        click.echo(f"  progress: {status.progress[:200]}")
 
 
 def _since(text: str | None) -> dt.datetime | None:

@@ -6,6 +6,7 @@ from shardq.cli import (  # noqa: F401  (register commands)
     admin_commands,
     db_commands,
     demo_commands,
+    durable_commands,
     history_commands,
     periodic_commands,
     queue_commands,

@@ -11,6 +11,9 @@ schedule's latest slot, which the scheduler reads to find missed slots. Both pru
 ``shardq_history`` and ``shardq_attempts`` (migration 0008) keep each queue's rows for its
 ``keep_finished_seconds`` (:mod:`shardq.lifecycle.history`).
 
+``shardq_task_steps`` and ``shardq_task_signals`` (durable execution, migration 0021) lose the
+rows of tasks that are neither live nor dead (:func:`prune_durable`, once per reaper pass).
+
 ``shardq_audit`` (the dashboard's log of operators' actions, migration 0009) keeps
 :data:`KEEP_AUDIT_SECONDS` (90 days: a quarter's actions can be looked back on; the log is written
 only by people, so that many days stay small). The reaper prunes it once per pass
@@ -39,7 +42,7 @@ from functools import partial
 from typing import Any
 
 from shardq.maintenance.batches import until_short_batch
-from shardq.operations import charts, registry
+from shardq.operations import charts, durable, registry
 from shardq.operations import workflows as workflow_rows
 from shardq.operations.activity import RETENTION_SECONDS
 from shardq.sessions.store import TaskStore
@@ -98,6 +101,21 @@ def prune_audit(store: TaskStore, *, keep_seconds: float = KEEP_AUDIT_SECONDS) -
     ``AUDIT_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many went."""
     return until_short_batch(lambda n: store.run(registry.audit_prune(keep_seconds, n)), PRUNE_BATCH,
                              max_batches=AUDIT_MAX_BATCHES)
+
+
+#: at most this many batches of durable steps and of signals per call
+DURABLE_MAX_BATCHES = 20
+
+
+def prune_durable(store: TaskStore) -> int:
+    """Delete the recorded steps and the signals of durable tasks that finished (acked, cancelled,
+    purged from the dead letters; a dead task keeps its steps, so that a requeue resumes it), at
+    most ``DURABLE_MAX_BATCHES`` batches of ``PRUNE_BATCH`` each (docs/durable.md). Returns how
+    many rows went."""
+    total = until_short_batch(lambda n: store.run(durable.steps_prune(n)), PRUNE_BATCH,
+                              max_batches=DURABLE_MAX_BATCHES)
+    return total + until_short_batch(lambda n: store.run(durable.signals_prune(n)), PRUNE_BATCH,
+                                     max_batches=DURABLE_MAX_BATCHES)
 
 
 #: a finished workflow is kept at least this long (a day) after its last step finished

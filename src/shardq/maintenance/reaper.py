@@ -54,7 +54,7 @@ from shardq.errors import DatabaseError
 from shardq.lifecycle.failures import Failure, settle_failures
 from shardq.maintenance.loop import repeat
 from shardq.maintenance.promotion import promote_due
-from shardq.maintenance.pruning import prune_audit, prune_counters, prune_history, prune_workflows
+from shardq.maintenance.pruning import prune_audit, prune_counters, prune_durable, prune_history, prune_workflows
 from shardq.models.leases import ExpiredLease, Fenced
 from shardq.models.queues import QueueSettings
 from shardq.operations.activity import ActivityTally
@@ -123,6 +123,7 @@ class Reaper:
             prune_counters(self.store)
             prune_history(self.store)
             prune_audit(self.store)
+            prune_durable(self.store)
             self._workflows_after = prune_workflows(self.store, after=self._workflows_after).resume_after
         except DatabaseError as exc:  # housekeeping: the next run tries again
             log.debug("pruning old queue activity, history, audit or workflow rows failed: %s", exc)

@@ -182,6 +182,10 @@ class TaskStatus:
     last_error: str | None = None
     result: str | None = None
     history: tuple[AttemptRecord, ...] = field(default_factory=tuple)
+    #: a durable task's last progress (JSON text, ``ctx.progress``; docs/durable.md)
+    progress: str | None = None
+    #: the signal a ``waiting`` task waits for
+    waiting_for: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -204,5 +208,7 @@ class TaskStatus:
                 "created_at": iso(self.created_at), "attempts": self.attempts, "attempt": self.attempt,
                 "run_at": iso(self.run_at), "finished_at": iso(self.finished_at), "last_error": self.last_error,
                 "total_run_seconds": self.total_run_seconds, "result": self.value(),
-                "history": [a.as_json() for a in self.history]}
+                "history": [a.as_json() for a in self.history],
+                "progress": json.loads(self.progress) if self.progress is not None else None,
+                "waiting_for": self.waiting_for}
 

@@ -59,9 +59,10 @@ FINISHED_STATES = (TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED)
 #: what a status reports (:class:`shardq.models.history.TaskStatus`): ``running`` is leased (expired
 #: leases too); ``scheduled`` is waiting for its time *or* its key (the backlog and a waiting
 #: workflow step are folded in: the status's caller cannot act on the difference); ``retrying``
-#: is scheduled after a failed attempt
-STATUS_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.RETRYING, *FINISHED_STATES,
-                 TaskState.UNKNOWN)
+#: is scheduled after a failed attempt; ``waiting`` is a durable task parked on ``ctx.wait_for``
+#: until its signal or timeout (docs/durable.md)
+STATUS_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.RETRYING, TaskState.WAITING,
+                 *FINISHED_STATES, TaskState.UNKNOWN)
 
 
 #: a workflow step's states (:class:`shardq.workflows.steps.StepStatus`), in the order a step moves

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from shardq.arguments import task_name_of
@@ -137,15 +138,18 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
     rows = yield Call("task_status_read", {"id": task_id})
     found: dict[str, dict] = {}
     failed: list[AttemptRecord] = []
+    durable: list[dict] = []
     for r in rows:
-        if r["source"] == "attempt":
+        if r["source"] == "durable":
+            durable.append(r)
+        elif r["source"] == "attempt":
             failed.append(AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], TaskState.FAILED, r["last_error"]))
         else:
             found[r["source"]] = r
     failed.sort(key=lambda a: a.attempt)
     live = found.get("task")
     if live is not None:
-        return _live_status(live, failed)
+        return _durable_status(_live_status(live, failed), durable) if durable else _live_status(live, failed)
     row = found.get("history")
     if row is not None:
         done = FinishedTask.from_row(row)
@@ -179,6 +183,21 @@ def _live_status(row: dict, failed: list[AttemptRecord]) -> TaskStatus:
     return TaskStatus(str(row["id"]), shown, row["queue"], task_name_of(row["payload"]), row["created_at"],
                       row["attempts"], attempt=attempt, run_at=row["exec_time"] if shown != TaskState.RUNNING else None,
                       last_error=row["last_error"], history=tuple(failed))
+
+
+def _durable_status(status: TaskStatus, rows: list[dict]) -> TaskStatus:
+    """A live durable task's status with its progress, and ``waiting`` (with the signal's name)
+    while it is parked on a wait (docs/durable.md)."""
+    progress = next((r["result"] for r in rows if r["attempts"] == -1), None)
+    waits = [r["task"] for r in rows if r["attempts"] >= 0 and r["result"] is None
+             and r["task"].startswith(WAIT_STEP_PREFIX)]
+    if waits and status.state in ("scheduled", "retrying"):
+        return replace(status, state="waiting", progress=progress, waiting_for=waits[-1][len(WAIT_STEP_PREFIX):])
+    return replace(status, progress=progress)
+
+
+#: how a wait's step is named (shardq.operations.durable.WAIT_PREFIX)
+WAIT_STEP_PREFIX = "shardq:wait:"
 
 
 def history_list(queue: str, *, state: str | None, since: dt.datetime | None,

@@ -25,6 +25,7 @@ ACK = "ack"  # the handler returned: delete the row
 FAIL = "fail"  # the handler raised: retry with backoff or dead-letter
 HAND_BACK = "hand_back"  # never started (stop, lease ran out in the buffer): ready again, attempt refunded
 RESCHEDULE = "reschedule"  # shardq.Retry: run again after a delay, attempt refunded
+PARKED = "parked"  # a durable task's sleep or wait put it back itself (fenced): nothing to settle
 
 
 @dataclass(slots=True, eq=False)  # eq=False: hashed by identity, counted per claim

@@ -9,15 +9,18 @@ from collections import deque
 from collections.abc import Callable
 
 from shardq.error_text import describe
-from shardq.errors import Permanent, Retry
+from shardq.errors import Parked, Permanent, Retry
 from shardq.worker.config import WorkerTotals
-from shardq.worker.inflight import FAIL, RESCHEDULE, InFlight
+from shardq.worker.inflight import FAIL, PARKED, RESCHEDULE, InFlight
 
 
 def record_failure(entry: InFlight, exc: BaseException, totals: WorkerTotals) -> None:
     """Set the outcome of a handler that raised: Permanent dead-letters, Retry reschedules without
-    using an attempt, anything else is a failed attempt."""
-    if isinstance(exc, Permanent):
+    using an attempt, Parked (a durable sleep or wait, already written) settles nothing, anything
+    else is a failed attempt."""
+    if isinstance(exc, Parked):
+        entry.kind, entry.error = PARKED, exc.reason
+    elif isinstance(exc, Permanent):
         entry.kind, entry.error, entry.permanent = FAIL, describe(exc), True
     elif isinstance(exc, Retry):
         entry.kind, entry.error, entry.delay = RESCHEDULE, describe(exc), exc.in_seconds

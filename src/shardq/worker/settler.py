@@ -42,7 +42,7 @@ from shardq.worker.claims import close_claims, split_steps
 from shardq.worker.config import WorkerConfig, WorkerTotals
 from shardq.worker.events import EventSink
 from shardq.worker.handoff import Handoff
-from shardq.worker.inflight import ACK, FAIL, RESCHEDULE, InFlight, InFlightTable, acked_per_key
+from shardq.worker.inflight import ACK, FAIL, PARKED, RESCHEDULE, InFlight, InFlightTable, acked_per_key
 from shardq.worker.outcomes import Outbox
 from shardq.worker.settle_records import (
     ack_claims_kept,
@@ -194,6 +194,8 @@ class Settler:
                 fails.append(o)
             elif kind == RESCHEDULE:
                 reschedules.append(o)
+            elif kind == PARKED:
+                pass  # its run parked it, fenced (shardq.app.durable): only its claim is counted off
             else:
                 hand_backs.append(o)
             if o.seconds is not None:

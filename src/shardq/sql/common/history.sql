@@ -44,7 +44,9 @@ ON CONFLICT (task_id, attempt) DO NOTHING
 -- name: task_status_read
 -- Everything a task's status reads, in one round trip: its live row ('task', through the tasks'
 -- unique id index), its history row ('history') and its dead letter ('dead', primary keys), and
--- its failed attempts ('attempt', a primary-key prefix scan). The caller takes the live row,
+-- its failed attempts ('attempt', a primary-key prefix scan), and a durable task's progress and
+-- pending wait ('durable': its step rows at index -1 and with no value yet, a primary-key prefix
+-- scan of shardq_task_steps; name in the task column, index in attempts, value in result). The caller takes the live row,
 -- else the history row, else the dead letter; no row at all is an unknown id. Columns a source
 -- does not have are NULL; finished_at is a history row's finish, a dead letter's death and an
 -- attempt's end; attempts is an attempt's own number.
@@ -64,6 +66,10 @@ UNION ALL
 SELECT 'attempt', a.task_id, a.queue, NULL::TEXT, NULL::TEXT, NULL::BYTEA, NULL::BOOL, a.attempt, NULL::TIMESTAMPTZ,
        NULL::TIMESTAMPTZ, a.ended_at, a.run_seconds, a.error, NULL::TEXT
 FROM shardq_attempts AS a WHERE a.task_id = %(id)s::UUID
+UNION ALL
+SELECT 'durable', s.task_id, NULL::TEXT, NULL::TEXT, s.name, NULL::BYTEA, NULL::BOOL, s.idx, NULL::TIMESTAMPTZ,
+       NULL::TIMESTAMPTZ, s.wake_at, NULL::FLOAT8, NULL::TEXT, s.value
+FROM shardq_task_steps AS s WHERE s.task_id = %(id)s::UUID AND (s.idx = -1 OR s.value IS NULL)
 
 -- name: history_list
 -- A page of a queue's finished tasks, newest first, after the keyset (after_at, after_id) when
