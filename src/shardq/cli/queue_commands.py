@@ -63,6 +63,8 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).")
 @click.option("--concurrency", type=int, default=worker_config.CONCURRENCY_DEFAULT, show_default=True,
               help="Handlers running at once (threads for sync handlers, coroutines for async ones).")
+@click.option("--share", "shares", multiple=True, metavar="QUEUE=N",
+              help="N of the handlers for QUEUE alone (repeatable); queues without a share use the rest.")
 @click.option("--batch", type=int, default=worker_config.BATCH_DEFAULT, show_default=True, help="Tasks per claim statement.")
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
 @click.option("--grace", type=float, default=worker_config.GRACE_SECONDS_DEFAULT, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
@@ -88,7 +90,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--gc-tuning/--no-gc-tuning", default=True, show_default=True,
               help="Raise the garbage collector's youngest threshold while working (see shardq.worker.collector).")
 @click.pass_context
-def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, sweep,
+def work(ctx, queues, handler_spec, app_spec, concurrency, shares, batch, lease, grace, heartbeat, until_empty, sweep,
          metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned, gc_tuning) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
@@ -98,6 +100,11 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         raise click.UsageError("give exactly one of --handler MODULE:FUNCTION and --app MODULE:APP")
     if handler_spec is not None and not queues:
         raise click.UsageError("name the QUEUES a --handler works on")
+    from shardq.worker import shares as worker_shares
+
+    share_pairs = tuple(worker_shares.parse(text) for text in shares)  # bad input: exit 2 before anything runs
+    if handler_spec is not None:
+        worker_shares.plan(queues, concurrency, worker_shares.normalise(share_pairs))
     signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
     from shardq.app.application import load_app
     from shardq.app.loading import load_handler
@@ -119,7 +126,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
              listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep,
-             gc_tuning=gc_tuning),
+             gc_tuning=gc_tuning, shares=share_pairs or None),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
