@@ -20,7 +20,7 @@ from typing import Any, Unpack
 from shardq import resize as resize_module
 from shardq import validation
 from shardq.admin import actions as admin
-from shardq.lifecycle import history, waiting
+from shardq.lifecycle import history, key_limits, waiting
 from shardq.lifecycle.enqueue import Producer
 from shardq.lifecycle.notify import Notifier
 from shardq.maintenance.reaper import Reaper, ReaperConfig, ReapResult
@@ -232,6 +232,19 @@ class Client:
         ``burst`` (default R), 0 removing a limit; the history: ``keep_finished_seconds`` and
         ``keep_results`` (see :func:`shardq.admin.actions.queue_set`)."""
         return admin.queue_set(self.store, queue, **changes)
+
+    def set_key_limit(self, queue: str, pattern: str, limit: int) -> None:
+        """At most ``limit`` live tasks of ``queue`` per concurrency key matching ``pattern`` (a key,
+        or a prefix followed by ``*``), fleet-wide (:mod:`shardq.lifecycle.key_limits`)."""
+        self.store.session.run(key_limits.set_plan(queue, pattern, limit))
+
+    def remove_key_limit(self, queue: str, pattern: str) -> bool:
+        """Remove a limit per key; False when there was none."""
+        return self.store.session.run(key_limits.remove_plan(queue, pattern))
+
+    def key_limits(self, queue: str) -> dict[str, int]:
+        """The limits per key of ``queue``: pattern -> limit."""
+        return {limit.pattern: limit.max_running for limit in self.store.session.run(key_limits.limits_plan(queue))}
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         return admin.queue_set(self.store, queue, paused_enqueue=True if enqueue else None,

@@ -9,6 +9,7 @@ arguments, and goes from :meth:`Deferral.defer` to the producer's :meth:`~shardq
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -64,6 +65,8 @@ class CallOptions(TaskOptions, total=False):
 
 #: The names of the per-call options (:class:`CallOptions`).
 CALL_OPTIONS = tuple(CallOptions.__annotations__)
+#: NewTask's fields after the payload, in order (the same as :class:`TaskOptions`').
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(NewTask))[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +140,12 @@ class Deferral(Generic[P, R]):
         self.name = template.name
         self.queue = validation.queue_name(get("queue", template.queue))
         self.connection = get("connection")
-        fixed = normalise(NewTask(b"", get("delay"), get("run_at"), get("dedupe_key"),
-                                  get("max_attempts", template.max_attempts), get("priority", template.priority),
-                                  get("exclusive_key"), get("dedupe_for")))
+        given: dict[str, Any] = {name: get(name) for name in _TASK_FIELDS}
+        given["max_attempts"] = get("max_attempts", template.max_attempts)
+        given["priority"] = get("priority", template.priority)
+        fixed = normalise(NewTask(b"", **given))
         # NewTask's fields other than the payload, the same for every call of this deferral.
-        self._fields = (fixed.delay, fixed.run_at, fixed.dedupe_key, fixed.max_attempts, fixed.priority,
-                        fixed.exclusive_key, fixed.dedupe_for)
+        self._fields = tuple(getattr(fixed, name) for name in _TASK_FIELDS)
         self._check = template.check
 
     def _new_task(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None = None) -> NewTask:
@@ -187,7 +190,7 @@ class Deferral(Generic[P, R]):
         """This call as a workflow step (see :meth:`shardq.App.workflow`): the arguments are
         checked and encoded now. A step starts when its parents succeeded, so ``delay``,
         ``run_at``, ``dedupe_key`` and ``exclusive_key`` are refused (:class:`InvalidInput`)."""
-        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key, _dedupe_for = self._fields
+        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields[:6]
         if delay or run_at is not None or dedupe_key is not None or exclusive_key is not None:
             raise InvalidInput(f"{self.name}: a workflow step takes no delay, run_at, dedupe_key or exclusive_key")
         task = self._new_task(arguments)

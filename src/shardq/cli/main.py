@@ -7,6 +7,7 @@ from shardq.cli import (  # noqa: F401  (register commands)
     db_commands,
     demo_commands,
     history_commands,
+    key_limit_commands,
     periodic_commands,
     queue_commands,
     queue_settings_commands,

@@ -21,8 +21,11 @@ from shardq.worker import config as worker_config
 @click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
 @click.option("--key", "exclusive_key", default=None, metavar="KEY",
               help="Exclusive key: at most one task of the queue with this key runs at a time.")
+@click.option("--concurrency-key", default=None, metavar="KEY",
+              help="Concurrency key: at most the queue's limit for this key run at a time (queue key-limit).")
 @click.pass_context
-def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key) -> None:
+def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key,
+            concurrency_key) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
     from shardq.models.tasks import NewTask
@@ -39,7 +42,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
         payloads = [sys.stdin.buffer.read()]
     tasks = [
         NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts, priority=priority,
-                exclusive_key=exclusive_key)
+                exclusive_key=exclusive_key, concurrency_key=concurrency_key)
         for p in payloads
     ]
     result = client_from(ctx).enqueue_many(queue, tasks)

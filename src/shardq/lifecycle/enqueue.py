@@ -30,7 +30,7 @@ from typing import Unpack
 
 from shardq import operations, validation
 from shardq.errors import InvalidInput, QueuePaused
-from shardq.lifecycle import exclusive
+from shardq.lifecycle import exclusive, key_limits
 from shardq.lifecycle.notify import Notifier
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.operations.stats import EnqueueCounts
@@ -48,7 +48,8 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
     if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
     if (task.delay is None and task.run_at is None and task.dedupe_key is None and task.max_attempts is None
-            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None):
+            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None
+            and task.concurrency_key is None):
         # Only the payload to check (the task API's usual call): the defaults are valid.
         payload = validation.payload(task.payload, limit=payload_limit)
         return task if payload is task.payload else NewTask(payload=payload)
@@ -70,7 +71,16 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         exclusive_key=validation.exclusive_key(task.exclusive_key),
         dedupe_for=(validation.positive_seconds(task.dedupe_for, "dedupe_for")
                     if task.dedupe_for is not None else None),
+        concurrency_key=_concurrency_key(task),
     )
+
+
+def _concurrency_key(task: NewTask) -> str | None:
+    if task.concurrency_key is None:
+        return None
+    if task.exclusive_key is not None:
+        raise InvalidInput("give either an exclusive key or a concurrency key, not both")
+    return key_limits.concurrency_key(task.concurrency_key)
 
 
 def _due_now(task: NewTask) -> bool:
@@ -160,8 +170,10 @@ def enqueue_plan(
                 continue
         ids = [uuid.uuid4() for _ in chunk]
         woke = False
-        if any(t.exclusive_key is not None for t in chunk):
-            outcome = yield from exclusive.enqueue_plan(queue, chunk, ids)
+        if any(t.exclusive_key is not None or t.concurrency_key is not None for t in chunk):
+            outcome = yield from (key_limits.enqueue_plan(queue, chunk, ids)
+                                  if any(t.concurrency_key is not None for t in chunk)
+                                  else exclusive.enqueue_plan(queue, chunk, ids))
             skipped, paused = outcome.skipped, outcome.paused
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded

@@ -186,7 +186,9 @@ class TaskOptions(TypedDict, total=False):
     * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.lifecycle.exclusive`);
     * ``dedupe_for`` (seconds, with ``dedupe_key``): nothing is inserted either while a task of the
       queue with this key finished less than this long ago (kept in the queue's history: see
-      :mod:`shardq.lifecycle.history`).
+      :mod:`shardq.lifecycle.history`);
+    * ``concurrency_key``: at most the queue's limit for this key run at a time, fleet-wide
+      (:mod:`shardq.lifecycle.key_limits`; no limit set for it: no effect).
     """
 
     delay: float | None
@@ -196,6 +198,7 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     exclusive_key: str | None
     dedupe_for: float | None
+    concurrency_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,7 @@ class NewTask:
     priority: int = 0
     exclusive_key: str | None = None
     dedupe_for: float | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
