@@ -167,7 +167,8 @@ class Deferral(Generic[P, R]):
     def _defer(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None) -> TaskHandle | None:
         task = self._new_task(arguments, trace)
         result = self.enqueuer.client.producer(self.connection).send(self.queue, [task])
-        return TaskHandle(result.enqueued_ids[0], self.enqueuer) if result.enqueued_ids else None
+        found = result.enqueued_ids or result.debounced_ids  # debounced: the task that now carries it
+        return TaskHandle(found[0], self.enqueuer) if found else None
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """Enqueue many calls in one statement per batch of 1,000; every call is checked before
@@ -183,6 +184,8 @@ class Deferral(Generic[P, R]):
 
     def _defer_many(self, calls: list[Mapping[str, Any]], trace: Mapping[str, str] | None) -> list[str | None]:
         tasks = [self._new_task(arguments, trace) for arguments in calls]
+        if tasks and (tasks[0].debounce is not None or tasks[0].throttle is not None):
+            raise InvalidInput(f"{self.name}: debounce and throttle take one call at a time (defer)")
         result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
 

@@ -23,9 +23,13 @@ from shardq.worker import config as worker_config
               help="Exclusive key: at most one task of the queue with this key runs at a time.")
 @click.option("--concurrency-key", default=None, metavar="KEY",
               help="Concurrency key: at most the queue's limit for this key run at a time (queue key-limit).")
+@click.option("--debounce", type=float, default=None, metavar="SECONDS",
+              help="With --dedupe-key: replace the key's waiting task; it runs once the key was quiet this long.")
+@click.option("--throttle", type=float, default=None, metavar="SECONDS",
+              help="With --dedupe-key: enqueue the key's first task in each window this long, drop the rest.")
 @click.pass_context
 def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key,
-            concurrency_key) -> None:
+            concurrency_key, debounce, throttle) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
     from shardq.models.tasks import NewTask
@@ -42,7 +46,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
         payloads = [sys.stdin.buffer.read()]
     tasks = [
         NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts, priority=priority,
-                exclusive_key=exclusive_key, concurrency_key=concurrency_key)
+                exclusive_key=exclusive_key, concurrency_key=concurrency_key, debounce=debounce, throttle=throttle)
         for p in payloads
     ]
     result = client_from(ctx).enqueue_many(queue, tasks)
@@ -54,6 +58,10 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
         notes.append(f"waiting in the key's backlog: {len(result.backlogged_ids)}")
     if result.superseded:
         notes.append(f"older backlog entries replaced: {result.superseded}")
+    if result.debounced_ids:
+        notes.append(f"debounced into the waiting task: {', '.join(result.debounced_ids)}")
+    if result.throttled_keys:
+        notes.append(f"throttled (window open): {len(result.throttled_keys)}")
     if notes:
         message += " (" + "; ".join(notes) + ")"
     click.echo(message)
