@@ -57,6 +57,7 @@ def test_a_full_lane_leaves_room_in_the_others():
     lanes = shares.plan(["flood", "other"], 3, {"flood": 2})
     table = InFlightTable(3, batch=10, prefetch=10, ack_batch=100, lanes=lanes)
     assert table.slots == 3 and table.lane_prefetch == [7, 4]
+    assert table.flow.capacities == {"flood": 2, "other": 1}  # a limited queue holds at most its lane's slots
     flood_room, flood_start = table.lane_room("flood")
     assert (flood_room, flood_start) == (9, 2)  # its two handlers and its part of the prefetch
     table.lane_claimed[0] = table.claimed_total = 9  # claimed, none started: over the lane's low water

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Unpack
 
 from shardq import operations, validation
@@ -99,6 +100,12 @@ def _concurrency_key(task: NewTask) -> str | None:
     if task.exclusive_key is not None:
         raise InvalidInput("give either an exclusive key or a concurrency key, not both")
     return key_limits.concurrency_key(task.concurrency_key)
+
+
+_debounce_of = attrgetter("debounce")
+_throttle_of = attrgetter("throttle")
+_exclusive_key_of = attrgetter("exclusive_key")
+_concurrency_key_of = attrgetter("concurrency_key")
 
 
 def _due_now(task: NewTask) -> bool:
@@ -179,7 +186,7 @@ def enqueue_plan(
     throttled: list[str] = []
     for start in range(0, len(prepared), batch_size):
         chunk = prepared[start : start + batch_size]
-        if any(map(debounce.wants, chunk)):
+        if any(map(_debounce_of, chunk)) or any(map(_throttle_of, chunk)):  # C-level passes: seconds are > 0
             # Debounced and throttled tasks apart, in a transaction of their own (shardq.lifecycle.debounce).
             keyed = yield from debounce.enqueue_plan(queue, [t for t in chunk if debounce.wants(t)])
             if keyed.paused:
@@ -204,7 +211,7 @@ def enqueue_plan(
                 continue
         ids = [uuid.uuid4() for _ in chunk]
         woke = False
-        if any(t.exclusive_key is not None or t.concurrency_key is not None for t in chunk):
+        if any(map(_exclusive_key_of, chunk)) or any(map(_concurrency_key_of, chunk)):  # keys are never empty
             outcome = yield from (key_limits.enqueue_plan(queue, chunk, ids)
                                   if any(t.concurrency_key is not None for t in chunk)
                                   else exclusive.enqueue_plan(queue, chunk, ids))
