@@ -212,3 +212,48 @@ def test_a_plain_queue_sends_the_statements_it_sent_before(pg_db):
         pg_db.store.session.before_statement = None
     assert len(tasks) == 3
     assert sent == PLAIN_STATEMENTS
+
+
+def test_two_workers_together_keep_to_the_limit_of_a_key(db):
+    """The limit is the fleet's, not a worker's: two workers of four handlers each, a key limited to
+    three, run at most three of its tasks at once between them."""
+    db.client.set_key_limit("q", "k", 3)
+    db.client.enqueue_many("q", [NewTask(b"t", concurrency_key="k")] * 9)
+    lock = threading.Lock()
+    running = [0]
+    peak = [0]
+    done = [0]
+    three_running = threading.Event()
+    release = threading.Event()
+    all_done = threading.Event()
+
+    def handler(task) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            if running[0] == 3:
+                three_running.set()
+        release.wait(WAIT)
+        with lock:
+            running[0] -= 1
+            done[0] += 1
+            if done[0] == 9:
+                all_done.set()
+
+    workers = [db.client.worker(["q"], handler, concurrency=4) for _ in range(2)]
+    threads = [threading.Thread(target=w.run, kwargs={"install_signal_handlers": False}) for w in workers]
+    for thread in threads:
+        thread.start()
+    try:
+        assert three_running.wait(WAIT)
+        assert states(db) == {"leased": 3, "backlog": 6}
+        release.set()
+        assert all_done.wait(WAIT)
+    finally:
+        release.set()
+        for worker in workers:
+            worker.stop()
+        for thread in threads:
+            thread.join(WAIT)
+    assert peak[0] == 3
+    assert sum(w.totals.claimed for w in workers) == 9
