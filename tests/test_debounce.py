@@ -103,3 +103,14 @@ def test_the_cli_says_what_debounce_and_throttle_did(shardq_cli):  # noqa: F811 
                                                       "--throttle", "60").stdout
     bad = shardq_cli("enqueue", "q", "a", "--debounce", "60", check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_an_app_tasks_debounced_defer_returns_the_task_that_carries_it(db, app):
+    @app.task(name="reindex")
+    def reindex(doc: int) -> None: ...
+
+    first = reindex.configure(dedupe_key="doc:1", debounce=60).defer(doc=1)
+    again = reindex.configure(dedupe_key="doc:1", debounce=60).defer(doc=2)
+    assert first is not None and again == first
+    with pytest.raises(InvalidInput, match="one call at a time"):
+        reindex.configure(dedupe_key="doc:1", debounce=60).defer_many([{"doc": 3}])

@@ -196,6 +196,8 @@ class Deferral(Generic[P, R]):
         delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields[:6]
         if delay or run_at is not None or dedupe_key is not None or exclusive_key is not None:
             raise InvalidInput(f"{self.name}: a workflow step takes no delay, run_at, dedupe_key or exclusive_key")
+        if any(value is not None for value in self._fields[7:]):  # concurrency_key, debounce, throttle
+            raise InvalidInput(f"{self.name}: a workflow step takes no concurrency_key, debounce or throttle")
         task = self._new_task(arguments)
         payload = task.payload if isinstance(task.payload, bytes) else task.payload.encode()
         return StepCall(self.name, payload, self.queue, priority, max_attempts)
