@@ -23,7 +23,7 @@ from shardq import operations, validation
 from shardq import resize as resize_module
 from shardq.admin import actions as admin
 from shardq.admin.stats import StatsOptions, collect_plan
-from shardq.lifecycle import history, waiting
+from shardq.lifecycle import history, key_limits, waiting
 from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, Producer
 from shardq.lifecycle.notify import Notifier
 from shardq.maintenance import periodic
@@ -261,6 +261,19 @@ class Client:
         unchanged; a queue not seen yet is created with the defaults first. Every change is checked
         before anything is sent; limits change in one transaction with the rows enforcing them."""
         return self.store.run(admin.queue_set_plan(queue, changes))
+
+    def set_key_limit(self, queue: str, pattern: str, limit: int) -> None:
+        """At most ``limit`` live tasks of ``queue`` per concurrency key matching ``pattern`` (a key,
+        or a prefix followed by ``*``), fleet-wide (:mod:`shardq.lifecycle.key_limits`)."""
+        self.store.session.run(key_limits.set_plan(queue, pattern, limit))
+
+    def remove_key_limit(self, queue: str, pattern: str) -> bool:
+        """Remove a limit per key; False when there was none."""
+        return self.store.session.run(key_limits.remove_plan(queue, pattern))
+
+    def key_limits(self, queue: str) -> dict[str, int]:
+        """The limits per key of ``queue``: pattern -> limit."""
+        return {limit.pattern: limit.max_running for limit in self.store.session.run(key_limits.limits_plan(queue))}
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""

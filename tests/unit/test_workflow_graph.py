@@ -82,6 +82,8 @@ def test_the_builder_refuses_bad_arguments_foreign_tasks_and_step_only_options_b
         fetch.step(nope=1)
     with pytest.raises(InvalidInput, match="takes no delay"):
         fetch.configure(delay=5).step(url="a")
+    with pytest.raises(InvalidInput, match="takes no concurrency_key"):
+        fetch.configure(concurrency_key="tenant:1").step(url="a")
     wf.add(elsewhere.step())
     with pytest.raises(InvalidInput, match="'elsewhere' is not declared in this app"):
         wf.enqueue()  # refused before the client (which could not connect) is reached

@@ -9,6 +9,7 @@ arguments, and goes from :meth:`Deferral.defer` to the producer's :meth:`~shardq
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -133,6 +134,8 @@ class CallOptions(TaskOptions, total=False):
 
 #: The names of the per-call options (:class:`CallOptions`).
 CALL_OPTIONS = tuple(CallOptions.__annotations__)
+#: NewTask's fields after the payload, in order (the same as :class:`TaskOptions`').
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(NewTask))[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +209,12 @@ class Deferral(Generic[P, R]):
         self.name = template.name
         self.queue = validation.queue_name(get("queue", template.queue))
         self.connection = get("connection")
-        fixed = normalise(NewTask(b"", get("delay"), get("run_at"), get("dedupe_key"),
-                                  get("max_attempts", template.max_attempts), get("priority", template.priority),
-                                  get("exclusive_key"), get("dedupe_for")))
+        given: dict[str, Any] = {name: get(name) for name in _TASK_FIELDS}
+        given["max_attempts"] = get("max_attempts", template.max_attempts)
+        given["priority"] = get("priority", template.priority)
+        fixed = normalise(NewTask(b"", **given))
         # NewTask's fields other than the payload, the same for every call of this deferral.
-        self._fields = (fixed.delay, fixed.run_at, fixed.dedupe_key, fixed.max_attempts, fixed.priority,
-                        fixed.exclusive_key, fixed.dedupe_for)
+        self._fields = tuple(getattr(fixed, name) for name in _TASK_FIELDS)
         self._check = template.check
 
     def _new_task(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None = None) -> NewTask:
@@ -233,7 +236,8 @@ class Deferral(Generic[P, R]):
     def _defer(self, arguments: Mapping[str, Any], trace: Mapping[str, str] | None) -> TaskHandle | None:
         task = self._new_task(arguments, trace)
         result = self.enqueuer.client.producer(self.connection).send(self.queue, [task])
-        return TaskHandle(result.enqueued_ids[0], self.enqueuer) if result.enqueued_ids else None
+        found = result.enqueued_ids or result.debounced_ids  # debounced: the task that now carries it
+        return TaskHandle(found[0], self.enqueuer) if found else None
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str | None]:
         """Enqueue many calls in one statement per batch of 1,000; every call is checked before
@@ -249,6 +253,8 @@ class Deferral(Generic[P, R]):
 
     def _defer_many(self, calls: list[Mapping[str, Any]], trace: Mapping[str, str] | None) -> list[str | None]:
         tasks = [self._new_task(arguments, trace) for arguments in calls]
+        if tasks and (tasks[0].debounce is not None or tasks[0].throttle is not None):
+            raise InvalidInput(f"{self.name}: debounce and throttle take one call at a time (defer)")
         result = self.enqueuer.client.producer(self.connection).send(self.queue, tasks)
         return _ids_in_order(tasks, result)
 
@@ -256,9 +262,11 @@ class Deferral(Generic[P, R]):
         """This call as a workflow step (see :meth:`shardq.App.workflow`): the arguments are
         checked and encoded now. A step starts when its parents succeeded, so ``delay``,
         ``run_at``, ``dedupe_key`` and ``exclusive_key`` are refused (:class:`InvalidInput`)."""
-        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key, _dedupe_for = self._fields
+        delay, run_at, dedupe_key, max_attempts, priority, exclusive_key = self._fields[:6]
         if delay or run_at is not None or dedupe_key is not None or exclusive_key is not None:
             raise InvalidInput(f"{self.name}: a workflow step takes no delay, run_at, dedupe_key or exclusive_key")
+        if any(value is not None for value in self._fields[7:]):  # concurrency_key, debounce, throttle
+            raise InvalidInput(f"{self.name}: a workflow step takes no concurrency_key, debounce or throttle")
         task = self._new_task(arguments)
         payload = task.payload if isinstance(task.payload, bytes) else task.payload.encode()
         return StepCall(self.name, payload, self.queue, priority, max_attempts)

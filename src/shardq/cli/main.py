@@ -8,6 +8,7 @@ from shardq.cli import (  # noqa: F401  (register commands)
     demo_commands,
     durable_commands,
     history_commands,
+    key_limit_commands,
     periodic_commands,
     queue_commands,
     queue_settings_commands,

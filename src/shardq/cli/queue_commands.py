@@ -21,8 +21,15 @@ from shardq.worker import config as worker_config
 @click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
 @click.option("--key", "exclusive_key", default=None, metavar="KEY",
               help="Exclusive key: at most one task of the queue with this key runs at a time.")
+@click.option("--concurrency-key", default=None, metavar="KEY",
+              help="Concurrency key: at most the queue's limit for this key run at a time (queue key-limit).")
+@click.option("--debounce", type=float, default=None, metavar="SECONDS",
+              help="With --dedupe-key: replace the key's waiting task; it runs once the key was quiet this long.")
+@click.option("--throttle", type=float, default=None, metavar="SECONDS",
+              help="With --dedupe-key: enqueue the key's first task in each window this long, drop the rest.")
 @click.pass_context
-def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key) -> None:
+def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key,
+            concurrency_key, debounce, throttle) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
     from shardq.models.tasks import NewTask
@@ -39,7 +46,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
         payloads = [sys.stdin.buffer.read()]
     tasks = [
         NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts, priority=priority,
-                exclusive_key=exclusive_key)
+                exclusive_key=exclusive_key, concurrency_key=concurrency_key, debounce=debounce, throttle=throttle)
         for p in payloads
     ]
     result = client_from(ctx).enqueue_many(queue, tasks)
@@ -51,6 +58,10 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
         notes.append(f"waiting in the key's backlog: {len(result.backlogged_ids)}")
     if result.superseded:
         notes.append(f"older backlog entries replaced: {result.superseded}")
+    if result.debounced_ids:
+        notes.append(f"debounced into the waiting task: {', '.join(result.debounced_ids)}")
+    if result.throttled_keys:
+        notes.append(f"throttled (window open): {len(result.throttled_keys)}")
     if notes:
         message += " (" + "; ".join(notes) + ")"
     click.echo(message)
@@ -63,6 +74,8 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
               help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).")
 @click.option("--concurrency", type=int, default=worker_config.CONCURRENCY_DEFAULT, show_default=True,
               help="Handlers running at once (threads for sync handlers, coroutines for async ones).")
+@click.option("--share", "shares", multiple=True, metavar="QUEUE=N",
+              help="N of the handlers for QUEUE alone (repeatable); queues without a share use the rest.")
 @click.option("--batch", type=int, default=worker_config.BATCH_DEFAULT, show_default=True, help="Tasks per claim statement.")
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
 @click.option("--grace", type=float, default=worker_config.GRACE_SECONDS_DEFAULT, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
@@ -88,7 +101,7 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 @click.option("--gc-tuning/--no-gc-tuning", default=True, show_default=True,
               help="Raise the garbage collector's youngest threshold while working (see shardq.worker.collector).")
 @click.pass_context
-def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, heartbeat, until_empty, sweep,
+def work(ctx, queues, handler_spec, app_spec, concurrency, shares, batch, lease, grace, heartbeat, until_empty, sweep,
          metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned, gc_tuning) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
@@ -98,6 +111,11 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         raise click.UsageError("give exactly one of --handler MODULE:FUNCTION and --app MODULE:APP")
     if handler_spec is not None and not queues:
         raise click.UsageError("name the QUEUES a --handler works on")
+    from shardq.worker import shares as worker_shares
+
+    share_pairs = tuple(worker_shares.parse(text) for text in shares)  # bad input: exit 2 before anything runs
+    if handler_spec is not None:
+        worker_shares.plan(queues, concurrency, worker_shares.normalise(share_pairs))
     signals = EarlySignals.install()  # before the slow part of start-up: a stop request is never lost
     from shardq.app.application import load_app
     from shardq.app.loading import load_handler
@@ -119,7 +137,7 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, batch, lease, grace, 
         dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
              heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
              listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep,
-             gc_tuning=gc_tuning),
+             gc_tuning=gc_tuning, shares=share_pairs or None),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,

@@ -99,6 +99,9 @@ class ClaimRound:
     #: bucket of the only queue came back with fewer than it asked for (PostgreSQL: one group of
     #: all buckets), so a claim right after it would most likely find nothing
     drained: bool = False
+    #: a queue was skipped because its lane of the caller's handlers had no room (a worker with
+    #: per-queue shares, shardq.worker.shares): not an empty round, tasks wait there
+    lane_full: bool = False
 
 
 class Consumer:
@@ -235,7 +238,8 @@ class Consumer:
             tasks = claim(want)
         return tasks, False
 
-    def claim(self, limit: int | None = None, *, start_room: int | None = None, woken: bool = False) -> ClaimRound:
+    def claim(self, limit: int | None = None, *, start_room: int | None = None, woken: bool = False,
+              room: Callable[[str], tuple[int, int]] | None = None) -> ClaimRound:
         """Walk (group of buckets, queue) pairs from where the last call stopped until a claim
         returns tasks or every pair has been tried once. The engine cuts a round into groups
         (:meth:`shardq.engine.Engine.claim_groups`): every bucket in one statement (PostgreSQL,
@@ -246,7 +250,9 @@ class Consumer:
         it finds nothing, the layout and settings are read again only when older than
         ``WOKEN_REFRESH_SECONDS``: a wake-up wakes every waiting worker, and finding nothing then
         mostly means another worker was first, not that anything changed (a polled round that
-        finds nothing always reads them)."""
+        finds nothing always reads them). ``room`` (a worker with per-queue shares): per queue, how
+        many tasks its lane may take and how many of them could start at once, in place of
+        ``limit`` and ``start_room``; a queue whose lane is full is skipped."""
         want = min(limit or self.batch, self.batch)
         layout = self.layout()
         groups = self.store.claim_groups(layout.visit_count, self._offset + self._turn)
@@ -261,7 +267,14 @@ class Consumer:
             queue = self.queues[queue_index]
             if self.settings(queue).paused_dequeue or queue in result.throttled:
                 continue
-            queue_want = self._limit_for(queue, want, start_room)
+            if room is None:
+                queue_want = self._limit_for(queue, want, start_room)
+            else:
+                lane_want, lane_start = room(queue)
+                if lane_want <= 0:
+                    result.lane_full = True
+                    continue
+                queue_want = self._limit_for(queue, min(want, lane_want), lane_start)
             if queue_want <= 0:
                 result.no_room = True
                 continue
@@ -299,7 +312,7 @@ class Consumer:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
         counts as empty only if the layout it walked is still the layout, no claim failed and no
         flow limit refused a claim (tasks may be waiting behind it)."""
-        if result.no_room:
+        if result.no_room or result.lane_full:
             return result  # not a round at all: a limited queue was not asked, for want of room
         if (woken and not failed and not result.throttled and not self.flow_slots.pools
                 and self._clock() - self._layout_at < WOKEN_REFRESH_SECONDS

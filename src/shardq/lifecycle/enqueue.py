@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Unpack
 
 from shardq import operations, validation
 from shardq.errors import InvalidInput, QueuePaused
-from shardq.lifecycle import exclusive
+from shardq.lifecycle import debounce, exclusive, key_limits
 from shardq.lifecycle.notify import Notifier
 from shardq.models.tasks import EnqueueResult, NewTask, TaskOptions
 from shardq.operations.stats import EnqueueCounts
@@ -48,7 +49,8 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
     if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
     if (task.delay is None and task.run_at is None and task.dedupe_key is None and task.max_attempts is None
-            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None):
+            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None
+            and task.concurrency_key is None and task.debounce is None and task.throttle is None):
         # Only the payload to check (the task API's usual call): the defaults are valid.
         payload = validation.payload(task.payload, limit=payload_limit)
         return task if payload is task.payload else NewTask(payload=payload)
@@ -56,6 +58,7 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         raise InvalidInput("give either delay or run_at, not both")
     if task.dedupe_for is not None and task.dedupe_key is None:
         raise InvalidInput("dedupe_for needs a dedupe_key")
+    _check_debounce(task)
     return NewTask(
         payload=validation.payload(task.payload, limit=payload_limit),
         delay=validation.delay(task.delay) if task.delay is not None else None,
@@ -70,7 +73,39 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         exclusive_key=validation.exclusive_key(task.exclusive_key),
         dedupe_for=(validation.positive_seconds(task.dedupe_for, "dedupe_for")
                     if task.dedupe_for is not None else None),
+        concurrency_key=_concurrency_key(task),
+        debounce=validation.positive_seconds(task.debounce, "debounce") if task.debounce is not None else None,
+        throttle=validation.positive_seconds(task.throttle, "throttle") if task.throttle is not None else None,
     )
+
+
+def _check_debounce(task: NewTask) -> None:
+    """Debounce and throttle (shardq.lifecycle.debounce) name their key with dedupe_key, one at a time."""
+    if task.debounce is None and task.throttle is None:
+        return
+    what = "debounce" if task.debounce is not None else "throttle"
+    if task.debounce is not None and task.throttle is not None:
+        raise InvalidInput("give either debounce or throttle, not both")
+    if task.dedupe_key is None:
+        raise InvalidInput(f"{what} needs a dedupe_key (its key)")
+    if task.exclusive_key is not None or task.concurrency_key is not None:
+        raise InvalidInput(f"{what} does not go with an exclusive or concurrency key")
+    if task.debounce is not None and (task.delay is not None or task.run_at is not None):
+        raise InvalidInput("debounce sets when the task runs: give no delay or run_at")
+
+
+def _concurrency_key(task: NewTask) -> str | None:
+    if task.concurrency_key is None:
+        return None
+    if task.exclusive_key is not None:
+        raise InvalidInput("give either an exclusive key or a concurrency key, not both")
+    return key_limits.concurrency_key(task.concurrency_key)
+
+
+_debounce_of = attrgetter("debounce")
+_throttle_of = attrgetter("throttle")
+_exclusive_key_of = attrgetter("exclusive_key")
+_concurrency_key_of = attrgetter("concurrency_key")
 
 
 def _due_now(task: NewTask) -> bool:
@@ -147,8 +182,24 @@ def enqueue_plan(
     duplicates: list[str] = []
     backlogged: list[str] = []
     superseded = 0
+    debounced: list[str] = []
+    throttled: list[str] = []
     for start in range(0, len(prepared), batch_size):
         chunk = prepared[start : start + batch_size]
+        if any(map(_debounce_of, chunk)) or any(map(_throttle_of, chunk)):  # C-level passes: seconds are > 0
+            # Debounced and throttled tasks apart, in a transaction of their own (shardq.lifecycle.debounce).
+            keyed = yield from debounce.enqueue_plan(queue, [t for t in chunk if debounce.wants(t)])
+            if keyed.paused:
+                raise QueuePaused(f"queue {queue!r} is paused for enqueue")
+            enqueued += keyed.enqueued
+            duplicates += keyed.duplicates
+            debounced += keyed.debounced
+            throttled += keyed.throttled
+            if counts is not None and keyed.enqueued:
+                yield from counts.note(queue, len(keyed.enqueued))
+            chunk = [t for t in chunk if not debounce.wants(t)]
+            if not chunk:
+                continue
         if any(t.dedupe_for for t in chunk):
             # Keys whose task finished within their window (the queue's history) are duplicates.
             recent = yield from operations.history_dedupe_recent(
@@ -160,8 +211,10 @@ def enqueue_plan(
                 continue
         ids = [uuid.uuid4() for _ in chunk]
         woke = False
-        if any(t.exclusive_key is not None for t in chunk):
-            outcome = yield from exclusive.enqueue_plan(queue, chunk, ids)
+        if any(map(_exclusive_key_of, chunk)) or any(map(_concurrency_key_of, chunk)):  # keys are never empty
+            outcome = yield from (key_limits.enqueue_plan(queue, chunk, ids)
+                                  if any(t.concurrency_key is not None for t in chunk)
+                                  else exclusive.enqueue_plan(queue, chunk, ids))
             skipped, paused = outcome.skipped, outcome.paused
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded
@@ -188,5 +241,6 @@ def enqueue_plan(
                     enqueued.append(str(task_id))
         if notifier is not None and not woke and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
             yield from notifier.wake(queue)  # after the commit: autocommit
-    return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded)
+    return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded, tuple(debounced),
+                         tuple(throttled))
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardq import operations
+from shardq.lifecycle import key_slots
 from shardq.models.tasks import NewTask
 from shardq.sessions.store import TaskStore
 from shardq.sql.plan import Atomically, Plan
@@ -105,13 +106,16 @@ def remove_and_release_plan(
 ) -> Plan[tuple[set[uuid.UUID], set[uuid.UUID]]]:
     """:func:`remove_and_release` as a plan; ``remove()`` makes the plan that removes (called
     again for each attempt of the transaction)."""
-    ordered = sorted(set(keys))
+    # A key slot of a limited concurrency key is locked as its key (shardq.lifecycle.key_slots).
+    ordered = sorted({(queue, key_slots.lock_key(key)) for queue, key in keys})
 
     def body() -> Plan[tuple[set[uuid.UUID], set[uuid.UUID]]]:
         yield from operations.exclusive_keys_lock(ordered)
         removed = yield from remove()
         released = sorted({key_of[i] for i in removed if i in key_of})
         promoted = (yield from operations.task_backlog_release(released)) if released else set()
+        if any(key_slots.key_of(key) is not None for _, key in released):
+            promoted |= yield from key_slots.release_plan(released)
         return removed, promoted
 
     result: tuple[set[uuid.UUID], set[uuid.UUID]] = yield Atomically(body)

@@ -125,8 +125,10 @@ class FlowSlots:
     worker's concurrency); ``on_free`` is called whenever a slot becomes idle (the fetcher's wake-up)."""
 
     def __init__(self, capacity: int = 1_000_000, *, on_free: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, capacities: dict[str, int] | None = None) -> None:
         self.capacity = capacity
+        #: a smaller capacity for some queues (a worker's per-queue shares, shardq.worker.shares)
+        self.capacities = capacities or {}
         self._on_free = on_free
         self.pools: dict[str, SlotPool] = {}
         self._clock = clock
@@ -145,7 +147,10 @@ class FlowSlots:
         return pool is not None and self._full(pool)
 
     def _full(self, pool: SlotPool) -> bool:
-        return pool.held >= self.capacity
+        return pool.held >= self._capacity(pool.queue)
+
+    def _capacity(self, queue: str) -> int:
+        return self.capacities.get(queue, self.capacity)
 
     # -- claiming ------------------------------------------------------------------------------
     def claim(
@@ -162,7 +167,7 @@ class FlowSlots:
             pool.lease_seconds = lease_seconds
             self.renew_due(store)
             if pool.free < want and not self._full(pool):
-                self._take(store, pool, min(want - pool.free, self.capacity - pool.held), lease_seconds)
+                self._take(store, pool, min(want - pool.free, self._capacity(pool.queue) - pool.held), lease_seconds)
             if not self._full(pool):
                 want = min(want, pool.free)  # the limit binds: only what starts at once
             if want <= 0:

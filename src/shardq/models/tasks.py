@@ -233,7 +233,13 @@ class TaskOptions(TypedDict, total=False):
     * ``exclusive_key``: one task of the queue with this key runs at a time (:mod:`shardq.lifecycle.exclusive`);
     * ``dedupe_for`` (seconds, with ``dedupe_key``): nothing is inserted either while a task of the
       queue with this key finished less than this long ago (kept in the queue's history: see
-      :mod:`shardq.lifecycle.history`).
+      :mod:`shardq.lifecycle.history`);
+    * ``concurrency_key``: at most the queue's limit for this key run at a time, fleet-wide
+      (:mod:`shardq.lifecycle.key_limits`; no limit set for it: no effect);
+    * ``debounce`` (seconds, with ``dedupe_key``): the key's task that has not started takes this
+      payload and waits until the key has been quiet this long (:mod:`shardq.lifecycle.debounce`);
+    * ``throttle`` (seconds, with ``dedupe_key``): the first task of the key in a window this long
+      is enqueued, the others are dropped.
     """
 
     delay: float | None
@@ -243,6 +249,9 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     exclusive_key: str | None
     dedupe_for: float | None
+    concurrency_key: str | None
+    debounce: float | None
+    throttle: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,18 +267,25 @@ class NewTask:
     priority: int = 0
     exclusive_key: str | None = None
     dedupe_for: float | None = None
+    concurrency_key: str | None = None
+    debounce: float | None = None
+    throttle: float | None = None
 
 
 @dataclass(frozen=True)
 class EnqueueResult:
     """What an enqueue did: the ids it inserted (``backlogged_ids``: those of them that wait in an
-    exclusive key's backlog), the dedupe keys that were already live, and how many older backlog
-    entries a latest-only queue dropped for the new ones."""
+    exclusive key's backlog), the dedupe keys that were already live, how many older backlog
+    entries a latest-only queue dropped for the new ones, and what debounce and throttle did."""
 
     enqueued_ids: tuple[str, ...]
     duplicate_keys: tuple[str, ...] = ()
     backlogged_ids: tuple[str, ...] = ()
     superseded: int = 0
+    #: ids of tasks whose payload a debounced enqueue replaced (they wait again), one per such call
+    debounced_ids: tuple[str, ...] = ()
+    #: keys whose task a throttle dropped (its window was open), one per dropped call
+    throttled_keys: tuple[str, ...] = ()
 
     @property
     def enqueued(self) -> int:

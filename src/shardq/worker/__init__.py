@@ -6,6 +6,8 @@ Parts (each in its own module, each with its own database session used only by i
     * the **executor** (:mod:`.executor`) runs handlers, at most ``concurrency`` at once: sync
       handlers on threads, ``async def`` handlers as coroutines on one event loop (sync tasks of an
       app that also has async ones run on a pool of ``concurrency`` threads beside them);
+      with ``shares`` (``--share emails=8``) each queue with a share gets that many handlers and
+      part of the prefetch of its own, the other queues the rest (:mod:`.shares`);
     * the **settler** (:mod:`.settler`) acks, retries, dead-letters and hands back in batches, and
       records activity counters;
     * the **lease keeper** (:mod:`.lease_keeper`, with ``heartbeat``) renews running tasks' leases;

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardq import validation
+from shardq.worker import shares as worker_shares
 
 # Far above any healthy claim or ack (milliseconds), far below a lease: long enough not to fire in
 # normal operation, short enough that a blocked statement fails while its tasks are still leased.
@@ -55,6 +56,9 @@ class WorkerConfig:
     #: raise the garbage collector's youngest threshold while the worker runs (``shardq work
     #: --no-gc-tuning``: False; see :mod:`shardq.worker.collector`)
     gc_tuning: bool = True
+    #: per-queue shares of the handlers (``shardq work --share emails=8``): queue -> handlers of its
+    #: own; the queues without a share use the rest (see :mod:`shardq.worker.shares`)
+    shares: Mapping[str, int] | Iterable[tuple[str, int]] | None = None
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.queues, (tuple, list)) or not self.queues:
@@ -81,7 +85,19 @@ class WorkerConfig:
             validation.positive_seconds(self.timeout, "timeout")
         if self.max_abandoned is not None:
             validation.positive_int(self.max_abandoned, "max abandoned", maximum=1_000_000)
+        self.lanes  # noqa: B018 - the shares are checked against the queues and the concurrency
         return self
+
+    @property
+    def lanes(self) -> worker_shares.Lanes | None:
+        """How the handlers are split between the queues (None: no shares, one pool)."""
+        return worker_shares.plan(self.queues, self.concurrency, worker_shares.normalise(self.shares))
+
+    @property
+    def handlers(self) -> int:
+        """Handlers the worker runs: ``concurrency``, or the shares' sum when every queue has one."""
+        lanes = self.lanes
+        return self.concurrency if lanes is None else lanes.total
 
     @property
     def abandoned_limit(self) -> int:

@@ -118,7 +118,8 @@ class Fetcher:
                 busy_at_start = bool(table.entries)
                 answered, woken = woken, False
                 echoed, echo = echo, False
-                found = consumer.claim(limit=want, start_room=room, woken=answered)
+                found = consumer.claim(limit=want, start_room=room, woken=answered,
+                                       room=table.lane_room if table.lanes is not None else None)
                 failures = 0
                 if listener is not None and not listener.active:
                     listener.retry()  # the database answers again (throttled: see notify.Listener)
@@ -154,6 +155,14 @@ class Fetcher:
                     stop.wait(pause)  # the next token comes at a known time
                 continue
             throttled_rounds = 0
+            if found.lane_full and not found.no_room:
+                # Per-queue shares: the queues with room had nothing, the others' lanes are full.
+                # A handler of a full lane that returns (its settle) wakes this wait; tasks of the
+                # other queues are looked for again within the idle pause.
+                empty_rounds += 1  # the wake-up was cleared before the round: a settle since is kept
+                table.fetch_wake.wait(backoff.idle_sleep(empty_rounds, minimum=config.idle_min,
+                                                         maximum=config.idle_max))
+                continue
             if found.no_room:
                 # Every handler slot is busy and limited queues claim only what starts at once:
                 # wait for a handler to return (it sets the wake-up when it frees a queue slot).

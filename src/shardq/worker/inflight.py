@@ -18,6 +18,7 @@ from operator import attrgetter
 from shardq.error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
 from shardq.lifecycle.flow import FlowSlots
 from shardq.models.tasks import ClaimedTask
+from shardq.worker.shares import Lanes
 from shardq.workflows.spark_callbacks import is_run
 
 # How a held task ends, as the settler applies it (plain strings: compared per task).
@@ -95,10 +96,13 @@ class InFlightTable:
     the counters from other threads see a value at most a few tasks old, which only moves the next
     claim by as much."""
 
-    def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int) -> None:
+    def __init__(self, slots: int, *, batch: int, prefetch: int, ack_batch: int, lanes: Lanes | None = None) -> None:
+        if lanes is not None:
+            slots = lanes.total
         #: the concurrency slots of limited queues this worker holds (shardq.lifecycle.flow): the fetcher fills
-        #: them, the executor frees one when its handler returns
-        self.flow = FlowSlots(capacity=slots, on_free=self._wake_fetcher)
+        #: them, the executor frees one when its handler returns; a queue with a share holds at most its share
+        capacities = {q: lanes.sizes[lane] for q, lane in lanes.of_queue.items()} if lanes is not None else None
+        self.flow = FlowSlots(capacity=slots, on_free=self._wake_fetcher, capacities=capacities)
         # Keyed by a UUID's .int, not the UUID: uuid.UUID.__hash__ is a Python-level call, and
         # this dict is touched several times per task.
         self.entries: dict[int, InFlight] = {}
@@ -118,6 +122,34 @@ class InFlightTable:
         self.low_water = max(slots - 1, prefetch - batch)
         #: set when the fetcher should look again: the buffer ran low, a settle freed room, a stop
         self.fetch_wake = threading.Event()
+        #: per-queue shares (shardq.worker.shares; None: one lane of every slot). Per lane: which
+        #: slots run it, and its own counters, each with the same single writer as the totals above
+        self.lanes = lanes
+        sizes = lanes.sizes if lanes is not None else (slots,)
+        self.slot_lane = [lane for lane, size in enumerate(sizes) for _ in range(size)]
+        self.lane_slots = [[i for i, lane in enumerate(self.slot_lane) if lane == n] for n in range(len(sizes))]
+        self.lane_claimed = [0] * len(sizes)
+        self.lane_taken = [0] * len(sizes)
+        self.lane_timed_out = [0] * len(sizes)
+        self.lane_prefetch = [lanes.prefetch(n, prefetch) if lanes is not None else prefetch for n in range(len(sizes))]
+        self.lane_low_water = [max(size - 1, pf - batch) for size, pf in zip(sizes, self.lane_prefetch)]
+        self.lane_sizes = list(sizes)
+
+    def lane_of(self, queue: str) -> int:
+        """The lane whose handlers run ``queue``'s tasks (0 without shares)."""
+        return 0 if self.lanes is None else self.lanes.of_queue.get(queue, len(self.lane_sizes) - 1)
+
+    def _count_lanes(self, entries: Sequence[InFlight], counts: list[int]) -> None:
+        if self.lanes is not None:
+            for entry in entries:
+                counts[self.lane_of(entry.claimed.queue)] += 1
+
+    def note_timed_out(self, queue: str) -> None:
+        """A task of ``queue`` was settled as timed out while its handler ran (the timeout keeper's
+        counter): it no longer holds its slot."""
+        self.timed_out += 1
+        if self.lanes is not None:
+            self.lane_timed_out[self.lane_of(queue)] += 1
 
     def _wake_fetcher(self) -> None:
         self.fetch_wake.set()
@@ -127,6 +159,7 @@ class InFlightTable:
             table = self.entries
             for entry in entries:
                 table[entry.claimed.key.id.int] = entry
+        self._count_lanes(entries, self.lane_claimed)
         self.claimed_total += len(entries)  # before the hand-off, so "waiting" never looks negative
 
     def add_taken(self, entries: Sequence[InFlight]) -> None:
@@ -135,6 +168,7 @@ class InFlightTable:
             table = self.entries
             for entry in entries:
                 table[entry.claimed.key.id.int] = entry
+        self._count_lanes(entries, self.lane_taken)
         self.taken_total += len(entries)
 
     def drop_taken(self, entries: Sequence[InFlight]) -> None:
@@ -142,6 +176,9 @@ class InFlightTable:
         with self.lock:
             for entry in entries:
                 self.entries.pop(entry.claimed.key.id.int, None)
+        if self.lanes is not None:
+            for entry in entries:
+                self.lane_taken[self.lane_of(entry.claimed.queue)] -= 1
         self.taken_total -= len(entries)
 
     def handoff_room(self, settling: int) -> int:
@@ -164,7 +201,10 @@ class InFlightTable:
     def want(self) -> int:
         """How many tasks to claim now (0: not yet). Room is counted in slots plus the prefetch
         buffer; tasks that finished and only await their ack take none (acks overlap the next
-        claim), but all leases held stay under ``slots + prefetch + ack_batch``."""
+        claim), but all leases held stay under ``slots + prefetch + ack_batch``. With shares: the
+        most any lane may claim (:meth:`lane_room` says how much each queue may)."""
+        if self.lanes is not None:
+            return max(self.lane_room_of(lane)[0] for lane in range(len(self.lane_sizes)))
         started = sum(self.started)
         waiting = self.claimed_total + self.taken_total - started
         if waiting > self.low_water:
@@ -185,10 +225,34 @@ class InFlightTable:
         running = started - sum(self.finished) - self.timed_out
         return max(0, self.slots - waiting - running)
 
-    def add_slot(self) -> int:
-        """A new slot (a thread replacing one left running past its task's timeout): its index."""
+    def lane_room(self, queue: str) -> tuple[int, int]:
+        """With shares: how many tasks of ``queue`` to claim now (as :meth:`want`, counted in its
+        lane's slots and part of the prefetch) and how many of them could start at once (as
+        :meth:`start_room`)."""
+        return self.lane_room_of(self.lane_of(queue))
+
+    def lane_room_of(self, lane: int) -> tuple[int, int]:
+        slots = self.lane_slots[lane]
+        started = sum(self.started[i] for i in slots)
+        waiting = self.lane_claimed[lane] + self.lane_taken[lane] - started
+        running = started - sum(self.finished[i] for i in slots) - self.lane_timed_out[lane]
+        size = self.lane_sizes[lane]
+        start = max(0, size - waiting - running)
+        if waiting > self.lane_low_water[lane]:
+            return 0, start
+        room = min(
+            size + self.lane_prefetch[lane] - waiting - running,
+            self.slots + self.prefetch + self.ack_batch - len(self.entries),
+        )
+        return max(0, min(room, self.batch)), start
+
+    def add_slot(self, lane: int = 0) -> int:
+        """A new slot (a thread replacing one left running past its task's timeout) in ``lane``:
+        its index."""
         self.started.append(0)
         self.finished.append(0)
+        self.slot_lane.append(lane)
+        self.lane_slots[lane].append(len(self.started) - 1)
         return len(self.started) - 1
 
     def running(self) -> list[InFlight]:

@@ -43,6 +43,8 @@ class LoopExecutor:
         self._loop = loop or asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
         self._queue: asyncio.Queue[InFlight | None] | None = None
+        #: one queue per lane (per-queue shares, shardq.worker.shares); the first is ``_queue``
+        self._queues: list[asyncio.Queue[InFlight | None]] = []
         self._main: concurrent.futures.Future[None] | None = None
         self._ready = threading.Event()
         self._abandoned = False
@@ -80,7 +82,7 @@ class LoopExecutor:
 
     def finish(self, deadline: float, force: threading.Event) -> bool:
         assert self._main is not None
-        self._loop.call_soon_threadsafe(self._put_many, [None] * self.table.slots)
+        self._loop.call_soon_threadsafe(self._put_ends)
         finished = False
         while not force.is_set() and time.monotonic() < deadline:
             try:
@@ -106,6 +108,7 @@ class LoopExecutor:
     # -- on the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
         self._queue = asyncio.Queue()
+        self._queues = [self._queue] + [asyncio.Queue() for _ in self.table.lane_sizes[1:]]
         slots = [asyncio.ensure_future(self._slot(i)) for i in range(self.table.slots)]
         self._ready.set()
         try:
@@ -114,27 +117,39 @@ class LoopExecutor:
             for slot in slots:
                 slot.cancel()
 
-    def _put_many(self, entries: Sequence[InFlight | None]) -> None:
+    def _put_many(self, entries: Sequence[InFlight]) -> None:
         assert self._queue is not None
+        if self.table.lanes is not None:
+            lane_of = self.table.lane_of
+            for entry in entries:
+                self._queues[lane_of(entry.claimed.queue)].put_nowait(entry)
+            return
         for entry in entries:
             self._queue.put_nowait(entry)
 
+    def _put_ends(self) -> None:
+        """One end marker per slot, into its lane's queue."""
+        for slot in range(self.table.slots):
+            self._queues[self.table.slot_lane[slot]].put_nowait(None)
+
     async def _drain(self) -> None:
-        assert self._queue is not None
-        while not self._queue.empty():
-            entry = self._queue.get_nowait()
-            if entry is not None:
-                entry.kind = HAND_BACK
-                self.outbox.outcomes.append(entry)
-            else:
-                self._queue.put_nowait(None)  # a slot's end marker: keep it (after this loop)
-                break
+        for work in self._queues:
+            while not work.empty():
+                entry = work.get_nowait()
+                if entry is not None:
+                    entry.kind = HAND_BACK
+                    self.outbox.outcomes.append(entry)
+                else:
+                    work.put_nowait(None)  # a slot's end marker: keep it (after this loop)
+                    break
 
     async def _slot(self, slot: int) -> None:  # noqa: C901 - a handler slot's outcomes, one per branch
         assert self._queue is not None
-        work, put, stop = self._queue, self.outbox.outcomes.append, self.stop_event
+        lane = self.table.slot_lane[slot]
+        work, put, stop = self._queues[lane], self.outbox.outcomes.append, self.stop_event
         wake, settle_wake = self.table.fetch_wake, self.outbox.wake
-        started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
+        started, finished = self.table.started, self.table.finished
+        low_water = self.table.low_water if self.table.lanes is None else self.table.lane_low_water[lane]
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
         resolve: Callable[[Task], tuple[Callable[[], Any], bool, float | None]] | None = (
             handler.resolve if isinstance(handler, Resolver) else None)

@@ -81,7 +81,7 @@ class Worker:
         self._force = threading.Event()
         self.sessions = SessionPerThread(session_factory)
         self.table = InFlightTable(config.concurrency, batch=config.batch, prefetch=config.effective_prefetch,
-                                   ack_batch=config.ack_batch)
+                                   ack_batch=config.ack_batch, lanes=self.config.lanes)
         self.outbox = Outbox()
         self.lease_keeper = LeaseKeeper(self.config, self.sessions, self.table, self._stop)
         self.executor: ThreadExecutor | LoopExecutor

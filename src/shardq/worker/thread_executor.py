@@ -34,6 +34,9 @@ class ThreadExecutor:
         # SimpleQueue (C, no task accounting): one put and one get per task are the whole
         # hand-off cost between the fetcher and the handlers.
         self._work: queue_module.SimpleQueue[InFlight | None] = queue_module.SimpleQueue()
+        #: one hand-off queue per lane (a worker with per-queue shares, shardq.worker.shares): slot i
+        #: takes from its lane's; without shares the one queue above
+        self._lanes = [self._work] + [queue_module.SimpleQueue() for _ in table.lane_sizes[1:]]
         self._threads = [
             threading.Thread(target=self._slot, args=(i,), name=f"shardq-handler-{i}", daemon=True)
             for i in range(table.slots)
@@ -49,14 +52,20 @@ class ThreadExecutor:
         """A new handler thread in place of the one running ``abandoned`` past its timeout (that
         one is not waited for at shutdown)."""
         self._abandoned_slots.add(abandoned.slot)
-        slot = self.table.add_slot()
+        lane = self.table.slot_lane[abandoned.slot] if abandoned.slot >= 0 else 0
+        slot = self.table.add_slot(lane)
         thread = threading.Thread(target=self._slot, args=(slot,), name=f"shardq-handler-{slot}", daemon=True)
         self._threads.append(thread)
         thread.start()
         if self.stop_event.is_set():
-            self._work.put(None)  # stopping: the new slot's end marker (finish queued the others' already)
+            self._lanes[lane].put(None)  # stopping: the new slot's end marker (finish queued the others' already)
 
     def submit(self, entries: Sequence[InFlight]) -> None:
+        if self.table.lanes is not None:
+            lanes, lane_of = self._lanes, self.table.lane_of
+            for entry in entries:
+                lanes[lane_of(entry.claimed.queue)].put(entry)
+            return
         put = self._work.put
         for entry in entries:
             put(entry)
@@ -66,9 +75,11 @@ class ThreadExecutor:
         return self._intake.submit(lambda: self.submit(entries))
 
     def _slot(self, slot: int) -> None:  # noqa: C901 - a handler slot's outcomes, one per branch
-        work, put, stop = self._work, self.outbox.outcomes.append, self.stop_event
+        lane = self.table.slot_lane[slot]
+        work, put, stop = self._lanes[lane], self.outbox.outcomes.append, self.stop_event
         wake, settle_wake = self.table.fetch_wake, self.outbox.wake
-        started, finished, low_water = self.table.started, self.table.finished, self.table.low_water
+        started, finished = self.table.started, self.table.finished
+        low_water = self.table.low_water if self.table.lanes is None else self.table.lane_low_water[lane]
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
         sink, resolve, lock = self.sink, self.resolve, self.table.lock
         flow_pools, flow_done, flow_seat = self.table.flow.pools, self.table.flow.finished, self.table.flow.seat
@@ -129,19 +140,20 @@ class ThreadExecutor:
         """Queue every task that has not started as handed back (at stop, even while every slot
         is busy; a slot that takes one first sees the stop and hands it back itself)."""
         self._intake.close()
-        while True:
-            try:
-                entry = self._work.get_nowait()
-            except queue_module.Empty:
-                return
-            if entry is not None:
-                entry.kind = HAND_BACK
-                self.outbox.outcomes.append(entry)
+        for work in self._lanes:
+            while True:
+                try:
+                    entry = work.get_nowait()
+                except queue_module.Empty:
+                    break
+                if entry is not None:
+                    entry.kind = HAND_BACK
+                    self.outbox.outcomes.append(entry)
 
     def finish(self, deadline: float, force: threading.Event) -> bool:
         """Let running handlers finish until ``deadline`` (monotonic) or ``force``; True if all did."""
-        for _ in self._threads:
-            self._work.put(None)
+        for slot in range(len(self._threads)):
+            self._lanes[self.table.slot_lane[slot]].put(None)
 
         def waiting() -> list[threading.Thread]:  # a slot abandoned meanwhile is not waited for
             return [t for i, t in enumerate(list(self._threads)) if i not in self._abandoned_slots and t.is_alive()]

@@ -61,7 +61,7 @@ class TimeoutKeeper:
                                error=timeout_text(entry.timeout), seconds=entry.timeout, timeout=entry.timeout,
                                timed_out=True)
             self.outbox.outcomes.append(outcome)
-            self.table.timed_out += 1  # this thread's counter: the task no longer holds its slot
+            self.table.note_timed_out(entry.claimed.queue)  # this thread's counter: the task no longer holds its slot
             claim = entry.claim
             if next(claim.finished) >= claim.size:
                 self.outbox.wake.set()
