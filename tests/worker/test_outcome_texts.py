@@ -15,7 +15,7 @@ import threading
 import pytest
 
 import shardq
-from shardq.worker import inflight
+from shardq import error_text
 from tests.support.factories import utcnow
 from tests.support.outcomes import assert_good_acked, run_until_empty
 
@@ -156,7 +156,7 @@ def test_a_five_megabyte_error_text_is_stored_truncated_with_a_marker(db, except
     assert "жжж" in text
     marker = text[text.rfind("ж") + 1:]
     assert "truncated" in marker, f"no truncation marker at the end of the stored text: ...{text[-80:]!r}"
-    assert len(text) <= inflight.ERROR_TEXT_MAX + len(marker)
+    assert len(text) <= error_text.ERROR_TEXT_MAX + len(marker)
     assert len(marker) <= 200
 
 

@@ -8,6 +8,7 @@ import pytest
 from shardq.admin import actions as admin
 from shardq.errors import InvalidInput
 from shardq.lifecycle.claim import Consumer
+from shardq.models.tasks import STEP_STATES
 from shardq.sessions.store import TaskStore
 from shardq.workflows import steps as workflows
 from tests.support.concurrency import at_once, own_stores
@@ -37,7 +38,7 @@ def test_a_step_whose_task_a_worker_holds_is_shown_running(app, db):
     assert states[running[0]] == "running" and states["step-2"] == "waiting"
     assert sorted(states.values()) == ["ready", "running", "waiting"]
     assert handle.status().state == "running"
-    assert "running" in workflows.STEP_STATES
+    assert "running" in STEP_STATES
 
 
 def test_a_chain_runs_its_steps_in_order_each_released_by_the_previous_ack(app, db):

@@ -50,7 +50,6 @@ from shardq.operations import browse as browse_operations
 from shardq.sessions.store import TaskStore
 
 #: The states a queue's tasks can be browsed by, as the dashboard names them.
-STATES = BROWSE_STATES
 
 
 ORDERS = ("asc", "desc")
@@ -235,8 +234,8 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     """One page of ``queue``'s tasks in ``state`` (see the module doc). InvalidInput for an unknown
     state or order, a bad filter or limit, or a malformed cursor, before anything is read."""
     filters = (filters or Filters()).validate()
-    if state not in STATES:
-        raise InvalidInput(f"state must be one of {', '.join(STATES)}")
+    if state not in BROWSE_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(BROWSE_STATES)}")
     if order not in ORDERS:
         raise InvalidInput("order must be asc or desc")
     validation.positive_int(limit, "limit", maximum=LIMIT_MAX)

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shardq.admin import browse
+from shardq.models.tasks import BROWSE_STATES
 from shardq.web import api_tasks, finished_list, registry_views, task_list
 from shardq.web.context import Failure, run_action, run_view
 from shardq.web.pages import error_page, form_value, queue_path, render, submit_form
@@ -41,8 +42,8 @@ async def tasks(request: Request) -> Response:
     state = query.pop("state", "ready") or "ready"
     if state == "finished":
         return await finished(request, name, query)
-    if state not in browse.STATES:
-        return error_page(request, 400, f"state must be one of {', '.join(browse.STATES)}")
+    if state not in BROWSE_STATES:
+        return error_page(request, 400, f"state must be one of {', '.join(BROWSE_STATES)}")
     try:
         data = await run_view(request, task_list.task_page, name, state, query)
     except Failure as failure:

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from shardq.error_text import ERROR_TEXT_MAX, describe  # noqa: F401 - where the worker's parts find them
 from shardq.lifecycle.flow import FlowSlots
 from shardq.models.tasks import ClaimedTask
 from shardq.worker.shares import Lanes

@@ -74,7 +74,6 @@ from operator import attrgetter
 from shardq import operations
 from shardq.errors import InvalidInput
 from shardq.models.leases import HandoffOffer
-from shardq.models.tasks import STEP_STATES as STEP_STATES  # re-exported: a step's states
 from shardq.models.tasks import TaskState
 from shardq.models.workflow_graph import Graph, check
 from shardq.operations.workflows import FinishedStep, Moved
