@@ -89,12 +89,13 @@ bench-quick:
 	$(MAKE) setup EXTRAS=dev,spark,bench
 	$(BIN)/python -m loadtest --quick --out loadtest/results
 
-# ruff (rules in pyproject.toml) over every Python file, mypy over the library, the CLI, the
+# ruff (rules in pyproject.toml) and ruff format over every Python file, mypy over the library, the CLI, the
 # migrations and the tests, benchmarks, tools and examples (a wrong type handed to shardq anywhere
 # fails), and the import contract (layers point down, no cycle: [tool.importlinter] in
 # pyproject.toml). Each must report nothing.
 lint: setup
 	$(BIN)/ruff check src tests loadtest tools examples
+	$(BIN)/ruff format --check src tests loadtest tools examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

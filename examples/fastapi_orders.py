@@ -33,8 +33,12 @@ import shardq
 from shardq.contrib import asgi
 from shardq.sessions.dsn import Dsn
 
-orders = Table("example_orders", MetaData(), Column("id", Integer, primary_key=True, autoincrement=True),
-               Column("email", String(200), nullable=False))
+orders = Table(
+    "example_orders",
+    MetaData(),
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("email", String(200), nullable=False),
+)
 
 sent: list[tuple[int, str]] = []  # what send_receipt did, for the test (a real one would mail)
 
@@ -58,8 +62,9 @@ def create_api(conninfo: str, tasks: shardq.App, dashboard_token: str | None = N
     """The API on the database ``conninfo`` names (a libpq URL or key=value string), deferring
     through ``tasks``; with ``dashboard_token``, shardq's dashboard at :data:`DASHBOARD_PREFIX`."""
     send_receipt = tasks.tasks["orders.send_receipt"]
-    engine: AsyncEngine = create_async_engine("postgresql+psycopg://",
-                                              async_creator=lambda: psycopg.AsyncConnection.connect(conninfo))
+    engine: AsyncEngine = create_async_engine(
+        "postgresql+psycopg://", async_creator=lambda: psycopg.AsyncConnection.connect(conninfo)
+    )
     sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     async def db_session() -> AsyncIterator[AsyncSession]:
@@ -75,7 +80,9 @@ def create_api(conninfo: str, tasks: shardq.App, dashboard_token: str | None = N
     api = FastAPI(lifespan=asgi.lifespan(tasks, inner=asynccontextmanager(schema)))
 
     @api.post("/orders", status_code=201)
-    async def create_order(email: str, session: Annotated[AsyncSession, Depends(db_session)], fail: bool = False) -> dict:
+    async def create_order(
+        email: str, session: Annotated[AsyncSession, Depends(db_session)], fail: bool = False
+    ) -> dict:
         order_id = (await session.execute(insert(orders).values(email=email).returning(orders.c.id))).scalar_one()
         task_id = await send_receipt.configure(connection=session).defer_async(order_id=order_id, email=email)
         if fail:

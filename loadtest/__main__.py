@@ -26,8 +26,11 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__.split("\n\n")[1])
     parser.add_argument("--quick", action="store_true", help="small sizes; the whole run takes under two minutes")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help=f"comma-separated subset of: {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated subset of: {', '.join(SCENARIOS)} (default: all)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results.json, report.md and *.png go")
     parser.add_argument("--report-only", action="store_true", help="re-render report.md from OUT/results.json")
     parser.add_argument("--no-peers", action="store_true", help="burn-down: raw bound and shardq only (no peers)")

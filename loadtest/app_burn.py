@@ -42,7 +42,9 @@ def one(url: str, tasks: int, tracing: bool, work_ms: float = 0.0, sample: float
             def export(self, spans):
                 return SpanExportResult.SUCCESS
 
-        provider = TracerProvider() if sample is None else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+        provider = (
+            TracerProvider() if sample is None else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+        )
         provider.add_span_processor(BatchSpanProcessor(Drop()))
         otel.instrument(provider)
     app = shardq.App(url)
@@ -71,8 +73,9 @@ def _run(src: Path, url: str, tasks: int, tracing: bool, work_ms: float, sample:
     args = [sys.executable, "-m", "loadtest.app_burn", "--one", url, "--tasks", str(tasks), "--work-ms", str(work_ms)]
     if sample is not None:
         args += ["--sample", str(sample)]
-    done = subprocess.run(args + (["--tracing"] if tracing else []), cwd=REPO, env=env, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        args + (["--tracing"] if tracing else []), cwd=REPO, env=env, check=True, capture_output=True, text=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -98,8 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="shardq-app-burn-") as tmp:
         ref_src = ref_tree(args.ref, Path(tmp) / "ref") if args.ref else None
         try:
-            order = [("ref", False), ("ref-on", True), ("off", False), ("on", True), ("on", True), ("off", False),
-                     ("ref-on", True), ("ref", False)]
+            order = [
+                ("ref", False),
+                ("ref-on", True),
+                ("off", False),
+                ("on", True),
+                ("on", True),
+                ("off", False),
+                ("ref-on", True),
+                ("ref", False),
+            ]
             for _ in range(args.rounds):
                 runs: dict[str, list[dict]] = {"ref": [], "ref-on": [], "off": [], "on": []}
                 for label, tracing in order:
@@ -107,8 +118,16 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     url = bench.shardq_database("appburn")
                     src = ref_src if label.startswith("ref") else REPO / "src"
-                    runs[label].append(_run(src, url, args.tasks, tracing, args.work_ms,  # type: ignore[arg-type]
-                                            args.sample))
+                    runs[label].append(
+                        _run(
+                            src,  # type: ignore[arg-type]
+                            url,
+                            args.tasks,
+                            tracing,
+                            args.work_ms,
+                            args.sample,
+                        )
+                    )
                     bench.drop(url)
                 rounds.append(runs)
         finally:

@@ -155,8 +155,11 @@ def step_released_at(url: str, step: str) -> float:
     Read while the step runs: its row was last written by the count-off that released it (the
     step's own finish comes with its ack). Needs :func:`track_commit_times`."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin))::FLOAT8 "
-                           "FROM shardq_workflow_steps WHERE step = %s", (step,)).fetchone()
+        row = conn.execute(
+            "SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin))::FLOAT8 "
+            "FROM shardq_workflow_steps WHERE step = %s",
+            (step,),
+        ).fetchone()
     assert row is not None and row[0] is not None, f"no commit time for step {step!r}"
     return float(row[0])
 

@@ -12,11 +12,7 @@ import os
 import time
 
 _DIR = os.environ.get("LOADTEST_RECORD_DIR")
-_FD = (
-    os.open(os.path.join(_DIR, f"{os.getpid()}.rec"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    if _DIR
-    else None
-)
+_FD = os.open(os.path.join(_DIR, f"{os.getpid()}.rec"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if _DIR else None
 
 
 def record(task) -> None:

@@ -116,9 +116,26 @@ def one(url: str, samples: int, workers: int, seed: int) -> list[dict]:
 
 def _run(src: Path, url: str, samples: int, workers: int, seed: int) -> list[dict]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(REPO)]))
-    done = subprocess.run([sys.executable, "-m", "loadtest.idle_stages", "--one", url, "--samples", str(samples),
-                           "--workers", str(workers), "--seed", str(seed)],
-                          cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadtest.idle_stages",
+            "--one",
+            url,
+            "--samples",
+            str(samples),
+            "--workers",
+            str(workers),
+            "--seed",
+            str(seed),
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -157,17 +174,26 @@ def main(argv: list[str] | None = None) -> int:
                     if side == "ref" and ref_src is None:
                         continue
                     url = bench.shardq_database("idle")
-                    rows[side] += _run(ref_src if side == "ref" else REPO / "src", url,  # type: ignore[arg-type]
-                                       args.samples, args.workers, args.seed + round_)
+                    rows[side] += _run(
+                        ref_src if side == "ref" else REPO / "src",  # type: ignore[arg-type]
+                        url,
+                        args.samples,
+                        args.workers,
+                        args.seed + round_,
+                    )
                     bench.drop(url)
         finally:
             bench.close()
             if ref_src is not None:
                 remove_tree(ref_src)
-    print(f"{'stage (ms after send)':24} " + "  ".join(f"{side + ' p50 / p90 / max':>26}" for side in rows if rows[side]))
+    print(
+        f"{'stage (ms after send)':24} " + "  ".join(f"{side + ' p50 / p90 / max':>26}" for side in rows if rows[side])
+    )
     summaries = {side: summary(r) for side, r in rows.items() if r}
     for stage in STAGES:
-        cells = [" / ".join(f"{v:.1f}" for v in summaries[side][stage]) for side in summaries if stage in summaries[side]]
+        cells = [
+            " / ".join(f"{v:.1f}" for v in summaries[side][stage]) for side in summaries if stage in summaries[side]
+        ]
         print(f"{stage:24} " + "  ".join(f"{cell:>26}" for cell in cells))
     print(json.dumps({side: {"samples": len(r), "stages": summaries[side]} for side, r in rows.items() if r}))
     return 0

@@ -33,8 +33,13 @@ def burner(spec: dict, ctl: Control) -> dict:
 def cells(bench: Bench, sizes, log) -> dict:
     from loadtest.scenarios import _steady_roles, percentiles
 
-    out: dict = {"rates": list(sizes.latency_rates), "loads": list(sizes.latency_loads),
-                 "contenders": list(sizes.latency_contenders), "seconds": sizes.latency_seconds, "cells": {}}
+    out: dict = {
+        "rates": list(sizes.latency_rates),
+        "loads": list(sizes.latency_loads),
+        "contenders": list(sizes.latency_contenders),
+        "seconds": sizes.latency_seconds,
+        "cells": {},
+    }
     warm = 1.0
     turn = 0
     for rate in sizes.latency_rates:
@@ -54,8 +59,12 @@ def cells(bench: Bench, sizes, log) -> dict:
                     vacuum_analyze(url)
                     checkpoint(url)  # as before every timed phase: no checkpoint's fsyncs inside the cell
                     load_before = loadavg()
-                    cell = run_cell(roles, duration=sizes.latency_seconds, cap=sizes.latency_seconds + 5,
-                                    server_cpu=bench.server_cpu)
+                    cell = run_cell(
+                        roles,
+                        duration=sizes.latency_seconds,
+                        cap=sizes.latency_seconds + 5,
+                        server_cpu=bench.server_cpu,
+                    )
                     workers = CellResult(cell.roles[:4], cell.started, cell.ended)
                     producer = cell.roles[4] if len(cell.roles) > 4 else {}
                     lat = workers.latencies(after=warm)
@@ -72,8 +81,10 @@ def cells(bench: Bench, sizes, log) -> dict:
                         "load_before": load_before,
                     }
                     p = row[name]["latency"]
-                    log(f"latency {key} {name}: {row[name]['achieved_rate']:,.0f}/s, p50 "
-                        f"{p.get('p50_ms', float('nan')):.1f} ms p99 {p.get('p99_ms', float('nan')):.1f} ms")
+                    log(
+                        f"latency {key} {name}: {row[name]['achieved_rate']:,.0f}/s, p50 "
+                        f"{p.get('p50_ms', float('nan')):.1f} ms p99 {p.get('p99_ms', float('nan')):.1f} ms"
+                    )
                 finally:
                     bench.drop(url)
                 time.sleep(0.5)
@@ -98,20 +109,38 @@ def goals(results: dict) -> list[tuple[str, str, str, bool | None, str]]:
             if not theirs:
                 continue
             met = mine["p50_ms"] <= theirs["p50_ms"] and mine["p99_ms"] <= theirs["p99_ms"]
-            rows.append((f"latency {key}: shardq p50 / p99 ≤ {peer}'s",
-                         f"≤ {theirs['p50_ms']:.1f} / {theirs['p99_ms']:.1f} ms",
-                         f"{mine['p50_ms']:.1f} / {mine['p99_ms']:.1f} ms", met,
-                         f"executed {row['shardq']['achieved_rate']:,.0f}/s vs {row[peer]['achieved_rate']:,.0f}/s"))
+            rows.append(
+                (
+                    f"latency {key}: shardq p50 / p99 ≤ {peer}'s",
+                    f"≤ {theirs['p50_ms']:.1f} / {theirs['p99_ms']:.1f} ms",
+                    f"{mine['p50_ms']:.1f} / {mine['p99_ms']:.1f} ms",
+                    met,
+                    f"executed {row['shardq']['achieved_rate']:,.0f}/s vs {row[peer]['achieved_rate']:,.0f}/s",
+                )
+            )
     idle = (results.get("idle") or {}).get("shardq") or {}
     lat = idle.get("latency") or {}
     if lat:
-        rows.append(("idle queue with wake-ups: enqueue→start p99", f"≤ {IDLE_LISTEN_P99_MS:.0f} ms",
-                     f"{lat['p99_ms']:.1f} ms", lat["p99_ms"] <= IDLE_LISTEN_P99_MS,
-                     f"{lat['n']} samples, p50 {lat['p50_ms']:.1f} ms"))
+        rows.append(
+            (
+                "idle queue with wake-ups: enqueue→start p99",
+                f"≤ {IDLE_LISTEN_P99_MS:.0f} ms",
+                f"{lat['p99_ms']:.1f} ms",
+                lat["p99_ms"] <= IDLE_LISTEN_P99_MS,
+                f"{lat['n']} samples, p50 {lat['p50_ms']:.1f} ms",
+            )
+        )
     tuned = ((results.get("idle") or {}).get("pgqueuer-tuned") or {}).get("latency") or {}
     if tuned:  # the same cell for a peer whose workers listen too: what this machine allows
-        rows.append(("idle queue, pgqueuer-tuned: enqueue→start p99", "(reference)", f"{tuned['p99_ms']:.1f} ms",
-                     None, f"{tuned['n']} samples, p50 {tuned['p50_ms']:.1f} ms"))
+        rows.append(
+            (
+                "idle queue, pgqueuer-tuned: enqueue→start p99",
+                "(reference)",
+                f"{tuned['p99_ms']:.1f} ms",
+                None,
+                f"{tuned['n']} samples, p50 {tuned['p50_ms']:.1f} ms",
+            )
+        )
     return rows
 
 
@@ -124,16 +153,27 @@ def section(results: dict, table) -> list[str]:
         for name, c in row.items():
             lat = c.get("latency") or {}
             cpu = (c.get("cpu_ms_per_task") or {}).get("total")
-            rows.append([key, name, f"{c['achieved_rate']:,.0f}", f"{lat.get('p50_ms', float('nan')):.1f}",
-                         f"{lat.get('p95_ms', float('nan')):.1f}", f"{lat.get('p99_ms', float('nan')):.1f}",
-                         f"{lat.get('max_ms', float('nan')):.1f}", "–" if cpu is None else f"{cpu * 1e3:.0f}"])
+            rows.append(
+                [
+                    key,
+                    name,
+                    f"{c['achieved_rate']:,.0f}",
+                    f"{lat.get('p50_ms', float('nan')):.1f}",
+                    f"{lat.get('p95_ms', float('nan')):.1f}",
+                    f"{lat.get('p99_ms', float('nan')):.1f}",
+                    f"{lat.get('max_ms', float('nan')):.1f}",
+                    "–" if cpu is None else f"{cpu * 1e3:.0f}",
+                ]
+            )
     return [
         "## Latency (issue #30)",
         "",
-        (f"The steady cell's shape at each offered rate, quiet and with {max(data['loads'])} CPU-spinning "
-         f"process(es) beside it (the same for every contender), {data['seconds']:.0f} s per contender; 4 worker "
-         "processes with each system's defaults (pgqueuer tuned: batch 100). Contenders run in turn, reversed on "
-         "every other cell."),
+        (
+            f"The steady cell's shape at each offered rate, quiet and with {max(data['loads'])} CPU-spinning "
+            f"process(es) beside it (the same for every contender), {data['seconds']:.0f} s per contender; 4 worker "
+            "processes with each system's defaults (pgqueuer tuned: batch 100). Contenders run in turn, reversed on "
+            "every other cell."
+        ),
         "",
         table(["cell", "contender", "executed/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "CPU µs/task"], rows),
         "",
@@ -154,8 +194,12 @@ def plot(results: dict, out, plt, save) -> None:
         for name in data["contenders"]:  # the same colour and order in every panel (cells ran in turn)
             sample = sorted((row.get(name) or {}).get("latency_sample") or [])
             if sample:
-                ax.plot([s * 1e3 for s in sample], [(i + 1) / len(sample) for i in range(len(sample))], label=name,
-                        color=colour[name])
+                ax.plot(
+                    [s * 1e3 for s in sample],
+                    [(i + 1) / len(sample) for i in range(len(sample))],
+                    label=name,
+                    color=colour[name],
+                )
         ax.set_xscale("log")
         ax.axhline(0.99, color="grey", linestyle=":")
         ax.set_title(f"{key} (tasks/s offered)")

@@ -77,7 +77,7 @@ def _burn(instrument: Any, tasks: int, carrier: dict[str, str]) -> float:
 
     started = time.thread_time()
     for start in range(0, tasks, 100):
-        chunk = handles[start:start + 100]
+        chunk = handles[start : start + 100]
         for handle in chunk:
             instrument.running(noop, is_async=False, task="bench.noop", handle=handle, carrier=carrier)()
         for handle in chunk:
@@ -103,8 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.ref:
         with tempfile.TemporaryDirectory() as tmp:
             old = Path(tmp) / "otel.py"
-            old.write_text(subprocess.run(["git", "-C", str(REPO), "show", f"{args.ref}:src/shardq/contrib/otel.py"],
-                                          check=True, capture_output=True, text=True).stdout)
+            old.write_text(
+                subprocess.run(
+                    ["git", "-C", str(REPO), "show", f"{args.ref}:src/shardq/contrib/otel.py"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
             versions["ref"] = _load(old, "otel_ref")
     instruments = {label: module.OpenTelemetry(_provider(args.sample)) for label, module in versions.items()}
     carriers = {label: _carrier(instrument, args.batch) for label, instrument in instruments.items()}

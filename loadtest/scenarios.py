@@ -39,8 +39,13 @@ class Sizes:
     burn_tasks: int = 100_000
     burn_cap: float = 40.0
     burn_reps: int = 4  # paired raw/shardq repetitions (even: ABBA order)
-    peers: tuple[str, ...] = ("shardq-async", "pgqueuer-defaults", "pgqueuer-tuned", "procrastinate-defaults",
-                              "procrastinate-tuned")
+    peers: tuple[str, ...] = (
+        "shardq-async",
+        "pgqueuer-defaults",
+        "pgqueuer-tuned",
+        "procrastinate-defaults",
+        "procrastinate-tuned",
+    )
     steady_rate: int = 2000
     steady_seconds: float = 15.0
     steady_contenders: tuple[str, ...] = ("shardq", "shardq+poll", "pgqueuer-tuned", "procrastinate-tuned")
@@ -66,8 +71,12 @@ class Sizes:
     flow_rate: int = 1000
     flow_rate_tasks: int = 15_000
     #: (handler threads per worker, handler seconds, tasks) of each limited/unlimited comparison
-    flow_configs: tuple[tuple[int, float, int], ...] = ((4, 0.0, 100_000), (100, 0.0, 100_000), (16, 0.005, 20_000),
-                                                        (16, 0.05, 4_000))
+    flow_configs: tuple[tuple[int, float, int], ...] = (
+        (4, 0.0, 100_000),
+        (100, 0.0, 100_000),
+        (16, 0.005, 20_000),
+        (16, 0.05, 4_000),
+    )
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -110,7 +119,9 @@ def _cell_summary(cell: CellResult, **extra) -> dict:
         "errors": cell.errors(),
         "samples": cell.samples,
         "cpu_ms_per_task": cell.cpu_per_task_ms(),
-        "roles": [{k: v for k, v in r.items() if k not in ("latencies", "created_latencies", "starts")} for r in cell.roles],
+        "roles": [
+            {k: v for k, v in r.items() if k not in ("latencies", "created_latencies", "starts")} for r in cell.roles
+        ],
     }
     out.update(extra)
     return out
@@ -178,7 +189,9 @@ def burn_down(bench: Bench, sizes: Sizes, log) -> dict:
     peers = {}
     for name in sizes.peers:
         result = burn_one(bench, name, sizes)
-        log(f"burn-down {name}: {result['rate']:,.0f} tasks/s, drained={result['drained']} (load {result['load_before']})")
+        log(
+            f"burn-down {name}: {result['rate']:,.0f} tasks/s, drained={result['drained']} (load {result['load_before']})"
+        )
         peers[name] = result
     raw_rates = [p["raw-bound"]["rate"] for p in pairs]
     shardq_rates = [p["shardq"]["rate"] for p in pairs]
@@ -234,8 +247,9 @@ def paired_drains(bench: Bench, sizes: Sizes, log, label: str, modes: tuple[str,
                 fill(url, mode)
                 vacuum_analyze(url)
                 checkpoint(url)
-                cell = run_cell([(shardq.worker, spec_of(url, mode))] * PROCESSES, cap=sizes.burn_cap,
-                                server_cpu=bench.server_cpu)
+                cell = run_cell(
+                    [(shardq.worker, spec_of(url, mode))] * PROCESSES, cap=sizes.burn_cap, server_cpu=bench.server_cpu
+                )
                 pair[mode] = _cell_summary(cell, left=shardq.pending(url))
             finally:
                 bench.drop(url)
@@ -254,9 +268,15 @@ def task_api(bench: Bench, sizes: Sizes, log) -> dict:
     size, ``enqueue_bulk`` tasks each in alternating chunks of 1,000 in one database per repetition
     (separate databases per method measured the databases' drift more than the methods)."""
     payloads = shardq_bench.app_payloads(sizes.burn_tasks)
-    drains = paired_drains(bench, sizes, log, "task-api drain", ("bare", "app"),
-                           lambda url, mode: shardq_bench.enqueue_payloads(url, payloads),
-                           lambda url, mode: _worker_spec(url, drain=True, app=mode == "app"))
+    drains = paired_drains(
+        bench,
+        sizes,
+        log,
+        "task-api drain",
+        ("bare", "app"),
+        lambda url, mode: shardq_bench.enqueue_payloads(url, payloads),
+        lambda url, mode: _worker_spec(url, drain=True, app=mode == "app"),
+    )
     enqueues = []
     for rep in range(max(2, sizes.burn_reps)):
         url = bench.shardq_database(f"api_enqueue_{rep}")
@@ -266,8 +286,10 @@ def task_api(bench: Bench, sizes: Sizes, log) -> dict:
             bench.drop(url)
         pair = {mode: sizes.enqueue_bulk / seconds for mode, seconds in spent.items()}
         pair["ratio"] = pair["defer_many"] / pair["enqueue_many"]
-        log(f"task-api enqueue rep {rep + 1}: enqueue_many {pair['enqueue_many']:,.0f}/s, "
-            f"defer_many {pair['defer_many']:,.0f}/s (interleaved chunks)")
+        log(
+            f"task-api enqueue rep {rep + 1}: enqueue_many {pair['enqueue_many']:,.0f}/s, "
+            f"defer_many {pair['defer_many']:,.0f}/s (interleaved chunks)"
+        )
         enqueues.append(pair)
     drain_ratios = [p["ratio"] for p in drains if p["ratio"]]
     enqueue_ratios = [p["ratio"] for p in enqueues]
@@ -292,19 +314,34 @@ def flow_control(bench: Bench, sizes: Sizes, log) -> dict:
     configs = []
     for threads, seconds, tasks in sizes.flow_configs:
         total_concurrency = PROCESSES * threads
+
         def fill(url: str, mode: str, tasks: int = tasks, total_concurrency: int = total_concurrency) -> None:
             shardq_bench.enqueue_many(url, tasks)
             if mode == "limited":
                 shardq_bench.set_limits(url, concurrency=total_concurrency)
 
-        pairs = paired_drains(bench, sizes, log, f"flow {threads} threads, {seconds * 1e3:g} ms tasks",
-                              ("unlimited", "limited"), fill,
-                              lambda url, mode, threads=threads, seconds=seconds: _worker_spec(
-                                  url, drain=True, concurrency=threads, sleep=seconds))
+        pairs = paired_drains(
+            bench,
+            sizes,
+            log,
+            f"flow {threads} threads, {seconds * 1e3:g} ms tasks",
+            ("unlimited", "limited"),
+            fill,
+            lambda url, mode, threads=threads, seconds=seconds: _worker_spec(
+                url, drain=True, concurrency=threads, sleep=seconds
+            ),
+        )
         ratios = [p["ratio"] for p in pairs if p["ratio"]]
-        configs.append({"threads_per_worker": threads, "handler_seconds": seconds, "tasks": tasks,
-                        "total_concurrency": total_concurrency, "pairs": pairs,
-                        "limited_over_unlimited_paired": statistics.median(ratios) if ratios else None})
+        configs.append(
+            {
+                "threads_per_worker": threads,
+                "handler_seconds": seconds,
+                "tasks": tasks,
+                "total_concurrency": total_concurrency,
+                "pairs": pairs,
+                "limited_over_unlimited_paired": statistics.median(ratios) if ratios else None,
+            }
+        )
     url = bench.shardq_database("flow_rate")
     try:
         shardq_bench.enqueue_many(url, sizes.flow_rate_tasks)
@@ -317,17 +354,30 @@ def flow_control(bench: Bench, sizes: Sizes, log) -> dict:
     finally:
         bench.drop(url)
     steady = [(t, n) for t, n in cell.samples if t >= 3.0 and n < sizes.flow_rate_tasks]
-    sustained = ((steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
-                 if len(steady) >= 2 and steady[-1][0] > steady[0][0] else None)
-    busiest = max((n2 - n1 for (t1, n1) in cell.samples for (t2, n2) in cell.samples if 0.95 <= t2 - t1 <= 1.05),
-                  default=None)
-    log(f"flow rate {sizes.flow_rate}/s: sustained {sustained or 0:,.0f} starts/s, busiest second {busiest}, "
-        f"{rated['executed']} run")
+    sustained = (
+        (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
+        if len(steady) >= 2 and steady[-1][0] > steady[0][0]
+        else None
+    )
+    busiest = max(
+        (n2 - n1 for (t1, n1) in cell.samples for (t2, n2) in cell.samples if 0.95 <= t2 - t1 <= 1.05), default=None
+    )
+    log(
+        f"flow rate {sizes.flow_rate}/s: sustained {sustained or 0:,.0f} starts/s, busiest second {busiest}, "
+        f"{rated['executed']} run"
+    )
     return {
         "configs": configs,
-        "rate": {"limit": sizes.flow_rate, "tasks": sizes.flow_rate_tasks, "sustained_per_s": sustained,
-                 "busiest_second": busiest, "executed": rated["executed"], "elapsed": rated["elapsed"],
-                 "left": rated.get("left"), "samples": cell.samples},
+        "rate": {
+            "limit": sizes.flow_rate,
+            "tasks": sizes.flow_rate_tasks,
+            "sustained_per_s": sustained,
+            "busiest_second": busiest,
+            "executed": rated["executed"],
+            "elapsed": rated["elapsed"],
+            "left": rated.get("left"),
+            "samples": cell.samples,
+        },
     }
 
 
@@ -363,8 +413,9 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
             # of whichever contender runs first (as the latency cells do).
             checkpoint(url)
             load_before = loadavg()
-            cell = run_cell(roles, duration=sizes.steady_seconds, cap=sizes.steady_seconds + 5,
-                            server_cpu=bench.server_cpu)
+            cell = run_cell(
+                roles, duration=sizes.steady_seconds, cap=sizes.steady_seconds + 5, server_cpu=bench.server_cpu
+            )
             producer = cell.roles[-1] if cell.roles and "sent" in cell.roles[-1] else {}
             workers = CellResult(cell.roles[:-1], cell.started, cell.ended)
             lat = workers.latencies(after=warm)
@@ -386,8 +437,10 @@ def steady(bench: Bench, sizes: Sizes, log) -> dict:
             )
             out[name] = summary
             p = summary["latency"]
-            log(f"steady {name}: {summary['achieved_rate']:,.0f}/s of {sizes.steady_rate}, "
-                f"p50 {p.get('p50_ms', float('nan')):.1f} ms p99 {p.get('p99_ms', float('nan')):.1f} ms")
+            log(
+                f"steady {name}: {summary['achieved_rate']:,.0f}/s of {sizes.steady_rate}, "
+                f"p50 {p.get('p50_ms', float('nan')):.1f} ms p99 {p.get('p99_ms', float('nan')):.1f} ms"
+            )
         finally:
             bench.drop(url)
     return out
@@ -482,8 +535,12 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
     topper_cpu = top_up.cpu_seconds()
     spec = _worker_spec(url, drain=False, options=contender.options)
     try:
-        cell = run_cell([(contender.worker, spec)] * PROCESSES, duration=sizes.depth_seconds, during=top_up,
-                        server_cpu=bench.server_cpu)
+        cell = run_cell(
+            [(contender.worker, spec)] * PROCESSES,
+            duration=sizes.depth_seconds,
+            during=top_up,
+            server_cpu=bench.server_cpu,
+        )
         topper_cpu = top_up.cpu_seconds() - topper_cpu
     finally:
         top_up.close()
@@ -492,9 +549,16 @@ def _depth_window(bench: Bench, name: str, url: str, depth: int, sizes: Sizes) -
     cpu = cell.cpu_per_task_ms()
     done = cell.total()
     claim_cpu = (cpu.get("total", 0.0) - topper_cpu * 1e3 / done) * 1e3 if done and "total" in cpu else None
-    return _cell_summary(cell, contender=name, depth=depth, window_rate=_window_rate(cell.samples, 0.2),
-                         load_before=loadavg(), topup_cpu_seconds=topper_cpu, claim_cpu_us_per_task=claim_cpu,
-                         refilled_before=refilled)
+    return _cell_summary(
+        cell,
+        contender=name,
+        depth=depth,
+        window_rate=_window_rate(cell.samples, 0.2),
+        load_before=loadavg(),
+        topup_cpu_seconds=topper_cpu,
+        claim_cpu_us_per_task=claim_cpu,
+        refilled_before=refilled,
+    )
 
 
 def _refill(contender, url: str, depth: int) -> int:
@@ -542,7 +606,7 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
             windows: dict[int, list[dict]] = {size: [] for size in urls}
             for repetition in range(sizes.depth_reps):
                 order = list(urls.items())
-                for size, url in (order if repetition % 2 == 0 else order[::-1]):
+                for size, url in order if repetition % 2 == 0 else order[::-1]:
                     window = _depth_window(bench, name, url, size, sizes)
                     windows[size].append(window)
                     log(f"depth {name} {size:,}: {window['window_rate']:,.0f} tasks/s")
@@ -552,18 +616,19 @@ def depth_and_reaper(bench: Bench, sizes: Sizes, log) -> dict:
                     "window_rate": statistics.median(c["window_rate"] for c in cells),
                     "windows": cells,
                     "fill_seconds": fills[size],
-                    "cpu_us_per_task": statistics.median(
-                        c["cpu_ms_per_task"].get("total", 0.0) for c in cells) * 1e3,
-                    "claim_cpu_us_per_task": statistics.median(
-                        c["claim_cpu_us_per_task"] or 0.0 for c in cells),
+                    "cpu_us_per_task": statistics.median(c["cpu_ms_per_task"].get("total", 0.0) for c in cells) * 1e3,
+                    "claim_cpu_us_per_task": statistics.median(c["claim_cpu_us_per_task"] or 0.0 for c in cells),
                 }
             pairs = list(zip(windows[sizes.depth_small], windows[sizes.depth_large]))
             rates = [big["window_rate"] / small["window_rate"] for small, big in pairs if small["window_rate"]]
             depth[name]["pair_ratios"] = rates
             depth[name]["large_over_small"] = statistics.median(rates) if rates else None
             # tasks per CPU-second of claiming and settling, large over small: the noise-robust twin
-            cpu = [small["claim_cpu_us_per_task"] / big["claim_cpu_us_per_task"] for small, big in pairs
-                   if small["claim_cpu_us_per_task"] and big["claim_cpu_us_per_task"]]
+            cpu = [
+                small["claim_cpu_us_per_task"] / big["claim_cpu_us_per_task"]
+                for small, big in pairs
+                if small["claim_cpu_us_per_task"] and big["claim_cpu_us_per_task"]
+            ]
             depth[name]["cpu_large_over_small"] = statistics.median(cpu) if cpu else None
             if name == "shardq":
                 for size, url in urls.items():
@@ -602,8 +667,9 @@ def reaper_cost(url: str, sizes: Sizes, log) -> dict:
         blocks = _reap_candidate_blocks(url, store.layout().visit_count)
         t0 = time.perf_counter()
         result = reaper.run_once()
-        runs.append({"seconds": time.perf_counter() - t0, "reaped": result.reaped, "held": held,
-                     "candidate_blocks": blocks})
+        runs.append(
+            {"seconds": time.perf_counter() - t0, "reaped": result.reaped, "held": held, "candidate_blocks": blocks}
+        )
     client.close()
     rows = table_stats(url, "shardq_tasks")
     median = statistics.median(r["seconds"] for r in runs)
@@ -627,8 +693,9 @@ def _reap_candidate_blocks(url: str, buckets: int) -> int:
     total = 0
     with psycopg.connect(url, autocommit=True) as conn:
         for bucket in range(buckets):
-            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text,
-                                {"bucket": bucket, "limit": 500}).fetchone()[0][0]["Plan"]
+            plan = conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, {"bucket": bucket, "limit": 500}
+            ).fetchone()[0][0]["Plan"]
             total += plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
     return total
 
@@ -669,9 +736,23 @@ def spark(bench: Bench, sizes: Sizes, log) -> dict:
     out = Path(tempfile.mkdtemp(prefix="loadtest-spark-")) / "spark.json"
     try:
         proc = subprocess.run(
-            [sys.executable, str(script), "--rows", str(sizes.spark_rows), "--rounds", str(sizes.spark_rounds),
-             "--dsn", url, "--out", str(out)],
-            capture_output=True, text=True, timeout=900, cwd=REPO, check=False,
+            [
+                sys.executable,
+                str(script),
+                "--rows",
+                str(sizes.spark_rows),
+                "--rounds",
+                str(sizes.spark_rounds),
+                "--dsn",
+                url,
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=REPO,
+            check=False,
         )
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -682,13 +763,31 @@ def spark(bench: Bench, sizes: Sizes, log) -> dict:
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
         bench.drop(url)
-    result = {k: figures[k] for k in ("rows", "rounds", "row_key", "plain_rows_per_s", "shardq_rows_per_s", "ratio",
-                                      "plain_seconds", "shardq_seconds", "floor_rows_per_s", "floor_ratio",
-                                      "floor_seconds") if k in figures}
-    result["shardq_runs"] = [{k: run[k] for k in ("write_seconds", "merge_seconds", "staged_rows") if k in run}
-                             for run in figures.get("shardq_runs", [])]
-    log(f"spark: shardq {result.get('shardq_rows_per_s', 0):,} rows/s vs plain {result.get('plain_rows_per_s', 0):,} "
-        f"rows/s: {result.get('ratio')}")
+    result = {
+        k: figures[k]
+        for k in (
+            "rows",
+            "rounds",
+            "row_key",
+            "plain_rows_per_s",
+            "shardq_rows_per_s",
+            "ratio",
+            "plain_seconds",
+            "shardq_seconds",
+            "floor_rows_per_s",
+            "floor_ratio",
+            "floor_seconds",
+        )
+        if k in figures
+    }
+    result["shardq_runs"] = [
+        {k: run[k] for k in ("write_seconds", "merge_seconds", "staged_rows") if k in run}
+        for run in figures.get("shardq_runs", [])
+    ]
+    log(
+        f"spark: shardq {result.get('shardq_rows_per_s', 0):,} rows/s vs plain {result.get('plain_rows_per_s', 0):,} "
+        f"rows/s: {result.get('ratio')}"
+    )
     return result
 
 
@@ -706,8 +805,12 @@ def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
     name = "chaos" if reaper else "chaos-no-reaper"
     url = bench.shardq_database(name.replace("-", "_"))
     records = tempfile.mkdtemp(prefix="loadtest-chaos-")
-    env = dict(os.environ, SHARDQ_DSN=url, LOADTEST_RECORD_DIR=records,
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        SHARDQ_DSN=url,
+        LOADTEST_RECORD_DIR=records,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
     shardq_cli = [sys.executable, "-m", "shardq.cli.main"]
     procs: list[subprocess.Popen] = []
     try:
@@ -715,14 +818,33 @@ def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
         vacuum_analyze(url)
         conn = psycopg.connect(url, autocommit=True)
         if reaper:
-            procs.append(subprocess.Popen(shardq_cli + ["reap", "--interval", "0.5"], env=env, cwd=REPO,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    shardq_cli + ["reap", "--interval", "0.5"],
+                    env=env,
+                    cwd=REPO,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         started = time.time()
         workers = [
             subprocess.Popen(
-                shardq_cli + ["work", shardq_bench.QUEUE, "--handler", "loadtest.handlers:record",
-                              "--lease", str(sizes.chaos_lease), "--grace", "5"],
-                env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                shardq_cli
+                + [
+                    "work",
+                    shardq_bench.QUEUE,
+                    "--handler",
+                    "loadtest.handlers:record",
+                    "--lease",
+                    str(sizes.chaos_lease),
+                    "--grace",
+                    "5",
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
             )
             for _ in range(PROCESSES)
         ]
@@ -769,16 +891,16 @@ def _chaos(bench: Bench, sizes: Sizes, log, *, reaper: bool) -> dict:
             "distinct_tasks": len(seen),
             "lost": sizes.chaos_tasks - len(seen),
             "duplicates": sum(n - 1 for n in seen.values()),
-            "duplicates_started_by_victim": sum(
-                1 for t in lines if t[3] == victim_file and seen[t[0]] > 1
-            ),
+            "duplicates_started_by_victim": sum(1 for t in lines if t[3] == victim_file and seen[t[0]] > 1),
             "recovered": len({t[0] for t in retried}),
             "recovery_seconds": (max(t[2] for t in retried) - killed_at) if retried and killed_at else None,
             "first_recovery_seconds": (min(t[2] for t in retried) - killed_at) if retried and killed_at else None,
             "timeline": _timeline(lines, started),
         }
-        log(f"{name}: recovered {result['recovered']} tasks in {result['recovery_seconds'] or 0:.2f} s, "
-            f"duplicates {result['duplicates']}, lost {result['lost']}")
+        log(
+            f"{name}: recovered {result['recovered']} tasks in {result['recovery_seconds'] or 0:.2f} s, "
+            f"duplicates {result['duplicates']}, lost {result['lost']}"
+        )
         return result
     finally:
         for p in procs:
@@ -793,9 +915,15 @@ def sweep(bench: Bench, sizes: Sizes, log) -> dict:
     ``burn_reps`` paired ABBA drains of ``burn_tasks`` no-op tasks by 4 worker processes with the
     sweeper on (the default) and off (``sweep=False``, the code before it); (2) the chaos cell with
     workers only, no reaper process: recovery of a SIGKILLed worker's tasks."""
-    pairs = paired_drains(bench, sizes, log, "sweep", ("off", "on"),
-                          lambda url, mode: shardq_bench.enqueue_many(url, sizes.burn_tasks),
-                          lambda url, mode: _worker_spec(url, drain=True, options={"sweep": mode == "on"}))
+    pairs = paired_drains(
+        bench,
+        sizes,
+        log,
+        "sweep",
+        ("off", "on"),
+        lambda url, mode: shardq_bench.enqueue_many(url, sizes.burn_tasks),
+        lambda url, mode: _worker_spec(url, drain=True, options={"sweep": mode == "on"}),
+    )
     ratios = [p["ratio"] for p in pairs if p["ratio"]]
     return {
         "tasks": sizes.burn_tasks,
@@ -816,11 +944,15 @@ def history(bench: Bench, sizes: Sizes, log) -> dict:
         if mode == "keep":
             shardq_bench.set_limits(url, keep_finished_seconds=86_400)
 
-    pairs = paired_drains(bench, sizes, log, "history", ("none", "keep"), fill,
-                          lambda url, mode: _worker_spec(url, drain=True))
+    pairs = paired_drains(
+        bench, sizes, log, "history", ("none", "keep"), fill, lambda url, mode: _worker_spec(url, drain=True)
+    )
     ratios = [p["ratio"] for p in pairs if p["ratio"]]
-    return {"tasks": sizes.burn_tasks, "pairs": pairs,
-            "keep_over_none_paired": statistics.median(ratios) if ratios else None}
+    return {
+        "tasks": sizes.burn_tasks,
+        "pairs": pairs,
+        "keep_over_none_paired": statistics.median(ratios) if ratios else None,
+    }
 
 
 def _timeline(lines, started: float, step: float = 0.1) -> list[tuple[float, int, int]]:

@@ -63,8 +63,10 @@ from shardq.spark.ledger import SparkLedger, merge_chunks, stage_name
 INDEX_VARIANTS = {
     "all indexes": [],
     "without shardq_tasks_id": ["DROP INDEX shardq_tasks_id"],
-    "without id index and primary key": ["DROP INDEX shardq_tasks_id",
-                                         "ALTER TABLE shardq_tasks DROP CONSTRAINT shardq_tasks_pkey"],
+    "without id index and primary key": [
+        "DROP INDEX shardq_tasks_id",
+        "ALTER TABLE shardq_tasks DROP CONSTRAINT shardq_tasks_pkey",
+    ],
 }
 RESTORE = ["CREATE UNIQUE INDEX IF NOT EXISTS shardq_tasks_id ON shardq_tasks (id)"]
 
@@ -110,17 +112,23 @@ def timed_merge(dsn: Dsn, run, stage, chunks: int, workers: int) -> dict:
     empty_tasks(dsn)
     with StatementClock() as clock:
         started = time.perf_counter()
-        outcome = merge_chunks(run, stage, range(chunks), lambda: Session(dsn, application_name="shardq-spark"),
-                               workers=workers)
+        outcome = merge_chunks(
+            run, stage, range(chunks), lambda: Session(dsn, application_name="shardq-spark"), workers=workers
+        )
         wall = time.perf_counter() - started
     merge = clock.seconds["spark_chunk_merge"]
     ledger = sum(clock.seconds[n] for n in ("spark_chunk_take", "spark_chunk_record"))
     statements = sum(clock.seconds.values())
-    return {"wall_seconds": round(wall, 3), "tasks": outcome.tasks, "workers": workers,
-            "merge_statement_seconds": round(merge, 3), "ledger_statement_seconds": round(ledger, 3),
-            "other_statement_seconds": round(statements - merge - ledger, 3),
-            # per thread: wall time not spent in statements (BEGIN/COMMIT, Python)
-            "transaction_rest_seconds": round(wall * workers - statements, 3)}
+    return {
+        "wall_seconds": round(wall, 3),
+        "tasks": outcome.tasks,
+        "workers": workers,
+        "merge_statement_seconds": round(merge, 3),
+        "ledger_statement_seconds": round(ledger, 3),
+        "other_statement_seconds": round(statements - merge - ledger, 3),
+        # per thread: wall time not spent in statements (BEGIN/COMMIT, Python)
+        "transaction_rest_seconds": round(wall * workers - statements, 3),
+    }
 
 
 def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: int, repeat: bool) -> dict:
@@ -128,7 +136,8 @@ def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: 
 
     migrate.upgrade(dsn)
     df = spark.range(rows).select(
-        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n"))
+        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n")
+    )
     df = df.select(F.concat("payload", "payload").alias("payload"), "n")
     df = (df if row_key else df.select("payload")).cache()
     df.count()
@@ -139,16 +148,29 @@ def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: 
     with Session(dsn) as session:
         ledger = SparkLedger(session)
         warm = ledger.stage_create(stage_name("warm"), "warm")
-        _write(frame_module.stage_frame(df.limit(20_000), queue="lt", run_id="warm", chunks=chunks, columns=columns),
-               warm.name, jdbc_target(dsn), options)
+        _write(
+            frame_module.stage_frame(df.limit(20_000), queue="lt", run_id="warm", chunks=chunks, columns=columns),
+            warm.name,
+            jdbc_target(dsn),
+            options,
+        )
         ledger.stage_drop(warm.name)
         run = ledger.run_register(run_id, "lt", chunks)
         stage = ledger.stage_create(stage_name(run_id), run_id)
-    out: dict = {"rows": rows, "row_key": row_key, "chunks": chunks, "partitions": options.partitions,
-                 "batch_size": options.batch_size}
+    out: dict = {
+        "rows": rows,
+        "row_key": row_key,
+        "chunks": chunks,
+        "partitions": options.partitions,
+        "batch_size": options.batch_size,
+    }
     started = time.perf_counter()
-    _write(frame_module.stage_frame(df, queue="lt", run_id=run_id, chunks=chunks, columns=columns),
-           stage.name, jdbc_target(dsn), options)
+    _write(
+        frame_module.stage_frame(df, queue="lt", run_id=run_id, chunks=chunks, columns=columns),
+        stage.name,
+        jdbc_target(dsn),
+        options,
+    )
     out["spark_write_seconds"] = round(time.perf_counter() - started, 3)
     with Session(dsn) as session:
         ledger = SparkLedger(session)
@@ -167,7 +189,8 @@ def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: 
                     session.execute_raw(
                         "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'shardq_tasks_pkey') "
                         "THEN ALTER TABLE shardq_tasks ADD CONSTRAINT shardq_tasks_pkey "
-                        "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$")
+                        "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$"
+                    )
                 for statement in ddl:
                     session.execute_raw(statement)
             out["merge_one_worker"][variant] = timed_merge(dsn, run, stage, chunks, 1)
@@ -177,7 +200,8 @@ def measure(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, workers: 
             session.execute_raw(
                 "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'shardq_tasks_pkey') "
                 "THEN ALTER TABLE shardq_tasks ADD CONSTRAINT shardq_tasks_pkey "
-                "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$")
+                "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$"
+            )
             for statement in RESTORE:
                 session.execute_raw(statement)
     if repeat:
@@ -192,9 +216,14 @@ def _count_only(batches):
     import pyarrow as pa
 
     rows = sum(batch.num_rows for batch in batches)
-    yield pa.RecordBatch.from_pydict({
-        "chunk": pa.array([0], pa.int32()), "tasks": pa.array([0], pa.int64()), "rows": pa.array([rows], pa.int64()),
-        **{f"{n}_seconds": pa.array([0.0], pa.float64()) for n in ("assemble", "copy", "statement", "commit")}})
+    yield pa.RecordBatch.from_pydict(
+        {
+            "chunk": pa.array([0], pa.int32()),
+            "tasks": pa.array([0], pa.int64()),
+            "rows": pa.array([rows], pa.int64()),
+            **{f"{n}_seconds": pa.array([0.0], pa.float64()) for n in ("assemble", "copy", "statement", "commit")},
+        }
+    )
 
 
 def _restore_indexes(dsn: Dsn) -> None:
@@ -202,7 +231,8 @@ def _restore_indexes(dsn: Dsn) -> None:
         session.execute_raw(
             "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'shardq_tasks_pkey') "
             "THEN ALTER TABLE shardq_tasks ADD CONSTRAINT shardq_tasks_pkey "
-            "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$")
+            "PRIMARY KEY (bucket, queue, rank, exec_time, id); END IF; END $$"
+        )
         for statement in RESTORE:
             session.execute_raw(statement)
 
@@ -215,7 +245,8 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
 
     migrate.upgrade(dsn)
     df = spark.range(rows).select(
-        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n"))
+        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n")
+    )
     df = df.select(F.concat("payload", "payload").alias("payload"), "n")
     df = (df if row_key else df.select("payload")).cache()
     df.count()
@@ -223,8 +254,9 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
     mapped = set(columns.mapped())
 
     def frame(data, run_id: str):
-        staged = frame_module.stage_frame(data, queue="lt", run_id=run_id, chunks=chunks, columns=columns,
-                                          cluster=partitions)
+        staged = frame_module.stage_frame(
+            data, queue="lt", run_id=run_id, chunks=chunks, columns=columns, cluster=partitions
+        )
         return writer.copy_frame(staged, mapped)
 
     def write(data, variant: str) -> dict:
@@ -233,8 +265,9 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
         with Session(dsn) as session:
             SparkLedger(session).run_register(run_id, "lt", chunks)
         copy_rows, plain = frame(data, run_id)
-        spec = writer.WriterSpec(dsn, run_id, "lt", chunks, plain=plain, keyed=False, max_attempts_mapped=False,
-                                 numbered=not row_key)
+        spec = writer.WriterSpec(
+            dsn, run_id, "lt", chunks, plain=plain, keyed=False, max_attempts_mapped=False, numbered=not row_key
+        )
         started = time.perf_counter()
         report = writer.run_writer(copy_rows, spec)
         wall = time.perf_counter() - started
@@ -244,8 +277,12 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
         return out
 
     write(df.limit(20_000), "warm-up")
-    steps: dict[str, list] = {"spark": [], "write": [], "write without shardq_tasks_id": [],
-                              "write without id index and primary key": []}
+    steps: dict[str, list] = {
+        "spark": [],
+        "write": [],
+        "write without shardq_tasks_id": [],
+        "write without id index and primary key": [],
+    }
     try:
         for _ in range(rounds):
             copy_rows, _ = frame(df, f"spark-{uuid.uuid4().hex[:8]}")
@@ -262,8 +299,15 @@ def measure_copy(rows: int, dsn: Dsn, spark, *, row_key: bool, chunks: int, part
     finally:
         empty_tasks(dsn)
         _restore_indexes(dsn)
-    return {"rows": rows, "row_key": row_key, "chunks": chunks, "partitions": partitions, "rounds": rounds,
-            "writer": "copy", **steps}
+    return {
+        "rows": rows,
+        "row_key": row_key,
+        "chunks": chunks,
+        "partitions": partitions,
+        "rounds": rounds,
+        "writer": "copy",
+        **steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,11 +332,25 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(master=args.master, conf={"spark.driver.memory": "2g"})
     try:
         if args.writer == "copy":
-            figures = measure_copy(args.rows, dsn, spark, row_key=args.row_key, chunks=args.chunks,
-                                   partitions=args.partitions, rounds=args.rounds)
+            figures = measure_copy(
+                args.rows,
+                dsn,
+                spark,
+                row_key=args.row_key,
+                chunks=args.chunks,
+                partitions=args.partitions,
+                rounds=args.rounds,
+            )
         else:
-            figures = measure(args.rows, dsn, spark, row_key=args.row_key, chunks=args.chunks,
-                              workers=args.merge_workers, repeat=args.repeat)
+            figures = measure(
+                args.rows,
+                dsn,
+                spark,
+                row_key=args.row_key,
+                chunks=args.chunks,
+                workers=args.merge_workers,
+                repeat=args.repeat,
+            )
     finally:
         spark.stop()
         if drop:

@@ -78,10 +78,15 @@ def plain_write(df, dsn: Dsn, options: WriteOptions) -> float:
         session.execute_raw(f"CREATE TABLE {PLAIN_TABLE} (payload BYTEA{extra})")
     started = time.perf_counter()
     writer = (
-        df.coalesce(options.partitions).write.format("jdbc")
-        .option("url", target.url).option("driver", DRIVER_CLASS).option("dbtable", PLAIN_TABLE)
-        .option("batchsize", str(options.batch_size)).option("isolationLevel", "NONE")
-        .option("numPartitions", str(options.partitions)).mode("append")
+        df.coalesce(options.partitions)
+        .write.format("jdbc")
+        .option("url", target.url)
+        .option("driver", DRIVER_CLASS)
+        .option("dbtable", PLAIN_TABLE)
+        .option("batchsize", str(options.batch_size))
+        .option("isolationLevel", "NONE")
+        .option("numPartitions", str(options.partitions))
+        .mode("append")
     )
     if target.user:
         writer = writer.option("user", target.user)
@@ -95,8 +100,9 @@ def shardq_write(df, dsn: Dsn, options: WriteOptions) -> tuple[float, dict]:
         session.execute_raw("TRUNCATE shardq_tasks")
         session.execute_raw("CHECKPOINT")
     started = time.perf_counter()
-    result = enqueue_dataframe(df, "loadtest", run_id=f"lt-{uuid.uuid4().hex}", dsn=dsn,
-                               columns=columns, options=options)
+    result = enqueue_dataframe(
+        df, "loadtest", run_id=f"lt-{uuid.uuid4().hex}", dsn=dsn, columns=columns, options=options
+    )
     return time.perf_counter() - started, result.as_json()
 
 
@@ -119,9 +125,11 @@ def copy_floor(rows: int, dsn: Dsn, connections: int = 2) -> float:
 
     def load(data: bytes) -> None:
         with psycopg.connect(dsn.conninfo) as conn, conn.cursor() as cur:
-            with cur.copy("COPY shardq_tasks (state, queue, rank, exec_time, id, payload) FROM STDIN (FORMAT csv)") as copy:
+            with cur.copy(
+                "COPY shardq_tasks (state, queue, rank, exec_time, id, payload) FROM STDIN (FORMAT csv)"
+            ) as copy:
                 for start in range(0, len(data), 1 << 20):
-                    copy.write(data[start:start + (1 << 20)])
+                    copy.write(data[start : start + (1 << 20)])
 
     threads = [threading.Thread(target=load, args=(part,)) for part in parts]
     started = time.perf_counter()
@@ -132,14 +140,27 @@ def copy_floor(rows: int, dsn: Dsn, connections: int = 2) -> float:
     return time.perf_counter() - started
 
 
-def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, row_key: bool = False,
-            compare_staging: bool = False) -> dict:
+def measure(
+    rows: int,
+    rounds: int,
+    dsn: Dsn,
+    options: WriteOptions,
+    spark,
+    *,
+    row_key: bool = False,
+    compare_staging: bool = False,
+) -> dict:
     from pyspark.sql import functions as F
 
     migrate.upgrade(dsn)
-    df = spark.range(rows).select(
-        F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"), F.col("id").alias("n")  # 32 bytes
-    ).select(F.concat("payload", "payload").alias("payload"), "n")  # 64 bytes
+    df = (
+        spark.range(rows)
+        .select(
+            F.unhex(F.sha2(F.col("id").cast("string"), 256)).alias("payload"),
+            F.col("id").alias("n"),  # 32 bytes
+        )
+        .select(F.concat("payload", "payload").alias("payload"), "n")
+    )  # 64 bytes
     df = (df if row_key else df.select("payload")).cache()
     df.count()
     warm = df.limit(max(20_000, rows // 10))
@@ -165,17 +186,32 @@ def measure(rows: int, rounds: int, dsn: Dsn, options: WriteOptions, spark, *, r
     plain_rate = rows / statistics.median(plain)
     ours_rate = rows / statistics.median(ours)
     return {
-        "rows": rows, "rounds": rounds, "row_key": row_key, "partitions": options.partitions, "batch_size": options.batch_size,
-        "chunks": options.chunks, "merge_workers": options.merge_workers,
-        "plain_seconds": plain, "shardq_seconds": ours,
-        "plain_rows_per_s": round(plain_rate), "shardq_rows_per_s": round(ours_rate),
-        "ratio": round(ours_rate / plain_rate, 3), "shardq_runs": details,
-        "floor_seconds": floor, "floor_rows_per_s": round(rows / statistics.median(floor)),
+        "rows": rows,
+        "rounds": rounds,
+        "row_key": row_key,
+        "partitions": options.partitions,
+        "batch_size": options.batch_size,
+        "chunks": options.chunks,
+        "merge_workers": options.merge_workers,
+        "plain_seconds": plain,
+        "shardq_seconds": ours,
+        "plain_rows_per_s": round(plain_rate),
+        "shardq_rows_per_s": round(ours_rate),
+        "ratio": round(ours_rate / plain_rate, 3),
+        "shardq_runs": details,
+        "floor_seconds": floor,
+        "floor_rows_per_s": round(rows / statistics.median(floor)),
         "floor_ratio": round(rows / statistics.median(floor) / plain_rate, 3),
         "shardq_over_floor": round(ours_rate / (rows / statistics.median(floor)), 3),
-        **({"staging_seconds": staging, "staging_rows_per_s": round(rows / statistics.median(staging)),
-            "staging_over_floor": round(rows / statistics.median(staging) / (rows / statistics.median(floor)), 3)}
-           if staging else {}),
+        **(
+            {
+                "staging_seconds": staging,
+                "staging_rows_per_s": round(rows / statistics.median(staging)),
+                "staging_over_floor": round(rows / statistics.median(staging) / (rows / statistics.median(floor)), 3),
+            }
+            if staging
+            else {}
+        ),
         "writer": "COPY writer" if options.writer != "jdbc" else "staging + chunked merge",
     }
 
@@ -189,16 +225,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=None)
     parser.add_argument("--merge-workers", type=int, default=WriteOptions.merge_workers)
     parser.add_argument("--writer", choices=("auto", "copy", "jdbc"), default="auto")
-    parser.add_argument("--compare-staging", action="store_true",
-                        help="Also run the staging path (writer jdbc) in each round, after the default writer")
+    parser.add_argument(
+        "--compare-staging",
+        action="store_true",
+        help="Also run the staging path (writer jdbc) in each round, after the default writer",
+    )
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--row-key", action="store_true",
-                        help="Give each row a key column (ids from it, no shuffle); the plain table gets it too")
+    parser.add_argument(
+        "--row-key",
+        action="store_true",
+        help="Give each row a key column (ids from it, no shuffle); the plain table gets it too",
+    )
     parser.add_argument("--dsn", default=None, help="A database to use (default: a scratch one in the embedded server)")
     parser.add_argument("--out", type=Path, default=None, help="Write the figures as JSON here")
     args = parser.parse_args(argv)
-    options = WriteOptions(partitions=args.partitions, batch_size=args.batch_size, chunks=args.chunks,
-                           merge_workers=args.merge_workers, writer=args.writer)
+    options = WriteOptions(
+        partitions=args.partitions,
+        batch_size=args.batch_size,
+        chunks=args.chunks,
+        merge_workers=args.merge_workers,
+        writer=args.writer,
+    )
     drop = None
     if args.dsn:
         dsn = Dsn.parse(args.dsn)
@@ -206,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         dsn, drop = scratch_database()
     spark = spark_session(master=args.master, conf={"spark.driver.memory": "2g"})
     try:
-        figures = measure(args.rows, args.rounds, dsn, options, spark, row_key=args.row_key,
-                          compare_staging=args.compare_staging)
+        figures = measure(
+            args.rows, args.rounds, dsn, options, spark, row_key=args.row_key, compare_staging=args.compare_staging
+        )
     finally:
         spark.stop()
         if drop:
@@ -215,12 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plain append : {figures['plain_rows_per_s']:>9,} rows/s  {figures['plain_seconds']}")
     print(f"shardq       : {figures['shardq_rows_per_s']:>9,} rows/s  {figures['shardq_seconds']}")
     print(f"ratio        : {figures['ratio']:.3f} x plain")
-    print(f"floor (COPY straight into shardq_tasks, no Spark): {figures['floor_rows_per_s']:,} rows/s"
-          f" = {figures['floor_ratio']:.3f} x plain")
+    print(
+        f"floor (COPY straight into shardq_tasks, no Spark): {figures['floor_rows_per_s']:,} rows/s"
+        f" = {figures['floor_ratio']:.3f} x plain"
+    )
     print(f"shardq / floor: {figures['shardq_over_floor']:.3f}  (goal >= 0.7)")
     if "staging_seconds" in figures:
-        print(f"staging path : {figures['staging_rows_per_s']:>9,} rows/s  {figures['staging_seconds']}"
-              f" = {figures['staging_over_floor']:.3f} x floor")
+        print(
+            f"staging path : {figures['staging_rows_per_s']:>9,} rows/s  {figures['staging_seconds']}"
+            f" = {figures['staging_over_floor']:.3f} x floor"
+        )
     for run in figures["shardq_runs"]:
         print(f"  write {run['write_seconds']:.2f}s  merge {run['merge_seconds']:.2f}s  staged {run['staged_rows']}")
     if args.out:

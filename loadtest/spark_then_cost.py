@@ -46,8 +46,9 @@ def _cell(url: str, tasks: int, then: bool) -> dict:
         session = app.client.store.session
         callback = session.run(run_callbacks.register_plan("bench-run", done.step()))
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("UPDATE shardq_tasks SET workflow_id = %s WHERE queue = 'bench' AND state = 'ready'",
-                         (callback.mark,))
+            conn.execute(
+                "UPDATE shardq_tasks SET workflow_id = %s WHERE queue = 'bench' AND state = 'ready'", (callback.mark,)
+            )
         session.run(run_callbacks.complete_plan("bench-run"))
     vacuum_analyze(url)
     started = time.perf_counter()
@@ -75,13 +76,18 @@ def _probe_worst_case(url: str, tasks: int) -> dict:
         noop.defer_many([{"n": i} for i in range(start, min(tasks, start + 1000))])
     callback = app.client.store.session.run(run_callbacks.register_plan("probe-run", done.step()))
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE shardq_tasks SET workflow_id = %s WHERE queue = 'bench' AND state = 'ready'",
-                     (callback.mark,))
+        conn.execute(
+            "UPDATE shardq_tasks SET workflow_id = %s WHERE queue = 'bench' AND state = 'ready'", (callback.mark,)
+        )
         conn.execute("VACUUM ANALYZE shardq_tasks")
-        ids = [r[0] for r in conn.execute("SELECT id FROM shardq_tasks WHERE workflow_id = %s ORDER BY exec_time, id",
-                                          (callback.mark,))]
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM shardq_tasks WHERE workflow_id = %s ORDER BY exec_time, id", (callback.mark,)
+            )
+        ]
         for start in range(0, len(ids) - 1, 100):  # acks of 100, in claim order
-            conn.execute("DELETE FROM shardq_tasks WHERE id = ANY(%s)", (ids[start:min(start + 100, len(ids) - 1)],))
+            conn.execute("DELETE FROM shardq_tasks WHERE id = ANY(%s)", (ids[start : min(start + 100, len(ids) - 1)],))
         conn.execute("UPDATE shardq_spark_callbacks SET complete = true")
         due = app.client.store.session.engine.statements()["spark_callback_due"].text
         timings = []
@@ -89,8 +95,12 @@ def _probe_worst_case(url: str, tasks: int) -> dict:
             plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + due, {"marks": [callback.mark]}).fetchone()[0][0]
             timings.append(plan["Execution Time"])
     app.close()
-    return {"tasks": tasks, "left": 1, "probe_ms_first": round(timings[0], 3),
-            "probe_ms_median_of_next_4": round(statistics.median(timings[1:]), 3)}
+    return {
+        "tasks": tasks,
+        "left": 1,
+        "probe_ms_first": round(timings[0], 3),
+        "probe_ms_median_of_next_4": round(statistics.median(timings[1:]), 3),
+    }
 
 
 # The predicate of the index as migration 0019 creates it (its module's name starts with a digit).
@@ -101,24 +111,30 @@ def _plain_insert_with_and_without_the_index(url: str, alternations: int = 6) ->
     """What the partial index costs a task without a mark: the server's time for one INSERT of
     20,000 plain task rows (rolled back), with and without ``shardq_tasks_by_run`` (migration 0019)."""
     times: dict[bool, list[float]] = {True: [], False: []}
-    insert = ("EXPLAIN (ANALYZE, FORMAT JSON) INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority,"
-              " attempts, max_attempts, payload) SELECT 'ready', 0, 'bench', now(), gen_random_uuid(), 0, 0, 25,"
-              " '\\x0102'::bytea FROM generate_series(1, 20000)")
+    insert = (
+        "EXPLAIN (ANALYZE, FORMAT JSON) INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority,"
+        " attempts, max_attempts, payload) SELECT 'ready', 0, 'bench', now(), gen_random_uuid(), 0, 0, 25,"
+        " '\\x0102'::bytea FROM generate_series(1, 20000)"
+    )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO shardq_queues (name) VALUES ('bench') ON CONFLICT DO NOTHING")
         for i in range(2 * alternations):
             index = i % 2 == 0
             if index:
-                conn.execute("CREATE INDEX IF NOT EXISTS shardq_tasks_by_run ON shardq_tasks (workflow_id)"
-                             f" WHERE {_RUN_MARK}")
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS shardq_tasks_by_run ON shardq_tasks (workflow_id) WHERE {_RUN_MARK}"
+                )
             else:
                 conn.execute("DROP INDEX IF EXISTS shardq_tasks_by_run")
             conn.execute("BEGIN")
             plan = conn.execute(insert).fetchone()[0][0]
             conn.execute("ROLLBACK")
             times[index].append(round(plan["Execution Time"], 1))
-    return {"with_index_ms": times[True], "without_index_ms": times[False],
-            "median_ratio": round(statistics.median(times[True]) / statistics.median(times[False]), 3)}
+    return {
+        "with_index_ms": times[True],
+        "without_index_ms": times[False],
+        "median_ratio": round(statistics.median(times[True]) / statistics.median(times[False]), 3),
+    }
 
 
 def main() -> None:
@@ -130,20 +146,31 @@ def main() -> None:
     try:
         cells = []
         for round_ in range(args.rounds):
-            for then in ((False, True) if round_ % 2 == 0 else (True, False)):
+            for then in (False, True) if round_ % 2 == 0 else (True, False):
                 url = bench.shardq_database("then" if then else "plain")
                 cells.append(_cell(url, args.tasks, then))
                 bench.drop(url)
-        ratios = [t["seconds"] / p["seconds"] for p, t in zip([c for c in cells if not c["then"]],
-                                                               [c for c in cells if c["then"]], strict=True)]
+        ratios = [
+            t["seconds"] / p["seconds"]
+            for p, t in zip([c for c in cells if not c["then"]], [c for c in cells if c["then"]], strict=True)
+        ]
         url = bench.shardq_database("probe")
         probe = _probe_worst_case(url, args.tasks)
         bench.drop(url)
         url = bench.shardq_database("insert")
         insert = _plain_insert_with_and_without_the_index(url)
         bench.drop(url)
-        print(json.dumps({"cells": cells, "then_over_plain_median": round(statistics.median(ratios), 3),
-                          "probe_worst_case": probe, "plain_insert": insert}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "cells": cells,
+                    "then_over_plain_median": round(statistics.median(ratios), 3),
+                    "probe_worst_case": probe,
+                    "plain_insert": insert,
+                },
+                indent=2,
+            )
+        )
     finally:
         bench.close()
 

@@ -105,11 +105,16 @@ def _bulk_load(conn: psycopg.Connection, rows: int, log) -> dict:
     sizes = {
         table: conn.execute(
             "SELECT pg_size_pretty(pg_table_size(%(t)s::REGCLASS)), pg_size_pretty(pg_indexes_size(%(t)s::REGCLASS)),"
-            " (SELECT count(*) FROM " + table + ")", {"t": table}).fetchone()
+            " (SELECT count(*) FROM " + table + ")",
+            {"t": table},
+        ).fetchone()
         for table in ("shardq_history", "shardq_attempts")
     }
-    return {"fill_seconds": filled, "index_seconds": indexed,
-            "tables": {t: {"table": s[0], "indexes": s[1], "rows": s[2]} for t, s in sizes.items()}}
+    return {
+        "fill_seconds": filled,
+        "index_seconds": indexed,
+        "tables": {t: {"table": s[0], "indexes": s[1], "rows": s[2]} for t, s in sizes.items()},
+    }
 
 
 def _time(client: shardq.Client, ids: list[uuid.UUID], expect: set[str]) -> dict:
@@ -124,8 +129,14 @@ def _time(client: shardq.Client, ids: list[uuid.UUID], expect: set[str]) -> dict
     if unexpected:
         raise AssertionError(f"status answered {sorted(unexpected)}, expected {sorted(expect)}")
     ms = sorted(s * 1000 for s in seconds)
-    return {"samples": len(ms), "p50_ms": statistics.median(ms), "p99_ms": ms[int(len(ms) * 0.99) - 1],
-            "max_ms": ms[-1], "mean_ms": statistics.fmean(ms), "states": states}
+    return {
+        "samples": len(ms),
+        "p50_ms": statistics.median(ms),
+        "p99_ms": ms[int(len(ms) * 0.99) - 1],
+        "max_ms": ms[-1],
+        "mean_ms": statistics.fmean(ms),
+        "states": states,
+    }
 
 
 def _plans(conn: psycopg.Connection, kept: uuid.UUID, live: uuid.UUID) -> dict[str, str]:
@@ -159,8 +170,11 @@ def run(rows: int, samples: int, rounds: int, log) -> dict:
                 unknown = [uuid.uuid4() for _ in range(samples)]
                 live_sample = [rng.choice(live) for _ in range(samples)]
                 _time(client, kept[: samples // 10], {"succeeded", "dead", "cancelled"})  # warm the session
-                kinds = {"kept": (kept, {"succeeded", "dead", "cancelled"}), "unknown": (unknown, {"unknown"}),
-                         "live": (live_sample, {"ready", "running"})}
+                kinds = {
+                    "kept": (kept, {"succeeded", "dead", "cancelled"}),
+                    "unknown": (unknown, {"unknown"}),
+                    "live": (live_sample, {"ready", "running"}),
+                }
                 # Rounds interleave the kinds: on a shared machine a burst of someone else's load
                 # then lands on every kind alike, and the spread between rounds shows it.
                 for round_ in range(rounds):
@@ -168,9 +182,11 @@ def run(rows: int, samples: int, rounds: int, log) -> dict:
                         r = _time(client, ids, expect)
                         r["loadavg"] = loadavg()
                         result.setdefault(kind, []).append(r)
-                        log(f"round {round_ + 1} {kind}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                        log(
+                            f"round {round_ + 1} {kind}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
                             f"max {r['max_ms']:.2f} ms over {r['samples']:,} ids {r['states']} "
-                            f"(load {r['loadavg']})")
+                            f"(load {r['loadavg']})"
+                        )
             result["plans"] = _plans(conn, kept[0], live[0])
         bench.drop(url)
         return result

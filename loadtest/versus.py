@@ -28,8 +28,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def ref_tree(ref: str, where: Path) -> Path:
     """A worktree of ``ref`` whose ``src/`` imports as shardq; returns that ``src``."""
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--force", str(where), ref],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--force", str(where), ref],
+        check=True,
+        capture_output=True,
+    )
     package = where / "src" / "shardq"
     for folder in ("sql", "migrations", "cli"):
         top = where / folder
@@ -45,12 +48,21 @@ def remove_tree(src: Path) -> None:
 
 def burn(src: Path, out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(REPO)]))
-    subprocess.run([sys.executable, "-m", "loadtest", "--scenarios", "burn-down", "--no-peers", "--out", str(out)],
-                   cwd=REPO, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "loadtest", "--scenarios", "burn-down", "--no-peers", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
     burn_down = json.loads((out / "results.json").read_text())["burn-down"]
     cpu = burn_down.get("cpu_us_per_task", {})
-    return {"over_raw": burn_down["shardq_over_raw_paired"]["median"], "shardq": burn_down["rates"]["shardq"],
-            "raw": burn_down["rates"]["raw-bound"], "cpu_shardq": cpu.get("shardq"), "cpu_raw": cpu.get("raw-bound")}
+    return {
+        "over_raw": burn_down["shardq_over_raw_paired"]["median"],
+        "shardq": burn_down["rates"]["shardq"],
+        "raw": burn_down["rates"]["raw-bound"],
+        "cpu_shardq": cpu.get("shardq"),
+        "cpu_raw": cpu.get("raw-bound"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                     out = Path(tmp) / f"run{len(runs)}"
                     result = burn(ref_src if side == "ref" else REPO / "src", out)
                     result.update(side=side, round=round_ + 1)
-                    print(f"round {round_ + 1} {side}: shardq / raw {result['over_raw']:.3f} "
-                          f"({result['shardq']:,.0f} vs {result['raw']:,.0f} tasks/s)", flush=True)
+                    print(
+                        f"round {round_ + 1} {side}: shardq / raw {result['over_raw']:.3f} "
+                        f"({result['shardq']:,.0f} vs {result['raw']:,.0f} tasks/s)",
+                        flush=True,
+                    )
                     runs.append(result)
         finally:
             remove_tree(ref_src)
@@ -81,22 +96,41 @@ def main(argv: list[str] | None = None) -> int:
     verdict = statistics.median(ratios)
     # CPU per task beyond the raw bound's in the same run: the steadier sign on a shared machine,
     # where a neighbour's load moves both rates of a run but little of what each task costs.
-    beyond = {side: [r["cpu_shardq"] - r["cpu_raw"] for r in runs
-                     if r["side"] == side and r.get("cpu_shardq") is not None and r.get("cpu_raw") is not None]
-              for side in ("ref", "this")}
+    beyond = {
+        side: [
+            r["cpu_shardq"] - r["cpu_raw"]
+            for r in runs
+            if r["side"] == side and r.get("cpu_shardq") is not None and r.get("cpu_raw") is not None
+        ]
+        for side in ("ref", "this")
+    }
     beyond_median = {side: statistics.median(values) if values else None for side, values in beyond.items()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "versus.json").write_text(json.dumps({"ref": args.ref, "runs": runs, "ratios": ratios,
-                                                       "median": verdict, "cpu_beyond_raw": beyond,
-                                                       "cpu_beyond_raw_median": beyond_median}, indent=2))
+    (args.out / "versus.json").write_text(
+        json.dumps(
+            {
+                "ref": args.ref,
+                "runs": runs,
+                "ratios": ratios,
+                "median": verdict,
+                "cpu_beyond_raw": beyond,
+                "cpu_beyond_raw_median": beyond_median,
+            },
+            indent=2,
+        )
+    )
+
     def cpu(value: float | None) -> str:
         return "–" if value is None else f"{value:.0f}"
 
     def tenths(value: float | None) -> str:
         return "–" if value is None else f"{value:.1f}"
 
-    rows = "\n".join(f"| {r['round']} | {r['side']} | {r['over_raw']:.3f} | {r['shardq']:,.0f} | {r['raw']:,.0f} | "
-                     f"{cpu(r.get('cpu_shardq'))} / {cpu(r.get('cpu_raw'))} |" for r in runs)
+    rows = "\n".join(
+        f"| {r['round']} | {r['side']} | {r['over_raw']:.3f} | {r['shardq']:,.0f} | {r['raw']:,.0f} | "
+        f"{cpu(r.get('cpu_shardq'))} / {cpu(r.get('cpu_raw'))} |"
+        for r in runs
+    )
     (args.out / "versus.md").write_text(
         f"# Burn-down: this checkout against `{args.ref}`\n\n"
         "Each run: `python -m loadtest --scenarios burn-down --no-peers` (4 worker processes, raw bound and "
@@ -105,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|\n"
         f"{rows}\n\nthis / ref per round: {', '.join(f'{r:.3f}' for r in ratios)}; median **{verdict:.3f}**.\n"
         f"\nCPU µs per task beyond the raw bound's in the same run (shardq − raw), median: "
-        f"ref {tenths(beyond_median['ref'])}, this {tenths(beyond_median['this'])}.\n")
+        f"ref {tenths(beyond_median['ref'])}, this {tenths(beyond_median['this'])}.\n"
+    )
     print(f"this / {args.ref}: {', '.join(f'{r:.3f}' for r in ratios)}; median {verdict:.3f}")
     return 0
 

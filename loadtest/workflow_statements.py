@@ -37,7 +37,8 @@ class _WorkPhase:
                 self.statements = conn.execute(
                     "SELECT s.query, s.calls, s.rows, s.total_exec_time FROM pg_stat_statements AS s"
                     " JOIN pg_database AS d ON d.oid = s.dbid WHERE d.datname = %s ORDER BY s.total_exec_time DESC",
-                    (self.database,)).fetchall()
+                    (self.database,),
+                ).fetchall()
         self.calls += 1
         return self.bench.server_cpu()
 
@@ -48,12 +49,14 @@ def _label(query: str) -> str:
     for marker in ("UPDATE shardq_", "DELETE FROM shardq_", "INSERT INTO shardq_"):
         at = text.find(marker)
         if at >= 0:
-            return text[at:at + 48]
+            return text[at : at + 48]
     return text[:48]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.workflow_statements", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.workflow_statements", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--chains", type=int, default=10_000)
     args = parser.parse_args(argv)
@@ -72,8 +75,16 @@ def main(argv: list[str] | None = None) -> int:
                 _run(url, kind, args.steps, args.chains, phase)
             finally:
                 bench.drop(url)
-            report[kind] = [{"statement": _label(q), "calls": calls, "rows": rows, "exec_ms": ms,
-                             "us_per_task": ms * 1e3 / args.steps} for q, calls, rows, ms in phase.statements]
+            report[kind] = [
+                {
+                    "statement": _label(q),
+                    "calls": calls,
+                    "rows": rows,
+                    "exec_ms": ms,
+                    "us_per_task": ms * 1e3 / args.steps,
+                }
+                for q, calls, rows, ms in phase.statements
+            ]
     finally:
         bench.close()
     print(json.dumps(report))

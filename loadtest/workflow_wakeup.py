@@ -83,12 +83,23 @@ def main(argv: list[str] | None = None) -> int:
                 delays.append(trial(url, args.parents))
             finally:
                 bench.drop(url)
-            print(f"run {i + 1}: fan-in started {delays[-1]:.1f} ms after the last parent's ack", file=sys.stderr,
-                  flush=True)
+            print(
+                f"run {i + 1}: fan-in started {delays[-1]:.1f} ms after the last parent's ack",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         bench.close()
-    print(json.dumps({"parents": args.parents, "delays_ms": delays, "median_ms": statistics.median(delays),
-                      "max_ms": max(delays)}))
+    print(
+        json.dumps(
+            {
+                "parents": args.parents,
+                "delays_ms": delays,
+                "median_ms": statistics.median(delays),
+                "max_ms": max(delays),
+            }
+        )
+    )
     return 0
 
 

@@ -116,8 +116,19 @@ def one(url: str, kind: str, steps: int, chains: int, gc_tuning: bool = True) ->
 
 def _run(url: str, kind: str, steps: int, chains: int, server_cpu, gc_tuning: bool = True) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
-    args = [sys.executable, "-m", "loadtest.workflows", "--one", url, "--kind", kind, "--steps", str(steps),
-            "--chains", str(chains)] + ([] if gc_tuning else ["--no-gc-tuning"])
+    args = [
+        sys.executable,
+        "-m",
+        "loadtest.workflows",
+        "--one",
+        url,
+        "--kind",
+        kind,
+        "--steps",
+        str(steps),
+        "--chains",
+        str(chains),
+    ] + ([] if gc_tuning else ["--no-gc-tuning"])
     with subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         assert proc.stdout.readline().strip() == "enqueued"
@@ -144,10 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20_000, help="tasks per run (the fan-out's width + 1)")
     parser.add_argument("--chains", type=int, default=2_000, help="workflows in the chains run (steps / chains each)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"the kinds to run, comma-separated (default all: {','.join(KINDS)}); plain always runs")
-    parser.add_argument("--no-gc-tuning", action="store_true",
-                        help="work with the worker's gc_tuning off (shardq.worker.collector), to compare")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"the kinds to run, comma-separated (default all: {','.join(KINDS)}); plain always runs",
+    )
+    parser.add_argument(
+        "--no-gc-tuning",
+        action="store_true",
+        help="work with the worker's gc_tuning off (shardq.worker.collector), to compare",
+    )
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -179,21 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     def median(kind: str, figure: str) -> float:
         return statistics.median(r[figure] for runs in rounds for r in runs[kind])
 
-    report: dict = {"steps": args.steps, "chains": args.chains, "chain_length": args.steps // args.chains,
-                    "gc_tuning": not args.no_gc_tuning,
-                    "rounds": rounds, "loadavg_after": load}
+    report: dict = {
+        "steps": args.steps,
+        "chains": args.chains,
+        "chain_length": args.steps // args.chains,
+        "gc_tuning": not args.no_gc_tuning,
+        "rounds": rounds,
+        "loadavg_after": load,
+    }
     for kind in kinds:
         for figure in ("cpu_ms_per_task", "client_cpu_ms_per_task", "server_cpu_ms_per_task", "work_s", "enqueue_s"):
             report[f"{kind}_{figure}"] = median(kind, figure)
     if "fan" in kinds and "fan-shards" in kinds:
         report["fan_shards_over_fan"] = statistics.median(
             statistics.median(r["cpu_ms_per_task"] for r in runs["fan-shards"])
-            / statistics.median(r["cpu_ms_per_task"] for r in runs["fan"]) for runs in rounds)
+            / statistics.median(r["cpu_ms_per_task"] for r in runs["fan"])
+            for runs in rounds
+        )
     for kind in (k for k in ("fan", "fan-shards", "chains") if k in kinds):
         # Ratios within a round (each run beside its own plain runs), then the median over rounds.
         report[f"{kind}_over_plain"] = statistics.median(
             statistics.median(r["cpu_ms_per_task"] for r in runs[kind])
-            / statistics.median(r["cpu_ms_per_task"] for r in runs["plain"]) for runs in rounds)
+            / statistics.median(r["cpu_ms_per_task"] for r in runs["plain"])
+            for runs in rounds
+        )
     for kind in (k for k in ("fan", "fan-shards", "fan-listen") if k in kinds):
         for figure in ("release_after_ack_ms", "release_after_handler_ms"):
             report[f"{kind}_{figure}"] = median(kind, figure)

@@ -135,8 +135,13 @@ def worker_cpu(variants, args) -> None:
     for round_no in range(args.rounds):
         order = variants if round_no % 2 == 0 else list(reversed(variants))
         for name, python, extra in order:
-            out = subprocess.run([python, "-c", WORKER_CPU_SNIPPET, str(args.worker_cpu), *extra], check=True,
-                                 capture_output=True, text=True, timeout=600).stdout.split()
+            out = subprocess.run(
+                [python, "-c", WORKER_CPU_SNIPPET, str(args.worker_cpu), *extra],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            ).stdout.split()
             per_task_us = float(out[0]) / args.worker_cpu * 1e6
             results[name].append(per_task_us)
             print(f"round {round_no} {name:16s} cpu/task={per_task_us:.2f} us  wall={float(out[1]):.2f} s", flush=True)
@@ -165,19 +170,42 @@ def run_once(server_url_for, python: str, extra: list[str], args) -> dict[str, f
         conn.execute(f'CREATE DATABASE "{name}"')
     url = server_url_for(name)
     try:
-        subprocess.run([python, "-m", "shardq.cli.main", "--dsn", url, "migrate", "--buckets", str(args.buckets)],
-                       check=True, capture_output=True)
-        enqueue_s = float(subprocess.run([python, "-c", ENQUEUE_SNIPPET, url, str(args.tasks)], check=True,
-                                         capture_output=True, text=True).stdout.strip())
-        producers = [subprocess.Popen([python, "-c", SINGLE_SNIPPET, url, str(args.single)], stdout=subprocess.PIPE,
-                                      text=True) for _ in range(args.producers)]
+        subprocess.run(
+            [python, "-m", "shardq.cli.main", "--dsn", url, "migrate", "--buckets", str(args.buckets)],
+            check=True,
+            capture_output=True,
+        )
+        enqueue_s = float(
+            subprocess.run(
+                [python, "-c", ENQUEUE_SNIPPET, url, str(args.tasks)], check=True, capture_output=True, text=True
+            ).stdout.strip()
+        )
+        producers = [
+            subprocess.Popen([python, "-c", SINGLE_SNIPPET, url, str(args.single)], stdout=subprocess.PIPE, text=True)
+            for _ in range(args.producers)
+        ]
         single_s = max(float(p.communicate()[0].strip()) for p in producers)
-        command = [python, "-m", "shardq.cli.main", "--dsn", url, "work", "bench", "--handler",
-                   "shardq.app.loading:noop", "--until-empty", "--concurrency", str(args.concurrency), "--batch",
-                   str(args.batch), *extra]
+        command = [
+            python,
+            "-m",
+            "shardq.cli.main",
+            "--dsn",
+            url,
+            "work",
+            "bench",
+            "--handler",
+            "shardq.app.loading:noop",
+            "--until-empty",
+            "--concurrency",
+            str(args.concurrency),
+            "--batch",
+            str(args.batch),
+            *extra,
+        ]
         started = time.perf_counter()
-        workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                   for _ in range(args.workers)]
+        workers = [
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(args.workers)
+        ]
         low, high = args.tasks * 0.95, args.tasks * 0.05
         t_low = t_high = None
         running = {w.pid for w in workers}
@@ -249,9 +277,11 @@ def enqueue_ab(args) -> None:
             base_median, base_total = statistics.median(times["uncounted"]), sum(times["uncounted"])
             line = [f"batch {batch:5d} x {rounds}:"]
             for label, values in times.items():
-                line.append(f"{label} median {statistics.median(values) * 1e3:.3f} ms "
-                            f"({statistics.median(values) / base_median:.3f}), total {sum(values):.2f} s "
-                            f"({sum(values) / base_total:.3f})")
+                line.append(
+                    f"{label} median {statistics.median(values) * 1e3:.3f} ms "
+                    f"({statistics.median(values) / base_median:.3f}), total {sum(values):.2f} s "
+                    f"({sum(values) / base_total:.3f})"
+                )
             print("  ".join(line), flush=True)
         client.close()
     finally:
@@ -262,10 +292,16 @@ def enqueue_ab(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="PYTHON [WORK ARGS]"')
-    parser.add_argument("--worker-cpu", type=int, default=None, metavar="N",
-                        help="time one in-process worker over N tasks against a fake session instead")
-    parser.add_argument("--enqueue-ab", action="store_true",
-                        help="time enqueues with and without the activity counting instead")
+    parser.add_argument(
+        "--worker-cpu",
+        type=int,
+        default=None,
+        metavar="N",
+        help="time one in-process worker over N tasks against a fake session instead",
+    )
+    parser.add_argument(
+        "--enqueue-ab", action="store_true", help="time enqueues with and without the activity counting instead"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=3000, help="single-statement enqueues per producer")

@@ -54,8 +54,11 @@ def explain(url: str, buckets: int) -> None:
     task list sends (shardq.admin.browse.span_params)."""
     text = statements_for("postgresql")["task_browse_span"].text
     filters = browse.Filters(error_text="keyerror")
-    params = {"queue": "q0", **filters.params(dt.datetime.now(dt.UTC)),
-              **browse.span_params(buckets, "scheduled", filters, None, descending=False, limit=50)}
+    params = {
+        "queue": "q0",
+        **filters.params(dt.datetime.now(dt.UTC)),
+        **browse.span_params(buckets, "scheduled", filters, None, descending=False, limit=50),
+    }
     with psycopg.connect(url, autocommit=True) as conn:
         plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
     print(f"EXPLAIN task_browse_span (scheduled, error filter, scan {params['scan']} per bucket):")
@@ -93,13 +96,25 @@ def main() -> None:
         first = http.get("/api/queues/q0/tasks/ready?limit=50", headers=headers).json()
         deep = first["next"]
         for _ in range(200):  # 200 pages in: keyset paging costs the same however deep
-            deep = http.get("/api/queues/q0/tasks/ready", params={"limit": 50, "after": deep}, headers=headers).json()["next"]
-        paths = ["/", "/api/queues", "/queues/q0", "/api/queues/q0", "/queues/q0/dead", f"/tasks/{task_id}",
-                 "/api/queues/q0/tasks/ready?limit=50",
-                 f"/api/queues/q0/tasks/ready?limit=50&after={urllib.parse.quote(deep, safe='')}",
-                 "/queues/q0/tasks?state=ready", "/queues/q0/tasks?state=scheduled&error=keyerror",
-                 "/api/queues/q0/tasks/scheduled?order=desc&limit=50", "/api/queues/q0/tasks/running",
-                 "/workers", "/audit"]
+            deep = http.get("/api/queues/q0/tasks/ready", params={"limit": 50, "after": deep}, headers=headers).json()[
+                "next"
+            ]
+        paths = [
+            "/",
+            "/api/queues",
+            "/queues/q0",
+            "/api/queues/q0",
+            "/queues/q0/dead",
+            f"/tasks/{task_id}",
+            "/api/queues/q0/tasks/ready?limit=50",
+            f"/api/queues/q0/tasks/ready?limit=50&after={urllib.parse.quote(deep, safe='')}",
+            "/queues/q0/tasks?state=ready",
+            "/queues/q0/tasks?state=scheduled&error=keyerror",
+            "/api/queues/q0/tasks/scheduled?order=desc&limit=50",
+            "/api/queues/q0/tasks/running",
+            "/workers",
+            "/audit",
+        ]
         print(f"{'path':58s} {'median':>9s} {'p99':>9s}   ({args.repeat} requests each)")
         for path in paths:
             times = []

@@ -67,9 +67,12 @@ def main() -> None:
     with psycopg.connect(client.dsn.conninfo, autocommit=True) as conn:
         for q in ("q0", "q1", "q2"):
             conn.execute("INSERT INTO shardq_queues (name) VALUES (%s) ON CONFLICT DO NOTHING", (q,))
-        conn.execute("INSERT INTO shardq_tasks (queue, rank, exec_time, id, state, payload) SELECT 'q' || (g %% 3), 0,"
-                     " now() - g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', '\\x00'::BYTEA"
-                     " FROM generate_series(1, %(n)s) AS g", {"n": args.tasks})
+        conn.execute(
+            "INSERT INTO shardq_tasks (queue, rank, exec_time, id, state, payload) SELECT 'q' || (g %% 3), 0,"
+            " now() - g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', '\\x00'::BYTEA"
+            " FROM generate_series(1, %(n)s) AS g",
+            {"n": args.tasks},
+        )
     shardq_bin = str(Path(sys.executable).with_name("shardq"))
     web = subprocess.Popen([shardq_bin, "web", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -95,9 +98,11 @@ def main() -> None:
             web_cpu = cpu_seconds([web.pid]) - web_before
             pg_cpu = cpu_seconds([p for p in pg if Path(f"/proc/{p}").exists()]) - pg_before
             browser.close()
-        print(f"{args.tabs} tabs on the overview for {elapsed:.0f} s ({args.tasks:,} tasks): web process "
-              f"{web_cpu:.1f} CPU s ({100 * web_cpu / elapsed:.1f} % of one core), database "
-              f"{pg_cpu:.1f} CPU s ({100 * pg_cpu / elapsed:.1f} %; backends that exited meanwhile not counted)")
+        print(
+            f"{args.tabs} tabs on the overview for {elapsed:.0f} s ({args.tasks:,} tasks): web process "
+            f"{web_cpu:.1f} CPU s ({100 * web_cpu / elapsed:.1f} % of one core), database "
+            f"{pg_cpu:.1f} CPU s ({100 * pg_cpu / elapsed:.1f} %; backends that exited meanwhile not counted)"
+        )
     finally:
         web.terminate()
         web.wait(10)

@@ -20,9 +20,19 @@ import re
 import sys
 from pathlib import Path
 
-REGISTRY_FILES = ("builtins.go", "pg_builtins.go", "aggregate_builtins.go", "window_builtins.go",
-                  "generator_builtins.go", "math_builtins.go", "trigram_builtins.go", "tsearch_builtins.go",
-                  "fingerprint_builtins.go", "replication_builtins.go", "pgcrypto_builtins.go")
+REGISTRY_FILES = (
+    "builtins.go",
+    "pg_builtins.go",
+    "aggregate_builtins.go",
+    "window_builtins.go",
+    "generator_builtins.go",
+    "math_builtins.go",
+    "trigram_builtins.go",
+    "tsearch_builtins.go",
+    "fingerprint_builtins.go",
+    "replication_builtins.go",
+    "pgcrypto_builtins.go",
+)
 ALLOWLIST = Path(__file__).resolve().parents[1] / "tests" / "conformance" / "cockroachdb_builtins.txt"
 _KEY = re.compile(r'^\t(?:"(?P<name>[a-z0-9_.]+)"|(?:\w+\.)?(?P<const>[A-Z]\w*Name)):\s', re.MULTILINE)
 _CONST = re.compile(r'\b(?P<const>[A-Z]\w*Name)\s*=\s*"(?P<name>[a-z0-9_.]+)"')

@@ -86,10 +86,12 @@ def worker(spec: dict, ctl: Control) -> dict:
         pgq = PgQueuer.from_asyncpg_connection(conn)
 
         if latency:
+
             @pgq.entrypoint(ENTRYPOINT)
             async def noop(job) -> None:
                 rec.hit(unstamp(job.payload)[0], job.created.timestamp())
         else:
+
             @pgq.entrypoint(ENTRYPOINT)
             async def noop(job) -> None:
                 rec.hit()

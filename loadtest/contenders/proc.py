@@ -79,10 +79,12 @@ def worker(spec: dict, ctl: Control) -> dict:
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=spec["url"], **(pool or {})))
 
         if latency:
+
             @app.task(queue=QUEUE, name="noop")
             async def noop(t: float = 0.0, **_) -> None:
                 rec.hit(t)
         else:
+
             @app.task(queue=QUEUE, name="noop")
             async def noop(**_) -> None:
                 rec.hit()

@@ -145,4 +145,6 @@ def worker(spec: dict, ctl: Control) -> dict:
 def producer(spec: dict, ctl: Control) -> dict:
     """Role: enqueue at ``rate`` tasks/s in ticks of ``tick`` seconds, stamped for latency."""
     conn = psycopg.connect(spec["url"], autocommit=True)
-    return paced(spec, ctl, lambda payloads: conn.execute(INSERT_MANY, {"queue": QUEUE, "payloads": payloads}, prepare=True))
+    return paced(
+        spec, ctl, lambda payloads: conn.execute(INSERT_MANY, {"queue": QUEUE, "payloads": payloads}, prepare=True)
+    )

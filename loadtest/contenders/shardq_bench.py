@@ -53,7 +53,7 @@ def enqueue_payloads(url: str, payloads: list[bytes], chunk: int = 1000) -> floa
         client.store.queue_ensure(QUEUE)
         t0 = time.perf_counter()
         for start in range(0, len(payloads), chunk):
-            client.enqueue_many(QUEUE, payloads[start:start + chunk], batch_size=chunk)
+            client.enqueue_many(QUEUE, payloads[start : start + chunk], batch_size=chunk)
         return time.perf_counter() - t0
 
 
@@ -70,7 +70,7 @@ def defer_calls(url: str, n: int, chunk: int = 1000) -> float:
         calls = [{"n": i, "label": "bench"} for i in range(n)]
         t0 = time.perf_counter()
         for start in range(0, n, chunk):
-            noop.defer_many(calls[start:start + chunk])
+            noop.defer_many(calls[start : start + chunk])
         return time.perf_counter() - t0
     finally:
         app.close()
@@ -143,11 +143,13 @@ def worker(spec: dict, ctl: Control) -> dict:
     rec = Recorder(ctl, latency=latency)
     handler: Handler
     if latency:
+
         def stamped(task: Task) -> None:
             rec.hit(unstamp(task.payload)[0], task.created_at.timestamp())
 
         handler = stamped
     elif spec.get("asynchronous"):  # an async def handler: the worker's event-loop executor
+
         async def counted(task: Task) -> None:
             rec.hit()
 
@@ -169,6 +171,7 @@ def worker(spec: dict, ctl: Control) -> dict:
 
         handler = sleeping
     else:
+
         def plain(task: Task) -> None:
             rec.hit()
 

@@ -49,7 +49,8 @@ def _unencodable(value: Any) -> Any:
 _C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
 _C_ENCODE = (
     _C_MAKE_ENCODER(None, _unencodable, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
-    if _C_MAKE_ENCODER is not None else None
+    if _C_MAKE_ENCODER is not None
+    else None
 )
 _PLAIN = (str, bool, int, type(None))
 
@@ -181,7 +182,7 @@ def task_name_of(payload: bytes | bytearray | memoryview | str) -> str | None:
     # asks this once per finished task of a queue that keeps them).
     if data.startswith(_NAME_PREFIX):
         end = data.find(b'"', len(_NAME_PREFIX))
-        name = data[len(_NAME_PREFIX):end]
+        name = data[len(_NAME_PREFIX) : end]
         if end > 0 and b"\\" not in name:
             try:
                 return name.decode()

@@ -148,11 +148,22 @@ class Client:
             raise validation.InvalidInput("queues must be a list of queue names (not one string)")
         config = WorkerConfig(queues=tuple(queues), **options).validate()
         timeout_ms = validation.milliseconds(config.statement_timeout)
-        return Worker(lambda: self.new_session(statement_timeout_ms=timeout_ms), handler, config, on_event=on_event,
-                      events=events, loop=loop)
+        return Worker(
+            lambda: self.new_session(statement_timeout_ms=timeout_ms),
+            handler,
+            config,
+            on_event=on_event,
+            events=events,
+            loop=loop,
+        )
 
     def work(
-        self, queues: Sequence[str], handler: Handler | Resolver, *, install_signal_handlers: bool = True, **options: Any
+        self,
+        queues: Sequence[str],
+        handler: Handler | Resolver,
+        *,
+        install_signal_handlers: bool = True,
+        **options: Any,
     ) -> WorkerTotals:
         """Run a worker in this thread until it stops (signal, or ``until_empty=True``)."""
         return self.worker(queues, handler, **options).run(install_signal_handlers=install_signal_handlers)
@@ -192,8 +203,9 @@ class Client:
         wanted = history.parse_task_id(task_id)
         if timeout is not None:
             timeout = validation.non_negative_seconds(timeout, "timeout")
-        return waiting.wait(lambda: self.store.run(operations.task_status(wanted)), wanted, timeout,
-                            waiting.listener_for(self.dsn))
+        return waiting.wait(
+            lambda: self.store.run(operations.task_status(wanted)), wanted, timeout, waiting.listener_for(self.dsn)
+        )
 
     def history(self, queue: str, **options: Any) -> list[FinishedTask]:
         """A page of ``queue``'s finished tasks, newest first; ``options``: ``state``, ``since``,
@@ -277,17 +289,16 @@ class Client:
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
-        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue,
-                                                                               dequeue=dequeue)))
+        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue, dequeue=dequeue)))
 
     def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Resume enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
-        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue,
-                                                                               dequeue=dequeue)))
+        return self.store.run(admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue, dequeue=dequeue)))
 
     # -- operators' calls (the command line's; sync only) --------------------------------------------
-    def dead_tasks(self, queue: str, *, limit: int = 100,
-                   after: tuple[dt.datetime, uuid.UUID] | None = None) -> list[DeadTask]:
+    def dead_tasks(
+        self, queue: str, *, limit: int = 100, after: tuple[dt.datetime, uuid.UUID] | None = None
+    ) -> list[DeadTask]:
         """A queue's dead tasks, oldest death first: the first ``limit``, or the next ``limit``
         ``after`` the (died_at, id) of the last one seen; one index seek per page, however deep
         (see :func:`shardq.admin.actions.dead_list`)."""

@@ -145,18 +145,24 @@ class AsyncClient:
     ) -> EnqueueResult:
         """Enqueue many tasks, ``batch_size`` per statement (see :meth:`shardq.Client.enqueue_many`).
         Every task is validated before the first statement is sent."""
-        return await self.send(queue, prepare(queue, tasks, batch_size=batch_size), batch_size=batch_size,
-                               connection=connection)
+        return await self.send(
+            queue, prepare(queue, tasks, batch_size=batch_size), batch_size=batch_size, connection=connection
+        )
 
     async def send(
-        self, queue: str, prepared: Sequence[NewTask], *, batch_size: int = BATCH_SIZE_DEFAULT,
+        self,
+        queue: str,
+        prepared: Sequence[NewTask],
+        *,
+        batch_size: int = BATCH_SIZE_DEFAULT,
         connection: object | None = None,
     ) -> EnqueueResult:
         """Enqueue tasks validated already, their queue name included (see
         :meth:`shardq.lifecycle.enqueue.Producer.send`); ``connection`` as for :meth:`enqueue`."""
         if connection is None:
-            return await self._run(enqueue_plan(queue, prepared, batch_size=batch_size,
-                                                counts=self.enqueue_counts, notifier=self.notifier))
+            return await self._run(
+                enqueue_plan(queue, prepared, batch_size=batch_size, counts=self.enqueue_counts, notifier=self.notifier)
+            )
         borrowed = await borrow_async(connection)
         # On the caller's connection, like the sync client: not counted (the tasks exist only if
         # the caller commits), and the caller's connection serialises its own statements.
@@ -181,8 +187,9 @@ class AsyncClient:
         wanted = history.parse_task_id(task_id)
         if timeout is not None:
             timeout = validation.non_negative_seconds(timeout, "timeout")
-        return await waiting.wait_async(lambda: self._run(operations.task_status(wanted)), wanted, timeout,
-                                        waiting.listener_for(self.dsn))
+        return await waiting.wait_async(
+            lambda: self._run(operations.task_status(wanted)), wanted, timeout, waiting.listener_for(self.dsn)
+        )
 
     async def stats(self, **options: Any) -> Stats:
         """A stats snapshot (see :meth:`shardq.Client.stats`; ``follower_read`` defaults to False)."""
@@ -212,13 +219,13 @@ class AsyncClient:
 
     async def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
-        return await self._run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue,
-                                                                                dequeue=dequeue)))
+        return await self._run(admin.queue_set_plan(queue, admin.pause_changes(True, enqueue=enqueue, dequeue=dequeue)))
 
     async def resume(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Resume enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""
-        return await self._run(admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue,
-                                                                                dequeue=dequeue)))
+        return await self._run(
+            admin.queue_set_plan(queue, admin.pause_changes(False, enqueue=enqueue, dequeue=dequeue))
+        )
 
     # -- workflows (shardq.workflows.steps) --------------------------------------------------------
     async def enqueue_workflow(self, graph: Graph, *, connection: object | None = None) -> workflows.Enqueued:
@@ -255,8 +262,9 @@ class AsyncClient:
         event loop; sync ones on the worker's threads."""
         if self._workers is None:
             self._workers = Client(self.dsn, application_name=self.application_name, notify=False)
-        worker = self._workers.worker(queues, handler, until_empty=until_empty, loop=asyncio.get_running_loop(),
-                                      **options)
+        worker = self._workers.worker(
+            queues, handler, until_empty=until_empty, loop=asyncio.get_running_loop(), **options
+        )
         loop = asyncio.get_running_loop()
         done: asyncio.Future[WorkerTotals] = loop.create_future()
 

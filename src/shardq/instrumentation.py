@@ -44,8 +44,9 @@ class Instrument:
         with each (None: store nothing)."""
         yield None
 
-    def running(self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any,
-                carrier: Carrier | None) -> Callable[[], Any]:
+    def running(
+        self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any, carrier: Carrier | None
+    ) -> Callable[[], Any]:
         """The call that runs ``handle`` (a :class:`shardq.Task`) for the app's ``task``, wrapped
         or as is. ``is_async``: ``call()`` returns a coroutine, and so must the wrapper's."""
         return call
@@ -68,8 +69,9 @@ class _Chain(Instrument):
                 carrier.update(part_carrier or {})
             yield carrier or None
 
-    def running(self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any,
-                carrier: Carrier | None) -> Callable[[], Any]:
+    def running(
+        self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any, carrier: Carrier | None
+    ) -> Callable[[], Any]:
         for part in reversed(self.parts):
             call = part.running(call, is_async=is_async, task=task, handle=handle, carrier=carrier)
         return call

@@ -72,8 +72,9 @@ def buckets_show(store: TaskStore, *, historical: bool = True) -> BucketReport:
     return BucketReport(layout, store.task_count_by_bucket(historical=historical), store.engine_name, jobs)
 
 
-def dead_list(store: TaskStore, queue: str, *, limit: int = 100,
-              after: tuple[dt.datetime, uuid.UUID] | None = None) -> list[DeadTask]:
+def dead_list(
+    store: TaskStore, queue: str, *, limit: int = 100, after: tuple[dt.datetime, uuid.UUID] | None = None
+) -> list[DeadTask]:
     """A queue's dead tasks, oldest death first: the first ``limit``, or with ``after`` (the
     ``(died_at, id)`` of the last one seen) the next ``limit`` (keyset paging: each page is one
     index seek, however deep)."""
@@ -100,7 +101,9 @@ class RequeueResult:
     not_found_or_kept: int
 
 
-def dead_requeue(store: TaskStore, queue: str, ids: list[str] | None = None, *, all_tasks: bool = False) -> RequeueResult:
+def dead_requeue(
+    store: TaskStore, queue: str, ids: list[str] | None = None, *, all_tasks: bool = False
+) -> RequeueResult:
     """Move dead tasks back to the queue (fresh attempts, due now): the given ids, or all of
     them with ``all_tasks``. A dead task whose dedupe key is live again stays dead."""
     validation.queue_name(queue)
@@ -168,13 +171,26 @@ def cancel_plan(wanted: list[uuid.UUID]) -> Plan[CancelResult]:
     def remove() -> Plan[set[uuid.UUID]]:
         gone = yield from operations.task_cancel_many(wanted)
         # The history keeps them where their queue keeps finished tasks (the statement checks).
-        yield from operations.history_record_cancelled([
-            Finished(t.id, t.queue, TaskState.CANCELLED, task_name_of(t.payload), t.created_at or _EPOCH, t.attempts,
-                     error=t.last_error, dedupe_key=t.dedupe_key) for t in gone])
+        yield from operations.history_record_cancelled(
+            [
+                Finished(
+                    t.id,
+                    t.queue,
+                    TaskState.CANCELLED,
+                    task_name_of(t.payload),
+                    t.created_at or _EPOCH,
+                    t.attempts,
+                    error=t.last_error,
+                    dedupe_key=t.dedupe_key,
+                )
+                for t in gone
+            ]
+        )
         steps = [t for t in gone if t.workflow_id is not None and not run_callbacks.is_run(t.workflow_id)]
         if steps:
-            yield from workflows.cancelled_by_id_plan([t.id for t in steps],
-                                                      [t.id for t in steps if t.state != TaskState.WAITING])
+            yield from workflows.cancelled_by_id_plan(
+                [t.id for t in steps], [t.id for t in steps if t.state != TaskState.WAITING]
+            )
         removed.clear()  # may run again on a 40001 retry
         removed.update(t.id for t in gone)
         return {t.id for t in gone if t.exclusive_key and not t.backlogged}

@@ -203,8 +203,14 @@ def _span(state: str, filters: Filters) -> tuple[str, int, int]:
     return TaskState.BACKLOG, RANK_BACKLOG, RANK_BACKLOG
 
 
-def span_params(bucket_count: int, state: str, filters: Filters,
-                position: tuple[int, dt.datetime, uuid.UUID] | None, descending: bool, limit: int) -> dict[str, Any]:
+def span_params(
+    bucket_count: int,
+    state: str,
+    filters: Filters,
+    position: tuple[int, dt.datetime, uuid.UUID] | None,
+    descending: bool,
+    limit: int,
+) -> dict[str, Any]:
     """The span statement's parameters: the buckets, the state and rank range, the cursor and the
     keys to scan per bucket. The cursor is clamped into the rank range: PostgreSQL starts a B-tree
     scan from one bound per column and cannot tell which of ``rank >= rank_lo`` and the row
@@ -221,16 +227,32 @@ def span_params(bucket_count: int, state: str, filters: Filters,
         start = position or (_INT8_MIN, _TIME_MIN, _ID_MIN)
         if start[0] < rank_lo:
             start = (rank_lo, _TIME_MIN, _ID_MIN)
-    return {"buckets": list(range(bucket_count)), "state": table_state, "rank_lo": rank_lo, "rank_hi": rank_hi,
-            "after_rank": start[0], "after_time": start[1], "after_id": start[2], "scan": per_bucket}
+    return {
+        "buckets": list(range(bucket_count)),
+        "state": table_state,
+        "rank_lo": rank_lo,
+        "rank_hi": rank_hi,
+        "after_rank": start[0],
+        "after_time": start[1],
+        "after_id": start[2],
+        "scan": per_bucket,
+    }
 
 
 def _key(row: dict[str, Any]) -> tuple[int, dt.datetime, uuid.UUID]:
     return (row["rank"], row["exec_time"], row["id"])
 
 
-def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None = None, order: str = "asc",
-           after: str | None = None, limit: int = LIMIT_DEFAULT) -> Page:
+def browse(
+    store: TaskStore,
+    queue: str,
+    state: str,
+    *,
+    filters: Filters | None = None,
+    order: str = "asc",
+    after: str | None = None,
+    limit: int = LIMIT_DEFAULT,
+) -> Page:
     """One page of ``queue``'s tasks in ``state`` (see the module doc). InvalidInput for an unknown
     state or order, a bad filter or limit, or a malformed cursor, before anything is read."""
     filters = (filters or Filters()).validate()
@@ -244,8 +266,11 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
     params: dict[str, Any] = {"queue": queue, **filters.params(dt.datetime.now(dt.UTC))}
     capped = False
     if state in (TaskState.RUNNING, TaskState.EXPIRED):
-        rows = store.run(browse_operations.task_browse_leased({**params, "expired_only": state == TaskState.EXPIRED,
-                                                    "cap": LEASED_CAP}))
+        rows = store.run(
+            browse_operations.task_browse_leased(
+                {**params, "expired_only": state == TaskState.EXPIRED, "cap": LEASED_CAP}
+            )
+        )
         scanned = len(rows)
         capped = scanned >= LEASED_CAP
         hits = sorted((r for r in rows if r["hit"]), key=_key, reverse=descending)
@@ -256,13 +281,27 @@ def browse(store: TaskStore, queue: str, state: str, *, filters: Filters | None 
         next_key = _key(page_rows[-1]) if more else None
     else:
         page_rows, next_key, scanned = _scan_page(store, params, state, filters, position, descending, limit)
-    return Page(_details(store, page_rows), _cursor_text(next_key) if next_key else None, scanned, state, order,
-                limit, filters, capped)
+    return Page(
+        _details(store, page_rows),
+        _cursor_text(next_key) if next_key else None,
+        scanned,
+        state,
+        order,
+        limit,
+        filters,
+        capped,
+    )
 
 
-def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Filters,
-               position: tuple[int, dt.datetime, uuid.UUID] | None, descending: bool,
-               limit: int) -> tuple[list[dict[str, Any]], tuple[int, dt.datetime, uuid.UUID] | None, int]:
+def _scan_page(
+    store: TaskStore,
+    params: dict[str, Any],
+    state: str,
+    filters: Filters,
+    position: tuple[int, dt.datetime, uuid.UUID] | None,
+    descending: bool,
+    limit: int,
+) -> tuple[list[dict[str, Any]], tuple[int, dt.datetime, uuid.UUID] | None, int]:
     """Scan every bucket's span after ``position``; keep the hits no bucket's unread rest can come
     before (up to the *frontier*: the earliest last key among buckets whose scan was cut off), so
     no task is skipped; the next page starts after the last kept hit, or at the frontier."""
@@ -272,8 +311,11 @@ def _scan_page(store: TaskStore, params: dict[str, Any], state: str, filters: Fi
     by_bucket: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_bucket.setdefault(row["bucket"], []).append(row)
-    cut_off = [max(found, key=_key) if not descending else min(found, key=_key)
-               for found in by_bucket.values() if len(found) >= per_bucket]
+    cut_off = [
+        max(found, key=_key) if not descending else min(found, key=_key)
+        for found in by_bucket.values()
+        if len(found) >= per_bucket
+    ]
     frontier = None
     if cut_off:
         frontier = (max if descending else min)(_key(r) for r in cut_off)
@@ -297,14 +339,23 @@ def _details(store: TaskStore, keys: list[dict[str, Any]]) -> list[BrowsedTask]:
         row = found.get(key["id"])
         if row is None:  # finished or cancelled between the two reads
             continue
-        out.append(BrowsedTask(
-            id=str(row["id"]), queue=row["queue"], state=_shown_state(row), priority=row["priority"],
-            attempts=row["attempts"], max_attempts=row["max_attempts"], run_at=row["exec_time"],
-            created_at=row["created_at"],
-            lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
-            exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"], last_error=row["last_error"],
-            payload_bytes=row["payload_bytes"],
-        ))
+        out.append(
+            BrowsedTask(
+                id=str(row["id"]),
+                queue=row["queue"],
+                state=_shown_state(row),
+                priority=row["priority"],
+                attempts=row["attempts"],
+                max_attempts=row["max_attempts"],
+                run_at=row["exec_time"],
+                created_at=row["created_at"],
+                lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
+                exclusive_key=row["exclusive_key"],
+                dedupe_key=row["dedupe_key"],
+                last_error=row["last_error"],
+                payload_bytes=row["payload_bytes"],
+            )
+        )
     return out
 
 
@@ -333,8 +384,9 @@ def parse_ids(ids: Iterable[object]) -> list[uuid.UUID]:
 
 
 def _result(wanted: Sequence[uuid.UUID], changed: set[uuid.UUID]) -> ActionResult:
-    return ActionResult(tuple(str(i) for i in wanted if i in changed),
-                        tuple(str(i) for i in wanted if i not in changed))
+    return ActionResult(
+        tuple(str(i) for i in wanted if i in changed), tuple(str(i) for i in wanted if i not in changed)
+    )
 
 
 def run_now(store: TaskStore, queue: str, ids: Iterable[object]) -> ActionResult:
@@ -362,9 +414,11 @@ def requeue_expired(store: TaskStore, queue: str, ids: Iterable[object]) -> Acti
     expired = [
         Fenced(TaskKey(r["bucket"], r["queue"], r["rank"], r["exec_time"], r["id"]), r["lease_token"])
         for r in rows.values()
-        if r["queue"] == queue and r["state"] == TaskState.LEASED and r["lease_token"] is not None
-        and r["lease_expires_at"] is not None and r["lease_expires_at"] <= now
+        if r["queue"] == queue
+        and r["state"] == TaskState.LEASED
+        and r["lease_token"] is not None
+        and r["lease_expires_at"] is not None
+        and r["lease_expires_at"] <= now
     ]
     released = store.task_release_many(expired) if expired else set()
     return _result(wanted, released)
-

@@ -46,11 +46,28 @@ from shardq.sessions.session import Session
 from shardq.sql.plan import Call, single
 
 #: Tables ``shardq work`` reads and writes (those of them the engine's migrations create).
-WORKER_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_periodic", "shardq_slots",
-                 "shardq_rate_tokens", "shardq_leases", "shardq_buckets", "shardq_spark_runs", "shardq_spark_chunks",
-                 "shardq_spark_stages", "shardq_history", "shardq_attempts", "shardq_listeners",
-                 "shardq_workers", "shardq_stats_hourly", "shardq_workflows", "shardq_workflow_steps",
-                 "shardq_workflow_edges")
+WORKER_TABLES = (
+    "shardq_tasks",
+    "shardq_dead",
+    "shardq_queues",
+    "shardq_stats",
+    "shardq_periodic",
+    "shardq_slots",
+    "shardq_rate_tokens",
+    "shardq_leases",
+    "shardq_buckets",
+    "shardq_spark_runs",
+    "shardq_spark_chunks",
+    "shardq_spark_stages",
+    "shardq_history",
+    "shardq_attempts",
+    "shardq_listeners",
+    "shardq_workers",
+    "shardq_stats_hourly",
+    "shardq_workflows",
+    "shardq_workflow_steps",
+    "shardq_workflow_edges",
+)
 
 
 NOT_PLANNED = "not planned"
@@ -93,14 +110,21 @@ class Diagnosis:
         good = sum(c.ok for c in planned)
         designed = sum(c.ok and c.detail != "ok" for c in planned)
         if planned:
-            shown.append(f"{'ok  ' if good == len(planned) else 'FAIL'} plans: {good} of {len(planned)} statements "
-                         "planned without a full scan" + (f" ({designed} by design, above)" if designed else "")
-                         + ", a fan-out over buckets or an unbounded SKIP LOCKED")
+            shown.append(
+                f"{'ok  ' if good == len(planned) else 'FAIL'} plans: {good} of {len(planned)} statements "
+                "planned without a full scan"
+                + (f" ({designed} by design, above)" if designed else "")
+                + ", a fan-out over buckets or an unbounded SKIP LOCKED"
+            )
         return shown
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "engine": self.engine, "server": self.server,
-                "checks": [asdict(check) for check in self.checks]}
+        return {
+            "ok": self.ok,
+            "engine": self.engine,
+            "server": self.server,
+            "checks": [asdict(check) for check in self.checks],
+        }
 
 
 def diagnose(dsn: Dsn) -> Diagnosis:
@@ -134,11 +158,18 @@ def _session_checks(session: Session) -> list[Check]:
     read_only = str(row["read_only"]).lower() in ("on", "true")
     return [
         Check("session", "user", True, f"{row['user_name']} in schema {row['schema_name']}"),
-        Check("session", "default_transaction_read_only", not read_only,
-              "on: shardq could not write (ALTER ROLE … SET default_transaction_read_only = off)" if read_only
-              else "off"),
-        Check("session", "default_transaction_isolation", True,
-              f"{row['isolation']} (shardq pins the isolation it needs per transaction)"),
+        Check(
+            "session",
+            "default_transaction_read_only",
+            not read_only,
+            "on: shardq could not write (ALTER ROLE … SET default_transaction_read_only = off)" if read_only else "off",
+        ),
+        Check(
+            "session",
+            "default_transaction_isolation",
+            True,
+            f"{row['isolation']} (shardq pins the isolation it needs per transaction)",
+        ),
     ]
 
 
@@ -148,8 +179,14 @@ def _revision_check(session: Session) -> Check:
     def probe() -> Check:
         row = session.run(single(Call("doctor_schema_revision", rows="one")))
         found = row["version_num"] if row else None
-        return Check("schema", "revision", found == head,
-                     f"{found} (newest {head})" if found == head else f"{found or 'none'}, newest is {head}: run `shardq migrate`")
+        return Check(
+            "schema",
+            "revision",
+            found == head,
+            f"{found} (newest {head})"
+            if found == head
+            else f"{found or 'none'}, newest is {head}: run `shardq migrate`",
+        )
 
     try:
         return probe()
@@ -163,8 +200,14 @@ def _layout(session: Session, checks: list[Check]) -> ShardLayout | None:
     except DatabaseError as exc:
         checks.append(Check("layout", "buckets", False, str(exc).splitlines()[0]))
         return None
-    checks.append(Check("layout", "buckets", True, str(layout.bucket_count)
-                        + (f" (shrinking from {layout.resizing_from})" if layout.resizing_from else "")))
+    checks.append(
+        Check(
+            "layout",
+            "buckets",
+            True,
+            str(layout.bucket_count) + (f" (shrinking from {layout.resizing_from})" if layout.resizing_from else ""),
+        )
+    )
     if layout.shard_column is not None:
         checks.append(Check("layout", "shard column", True, layout.shard_column))
     return layout
@@ -174,28 +217,48 @@ def _privilege_checks(session: Session) -> list[Check]:
     def create() -> Check:
         row = session.run(single(Call("doctor_schema_create", rows="one")))
         allowed = bool(row and row["can_create"])
-        return Check("privileges", "migrate", allowed, "CREATE on the schema" if allowed
-                     else "no CREATE on the schema: `shardq migrate` cannot create or change tables")
+        return Check(
+            "privileges",
+            "migrate",
+            allowed,
+            "CREATE on the schema"
+            if allowed
+            else "no CREATE on the schema: `shardq migrate` cannot create or change tables",
+        )
 
     def work() -> Check:
         rows = session.run(single(Call("doctor_table_privileges", {"tables": list(WORKER_TABLES)})))
         if not rows:
             return Check("privileges", "work", False, "no shardq tables in this schema")
-        missing = [f"{row['table_name']} ({', '.join(p for p in ('select', 'insert', 'update', 'delete') if not row['can_' + p])})"
-                   for row in rows if not all(row["can_" + p] for p in ("select", "insert", "update", "delete"))]
-        return Check("privileges", "work", not missing, f"SELECT, INSERT, UPDATE, DELETE on {len(rows)} tables"
-                     if not missing else "missing on " + "; ".join(missing))
+        missing = [
+            f"{row['table_name']} ({', '.join(p for p in ('select', 'insert', 'update', 'delete') if not row['can_' + p])})"
+            for row in rows
+            if not all(row["can_" + p] for p in ("select", "insert", "update", "delete"))
+        ]
+        return Check(
+            "privileges",
+            "work",
+            not missing,
+            f"SELECT, INSERT, UPDATE, DELETE on {len(rows)} tables"
+            if not missing
+            else "missing on " + "; ".join(missing),
+        )
 
     def resize() -> Check:
         if "doctor_tasks_owned" in session.engine.statements():
             row = session.run(single(Call("doctor_tasks_owned", rows="one")))
             if not (row and row["owned"]):
-                return Check("privileges", "resize", False, "not the owner of shardq_tasks: `buckets resize` cannot alter it")
+                return Check(
+                    "privileges", "resize", False, "not the owner of shardq_tasks: `buckets resize` cannot alter it"
+                )
         jobs = session.run(session.engine.schema_jobs())
         return Check("privileges", "resize", True, f"allowed ({len(jobs)} schema change(s) of shardq_tasks running)")
 
-    return [_attempt("privileges", "migrate", create), _attempt("privileges", "work", work),
-            _attempt("privileges", "resize", resize)]
+    return [
+        _attempt("privileges", "migrate", create),
+        _attempt("privileges", "work", work),
+        _attempt("privileges", "resize", resize),
+    ]
 
 
 def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
@@ -217,6 +280,7 @@ def _plan_checks(session: Session, layout: ShardLayout) -> list[Check]:
             continue
         found = explain_checks.problems(engine, name, statement, plan, layout.bucket_count)
         design = None if found else explain_checks.by_design(engine, name, plan)
-        checks.append(Check("plans", name, not found, ", ".join(found) if found else f"ok: {design}" if design else "ok"))
+        checks.append(
+            Check("plans", name, not found, ", ".join(found) if found else f"ok: {design}" if design else "ok")
+        )
     return checks
-

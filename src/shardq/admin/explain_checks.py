@@ -95,19 +95,53 @@ WHOLE_TABLE_READS: dict[str, WholeTableRead] = {
 
 
 _BY_TYPE: dict[str, Any] = {
-    "UUID": uuid.UUID(int=1), "INT": 0, "INT2": 0, "INT4": 0, "INT8": 0, "BIGINT": 0, "FLOAT8": 1.0,
-    "TEXT": "default", "STRING": "default", "BYTEA": b"x", "BYTES": b"x", "TIMESTAMPTZ": _NOW, "BOOL": False,
+    "UUID": uuid.UUID(int=1),
+    "INT": 0,
+    "INT2": 0,
+    "INT4": 0,
+    "INT8": 0,
+    "BIGINT": 0,
+    "FLOAT8": 1.0,
+    "TEXT": "default",
+    "STRING": "default",
+    "BYTEA": b"x",
+    "BYTES": b"x",
+    "TIMESTAMPTZ": _NOW,
+    "BOOL": False,
 }
 
 
 #: Values of parameters the SQL does not cast, by name.
 VALUES_BY_NAME: dict[str, Any] = {
-    "after": 0, "backlog_rank": RANK_BACKLOG, "scheduled_rank": RANK_SCHEDULED, "backoff_base": 1.0,
-    "backoff_cap": 60.0, "bucket": 0, "bucket_count": 16, "cap": 100, "chunk": 0, "chunks": 1, "merged": 0,
-    "exclusive_latest_only": None, "id": uuid.UUID(int=1), "lease_seconds": 30.0, "limit": 100,
-    "max_attempts": MAX_ATTEMPTS_DEFAULT, "name": "doctor", "paused_dequeue": None, "paused_enqueue": None,
-    "queue": "default", "rank_cap": 4, "resizing_from": None, "retry_jitter": None, "run_id": "doctor",
-    "scheme": "doctor", "slot": 0, "stage": "shardq_stage_doctor", "states": ["ready"], "timeout_clear": False,
+    "after": 0,
+    "backlog_rank": RANK_BACKLOG,
+    "scheduled_rank": RANK_SCHEDULED,
+    "backoff_base": 1.0,
+    "backoff_cap": 60.0,
+    "bucket": 0,
+    "bucket_count": 16,
+    "cap": 100,
+    "chunk": 0,
+    "chunks": 1,
+    "merged": 0,
+    "exclusive_latest_only": None,
+    "id": uuid.UUID(int=1),
+    "lease_seconds": 30.0,
+    "limit": 100,
+    "max_attempts": MAX_ATTEMPTS_DEFAULT,
+    "name": "doctor",
+    "paused_dequeue": None,
+    "paused_enqueue": None,
+    "queue": "default",
+    "rank_cap": 4,
+    "resizing_from": None,
+    "retry_jitter": None,
+    "run_id": "doctor",
+    "scheme": "doctor",
+    "slot": 0,
+    "stage": "shardq_stage_doctor",
+    "states": ["ready"],
+    "timeout_clear": False,
 }
 
 
@@ -123,8 +157,12 @@ def planned(engine: Engine) -> dict[str, Statement]:
     chosen = {}
     for name, statement in sorted(engine.statements().items()):
         keyword = _first_keyword(statement.text)
-        if (keyword in _PLANNED_KEYWORDS and statement.slots <= {"shard_col"}
-                and name not in engine.statements_needing_internals and not name.startswith("doctor_")):
+        if (
+            keyword in _PLANNED_KEYWORDS
+            and statement.slots <= {"shard_col"}
+            and name not in engine.statements_needing_internals
+            and not name.startswith("doctor_")
+        ):
             chosen[name] = statement
     return chosen
 
@@ -150,9 +188,16 @@ def problems(engine: Engine, name: str, statement: Statement, plan: str, bucket_
     whole = engine.explain_tables_read_whole(plan) - allowed
     if whole:
         named = sorted(table for table in whole if table)
-        found.append("full scan" + (f" of {', '.join(named)}" if named else "")
-                     + ("; planned without table statistics (run `ANALYZE <table>` or let the cluster "
-                        "collect them, then check again)" if engine.explain_without_statistics(plan) else ""))
+        found.append(
+            "full scan"
+            + (f" of {', '.join(named)}" if named else "")
+            + (
+                "; planned without table statistics (run `ANALYZE <table>` or let the cluster "
+                "collect them, then check again)"
+                if engine.explain_without_statistics(plan)
+                else ""
+            )
+        )
     if "bucket" in example_values(statement) and engine.explain_fans_out(plan, bucket_count):
         found.append("fans out over buckets")
     if "SKIP LOCKED" in statement.text.upper() and engine.explain_skip_locked_unbounded(plan):
@@ -175,4 +220,3 @@ def _first_keyword(text: str) -> str:
         if stripped and not stripped.startswith("--"):
             return stripped.split(None, 1)[0].upper().rstrip("(")
     return ""
-

@@ -45,4 +45,3 @@ def rate_text(per_second: float) -> str:
     if per_second >= 10:
         return f"{per_second:.0f}/s"
     return f"{per_second:.2f}/s"
-

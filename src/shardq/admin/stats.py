@@ -157,8 +157,9 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
     oldest: dict[str, dt.datetime] = {}
     for row in depth:
         name, bucket = row["queue"], int(row["bucket"])
-        per_queue[name][bucket] = BucketDepth(row["ready"], row["scheduled"], row["leased"], row["backlog"],
-                                              row["expired"], row["waiting"])
+        per_queue[name][bucket] = BucketDepth(
+            row["ready"], row["scheduled"], row["leased"], row["backlog"], row["expired"], row["waiting"]
+        )
         for count in ("ready", "scheduled", "leased", "expired", "backlog", "waiting"):
             if row[f"{count}_capped"]:
                 capped[name].add(count)
@@ -212,4 +213,3 @@ def collect_plan(options: StatsOptions, *, rng: random.Random | None = None) -> 
         buckets_counted=buckets,
         window_s=window_s,
     )
-

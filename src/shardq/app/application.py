@@ -156,8 +156,9 @@ class AppTask(Deferral[P, R]):
         """Run the function for a claimed task (the worker's side)."""
         if self.pass_context:
             durable = DurableRun(handle, self.version, lambda: self.app.client, self.app.async_client)
-            context = TaskContext(handle.id, handle.queue, handle.attempt, self.name, handle.created_at, handle,
-                                  durable)
+            context = TaskContext(
+                handle.id, handle.queue, handle.attempt, self.name, handle.created_at, handle, durable
+            )
             return self.function(context, **arguments)
         return self.function(**arguments)
 
@@ -233,11 +234,22 @@ class App:
         def declare(fn: Callable[..., Any]) -> AppTask[Any, Any]:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if not task_name or len(task_name) > validation.QUEUE_NAME_MAX:
-                raise InvalidInput(f"task name {task_name[:60]!r}… has {len(task_name)} characters, at most "
-                                   f"{validation.QUEUE_NAME_MAX}: give a shorter name=")
-            declared: AppTask[Any, Any] = AppTask(self, fn, name=task_name, queue=queue, priority=priority,
-                               max_attempts=max_attempts, pass_context=pass_context, timeout=timeout,
-                               result=validation.flag(result, "result"), version=_version(version))
+                raise InvalidInput(
+                    f"task name {task_name[:60]!r}… has {len(task_name)} characters, at most "
+                    f"{validation.QUEUE_NAME_MAX}: give a shorter name="
+                )
+            declared: AppTask[Any, Any] = AppTask(
+                self,
+                fn,
+                name=task_name,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                pass_context=pass_context,
+                timeout=timeout,
+                result=validation.flag(result, "result"),
+                version=_version(version),
+            )
             with self._lock:
                 if task_name in self.tasks:
                     raise InvalidInput(f"a task named {task_name!r} is already declared")
@@ -267,9 +279,19 @@ class App:
             if not isinstance(task, AppTask):
                 raise InvalidInput("@app.periodic goes above @app.task (it schedules a declared task)")
             fixed = dict(args or {})
-            schedule = Schedule(name or task.name, task.name, task.queue, cron=cron, every=every, args=fixed, tz=tz,
-                                catch_up=catch_up, priority=task.priority, max_attempts=task.max_attempts,
-                                takes_timestamp=takes_timestamp(task.function, fixed)).validate(task.check_arguments)
+            schedule = Schedule(
+                name or task.name,
+                task.name,
+                task.queue,
+                cron=cron,
+                every=every,
+                args=fixed,
+                tz=tz,
+                catch_up=catch_up,
+                priority=task.priority,
+                max_attempts=task.max_attempts,
+                takes_timestamp=takes_timestamp(task.function, fixed),
+            ).validate(task.check_arguments)
             with self._lock:
                 if schedule.name in self.schedules:
                     raise InvalidInput(f"a schedule named {schedule.name!r} is already declared (give name=)")
@@ -321,8 +343,7 @@ class App:
         instrument = instrumentation.active
         if instrument is None:
             return call()
-        return instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,
-                                  carrier=trace)()
+        return instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle, carrier=trace)()
 
     @property
     def has_async(self) -> bool:
@@ -345,8 +366,9 @@ class App:
             call = keeping_result(call, declared.is_async)
         instrument = instrumentation.active
         if instrument is not None:
-            call = instrument.running(call, is_async=declared.is_async, task=declared.name, handle=handle,
-                                      carrier=trace)
+            call = instrument.running(
+                call, is_async=declared.is_async, task=declared.name, handle=handle, carrier=trace
+            )
         return call, declared.is_async, declared.timeout
 
     def _run_step(self, declared: AppTask[Any, Any], handle: Task, arguments: dict[str, Any]) -> object:
@@ -373,8 +395,7 @@ class App:
         if not chosen:
             raise InvalidInput("the app declares no tasks: nothing to work on")
         options.setdefault("periodic", not until_empty)
-        return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False,
-                                **options)
+        return self.client.work(chosen, self, until_empty=until_empty, install_signal_handlers=False, **options)
 
     def _drop_ended_loops(self) -> None:
         """Release the asyncio clients of event loops that have ended (they cannot be used or
@@ -413,4 +434,3 @@ def load_app(spec: str) -> App:
     if not isinstance(found, App):
         raise InvalidInput(f"{spec!r} is a {type(found).__name__}, not a shardq.App")
     return found
-

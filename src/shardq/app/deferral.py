@@ -288,8 +288,9 @@ class Deferral(Generic[P, R]):
                 return await self._defer_many_async(calls, trace)
         return await self._defer_many_async(calls, None)
 
-    async def _defer_many_async(self, calls: list[Mapping[str, Any]],
-                                trace: Mapping[str, str] | None) -> list[str | None]:
+    async def _defer_many_async(
+        self, calls: list[Mapping[str, Any]], trace: Mapping[str, str] | None
+    ) -> list[str | None]:
         tasks = [self._new_task(arguments, trace) for arguments in calls]
         client = await self.enqueuer.async_client()
         result = await client.send(self.queue, tasks, connection=self.connection)
@@ -318,4 +319,3 @@ def _ids_in_order(tasks: list[NewTask], result: EnqueueResult) -> list[str | Non
         else:
             ids.append(None)
     return ids
-

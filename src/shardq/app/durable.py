@@ -53,8 +53,13 @@ class DurableRun:
     """The durable state of one run of one task: its recorded steps (read on first use) and the
     index of the next durable call. Its methods are reached through :class:`shardq.TaskContext`."""
 
-    def __init__(self, handle: Task, version: str | None,
-                 client: Callable[[], Client], async_client: Callable[[], Awaitable[AsyncClient]]) -> None:
+    def __init__(
+        self,
+        handle: Task,
+        version: str | None,
+        client: Callable[[], Client],
+        async_client: Callable[[], Awaitable[AsyncClient]],
+    ) -> None:
         self.handle = handle
         self.version = version
         self._client = client
@@ -78,8 +83,11 @@ class DurableRun:
     def _loaded(self, rows: list[plans.RecordedStep]) -> Plan[None]:
         """Keep ``rows`` as the recorded steps, or forget them (fenced) when they were recorded
         under another version than the task declares now."""
-        if rows and (self.version is not None or any(r.version is not None for r in rows)) and any(
-                r.version != self.version for r in rows):
+        if (
+            rows
+            and (self.version is not None or any(r.version is not None for r in rows))
+            and any(r.version != self.version for r in rows)
+        ):
             yield from plans.steps_clear(self.fenced)
             rows = []
         self._steps = rows
@@ -104,8 +112,10 @@ class DurableRun:
             return None
         found = self._steps[idx]
         if found.name != name:
-            raise StepMismatch(f"task {self.handle.id}: durable step {idx} is now {name!r} but was recorded as "
-                               f"{found.name!r} (declare a new version= to start such tasks afresh)")
+            raise StepMismatch(
+                f"task {self.handle.id}: durable step {idx} is now {name!r} but was recorded as "
+                f"{found.name!r} (declare a new version= to start such tasks afresh)"
+            )
         return found
 
     # -- step ---------------------------------------------------------------------------------
@@ -173,8 +183,9 @@ class DurableRun:
         return plan, Parked(wake_at, f"sleeping until {wake_at.isoformat()}")
 
     def _record_sleep(self, wake_at: dt.datetime) -> Plan[None]:
-        yield from plans.step_record(self.fenced, self.next, SLEEP_STEP, json.dumps(wake_at.isoformat()),
-                                     self.version, wake_at)
+        yield from plans.step_record(
+            self.fenced, self.next, SLEEP_STEP, json.dumps(wake_at.isoformat()), self.version, wake_at
+        )
         self._done(SLEEP_STEP, json.dumps(wake_at.isoformat()))
 
     def sleep_until(self, when: dt.datetime) -> None:

@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 from shardq.errors import InvalidHandler
 
-_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_SPEC = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
 
 
 def load_handler(spec: str) -> Callable[..., object]:
@@ -20,8 +22,10 @@ def load_handler(spec: str) -> Callable[..., object]:
     clear line."""
     target = load_attribute(spec, "handler", "function")
     if inspect.isclass(target):
-        raise InvalidHandler(f"handler {spec!r} is a class, not a function (give a function of one task, "
-                             "sync or async, or an instance with __call__)")
+        raise InvalidHandler(
+            f"handler {spec!r} is a class, not a function (give a function of one task, "
+            "sync or async, or an instance with __call__)"
+        )
     if not callable(target):
         raise InvalidHandler(f"handler {spec!r} is a {type(target).__name__}, not a function")
     return target
@@ -51,4 +55,3 @@ def load_attribute(spec: str, what: str = "handler", kind: str = "function") -> 
 def noop(task: object) -> None:
     """A handler that does nothing (benchmarks, demos)."""
     return None
-

@@ -50,8 +50,13 @@ class WorkflowHandle(str):
     _client: Callable[[], Client]
     _async_client: AsyncClientSource | None
 
-    def __new__(cls, workflow_id: str, task_ids: dict[str, str], client: Callable[[], Client],
-                async_client: AsyncClientSource | None = None) -> WorkflowHandle:
+    def __new__(
+        cls,
+        workflow_id: str,
+        task_ids: dict[str, str],
+        client: Callable[[], Client],
+        async_client: AsyncClientSource | None = None,
+    ) -> WorkflowHandle:
         handle = super().__new__(cls, workflow_id)
         handle.task_ids = task_ids
         handle._client = client
@@ -82,8 +87,13 @@ class WorkflowHandle(str):
 class Workflow:
     """A workflow being declared; see the module documentation."""
 
-    def __init__(self, name: str, client: Callable[[], Client], declared: Callable[[str], bool],
-                 async_client: AsyncClientSource | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        client: Callable[[], Client],
+        declared: Callable[[str], bool],
+        async_client: AsyncClientSource | None = None,
+    ) -> None:
         if not isinstance(name, str) or not name or len(name) > validation.QUEUE_NAME_MAX:
             raise InvalidInput(f"a workflow name must have 1 to {validation.QUEUE_NAME_MAX} characters")
         self.graph = Graph(name)
@@ -93,8 +103,9 @@ class Workflow:
         self._names: set[str] = set()
         self._next_suffix: dict[str, int] = {}  # per task: the first ``-N`` not tried yet
 
-    def add(self, call: StepCall, *, after: Iterable[str] | str = (), name: str | None = None,
-            on_failure: bool = False) -> str:
+    def add(
+        self, call: StepCall, *, after: Iterable[str] | str = (), name: str | None = None, on_failure: bool = False
+    ) -> str:
         """Add one step (a task's ``.step(**arguments)``) after the steps named in ``after``;
         ``on_failure=True``: it runs only if one of them died. Returns its name."""
         if not isinstance(call, StepCall):
@@ -102,8 +113,18 @@ class Workflow:
         parents = (after,) if isinstance(after, str) else tuple(after)
         step_name = name if name is not None else self._free_name(call.task)
         self._names.add(step_name)
-        self.graph.add(StepSpec(step_name, call.task, call.payload, call.queue, call.priority, call.max_attempts,
-                                parents, validation.flag(on_failure, "on_failure")))
+        self.graph.add(
+            StepSpec(
+                step_name,
+                call.task,
+                call.payload,
+                call.queue,
+                call.priority,
+                call.max_attempts,
+                parents,
+                validation.flag(on_failure, "on_failure"),
+            )
+        )
         return step_name
 
     def chain(self, *calls: StepCall, after: Iterable[str] | str = ()) -> list[str]:
@@ -158,4 +179,3 @@ class Workflow:
             n += 1
         self._next_suffix[task] = n + 1
         return f"{task}-{n}"
-

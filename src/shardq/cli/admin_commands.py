@@ -15,14 +15,32 @@ def _echo_json(data) -> None:
 
 def _stats_options(function):
     """Options shared by `stats` and `top`."""
-    for option in reversed([
-        click.option("--window", "window_minutes", type=int, default=5, show_default=True, metavar="MINUTES",
-                     help="Rates over the current minute and this many full minutes before it."),
-        click.option("--bucket-cap", type=int, default=10_000, show_default=True, metavar="N",
-                     help="Rows counted at most per queue, bucket and state; a count that reaches it shows as >=N."),
-        click.option("--current", is_flag=True,
-                     help="CockroachDB: read the current state instead of a follower read (~5 s old, never blocks claimers)."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--window",
+                "window_minutes",
+                type=int,
+                default=5,
+                show_default=True,
+                metavar="MINUTES",
+                help="Rates over the current minute and this many full minutes before it.",
+            ),
+            click.option(
+                "--bucket-cap",
+                type=int,
+                default=10_000,
+                show_default=True,
+                metavar="N",
+                help="Rows counted at most per queue, bucket and state; a count that reaches it shows as >=N.",
+            ),
+            click.option(
+                "--current",
+                is_flag=True,
+                help="CockroachDB: read the current state instead of a follower read (~5 s old, never blocks claimers).",
+            ),
+        ]
+    ):
         function = option(function)
     return function
 
@@ -38,11 +56,15 @@ def _fetcher(ctx, window_minutes: int, bucket_cap: int, current: bool):
 
 
 @cli.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --watch: one JSON object per line).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (with --watch: one JSON object per line)."
+)
 @click.option("--per-bucket", is_flag=True, help="JSON: add each queue's depth per bucket.")
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="SECONDS")
-@click.option("--iterations", type=click.IntRange(min=1), default=None, metavar="N", help="With --watch: stop after N snapshots.")
+@click.option(
+    "--iterations", type=click.IntRange(min=1), default=None, metavar="N", help="With --watch: stop after N snapshots."
+)
 @_stats_options
 @click.pass_context
 def stats(ctx, as_json, per_bucket, watch, interval, iterations, window_minutes, bucket_cap, current) -> None:
@@ -60,15 +82,22 @@ def stats(ctx, as_json, per_bucket, watch, interval, iterations, window_minutes,
         _echo_json(fetch().as_json(per_bucket=per_bucket))
         return
     if watch:
-        dashboard.run_live(fetch, lambda s, error: dashboard.stats_view(s), interval=interval,
-                           iterations=iterations, keys=False)
+        dashboard.run_live(
+            fetch, lambda s, error: dashboard.stats_view(s), interval=interval, iterations=iterations, keys=False
+        )
         return
     dashboard.make_console().print(dashboard.stats_view(fetch()))
 
 
 @cli.command("top")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="SECONDS",
-              help="Seconds between refreshes.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between refreshes.",
+)
 @click.option("--iterations", type=click.IntRange(min=1), default=None, metavar="N", help="Stop after N frames.")
 @_stats_options
 @click.pass_context
@@ -79,8 +108,10 @@ def top(ctx, interval, iterations, window_minutes, bucket_cap, current) -> None:
 
     fetch = _fetcher(ctx, window_minutes, bucket_cap, current)
     dashboard.run_live(
-        fetch, lambda s, error: dashboard.dashboard(s, interval=interval, error=error),
-        interval=interval, iterations=iterations,
+        fetch,
+        lambda s, error: dashboard.dashboard(s, interval=interval, error=error),
+        interval=interval,
+        iterations=iterations,
     )
 
 
@@ -98,11 +129,19 @@ def dead_list(ctx, queue, as_json, limit) -> None:
     """Dead tasks of QUEUE, oldest first."""
     tasks = client_from(ctx).dead_tasks(queue, limit=limit)
     if as_json:
-        _echo_json([
-            {"id": t.id, "queue": t.queue, "attempts": t.attempts, "last_error": t.last_error,
-             "died_at": t.died_at.isoformat(), "payload": t.payload.decode("utf-8", "replace")}
-            for t in tasks
-        ])
+        _echo_json(
+            [
+                {
+                    "id": t.id,
+                    "queue": t.queue,
+                    "attempts": t.attempts,
+                    "last_error": t.last_error,
+                    "died_at": t.died_at.isoformat(),
+                    "payload": t.payload.decode("utf-8", "replace"),
+                }
+                for t in tasks
+            ]
+        )
         return
     for t in tasks:
         click.echo(f"{t.id}  attempts={t.attempts}  died={t.died_at:%Y-%m-%d %H:%M:%S}  {t.last_error or ''}")
@@ -146,9 +185,11 @@ def buckets_show(ctx, as_json) -> None:
         _echo_json(report.as_json())
         return
     layout = report.layout
-    click.echo(f"{report.dialect}: {layout.bucket_count} buckets"
-               + (f", shard column {layout.shard_column}" if layout.shard_column else "")
-               + (f", resizing from {layout.resizing_from}" if layout.resizing_from is not None else ""))
+    click.echo(
+        f"{report.dialect}: {layout.bucket_count} buckets"
+        + (f", shard column {layout.shard_column}" if layout.shard_column else "")
+        + (f", resizing from {layout.resizing_from}" if layout.resizing_from is not None else "")
+    )
     for job in report.schema_jobs:
         done = "" if job.fraction_completed is None else f" {job.fraction_completed:.0%}"
         click.echo(f"  resize in progress: job {job.job_id} {job.status}{done}: {job.description}")
@@ -158,8 +199,9 @@ def buckets_show(ctx, as_json) -> None:
 
 @buckets.command("resize")
 @click.argument("count", type=int)
-@click.option("--batch", type=int, default=1000, show_default=True,
-              help="Rows moved per statement (PostgreSQL shrink).")
+@click.option(
+    "--batch", type=int, default=1000, show_default=True, help="Rows moved per statement (PostgreSQL shrink)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (no progress display).")
 @click.pass_context
 def buckets_resize(ctx, count, batch, as_json) -> None:

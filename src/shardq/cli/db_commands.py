@@ -46,7 +46,9 @@ def db_url() -> None:
 
 
 @cli.command("migrate")
-@click.option("--buckets", type=int, default=16, show_default=True, help="Bucket count when the tasks table is created.")
+@click.option(
+    "--buckets", type=int, default=16, show_default=True, help="Bucket count when the tasks table is created."
+)
 @click.option("--down", is_flag=True, help="Revert every shardq migration (drops the tables).")
 @click.pass_context
 def migrate(ctx: click.Context, buckets: int, down: bool) -> None:
@@ -61,13 +63,24 @@ def migrate(ctx: click.Context, buckets: int, down: bool) -> None:
         click.echo(f"migrated {result.before or 'empty'} -> {result.after} on {result.dialect} ({buckets} buckets)")
     else:
         click.echo(f"already at {result.after} on {result.dialect}")
-    if result.buckets_ignored and not down and ctx.get_parameter_source("buckets") is click.core.ParameterSource.COMMANDLINE:
-        click.echo("note: the tasks table already exists; use `shardq buckets resize N` to change the bucket count", err=True)
+    if (
+        result.buckets_ignored
+        and not down
+        and ctx.get_parameter_source("buckets") is click.core.ParameterSource.COMMANDLINE
+    ):
+        click.echo(
+            "note: the tasks table already exists; use `shardq buckets resize N` to change the bucket count", err=True
+        )
 
 
 @cli.command("doctor")
-@click.option("--dsn", "dsn_option", default=None, metavar="URL",
-              help="The database to check (default: the global --dsn, $SHARDQ_DSN, else the embedded PostgreSQL).")
+@click.option(
+    "--dsn",
+    "dsn_option",
+    default=None,
+    metavar="URL",
+    help="The database to check (default: the global --dsn, $SHARDQ_DSN, else the embedded PostgreSQL).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
 @click.pass_context
 def doctor(ctx: click.Context, dsn_option: str | None, as_json: bool) -> None:

@@ -78,9 +78,10 @@ def record_start(task: Task) -> None:
         directory = os.environ.get(RESULTS_ENV)
         if not directory:
             raise ShardqError(f"{RESULTS_ENV} is not set: this handler only runs inside `shardq demo`")
-        _record_fd = os.open(os.path.join(directory, f"starts-{os.getpid()}"),
-                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    index = int(task.payload[len(PAYLOAD_PREFIX):])
+        _record_fd = os.open(
+            os.path.join(directory, f"starts-{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+    index = int(task.payload[len(PAYLOAD_PREFIX) :])
     line = f"{index} {task.attempt} {task.created_at.timestamp():.6f} {time.time():.6f}\n"
     os.write(_record_fd, line.encode())
 
@@ -166,8 +167,15 @@ def run_demo(
     return report
 
 
-def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill_one: bool, report_progress: Progress,
-              timeout_seconds: float | None) -> None:
+def _pipeline(
+    report: DemoReport,
+    dsn: Dsn,
+    results: Path,
+    logs: IO[bytes],
+    kill_one: bool,
+    report_progress: Progress,
+    timeout_seconds: float | None,
+) -> None:
     from shardq.spark.jdbc import spark_session
     from shardq.spark.job import enqueue_dataframe
     from shardq.spark.options import WriteOptions
@@ -178,12 +186,25 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
     services: list[subprocess.Popen] = []  # the reaper
     deadline = time.monotonic() + (timeout_seconds or max(150.0, tasks / 1000))
     try:
-        worker_args = ("work", queue, "--handler", "shardq.cli.demo:record_start", "--concurrency", "4",
-                       "--batch", "100", "--lease", str(LEASE_SECONDS), "--grace", "5")
+        worker_args = (
+            "work",
+            queue,
+            "--handler",
+            "shardq.cli.demo:record_start",
+            "--concurrency",
+            "4",
+            "--batch",
+            "100",
+            "--lease",
+            str(LEASE_SECONDS),
+            "--grace",
+            "5",
+        )
         for _ in range(report.workers):
             processes.append(subprocess.Popen(_cli(*worker_args), env=env, stdout=logs, stderr=logs))
-        services.append(subprocess.Popen(_cli("reap", "--interval", str(REAP_INTERVAL_SECONDS)), env=env,
-                                         stdout=logs, stderr=logs))
+        services.append(
+            subprocess.Popen(_cli("reap", "--interval", str(REAP_INTERVAL_SECONDS)), env=env, stdout=logs, stderr=logs)
+        )
 
         report_progress("spark", 0, 1)
         with _stderr_to(logs):  # the JVM's own notices (it keeps this stderr): processes.log
@@ -191,11 +212,13 @@ def _pipeline(report: DemoReport, dsn: Dsn, results: Path, logs: IO[bytes], kill
         report_progress("spark", 1, 1)
         from pyspark.sql import functions as F
 
-        df = spark.range(tasks).select(F.concat(F.lit(PAYLOAD_PREFIX.decode()), F.col("id").cast("string"))
-                                       .alias("payload"))
+        df = spark.range(tasks).select(
+            F.concat(F.lit(PAYLOAD_PREFIX.decode()), F.col("id").cast("string")).alias("payload")
+        )
         started = time.perf_counter()
-        result = enqueue_dataframe(df, queue, run_id=f"{queue}-run", dsn=dsn, progress=report_progress,
-                                   options=WriteOptions(partitions=2))
+        result = enqueue_dataframe(
+            df, queue, run_id=f"{queue}-run", dsn=dsn, progress=report_progress, options=WriteOptions(partitions=2)
+        )
         report.enqueue_seconds = time.perf_counter() - started
         report.writer = result.writer
         if result.enqueued != tasks:
@@ -288,4 +311,3 @@ def _read_results(results: Path, report: DemoReport, drained_at: float) -> None:
         report.latency_p50 = _percentile(latencies, 0.50)
         report.latency_p99 = _percentile(latencies, 0.99)
         report.drain_seconds = max(drained_at - min(b for _, b in first_start.values()), 1e-9)
-

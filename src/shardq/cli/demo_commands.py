@@ -26,8 +26,14 @@ def demo(ctx, tasks, workers, no_kill) -> None:
 
     console = Console()
     labels = {"spark": "start Spark", "write": "Spark → tasks", "merge": "merge chunks", "drain": "drain"}
-    with Progress(TextColumn("{task.description:>16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not sys.stdout.isatty()) as bar:
+    with Progress(
+        TextColumn("{task.description:>16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not sys.stdout.isatty(),
+    ) as bar:
         lines: dict[str, int] = {}
 
         def progress(phase: str, done: int, total: int) -> None:
@@ -38,8 +44,9 @@ def demo(ctx, tasks, workers, no_kill) -> None:
                 lines[phase] = bar.add_task(labels.get(phase, phase), total=total)
             bar.update(TaskID(lines[phase]), completed=done, total=total)
 
-        report = run_demo(tasks=tasks or TASKS_DEFAULT, workers=workers, dsn=dsn_from(ctx), kill_one=not no_kill,
-                          progress=progress)
+        report = run_demo(
+            tasks=tasks or TASKS_DEFAULT, workers=workers, dsn=dsn_from(ctx), kill_one=not no_kill, progress=progress
+        )
 
     def ms(value):
         return "-" if value is None else f"{value * 1000:,.0f} ms"
@@ -50,20 +57,32 @@ def demo(ctx, tasks, workers, no_kill) -> None:
     table.add_column("value", justify="right")
     table.add_column("what it means")
     table.add_row("enqueued by", report.writer or "-", writers.get(report.writer, "nothing was written"))
-    table.add_row("enqueue rate", f"{report.enqueue_rate:,.0f} tasks/s  ({report.enqueue_seconds:.1f} s)",
-                  "DataFrame → committed tasks")
-    table.add_row("drain rate", f"{report.drain_rate:,.0f} tasks/s  ({report.drain_seconds:.1f} s)",
-                  "first start → queue empty")
-    table.add_row("backlog wait p50", ms(report.latency_p50),
-                  "commit → first start; all tasks come at once, so the backlog's wait, not a queue latency")
+    table.add_row(
+        "enqueue rate",
+        f"{report.enqueue_rate:,.0f} tasks/s  ({report.enqueue_seconds:.1f} s)",
+        "DataFrame → committed tasks",
+    )
+    table.add_row(
+        "drain rate", f"{report.drain_rate:,.0f} tasks/s  ({report.drain_seconds:.1f} s)", "first start → queue empty"
+    )
+    table.add_row(
+        "backlog wait p50",
+        ms(report.latency_p50),
+        "commit → first start; all tasks come at once, so the backlog's wait, not a queue latency",
+    )
     table.add_row("backlog wait p99", ms(report.latency_p99), "the same, 99th percentile")
     table.add_row("killed worker", str(report.killed_worker or "-"), "SIGKILLed at 40 % done")
-    table.add_row("returned by the reaper", f"{report.came_back:,}", "ran again (attempt ≥ 2) after their lease expired")
+    table.add_row(
+        "returned by the reaper", f"{report.came_back:,}", "ran again (attempt ≥ 2) after their lease expired"
+    )
     table.add_row("starts beyond the first", f"{report.started_twice:,}", "repeats: delivery is at-least-once")
     table.add_row("dead letters", f"{report.dead:,}", "failed for good (0 expected)")
     table.add_row("never started / left", f"{report.never_started:,} / {report.left_in_queue:,}", "0 / 0 expected")
-    table.add_row("result", "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]",
-                  "all started, queue empty, no dead letters")
+    table.add_row(
+        "result",
+        "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]",
+        "all started, queue empty, no dead letters",
+    )
     console.print(table)
     for problem in report.problems:
         click.echo(f"shardq demo: {problem}", err=True)

@@ -13,8 +13,9 @@ from shardq.cli.group import cli, client_from
 @click.argument("task_id")
 @click.argument("name")
 @click.argument("payload", required=False)
-@click.option("--key", default=None, metavar="KEY",
-              help="Idempotency key: sending again with the same key sends nothing twice.")
+@click.option(
+    "--key", default=None, metavar="KEY", help="Idempotency key: sending again with the same key sends nothing twice."
+)
 @click.pass_context
 def signal(ctx, task_id, name, payload, key) -> None:
     """Send signal NAME with an optional JSON PAYLOAD (default null) to the live task TASK_ID."""
@@ -27,5 +28,8 @@ def signal(ctx, task_id, name, payload, key) -> None:
         except ValueError as exc:
             raise InvalidInput(f"the payload is not JSON: {exc}") from None
     sent = client_from(ctx).signal(task_id, name, value, key=key)
-    click.echo(f"signal {name!r} sent to task {task_id}" if sent else
-               f"signal {name!r} with that key was already sent to task {task_id}")
+    click.echo(
+        f"signal {name!r} sent to task {task_id}"
+        if sent
+        else f"signal {name!r} with that key was already sent to task {task_id}"
+    )

@@ -73,12 +73,22 @@ def _first_line(text: str) -> str:
 
 
 @click.group(cls=ShardqGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--dsn", envvar="SHARDQ_DSN", default=None, metavar="URL",
-              help="Database URL (postgresql:// or cockroachdb://). Default: $SHARDQ_DSN, else the embedded PostgreSQL.")
+@click.option(
+    "--dsn",
+    envvar="SHARDQ_DSN",
+    default=None,
+    metavar="URL",
+    help="Database URL (postgresql:// or cockroachdb://). Default: $SHARDQ_DSN, else the embedded PostgreSQL.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
-              show_default=True, help="info: retries, dead letters, reaper runs; debug: every task event.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+    help="info: retries, dead letters, reaper runs; debug: every task event.",
+)
 @click.pass_context
 def cli(ctx: click.Context, dsn: str | None, debug: bool, log_json: bool, log_level: str) -> None:
     """shardq: a task queue stored in SQL tables."""
@@ -103,4 +113,3 @@ def dsn_from(ctx: click.Context):
     from shardq.sessions.dsn import resolve_dsn
 
     return resolve_dsn(ctx.find_root().obj["dsn"])
-

@@ -38,13 +38,17 @@ def task(ctx, task_id, as_json) -> None:
     click.echo(f"{status.id}: {state}")
     if status.state == "unknown":
         return
-    click.echo(f"  queue {status.queue}, task {status.task or '-'}, enqueued {_when(status.created_at)}, "
-               f"attempts {status.attempts}, run time {_seconds(status.total_run_seconds)}")
+    click.echo(
+        f"  queue {status.queue}, task {status.task or '-'}, enqueued {_when(status.created_at)}, "
+        f"attempts {status.attempts}, run time {_seconds(status.total_run_seconds)}"
+    )
     if status.finished_at is not None:
         click.echo(f"  finished {_when(status.finished_at)}")
     for a in status.history:
-        click.echo(f"  attempt {a.attempt}: {a.outcome}, ended {_when(a.ended_at)}, ran {_seconds(a.run_seconds)}"
-                   + (f": {a.error.splitlines()[0] if a.error.strip() else ''}" if a.error else ""))
+        click.echo(
+            f"  attempt {a.attempt}: {a.outcome}, ended {_when(a.ended_at)}, ran {_seconds(a.run_seconds)}"
+            + (f": {a.error.splitlines()[0] if a.error.strip() else ''}" if a.error else "")
+        )
     if status.last_error and not status.history:
         click.echo(f"  last error: {status.last_error.splitlines()[0] if status.last_error.strip() else ''}")
     if status.result is not None:
@@ -88,7 +92,9 @@ def _after(text: str | None) -> tuple[dt.datetime, uuid.UUID] | None:
 @cli.command("history")
 @click.argument("queue")
 @click.option("--state", type=click.Choice(["succeeded", "dead", "cancelled"]), help="Only tasks that ended so.")
-@click.option("--since", metavar="WHEN", help="Only tasks finished since: a duration back (30m, 12h, 7d) or an ISO time.")
+@click.option(
+    "--since", metavar="WHEN", help="Only tasks finished since: a duration back (30m, 12h, 7d) or an ISO time."
+)
 @click.option("--limit", type=int, default=50, show_default=True, help="Tasks per page (at most 1000).")
 @click.option("--after", metavar="CURSOR", help="The next page: the cursor the previous page printed.")
 @click.option("--json", "as_json", is_flag=True)

@@ -39,10 +39,11 @@ def configure_logging(*, debug: bool = False, json_lines: bool = False, level: s
     """Send the ``shardq`` loggers to stderr at ``level`` (one of :data:`LEVELS`; default warning,
     debug with ``debug``), as plain lines or JSON lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonLines() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger("shardq")
     root.handlers[:] = [handler]
     chosen = "debug" if debug else (level or "warning")
     root.setLevel(getattr(logging, chosen.upper()))
     root.propagate = False
-

@@ -15,21 +15,54 @@ from shardq.worker import config as worker_config
 @click.argument("queue")
 @click.argument("payload", required=False)
 @click.option("--lines", is_flag=True, help="Read one task payload per line of standard input.")
-@click.option("--delay", type=float, default=None, metavar="SECONDS", help="Run no earlier than this many seconds from now.")
+@click.option(
+    "--delay", type=float, default=None, metavar="SECONDS", help="Run no earlier than this many seconds from now."
+)
 @click.option("--dedupe-key", default=None, metavar="KEY", help="Skip if a live task of the queue has this key.")
 @click.option("--max-attempts", type=int, default=None, help="Attempts before dead-lettering (default: the queue's).")
 @click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
-@click.option("--key", "exclusive_key", default=None, metavar="KEY",
-              help="Exclusive key: at most one task of the queue with this key runs at a time.")
-@click.option("--concurrency-key", default=None, metavar="KEY",
-              help="Concurrency key: at most the queue's limit for this key run at a time (queue key-limit).")
-@click.option("--debounce", type=float, default=None, metavar="SECONDS",
-              help="With --dedupe-key: replace the key's waiting task; it runs once the key was quiet this long.")
-@click.option("--throttle", type=float, default=None, metavar="SECONDS",
-              help="With --dedupe-key: enqueue the key's first task in each window this long, drop the rest.")
+@click.option(
+    "--key",
+    "exclusive_key",
+    default=None,
+    metavar="KEY",
+    help="Exclusive key: at most one task of the queue with this key runs at a time.",
+)
+@click.option(
+    "--concurrency-key",
+    default=None,
+    metavar="KEY",
+    help="Concurrency key: at most the queue's limit for this key run at a time (queue key-limit).",
+)
+@click.option(
+    "--debounce",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --dedupe-key: replace the key's waiting task; it runs once the key was quiet this long.",
+)
+@click.option(
+    "--throttle",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --dedupe-key: enqueue the key's first task in each window this long, drop the rest.",
+)
 @click.pass_context
-def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priority, exclusive_key,
-            concurrency_key, debounce, throttle) -> None:
+def enqueue(
+    ctx,
+    queue,
+    payload,
+    lines,
+    delay,
+    dedupe_key,
+    max_attempts,
+    priority,
+    exclusive_key,
+    concurrency_key,
+    debounce,
+    throttle,
+) -> None:
     """Enqueue PAYLOAD (or standard input) into QUEUE; print how many were enqueued."""
     from shardq.errors import InvalidInput
     from shardq.models.tasks import NewTask
@@ -45,8 +78,17 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
     else:
         payloads = [sys.stdin.buffer.read()]
     tasks = [
-        NewTask(p, delay=delay, dedupe_key=dedupe_key, max_attempts=max_attempts, priority=priority,
-                exclusive_key=exclusive_key, concurrency_key=concurrency_key, debounce=debounce, throttle=throttle)
+        NewTask(
+            p,
+            delay=delay,
+            dedupe_key=dedupe_key,
+            max_attempts=max_attempts,
+            priority=priority,
+            exclusive_key=exclusive_key,
+            concurrency_key=concurrency_key,
+            debounce=debounce,
+            throttle=throttle,
+        )
         for p in payloads
     ]
     result = client_from(ctx).enqueue_many(queue, tasks)
@@ -69,40 +111,137 @@ def enqueue(ctx, queue, payload, lines, delay, dedupe_key, max_attempts, priorit
 
 @cli.command("work")
 @click.argument("queues", nargs=-1)
-@click.option("--handler", "handler_spec", default=None, metavar="MODULE:FUNCTION", help="The function called with each task.")
-@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
-              help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).")
-@click.option("--concurrency", type=int, default=worker_config.CONCURRENCY_DEFAULT, show_default=True,
-              help="Handlers running at once (threads for sync handlers, coroutines for async ones).")
-@click.option("--share", "shares", multiple=True, metavar="QUEUE=N",
-              help="N of the handlers for QUEUE alone (repeatable); queues without a share use the rest.")
-@click.option("--batch", type=int, default=worker_config.BATCH_DEFAULT, show_default=True, help="Tasks per claim statement.")
-@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Lease per claim, at least 1 (default: each queue's setting).")
-@click.option("--grace", type=float, default=worker_config.GRACE_SECONDS_DEFAULT, show_default=True, metavar="SECONDS", help="How long running tasks may finish after SIGTERM.")
+@click.option(
+    "--handler", "handler_spec", default=None, metavar="MODULE:FUNCTION", help="The function called with each task."
+)
+@click.option(
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE:APP",
+    help="A shardq.App: run its tasks by name (QUEUES default to every queue its tasks use).",
+)
+@click.option(
+    "--concurrency",
+    type=int,
+    default=worker_config.CONCURRENCY_DEFAULT,
+    show_default=True,
+    help="Handlers running at once (threads for sync handlers, coroutines for async ones).",
+)
+@click.option(
+    "--share",
+    "shares",
+    multiple=True,
+    metavar="QUEUE=N",
+    help="N of the handlers for QUEUE alone (repeatable); queues without a share use the rest.",
+)
+@click.option(
+    "--batch", type=int, default=worker_config.BATCH_DEFAULT, show_default=True, help="Tasks per claim statement."
+)
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Lease per claim, at least 1 (default: each queue's setting).",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=worker_config.GRACE_SECONDS_DEFAULT,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long running tasks may finish after SIGTERM.",
+)
 @click.option("--heartbeat", is_flag=True, help="Renew leases of running tasks automatically.")
-@click.option("--until-empty", is_flag=True,
-              help="Exit 0 once a full round finds nothing due, nothing is in flight and no lease has expired.")
-@click.option("--sweep/--no-sweep", default=True, show_default=True,
-              help="Return crashed workers' expired leases to the queue (each worker a share; no reaper needed).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
-              help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).")
-@click.option("--metrics-host", default="0.0.0.0", show_default=True, metavar="ADDRESS",
-              help="Address the metrics endpoint listens on.")
-@click.option("--statement-timeout", type=float, default=worker_config.STATEMENT_TIMEOUT_DEFAULT, show_default=True, metavar="SECONDS",
-              help="The server cancels a statement after this long (then retried with backoff); 0: no limit.")
-@click.option("--listen/--no-listen", default=True, show_default=True,
-              help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.")
-@click.option("--timeout", type=float, default=None, metavar="SECONDS",
-              help="Execution timeout for tasks whose task and queue set none (default: no limit).")
-@click.option("--periodic/--no-periodic", default=True, show_default=True,
-              help="With --app: take the due slots of the app's periodic tasks.")
-@click.option("--max-abandoned", type=int, default=None, metavar="N",
-              help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).")
-@click.option("--gc-tuning/--no-gc-tuning", default=True, show_default=True,
-              help="Raise the garbage collector's youngest threshold while working (see shardq.worker.collector).")
+@click.option(
+    "--until-empty",
+    is_flag=True,
+    help="Exit 0 once a full round finds nothing due, nothing is in flight and no lease has expired.",
+)
+@click.option(
+    "--sweep/--no-sweep",
+    default=True,
+    show_default=True,
+    help="Return crashed workers' expired leases to the queue (each worker a share; no reaper needed).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port (0: any free port; the URL is printed on stderr).",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    metavar="ADDRESS",
+    help="Address the metrics endpoint listens on.",
+)
+@click.option(
+    "--statement-timeout",
+    type=float,
+    default=worker_config.STATEMENT_TIMEOUT_DEFAULT,
+    show_default=True,
+    metavar="SECONDS",
+    help="The server cancels a statement after this long (then retried with backoff); 0: no limit.",
+)
+@click.option(
+    "--listen/--no-listen",
+    default=True,
+    show_default=True,
+    help="PostgreSQL: when idle, wake on producers' NOTIFY instead of waiting for the next poll.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Execution timeout for tasks whose task and queue set none (default: no limit).",
+)
+@click.option(
+    "--periodic/--no-periodic",
+    default=True,
+    show_default=True,
+    help="With --app: take the due slots of the app's periodic tasks.",
+)
+@click.option(
+    "--max-abandoned",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Exit 1 once N sync handler threads were left running past their timeouts (default: 2 × concurrency).",
+)
+@click.option(
+    "--gc-tuning/--no-gc-tuning",
+    default=True,
+    show_default=True,
+    help="Raise the garbage collector's youngest threshold while working (see shardq.worker.collector).",
+)
 @click.pass_context
-def work(ctx, queues, handler_spec, app_spec, concurrency, shares, batch, lease, grace, heartbeat, until_empty, sweep,
-         metrics_port, metrics_host, statement_timeout, listen, timeout, periodic, max_abandoned, gc_tuning) -> None:
+def work(
+    ctx,
+    queues,
+    handler_spec,
+    app_spec,
+    concurrency,
+    shares,
+    batch,
+    lease,
+    grace,
+    heartbeat,
+    until_empty,
+    sweep,
+    metrics_port,
+    metrics_host,
+    statement_timeout,
+    listen,
+    timeout,
+    periodic,
+    max_abandoned,
+    gc_tuning,
+) -> None:
     """Run HANDLER (or an app's tasks) over tasks of QUEUES until stopped (SIGTERM/SIGINT stop
     gracefully)."""
     from shardq.cli.run_worker import EarlySignals, run_worker
@@ -134,10 +273,22 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, shares, batch, lease,
         client_from(ctx),
         list(queues),
         handler,
-        dict(concurrency=concurrency, batch=batch, lease_seconds=lease, grace_seconds=grace,
-             heartbeat=heartbeat, until_empty=until_empty, statement_timeout=statement_timeout or None,
-             listen=listen, timeout=timeout, max_abandoned=max_abandoned, periodic=periodic, sweep=sweep,
-             gc_tuning=gc_tuning, shares=share_pairs or None),
+        dict(
+            concurrency=concurrency,
+            batch=batch,
+            lease_seconds=lease,
+            grace_seconds=grace,
+            heartbeat=heartbeat,
+            until_empty=until_empty,
+            statement_timeout=statement_timeout or None,
+            listen=listen,
+            timeout=timeout,
+            max_abandoned=max_abandoned,
+            periodic=periodic,
+            sweep=sweep,
+            gc_tuning=gc_tuning,
+            shares=share_pairs or None,
+        ),
         progress=sys.stdout.isatty(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
@@ -151,16 +302,25 @@ def work(ctx, queues, handler_spec, app_spec, concurrency, shares, batch, lease,
         + (f", claims refused by a limit {stats.throttled}" if stats.throttled else "")
     )
     if stats.abandoned_limit_reached:
-        click.echo(f"shardq work: stopped after {stats.abandoned} handler threads were left running past their "
-                   "timeouts; restart the worker", err=True)
+        click.echo(
+            f"shardq work: stopped after {stats.abandoned} handler threads were left running past their "
+            "timeouts; restart the worker",
+            err=True,
+        )
         ctx.exit(1)
 
 
 @cli.command("reap")
 @click.option("--once", is_flag=True, help="One pass over every bucket, then exit.")
 @click.option("--interval", type=float, default=5.0, show_default=True, metavar="SECONDS", help="Pause between passes.")
-@click.option("--statement-timeout", type=float, default=30.0, show_default=True, metavar="SECONDS",
-              help="The server cancels a statement after this long (the pass is retried with backoff); 0: no limit.")
+@click.option(
+    "--statement-timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The server cancels a statement after this long (the pass is retried with backoff); 0: no limit.",
+)
 @click.pass_context
 def reap(ctx, once, interval, statement_timeout) -> None:
     """Return expired leases to their queues (or to the dead letters)."""

@@ -13,7 +13,9 @@ def _limits(settings, usage) -> str:
     parts = []
     if settings.concurrency_limit is not None:
         in_use = usage.get(settings.name, (0, 0))[0] if usage is not None else None
-        parts.append(f"concurrency {settings.concurrency_limit}" + (f" ({in_use} in use)" if in_use is not None else ""))
+        parts.append(
+            f"concurrency {settings.concurrency_limit}" + (f" ({in_use} in use)" if in_use is not None else "")
+        )
     if settings.rate_limit is not None:
         parts.append(f"rate {settings.rate_limit}/s (burst {settings.burst})")
     return ", " + ", ".join(parts) if parts else ""
@@ -28,13 +30,18 @@ def _print(settings, usage=None) -> None:
         f"dequeue {'paused' if settings.paused_dequeue else 'open'}"
         + (f", timeout {settings.timeout_seconds:g}s" if settings.timeout_seconds is not None else "")
         + _limits(settings, usage)
-        + (f", keeps finished tasks {_duration(settings.keep_finished_seconds)}"
-           if settings.keep_finished_seconds else "")
+        + (
+            f", keeps finished tasks {_duration(settings.keep_finished_seconds)}"
+            if settings.keep_finished_seconds
+            else ""
+        )
         + (", keeps results" if settings.results_kept else "")
     )
     if settings.keep_results and not settings.results_kept:
-        click.echo(f"  note: {settings.name} keeps results only while it keeps finished tasks "
-                   "(--keep-finished DURATION); it keeps none now")
+        click.echo(
+            f"  note: {settings.name} keeps results only while it keeps finished tasks "
+            "(--keep-finished DURATION); it keeps none now"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -85,23 +92,46 @@ def _usage_json(settings, usage) -> dict:
 @click.option("--max-attempts", type=int, help="Attempts before dead-lettering (new tasks).")
 @click.option("--backoff-base", type=float, help="First retry delay, seconds (doubles each attempt).")
 @click.option("--backoff-cap", type=float, help="Longest retry delay, seconds.")
-@click.option("--jitter", "retry_jitter", type=float, help="Share of the delay drawn at random, 0..1 (1 = full jitter).")
-@click.option("--timeout", "timeout_seconds", type=float,
-              help="Execution timeout, seconds: a task running longer fails its attempt (over a worker's --timeout).")
+@click.option(
+    "--jitter", "retry_jitter", type=float, help="Share of the delay drawn at random, 0..1 (1 = full jitter)."
+)
+@click.option(
+    "--timeout",
+    "timeout_seconds",
+    type=float,
+    help="Execution timeout, seconds: a task running longer fails its attempt (over a worker's --timeout).",
+)
 @click.option("--no-timeout", "timeout_clear", is_flag=True, default=None, help="Remove the queue's timeout.")
-@click.option("--latest-only/--keep-all", "exclusive_latest_only", default=None,
-              help="Keep only the newest backlog entry per exclusive key.")
-@click.option("--concurrency", type=int, metavar="N",
-              help="At most N tasks of the queue run at once across all workers (0 removes the limit).")
-@click.option("--rate", type=int, metavar="R",
-              help="At most R task starts per second across all workers (0 removes the limit).")
+@click.option(
+    "--latest-only/--keep-all",
+    "exclusive_latest_only",
+    default=None,
+    help="Keep only the newest backlog entry per exclusive key.",
+)
+@click.option(
+    "--concurrency",
+    type=int,
+    metavar="N",
+    help="At most N tasks of the queue run at once across all workers (0 removes the limit).",
+)
+@click.option(
+    "--rate", type=int, metavar="R", help="At most R task starts per second across all workers (0 removes the limit)."
+)
 @click.option("--burst", type=int, metavar="B", help="With --rate: up to B starts at once (default R).")
-@click.option("--keep-finished", "keep_finished", metavar="DURATION",
-              help="Keep finished tasks (succeeded, dead, cancelled) in the history this long: 90, 30m, 12h, 7d "
-                   "(0: not kept, the default).")
-@click.option("--keep-results/--no-keep-results", "keep_results", default=None,
-              help="Keep every succeeded task's JSON-encoded return value with its history row, as "
-                   "@app.task(result=True) does (needs --keep-finished).")
+@click.option(
+    "--keep-finished",
+    "keep_finished",
+    metavar="DURATION",
+    help="Keep finished tasks (succeeded, dead, cancelled) in the history this long: 90, 30m, 12h, 7d "
+    "(0: not kept, the default).",
+)
+@click.option(
+    "--keep-results/--no-keep-results",
+    "keep_results",
+    default=None,
+    help="Keep every succeeded task's JSON-encoded return value with its history row, as "
+    "@app.task(result=True) does (needs --keep-finished).",
+)
 @click.pass_context
 def queue_set(ctx, name, keep_finished, **changes) -> None:
     """Change settings of queue NAME (created with defaults if new)."""

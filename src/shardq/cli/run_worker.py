@@ -106,4 +106,3 @@ def _run_with_progress(worker: Worker, install_signal_handlers: bool = True) -> 
             return worker.run(install_signal_handlers=install_signal_handlers)
         finally:
             done.set()
-

@@ -70,13 +70,16 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
     ``expired`` one when some queue holds leases that ran out (not running: waiting for a sweep), and
     ``slots`` (held / limit) and ``throttled`` (refused claims in the window) when some queue
     has a flow limit)."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                  collapse_padding=True)
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True
+    )
     backlogs = any(q.backlog for q in stats.queues.values())
     waiting = any(q.waiting for q in stats.queues.values())
     limited = any(q.concurrency_limit is not None or q.rate_limit is not None for q in stats.queues.values())
     expired = any(q.expired for q in stats.queues.values())
-    columns = ["queue", "ready", "sched", "leased"] + (["expired"] if expired else []) + (["backlog"] if backlogs else [])
+    columns = (
+        ["queue", "ready", "sched", "leased"] + (["expired"] if expired else []) + (["backlog"] if backlogs else [])
+    )
     columns += ["waiting"] if waiting else []
     columns += ["dead", "oldest", "in/s", "done/s", "fail/s", "lead time"]
     if limited:
@@ -95,16 +98,21 @@ def queues_table(stats: Stats, *, wide: bool = False, title: str | None = None) 
             count_text(q.ready, q.accuracy_of("ready")),
             count_text(q.scheduled, q.accuracy_of("scheduled")),
             count_text(q.leased, q.accuracy_of("leased")),
-            *([Text(count_text(q.expired, q.accuracy_of("expired")), style="yellow" if q.expired else "")]
-              if expired else []),
+            *(
+                [Text(count_text(q.expired, q.accuracy_of("expired")), style="yellow" if q.expired else "")]
+                if expired
+                else []
+            ),
             *([count_text(q.backlog, q.accuracy_of("backlog"))] if backlogs else []),
             *([count_text(q.waiting, q.accuracy_of("waiting"))] if waiting else []),
             Text(count_text(q.dead, q.accuracy_of("dead")), style="red" if q.dead else ""),
             duration_text(q.oldest_ready_age_s),
             rate_text(q.enqueue_rate),
             rate_text(q.completion_rate),
-            Text(rate_text(q.failure_rate) + (f" {q.failure_ratio:.0%}" if failing else ""),
-                 style="yellow" if failing else ""),
+            Text(
+                rate_text(q.failure_rate) + (f" {q.failure_ratio:.0%}" if failing else ""),
+                style="yellow" if failing else "",
+            ),
             _lead(q, q.lead_time_s),
         ]
         if limited:
@@ -151,13 +159,13 @@ def buckets_view(stats: Stats) -> RenderableType:
     if peak and mean:
         worst = max(depth, key=lambda bucket: depth[bucket])
         summary += f"; skew max/mean {peak / mean:.2f} (bucket {worst})"
-    capped = stats.bucket_cap is not None and any(
-        max(r, s, line) >= stats.bucket_cap for r, s, line in totals.values()
-    )
+    capped = stats.bucket_cap is not None and any(max(r, s, line) >= stats.bucket_cap for r, s, line in totals.values())
     if capped:
         summary += f"; counts capped at {stats.bucket_cap:,} per bucket and queue"
     if len(totals) > BUCKET_TABLE_MAX:
-        strip = "".join(BARS[0 if not peak else max(1 if v else 0, round(v / peak * (len(BARS) - 1)))] for v in depth.values())
+        strip = "".join(
+            BARS[0 if not peak else max(1 if v else 0, round(v / peak * (len(BARS) - 1)))] for v in depth.values()
+        )
         return Group(Text(summary, style="bold"), Text(strip or "(none)"))
     table = Table(pad_edge=False, box=None)
     for column in ("bucket", "ready", "sched", "leased", ""):
@@ -304,4 +312,3 @@ def iterate(fetch: Callable[[], Stats], *, interval: float, iterations: int | No
                 time.sleep(interval)
     except KeyboardInterrupt:
         return
-

@@ -64,8 +64,14 @@ def lifespan(tasks: App, inner: Lifespan | None = None) -> Lifespan:
     return run
 
 
-def dashboard(tasks: App, token: str, *, read_token: str | None = None, stats_options: StatsOptions | None = None,
-              refresh_seconds: float = 2.0) -> Any:
+def dashboard(
+    tasks: App,
+    token: str,
+    *,
+    read_token: str | None = None,
+    stats_options: StatsOptions | None = None,
+    refresh_seconds: float = 2.0,
+) -> Any:
     """The web dashboard of ``tasks``' database (its periodic schedules on the Periodic page), to
     mount under a prefix. ``token`` (at least 16 characters) and ``read_token`` (optional, sees
     everything and changes nothing) as for ``shardq web``; ``stats_options`` and
@@ -74,5 +80,11 @@ def dashboard(tasks: App, token: str, *, read_token: str | None = None, stats_op
     from shardq.web.auth import resolve_token
 
     checked, _ = resolve_token(token, "127.0.0.1")
-    return create_app(tasks.client, checked, read_token=read_token, stats_options=stats_options,
-                      refresh_seconds=refresh_seconds, schedules=list(tasks.schedules.values()))
+    return create_app(
+        tasks.client,
+        checked,
+        read_token=read_token,
+        stats_options=stats_options,
+        refresh_seconds=refresh_seconds,
+        schedules=list(tasks.schedules.values()),
+    )

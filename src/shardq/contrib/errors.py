@@ -70,15 +70,18 @@ class FailureReporter(instrumentation.Instrument):
     def __init__(self, report: Report) -> None:
         self.report = report
 
-    def running(self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any,
-                carrier: Any) -> Callable[[], Any]:
+    def running(
+        self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any, carrier: Any
+    ) -> Callable[[], Any]:
         if is_async:
+
             async def run_async() -> Any:
                 try:
                     return await call()
                 except Exception as exc:
                     self._failed(exc, task, handle)
                     raise
+
             return run_async
 
         def run() -> Any:
@@ -87,6 +90,7 @@ class FailureReporter(instrumentation.Instrument):
             except Exception as exc:
                 self._failed(exc, task, handle)
                 raise
+
         return run
 
     def _failed(self, exc: Exception, task: str, handle: Any) -> None:
@@ -112,9 +116,18 @@ def to_logging(logger: logging.Logger = log) -> Report:
     """A report writing one ERROR record with ``exc_info`` and the failure as ``extra``."""
 
     def report(exc: BaseException, failure: Failure) -> None:
-        logger.error("task %s (%s on %s) failed on attempt %d of %d%s", failure.task_id, failure.task, failure.queue,
-                     failure.attempt, failure.max_attempts, "" if not failure.final else "; no attempt follows",
-                     exc_info=exc, extra=failure.as_dict())
+        logger.error(
+            "task %s (%s on %s) failed on attempt %d of %d%s",
+            failure.task_id,
+            failure.task,
+            failure.queue,
+            failure.attempt,
+            failure.max_attempts,
+            "" if not failure.final else "; no attempt follows",
+            exc_info=exc,
+            extra=failure.as_dict(),
+        )
+
     return report
 
 

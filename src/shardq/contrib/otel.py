@@ -78,8 +78,13 @@ from shardq.errors import Retry
 SYSTEM = "shardq"
 #: carrier key marking a context stored by a batch send (the worker links, not parents)
 BATCH_KEY = "shardq-batch"
-_SETTLE_NAMES = {"acked": "ack", "retried": "retry", "dead": "dead_letter", "lease_lost": "lease_lost",
-                 "released": "release"}
+_SETTLE_NAMES = {
+    "acked": "ack",
+    "retried": "retry",
+    "dead": "dead_letter",
+    "lease_lost": "lease_lost",
+    "released": "release",
+}
 # Process spans ended but not yet settled, by task id; bounded so a lost settle event cannot grow it.
 _PENDING_MAX = 100_000
 # (queue, task name) pairs whose shared span attributes are kept; more start the cache over.
@@ -92,18 +97,23 @@ _RETRIED = {"shardq.outcome": "retry"}
 class OpenTelemetry(instrumentation.Instrument):
     """The instrument :func:`instrument` installs (one tracer and one meter)."""
 
-    def __init__(self, tracer_provider: trace.TracerProvider | None = None,
-                 meter_provider: metrics.MeterProvider | None = None) -> None:
+    def __init__(
+        self, tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None
+    ) -> None:
         self.tracer = trace.get_tracer("shardq", tracer_provider=tracer_provider)
         meter = metrics.get_meter("shardq", meter_provider=meter_provider)
-        self.consumed = meter.create_counter("messaging.client.consumed.messages", unit="{message}",
-                                             description="Tasks claimed by this worker.")
-        self.process_seconds = meter.create_histogram("messaging.process.duration", unit="s",
-                                                      description="Time one task function took.")
-        self.claim_seconds = meter.create_histogram("messaging.client.operation.duration", unit="s",
-                                                    description="Time one claim statement took.")
-        self.settled = meter.create_counter("shardq.tasks.settled", unit="{message}",
-                                            description="Outcomes written, by outcome.")
+        self.consumed = meter.create_counter(
+            "messaging.client.consumed.messages", unit="{message}", description="Tasks claimed by this worker."
+        )
+        self.process_seconds = meter.create_histogram(
+            "messaging.process.duration", unit="s", description="Time one task function took."
+        )
+        self.claim_seconds = meter.create_histogram(
+            "messaging.client.operation.duration", unit="s", description="Time one claim statement took."
+        )
+        self.settled = meter.create_counter(
+            "shardq.tasks.settled", unit="{message}", description="Outcomes written, by outcome."
+        )
         # task id -> (process span context, end time in ns): a link and the start of its settle span
         self._pending: dict[str, tuple[trace.SpanContext, int]] = {}
         # per settler thread: (queue, outcome) -> what the batch being written settles
@@ -119,9 +129,13 @@ class OpenTelemetry(instrumentation.Instrument):
 
     @contextlib.contextmanager
     def sending(self, task: str, queue: str, count: int) -> Iterator[Mapping[str, str] | None]:
-        attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.name": "send",
-                                      "messaging.operation.type": "send", "messaging.destination.name": queue,
-                                      "shardq.task.name": task}
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": "send",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": queue,
+            "shardq.task.name": task,
+        }
         if count != 1:
             attributes["messaging.batch.message_count"] = count
         with self.tracer.start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes):
@@ -133,12 +147,14 @@ class OpenTelemetry(instrumentation.Instrument):
 
     # -- worker side -----------------------------------------------------------------------------
 
-    def running(self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any,
-                carrier: Mapping[str, str] | None) -> Callable[[], Any]:
+    def running(
+        self, call: Callable[[], Any], *, is_async: bool, task: str, handle: Any, carrier: Mapping[str, str] | None
+    ) -> Callable[[], Any]:
         # Written out rather than through context managers: this runs once per task, and each
         # generator-based layer (contextlib, start_as_current_span, use_span) costs microseconds a
         # no-op task notices (docs/otel-cost.md).
         if is_async:
+
             async def run_async() -> Any:
                 started = self._start(task, handle, carrier)
                 try:
@@ -148,6 +164,7 @@ class OpenTelemetry(instrumentation.Instrument):
                     raise
                 self._finish(started, None)
                 return result
+
             return run_async
 
         def run() -> Any:
@@ -159,6 +176,7 @@ class OpenTelemetry(instrumentation.Instrument):
                 raise
             self._finish(started, None)
             return result
+
         return run
 
     def _sender(self, carrier: Mapping[str, str] | None) -> tuple[Any, list[Link]]:
@@ -189,17 +207,24 @@ class OpenTelemetry(instrumentation.Instrument):
         if base is None:  # the attributes every task of this queue and name shares, built once
             if len(self._bases) >= _BASES_MAX:  # queues named per tenant or per run: start over
                 self._bases.clear()
-            base = self._bases[(queue, task)] = (f"process {queue}", {
-                "messaging.system": SYSTEM, "messaging.operation.name": "process",
-                "messaging.operation.type": "process", "messaging.destination.name": queue,
-                "shardq.task.name": task})
+            base = self._bases[(queue, task)] = (
+                f"process {queue}",
+                {
+                    "messaging.system": SYSTEM,
+                    "messaging.operation.name": "process",
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": queue,
+                    "shardq.task.name": task,
+                },
+            )
         name, shared = base
         attributes = {**shared, "messaging.message.id": task_id, "messaging.message.delivery_attempt": handle.attempt}
         spans = self._spans
         span = None if spans is None else spans.start(name, SpanKind.CONSUMER, parent, links, attributes)
         if span is None:
-            span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER, links=links,
-                                          attributes=attributes)
+            span = self.tracer.start_span(
+                name, context=parent, kind=SpanKind.CONSUMER, links=links, attributes=attributes
+            )
         token = context_api.attach(trace.set_span_in_context(span))
         return span, token, queue, task_id, time.perf_counter()
 
@@ -253,8 +278,12 @@ class OpenTelemetry(instrumentation.Instrument):
         the earliest of their ends to now."""
         settling = self._settling.__dict__.pop("batch", None)
         for (queue, name), items in (settling or {}).items():
-            attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.name": name,
-                                          "messaging.operation.type": "settle", "messaging.destination.name": queue}
+            attributes: dict[str, Any] = {
+                "messaging.system": SYSTEM,
+                "messaging.operation.name": name,
+                "messaging.operation.type": "settle",
+                "messaging.destination.name": queue,
+            }
             if len(items) == 1:
                 attributes["messaging.message.id"] = items[0][2]
             else:
@@ -263,15 +292,21 @@ class OpenTelemetry(instrumentation.Instrument):
             started = min(end for _c, end, _i in items)
             spans = self._spans
             if spans is not None:
-                span = spans.start(f"settle {queue}", SpanKind.CLIENT, _ROOT, spans.links_to(contexts), attributes,
-                                   started)
+                span = spans.start(
+                    f"settle {queue}", SpanKind.CLIENT, _ROOT, spans.links_to(contexts), attributes, started
+                )
                 if span is not None:
                     if not spans.end_unchanged(span, {}):  # unsampled, or the SDK's span after all
                         span.end()
                     continue
-            span = self.tracer.start_span(f"settle {queue}", context=_ROOT, kind=SpanKind.CLIENT,
-                                          links=[Link(context) for context in contexts], attributes=attributes,
-                                          start_time=started)
+            span = self.tracer.start_span(
+                f"settle {queue}",
+                context=_ROOT,
+                kind=SpanKind.CLIENT,
+                links=[Link(context) for context in contexts],
+                attributes=attributes,
+                start_time=started,
+            )
             span.end()
 
 
@@ -287,8 +322,9 @@ def _finished_spans(tracer: trace.Tracer) -> Any:
 _installed: OpenTelemetry | None = None
 
 
-def instrument(tracer_provider: trace.TracerProvider | None = None,
-               meter_provider: metrics.MeterProvider | None = None) -> OpenTelemetry:
+def instrument(
+    tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None
+) -> OpenTelemetry:
     """Install OpenTelemetry tracing and metrics for this process (the global providers unless
     given); a second call replaces the first. Returns the instrument."""
     global _installed

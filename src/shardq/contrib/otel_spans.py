@@ -65,10 +65,19 @@ class DeferredSpan(trace_api.Span):
     """The current span while a task runs: its context for children, the SDK's real span as soon
     as anything changes it (see the module doc)."""
 
-    def __init__(self, maker: FinishedSpans, name: str, kind: SpanKind, context: trace_api.SpanContext,
-                 parent: trace_api.SpanContext | None, parent_context: context_api.Context | None,
-                 attributes: Mapping[str, Any], links: Sequence[Link], end_metrics: Any,
-                 start_time: int | None) -> None:
+    def __init__(
+        self,
+        maker: FinishedSpans,
+        name: str,
+        kind: SpanKind,
+        context: trace_api.SpanContext,
+        parent: trace_api.SpanContext | None,
+        parent_context: context_api.Context | None,
+        attributes: Mapping[str, Any],
+        links: Sequence[Link],
+        end_metrics: Any,
+        start_time: int | None,
+    ) -> None:
         self._maker = maker
         self._name = name
         self._kind = kind
@@ -87,11 +96,20 @@ class DeferredSpan(trace_api.Span):
         if self.real is None:
             tracer = self._maker.tracer
             span = sdk_trace._Span(  # what Tracer.start_span makes
-                name=self._name, context=self._context, parent=self._parent, sampler=tracer.sampler,
-                resource=self._resource, attributes=self._attributes, span_processor=tracer.span_processor,
-                kind=self._kind, links=self._links, instrumentation_info=tracer.instrumentation_info,
-                limits=tracer._span_limits, instrumentation_scope=tracer._instrumentation_scope,
-                record_end_metrics=self._end_metrics)
+                name=self._name,
+                context=self._context,
+                parent=self._parent,
+                sampler=tracer.sampler,
+                resource=self._resource,
+                attributes=self._attributes,
+                span_processor=tracer.span_processor,
+                kind=self._kind,
+                links=self._links,
+                instrumentation_info=tracer.instrumentation_info,
+                limits=tracer._span_limits,
+                instrumentation_scope=tracer._instrumentation_scope,
+                record_end_metrics=self._end_metrics,
+            )
             span.start(start_time=self._start, parent_context=self._parent_context)
             self.real = span
         return self.real
@@ -102,12 +120,21 @@ class DeferredSpan(trace_api.Span):
         end = time_ns()
         tracer = self._maker.tracer
         self._end_metrics()
-        tracer.span_processor.on_end(sdk_trace.ReadableSpan(
-            name=self._name, context=self._context, parent=self._parent, resource=self._resource,
-            attributes={**self._attributes, **attributes}, kind=self._kind,
-            links=_kept(tracer._span_limits.max_links, self._links),
-            instrumentation_info=tracer.instrumentation_info, start_time=self._start, end_time=end,
-            instrumentation_scope=tracer._instrumentation_scope))
+        tracer.span_processor.on_end(
+            sdk_trace.ReadableSpan(
+                name=self._name,
+                context=self._context,
+                parent=self._parent,
+                resource=self._resource,
+                attributes={**self._attributes, **attributes},
+                kind=self._kind,
+                links=_kept(tracer._span_limits.max_links, self._links),
+                instrumentation_info=tracer.instrumentation_info,
+                start_time=self._start,
+                end_time=end,
+                instrumentation_scope=tracer._instrumentation_scope,
+            )
+        )
 
     # -- the API: reading is answered here, any change goes to the SDK's span ----------------------
 
@@ -135,8 +162,9 @@ class DeferredSpan(trace_api.Span):
     def set_status(self, status: Any, description: str | None = None) -> None:
         self.materialize().set_status(status, description)
 
-    def record_exception(self, exception: BaseException, attributes: Any = None, timestamp: int | None = None,
-                         escaped: bool = False) -> None:
+    def record_exception(
+        self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
         self.materialize().record_exception(exception, attributes, timestamp, escaped)
 
     def end(self, end_time: int | None = None) -> None:
@@ -157,9 +185,14 @@ class FinishedSpans:
     @classmethod
     def of(cls, tracer: Any) -> FinishedSpans | None:
         # The SDK whose start_span this repeats (written against 1.45: span metrics, tracer configs, random trace ids)
-        if type(tracer) is not sdk_trace.Tracer or not hasattr(TraceFlags, "RANDOM_TRACE_ID") or not all(
-                hasattr(tracer, name) for name in ("_span_limits", "_instrumentation_scope", "_tracer_metrics",
-                                                   "_is_enabled")):
+        if (
+            type(tracer) is not sdk_trace.Tracer
+            or not hasattr(TraceFlags, "RANDOM_TRACE_ID")
+            or not all(
+                hasattr(tracer, name)
+                for name in ("_span_limits", "_instrumentation_scope", "_tracer_metrics", "_is_enabled")
+            )
+        ):
             return None
         return cls(tracer)
 
@@ -170,8 +203,12 @@ class FinishedSpans:
         processors = processor._span_processors
         if processors is not self._checked:
             limits = self.tracer._span_limits
-            if not (all(type(p) in _INERT_AT_START for p in processors) and limits.max_span_attribute_length is None
-                    and limits.max_attribute_length is None and (limits.max_links is None or limits.max_links >= 1)):
+            if not (
+                all(type(p) in _INERT_AT_START for p in processors)
+                and limits.max_span_attribute_length is None
+                and limits.max_attribute_length is None
+                and (limits.max_links is None or limits.max_links >= 1)
+            ):
                 return False
             self._checked = processors
         return bool(self.tracer._is_enabled())
@@ -190,20 +227,29 @@ class FinishedSpans:
         once per carrier, not per task)."""
         limits = self.tracer._span_limits
         for link in links:
-            link._attributes = BoundedAttributes(limits.max_link_attributes, link.attributes,
-                                                 max_value_len=limits.max_attribute_length, immutable=True)
+            link._attributes = BoundedAttributes(
+                limits.max_link_attributes, link.attributes, max_value_len=limits.max_attribute_length, immutable=True
+            )
 
     def links_to(self, contexts: list[trace_api.SpanContext]) -> list[Link]:
         """Links without attributes to ``contexts`` (valid ones), as the SDK keeps them: its empty
         ``BoundedAttributes``, made once and shared (it is immutable) rather than once per link."""
         limits = self.tracer._span_limits
         if self._no_attributes is None or self._no_attributes.maxlen != limits.max_link_attributes:
-            self._no_attributes = BoundedAttributes(limits.max_link_attributes, None,
-                                                    max_value_len=limits.max_attribute_length, immutable=True)
+            self._no_attributes = BoundedAttributes(
+                limits.max_link_attributes, None, max_value_len=limits.max_attribute_length, immutable=True
+            )
         return [Link(context, self._no_attributes) for context in contexts]
 
-    def start(self, name: str, kind: SpanKind, parent_context: context_api.Context | None, links: list[Link],
-              attributes: dict[str, Any], start_time: int | None = None) -> trace_api.Span | None:
+    def start(
+        self,
+        name: str,
+        kind: SpanKind,
+        parent_context: context_api.Context | None,
+        links: list[Link],
+        attributes: dict[str, Any],
+        start_time: int | None = None,
+    ) -> trace_api.Span | None:
         """The span as ``Tracer.start_span`` would start it; None when this path would not be
         faithful (the caller then asks the SDK)."""
         if not self._faithful():
@@ -227,13 +273,19 @@ class FinishedSpans:
         flags = _SAMPLED if result.decision.is_sampled() else _NOT_SAMPLED
         if random:
             flags = TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID)
-        context = trace_api.SpanContext(trace_id, tracer.id_generator.generate_span_id(), is_remote=False,
-                                        trace_flags=flags, trace_state=result.trace_state)
+        context = trace_api.SpanContext(
+            trace_id,
+            tracer.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=flags,
+            trace_state=result.trace_state,
+        )
         end_metrics = tracer._tracer_metrics.start_span(parent, result.decision)
         if not result.decision.is_recording():
             return trace_api.NonRecordingSpan(context)
-        span = DeferredSpan(self, name, kind, context, parent, parent_context, result.attributes, links, end_metrics,
-                            start_time)
+        span = DeferredSpan(
+            self, name, kind, context, parent, parent_context, result.attributes, links, end_metrics, start_time
+        )
         if result.attributes != attributes:  # the sampler changed them: the SDK's span cleans them
             span.materialize()
         return span

@@ -179,8 +179,9 @@ class Engine(ABC):
         can give each its turn to be drained first."""
 
     @abstractmethod
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
-              durable: bool = True) -> Plan[list[ClaimedTask]]:
+    def claim(
+        self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *, durable: bool = True
+    ) -> Plan[list[ClaimedTask]]:
         """Lease up to ``limit`` ready tasks of ``queue`` from ``buckets`` (one group of
         :meth:`claim_groups`), one statement; returned in claim order (rank, then exec_time).
         Tasks of one bucket share one lease token. ``durable=False`` lets the engine commit the
@@ -192,8 +193,9 @@ class Engine(ABC):
     def promote_due(self, buckets: Sequence[int], queue: str, limit: int) -> Plan[int]:
         """Make due scheduled tasks of ``queue`` in ``buckets`` ready (one statement); how many."""
 
-    def steps_acked(self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
-                    parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
+    def steps_acked(
+        self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None, parents: bool = False
+    ) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
         """Inside the transaction of an ack that deleted the tasks ``task_ids``: their workflow steps
         still running, as (workflow id, step, child kinds, only child, task id, sole child's task
         id, only child's shard) (``workflow_steps_acked``).
@@ -226,16 +228,22 @@ class Engine(ABC):
         commit together; ``in_transaction``: the caller holds a transaction open for them (no
         transaction, nor savepoint, of the ack's own)."""
 
-    def ack_keys_kept(self, items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
-                      closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+    def ack_keys_kept(
+        self,
+        items: Sequence[Fenced],
+        records: Mapping[uuid.UUID, Finished],
+        closed_tokens: Iterable[uuid.UUID] = (),
+        notify: bool = False,
+    ) -> Plan[set[uuid.UUID]]:
         """:meth:`ack_keys` for a queue that keeps finished tasks: the same statement also writes
         the history row of each task it deleted (``records`` by id), and with ``notify`` wakes
         outcome waiters where the engine has notifications. Returns the ids deleted."""
         return common.ack_many_kept(items, records, closed_tokens, notify)
 
     @abstractmethod
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
-                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+    def ack_claims_kept(
+        self, claims: Sequence[WholeClaim], columns: SucceededColumns, notify: bool = False
+    ) -> Plan[set[uuid.UUID]]:
         """:meth:`ack_claims` recording each task deleted (see :meth:`ack_keys_kept`), its
         history columns in ``columns`` in the order of the claims' keys; returns the ids not
         deleted."""
@@ -245,9 +253,14 @@ class Engine(ABC):
         """Up to ``limit`` leased tasks of ``bucket`` whose lease has expired."""
         rows = yield Call("task_reap_candidates", {"bucket": bucket, "limit": limit})
         return [
-            ExpiredLease(TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
-                         row["attempts"], row["max_attempts"], row["lease_token"], row["exclusive_key"],
-                         row["workflow_id"])
+            ExpiredLease(
+                TaskKey(row["bucket"], row["queue"], row["rank"], row["exec_time"], row["id"]),
+                row["attempts"],
+                row["max_attempts"],
+                row["lease_token"],
+                row["exclusive_key"],
+                row["workflow_id"],
+            )
             for row in rows
         ]
 
@@ -282,8 +295,9 @@ class Engine(ABC):
 
     # -- EXPLAIN -----------------------------------------------------------------------------------
     @abstractmethod
-    def explain_query(self, text: str, params: Mapping[str, Any] | None,
-                      inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
+    def explain_query(
+        self, text: str, params: Mapping[str, Any] | None, inline: Callable[[str, Mapping[str, Any] | None], str]
+    ) -> tuple[str, Mapping[str, Any] | None]:
         """The SQL and parameters that ask for the EXPLAIN output of statement ``text`` with
         ``params``; ``inline`` renders values into the text as literals, for an engine that plans
         bound values differently from constants."""

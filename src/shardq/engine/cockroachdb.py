@@ -53,8 +53,14 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
     # CockroachDB runs a schema change atomically only alone (sqlalchemy-cockroachdb's
     # CockroachDBImpl sets transactional_ddl = False for the same reason); it has no heap pages
     # to fill.
-    ddl = Ddl(text="STRING", blob="BYTES", transactional=False, fillfactor=False, hash_sharded=True,
-              expression_predicates=False)
+    ddl = Ddl(
+        text="STRING",
+        blob="BYTES",
+        transactional=False,
+        fillfactor=False,
+        hash_sharded=True,
+        expression_predicates=False,
+    )
 
     supports_wakeups = False
     # Not tried on a server (none here): the staging path, whose statements the conformance suite
@@ -82,8 +88,9 @@ class CockroachDBEngine(CockroachDBOperations, Engine):
     # for an autocommit statement with bound values.
     explain_prefix = "EXPLAIN "
 
-    def explain_query(self, text: str, params: Mapping[str, Any] | None,
-                      inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
+    def explain_query(
+        self, text: str, params: Mapping[str, Any] | None, inline: Callable[[str, Mapping[str, Any] | None], str]
+    ) -> tuple[str, Mapping[str, Any] | None]:
         return self.explain_prefix + inline(text, params), None
 
     def explain_tables_read_whole(self, explain: str) -> set[str]:

@@ -69,12 +69,18 @@ class CockroachDBOperations:
         job's descriptor ids, so this reads on a session that opts in to internals
         (:class:`~shardq.sql.plan.WithInternals`); it is an operator's read (``buckets show``, a
         resize), never on a worker's path."""
+
         def read() -> Plan[list[SchemaJob]]:
             rows = yield Call("table_schema_jobs_running")
             return [
-                SchemaJob(job_id=int(row["job_id"]), job_type=row["job_type"], status=row["status"],
-                          fraction_completed=row["fraction_completed"], running_status=row["running_status"],
-                          description=row["description"])
+                SchemaJob(
+                    job_id=int(row["job_id"]),
+                    job_type=row["job_type"],
+                    status=row["status"],
+                    fraction_completed=row["fraction_completed"],
+                    running_status=row["running_status"],
+                    description=row["description"],
+                )
                 for row in rows
             ]
 
@@ -86,8 +92,9 @@ class CockroachDBOperations:
         # it returns (cockroachdb#121917): one bucket per claim statement.
         return _one_bucket_groups(visit_count)
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
-              durable: bool = True) -> Plan[list[ClaimedTask]]:
+    def claim(
+        self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *, durable: bool = True
+    ) -> Plan[list[ClaimedTask]]:
         """``task_claim_batch`` in the one bucket of ``buckets``. Always durable: a CockroachDB
         commit is replicated before it returns, and there is nothing to relax."""
         (bucket,) = buckets
@@ -112,15 +119,21 @@ class CockroachDBOperations:
         done = yield from ack_many(items, [c.token for c in claims])
         return {f.key.id for f in items if f.key.id not in done}
 
-    def ack_keys_kept(self, items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
-                      closed_tokens: Any = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+    def ack_keys_kept(
+        self,
+        items: Sequence[Fenced],
+        records: Mapping[uuid.UUID, Finished],
+        closed_tokens: Any = (),
+        notify: bool = False,
+    ) -> Plan[set[uuid.UUID]]:
         # No lease records, no notifications (waiters poll): only the tasks and their history.
         if not items:
             return set()
         return (yield from ack_many_kept(items, records))
 
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
-                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+    def ack_claims_kept(
+        self, claims: Sequence[WholeClaim], columns: SucceededColumns, notify: bool = False
+    ) -> Plan[set[uuid.UUID]]:
         """The per-key path, as :meth:`ack_claims` (the items in the claims' key order, as
         ``columns``)."""
         if not claims:
@@ -141,24 +154,34 @@ class CockroachDBOperations:
         out = []
         for queue in queues:
             for bucket in buckets:
-                row = yield Call("stats_depth_one", {"queue": queue, "bucket": bucket, "cap": cap, **RANKS},
-                                 rows="one")
+                row = yield Call("stats_depth_one", {"queue": queue, "bucket": bucket, "cap": cap, **RANKS}, rows="one")
                 assert row is not None
                 heads = []
                 after = -(2**63)
                 for _ in range(STATS_PRIORITIES_MAX):
-                    head = yield Call("stats_ready_head_after", {"queue": queue, "bucket": bucket, "after": after},
-                                      rows="one")
+                    head = yield Call(
+                        "stats_ready_head_after", {"queue": queue, "bucket": bucket, "after": after}, rows="one"
+                    )
                     if head is None:
                         break
                     heads.append(head["exec_time"])
                     after = head["rank"]
-                out.append(depth_row(
-                    queue, bucket, cap, ready=row["ready"], due_scheduled=row["due_scheduled"],
-                    scheduled=row["scheduled"], leased=row["leased"], expired=row["expired"],
-                    leased_capped=row["leased"] >= cap,
-                    backlog=row["backlog"], waiting=row["waiting"], oldest=[*heads, row["oldest_due_scheduled"]],
-                ))
+                out.append(
+                    depth_row(
+                        queue,
+                        bucket,
+                        cap,
+                        ready=row["ready"],
+                        due_scheduled=row["due_scheduled"],
+                        scheduled=row["scheduled"],
+                        leased=row["leased"],
+                        expired=row["expired"],
+                        leased_capped=row["leased"] >= cap,
+                        backlog=row["backlog"],
+                        waiting=row["waiting"],
+                        oldest=[*heads, row["oldest_due_scheduled"]],
+                    )
+                )
         return out
 
     def count_by_bucket(self, historical: bool) -> Plan[dict[int, int]]:

@@ -21,8 +21,14 @@ RANKS: dict[str, Any] = {"scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_
 STATS_PRIORITIES_MAX = 32
 
 # Optional task columns and the value that means "not set" (what the statements' coalesce supplies).
-_OPTIONAL_DEFAULTS: dict[str, Any] = {"delays": None, "run_ats": None, "max_attempts": None, "dedupe_keys": None,
-                                      "priorities": 0, "exclusive_keys": None}
+_OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "delays": None,
+    "run_ats": None,
+    "max_attempts": None,
+    "dedupe_keys": None,
+    "priorities": 0,
+    "exclusive_keys": None,
+}
 
 
 def task_arrays(tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, compact: bool = False) -> dict[str, Any]:
@@ -64,25 +70,47 @@ def key_arrays(items: Sequence[Fenced]) -> dict[str, Any]:
     }
 
 
-def depth_row(queue: str, bucket: int, cap: int, *, ready: int, due_scheduled: int, scheduled: int,
-              leased: int, expired: int, leased_capped: bool, backlog: int, oldest: list,
-              waiting: int = 0, backlog_capped: bool | None = None) -> dict[str, Any]:
+def depth_row(
+    queue: str,
+    bucket: int,
+    cap: int,
+    *,
+    ready: int,
+    due_scheduled: int,
+    scheduled: int,
+    leased: int,
+    expired: int,
+    leased_capped: bool,
+    backlog: int,
+    oldest: list,
+    waiting: int = 0,
+    backlog_capped: bool | None = None,
+) -> dict[str, Any]:
     """One row of :meth:`shardq.engine.Engine.depth`. ``leased`` counts every leased task; the
     row's ``leased`` is those whose lease still runs, ``expired`` the others. ``waiting``: workflow
     steps waiting for their parents (apart from ``backlog``, an exclusive key's)."""
     known = [t for t in oldest if t is not None]
     return {
-        "queue": queue, "bucket": bucket,
-        "ready": ready + due_scheduled, "scheduled": scheduled, "leased": max(0, leased - expired),
-        "expired": expired, "backlog": backlog, "waiting": waiting,
+        "queue": queue,
+        "bucket": bucket,
+        "ready": ready + due_scheduled,
+        "scheduled": scheduled,
+        "leased": max(0, leased - expired),
+        "expired": expired,
+        "backlog": backlog,
+        "waiting": waiting,
         "oldest_ready": min(known) if known else None,
-        "ready_capped": ready >= cap or due_scheduled >= cap, "scheduled_capped": scheduled >= cap,
-        "leased_capped": leased_capped, "expired_capped": leased_capped, "backlog_capped": backlog >= cap if backlog_capped is None else backlog_capped,
+        "ready_capped": ready >= cap or due_scheduled >= cap,
+        "scheduled_capped": scheduled >= cap,
+        "leased_capped": leased_capped,
+        "expired_capped": leased_capped,
+        "backlog_capped": backlog >= cap if backlog_capped is None else backlog_capped,
         "waiting_capped": waiting >= cap if backlog_capped is None else backlog_capped,
     }
 
 
 # -- statement plans both engines' operations use ------------------------------------------------
+
 
 def _claim_order(row: dict[str, Any]) -> tuple:
     return row["rank"], row["exec_time"], row["id"].int  # UUIDs compared as integers, in C
@@ -136,14 +164,17 @@ NOTIFY_IDS_PER_CHUNK = 200
 def notify_chunks(ids: Iterable[uuid.UUID]) -> list[str]:
     """Task ids joined by commas in chunks that fit one NOTIFY payload (shardq.lifecycle.waiting)."""
     text = [str(i) for i in ids]
-    return [",".join(text[i:i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
+    return [",".join(text[i : i + NOTIFY_IDS_PER_CHUNK]) for i in range(0, len(text), NOTIFY_IDS_PER_CHUNK)]
 
 
 def record_arrays(ids: Sequence[uuid.UUID], records: Mapping[uuid.UUID, Finished]) -> dict[str, list]:
     """The history arrays of the kept acks (``task_ack_*_kept``), in the order of ``ids``."""
     rows = [records[i] for i in ids]
-    return {"tasks": [r.task for r in rows], "run_seconds": [r.run_seconds for r in rows],
-            "results": [r.result for r in rows]}
+    return {
+        "tasks": [r.task for r in rows],
+        "run_seconds": [r.run_seconds for r in rows],
+        "results": [r.result for r in rows],
+    }
 
 
 def column_arrays(columns: SucceededColumns, start: int, stop: int, *, pad_nulls: bool) -> dict[str, list]:
@@ -160,24 +191,31 @@ def column_arrays(columns: SucceededColumns, start: int, stop: int, *, pad_nulls
     return {"tasks": tasks, "run_seconds": columns.run_seconds[start:stop], "results": results}
 
 
-def ack_many_kept(items: Sequence[Fenced], records: Mapping[uuid.UUID, Finished],
-                  closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+def ack_many_kept(
+    items: Sequence[Fenced],
+    records: Mapping[uuid.UUID, Finished],
+    closed_tokens: Iterable[uuid.UUID] = (),
+    notify: bool = False,
+) -> Plan[set[uuid.UUID]]:
     """:func:`ack_many` recording each task deleted in the history, one statement
     (``task_ack_many_kept``); ``notify``: wake outcome waiters (engines that have them)."""
     params = key_arrays(items)
     return (yield from _ack_many_kept(params, record_arrays(params["ids"], records), closed_tokens, notify))
 
 
-def ack_many_kept_columns(items: Sequence[Fenced], columns: SucceededColumns,
-                          closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False) -> Plan[set[uuid.UUID]]:
+def ack_many_kept_columns(
+    items: Sequence[Fenced], columns: SucceededColumns, closed_tokens: Iterable[uuid.UUID] = (), notify: bool = False
+) -> Plan[set[uuid.UUID]]:
     """:func:`ack_many_kept` with the history columns in the order of ``items``."""
     params = key_arrays(items)
-    return (yield from _ack_many_kept(params, column_arrays(columns, 0, len(items), pad_nulls=False), closed_tokens,
-                                      notify))
+    return (
+        yield from _ack_many_kept(params, column_arrays(columns, 0, len(items), pad_nulls=False), closed_tokens, notify)
+    )
 
 
-def _ack_many_kept(params: dict[str, Any], arrays: dict[str, list], closed_tokens: Iterable[uuid.UUID],
-                   notify: bool) -> Plan[set[uuid.UUID]]:
+def _ack_many_kept(
+    params: dict[str, Any], arrays: dict[str, list], closed_tokens: Iterable[uuid.UUID], notify: bool
+) -> Plan[set[uuid.UUID]]:
     params["closed_tokens"] = list(closed_tokens)
     params.update(arrays)
     params["notify"] = notify_chunks(params["ids"]) if notify else []

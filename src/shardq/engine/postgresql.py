@@ -30,8 +30,9 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
     # postgresql:// also reaches CockroachDB: only the server can tell, so no scheme names this engine.
     url_schemes = ()
     supported_versions = f"supported: PostgreSQL ≥ {MIN_SERVER_VERSION}"
-    ddl = Ddl(text="TEXT", blob="BYTEA", transactional=True, fillfactor=True, hash_sharded=False,
-              expression_predicates=True)
+    ddl = Ddl(
+        text="TEXT", blob="BYTEA", transactional=True, fillfactor=True, hash_sharded=False, expression_predicates=True
+    )
 
     supports_wakeups = True
     spark_copy_writer = True
@@ -48,22 +49,29 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
 
     explain_prefix = "EXPLAIN (FORMAT JSON) "
 
-    def explain_query(self, text: str, params: Mapping[str, Any] | None,
-                      inline: Callable[[str, Mapping[str, Any] | None], str]) -> tuple[str, Mapping[str, Any] | None]:
+    def explain_query(
+        self, text: str, params: Mapping[str, Any] | None, inline: Callable[[str, Mapping[str, Any] | None], str]
+    ) -> tuple[str, Mapping[str, Any] | None]:
         return self.explain_prefix + text, params
 
     def explain_tables_read_whole(self, explain: str) -> set[str]:
         # Each sequential scan of a shardq table anywhere in the JSON output.
-        return {node["Relation Name"] for node, _ in _explain_nodes(explain)
-                if node["Node Type"] == "Seq Scan" and node.get("Relation Name", "").startswith("shardq_")}
+        return {
+            node["Relation Name"]
+            for node, _ in _explain_nodes(explain)
+            if node["Node Type"] == "Seq Scan" and node.get("Relation Name", "").startswith("shardq_")
+        }
 
     def explain_fans_out(self, explain: str, bucket_count: int) -> bool:
         # A scan of the tasks table whose index condition does not name the bucket reads every
         # bucket's part of the key (a Tid Scan reaches rows already found, by ctid).
-        return any(node.get("Relation Name") == "shardq_tasks" and "Scan" in node["Node Type"]
-                   and node["Node Type"] != "Tid Scan"
-                   and "bucket" not in node.get("Index Cond", "") + node.get("Recheck Cond", "")
-                   for node, _ in _explain_nodes(explain))
+        return any(
+            node.get("Relation Name") == "shardq_tasks"
+            and "Scan" in node["Node Type"]
+            and node["Node Type"] != "Tid Scan"
+            and "bucket" not in node.get("Index Cond", "") + node.get("Recheck Cond", "")
+            for node, _ in _explain_nodes(explain)
+        )
 
     def explain_skip_locked_unbounded(self, explain: str) -> bool:
         # FOR UPDATE SKIP LOCKED is a LockRows node; a LIMIT bounds it only from above it.
@@ -88,9 +96,7 @@ class PostgreSQLEngine(PostgreSQLOperations, Engine):
         text = parameter_status("server_version") or ""
         major = text.split(".", 1)[0].split(" ", 1)[0]
         if major.isdigit() and int(major) < MIN_SERVER_VERSION:
-            raise UnsupportedServer(
-                f"PostgreSQL {text} is older than {MIN_SERVER_VERSION}, the oldest shardq supports"
-            )
+            raise UnsupportedServer(f"PostgreSQL {text} is older than {MIN_SERVER_VERSION}, the oldest shardq supports")
 
 
 def _explain_nodes(explain: str) -> Iterator[tuple[dict[str, Any], tuple[str, ...]]]:

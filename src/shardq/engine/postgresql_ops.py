@@ -29,8 +29,14 @@ from shardq.sql.plan import Atomically, Call, Plan, SchemaChange
 def _bounds(claim: WholeClaim) -> dict[str, Any]:
     """A whole claim's key range, (rank, exec_time, id) from its first task to its last."""
     (first_rank, first_exec, first_id), (last_rank, last_exec, last_id) = claim.first, claim.last
-    return {"first_rank": first_rank, "first_exec": first_exec, "first_id": first_id,
-            "last_rank": last_rank, "last_exec": last_exec, "last_id": last_id}
+    return {
+        "first_rank": first_rank,
+        "first_exec": first_exec,
+        "first_id": first_id,
+        "last_rank": last_rank,
+        "last_exec": last_exec,
+        "last_id": last_id,
+    }
 
 
 class PostgreSQLOperations:
@@ -51,23 +57,33 @@ class PostgreSQLOperations:
         # whose tasks trickle into every bucket costs one statement per round, not one per bucket.
         return [[(turn + i) % visit_count for i in range(visit_count)]]
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
-              durable: bool = True) -> Plan[list[ClaimedTask]]:
+    def claim(
+        self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *, durable: bool = True
+    ) -> Plan[list[ClaimedTask]]:
         """``task_claim_round``: bucket by bucket in the order given, each bucket's tasks under a
         lease token of their own; not durable, committed asynchronously (see the statement)."""
         tokens = [uuid.uuid4() for _ in buckets]
         rows = yield Call(
             "task_claim_round",
-            {"buckets": list(buckets), "tokens": tokens, "queue": queue, "limit": limit,
-             "lease_seconds": lease_seconds, "durable": durable, **RANKS},
-            binary=True, tuples=True,
+            {
+                "buckets": list(buckets),
+                "tokens": tokens,
+                "queue": queue,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "durable": durable,
+                **RANKS,
+            },
+            binary=True,
+            tuples=True,
         )
         token_of = dict(zip(buckets, tokens))
         from_claim_row = ClaimedTask.from_claim_row
         return [from_claim_row(row, queue, token_of[row[0]]) for row in rows]
 
-    def steps_acked(self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
-                    parents: bool = False) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
+    def steps_acked(
+        self, task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None, parents: bool = False
+    ) -> Plan[tuple[list[tuple], list[uuid.UUID]]]:
         """With an offer, ``workflow_steps_acked_take``: the read and the take in one statement, a
         row update per task taken, leased where it waits (its key, at the backlog rank, unchanged:
         a HOT update), and one lease record per bucket and queue. A step whose child it took
@@ -76,9 +92,19 @@ class PostgreSQLOperations:
             handoff.tasks = []
         if handoff is None or handoff.room <= 0:
             return (yield from read_steps_acked(task_ids)), []
-        rows = yield Call("workflow_steps_acked_take", {
-            "task_ids": list(task_ids), "queues": list(handoff.queues), "lease_seconds": list(handoff.lease_seconds),
-            "room": handoff.room, "token": uuid.uuid4(), "parents": parents}, binary=True, tuples=True)
+        rows = yield Call(
+            "workflow_steps_acked_take",
+            {
+                "task_ids": list(task_ids),
+                "queues": list(handoff.queues),
+                "lease_seconds": list(handoff.lease_seconds),
+                "room": handoff.room,
+                "token": uuid.uuid4(),
+                "parents": parents,
+            },
+            binary=True,
+            tuples=True,
+        )
         acked: list[tuple] = []
         taken: list[ClaimedTask] = []
         taken_parents: list[uuid.UUID] = []
@@ -87,10 +113,37 @@ class PostgreSQLOperations:
             if task_id is None:
                 acked.append(row[:7])
                 continue
-            (bucket, queue, rank, exec_time, _, attempts, max_attempts, payload, expires, created, priority,
-             workflow, token, parent) = row[7:]
-            taken.append(ClaimedTask(TaskKey(bucket, queue, rank, exec_time, task_id), attempts, max_attempts,
-                                     payload, token, expires, created, priority, None, None, workflow))
+            (
+                bucket,
+                queue,
+                rank,
+                exec_time,
+                _,
+                attempts,
+                max_attempts,
+                payload,
+                expires,
+                created,
+                priority,
+                workflow,
+                token,
+                parent,
+            ) = row[7:]
+            taken.append(
+                ClaimedTask(
+                    TaskKey(bucket, queue, rank, exec_time, task_id),
+                    attempts,
+                    max_attempts,
+                    payload,
+                    token,
+                    expires,
+                    created,
+                    priority,
+                    None,
+                    None,
+                    workflow,
+                )
+            )
             if parent is not None:
                 taken_parents.append(parent)
         handoff.tasks = taken
@@ -135,8 +188,9 @@ class PostgreSQLOperations:
                 lost.update(k.id for k in c.keys if k.id not in deleted)
         return lost
 
-    def ack_claims_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
-                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+    def ack_claims_kept(
+        self, claims: Sequence[WholeClaim], columns: SucceededColumns, notify: bool = False
+    ) -> Plan[set[uuid.UUID]]:
         """:meth:`ack_claims` with each deleted task's history row written by the same statement
         (``task_ack_claim_kept``): the claim's ids travel once, with the task names, run times and
         results (a column NULL for every task of the claim travels as an empty array);
@@ -147,16 +201,24 @@ class PostgreSQLOperations:
             return lost
         return (yield from self._ack_each_kept(claims, columns, notify))
 
-    def _ack_each_kept(self, claims: Sequence[WholeClaim], columns: SucceededColumns,
-                       notify: bool) -> Plan[set[uuid.UUID]]:
+    def _ack_each_kept(
+        self, claims: Sequence[WholeClaim], columns: SucceededColumns, notify: bool
+    ) -> Plan[set[uuid.UUID]]:
         lost: set[uuid.UUID] = set()
         start = 0
         for c in claims:
             ids = [k.id for k in c.keys]
             stop = start + len(ids)
-            params = {"bucket": c.bucket, "queue": c.queue, **_bounds(c), "token": c.token, "expected": len(c.keys),
-                      "ids": ids, "notify": notify_chunks(ids) if notify else [],
-                      **column_arrays(columns, start, stop, pad_nulls=True)}
+            params = {
+                "bucket": c.bucket,
+                "queue": c.queue,
+                **_bounds(c),
+                "token": c.token,
+                "expected": len(c.keys),
+                "ids": ids,
+                "notify": notify_chunks(ids) if notify else [],
+                **column_arrays(columns, start, stop, pad_nulls=True),
+            }
             start = stop
             rows = yield Call("task_ack_claim_kept", params, resend_ambiguous=True)
             row = rows[0]
@@ -188,19 +250,25 @@ class PostgreSQLOperations:
         leased_capped = sum(leased.values()) >= limit
         rows = yield Call(
             "stats_depth_many",
-            {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX,
-             **RANKS},
+            {"queues": list(queues), "buckets": list(buckets), "cap": cap, "rank_cap": STATS_PRIORITIES_MAX, **RANKS},
         )
         out = []
         for row in rows:
             key = (row["queue"], int(row["bucket"]))
             n_leased, n_taken = leased.get(key, 0), taken.get(key, 0)
             depth = depth_row(
-                row["queue"], int(row["bucket"]), cap, ready=max(0, row["active"] - (n_leased - n_taken)),
-                due_scheduled=row["due_scheduled"], scheduled=row["scheduled"], leased=n_leased,
+                row["queue"],
+                int(row["bucket"]),
+                cap,
+                ready=max(0, row["active"] - (n_leased - n_taken)),
+                due_scheduled=row["due_scheduled"],
+                scheduled=row["scheduled"],
+                leased=n_leased,
                 expired=expired.get(key, 0),
-                leased_capped=leased_capped, backlog=max(0, row["backlog"] - row["waiting"] - n_taken),
-                waiting=row["waiting"], backlog_capped=row["backlog"] >= cap,
+                leased_capped=leased_capped,
+                backlog=max(0, row["backlog"] - row["waiting"] - n_taken),
+                waiting=row["waiting"],
+                backlog_capped=row["backlog"] >= cap,
                 oldest=[row["oldest_ready"], row["oldest_due_scheduled"]],
             )
             depth["ready_capped"] = row["active"] >= cap or row["due_scheduled"] >= cap

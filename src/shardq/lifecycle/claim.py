@@ -188,8 +188,9 @@ class Consumer:
                 seconds = None
         return tasks
 
-    def _gated(self, queue: str, claim: Callable[[int], list[ClaimedTask]], result: ClaimRound
-               ) -> Callable[[int], list[ClaimedTask]]:
+    def _gated(
+        self, queue: str, claim: Callable[[int], list[ClaimedTask]], result: ClaimRound
+    ) -> Callable[[int], list[ClaimedTask]]:
         """``claim`` for a queue with a flow limit (:mod:`shardq.lifecycle.flow`): at most as many tasks
         as this consumer has idle slots and the queue has tokens; a refusal is noted in
         ``result.throttled``."""
@@ -212,15 +213,22 @@ class Consumer:
         keep a task from another worker's free slot. Once it holds one slot per handler it claims
         ahead like any worker (see :mod:`shardq.lifecycle.flow`). (A rate-limited task spends its token
         when it is claimed, so starting it a moment later keeps the rate; it may be prefetched.)"""
-        if (start_room is not None and self.settings(queue).concurrency_limit is not None
-                and not self.flow_slots.saturated(queue)):
+        if (
+            start_room is not None
+            and self.settings(queue).concurrency_limit is not None
+            and not self.flow_slots.saturated(queue)
+        ):
             return min(want, start_room)
         return want
 
     @staticmethod
     def _claim_then_promote(
-        claim: Callable[[int], list[ClaimedTask]], promote: Callable[[], bool], want: int, result: ClaimRound,
-        *, promote_first: bool = False,
+        claim: Callable[[int], list[ClaimedTask]],
+        promote: Callable[[], bool],
+        want: int,
+        result: ClaimRound,
+        *,
+        promote_first: bool = False,
     ) -> tuple[list[ClaimedTask], bool]:
         """Claim; when that found nothing, promote due scheduled tasks and claim again. Returns the
         tasks and whether a promote is owed: a claim that found some tasks but fewer than
@@ -238,8 +246,14 @@ class Consumer:
             tasks = claim(want)
         return tasks, False
 
-    def claim(self, limit: int | None = None, *, start_room: int | None = None, woken: bool = False,
-              room: Callable[[str], tuple[int, int]] | None = None) -> ClaimRound:
+    def claim(
+        self,
+        limit: int | None = None,
+        *,
+        start_room: int | None = None,
+        woken: bool = False,
+        room: Callable[[str], tuple[int, int]] | None = None,
+    ) -> ClaimRound:
         """Walk (group of buckets, queue) pairs from where the last call stopped until a claim
         returns tasks or every pair has been tried once. The engine cuts a round into groups
         (:meth:`shardq.engine.Engine.claim_groups`): every bucket in one statement (PostgreSQL,
@@ -286,7 +300,9 @@ class Consumer:
                 tasks, owed = self._claim_then_promote(
                     self._gated(queue, claim, result) if self.settings(queue).limited else claim,
                     partial(self._promote, group, buckets, queue, result),
-                    queue_want, result, promote_first=pair in self._promote_owed,
+                    queue_want,
+                    result,
+                    promote_first=pair in self._promote_owed,
                 )
                 if owed:
                     self._promote_owed.add(pair)
@@ -307,16 +323,22 @@ class Consumer:
                 return result
         return self._end_empty_round(layout, result, failed, woken)
 
-    def _end_empty_round(self, layout: ShardLayout, result: ClaimRound, failed: bool, woken: bool = False
-                         ) -> ClaimRound:
+    def _end_empty_round(
+        self, layout: ShardLayout, result: ClaimRound, failed: bool, woken: bool = False
+    ) -> ClaimRound:
         """Nothing was claimed: the cheap moment to notice a resize or new settings. The round
         counts as empty only if the layout it walked is still the layout, no claim failed and no
         flow limit refused a claim (tasks may be waiting behind it)."""
         if result.no_room or result.lane_full:
             return result  # not a round at all: a limited queue was not asked, for want of room
-        if (woken and not failed and not result.throttled and not self.flow_slots.pools
-                and self._clock() - self._layout_at < WOKEN_REFRESH_SECONDS
-                and self.queue_settings.age() < WOKEN_REFRESH_SECONDS):
+        if (
+            woken
+            and not failed
+            and not result.throttled
+            and not self.flow_slots.pools
+            and self._clock() - self._layout_at < WOKEN_REFRESH_SECONDS
+            and self.queue_settings.age() < WOKEN_REFRESH_SECONDS
+        ):
             result.round_empty = True  # read moments ago, by a round that found nothing either
             return result
         refreshed = self.layout(refresh=True)
@@ -334,4 +356,3 @@ class Consumer:
 
 def fenced(task: ClaimedTask) -> Fenced:
     return Fenced(task.key, task.lease_token)
-

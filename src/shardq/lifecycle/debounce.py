@@ -61,8 +61,9 @@ def _body(queue: str, tasks: Sequence[NewTask]) -> Plan[Outcome]:
         first: dict[str, float] = {}
         for task in throttled:
             first.setdefault(task.dedupe_key or "", float(task.throttle or 0))
-        rows = yield Call("throttle_windows_open", {"queue": queue, "keys": list(first),
-                                                    "seconds": list(first.values())})
+        rows = yield Call(
+            "throttle_windows_open", {"queue": queue, "keys": list(first), "seconds": list(first.values())}
+        )
         opened = {row["key"] for row in rows}
     admitted: set[str] = set()
     for task in tasks:
@@ -100,8 +101,10 @@ def _body(queue: str, tasks: Sequence[NewTask]) -> Plan[Outcome]:
 
 def _replace(queue: str, task: NewTask, seconds: float) -> Plan[str | None]:
     payload = task.payload.encode("utf-8") if isinstance(task.payload, str) else task.payload
-    rows = yield Call("task_debounce_replace", {"queue": queue, "key": task.dedupe_key, "payload": payload,
-                                                "seconds": seconds, **RANKS})
+    rows = yield Call(
+        "task_debounce_replace",
+        {"queue": queue, "key": task.dedupe_key, "payload": payload, "seconds": seconds, **RANKS},
+    )
     return str(rows[0]["id"]) if rows else None
 
 

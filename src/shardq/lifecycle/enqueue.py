@@ -48,9 +48,18 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         return NewTask(payload=validation.payload(task, limit=payload_limit))
     if not isinstance(task, NewTask):
         raise InvalidInput("a task must be a NewTask, bytes or str")
-    if (task.delay is None and task.run_at is None and task.dedupe_key is None and task.max_attempts is None
-            and task.exclusive_key is None and task.priority == 0 and task.dedupe_for is None
-            and task.concurrency_key is None and task.debounce is None and task.throttle is None):
+    if (
+        task.delay is None
+        and task.run_at is None
+        and task.dedupe_key is None
+        and task.max_attempts is None
+        and task.exclusive_key is None
+        and task.priority == 0
+        and task.dedupe_for is None
+        and task.concurrency_key is None
+        and task.debounce is None
+        and task.throttle is None
+    ):
         # Only the payload to check (the task API's usual call): the defaults are valid.
         payload = validation.payload(task.payload, limit=payload_limit)
         return task if payload is task.payload else NewTask(payload=payload)
@@ -71,8 +80,9 @@ def normalise(task: NewTask | bytes | str, *, payload_limit: int = validation.PA
         ),
         priority=validation.priority(task.priority),
         exclusive_key=validation.exclusive_key(task.exclusive_key),
-        dedupe_for=(validation.positive_seconds(task.dedupe_for, "dedupe_for")
-                    if task.dedupe_for is not None else None),
+        dedupe_for=(
+            validation.positive_seconds(task.dedupe_for, "dedupe_for") if task.dedupe_for is not None else None
+        ),
         concurrency_key=_concurrency_key(task),
         debounce=validation.positive_seconds(task.debounce, "debounce") if task.debounce is not None else None,
         throttle=validation.positive_seconds(task.throttle, "throttle") if task.throttle is not None else None,
@@ -151,12 +161,16 @@ class Producer:
     def send(self, queue: str, prepared: Sequence[NewTask], *, batch_size: int = BATCH_SIZE_DEFAULT) -> EnqueueResult:
         """Enqueue tasks validated already, their queue name included (by :func:`prepare`, or by a
         :class:`shardq.app.deferral.Deferral` when it was made): nothing is checked again here."""
-        return self._session.run(enqueue_plan(queue, prepared, batch_size=batch_size, counts=self._counts,
-                                                  notifier=self.notifier))
+        return self._session.run(
+            enqueue_plan(queue, prepared, batch_size=batch_size, counts=self._counts, notifier=self.notifier)
+        )
 
 
 def prepare(
-    queue: str, tasks: Iterable[NewTask | bytes | str], *, batch_size: int = BATCH_SIZE_DEFAULT,
+    queue: str,
+    tasks: Iterable[NewTask | bytes | str],
+    *,
+    batch_size: int = BATCH_SIZE_DEFAULT,
     payload_limit: int = validation.PAYLOAD_MAX_BYTES,
 ) -> list[NewTask]:
     """Validate an enqueue's queue name, batch size and every task (:class:`InvalidInput`), before
@@ -203,7 +217,8 @@ def enqueue_plan(
         if any(t.dedupe_for for t in chunk):
             # Keys whose task finished within their window (the queue's history) are duplicates.
             recent = yield from operations.history_dedupe_recent(
-                queue, [(t.dedupe_key or "", t.dedupe_for) for t in chunk if t.dedupe_for])
+                queue, [(t.dedupe_key or "", t.dedupe_for) for t in chunk if t.dedupe_for]
+            )
             blocked = [t for t in chunk if t.dedupe_for and t.dedupe_key in recent]
             duplicates += [t.dedupe_key or "" for t in blocked]
             chunk = [t for t in chunk if not (t.dedupe_for and t.dedupe_key in recent)]
@@ -212,17 +227,23 @@ def enqueue_plan(
         ids = [uuid.uuid4() for _ in chunk]
         woke = False
         if any(map(_exclusive_key_of, chunk)) or any(map(_concurrency_key_of, chunk)):  # keys are never empty
-            outcome = yield from (key_limits.enqueue_plan(queue, chunk, ids)
-                                  if any(t.concurrency_key is not None for t in chunk)
-                                  else exclusive.enqueue_plan(queue, chunk, ids))
+            outcome = yield from (
+                key_limits.enqueue_plan(queue, chunk, ids)
+                if any(t.concurrency_key is not None for t in chunk)
+                else exclusive.enqueue_plan(queue, chunk, ids)
+            )
             skipped, paused = outcome.skipped, outcome.paused
             backlogged += [str(i) for i in ids if i in outcome.backlogged]
             superseded += outcome.superseded
         else:
             # A batch without dedupe keys inserts every task (or none, paused): its statement can
             # carry the wake-up, which then needs no round trip of its own.
-            woke = (notifier is not None and not any(t.dedupe_key is not None for t in chunk)
-                    and any(map(_due_now, chunk)) and (yield from notifier.wake_in_insert(queue)))
+            woke = (
+                notifier is not None
+                and not any(t.dedupe_key is not None for t in chunk)
+                and any(map(_due_now, chunk))
+                and (yield from notifier.wake_in_insert(queue))
+            )
             skipped, paused = yield from operations.task_insert_many(queue, chunk, ids, wake=woke)
         if counts is not None:
             yield from counts.note(queue, len(chunk) - len(skipped))
@@ -241,6 +262,6 @@ def enqueue_plan(
                     enqueued.append(str(task_id))
         if notifier is not None and not woke and len(skipped) < len(chunk) and any(map(_due_now, chunk)):
             yield from notifier.wake(queue)  # after the commit: autocommit
-    return EnqueueResult(tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded, tuple(debounced),
-                         tuple(throttled))
-
+    return EnqueueResult(
+        tuple(enqueued), tuple(duplicates), tuple(backlogged), superseded, tuple(debounced), tuple(throttled)
+    )

@@ -120,4 +120,3 @@ def remove_and_release_plan(
 
     result: tuple[set[uuid.UUID], set[uuid.UUID]] = yield Atomically(body)
     return result
-

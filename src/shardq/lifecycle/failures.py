@@ -125,8 +125,9 @@ def settle_failures(
         delays = [delay for _, delay in group_retry]
         errors = [f.error for f, _ in group_retry]
         if recorded:
-            attempts = [FailedAttempt(f.item.key.id, f.queue, f.attempts, f.run_seconds, f.error)
-                        for f, _ in group_retry]
+            attempts = [
+                FailedAttempt(f.item.key.id, f.queue, f.attempts, f.run_seconds, f.error) for f, _ in group_retry
+            ]
             done = store.task_retry_many_recorded(items, delays, errors, attempts, require_expired=require_expired)
         else:
             done = store.task_retry_many(items, delays, errors, require_expired=require_expired)
@@ -134,25 +135,42 @@ def settle_failures(
         result.retried += applied
         result.refused_retry += refused
     # Steps never hold exclusive keys (shardq.workflows.steps refuses them), so the groups are apart.
-    groups = [[f for f in bury if (f.exclusive_key is not None) is keyed and (f.workflow_id is not None) is step
-               and kept(f) is recorded]
-              for keyed, step in ((False, False), (True, False), (False, True)) for recorded in (False, True)]
+    groups = [
+        [
+            f
+            for f in bury
+            if (f.exclusive_key is not None) is keyed and (f.workflow_id is not None) is step and kept(f) is recorded
+        ]
+        for keyed, step in ((False, False), (True, False), (False, True))
+        for recorded in (False, True)
+    ]
     for group in groups:
         if not group:
             continue
         items = [f.item for f in group]
         errors = [f.dead_error if f.dead_error is not None else f.error for f in group]
-        records = [Finished(f.item.key.id, f.queue, TaskState.DEAD, f.task, _NO_TIME, f.attempts, f.run_seconds)
-                   for f in group] if kept(group[0]) else None
+        records = (
+            [
+                Finished(f.item.key.id, f.queue, TaskState.DEAD, f.task, _NO_TIME, f.attempts, f.run_seconds)
+                for f in group
+            ]
+            if kept(group[0])
+            else None
+        )
         in_keys = group[0].exclusive_key is not None or group[0].workflow_id is not None
 
-        def remove(items: list[Fenced] = items, errors: list[str | None] = errors,
-                   records: list[Finished] | None = records, in_keys: bool = in_keys) -> set[uuid.UUID]:
+        def remove(
+            items: list[Fenced] = items,
+            errors: list[str | None] = errors,
+            records: list[Finished] | None = records,
+            in_keys: bool = in_keys,
+        ) -> set[uuid.UUID]:
             if records is None:
                 return store.task_bury_many(items, errors, require_expired=require_expired)
             # Inside an exclusive key's release the caller's transaction holds both statements.
-            return store.task_bury_many_recorded(items, errors, records, require_expired=require_expired,
-                                                 atomically=not in_keys)
+            return store.task_bury_many_recorded(
+                items, errors, records, require_expired=require_expired, atomically=not in_keys
+            )
 
         if not in_keys:
             done = remove()
@@ -168,4 +186,3 @@ def settle_failures(
         result.dead += applied
         result.refused_dead += refused
     return result
-

@@ -124,8 +124,14 @@ class FlowSlots:
     that goes through them (:meth:`claim`). ``capacity``: at most this many slots per queue (the
     worker's concurrency); ``on_free`` is called whenever a slot becomes idle (the fetcher's wake-up)."""
 
-    def __init__(self, capacity: int = 1_000_000, *, on_free: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, capacities: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int = 1_000_000,
+        *,
+        on_free: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        capacities: dict[str, int] | None = None,
+    ) -> None:
         self.capacity = capacity
         #: a smaller capacity for some queues (a worker's per-queue shares, shardq.worker.shares)
         self.capacities = capacities or {}
@@ -154,7 +160,11 @@ class FlowSlots:
 
     # -- claiming ------------------------------------------------------------------------------
     def claim(
-        self, store: TaskStore, settings: QueueSettings, want: int, lease_seconds: float,
+        self,
+        store: TaskStore,
+        settings: QueueSettings,
+        want: int,
+        lease_seconds: float,
         claim: Callable[[int], list[ClaimedTask]],
     ) -> tuple[list[ClaimedTask], float | object | None]:
         """Claim up to ``want`` tasks of ``settings.name`` within its limits with ``claim(limit)``.
@@ -279,16 +289,24 @@ class FlowSlots:
                 if not pool.held or pool.renew_at > now:
                     continue
                 asked = set(pool.slots())
-                kept = {slot for slot, _until in store.flow_slots_extend(pool.queue, sorted(asked), pool.token,
-                                                                         pool.lease_seconds)}
+                kept = {
+                    slot
+                    for slot, _until in store.flow_slots_extend(
+                        pool.queue, sorted(asked), pool.token, pool.lease_seconds
+                    )
+                }
                 # Only slots this renewal asked about can be gone: the fetcher may have taken more
                 # meanwhile (they are a whole lease fresh).
                 gone = asked - kept
                 with pool.lock:
                     pool.renew_at = now + pool.lease_seconds / 3.0
                     if gone:
-                        log.warning("queue %s: %d concurrency slot(s) expired before they were renewed and "
-                                    "went to another worker", pool.queue, len(gone))
+                        log.warning(
+                            "queue %s: %d concurrency slot(s) expired before they were renewed and "
+                            "went to another worker",
+                            pool.queue,
+                            len(gone),
+                        )
                         pool.idle = [slot for slot in pool.idle if slot not in gone]
                         for task_id, slot in list(pool.busy.items()):
                             if slot in gone:
@@ -355,4 +373,3 @@ def fit_plan(settings: QueueSettings) -> Plan[None]:
         yield from operations.flow_tokens_drop(settings.name)
     else:
         yield from operations.flow_tokens_reset(settings.name, float(settings.burst))
-

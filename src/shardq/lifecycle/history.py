@@ -66,8 +66,14 @@ def parse_task_id(text: object) -> uuid.UUID:
         raise InvalidInput(f"not a task id: {str(text)[:80]!r}") from None
 
 
-def page_plan(queue: str, *, state: str | None = None, since: dt.datetime | None = None,
-              after: tuple[dt.datetime, uuid.UUID] | None = None, limit: int = PAGE_DEFAULT) -> Plan[list[FinishedTask]]:
+def page_plan(
+    queue: str,
+    *,
+    state: str | None = None,
+    since: dt.datetime | None = None,
+    after: tuple[dt.datetime, uuid.UUID] | None = None,
+    limit: int = PAGE_DEFAULT,
+) -> Plan[list[FinishedTask]]:
     """A page of ``queue``'s finished tasks, newest first, as a plan for either session; the next
     page starts ``after`` the (finished_at, id) of the last row. ``state``: one of succeeded, dead,
     cancelled. Every argument is checked here (:class:`InvalidInput`), before anything is sent."""
@@ -114,9 +120,16 @@ def parse_finished_cursor(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
         raise InvalidInput(f"not a page cursor: {cursor!r}") from None
 
 
-def finished_page(store: TaskStore, queue: str, *, state: str | None = None, since: dt.datetime | None = None,
-                  error_text: str | None = None, after: str | None = None,
-                  limit: int = PAGE_DEFAULT) -> FinishedPage:
+def finished_page(
+    store: TaskStore,
+    queue: str,
+    *,
+    state: str | None = None,
+    since: dt.datetime | None = None,
+    error_text: str | None = None,
+    after: str | None = None,
+    limit: int = PAGE_DEFAULT,
+) -> FinishedPage:
     """A page of ``queue``'s finished tasks for the dashboard, bounded like
     :func:`shardq.admin.browse.browse`.
 
@@ -143,13 +156,21 @@ def finished_page(store: TaskStore, queue: str, *, state: str | None = None, sin
     if error_text is not None:
         like = "%" + error_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     scan = limit if state is None and like is None else max(limit, SCAN_FILTERED)
-    rows = store.run(history_operations.history_browse({
-        "queue": queue, "state": state, "error_like": like, "since": since,
-        "after_at": position[0] if position else None, "after_id": position[1] if position else None,
-        "scan": scan}))
+    rows = store.run(
+        history_operations.history_browse(
+            {
+                "queue": queue,
+                "state": state,
+                "error_like": like,
+                "since": since,
+                "after_at": position[0] if position else None,
+                "after_id": position[1] if position else None,
+                "scan": scan,
+            }
+        )
+    )
     hits = [row for row in rows if row["hit"]]
     shown = hits[:limit]
     last = shown[-1] if len(hits) > limit else (rows[-1] if len(rows) >= scan else None)
     tasks = [FinishedTask.from_row({**row, "queue": queue, "result": None}) for row in shown]
     return FinishedPage(tasks, finished_cursor(last["finished_at"], last["id"]) if last else None, len(rows))
-

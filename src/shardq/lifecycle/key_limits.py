@@ -72,6 +72,7 @@ __all__ = [
     "set_plan",
 ]
 
+
 def concurrency_key(key: object) -> str | None:
     """A task's concurrency key, checked: a non-empty string of at most :data:`KEY_MAX` characters,
     without NUL or chr(31)."""
@@ -128,8 +129,10 @@ def _enqueue_body(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
     keys = sorted({t.concurrency_key for t in tasks if t.concurrency_key is not None})
     limits = yield from limits_plan(queue)
     limited = {key: n for key in keys if (n := resolve(limits, key)) is not None}
-    pairs = sorted({(queue, waiting_key(k)) for k in limited}
-                   | {(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None})
+    pairs = sorted(
+        {(queue, waiting_key(k)) for k in limited}
+        | {(queue, t.exclusive_key) for t in tasks if t.exclusive_key is not None}
+    )
     yield from operations.exclusive_keys_lock(pairs)
     free: dict[str, list[int]] = {}
     if limited:

@@ -58,8 +58,11 @@ def resolve(limits: Sequence[KeyLimit], key: str) -> int | None:
     for limit in limits:
         if limit.pattern == key:
             return limit.max_running
-        if (limit.pattern.endswith("*") and key.startswith(limit.pattern[:-1])
-                and (best is None or len(limit.pattern) > best[0])):
+        if (
+            limit.pattern.endswith("*")
+            and key.startswith(limit.pattern[:-1])
+            and (best is None or len(limit.pattern) > best[0])
+        ):
             best = (len(limit.pattern), limit.max_running)
     return None if best is None else best[1]
 
@@ -85,12 +88,14 @@ def release_plan(released: Sequence[tuple[str, str]]) -> Plan[set[uuid.UUID]]:
         for key in sorted(keys):
             # A limit removed meanwhile: the waiting tasks may all run (each still takes a slot).
             limit = resolve(limits, key) or KEY_LIMIT_MAX
-            held = (yield from operations.task_exclusive_active(queue, [slot_key(key, i) for i in range(limit)]))
+            held = yield from operations.task_exclusive_active(queue, [slot_key(key, i) for i in range(limit)])
             for i in range(limit):
                 if slot_key(key, i) in held:
                     continue
-                rows = yield Call("key_limit_promote", {"queue": queue, "waiting": waiting_key(key),
-                                                        "slot": slot_key(key, i), **RANKS})
+                rows = yield Call(
+                    "key_limit_promote",
+                    {"queue": queue, "waiting": waiting_key(key), "slot": slot_key(key, i), **RANKS},
+                )
                 if not rows:
                     break  # nobody waits for the key
                 promoted |= {row["id"] for row in rows}

@@ -80,7 +80,9 @@ class Notifier:
     """The producer's side: throttled wake-ups, at most one per queue per ``interval`` seconds.
     Thread-safe; share one among the producers of a process (a :class:`shardq.Client` does)."""
 
-    def __init__(self, interval: float = NOTIFY_INTERVAL_DEFAULT, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, interval: float = NOTIFY_INTERVAL_DEFAULT, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not interval >= 0:
             raise ValueError("notify interval must be >= 0 seconds")
         self.interval = interval
@@ -217,4 +219,3 @@ class Listener:
             if any(p in self.queues for p in payloads):
                 return True
         return False
-

@@ -63,4 +63,3 @@ class QueueSettingsCache:
     def expire(self) -> None:
         """Read the table again on the next call (after an empty round: a cheap moment)."""
         self._read_at = -SETTINGS_REFRESH_SECONDS
-

@@ -90,8 +90,11 @@ def outcome(status: TaskStatus, *, seen_live: bool) -> tuple[bool, Any]:
     if status.state == TaskState.CANCELLED:
         raise TaskCancelled(f"task {status.id} was cancelled", status)
     if status.state == TaskState.UNKNOWN:
-        raise OutcomeNotKept(f"task {status.id} is not in the queue, and no outcome of it is kept"
-                             + (" (its queue keeps no finished tasks)" if seen_live else ""), status)
+        raise OutcomeNotKept(
+            f"task {status.id} is not in the queue, and no outcome of it is kept"
+            + (" (its queue keeps no finished tasks)" if seen_live else ""),
+            status,
+        )
     return False, None
 
 
@@ -215,8 +218,9 @@ class OutcomeListener:
 
     def _wake(self, ids: list[str]) -> None:
         with self._lock:
-            woken = [wake for task_id in map(_uuid, ids) if task_id is not None
-                     for wake in self._watchers.get(task_id, ())]
+            woken = [
+                wake for task_id in map(_uuid, ids) if task_id is not None for wake in self._watchers.get(task_id, ())
+            ]
         for wake in woken:
             wake()
 
@@ -259,8 +263,7 @@ def listener_for(dsn: Dsn) -> OutcomeListener:
     with _listeners_lock:
         found = _listeners.get(dsn.conninfo)
         if found is None:
-            found = _listeners[dsn.conninfo] = OutcomeListener(
-                lambda: Session(dsn, application_name="shardq-outcomes"))
+            found = _listeners[dsn.conninfo] = OutcomeListener(lambda: Session(dsn, application_name="shardq-outcomes"))
         return found
 
 
@@ -271,8 +274,9 @@ def _uuid(text: str) -> uuid.UUID | None:
         return None
 
 
-def _nap(status: TaskStatus, task_id: uuid.UUID, timeout: float | None, left: float | None, pause: float, *,
-         listening: bool) -> float:
+def _nap(
+    status: TaskStatus, task_id: uuid.UUID, timeout: float | None, left: float | None, pause: float, *, listening: bool
+) -> float:
     """How long a waiter whose task is not finished sleeps before reading again (``left``: seconds
     to its deadline, None without one): the longest poll while a listener can wake it, else
     ``pause``, never past the deadline; WaitTimeout once the deadline has passed."""
@@ -282,8 +286,9 @@ def _nap(status: TaskStatus, task_id: uuid.UUID, timeout: float | None, left: fl
     return nap if left is None else min(nap, left)
 
 
-def wait(read: Callable[[], TaskStatus], task_id: uuid.UUID, timeout: float | None,
-         listener: OutcomeListener | None) -> Any:
+def wait(
+    read: Callable[[], TaskStatus], task_id: uuid.UUID, timeout: float | None, listener: OutcomeListener | None
+) -> Any:
     """Wait for ``task_id``'s outcome reading its status with ``read()``: its result, or its
     failure raised (see the module documentation). ``timeout`` None waits for ever."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -309,8 +314,12 @@ def wait(read: Callable[[], TaskStatus], task_id: uuid.UUID, timeout: float | No
             forget()
 
 
-async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UUID, timeout: float | None,
-                     listener: OutcomeListener | None) -> Any:
+async def wait_async(
+    read: Callable[[], Awaitable[TaskStatus]],
+    task_id: uuid.UUID,
+    timeout: float | None,
+    listener: OutcomeListener | None,
+) -> Any:
     """:func:`wait` for asyncio: the same reads and pauses, awaiting instead of blocking; the
     listener's thread wakes the waiter through its event loop."""
     loop = asyncio.get_running_loop()
@@ -318,6 +327,7 @@ async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UU
     woken = asyncio.Event()
     forget = None
     if listener is not None:
+
         def wake() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed with the waiter on it: nobody to wake
                 loop.call_soon_threadsafe(woken.set)
@@ -343,4 +353,3 @@ async def wait_async(read: Callable[[], Awaitable[TaskStatus]], task_id: uuid.UU
     finally:
         if forget is not None:
             forget()
-

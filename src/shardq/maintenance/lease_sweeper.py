@@ -62,8 +62,15 @@ class LeaseSweeper:
     """A worker's share of reaping; :meth:`run_once` is one turn, :meth:`run` only schedules turns
     on :attr:`thread` until ``stop`` is set."""
 
-    def __init__(self, sessions: StoreSource, stop: threading.Event, *, queues: Collection[str] = (),
-                 every: float = SWEEP_EVERY_SECONDS, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        sessions: StoreSource,
+        stop: threading.Event,
+        *,
+        queues: Collection[str] = (),
+        every: float = SWEEP_EVERY_SECONDS,
+        rng: random.Random | None = None,
+    ) -> None:
         self.sessions = sessions
         self.queues = frozenset(queues)
         #: (monotonic) when the last task of ``queues`` that a sweep put back is due again: a run
@@ -112,9 +119,16 @@ class LeaseSweeper:
         started opens its sweeping session when the others are busy claiming, not with them, and
         the fleet's workers do not all take turns at once."""
         pause = self.every / TURNS_PER_ROUND
-        repeat(self.run_once, self.stop_event, every=pause, retry_max=RETRY_PAUSE_MAX,
-               what="sweeping expired leases", log=log, rng=self.rng,
-               first_wait=self.every + self.rng.uniform(0, pause))
+        repeat(
+            self.run_once,
+            self.stop_event,
+            every=pause,
+            retry_max=RETRY_PAUSE_MAX,
+            what="sweeping expired leases",
+            log=log,
+            rng=self.rng,
+            first_wait=self.every + self.rng.uniform(0, pause),
+        )
 
     def _reaper_for(self, store: TaskStore) -> Reaper:
         if self._reaper is None or self._reaper.store is not store:

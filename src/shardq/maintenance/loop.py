@@ -28,8 +28,17 @@ from shardq.errors import DatabaseError
 JITTER = 0.2
 
 
-def repeat(run_once: Callable[[], object], stop: threading.Event, *, every: float, retry_max: float,
-           what: str, log: logging.Logger, rng: random.Random | None = None, first_wait: float = 0.0) -> None:
+def repeat(
+    run_once: Callable[[], object],
+    stop: threading.Event,
+    *,
+    every: float,
+    retry_max: float,
+    what: str,
+    log: logging.Logger,
+    rng: random.Random | None = None,
+    first_wait: float = 0.0,
+) -> None:
     """Call ``run_once`` after ``first_wait`` seconds, then every ``every`` seconds (±20 %), until
     ``stop`` is set; a failed pass is logged as "``what`` failed (error); retrying in N s" and
     retried with backoff (see the module docstring)."""
@@ -42,8 +51,13 @@ def repeat(run_once: Callable[[], object], stop: threading.Event, *, every: floa
         except DatabaseError as exc:
             failures += 1
             wait = backoff.idle_sleep(failures, minimum=every, maximum=max(every, retry_max), rng=rng)
-            log.log(logging.WARNING if exc.transient else logging.ERROR,
-                    "%s failed (%s); retrying in %.1fs", what, exc, wait)
+            log.log(
+                logging.WARNING if exc.transient else logging.ERROR,
+                "%s failed (%s); retrying in %.1fs",
+                what,
+                exc,
+                wait,
+            )
             continue
         failures = 0
         wait = every * rng.uniform(1.0 - JITTER, 1.0 + JITTER)

@@ -120,11 +120,17 @@ class Schedule:
             except CronSimError as exc:
                 raise InvalidInput(f"periodic {self.name}: cron {self.cron!r} does not parse: {exc}") from None
         if self.every is not None and (
-            isinstance(self.every, bool) or not isinstance(self.every, (int, float))
-            or not math.isfinite(self.every) or self.every <= 0
+            isinstance(self.every, bool)
+            or not isinstance(self.every, (int, float))
+            or not math.isfinite(self.every)
+            or self.every <= 0
         ):
             raise InvalidInput(f"periodic {self.name}: every must be a positive number of seconds")
-        if isinstance(self.catch_up, bool) or not isinstance(self.catch_up, int) or not 0 <= self.catch_up <= CATCH_UP_MAX:
+        if (
+            isinstance(self.catch_up, bool)
+            or not isinstance(self.catch_up, int)
+            or not 0 <= self.catch_up <= CATCH_UP_MAX
+        ):
             raise InvalidInput(f"periodic {self.name}: catch_up must be a whole number 0..{CATCH_UP_MAX}")
         arguments = dict(self.args)
         if self.takes_timestamp:
@@ -185,8 +191,14 @@ class Schedule:
 def take_slot(store: TaskStore, schedule: Schedule, slot: dt.datetime) -> bool:
     """Take ``slot`` of ``schedule`` and enqueue its task (one statement); False when another
     worker (or an earlier run) took it already."""
-    return store.periodic_slot_take(schedule.name, slot, schedule.queue, schedule.payload(slot),
-                                    priority=schedule.priority, max_attempts=schedule.max_attempts)
+    return store.periodic_slot_take(
+        schedule.name,
+        slot,
+        schedule.queue,
+        schedule.payload(slot),
+        priority=schedule.priority,
+        max_attempts=schedule.max_attempts,
+    )
 
 
 @dataclass(frozen=True)
@@ -201,9 +213,14 @@ class ScheduleView:
     next_slot: dt.datetime
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "task": self.task, "queue": self.queue, "when": self.when,
-                "last_slot": self.last_slot.isoformat() if self.last_slot else None,
-                "next_slot": self.next_slot.isoformat()}
+        return {
+            "name": self.name,
+            "task": self.task,
+            "queue": self.queue,
+            "when": self.when,
+            "last_slot": self.last_slot.isoformat() if self.last_slot else None,
+            "next_slot": self.next_slot.isoformat(),
+        }
 
 
 def describe(store: TaskStore, schedules: list[Schedule], now: dt.datetime | None = None) -> list[ScheduleView]:
@@ -211,9 +228,14 @@ def describe(store: TaskStore, schedules: list[Schedule], now: dt.datetime | Non
     now = now or dt.datetime.now(UTC)
     last = store.periodic_last_slots([s.name for s in schedules]) if schedules else {}
     return [
-        ScheduleView(s.name, s.task, s.queue,
-                     f"cron {s.cron} ({s.tz})" if s.cron else f"every {s.every:g} s",
-                     last.get(s.name), s.next_slot(now))
+        ScheduleView(
+            s.name,
+            s.task,
+            s.queue,
+            f"cron {s.cron} ({s.tz})" if s.cron else f"every {s.every:g} s",
+            last.get(s.name),
+            s.next_slot(now),
+        )
         for s in sorted(schedules, key=lambda s: s.name)
     ]
 
@@ -224,9 +246,13 @@ class Scheduler:
     :attr:`thread` until :attr:`stop_event` is set. ``clock`` gives the time slots fall due and
     prunes are timed by."""
 
-    def __init__(self, store_factory: Callable[[], TaskStore], schedules: list[Schedule],
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC),
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        store_factory: Callable[[], TaskStore],
+        schedules: list[Schedule],
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC),
+        rng: random.Random | None = None,
+    ) -> None:
         self.store_factory = store_factory
         self.schedules = list(schedules)
         self.clock = clock
@@ -253,7 +279,9 @@ class Scheduler:
         ``catch_up``)."""
         now = self.clock()
         took = self._take_due(now)
-        if self._pruned_at is None or not self._pruned_at <= now < self._pruned_at + dt.timedelta(seconds=PRUNE_SECONDS):
+        if self._pruned_at is None or not self._pruned_at <= now < self._pruned_at + dt.timedelta(
+            seconds=PRUNE_SECONDS
+        ):
             self._pruned_at = now  # a failed prune waits for the next minute, as a done one does
             prune_slots(self.store)
         return took
@@ -275,8 +303,15 @@ class Scheduler:
         """Call :meth:`run_once` every ``tick`` (±20 %) until :attr:`stop_event` is set. Only
         schedules (:func:`shardq.maintenance.loop.repeat`); a failed pass is logged and retried
         with backoff (see the module docstring)."""
-        repeat(self.run_once, self.stop_event, every=self.tick, retry_max=RETRY_PAUSE_MAX,
-               what="periodic scheduling", log=log, rng=self.rng)
+        repeat(
+            self.run_once,
+            self.stop_event,
+            every=self.tick,
+            retry_max=RETRY_PAUSE_MAX,
+            what="periodic scheduling",
+            log=log,
+            rng=self.rng,
+        )
 
     def _run_logged(self) -> None:
         try:

@@ -19,13 +19,15 @@ from shardq.maintenance.batches import until_short_batch
 from shardq.sessions.store import TaskStore
 
 
-def promote_due(store: TaskStore, buckets: Iterable[int], queues: Iterable[str], *, batch: int,
-                max_batches: int) -> int:
+def promote_due(
+    store: TaskStore, buckets: Iterable[int], queues: Iterable[str], *, batch: int, max_batches: int
+) -> int:
     """Make the due scheduled tasks of ``queues`` in ``buckets`` ready; returns how many."""
     names = list(queues)
     promoted = 0
     for bucket in buckets:
         for queue in names:
+
             def promote(limit: int, bucket: int = bucket, queue: str = queue) -> int:
                 return store.task_promote_due(bucket, queue, limit)
 

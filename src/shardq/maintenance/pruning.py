@@ -62,10 +62,14 @@ def prune_counters(store: TaskStore, *, keep_seconds: float = RETENTION_SECONDS)
     hour into their hourly rows (and pruning hourly rows past :data:`KEEP_HOURLY_SECONDS`).
     Returns how many counter rows went."""
     store.run(charts.stats_hourly_rollup())
-    until_short_batch(lambda n: store.run(charts.stats_hourly_prune(KEEP_HOURLY_SECONDS, n)), PRUNE_BATCH,
-                      max_batches=COUNTERS_MAX_BATCHES)
-    return until_short_batch(lambda n: store.stats_prune(keep_seconds, n), PRUNE_BATCH,
-                             max_batches=COUNTERS_MAX_BATCHES)
+    until_short_batch(
+        lambda n: store.run(charts.stats_hourly_prune(KEEP_HOURLY_SECONDS, n)),
+        PRUNE_BATCH,
+        max_batches=COUNTERS_MAX_BATCHES,
+    )
+    return until_short_batch(
+        lambda n: store.stats_prune(keep_seconds, n), PRUNE_BATCH, max_batches=COUNTERS_MAX_BATCHES
+    )
 
 
 def prune_slots(store: TaskStore, *, keep_seconds: float = KEEP_SLOTS_SECONDS) -> int:
@@ -99,8 +103,9 @@ AUDIT_MAX_BATCHES = 20
 def prune_audit(store: TaskStore, *, keep_seconds: float = KEEP_AUDIT_SECONDS) -> int:
     """Delete audit log entries older than ``keep_seconds`` (90 days), oldest first, at most
     ``AUDIT_MAX_BATCHES`` batches of ``PRUNE_BATCH``. Returns how many went."""
-    return until_short_batch(lambda n: store.run(registry.audit_prune(keep_seconds, n)), PRUNE_BATCH,
-                             max_batches=AUDIT_MAX_BATCHES)
+    return until_short_batch(
+        lambda n: store.run(registry.audit_prune(keep_seconds, n)), PRUNE_BATCH, max_batches=AUDIT_MAX_BATCHES
+    )
 
 
 #: at most this many batches of durable steps and of signals per call
@@ -112,10 +117,10 @@ def prune_durable(store: TaskStore) -> int:
     purged from the dead letters; a dead task keeps its steps, so that a requeue resumes it), at
     most ``DURABLE_MAX_BATCHES`` batches of ``PRUNE_BATCH`` each (docs/durable.md). Returns how
     many rows went."""
-    total = until_short_batch(lambda n: store.run(durable.steps_prune(n)), PRUNE_BATCH,
-                              max_batches=DURABLE_MAX_BATCHES)
-    return total + until_short_batch(lambda n: store.run(durable.signals_prune(n)), PRUNE_BATCH,
-                                     max_batches=DURABLE_MAX_BATCHES)
+    total = until_short_batch(lambda n: store.run(durable.steps_prune(n)), PRUNE_BATCH, max_batches=DURABLE_MAX_BATCHES)
+    return total + until_short_batch(
+        lambda n: store.run(durable.signals_prune(n)), PRUNE_BATCH, max_batches=DURABLE_MAX_BATCHES
+    )
 
 
 #: a finished workflow is kept at least this long (a day) after its last step finished
@@ -133,8 +138,13 @@ class WorkflowPrune:
     resume_after: tuple[Any, Any] | None
 
 
-def prune_workflows(store: TaskStore, *, keep_seconds: float = KEEP_WORKFLOWS_SECONDS,
-                    after: tuple[Any, Any] | None = None, max_pages: int = WORKFLOWS_MAX_PAGES) -> WorkflowPrune:
+def prune_workflows(
+    store: TaskStore,
+    *,
+    keep_seconds: float = KEEP_WORKFLOWS_SECONDS,
+    after: tuple[Any, Any] | None = None,
+    max_pages: int = WORKFLOWS_MAX_PAGES,
+) -> WorkflowPrune:
     """Delete finished workflows past their retention, with their steps and edges.
 
     Walks the workflows enqueued more than ``keep_seconds`` ago, oldest first, a page of

@@ -104,7 +104,9 @@ class ReapResult:
 class Reaper:
     """Reaps expired leases through one :class:`TaskStore`."""
 
-    def __init__(self, store: TaskStore, config: ReaperConfig | None = None, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, store: TaskStore, config: ReaperConfig | None = None, *, rng: random.Random | None = None
+    ) -> None:
         self.store = store
         self.config = (config or ReaperConfig()).validate()
         self.rng = rng or random.Random()
@@ -157,8 +159,9 @@ class Reaper:
     def _settings(self) -> dict[str, QueueSettings]:
         return {s.name: s for s in self.store.queue_list()}
 
-    def _apply(self, expired: list[ExpiredLease], settings: dict[str, QueueSettings],
-               due_in: dict[str, float]) -> tuple[int, int]:
+    def _apply(
+        self, expired: list[ExpiredLease], settings: dict[str, QueueSettings], due_in: dict[str, float]
+    ) -> tuple[int, int]:
         """Retry or dead-letter expired leases through :func:`shardq.lifecycle.failures.settle_failures`
         (the worker's settler uses the same function and defaults); notes in ``due_in`` the
         longest backoff per queue among those put back."""
@@ -176,8 +179,11 @@ class Reaper:
             for lease in expired
         ]
         result = settle_failures(
-            self.store, failures, lambda queue: settings.get(queue) or QueueSettings(queue),
-            require_expired=True, rng=self.rng,
+            self.store,
+            failures,
+            lambda queue: settings.get(queue) or QueueSettings(queue),
+            require_expired=True,
+            rng=self.rng,
         )
         for failure in result.retried:
             due_in[failure.queue] = max(due_in.get(failure.queue, 0.0), failure.delay or 0.0)
@@ -192,10 +198,19 @@ class Reaper:
             setattr(activity, event, getattr(activity, event) + 1)
             if debug:
                 log.debug(
-                    "task %s %s (queue %s, bucket %s, attempt %d)", key.id, event, key.queue, key.bucket,
+                    "task %s %s (queue %s, bucket %s, attempt %d)",
+                    key.id,
+                    event,
+                    key.queue,
+                    key.bucket,
                     failure.attempts,
-                    extra={"event": event, "task_id": str(key.id), "queue": key.queue,
-                           "bucket": key.bucket, "attempt": failure.attempts},
+                    extra={
+                        "event": event,
+                        "task_id": str(key.id),
+                        "queue": key.queue,
+                        "bucket": key.bucket,
+                        "attempt": failure.attempts,
+                    },
                 )
         return len(applied)
 
@@ -203,5 +218,12 @@ class Reaper:
         """Call :meth:`run_once` every ``interval`` (±20 % jitter) until ``stop`` is set. Only
         schedules (:func:`shardq.maintenance.loop.repeat`); a failed pass is logged and retried
         with backoff (see the module docstring)."""
-        repeat(self.run_once, stop, every=self.config.interval, retry_max=RETRY_PAUSE_MAX, what="reaper run",
-               log=log, rng=self.rng)
+        repeat(
+            self.run_once,
+            stop,
+            every=self.config.interval,
+            retry_max=RETRY_PAUSE_MAX,
+            what="reaper run",
+            log=log,
+            rng=self.rng,
+        )

@@ -55,9 +55,16 @@ class WorkerRegistry:
     """One worker's registry row. :meth:`beat_if_due` is called from a loop that runs anyway;
     ``holding`` says what the worker holds (read under its own lock by the caller)."""
 
-    def __init__(self, queues: Sequence[str], concurrency: int, holding: Callable[[], Holding], *,
-                 every: float = BEAT_SECONDS, stale: float = STALE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        queues: Sequence[str],
+        concurrency: int,
+        holding: Callable[[], Holding],
+        *,
+        every: float = BEAT_SECONDS,
+        stale: float = STALE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.id = uuid.uuid4()
         self.queues = list(queues)
         self.concurrency = concurrency
@@ -79,11 +86,21 @@ class WorkerRegistry:
 
     def beat(self, store: TaskStore) -> None:
         held = self.holding()
-        store.run(registry.worker_beat({
-            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-            "concurrency": self.concurrency, "in_hand": held.in_hand, "running": held.running,
-            "tokens": list(dict.fromkeys(held.tokens))[:TOKENS_MAX], "started_at": self.started_at,
-        }))
+        store.run(
+            registry.worker_beat(
+                {
+                    "id": self.id,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "queues": self.queues,
+                    "concurrency": self.concurrency,
+                    "in_hand": held.in_hand,
+                    "running": held.running,
+                    "tokens": list(dict.fromkeys(held.tokens))[:TOKENS_MAX],
+                    "started_at": self.started_at,
+                }
+            )
+        )
         self.beats += 1
         if self.beats % PRUNE_EVERY_BEATS == 0:
             store.run(registry.worker_prune(self.stale))

@@ -60,7 +60,9 @@ def _sqlalchemy_engine(dsn: Dsn, engine: Engine) -> sqlalchemy.engine.Engine:
         # Schema changes run atomically only one statement at a time: each commits alone.
         options["isolation_level"] = "AUTOCOMMIT"
     url = f"{engine.sqlalchemy_dialect}+psycopg://"
-    return sqlalchemy.create_engine(url, creator=lambda: raw_connect(dsn), poolclass=sqlalchemy.pool.NullPool, **options)
+    return sqlalchemy.create_engine(
+        url, creator=lambda: raw_connect(dsn), poolclass=sqlalchemy.pool.NullPool, **options
+    )
 
 
 def _run(dsn: Dsn, action: str, target: str, buckets: int) -> MigrationResult:
@@ -115,4 +117,3 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
-

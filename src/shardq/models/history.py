@@ -45,12 +45,15 @@ def encode_result(value: Any) -> KeptResult:
     try:
         text = _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        raise ResultNotStorable(f"the task's result cannot be kept: {type(value).__name__} is not JSON-encodable "
-                                f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
+        raise ResultNotStorable(
+            f"the task's result cannot be kept: {type(value).__name__} is not JSON-encodable "
+            f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})"
+        ) from None
     size = len(text.encode())
     if size > RESULT_MAX_BYTES:
-        raise ResultNotStorable(f"the task's result cannot be kept: {size:,} bytes of JSON, over the limit of "
-                                f"{RESULT_MAX_BYTES:,}")
+        raise ResultNotStorable(
+            f"the task's result cannot be kept: {size:,} bytes of JSON, over the limit of {RESULT_MAX_BYTES:,}"
+        )
     return KeptResult(text)
 
 
@@ -59,6 +62,7 @@ def keeping_result(call: Callable[[], Any], is_async: bool) -> Callable[[], Any]
     the worker hands to the settler; encoding in the handler's own call makes a value that cannot
     be kept fail the attempt like any handler error."""
     if is_async:
+
         async def encoded_async() -> KeptResult:
             return encode_result(await call())
 
@@ -128,9 +132,14 @@ class AttemptRecord:
 
     def as_json(self) -> dict[str, Any]:
         started = self.started_at
-        return {"attempt": self.attempt, "started_at": started.isoformat() if started else None,
-                "ended_at": self.ended_at.isoformat() if self.ended_at else None,
-                "run_seconds": self.run_seconds, "outcome": self.outcome, "error": self.error}
+        return {
+            "attempt": self.attempt,
+            "started_at": started.isoformat() if started else None,
+            "ended_at": self.ended_at.isoformat() if self.ended_at else None,
+            "run_seconds": self.run_seconds,
+            "outcome": self.outcome,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +159,32 @@ class FinishedTask:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> FinishedTask:
-        return cls(str(row["id"]), row["queue"], row["state"], row["task"], row["created_at"], row["finished_at"],
-                   row["attempts"], row["run_seconds"], row["last_error"], row["result"])
+        return cls(
+            str(row["id"]),
+            row["queue"],
+            row["state"],
+            row["task"],
+            row["created_at"],
+            row["finished_at"],
+            row["attempts"],
+            row["run_seconds"],
+            row["last_error"],
+            row["result"],
+        )
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "queue": self.queue, "state": self.state, "task": self.task,
-                "created_at": self.created_at.isoformat(), "finished_at": self.finished_at.isoformat(),
-                "attempts": self.attempts, "run_seconds": self.run_seconds, "last_error": self.last_error,
-                "result": json.loads(self.result) if self.result is not None else None}
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "state": self.state,
+            "task": self.task,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "attempts": self.attempts,
+            "run_seconds": self.run_seconds,
+            "last_error": self.last_error,
+            "result": json.loads(self.result) if self.result is not None else None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +231,20 @@ class TaskStatus:
         def iso(t: dt.datetime | None) -> str | None:
             return t.isoformat() if t else None
 
-        return {"id": self.id, "state": self.state, "queue": self.queue, "task": self.task,
-                "created_at": iso(self.created_at), "attempts": self.attempts, "attempt": self.attempt,
-                "run_at": iso(self.run_at), "finished_at": iso(self.finished_at), "last_error": self.last_error,
-                "total_run_seconds": self.total_run_seconds, "result": self.value(),
-                "history": [a.as_json() for a in self.history],
-                "progress": json.loads(self.progress) if self.progress is not None else None,
-                "waiting_for": self.waiting_for}
-
+        return {
+            "id": self.id,
+            "state": self.state,
+            "queue": self.queue,
+            "task": self.task,
+            "created_at": iso(self.created_at),
+            "attempts": self.attempts,
+            "attempt": self.attempt,
+            "run_at": iso(self.run_at),
+            "finished_at": iso(self.finished_at),
+            "last_error": self.last_error,
+            "total_run_seconds": self.total_run_seconds,
+            "result": self.value(),
+            "history": [a.as_json() for a in self.history],
+            "progress": json.loads(self.progress) if self.progress is not None else None,
+            "waiting_for": self.waiting_for,
+        }

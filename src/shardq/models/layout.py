@@ -51,4 +51,3 @@ class SchemaJob:
             "running_status": self.running_status,
             "description": self.description,
         }
-

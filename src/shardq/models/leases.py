@@ -56,4 +56,3 @@ class HandoffOffer:
     lease_seconds: tuple[float, ...]
     room: int
     tasks: list[ClaimedTask] = field(default_factory=list)
-

@@ -110,4 +110,3 @@ class RateTokens:
         """Tokens available now: what was left, plus ``rate`` per second since, at most ``burst``."""
         elapsed = max(0.0, (self.now - self.refilled_at).total_seconds())
         return min(float(burst), self.tokens + rate * elapsed)
-

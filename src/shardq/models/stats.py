@@ -43,8 +43,22 @@ class Activity:
     lead_acks: int = 0
     lead_seconds: float = 0.0
 
-    FIELDS = ("enqueued", "acked", "retried", "expired", "dead", "handled", "handler_seconds", "capacity_seconds",
-              "timeouts", "throttled", "first_starts", "start_wait_seconds", "lead_acks", "lead_seconds")
+    FIELDS = (
+        "enqueued",
+        "acked",
+        "retried",
+        "expired",
+        "dead",
+        "handled",
+        "handler_seconds",
+        "capacity_seconds",
+        "timeouts",
+        "throttled",
+        "first_starts",
+        "start_wait_seconds",
+        "lead_acks",
+        "lead_seconds",
+    )
 
     @property
     def completed(self) -> int:
@@ -78,8 +92,15 @@ class Accuracy(str, Enum):
 #: (:class:`shardq.models.tasks.TaskState`), except that ``leased`` counts only the leases still
 #: running and ``expired`` the ones run out (the browser's ``running`` and ``expired``), and
 #: ``dead`` counts the dead letters
-COUNTS = (TaskState.READY, TaskState.SCHEDULED, TaskState.LEASED, TaskState.EXPIRED, TaskState.BACKLOG,
-          TaskState.WAITING, TaskState.DEAD)
+COUNTS = (
+    TaskState.READY,
+    TaskState.SCHEDULED,
+    TaskState.LEASED,
+    TaskState.EXPIRED,
+    TaskState.BACKLOG,
+    TaskState.WAITING,
+    TaskState.DEAD,
+)
 
 
 @dataclass(frozen=True)
@@ -251,8 +272,14 @@ class Stats:
                 entry["rate_limit"] = q.rate_limit
             if per_bucket:
                 entry["per_bucket"] = {
-                    str(b): {"ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
-                             "backlog": d.backlog, "waiting": d.waiting}
+                    str(b): {
+                        "ready": d.ready,
+                        "scheduled": d.scheduled,
+                        "leased": d.leased,
+                        "expired": d.expired,
+                        "backlog": d.backlog,
+                        "waiting": d.waiting,
+                    }
                     for b, d in sorted(q.per_bucket.items())
                 }
             queues[name] = entry
@@ -266,4 +293,3 @@ class Stats:
             "buckets_counted": len(self.buckets_counted),
             "window_s": round(self.window_s, 1),
         }
-

@@ -61,8 +61,15 @@ FINISHED_STATES = (TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED)
 #: workflow step are folded in: the status's caller cannot act on the difference); ``retrying``
 #: is scheduled after a failed attempt; ``waiting`` is a durable task parked on ``ctx.wait_for``
 #: until its signal or timeout (docs/durable.md)
-STATUS_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.RETRYING, TaskState.WAITING,
-                 *FINISHED_STATES, TaskState.UNKNOWN)
+STATUS_STATES = (
+    TaskState.SCHEDULED,
+    TaskState.READY,
+    TaskState.RUNNING,
+    TaskState.RETRYING,
+    TaskState.WAITING,
+    *FINISHED_STATES,
+    TaskState.UNKNOWN,
+)
 
 
 #: a workflow step's states (:class:`shardq.workflows.steps.StepStatus`), in the order a step moves
@@ -135,8 +142,22 @@ class ClaimedTask(NamedTuple):
         payload, lease_expires_at, created_at, exclusive_key, workflow_id): a claimed task is ready,
         so its priority is its rank. Positional on purpose: this runs once per claimed task."""
         bucket, rank, exec_time, task_id, attempts, max_attempts, payload, expires, created, exclusive, workflow = row
-        return _new_tuple(cls, (_new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)), attempts,
-                                max_attempts, payload, token, expires, created, rank, exclusive, None, workflow))
+        return _new_tuple(
+            cls,
+            (
+                _new_tuple(TaskKey, (bucket, queue, rank, exec_time, task_id)),
+                attempts,
+                max_attempts,
+                payload,
+                token,
+                expires,
+                created,
+                rank,
+                exclusive,
+                None,
+                workflow,
+            ),
+        )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], token: uuid.UUID) -> ClaimedTask:
@@ -352,19 +373,34 @@ class TaskInfo:
     @classmethod
     def from_task_row(cls, row: Mapping[str, Any]) -> TaskInfo:
         return cls(
-            id=str(row["id"]), queue=row["queue"], state=row["state"], payload=bytes(row["payload"]),
-            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
-            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
-            exec_time=row["exec_time"], lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
+            id=str(row["id"]),
+            queue=row["queue"],
+            state=row["state"],
+            payload=bytes(row["payload"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            created_at=row["created_at"],
+            priority=row["priority"],
+            exclusive_key=row["exclusive_key"],
+            dedupe_key=row["dedupe_key"],
+            exec_time=row["exec_time"],
+            lease_expires_at=row["lease_expires_at"] if row["state"] == TaskState.LEASED else None,
             last_error=row["last_error"],
         )
 
     @classmethod
     def from_dead_row(cls, row: Mapping[str, Any]) -> TaskInfo:
         return cls(
-            id=str(row["id"]), queue=row["queue"], state=TaskState.DEAD, payload=bytes(row["payload"]),
-            attempts=row["attempts"], max_attempts=row["max_attempts"], created_at=row["created_at"],
-            priority=row["priority"], exclusive_key=row["exclusive_key"], dedupe_key=row["dedupe_key"],
-            last_error=row["last_error"], died_at=row["died_at"],
+            id=str(row["id"]),
+            queue=row["queue"],
+            state=TaskState.DEAD,
+            payload=bytes(row["payload"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            created_at=row["created_at"],
+            priority=row["priority"],
+            exclusive_key=row["exclusive_key"],
+            dedupe_key=row["dedupe_key"],
+            last_error=row["last_error"],
+            died_at=row["died_at"],
         )
-

@@ -112,4 +112,3 @@ def check(graph: Graph) -> list[StepSpec]:
         stuck = next(s.name for s in steps if waiting[s.name] > 0)
         raise InvalidInput(f"step {stuck!r}: its parents form a cycle")
     return order
-

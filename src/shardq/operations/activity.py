@@ -60,4 +60,3 @@ class ActivityTally:
         self._failures = 0
         self._pending = {}
         return True
-

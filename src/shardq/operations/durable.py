@@ -36,8 +36,9 @@ def check_name(name: object, what: str) -> str:
     without NUL; :class:`InvalidInput` otherwise."""
     if not isinstance(name, str) or not name or len(name) > NAME_MAX or "\x00" in name:
         shown = repr(name)[:60]
-        raise InvalidInput(f"{what} name {shown} must be a non-empty string of at most {NAME_MAX} characters "
-                           "without NUL")
+        raise InvalidInput(
+            f"{what} name {shown} must be a non-empty string of at most {NAME_MAX} characters without NUL"
+        )
     return name
 
 
@@ -105,8 +106,9 @@ def _lost(fenced: Fenced, what: str) -> LeaseLost:
     return LeaseLost(f"task {fenced.key.id}: lease lost before {what} could be recorded")
 
 
-def step_record(fenced: Fenced, idx: int, name: str, value: str | None, version: str | None,
-                wake_at: dt.datetime | None = None) -> Plan[None]:
+def step_record(
+    fenced: Fenced, idx: int, name: str, value: str | None, version: str | None, wake_at: dt.datetime | None = None
+) -> Plan[None]:
     """Record a completed step; :class:`LeaseLost` when this run no longer holds the lease."""
     params = {**_fence(fenced), "idx": idx, "name": name, "value": value, "version": version, "wake_at": wake_at}
     row = yield Call("task_step_record", params, rows="one")
@@ -145,8 +147,9 @@ def _park(fenced: Fenced, wake_at: dt.datetime, reason: str) -> Plan[None]:
         raise _lost(fenced, "its sleep")
 
 
-def sleep_plan(fenced: Fenced, idx: int, name: str, version: str | None, wake_at: dt.datetime,
-               *, record: bool) -> Plan[None]:
+def sleep_plan(
+    fenced: Fenced, idx: int, name: str, version: str | None, wake_at: dt.datetime, *, record: bool
+) -> Plan[None]:
     """Record a sleep's step (unless already recorded) and park the task until ``wake_at``, in
     one transaction."""
 
@@ -167,8 +170,9 @@ class WaitOutcome:
     timed_out: bool = False
 
 
-def wait_plan(fenced: Fenced, idx: int, signal: str, version: str | None,
-              timeout_at: dt.datetime | None) -> Plan[WaitOutcome]:
+def wait_plan(
+    fenced: Fenced, idx: int, signal: str, version: str | None, timeout_at: dt.datetime | None
+) -> Plan[WaitOutcome]:
     """One transaction: write (or keep) the wait's pending step, fenced, which locks the task row;
     consume the oldest signal of that name if one is there; else record the timeout if it has
     passed; else park the task until the timeout (or far ahead), ready at once if a signal came
@@ -177,14 +181,18 @@ def wait_plan(fenced: Fenced, idx: int, signal: str, version: str | None,
 
     def body() -> Plan[WaitOutcome]:
         fence = _fence(fenced)
-        begun = yield Call("task_wait_begin", {**fence, "idx": idx, "name": name, "version": version,
-                                               "wake_at": timeout_at}, rows="one")
+        begun = yield Call(
+            "task_wait_begin",
+            {**fence, "idx": idx, "name": name, "version": version, "wake_at": timeout_at},
+            rows="one",
+        )
         if begun is None:
             raise _lost(fenced, f"wait {idx} ({name})")
         if begun["value"] is not None:  # answered already (a replay racing its own record)
             return WaitOutcome(begun["value"])
-        taken = yield Call("task_signal_consume", {**fence, "idx": idx, "name": name, "signal": signal,
-                                                   "version": version}, rows="one")
+        taken = yield Call(
+            "task_signal_consume", {**fence, "idx": idx, "name": name, "signal": signal, "version": version}, rows="one"
+        )
         if taken is not None:
             return WaitOutcome(taken["value"])
         if begun["due"]:
@@ -217,8 +225,9 @@ def signal_plan(task_id: uuid.UUID, name: str, payload: str, signal_id: uuid.UUI
         task = yield Call("task_signal_lock", {"task_id": task_id}, rows="one")
         if task is None:
             raise TaskNotLive(f"task {task_id} is not live (unknown id, or finished): no signal sent")
-        inserted = yield Call("task_signal_insert", {"task_id": task_id, "name": name, "id": signal_id,
-                                                     "payload": payload}, rows="one")
+        inserted = yield Call(
+            "task_signal_insert", {"task_id": task_id, "name": name, "id": signal_id, "payload": payload}, rows="one"
+        )
         if inserted is None:
             return False  # sent before (a retry of the same key): nothing more to do
         woke = yield Call("task_signal_wake", {"task_id": task_id, "wait_step": WAIT_PREFIX + name}, rows="one")

@@ -39,10 +39,15 @@ def history_record_dead(records: Sequence[Finished]) -> Plan[None]:
     if not records:
         return
     yield from outcome_notify([r.id for r in records])
-    yield Call("history_record_dead", {
-        "ids": [r.id for r in records], "tasks": [r.task for r in records],
-        "run_seconds": [r.run_seconds for r in records],
-    }, rows="none")
+    yield Call(
+        "history_record_dead",
+        {
+            "ids": [r.id for r in records],
+            "tasks": [r.task for r in records],
+            "run_seconds": [r.run_seconds for r in records],
+        },
+        rows="none",
+    )
 
 
 def history_record_cancelled(records: Sequence[Finished]) -> Plan[None]:
@@ -51,29 +56,44 @@ def history_record_cancelled(records: Sequence[Finished]) -> Plan[None]:
     if not records:
         return
     yield from outcome_notify([r.id for r in records])
-    yield Call("history_record_cancelled", {
-        "ids": [r.id for r in records], "queues": [r.queue for r in records], "tasks": [r.task for r in records],
-        "created_ats": [r.created_at for r in records], "attempts": [r.attempts for r in records],
-        "errors": [storable(r.error) if r.error is not None else None for r in records],
-        "dedupe_keys": [r.dedupe_key for r in records],
-    }, rows="none")
+    yield Call(
+        "history_record_cancelled",
+        {
+            "ids": [r.id for r in records],
+            "queues": [r.queue for r in records],
+            "tasks": [r.task for r in records],
+            "created_ats": [r.created_at for r in records],
+            "attempts": [r.attempts for r in records],
+            "errors": [storable(r.error) if r.error is not None else None for r in records],
+            "dedupe_keys": [r.dedupe_key for r in records],
+        },
+        rows="none",
+    )
 
 
 def attempt_record_many(records: Sequence[FailedAttempt]) -> Plan[None]:
     """Write one row per failed attempt put back to retry."""
     if not records:
         return
-    yield Call("attempt_record_many", {
-        "ids": [r.id for r in records], "attempts": [r.attempt for r in records],
-        "queues": [r.queue for r in records], "run_seconds": [r.run_seconds for r in records],
-        "errors": [storable(r.error) if r.error is not None else None for r in records],
-    }, rows="none")
+    yield Call(
+        "attempt_record_many",
+        {
+            "ids": [r.id for r in records],
+            "attempts": [r.attempt for r in records],
+            "queues": [r.queue for r in records],
+            "run_seconds": [r.run_seconds for r in records],
+            "errors": [storable(r.error) if r.error is not None else None for r in records],
+        },
+        rows="none",
+    )
 
 
 # -- finishing with a record --------------------------------------------------------------------
 
-def ack_claims_recorded(claims: Sequence[WholeClaim], columns: SucceededColumns, *,
-                        notify: bool = False) -> Plan[set[uuid.UUID]]:
+
+def ack_claims_recorded(
+    claims: Sequence[WholeClaim], columns: SucceededColumns, *, notify: bool = False
+) -> Plan[set[uuid.UUID]]:
     """Ack whole claims and record the tasks deleted, each claim one statement
     (:meth:`shardq.engine.Engine.ack_claims_kept`); ``columns`` in the order of the claims' keys.
     Returns the ids not deleted (their lease had passed on)."""
@@ -82,18 +102,23 @@ def ack_claims_recorded(claims: Sequence[WholeClaim], columns: SucceededColumns,
     return lost
 
 
-def ack_keys_recorded(items: Sequence[Fenced], records: Sequence[Finished],
-                      closed_tokens: Sequence[uuid.UUID] = (), *, notify: bool = False) -> Plan[set[uuid.UUID]]:
+def ack_keys_recorded(
+    items: Sequence[Fenced],
+    records: Sequence[Finished],
+    closed_tokens: Sequence[uuid.UUID] = (),
+    *,
+    notify: bool = False,
+) -> Plan[set[uuid.UUID]]:
     """Ack tasks by whole key and token and record those deleted, one statement
     (:meth:`shardq.engine.Engine.ack_keys_kept`). Returns the ids deleted."""
     engine: Engine = yield ENGINE
-    done: set[uuid.UUID] = yield from engine.ack_keys_kept(items, {r.id: r for r in records}, closed_tokens,
-                                                           notify)
+    done: set[uuid.UUID] = yield from engine.ack_keys_kept(items, {r.id: r for r in records}, closed_tokens, notify)
     return done
 
 
-def removed_recorded(remove: Callable[[], Plan[set[uuid.UUID]]],
-                     record: Callable[[set[uuid.UUID]], Plan[None]]) -> Plan[set[uuid.UUID]]:
+def removed_recorded(
+    remove: Callable[[], Plan[set[uuid.UUID]]], record: Callable[[set[uuid.UUID]], Plan[None]]
+) -> Plan[set[uuid.UUID]]:
     """Run ``remove()`` (a fenced retry or dead-letter; returns the ids it changed), then
     ``record(ids)``, in one transaction. Returns the ids changed."""
 
@@ -107,6 +132,7 @@ def removed_recorded(remove: Callable[[], Plan[set[uuid.UUID]]],
 
 
 # -- who listens for outcomes (shardq.lifecycle.waiting) ----------------------------------------------------
+
 
 def outcome_listener_seen(listener_id: uuid.UUID) -> Plan[None]:
     yield Call("outcome_listener_seen", {"id": listener_id}, rows="none")
@@ -125,8 +151,9 @@ def outcome_listeners_present(fresh_seconds: float) -> Plan[bool]:
 def history_dedupe_recent(queue: str, windows: Sequence[tuple[str, float]]) -> Plan[set[str]]:
     """The keys of ``windows`` ((dedupe key, seconds) each) whose task of ``queue`` finished within
     its seconds, as the history keeps them (``dedupe_for``)."""
-    rows = yield Call("history_dedupe_recent", {"queue": queue, "keys": [k for k, _ in windows],
-                                                "seconds": [s for _, s in windows]})
+    rows = yield Call(
+        "history_dedupe_recent", {"queue": queue, "keys": [k for k, _ in windows], "seconds": [s for _, s in windows]}
+    )
     return {row["dedupe_key"] for row in rows}
 
 
@@ -143,7 +170,9 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
         if r["source"] == "durable":
             durable.append(r)
         elif r["source"] == "attempt":
-            failed.append(AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], TaskState.FAILED, r["last_error"]))
+            failed.append(
+                AttemptRecord(r["attempts"], r["finished_at"], r["run_seconds"], TaskState.FAILED, r["last_error"])
+            )
         else:
             found[r["source"]] = r
     failed.sort(key=lambda a: a.attempt)
@@ -155,16 +184,33 @@ def task_status(task_id: uuid.UUID) -> Plan[TaskStatus]:
         done = FinishedTask.from_row(row)
         final = AttemptRecord(done.attempts, done.finished_at, done.run_seconds, done.state, done.last_error)
         attempts = [a for a in failed if a.attempt != done.attempts] + ([final] if done.attempts > 0 else [])
-        return TaskStatus(done.id, done.state, done.queue, done.task, done.created_at, done.attempts,
-                          finished_at=done.finished_at, last_error=done.last_error, result=done.result,
-                          history=tuple(attempts))
+        return TaskStatus(
+            done.id,
+            done.state,
+            done.queue,
+            done.task,
+            done.created_at,
+            done.attempts,
+            finished_at=done.finished_at,
+            last_error=done.last_error,
+            result=done.result,
+            history=tuple(attempts),
+        )
     dead = found.get("dead")
     if dead is not None:
         final = AttemptRecord(dead["attempts"], dead["finished_at"], None, TaskState.DEAD, dead["last_error"])
         attempts = [a for a in failed if a.attempt != dead["attempts"]] + [final]
-        return TaskStatus(str(task_id), TaskState.DEAD, dead["queue"], task_name_of(dead["payload"]), dead["created_at"],
-                          dead["attempts"], finished_at=dead["finished_at"], last_error=dead["last_error"],
-                          history=tuple(attempts))
+        return TaskStatus(
+            str(task_id),
+            TaskState.DEAD,
+            dead["queue"],
+            task_name_of(dead["payload"]),
+            dead["created_at"],
+            dead["attempts"],
+            finished_at=dead["finished_at"],
+            last_error=dead["last_error"],
+            history=tuple(attempts),
+        )
     return TaskStatus(str(task_id), TaskState.UNKNOWN)
 
 
@@ -180,19 +226,29 @@ def _live_status(row: dict, failed: list[AttemptRecord]) -> TaskStatus:
         shown = TaskState.RETRYING if failed_before else TaskState.SCHEDULED
     else:
         shown = TaskState.READY
-    return TaskStatus(str(row["id"]), shown, row["queue"], task_name_of(row["payload"]), row["created_at"],
-                      row["attempts"], attempt=attempt, run_at=row["exec_time"] if shown != TaskState.RUNNING else None,
-                      last_error=row["last_error"], history=tuple(failed))
+    return TaskStatus(
+        str(row["id"]),
+        shown,
+        row["queue"],
+        task_name_of(row["payload"]),
+        row["created_at"],
+        row["attempts"],
+        attempt=attempt,
+        run_at=row["exec_time"] if shown != TaskState.RUNNING else None,
+        last_error=row["last_error"],
+        history=tuple(failed),
+    )
 
 
 def _durable_status(status: TaskStatus, rows: list[dict]) -> TaskStatus:
     """A live durable task's status with its progress, and ``waiting`` (with the signal's name)
     while it is parked on a wait (docs/durable.md)."""
     progress = next((r["result"] for r in rows if r["attempts"] == -1), None)
-    waits = [r["task"] for r in rows if r["attempts"] >= 0 and r["result"] is None
-             and r["task"].startswith(WAIT_STEP_PREFIX)]
+    waits = [
+        r["task"] for r in rows if r["attempts"] >= 0 and r["result"] is None and r["task"].startswith(WAIT_STEP_PREFIX)
+    ]
     if waits and status.state in ("scheduled", "retrying"):
-        return replace(status, state="waiting", progress=progress, waiting_for=waits[-1][len(WAIT_STEP_PREFIX):])
+        return replace(status, state="waiting", progress=progress, waiting_for=waits[-1][len(WAIT_STEP_PREFIX) :])
     return replace(status, progress=progress)
 
 
@@ -200,14 +256,22 @@ def _durable_status(status: TaskStatus, rows: list[dict]) -> TaskStatus:
 WAIT_STEP_PREFIX = "shardq:wait:"
 
 
-def history_list(queue: str, *, state: str | None, since: dt.datetime | None,
-                 after: tuple[dt.datetime, uuid.UUID] | None, limit: int) -> Plan[list[FinishedTask]]:
+def history_list(
+    queue: str, *, state: str | None, since: dt.datetime | None, after: tuple[dt.datetime, uuid.UUID] | None, limit: int
+) -> Plan[list[FinishedTask]]:
     """A page of ``queue``'s finished tasks, newest first, after the keyset ``after``
     ((finished_at, id) of the last row of the previous page)."""
-    rows = yield Call("history_list", {
-        "queue": queue, "state": state, "since": since, "after_at": after[0] if after else None,
-        "after_id": after[1] if after else None, "limit": limit,
-    })
+    rows = yield Call(
+        "history_list",
+        {
+            "queue": queue,
+            "state": state,
+            "since": since,
+            "after_at": after[0] if after else None,
+            "after_id": after[1] if after else None,
+            "limit": limit,
+        },
+    )
     return [FinishedTask.from_row(row) for row in rows]
 
 
@@ -221,7 +285,6 @@ def attempts_prune(queue: str, keep_seconds: float, limit: int) -> Plan[int]:
     """Delete up to ``limit`` of ``queue``'s failed-attempt rows older than ``keep_seconds``."""
     rows = yield Call("attempts_prune", {"queue": queue, "keep_seconds": keep_seconds, "limit": limit})
     return len(rows)
-
 
 
 def history_browse(params: dict[str, Any]) -> Plan[list[dict[str, Any]]]:

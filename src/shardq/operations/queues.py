@@ -13,9 +13,22 @@ from shardq.models.queues import QueueSettings, RateTokens
 from shardq.sql.plan import Atomically, Call, Plan
 
 #: The settings :func:`queue_update` may change.
-QUEUE_FIELDS = ("lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
-                "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "timeout_seconds",
-                "concurrency", "rate", "burst", "keep_finished_seconds", "keep_results")
+QUEUE_FIELDS = (
+    "lease_seconds",
+    "max_attempts",
+    "backoff_base",
+    "backoff_cap",
+    "retry_jitter",
+    "exclusive_latest_only",
+    "paused_enqueue",
+    "paused_dequeue",
+    "timeout_seconds",
+    "concurrency",
+    "rate",
+    "burst",
+    "keep_finished_seconds",
+    "keep_results",
+)
 
 
 def queue_ensure(queue: str) -> Plan[None]:
@@ -69,6 +82,7 @@ def atomically_waking(body: Callable[[bool], Plan[T]]) -> Plan[T]:
 
 # -- flow control ------------------------------------------------------------------------------
 
+
 def flow_usage() -> Plan[dict[str, tuple[int, int]]]:
     """(slots held now, slots in all) per queue with a concurrency limit (shardq.lifecycle.flow)."""
     rows = yield Call("flow_usage")
@@ -81,17 +95,24 @@ def flow_slots_take(queue: str, limit: int) -> Plan[list[tuple[int, dt.datetime]
     return [(row[0], row[1]) for row in rows]
 
 
-def flow_slots_hold(queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID,
-                    lease_seconds: float) -> Plan[list[tuple[int, dt.datetime]]]:
+def flow_slots_hold(
+    queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID, lease_seconds: float
+) -> Plan[list[tuple[int, dt.datetime]]]:
     """Hold slots just taken ((slot, free_at) each) for ``token`` until now + ``lease_seconds``."""
-    params = {"queue": queue, "slots": [s[0] for s in slots], "olds": [s[1] for s in slots], "token": token,
-              "lease_seconds": lease_seconds}
+    params = {
+        "queue": queue,
+        "slots": [s[0] for s in slots],
+        "olds": [s[1] for s in slots],
+        "token": token,
+        "lease_seconds": lease_seconds,
+    }
     rows = yield Call("flow_slots_hold", params, tuples=True)
     return [(row[0], row[1]) for row in rows]
 
 
-def flow_slots_extend(queue: str, slots: Sequence[int], token: uuid.UUID,
-                      lease_seconds: float) -> Plan[list[tuple[int, dt.datetime]]]:
+def flow_slots_extend(
+    queue: str, slots: Sequence[int], token: uuid.UUID, lease_seconds: float
+) -> Plan[list[tuple[int, dt.datetime]]]:
     """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
     params = {"queue": queue, "slots": list(slots), "token": token, "lease_seconds": lease_seconds}
     # Fenced by the holder's token: safe to re-send after 40003 (see shardq.sessions.rules).

@@ -12,14 +12,25 @@ from shardq.models.tasks import MAX_ATTEMPTS_DEFAULT, DeadTask, TaskInfo
 from shardq.sql.plan import Call, Plan
 
 
-def periodic_slot_take(name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,
-                       max_attempts: int | None) -> Plan[bool]:
+def periodic_slot_take(
+    name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int, max_attempts: int | None
+) -> Plan[bool]:
     """Take ``slot`` of schedule ``name`` and enqueue its task into ``queue``, one statement;
     False when the slot was taken already (by another worker, or before)."""
-    row = yield Call("periodic_slot_take", {
-        "name": name, "slot": slot, "id": uuid.uuid4(), "queue": queue, "priority": priority,
-        "max_attempts": max_attempts, "payload": payload, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
-    }, rows="one")
+    row = yield Call(
+        "periodic_slot_take",
+        {
+            "name": name,
+            "slot": slot,
+            "id": uuid.uuid4(),
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "payload": payload,
+            "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+        },
+        rows="one",
+    )
     if row is None:
         raise DatabaseError("statement periodic_slot_take returned no row")
     return bool(row["taken"])

@@ -38,8 +38,11 @@ def worker_by_token(token: uuid.UUID) -> Plan[dict[str, Any] | None]:
 
 
 def audit_add(actor: str, action: str, target: str, detail: str | None) -> Plan[None]:
-    yield Call("audit_add", {"id": uuid.uuid4(), "actor": actor, "action": action, "target": target,
-                             "detail": detail}, rows="none")
+    yield Call(
+        "audit_add",
+        {"id": uuid.uuid4(), "actor": actor, "action": action, "target": target, "detail": detail},
+        rows="none",
+    )
 
 
 def audit_list_before(before: tuple[dt.datetime, uuid.UUID], limit: int) -> Plan[Sequence[dict[str, Any]]]:

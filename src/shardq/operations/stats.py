@@ -85,6 +85,7 @@ def stats_prune(keep_seconds: float, limit: int) -> Plan[int]:
 
 # -- the enqueue counter -------------------------------------------------------------------------
 
+
 class EnqueueCounts:
     """Tasks enqueued through one producer that the activity counters (``shardq_stats``) do not
     know of yet. They are written at once for a queue not counted before, else at most every
@@ -118,7 +119,9 @@ class EnqueueCounts:
         if not pending:
             return True
         try:
-            yield from stats_add_many(random.randrange(ACTIVITY_ROWS_PER_MINUTE), {q: Activity(enqueued=n) for q, n in pending.items()})
+            yield from stats_add_many(
+                random.randrange(ACTIVITY_ROWS_PER_MINUTE), {q: Activity(enqueued=n) for q, n in pending.items()}
+            )
         except DatabaseError as exc:
             log.debug("could not record enqueue counts (kept for the next try): %s", exc)
             return False

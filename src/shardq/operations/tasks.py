@@ -40,6 +40,7 @@ class CancelledTask:
 
 # -- layout ------------------------------------------------------------------------------------
 
+
 def layout() -> Plan[ShardLayout]:
     """Read the bucket layout and point the session's ``{shard_col}`` statements at it."""
     engine: Engine = yield ENGINE
@@ -50,8 +51,10 @@ def layout() -> Plan[ShardLayout]:
 
 # -- enqueue -----------------------------------------------------------------------------------
 
-def task_insert_many(queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *,
-                     wake: bool = False) -> Plan[tuple[set[uuid.UUID], bool]]:
+
+def task_insert_many(
+    queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID], *, wake: bool = False
+) -> Plan[tuple[set[uuid.UUID], bool]]:
     """Insert; returns (ids skipped: a live dedupe key or a busy exclusive key, queue paused for
     enqueue). When the queue is paused nothing was inserted and every id counts as skipped.
     ``wake`` (where the engine has wake-ups; see :meth:`shardq.lifecycle.notify.Notifier.wake_in_insert`):
@@ -103,9 +106,7 @@ def exclusive_keys_lock(pairs: Sequence[tuple[str, str]]) -> Plan[None]:
 
 
 def task_backlog_release(pairs: Sequence[tuple[str, str]]) -> Plan[set[uuid.UUID]]:
-    rows = yield Call(
-        "task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **RANKS}
-    )
+    rows = yield Call("task_backlog_release", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs], **RANKS})
     return {row["id"] for row in rows}
 
 
@@ -116,28 +117,52 @@ def task_exclusive_keys_by_id(ids: Sequence[uuid.UUID]) -> Plan[dict[uuid.UUID, 
 
 def task_cancel_many(ids: Sequence[uuid.UUID]) -> Plan[list[CancelledTask]]:
     rows = yield Call("task_cancel_many", {"ids": list(ids)})
-    return [CancelledTask(row["id"], row["queue"], row["state"], row["exclusive_key"], row["backlogged"],
-                          bytes(row["payload"]), row["created_at"], row["attempts"], row["last_error"],
-                          row["dedupe_key"], row["workflow_id"])
-            for row in rows]
+    return [
+        CancelledTask(
+            row["id"],
+            row["queue"],
+            row["state"],
+            row["exclusive_key"],
+            row["backlogged"],
+            bytes(row["payload"]),
+            row["created_at"],
+            row["attempts"],
+            row["last_error"],
+            row["dedupe_key"],
+            row["workflow_id"],
+        )
+        for row in rows
+    ]
 
 
 # -- settling by fenced key --------------------------------------------------------------------
 
-def task_retry_many(items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *,
-                    require_expired: bool, refund: bool = False) -> Plan[set[uuid.UUID]]:
+
+def task_retry_many(
+    items: Sequence[Fenced],
+    delays: Sequence[float],
+    errors: Sequence[str | None],
+    *,
+    require_expired: bool,
+    refund: bool = False,
+) -> Plan[set[uuid.UUID]]:
     """Put leased tasks back at now() + delay with their error text (made storable: see
     :mod:`shardq.error_text`). With ``refund`` the attempt each claim charged is given back
     (the handler asked for the retry). Returns the ids put back."""
     params = key_arrays(items)
-    params.update(delays=list(delays), errors=[storable(e) for e in errors], require_expired=require_expired,
-                  refunds=[1 if refund else 0] * len(items))
+    params.update(
+        delays=list(delays),
+        errors=[storable(e) for e in errors],
+        require_expired=require_expired,
+        refunds=[1 if refund else 0] * len(items),
+    )
     rows = yield Call("task_retry_many", params, resend_ambiguous=True)
     return {row["id"] for row in rows}
 
 
-def task_bury_many(items: Sequence[Fenced], errors: Sequence[str | None], *,
-                   require_expired: bool) -> Plan[set[uuid.UUID]]:
+def task_bury_many(
+    items: Sequence[Fenced], errors: Sequence[str | None], *, require_expired: bool
+) -> Plan[set[uuid.UUID]]:
     """Move leased tasks to the dead letters with their error text; returns the ids moved."""
     params = key_arrays(items)
     params.update(errors=[storable(e) for e in errors], require_expired=require_expired)

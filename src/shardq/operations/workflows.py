@@ -24,39 +24,74 @@ from shardq.sql.plan import ENGINE, Call, Plan
 Moved = tuple[uuid.UUID, str, uuid.UUID, str]
 
 
-def workflow_insert(workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec],
-                    task_ids: Sequence[uuid.UUID]) -> Plan[None]:
+def workflow_insert(
+    workflow_id: uuid.UUID, name: str, steps: Sequence[StepSpec], task_ids: Sequence[uuid.UUID]
+) -> Plan[None]:
     """Write a whole workflow: its row, its steps, its edges, the shard rows of its wide fan-ins
     and its steps' tasks (four or five statements; the caller holds them in one transaction)."""
     engine: Engine = yield ENGINE
     counts = fan_in_counts(steps, engine.fan_in_shards)
     task_of = {s.name: task_id for s, task_id in zip(steps, task_ids)}
     yield Call("workflow_insert", {"id": workflow_id, "name": name}, rows="none")
-    yield Call("workflow_steps_insert", {
-        "workflow_id": workflow_id, "steps": [s.name for s in steps], "task_ids": list(task_ids),
-        "tasks": [s.task for s in steps], "queues": [s.queue for s in steps],
-        "waiting_on": [counts.waiting_on[s.name] for s in steps], "on_failure": [s.on_failure for s in steps],
-        "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
-        "max_attempts": [s.max_attempts for s in steps], "child_kinds": [counts.child_kinds[s.name] for s in steps],
-        "only_children": [counts.only_child.get(s.name) for s in steps],
-        "sole_child_task_ids": [task_of[counts.sole_child[s.name]] if s.name in counts.sole_child else None
-                                for s in steps],
-        "only_shards": [counts.only_shard.get(s.name) for s in steps],
-    }, rows="none")
+    yield Call(
+        "workflow_steps_insert",
+        {
+            "workflow_id": workflow_id,
+            "steps": [s.name for s in steps],
+            "task_ids": list(task_ids),
+            "tasks": [s.task for s in steps],
+            "queues": [s.queue for s in steps],
+            "waiting_on": [counts.waiting_on[s.name] for s in steps],
+            "on_failure": [s.on_failure for s in steps],
+            "payloads": [s.payload for s in steps],
+            "priorities": [s.priority for s in steps],
+            "max_attempts": [s.max_attempts for s in steps],
+            "child_kinds": [counts.child_kinds[s.name] for s in steps],
+            "only_children": [counts.only_child.get(s.name) for s in steps],
+            "sole_child_task_ids": [
+                task_of[counts.sole_child[s.name]] if s.name in counts.sole_child else None for s in steps
+            ],
+            "only_shards": [counts.only_shard.get(s.name) for s in steps],
+        },
+        rows="none",
+    )
     if counts.edges:
-        yield Call("workflow_edges_insert", {"workflow_id": workflow_id, "parents": [p for p, _, _ in counts.edges],
-                                             "children": [c for _, c, _ in counts.edges],
-                                             "shards": [shard for _, _, shard in counts.edges]}, rows="none")
+        yield Call(
+            "workflow_edges_insert",
+            {
+                "workflow_id": workflow_id,
+                "parents": [p for p, _, _ in counts.edges],
+                "children": [c for _, c, _ in counts.edges],
+                "shards": [shard for _, _, shard in counts.edges],
+            },
+            rows="none",
+        )
     if counts.shards:
-        yield Call("workflow_counts_insert", {"workflow_id": workflow_id, "steps": [s for s, _, _ in counts.shards],
-                                              "shards": [k for _, k, _ in counts.shards],
-                                              "waiting_on": [n for _, _, n in counts.shards]}, rows="none")
-    yield Call("workflow_tasks_insert", {
-        "workflow_id": workflow_id, "ids": list(task_ids), "queues": [s.queue for s in steps],
-        "payloads": [s.payload for s in steps], "priorities": [s.priority for s in steps],
-        "max_attempts": [s.max_attempts for s in steps], "waiting": [bool(s.parents) for s in steps],
-        "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
-    }, rows="none")
+        yield Call(
+            "workflow_counts_insert",
+            {
+                "workflow_id": workflow_id,
+                "steps": [s for s, _, _ in counts.shards],
+                "shards": [k for _, k, _ in counts.shards],
+                "waiting_on": [n for _, _, n in counts.shards],
+            },
+            rows="none",
+        )
+    yield Call(
+        "workflow_tasks_insert",
+        {
+            "workflow_id": workflow_id,
+            "ids": list(task_ids),
+            "queues": [s.queue for s in steps],
+            "payloads": [s.payload for s in steps],
+            "priorities": [s.priority for s in steps],
+            "max_attempts": [s.max_attempts for s in steps],
+            "waiting": [bool(s.parents) for s in steps],
+            "backlog_rank": RANK_BACKLOG,
+            "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+        },
+        rows="none",
+    )
 
 
 #: Bits of a step's ``child_kinds``: it has children counted in their own row / in shard rows.
@@ -115,8 +150,11 @@ def fan_in_counts(steps: Sequence[StepSpec], shards_for: Callable[[int], int]) -
         if kinds[parent] == IN_SHARDS and len(counted) == 1:
             only_child[parent], only_shard[parent] = counted[0]
     by_name = {step.name: step for step in steps}
-    sole_child = {parent: child for parent, child in only_child.items()
-                  if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure}
+    sole_child = {
+        parent: child
+        for parent, child in only_child.items()
+        if kinds[parent] == OWN_ROW and len(by_name[child].parents) == 1 and not by_name[child].on_failure
+    }
     return FanInCounts(waiting_on, kinds, edges, rows, only_child, sole_child, only_shard)
 
 
@@ -131,8 +169,9 @@ FinishedStep = tuple[uuid.UUID, str, int, "str | None"]
 AckedStep = tuple[uuid.UUID, str, int, "str | None", uuid.UUID, "uuid.UUID | None", "int | None"]
 
 
-def workflow_steps_acked(task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None,
-                         parents: bool = False) -> Plan[tuple[list[AckedStep], list[uuid.UUID]]]:
+def workflow_steps_acked(
+    task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | None = None, parents: bool = False
+) -> Plan[tuple[list[AckedStep], list[uuid.UUID]]]:
     """The steps of these tasks, just acked (their rows deleted in this transaction), as
     :data:`AckedStep`. A read: a step that succeeded keeps its row as it was, its task row's
     absence being its success (``sql/common/workflows.sql``). ``handoff``: the acking worker's offer
@@ -144,32 +183,48 @@ def workflow_steps_acked(task_ids: Sequence[uuid.UUID], handoff: HandoffOffer | 
 
 def workflow_steps_keep_results(results: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
     """Keep these (task id, result text) in the steps of tasks just acked, for their children."""
-    yield Call("workflow_steps_keep_results", {"task_ids": [t for t, _ in results], "results": [r for _, r in results]},
-               rows="none")
+    yield Call(
+        "workflow_steps_keep_results",
+        {"task_ids": [t for t, _ in results], "results": [r for _, r in results]},
+        rows="none",
+    )
 
 
 def workflow_steps_finish(task_ids: Sequence[uuid.UUID], state: str) -> Plan[list[FinishedStep]]:
     """Finish the steps of these tasks (``succeeded``: steps without children; ``dead``;
     ``cancelled``); returns those that were running, each once, as :data:`FinishedStep`."""
-    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, binary=True,
-                      tuples=True)
+    rows = yield Call("workflow_steps_finish", {"task_ids": list(task_ids), "state": state}, binary=True, tuples=True)
     return rows
 
 
 def workflow_counts_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
     """Count these succeeded parents off the shard rows of their children counted in shards;
     returns (workflow id, child, shards this brought to 0) for each child with such a shard."""
-    rows = yield Call("workflow_counts_advance", {"workflow_ids": [w for w, _ in parents],
-                                                  "steps": [s for _, s in parents]}, binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_counts_advance",
+        {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]},
+        binary=True,
+        tuples=True,
+    )
     return _drained(rows)
 
 
-def workflow_counts_count_off(shards: Sequence[tuple[uuid.UUID, str, int, int]]) -> Plan[list[tuple[uuid.UUID, str, int]]]:
+def workflow_counts_count_off(
+    shards: Sequence[tuple[uuid.UUID, str, int, int]],
+) -> Plan[list[tuple[uuid.UUID, str, int]]]:
     """:func:`workflow_counts_advance` with the shard rows named, as (workflow id, child, shard, n
     parents): no edge read. Returns the same."""
-    rows = yield Call("workflow_counts_count_off", {
-        "workflow_ids": [w for w, _, _, _ in shards], "children": [c for _, c, _, _ in shards],
-        "shards": [k for _, _, k, _ in shards], "counts": [n for _, _, _, n in shards]}, binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_counts_count_off",
+        {
+            "workflow_ids": [w for w, _, _, _ in shards],
+            "children": [c for _, c, _, _ in shards],
+            "shards": [k for _, _, k, _ in shards],
+            "counts": [n for _, _, _, n in shards],
+        },
+        binary=True,
+        tuples=True,
+    )
     return _drained(rows)
 
 
@@ -186,8 +241,12 @@ def _drained(rows: Sequence[tuple[uuid.UUID, str, int]]) -> list[tuple[uuid.UUID
 def workflow_children_advance(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[Moved]]:
     """Count these succeeded parents off their waiting children counted in their own row; returns
     the children it released or cancelled (an on-failure child whose parents all succeeded)."""
-    rows = yield Call("workflow_children_advance", {"workflow_ids": [w for w, _ in parents],
-                                                    "steps": [s for _, s in parents]}, binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_children_advance",
+        {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]},
+        binary=True,
+        tuples=True,
+    )
     waiting = TaskState.WAITING
     return [m for m in rows if m[3] != waiting]
 
@@ -196,9 +255,16 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
     """Count children off their own rows by name: (workflow id, child, how many), the shards an
     ack drained or the succeeded parents whose only child it is; returns the children it released
     or cancelled, as :func:`workflow_children_advance`."""
-    rows = yield Call("workflow_children_count_off", {"workflow_ids": [w for w, _, _ in drained],
-                                                      "steps": [s for _, s, _ in drained],
-                                                      "counts": [n for _, _, n in drained]}, binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_children_count_off",
+        {
+            "workflow_ids": [w for w, _, _ in drained],
+            "steps": [s for _, s, _ in drained],
+            "counts": [n for _, _, n in drained],
+        },
+        binary=True,
+        tuples=True,
+    )
     waiting = TaskState.WAITING
     return [m for m in rows if m[3] != waiting]
 
@@ -206,9 +272,12 @@ def workflow_children_count_off(drained: Sequence[tuple[uuid.UUID, str, int]]) -
 def workflow_children_stop(parents: Sequence[tuple[uuid.UUID, str]], *, died: bool) -> Plan[list[Moved]]:
     """Stop the waiting children of these dead (``died``) or cancelled parents: cancelled, or
     released when an on-failure child of a dead parent."""
-    rows = yield Call("workflow_children_stop", {"workflow_ids": [w for w, _ in parents],
-                                                 "steps": [s for _, s in parents], "died": died},
-                      binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_children_stop",
+        {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents], "died": died},
+        binary=True,
+        tuples=True,
+    )
     return rows
 
 
@@ -237,21 +306,32 @@ def workflow_steps_revive(task_ids: Sequence[uuid.UUID]) -> Plan[list[tuple[uuid
 
 
 def workflow_tasks_rejoin(steps: Sequence[tuple[uuid.UUID, str, uuid.UUID]]) -> Plan[None]:
-    yield Call("workflow_tasks_rejoin", {"ids": [t for _w, _s, t in steps], "workflow_ids": [w for w, _s, _t in steps]},
-               rows="none")
+    yield Call(
+        "workflow_tasks_rejoin",
+        {"ids": [t for _w, _s, t in steps], "workflow_ids": [w for w, _s, _t in steps]},
+        rows="none",
+    )
 
 
 def workflow_steps_reopen(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[list[tuple[uuid.UUID, str]]]:
     """The cancelled children of ``parents`` waiting again; returns (workflow id, step) of each."""
-    rows = yield Call("workflow_steps_reopen", {"workflow_ids": [w for w, _ in parents],
-                                                "steps": [s for _, s in parents]})
+    rows = yield Call(
+        "workflow_steps_reopen", {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]}
+    )
     return [(row["workflow_id"], row["step"]) for row in rows]
 
 
 def workflow_tasks_reinsert(steps: Sequence[tuple[uuid.UUID, str]]) -> Plan[None]:
-    yield Call("workflow_tasks_reinsert", {"workflow_ids": [w for w, _ in steps], "steps": [s for _, s in steps],
-                                           "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT},
-               rows="none")
+    yield Call(
+        "workflow_tasks_reinsert",
+        {
+            "workflow_ids": [w for w, _ in steps],
+            "steps": [s for _, s in steps],
+            "backlog_rank": RANK_BACKLOG,
+            "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+        },
+        rows="none",
+    )
 
 
 def workflow_parent_results(task_id: uuid.UUID) -> Plan[dict[str, Any]]:
@@ -271,13 +351,13 @@ def workflow_cancel(workflow_id: uuid.UUID) -> Plan[list[FinishedStep]]:
     return (yield from workflow_steps_cancel(task_ids, [task_id for task_id, released in rows if released]))
 
 
-def workflow_steps_cancel(task_ids: Sequence[uuid.UUID],
-                          released: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
+def workflow_steps_cancel(task_ids: Sequence[uuid.UUID], released: Sequence[uuid.UUID]) -> Plan[list[FinishedStep]]:
     """Cancel the steps (waiting or ready) whose task rows were just deleted, ``released`` those
     whose tasks no longer waited (they wait on no parent); returns them, as
     :func:`workflow_steps_finish`."""
-    rows = yield Call("workflow_steps_cancel", {"task_ids": list(task_ids), "released": list(released)},
-                      binary=True, tuples=True)
+    rows = yield Call(
+        "workflow_steps_cancel", {"task_ids": list(task_ids), "released": list(released)}, binary=True, tuples=True
+    )
     return rows
 
 
@@ -296,13 +376,20 @@ def workflow_steps_list(workflow_id: uuid.UUID) -> Plan[list[dict[str, Any]]]:
     return [{**row, "parents": tuple(parents.get(row["step"], ()))} for row in rows]
 
 
-def workflow_prune_page(keep_seconds: float, after: tuple[Any, uuid.UUID] | None,
-                        limit: int) -> Plan[list[tuple[uuid.UUID, Any, bool]]]:
+def workflow_prune_page(
+    keep_seconds: float, after: tuple[Any, uuid.UUID] | None, limit: int
+) -> Plan[list[tuple[uuid.UUID, Any, bool]]]:
     """One page of workflows older than ``keep_seconds`` after the cursor ``after`` ((created_at,
     id) of the last one seen; None: from the first), each as (id, created_at, due)."""
-    rows = yield Call("workflow_prune_page", {"keep_seconds": keep_seconds, "limit": limit,
-                                              "after_created": after[0] if after else None,
-                                              "after_id": after[1] if after else None})
+    rows = yield Call(
+        "workflow_prune_page",
+        {
+            "keep_seconds": keep_seconds,
+            "limit": limit,
+            "after_created": after[0] if after else None,
+            "after_id": after[1] if after else None,
+        },
+    )
     return [(row["id"], row["created_at"], bool(row["due"])) for row in rows]
 
 
@@ -310,8 +397,11 @@ def workflow_counts_reopen(parents: Sequence[tuple[uuid.UUID, str]]) -> Plan[Non
     """The shard rows of the cancelled children (counted in shards) that
     :func:`workflow_steps_reopen` is about to reopen for these parents: each counts again its
     parents that have not succeeded."""
-    yield Call("workflow_counts_reopen", {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]},
-               rows="none")
+    yield Call(
+        "workflow_counts_reopen",
+        {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]},
+        rows="none",
+    )
 
 
 def workflow_steps_prune(ids: Sequence[uuid.UUID], limit: int) -> Plan[int]:

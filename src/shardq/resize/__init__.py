@@ -31,23 +31,44 @@ ProgressHook = Callable[[ResizeProgress], None]
 Resizer = Callable[..., ResizeResult]
 
 
-def _postgresql(open_session: Callable[[], Session], buckets: int, *, batch: int, poll: float | None,
-                on_progress: ProgressHook | None, stop: threading.Event | None) -> ResizeResult:
+def _postgresql(
+    open_session: Callable[[], Session],
+    buckets: int,
+    *,
+    batch: int,
+    poll: float | None,
+    on_progress: ProgressHook | None,
+    stop: threading.Event | None,
+) -> ResizeResult:
     with open_session() as session:
         return postgresql.PostgresResize(
-            session, buckets, batch=batch, poll=poll if poll is not None else postgresql.POLL_SECONDS_DEFAULT,
-            on_progress=on_progress, stop=stop,
+            session,
+            buckets,
+            batch=batch,
+            poll=poll if poll is not None else postgresql.POLL_SECONDS_DEFAULT,
+            on_progress=on_progress,
+            stop=stop,
         ).run()
 
 
-def _cockroachdb(open_session: Callable[[], Session], buckets: int, *, batch: int, poll: float | None,
-                 on_progress: ProgressHook | None, stop: threading.Event | None) -> ResizeResult:
+def _cockroachdb(
+    open_session: Callable[[], Session],
+    buckets: int,
+    *,
+    batch: int,
+    poll: float | None,
+    on_progress: ProgressHook | None,
+    stop: threading.Event | None,
+) -> ResizeResult:
     # Both sessions read crdb_internal's jobs: they opt in to internals.
     with open_session() as opened, opened.sibling(internals=True) as session:
         return cockroachdb.resize(
-            COCKROACHDB, session, buckets,
+            COCKROACHDB,
+            session,
+            buckets,
             open_session=lambda: opened.sibling(internals=True),
-            poll=poll if poll is not None else cockroachdb.JOB_POLL_SECONDS_DEFAULT, on_progress=on_progress,
+            poll=poll if poll is not None else cockroachdb.JOB_POLL_SECONDS_DEFAULT,
+            on_progress=on_progress,
         )
 
 

@@ -58,7 +58,10 @@ class _JobWatcher:
     job has done the backfill)."""
 
     def __init__(
-        self, engine: CockroachDBEngine, open_session: Callable[[], Session], poll: float,
+        self,
+        engine: CockroachDBEngine,
+        open_session: Callable[[], Session],
+        poll: float,
         on_progress: ProgressHook | None,
     ) -> None:
         self._engine = engine
@@ -90,7 +93,10 @@ class _JobWatcher:
 
 
 def wait_for_schema_jobs(
-    engine: CockroachDBEngine, session: Session, *, poll: float = JOB_POLL_SECONDS_DEFAULT,
+    engine: CockroachDBEngine,
+    session: Session,
+    *,
+    poll: float = JOB_POLL_SECONDS_DEFAULT,
     on_progress: ProgressHook | None = None,
 ) -> None:
     """Block until ``shardq_tasks`` has no unfinished schema-change job, reporting progress. A
@@ -148,8 +154,15 @@ def resize(
     running = session.run(engine.schema_jobs())
     if before.bucket_count == buckets:
         note = f" (schema change job {running[0].job_id} still {running[0].status})" if running else ""
-        return ResizeResult("cockroachdb", buckets, buckets, False, f"already {buckets} buckets: nothing to do{note}",
-                            shard_column_before=before.shard_column, shard_column_after=before.shard_column)
+        return ResizeResult(
+            "cockroachdb",
+            buckets,
+            buckets,
+            False,
+            f"already {buckets} buckets: nothing to do{note}",
+            shard_column_before=before.shard_column,
+            shard_column_after=before.shard_column,
+        )
     if running:
         raise ResizeInProgress(
             f"a schema change of shardq_tasks is still running (job {running[0].job_id}: "
@@ -171,8 +184,9 @@ def resize(
         # A schema change that started after the check above: the server refuses the ALTER
         # (0A000) rather than queue it.
         if any(text in str(exc) for text in _BUSY):
-            raise ResizeInProgress(f"a schema change of shardq_tasks is still running ({exc}); "
-                                   "wait for it before resizing") from exc
+            raise ResizeInProgress(
+                f"a schema change of shardq_tasks is still running ({exc}); wait for it before resizing"
+            ) from exc
         raise
     wait_for_schema_jobs(engine, session, poll=poll, on_progress=on_progress)
     after = session.run(engine.read_layout())
@@ -199,7 +213,13 @@ def resize(
         message += f" (the old shard column {before.shard_column} stays: {kept})"
     _report(on_progress, ResizeProgress("done", message, fraction=1.0))
     return ResizeResult(
-        "cockroachdb", before.bucket_count, buckets, True, message,
-        shard_column_before=before.shard_column, shard_column_after=after.shard_column,
-        stale_column_dropped=dropped, stale_column_kept=kept,
+        "cockroachdb",
+        before.bucket_count,
+        buckets,
+        True,
+        message,
+        shard_column_before=before.shard_column,
+        shard_column_after=after.shard_column,
+        stale_column_dropped=dropped,
+        stale_column_kept=kept,
     )

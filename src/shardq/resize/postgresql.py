@@ -128,8 +128,11 @@ class PostgresResize:
             row = yield from _row(Call("buckets_lock_get", rows="one"))
             extent: int = max(row["bucket_count"], row["resizing_from"] or 0)
             yield SchemaChange("bucket_default_set", literals={"bucket_count": target})
-            yield Call("buckets_update", {"bucket_count": target, "resizing_from": extent if target < extent else None},
-                       rows="none")
+            yield Call(
+                "buckets_update",
+                {"bucket_count": target, "resizing_from": extent if target < extent else None},
+                rows="none",
+            )
             return extent
 
         self._report(ResizeProgress("switching", f"recording {target} buckets"))
@@ -140,7 +143,9 @@ class PostgresResize:
             except LockTimeout:
                 if attempt == SWITCH_ATTEMPTS:
                     raise
-                log.info("resize: shardq_tasks is busy (lock wait > %d ms); attempt %d again", LOCK_TIMEOUT_MS, attempt + 1)
+                log.info(
+                    "resize: shardq_tasks is busy (lock wait > %d ms); attempt %d again", LOCK_TIMEOUT_MS, attempt + 1
+                )
                 self.stop.wait(min(5.0, 0.1 * 2**attempt))
         raise AssertionError("unreachable")
 
@@ -151,9 +156,13 @@ class PostgresResize:
         moved = 0
         for bucket in range(self.target, self.extent):
             while True:
-                rows = self.session.run(single(Call(
-                    "task_move_out_batch", {"bucket": bucket, "limit": self.batch, "bucket_count": self.target}
-                )))
+                rows = self.session.run(
+                    single(
+                        Call(
+                            "task_move_out_batch", {"bucket": bucket, "limit": self.batch, "bucket_count": self.target}
+                        )
+                    )
+                )
                 moved += len(rows)
                 if len(rows) < self.batch:
                     break

@@ -61,4 +61,3 @@ class ResizeResult:
             "stale_column_dropped": self.stale_column_dropped,
             "stale_column_kept": self.stale_column_kept,
         }
-

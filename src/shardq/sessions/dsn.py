@@ -133,4 +133,3 @@ def resolve_dsn(dsn: str | Dsn | None = None) -> Dsn:
     if text:
         return Dsn.parse(text)
     return Dsn.parse(EmbeddedServer().start())
-

@@ -193,7 +193,9 @@ class EmbeddedServer:
                 if not self.log_file.exists():
                     self.log_file.touch()
                     self._prepare_permissions()
-                self._run("pg_ctl", ["-w", "-t", str(START_TIMEOUT_SECONDS), "-o", options, "-l", str(self.log_file), "start"])
+                self._run(
+                    "pg_ctl", ["-w", "-t", str(START_TIMEOUT_SECONDS), "-o", options, "-l", str(self.log_file), "start"]
+                )
             self._ensure_database(port)
             return self.url()
 
@@ -228,4 +230,3 @@ def _accepts(port: int) -> bool:
             return True
     except OSError:
         return False
-

@@ -52,4 +52,3 @@ class SessionPerThread:
                 log.debug("could not record enqueue counts at close: %s", exc)
         for store in stores:
             store.session.close()
-

@@ -103,8 +103,9 @@ def retry_pause(attempt: int, rng: random.Random | None = None, policy: RetryPol
     return (rng or random).uniform(0.0, ceiling)
 
 
-def connect_arguments(dsn: Dsn, engine: Engine, *, application_name: str, statement_timeout_ms: int | None,
-                      internals: bool) -> dict[str, Any]:
+def connect_arguments(
+    dsn: Dsn, engine: Engine, *, application_name: str, statement_timeout_ms: int | None, internals: bool
+) -> dict[str, Any]:
     """The keyword arguments of ``psycopg.connect`` / ``psycopg.AsyncConnection.connect`` for a
     session to ``engine``: autocommit, dict rows, the application name, and the engine's startup
     options after any ``options`` the DSN carries. Shared by the sync and the asyncio session."""
@@ -158,8 +159,9 @@ def resend_after(
     return False
 
 
-def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: str,
-                    shard_column: str | None) -> DatabaseError:
+def statement_error(
+    exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: str, shard_column: str | None
+) -> DatabaseError:
     """The shardq error for a named statement that failed with ``exc``: a missing shard column
     the session filters on means a resize dropped it (:class:`ShardLayoutChanged`); any other
     missing column (42703) of a named statement means the tables are older than this shardq's
@@ -168,8 +170,12 @@ def statement_error(exc: psycopg.Error, dsn: Dsn, engine: Engine | None, name: s
     TIME`` a moment before it (the historical descriptor lacks the column): readers that fall
     back to a current read on :class:`NotMigrated` thus cover both. Anything else is translated
     as everywhere (:func:`_translate`)."""
-    if (isinstance(exc, pgerrors.UndefinedColumn) and shard_column is not None and engine is not None
-            and "shard_col" in engine.statements()[name].slots):
+    if (
+        isinstance(exc, pgerrors.UndefinedColumn)
+        and shard_column is not None
+        and engine is not None
+        and "shard_col" in engine.statements()[name].slots
+    ):
         return ShardLayoutChanged(f"{name}: shard column {shard_column} no longer exists; re-discover the layout")
     if isinstance(exc, pgerrors.UndefinedColumn):
         message = _translate(exc, dsn)
@@ -230,4 +236,3 @@ def raw_connect(dsn: Dsn) -> psycopg.Connection:
         return psycopg.connect(dsn.conninfo, application_name="shardq-migrate")
     except psycopg.Error as exc:
         raise _translate(exc, dsn) from exc
-

@@ -139,8 +139,7 @@ class Session:
         return {"statement_timeout_ms": self.statement_timeout_ms, "internals": self.internals}
 
     def _open(self, engine: Engine) -> psycopg.Connection[Any]:
-        arguments = connect_arguments(self.dsn, engine, application_name=self.application_name,
-                                      **self._option_args())
+        arguments = connect_arguments(self.dsn, engine, application_name=self.application_name, **self._option_args())
         try:
             return psycopg.connect(self.dsn.conninfo, **arguments)
         except psycopg.Error as exc:
@@ -197,8 +196,10 @@ class Session:
         """A new session to the same database with the same options, except ``changes``
         (``application_name``, ``statement_timeout_ms``, ``internals``, ``max_retries``)."""
         options: dict[str, Any] = {
-            "application_name": self.application_name, "max_retries": self._max_retries,
-            "statement_timeout_ms": self.statement_timeout_ms, "internals": self.internals,
+            "application_name": self.application_name,
+            "max_retries": self._max_retries,
+            "statement_timeout_ms": self.statement_timeout_ms,
+            "internals": self.internals,
         }
         options.update(changes)
         return Session(self.dsn, **options)
@@ -271,8 +272,14 @@ class Session:
                     cur.execute(self._query(name, identifiers), params or {})
                     return cur.fetchall() if fetch and cur.description is not None else []
             except psycopg.Error as exc:
-                if resend_after(exc, name=name, attempt=attempt, max_retries=self.max_retries,
-                                in_transaction=self._in_transaction, resend_ambiguous=resend_ambiguous):
+                if resend_after(
+                    exc,
+                    name=name,
+                    attempt=attempt,
+                    max_retries=self.max_retries,
+                    in_transaction=self._in_transaction,
+                    resend_ambiguous=resend_ambiguous,
+                ):
                     time.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
                 raise discard_if_broken(self, exc, name) from exc
@@ -394,7 +401,8 @@ class Session:
             conn = self.connection()
             text = query if isinstance(query, str) else query.as_string(conn)
             explain, values = engine.explain_query(
-                text, params or {}, lambda text, values: psycopg.ClientCursor(conn).mogrify(text, values))
+                text, params or {}, lambda text, values: psycopg.ClientCursor(conn).mogrify(text, values)
+            )
             rows = conn.execute(explain, values).fetchall()
         except psycopg.Error as exc:
             raise discard_if_broken(self, exc) from exc
@@ -445,13 +453,20 @@ class Session:
             for part in data if isinstance(data, list) else [data]:
                 view = memoryview(part)
                 for start in range(0, len(view), step):
-                    copy.write(view[start:start + step])
+                    copy.write(view[start : start + step])
+
 
 def _serve(session: Session, request: Any) -> Any:
     if isinstance(request, Call):
         if request.rows == "all":
-            return session.fetch_all(request.name, request.params, resend_ambiguous=request.resend_ambiguous,
-                                     identifiers=request.identifiers, binary=request.binary, tuples=request.tuples)
+            return session.fetch_all(
+                request.name,
+                request.params,
+                resend_ambiguous=request.resend_ambiguous,
+                identifiers=request.identifiers,
+                binary=request.binary,
+                tuples=request.tuples,
+            )
         if request.rows == "one":
             return session.fetch_one(request.name, request.params, identifiers=request.identifiers)
         session.execute(request.name, request.params, identifiers=request.identifiers)
@@ -472,4 +487,3 @@ def _serve(session: Session, request: Any) -> Any:
         with session.sibling(internals=True) as internal:
             return internal.run(request.body())
     return session.engine
-

@@ -119,8 +119,13 @@ class AsyncSession:
         return conn
 
     async def _open(self, engine: Engine) -> psycopg.AsyncConnection[Any]:
-        arguments = connect_arguments(self.dsn, engine, application_name=self.application_name,
-                                      statement_timeout_ms=self.statement_timeout_ms, internals=False)
+        arguments = connect_arguments(
+            self.dsn,
+            engine,
+            application_name=self.application_name,
+            statement_timeout_ms=self.statement_timeout_ms,
+            internals=False,
+        )
         try:
             return await psycopg.AsyncConnection.connect(self.dsn.conninfo, **arguments)
         except psycopg.Error as exc:
@@ -156,8 +161,10 @@ class AsyncSession:
         statement awaits it; :meth:`shardq.AsyncClient.connect` does it up front); before that,
         reading it raises :class:`~shardq.errors.ShardqError`."""
         if self._engine is None:
-            raise ShardqError("the engine of a postgresql:// URL is learnt at the first connect:"
-                              " await the session's connection() first")
+            raise ShardqError(
+                "the engine of a postgresql:// URL is learnt at the first connect:"
+                " await the session's connection() first"
+            )
         return self._engine
 
     @property
@@ -187,9 +194,16 @@ class AsyncSession:
                 value, error = None, exc
 
     # -- statements ---------------------------------------------------------------------------
-    async def _run(self, name: str, params: Mapping[str, Any] | None, fetch: bool,
-                   resend_ambiguous: bool = False, identifiers: Mapping[str, str] | None = None,
-                   binary: bool = False, tuples: bool = False) -> list[Any]:
+    async def _run(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None,
+        fetch: bool,
+        resend_ambiguous: bool = False,
+        identifiers: Mapping[str, str] | None = None,
+        binary: bool = False,
+        tuples: bool = False,
+    ) -> list[Any]:
         attempt = 0
         while True:
             attempt += 1
@@ -202,26 +216,41 @@ class AsyncSession:
                     await cur.execute(query, params or {})
                     return await cur.fetchall() if fetch and cur.description is not None else []
             except psycopg.Error as exc:
-                if resend_after(exc, name=name, attempt=attempt, max_retries=self.max_retries,
-                                in_transaction=self._in_transaction, resend_ambiguous=resend_ambiguous):
+                if resend_after(
+                    exc,
+                    name=name,
+                    attempt=attempt,
+                    max_retries=self.max_retries,
+                    in_transaction=self._in_transaction,
+                    resend_ambiguous=resend_ambiguous,
+                ):
                     await asyncio.sleep(retry_pause(attempt, policy=self.engine.retry))
                     continue
                 raise discard_if_broken(self, exc, name) from exc
 
-    async def fetch_all(self, name: str, params: Mapping[str, Any] | None = None, *,
-                        resend_ambiguous: bool = False, identifiers: Mapping[str, str] | None = None,
-                        binary: bool = False, tuples: bool = False) -> list[Any]:
+    async def fetch_all(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        resend_ambiguous: bool = False,
+        identifiers: Mapping[str, str] | None = None,
+        binary: bool = False,
+        tuples: bool = False,
+    ) -> list[Any]:
         """Run the named statement and return its rows (options as
         :meth:`shardq.sessions.session.Session.fetch_all`)."""
         return await self._run(name, params, True, resend_ambiguous, identifiers, binary, tuples)
 
-    async def fetch_one(self, name: str, params: Mapping[str, Any] | None = None, *,
-                        identifiers: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    async def fetch_one(
+        self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
+    ) -> dict[str, Any] | None:
         rows = await self._run(name, params, True, identifiers=identifiers)
         return rows[0] if rows else None
 
-    async def execute(self, name: str, params: Mapping[str, Any] | None = None, *,
-                      identifiers: Mapping[str, str] | None = None) -> None:
+    async def execute(
+        self, name: str, params: Mapping[str, Any] | None = None, *, identifiers: Mapping[str, str] | None = None
+    ) -> None:
         await self._run(name, params, False, identifiers=identifiers)
 
     async def transaction(self, body: Callable[[AsyncSession], Awaitable[T]]) -> T:
@@ -255,8 +284,13 @@ async def _serve(session: AsyncSession, request: Any) -> Any:
     if isinstance(request, Call):
         if request.rows == "all":
             return await session.fetch_all(
-                request.name, request.params, resend_ambiguous=request.resend_ambiguous,
-                identifiers=request.identifiers, binary=request.binary, tuples=request.tuples)
+                request.name,
+                request.params,
+                resend_ambiguous=request.resend_ambiguous,
+                identifiers=request.identifiers,
+                binary=request.binary,
+                tuples=request.tuples,
+            )
         if request.rows == "one":
             return await session.fetch_one(request.name, request.params, identifiers=request.identifiers)
         await session.execute(request.name, request.params, identifiers=request.identifiers)

@@ -78,7 +78,9 @@ class TaskStore:
         """See :func:`shardq.operations.task_insert_many`."""
         return self.session.run(ops.task_insert_many(queue, tasks, ids))
 
-    def task_insert_backlog_many(self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    def task_insert_backlog_many(
+        self, queue: str, tasks: Sequence[NewTask], ids: Sequence[uuid.UUID]
+    ) -> set[uuid.UUID]:
         return self.session.run(ops.task_insert_backlog_many(queue, tasks, ids))
 
     def task_exclusive_active(self, queue: str, keys: Sequence[str]) -> set[str]:
@@ -120,8 +122,9 @@ class TaskStore:
         """See :meth:`shardq.engine.Engine.claim_groups`."""
         return self.session.engine.claim_groups(visit_count, turn)
 
-    def claim(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *,
-              durable: bool = True) -> list[ClaimedTask]:
+    def claim(
+        self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float, *, durable: bool = True
+    ) -> list[ClaimedTask]:
         """Lease up to ``limit`` ready tasks of ``queue`` from ``buckets``, one statement (see
         :meth:`shardq.engine.Engine.claim`)."""
         return self.session.run(self.session.engine.claim(buckets, queue, limit, lease_seconds, durable=durable))
@@ -134,7 +137,9 @@ class TaskStore:
         """``task_claim_batch``: lease up to ``limit`` ready tasks of one bucket under one token."""
         return self.session.run(claim_batch(bucket, queue, limit, lease_seconds))
 
-    def task_claim_round(self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float) -> list[ClaimedTask]:
+    def task_claim_round(
+        self, buckets: Sequence[int], queue: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedTask]:
         """A claim over ``buckets`` in order, one statement where the engine claims whole rounds
         (see :meth:`claim`)."""
         return self.claim(buckets, queue, limit, lease_seconds)
@@ -156,14 +161,23 @@ class TaskStore:
             return set()
         return self.session.run(self.session.engine.ack_claims(claims, in_transaction=in_transaction))
 
-    def task_retry_many(self, items: Sequence[Fenced], delays: Sequence[float], errors: Sequence[str | None], *,
-                        require_expired: bool, refund: bool = False) -> set[uuid.UUID]:
+    def task_retry_many(
+        self,
+        items: Sequence[Fenced],
+        delays: Sequence[float],
+        errors: Sequence[str | None],
+        *,
+        require_expired: bool,
+        refund: bool = False,
+    ) -> set[uuid.UUID]:
         """See :func:`shardq.operations.task_retry_many`."""
-        return self.session.run(ops.task_retry_many(items, delays, errors, require_expired=require_expired,
-                                                    refund=refund))
+        return self.session.run(
+            ops.task_retry_many(items, delays, errors, require_expired=require_expired, refund=refund)
+        )
 
-    def task_bury_many(self, items: Sequence[Fenced], errors: Sequence[str | None], *,
-                       require_expired: bool) -> set[uuid.UUID]:
+    def task_bury_many(
+        self, items: Sequence[Fenced], errors: Sequence[str | None], *, require_expired: bool
+    ) -> set[uuid.UUID]:
         return self.session.run(ops.task_bury_many(items, errors, require_expired=require_expired))
 
     def task_release_many(self, items: Sequence[Fenced]) -> set[uuid.UUID]:
@@ -173,8 +187,9 @@ class TaskStore:
         return self.session.run(ops.task_extend_many(items, lease_seconds))
 
     # -- history (shardq.lifecycle.history): only for queues that keep finished tasks --------------------
-    def task_ack_claims_recorded(self, claims: Sequence[WholeClaim], columns: SucceededColumns, *,
-                                 notify: bool = False) -> set[uuid.UUID]:
+    def task_ack_claims_recorded(
+        self, claims: Sequence[WholeClaim], columns: SucceededColumns, *, notify: bool = False
+    ) -> set[uuid.UUID]:
         """:meth:`task_ack_claims` writing the history rows of the tasks it deleted, in the same
         statements (``columns``: in the order of the claims' keys; ``notify``: wake outcome
         waiters, see :mod:`shardq.lifecycle.waiting`)."""
@@ -182,27 +197,50 @@ class TaskStore:
             return set()
         return self.session.run(ops.ack_claims_recorded(claims, columns, notify=notify))
 
-    def task_ack_many_recorded(self, items: Sequence[Fenced], records: Sequence[Finished],
-                               closed_tokens: Iterable[uuid.UUID] = (), *, notify: bool = False) -> set[uuid.UUID]:
+    def task_ack_many_recorded(
+        self,
+        items: Sequence[Fenced],
+        records: Sequence[Finished],
+        closed_tokens: Iterable[uuid.UUID] = (),
+        *,
+        notify: bool = False,
+    ) -> set[uuid.UUID]:
         """:meth:`task_ack_many` writing the history rows of the tasks it deleted, in the same
         statement."""
         return self.session.run(ops.ack_keys_recorded(items, records, list(closed_tokens), notify=notify))
 
-    def task_retry_many_recorded(self, items: Sequence[Fenced], delays: Sequence[float],
-                                 errors: Sequence[str | None], attempts: Sequence[FailedAttempt], *,
-                                 require_expired: bool) -> set[uuid.UUID]:
+    def task_retry_many_recorded(
+        self,
+        items: Sequence[Fenced],
+        delays: Sequence[float],
+        errors: Sequence[str | None],
+        attempts: Sequence[FailedAttempt],
+        *,
+        require_expired: bool,
+    ) -> set[uuid.UUID]:
         """:meth:`task_retry_many` and a row per failed attempt it put back, one transaction."""
+
         def record(done: set[uuid.UUID]) -> Plan[None]:
             return ops.attempt_record_many([a for a in attempts if a.id in done])
 
-        return self.session.run(ops.removed_recorded(
-            lambda: ops.task_retry_many(items, delays, errors, require_expired=require_expired), record))
+        return self.session.run(
+            ops.removed_recorded(
+                lambda: ops.task_retry_many(items, delays, errors, require_expired=require_expired), record
+            )
+        )
 
-    def task_bury_many_recorded(self, items: Sequence[Fenced], errors: Sequence[str | None],
-                                records: Sequence[Finished], *, require_expired: bool,
-                                atomically: bool = True) -> set[uuid.UUID]:
+    def task_bury_many_recorded(
+        self,
+        items: Sequence[Fenced],
+        errors: Sequence[str | None],
+        records: Sequence[Finished],
+        *,
+        require_expired: bool,
+        atomically: bool = True,
+    ) -> set[uuid.UUID]:
         """:meth:`task_bury_many` and the history rows of the tasks it moved; one transaction of
         its own, or (``atomically=False``) inside the caller's."""
+
         def bury() -> Plan[set[uuid.UUID]]:
             return ops.task_bury_many(items, errors, require_expired=require_expired)
 
@@ -219,8 +257,15 @@ class TaskStore:
         """See :func:`shardq.operations.task_status`."""
         return self.session.run(ops.task_status(task_id))
 
-    def history_list(self, queue: str, *, state: str | None = None, since: dt.datetime | None = None,
-                     after: tuple[dt.datetime, uuid.UUID] | None = None, limit: int = 50) -> list[FinishedTask]:
+    def history_list(
+        self,
+        queue: str,
+        *,
+        state: str | None = None,
+        since: dt.datetime | None = None,
+        after: tuple[dt.datetime, uuid.UUID] | None = None,
+        limit: int = 50,
+    ) -> list[FinishedTask]:
         return self.session.run(ops.history_list(queue, state=state, since=since, after=after, limit=limit))
 
     def history_prune(self, queue: str, keep_seconds: float, limit: int) -> int:
@@ -273,13 +318,15 @@ class TaskStore:
         """Lock up to ``limit`` free slots of ``queue``: (slot, free_at) each."""
         return self.session.run(ops.flow_slots_take(queue, limit))
 
-    def flow_slots_hold(self, queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID,
-                        lease_seconds: float) -> list[tuple[int, dt.datetime]]:
+    def flow_slots_hold(
+        self, queue: str, slots: Sequence[tuple[int, dt.datetime]], token: uuid.UUID, lease_seconds: float
+    ) -> list[tuple[int, dt.datetime]]:
         """Hold slots just taken ((slot, free_at) each) for ``token`` until now + ``lease_seconds``."""
         return self.session.run(ops.flow_slots_hold(queue, slots, token, lease_seconds))
 
-    def flow_slots_extend(self, queue: str, slots: Sequence[int], token: uuid.UUID,
-                          lease_seconds: float) -> list[tuple[int, dt.datetime]]:
+    def flow_slots_extend(
+        self, queue: str, slots: Sequence[int], token: uuid.UUID, lease_seconds: float
+    ) -> list[tuple[int, dt.datetime]]:
         """Keep ``token``'s slots until now + ``lease_seconds``; returns those still its own."""
         return self.session.run(ops.flow_slots_extend(queue, slots, token, lease_seconds))
 
@@ -352,11 +399,13 @@ class TaskStore:
         return self.session.run(ops.task_get(task_id))
 
     # -- periodic slots (shardq.maintenance.periodic) and dead letters ----------------------------------
-    def periodic_slot_take(self, name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int,
-                           max_attempts: int | None) -> bool:
+    def periodic_slot_take(
+        self, name: str, slot: dt.datetime, queue: str, payload: bytes, *, priority: int, max_attempts: int | None
+    ) -> bool:
         """See :func:`shardq.operations.periodic_slot_take`."""
-        return self.session.run(ops.periodic_slot_take(name, slot, queue, payload, priority=priority,
-                                                       max_attempts=max_attempts))
+        return self.session.run(
+            ops.periodic_slot_take(name, slot, queue, payload, priority=priority, max_attempts=max_attempts)
+        )
 
     def periodic_last_slots(self, names: Sequence[str]) -> dict[str, dt.datetime]:
         """The latest slot taken of each schedule named (schedules never taken are absent)."""
@@ -384,4 +433,3 @@ class TaskStore:
 
     def dead_purge_batch(self, queue: str, limit: int) -> int:
         return self.session.run(ops.dead_purge_batch(queue, limit))
-

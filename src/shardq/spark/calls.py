@@ -90,7 +90,12 @@ def call_target(task: Any) -> CallTarget:
 
 
 def with_call_payload(
-    df: DataFrame, task: Any, args_col: str, columns: TaskColumns, *, payload_limit: int = validation.PAYLOAD_MAX_BYTES,
+    df: DataFrame,
+    task: Any,
+    args_col: str,
+    columns: TaskColumns,
+    *,
+    payload_limit: int = validation.PAYLOAD_MAX_BYTES,
 ) -> tuple[DataFrame, TaskColumns, dict[str, str], list[tuple[Column, str]]]:
     """``df`` with the call payload (and an AppTask's default priority / max_attempts) as
     columns, the mapping that stages them, the labels that name the user's column in messages
@@ -128,14 +133,24 @@ def with_call_payload(
     lenient = _payload(column, kind, args_col, target.name, lambda message: F.lit(_BAD))
     checks = [(column.isNull(), f"arguments are NULL (column {args_col!r})")]
     if kind.typeName() == "string":
-        checks.append((column.isNotNull() & ~_is_json_object(column),
-                       f"arguments are not a JSON object (column {args_col!r})"))
+        checks.append(
+            (column.isNotNull() & ~_is_json_object(column), f"arguments are not a JSON object (column {args_col!r})")
+        )
     else:
-        checks.append((column.isNotNull() & (F.instr(lenient.cast("string"), _BAD) > 0),
-                       f"arguments hold the map key {TAG!r}, which is shardq's own (column {args_col!r})"))
-    checks.append((F.coalesce((F.length(lenient) > payload_limit) & (F.instr(lenient.cast("string"), _BAD) == 0),
-                              F.lit(False)),
-                   f"payload longer than {payload_limit} bytes (column {label})"))
+        checks.append(
+            (
+                column.isNotNull() & (F.instr(lenient.cast("string"), _BAD) > 0),
+                f"arguments hold the map key {TAG!r}, which is shardq's own (column {args_col!r})",
+            )
+        )
+    checks.append(
+        (
+            F.coalesce(
+                (F.length(lenient) > payload_limit) & (F.instr(lenient.cast("string"), _BAD) == 0), F.lit(False)
+            ),
+            f"payload longer than {payload_limit} bytes (column {label})",
+        )
+    )
     return out, mapping, {"payload": label}, checks
 
 
@@ -148,7 +163,8 @@ def _payload(column: Column, kind: DataType, args_col: str, task: str, fail: Fai
 
     if kind.typeName() == "string":
         args_json = F.when(_is_json_object(column), F.trim(column)).otherwise(
-            fail(f"arguments are not a JSON object (column {args_col!r})"))
+            fail(f"arguments are not a JSON object (column {args_col!r})")
+        )
     else:
         args_json = _json(column, kind, args_col, fail)
     args_json = F.when(column.isNull(), fail(f"arguments are NULL (column {args_col!r})")).otherwise(args_json)
@@ -178,11 +194,14 @@ def json_string(c: Column) -> Column:
     def escape(ch: Column) -> Column:
         cp = F.ascii(ch)
         expr = F.when(cp <= 126, ch)  # printable ASCII (controls are taken first below)
-        expr = F.when(cp >= 65536, F.format_string(
-            "\\u%04x\\u%04x",
-            F.lit(0xD800) + F.shiftright(cp - 65536, 10),
-            F.lit(0xDC00) + ((cp - 65536).bitwiseAND(0x3FF)),
-        )).otherwise(F.when(cp >= 127, F.format_string("\\u%04x", cp)).otherwise(expr))
+        expr = F.when(
+            cp >= 65536,
+            F.format_string(
+                "\\u%04x\\u%04x",
+                F.lit(0xD800) + F.shiftright(cp - 65536, 10),
+                F.lit(0xDC00) + ((cp - 65536).bitwiseAND(0x3FF)),
+            ),
+        ).otherwise(F.when(cp >= 127, F.format_string("\\u%04x", cp)).otherwise(expr))
         expr = F.when(cp < 32, F.format_string("\\u%04x", cp)).otherwise(expr)
         for char, escaped in _SHORT_ESCAPES.items():
             expr = F.when(ch == char, F.lit(escaped)).otherwise(expr)
@@ -232,8 +251,12 @@ def _iso_from_micros(micros: Column) -> Column:
     date = F.date_from_unix_date(((micros - of_day).cast("decimal(38,0)") / day).cast("int"))
     seconds = (of_day / 1_000_000).cast("long")
     fraction = F.pmod(of_day, F.lit(1_000_000))
-    clock = F.concat_ws(":", _two((seconds / 3600).cast("long")), _two((F.pmod(seconds, F.lit(3600)) / 60).cast("long")),
-                        _two(F.pmod(seconds, F.lit(60))))
+    clock = F.concat_ws(
+        ":",
+        _two((seconds / 3600).cast("long")),
+        _two((F.pmod(seconds, F.lit(3600)) / 60).cast("long")),
+        _two(F.pmod(seconds, F.lit(60))),
+    )
     tail = F.when(fraction == 0, F.lit("")).otherwise(F.concat(F.lit("."), F.lpad(fraction.cast("string"), 6, "0")))
     return F.concat(date.cast("string"), F.lit("T"), clock, tail)
 
@@ -269,19 +292,26 @@ def _json(c: Column, kind: DataType, where: str, fail: Fail) -> Column:  # noqa:
         for field in kind.fields:  # type: ignore[attr-defined]
             if field.name == TAG:
                 raise InvalidTaskFrame(f"argument {where}.{field.name}: the key {TAG!r} is shardq's own")
-            parts.append(F.concat(F.lit(json.dumps(field.name) + ":"), _json(c[field.name], field.dataType,
-                                                                              f"{where}.{field.name}", fail)))
+            parts.append(
+                F.concat(
+                    F.lit(json.dumps(field.name) + ":"),
+                    _json(c[field.name], field.dataType, f"{where}.{field.name}", fail),
+                )
+            )
         text = F.concat(F.lit("{"), F.concat_ws(",", *parts), F.lit("}")) if parts else F.lit("{}")
     elif name == "map":
         if kind.keyType.typeName() != "string":  # type: ignore[attr-defined]
             raise InvalidTaskFrame(f"argument {where}: map keys must be strings, not {kind.keyType.typeName()}")  # type: ignore[attr-defined]
         value_type = kind.valueType  # type: ignore[attr-defined]
-        entries = F.transform(F.map_entries(c), lambda e: F.concat(json_string(e["key"]), F.lit(":"),
-                                                                  _json(e["value"], value_type, f"{where}{{}}", fail)))
+        entries = F.transform(
+            F.map_entries(c),
+            lambda e: F.concat(json_string(e["key"]), F.lit(":"), _json(e["value"], value_type, f"{where}{{}}", fail)),
+        )
         root = re.split(r"[.\[{]", where, maxsplit=1)[0]
-        text = F.when(F.array_contains(F.map_keys(c), TAG), fail(
-            f"arguments hold the map key {TAG!r}, which is shardq's own, in {where} (column {root!r})")).otherwise(
-            F.concat(F.lit("{"), F.array_join(entries, ","), F.lit("}")))
+        text = F.when(
+            F.array_contains(F.map_keys(c), TAG),
+            fail(f"arguments hold the map key {TAG!r}, which is shardq's own, in {where} (column {root!r})"),
+        ).otherwise(F.concat(F.lit("{"), F.array_join(entries, ","), F.lit("}")))
     elif name in ("float", "double"):
         raise InvalidTaskFrame(
             f"argument {where} is {name}: Spark and Python write a binary float's text differently, so the "

@@ -39,7 +39,8 @@ def value_checks(
     skipped = set(skip)
     return [
         (bad, f"{message} (column {label(name, mapped, labels)})")
-        for name, column in mapped.items() if name not in skipped
+        for name, column in mapped.items()
+        if name not in skipped
         for bad, message in checked(spec[name], column, kinds[column])[1]
     ]
 
@@ -72,6 +73,8 @@ def is_check_failure(exc: BaseException) -> str | None:
     start = text.find(CHECK_MARKER)
     if start < 0:
         return None
-    line = text[start + len(CHECK_MARKER):].splitlines()[0]
+    line = text[start + len(CHECK_MARKER) :].splitlines()[0]
     # Spark quotes the raise_error message; cut at the closing quote if there is one.
-    return line.split("'", 1)[0].split('"', 1)[0].strip() if "(column" not in line else line[: line.index(")") + 1].strip()
+    return (
+        line.split("'", 1)[0].split('"', 1)[0].strip() if "(column" not in line else line[: line.index(")") + 1].strip()
+    )

@@ -98,7 +98,9 @@ def field_specs(payload_limit: int) -> dict[str, Field]:
 
     return {
         "payload": Field(
-            "payload", ("binary", "string"), "binary",
+            "payload",
+            ("binary", "string"),
+            "binary",
             lambda c: [
                 (c.isNull(), "payload is NULL"),
                 (F.length(c) > payload_limit, f"payload longer than {payload_limit} bytes"),
@@ -106,12 +108,16 @@ def field_specs(payload_limit: int) -> dict[str, Field]:
             lambda c: empty_if_null(F.hex(c)),
         ),
         "run_at": Field(
-            "run_at", ("timestamp", "string"), "timestamp",
+            "run_at",
+            ("timestamp", "string"),
+            "timestamp",
             lambda c: [],
             lambda c: empty_if_null(F.unix_micros(c).cast("string")),
         ),
         "delay": Field(
-            "delay", _NUMBERS + ("string",), "double",
+            "delay",
+            _NUMBERS + ("string",),
+            "double",
             lambda c: [
                 (c < 0, "delay is negative"),
                 (c > validation.DELAY_MAX_SECONDS, f"delay over {validation.DELAY_MAX_SECONDS:.0f} seconds"),
@@ -120,26 +126,41 @@ def field_specs(payload_limit: int) -> dict[str, Field]:
             lambda c: empty_if_null(c.cast("string")),
         ),
         "dedupe_key": Field(
-            "dedupe_key", ("string",), "string", lambda c: key_checks(c, "dedupe key"), lambda c: empty_if_null(c),
+            "dedupe_key",
+            ("string",),
+            "string",
+            lambda c: key_checks(c, "dedupe key"),
+            lambda c: empty_if_null(c),
         ),
         "exclusive_key": Field(
-            "exclusive_key", ("string",), "string", lambda c: key_checks(c, "exclusive key"),
+            "exclusive_key",
+            ("string",),
+            "string",
+            lambda c: key_checks(c, "exclusive key"),
             # hex: a key may contain the separator, and the fixed-format part must not
             lambda c: empty_if_null(F.hex(c)),
         ),
         "max_attempts": Field(
-            "max_attempts", _INTEGERS + ("string",), "int",
+            "max_attempts",
+            _INTEGERS + ("string",),
+            "int",
             lambda c: [(c < 1, "max_attempts below 1"), (c > 10_000, "max_attempts above 10000")],
             lambda c: empty_if_null(c.cast("string")),
         ),
         "priority": Field(
-            "priority", _INTEGERS + ("string",), "long",
-            lambda c: [(c < PRIORITY_MIN, f"priority below {PRIORITY_MIN}"),
-                       (c > PRIORITY_MAX, f"priority above {PRIORITY_MAX}")],
+            "priority",
+            _INTEGERS + ("string",),
+            "long",
+            lambda c: [
+                (c < PRIORITY_MIN, f"priority below {PRIORITY_MIN}"),
+                (c > PRIORITY_MAX, f"priority above {PRIORITY_MAX}"),
+            ],
             lambda c: empty_if_null(c.cast("string")),
         ),
         "row_key": Field(
-            "row_key", ("string",) + _INTEGERS, "string",
+            "row_key",
+            ("string",) + _INTEGERS,
+            "string",
             lambda c: [(c.isNull(), "row key is NULL")],
             lambda c: c,
         ),
@@ -176,8 +197,12 @@ def check_columns(schema: StructType, columns: TaskColumns) -> dict[str, str]:
 
 
 #: fields that also take a string column, parsed (Spark's try_cast) as: (type, what it must be)
-PARSED = {"run_at": ("timestamp", "a timestamp"), "delay": ("double", "a number"),
-          "max_attempts": ("long", "a whole number"), "priority": ("long", "a whole number")}
+PARSED = {
+    "run_at": ("timestamp", "a timestamp"),
+    "delay": ("double", "a number"),
+    "max_attempts": ("long", "a whole number"),
+    "priority": ("long", "a whole number"),
+}
 
 
 def checked(field: Field, column: str, kind: str) -> tuple[Column, list[tuple[Column, str]]]:
@@ -204,7 +229,8 @@ def _value(field: Field, value: Column) -> Column:
 
     if field.cast_to == "int":
         value = F.when(value.isNull() | value.between(-(1 << 31), (1 << 31) - 1), value).otherwise(
-            F.when(value > 0, F.lit((1 << 31) - 1)).otherwise(F.lit(-(1 << 31))))
+            F.when(value > 0, F.lit((1 << 31) - 1)).otherwise(F.lit(-(1 << 31)))
+        )
     return value.cast(field.cast_to)
 
 

@@ -46,8 +46,14 @@ def plain_rows(table: pa.Table, queue_name: str, opened: dict, workflow_id: uuid
 
     queue = queue_name.encode("utf-8")
     micros = (opened["now"] - _PG_EPOCH) // dt.timedelta(microseconds=1)
-    constant = (struct.pack(">ii", 4, int(opened["max_attempts"])) + struct.pack(">i", 5) + b"ready"
-                + struct.pack(">i", len(queue)) + queue + struct.pack(">iq", 8, micros))
+    constant = (
+        struct.pack(">ii", 4, int(opened["max_attempts"]))
+        + struct.pack(">i", 5)
+        + b"ready"
+        + struct.pack(">i", len(queue))
+        + queue
+        + struct.pack(">iq", 8, micros)
+    )
     if workflow_id is not None:
         constant += struct.pack(">i", 16) + workflow_id.bytes
     tail = np.frombuffer(constant, np.uint8)[np.newaxis, :].repeat(n, axis=0)
@@ -66,10 +72,10 @@ def _fixed_bytes(column: Any, width: int) -> Any:
     array = column.combine_chunks()
     _, offsets, data = array.buffers()
     kind = np.int64 if pa.types.is_large_binary(array.type) else np.int32  # Spark's large var types
-    bounds = np.frombuffer(offsets, dtype=kind)[array.offset: array.offset + len(array) + 1]
+    bounds = np.frombuffer(offsets, dtype=kind)[array.offset : array.offset + len(array) + 1]
     if bounds[-1] - bounds[0] != width * len(array):
         raise ValueError(f"expected {width}-byte values")
-    return np.frombuffer(data, np.uint8)[int(bounds[0]): int(bounds[-1])].reshape(len(array), width)
+    return np.frombuffer(data, np.uint8)[int(bounds[0]) : int(bounds[-1])].reshape(len(array), width)
 
 
 def _fixed(rows: Any) -> Any:
@@ -79,7 +85,9 @@ def _fixed(rows: Any) -> Any:
 
     n, width = rows.shape
     offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))])
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))]
+    )
 
 
 def buffer_of(column: Any) -> memoryview:
@@ -92,5 +100,5 @@ def buffer_of(column: Any) -> memoryview:
         return memoryview(b"")
     _, offsets, data = array.buffers()
     width = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
-    bounds = np.frombuffer(offsets, dtype=width)[array.offset: array.offset + len(array) + 1]
-    return memoryview(data)[int(bounds[0]): int(bounds[-1])]
+    bounds = np.frombuffer(offsets, dtype=width)[array.offset : array.offset + len(array) + 1]
+    return memoryview(data)[int(bounds[0]) : int(bounds[-1])]

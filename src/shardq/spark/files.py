@@ -27,7 +27,11 @@ def input_format(path: str | os.PathLike, fmt: str | None) -> str:
             raise InvalidInput(f"format must be one of {', '.join(FORMATS)}")
         return fmt
     suffix = Path(path).suffix.lower().lstrip(".")
-    return {"jsonl": "json", "ndjson": "json"}.get(suffix, suffix) if suffix in FORMATS + ("jsonl", "ndjson") else "parquet"
+    return (
+        {"jsonl": "json", "ndjson": "json"}.get(suffix, suffix)
+        if suffix in FORMATS + ("jsonl", "ndjson")
+        else "parquet"
+    )
 
 
 def _input_files(path: Path) -> list[Path]:
@@ -52,7 +56,9 @@ def derive_run_id(queue: str, path: str | os.PathLike, fmt: str, columns: TaskCo
         digest.update(part.encode("utf-8") + b"\x00")
     for file in _input_files(root):
         stat = file.stat()
-        digest.update(f"{file.relative_to(root) if file != root else file.name}|{stat.st_size}|{stat.st_mtime_ns}\x00".encode())
+        digest.update(
+            f"{file.relative_to(root) if file != root else file.name}|{stat.st_size}|{stat.st_mtime_ns}\x00".encode()
+        )
     return f"input-{digest.hexdigest()[:32]}"
 
 
@@ -99,5 +105,15 @@ def enqueue_file(
     spark = spark_session(master=master, driver=find_jdbc_driver(jdbc_jar), app_name=f"shardq-enqueue-{queue}")
     report("start", 1, 1)
     df = read_input(spark, path, fmt)
-    return enqueue_dataframe(df, queue, run_id=run_id, dsn=dsn, columns=columns, options=options, progress=progress,
-                             task=task, args_col=args_col, then=then)
+    return enqueue_dataframe(
+        df,
+        queue,
+        run_id=run_id,
+        dsn=dsn,
+        columns=columns,
+        options=options,
+        progress=progress,
+        task=task,
+        args_col=args_col,
+        then=then,
+    )

@@ -38,9 +38,22 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = [
-    "CHECK_MARKER", "CHUNK_BY_ID", "CHUNK_BY_KEY", "MERGED_FIELDS", "PARSED", "SEPARATOR", "STAGED", "Field",
-    "TaskColumns", "check_columns", "count_bad_rows", "is_check_failure", "spark_int_hash", "spread_keys",
-    "stage_frame", "value_checks",
+    "CHECK_MARKER",
+    "CHUNK_BY_ID",
+    "CHUNK_BY_KEY",
+    "MERGED_FIELDS",
+    "PARSED",
+    "SEPARATOR",
+    "STAGED",
+    "Field",
+    "TaskColumns",
+    "check_columns",
+    "count_bad_rows",
+    "is_check_failure",
+    "spark_int_hash",
+    "spread_keys",
+    "stage_frame",
+    "value_checks",
 ]
 
 SEPARATOR = "\x1f"
@@ -118,8 +131,10 @@ def stage_frame(  # noqa: C901 - one case per optional task column of the frame
     else:
         # Only the fixed-format fields go into the text part (they never contain the separator);
         # the payload comes last, as bytes, so the encoding is unambiguous.
-        fixed = [spec[name].fingerprint(F.col(name)) if name in mapped else F.lit("")
-                 for name in ("run_at", "delay", "max_attempts", "priority", "exclusive_key")]
+        fixed = [
+            spec[name].fingerprint(F.col(name)) if name in mapped else F.lit("")
+            for name in ("run_at", "delay", "max_attempts", "priority", "exclusive_key")
+        ]
         content = F.unhex(F.md5(F.concat(F.concat_ws(SEPARATOR, *fixed, F.lit("")).cast("binary"), F.col("payload"))))
         frame = frame.withColumn("_content", content)
         base_key = F.concat(F.lit("c:"), F.hex("_content"), F.lit("#"))

@@ -117,8 +117,9 @@ def find_java() -> Path:
             )
         candidate = Path(found)
     try:
-        banner = subprocess.run([str(candidate), "-version"], capture_output=True, text=True, timeout=30,
-                                check=False).stderr
+        banner = subprocess.run(
+            [str(candidate), "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SparkSetupError(f"{candidate} -version failed: {exc}") from None
     match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
@@ -151,8 +152,13 @@ class JdbcTarget:
 
 
 # libpq keyword -> pgjdbc property, for the ones that matter to a writer.
-_PASS_THROUGH = {"sslmode": "sslmode", "sslrootcert": "sslrootcert", "sslcert": "sslcert", "sslkey": "sslkey",
-                 "connect_timeout": "connectTimeout"}
+_PASS_THROUGH = {
+    "sslmode": "sslmode",
+    "sslrootcert": "sslrootcert",
+    "sslcert": "sslcert",
+    "sslkey": "sslkey",
+    "connect_timeout": "connectTimeout",
+}
 
 
 def jdbc_target(dsn: Dsn, *, application_name: str = "shardq-spark") -> JdbcTarget:
@@ -223,7 +229,9 @@ def spark_session(
     try:
         session = builder.getOrCreate()
     except Exception as exc:
-        raise SparkSetupError(f"Spark could not start: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}") from exc
+        raise SparkSetupError(
+            f"Spark could not start: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+        ) from exc
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -46,8 +46,19 @@ if TYPE_CHECKING:
     from shardq.spark.jdbc import JdbcTarget
 
 __all__ = [
-    "FORMATS", "LEDGER_TTL_SECONDS_DEFAULT", "RUN_ID_MAX", "STAGE_TTL_SECONDS_DEFAULT", "WRITERS", "GcResult",
-    "Progress", "SparkEnqueueResult", "WriteOptions", "collect_stale_stages", "enqueue_dataframe", "gc", "run_progress",
+    "FORMATS",
+    "LEDGER_TTL_SECONDS_DEFAULT",
+    "RUN_ID_MAX",
+    "STAGE_TTL_SECONDS_DEFAULT",
+    "WRITERS",
+    "GcResult",
+    "Progress",
+    "SparkEnqueueResult",
+    "WriteOptions",
+    "collect_stale_stages",
+    "enqueue_dataframe",
+    "gc",
+    "run_progress",
 ]
 
 log = logging.getLogger("shardq.spark")
@@ -112,8 +123,9 @@ def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one pl
         df, columns, labels, checks = calls.with_call_payload(df, task, args_col, columns, payload_limit=limit)
     frame_module.check_columns(df.schema, columns)  # fail before touching the database
     # Value checks run inside the write; after a failed one these count the bad rows.
-    checks = checks + frame_module.value_checks(df, columns, labels=labels, payload_limit=limit,
-                                                skip=("payload",) if task is not None else ())
+    checks = checks + frame_module.value_checks(
+        df, columns, labels=labels, payload_limit=limit, skip=("payload",) if task is not None else ()
+    )
     check_driver_loadable(df.sparkSession)
     dsn = resolve_dsn(dsn)
     target = jdbc_target(dsn)
@@ -146,15 +158,29 @@ def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one pl
             started = time.perf_counter()
             report("write", 0, 1)
             rows = frame_module.stage_frame(
-                df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
-                skip_chunks=frozenset(done_before), labels=labels, payload_limit=limit,
-                chunking=run.chunking, cluster=options.partitions,
+                df,
+                queue=queue,
+                run_id=run_id,
+                chunks=run.chunks,
+                columns=columns,
+                skip_chunks=frozenset(done_before),
+                labels=labels,
+                payload_limit=limit,
+                chunking=run.chunking,
+                cluster=options.partitions,
             )
             copy_rows, plain = writer.copy_frame(rows, set(columns.mapped()))
-            spec = writer.WriterSpec(dsn, run_id, queue, run.chunks, plain=plain,
-                                     keyed=columns.exclusive_key is not None,
-                                     max_attempts_mapped=columns.max_attempts is not None,
-                                     numbered=columns.row_key is None, workflow_id=run.workflow_id)
+            spec = writer.WriterSpec(
+                dsn,
+                run_id,
+                queue,
+                run.chunks,
+                plain=plain,
+                keyed=columns.exclusive_key is not None,
+                max_attempts_mapped=columns.max_attempts is not None,
+                numbered=columns.row_key is None,
+                workflow_id=run.workflow_id,
+            )
             try:
                 writer.run_writer(copy_rows, spec)
             except Exception as exc:
@@ -188,8 +214,14 @@ def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one pl
                 started = time.perf_counter()
                 report("write", 0, 1)
                 rows = frame_module.stage_frame(
-                    df, queue=queue, run_id=run_id, chunks=run.chunks, columns=columns,
-                    skip_chunks=frozenset(done_before), labels=labels, payload_limit=limit,
+                    df,
+                    queue=queue,
+                    run_id=run_id,
+                    chunks=run.chunks,
+                    columns=columns,
+                    skip_chunks=frozenset(done_before),
+                    labels=labels,
+                    payload_limit=limit,
                     chunking=run.chunking,
                 )
                 try:
@@ -211,11 +243,16 @@ def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one pl
                     if on_chunk is not None:
                         on_chunk(chunk, tasks)
 
-                outcome = merge_chunks(run, stage, todo, new_session, workers=options.merge_workers,
-                                       keyed=columns.exclusive_key is not None,
-                                       on_chunk=chunk_done)
-                outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before),
-                                       outcome.tasks)
+                outcome = merge_chunks(
+                    run,
+                    stage,
+                    todo,
+                    new_session,
+                    workers=options.merge_workers,
+                    keyed=columns.exclusive_key is not None,
+                    on_chunk=chunk_done,
+                )
+                outcome = MergeOutcome(outcome.merged_chunks, outcome.skipped_chunks + len(done_before), outcome.tasks)
                 merge_seconds = time.perf_counter() - started
                 staged = ledger.stage_rows(stage.name)
             finally:
@@ -229,9 +266,17 @@ def enqueue_dataframe(  # noqa: C901 - the documented options, checked in one pl
             # callback is released here, once.
             released = session.run(run_callbacks.complete_plan(run_id))
     return SparkEnqueueResult(
-        run_id=run_id, queue=queue, chunks=run.chunks, merged_chunks=outcome.merged_chunks,
-        skipped_chunks=outcome.skipped_chunks, enqueued=outcome.tasks, run_tasks=run_tasks,
-        staged_rows=staged, write_seconds=write_seconds, merge_seconds=merge_seconds, writer=used,
+        run_id=run_id,
+        queue=queue,
+        chunks=run.chunks,
+        merged_chunks=outcome.merged_chunks,
+        skipped_chunks=outcome.skipped_chunks,
+        enqueued=outcome.tasks,
+        run_tasks=run_tasks,
+        staged_rows=staged,
+        write_seconds=write_seconds,
+        merge_seconds=merge_seconds,
+        writer=used,
         callback_workflow=str(callback.workflow_id) if callback is not None else None,
         callback_released=released,
     )

@@ -162,7 +162,9 @@ class SparkLedger:
         self.session.run(drop())
 
     def stages_stale(self, max_age_seconds: float, limit: int = 1000) -> list[str]:
-        rows = self.session.run(single(Call("spark_stages_stale", {"max_age_seconds": max_age_seconds, "limit": limit})))
+        rows = self.session.run(
+            single(Call("spark_stages_stale", {"max_age_seconds": max_age_seconds, "limit": limit}))
+        )
         return [r["stage"] for r in rows]
 
     # -- merge ------------------------------------------------------------------------------
@@ -188,7 +190,8 @@ class SparkLedger:
             row = yield Call(
                 "spark_chunk_merge",
                 {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED, "workflow_id": run.workflow_id},
-                rows="one", identifiers={"stage": stage.name},
+                rows="one",
+                identifiers={"stage": stage.name},
             )
             if row and row["paused"]:
                 # Raising rolls the claim back too: the chunk stays unmerged for the re-run.
@@ -226,8 +229,15 @@ def merge_keyed_rows(run: Run, stage: Stage, chunk: int) -> Plan[int]:
     # Per key, the first row inserted becomes active and the rest wait: let the lowest priority go first.
     rows.sort(key=lambda r: (r["priority"], r["id"]))
     tasks = [
-        NewTask(payload=bytes(r["payload"]), delay=r["delay"], run_at=r["run_at"], dedupe_key=r["dedupe_key"],
-                max_attempts=r["max_attempts"], priority=int(r["priority"]), exclusive_key=r["exclusive_key"])
+        NewTask(
+            payload=bytes(r["payload"]),
+            delay=r["delay"],
+            run_at=r["run_at"],
+            dedupe_key=r["dedupe_key"],
+            max_attempts=r["max_attempts"],
+            priority=int(r["priority"]),
+            exclusive_key=r["exclusive_key"],
+        )
         for r in rows
     ]
     outcome = yield from exclusive.in_transaction_plan(run.queue, tasks, [r["id"] for r in rows])
@@ -289,8 +299,9 @@ def merge_chunks(
                     return
             counter.flush_enqueue_counts()
 
-    threads = [threading.Thread(target=work, name=f"shardq-merge-{i}", daemon=True)
-               for i in range(max(1, min(workers, total)))]
+    threads = [
+        threading.Thread(target=work, name=f"shardq-merge-{i}", daemon=True) for i in range(max(1, min(workers, total)))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -123,9 +123,17 @@ def enqueue_stream(
         if not started.wait(QUERY_ID_WAIT_SECONDS):
             raise RuntimeError("the streaming query did not report its id")
         try:
-            result = enqueue_dataframe(batch_df, queue, run_id=stream_run_id(query_id[0], batch_id), dsn=dsn,
-                                       columns=columns, options=options, task=task, args_col=args_col,
-                                       on_chunk=on_chunk)
+            result = enqueue_dataframe(
+                batch_df,
+                queue,
+                run_id=stream_run_id(query_id[0], batch_id),
+                dsn=dsn,
+                columns=columns,
+                options=options,
+                task=task,
+                args_col=args_col,
+                on_chunk=on_chunk,
+            )
         except BaseException as exc:
             with _failures_lock:
                 _failures[query_id[0]] = exc
@@ -161,9 +169,7 @@ def await_stream(query: StreamingQuery, timeout: float | None = None) -> bool:
     return True if ended is None else bool(ended)
 
 
-def read_stream(
-    spark: SparkSession, path: str, fmt: str, *, max_files_per_trigger: int | None = None
-) -> DataFrame:
+def read_stream(spark: SparkSession, path: str, fmt: str, *, max_files_per_trigger: int | None = None) -> DataFrame:
     """A file-source stream over the directory ``path`` (parquet, CSV with a header row, JSON
     lines). Spark needs the schema up front: it is inferred from the files already there, so the
     directory must hold at least one; files added later must share it."""
@@ -192,9 +198,13 @@ def stream_format(path: str | os.PathLike[str], fmt: str | None) -> str:
 
     if fmt:
         return input_format(path, fmt)
-    suffixes = {input_format(p, None) for p in Path(path).expanduser().iterdir()
-                if p.is_file() and not p.name.startswith(("_", ".")) and p.suffix.lower().lstrip(".") in
-                FORMATS + ("jsonl", "ndjson")}
+    suffixes = {
+        input_format(p, None)
+        for p in Path(path).expanduser().iterdir()
+        if p.is_file()
+        and not p.name.startswith(("_", "."))
+        and p.suffix.lower().lstrip(".") in FORMATS + ("jsonl", "ndjson")
+    }
     return suffixes.pop() if len(suffixes) == 1 else "parquet"
 
 
@@ -237,9 +247,19 @@ def enqueue_directory_stream(
         on_start()
     df = read_stream(spark, str(root), fmt, max_files_per_trigger=max_files_per_trigger)
     trigger = {"processingTime": "2 seconds"} if follow else {"availableNow": True}
-    query = enqueue_stream(df, queue, checkpoint_location=str(Path(checkpoint).expanduser().resolve()), dsn=dsn,
-                           columns=columns, options=options, task=task, args_col=args_col, trigger=trigger,
-                           query_name=f"shardq-{queue}", on_batch=on_batch)
+    query = enqueue_stream(
+        df,
+        queue,
+        checkpoint_location=str(Path(checkpoint).expanduser().resolve()),
+        dsn=dsn,
+        columns=columns,
+        options=options,
+        task=task,
+        args_col=args_col,
+        trigger=trigger,
+        query_name=f"shardq-{queue}",
+        on_batch=on_batch,
+    )
     try:
         await_stream(query)
     except KeyboardInterrupt:

@@ -116,12 +116,20 @@ def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
     def number(name: str) -> Any:
         return F.coalesce(F.col(name).cast("string"), F.lit("")) if name in mapped else F.lit("")
 
-    run_at = (F.coalesce(F.date_format("run_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"), F.lit(""))
-              if "run_at" in mapped else F.lit(""))
+    run_at = (
+        F.coalesce(F.date_format("run_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"), F.lit(""))
+        if "run_at" in mapped
+        else F.lit("")
+    )
     fields = [
-        F.lit(""), F.col("chunk").cast("string"), payload, run_at, number("delay"),
+        F.lit(""),
+        F.col("chunk").cast("string"),
+        payload,
+        run_at,
+        number("delay"),
         _csv_text(F.col("dedupe_key")) if "dedupe_key" in mapped else F.lit(""),
-        number("max_attempts"), number("priority"),
+        number("max_attempts"),
+        number("priority"),
         _csv_text(F.col("exclusive_key")) if "exclusive_key" in mapped else F.lit(""),
     ]
     # id | ,chunk,payload,run_at,delay,dedupe_key,max_attempts,priority,exclusive_key\n
@@ -130,8 +138,10 @@ def copy_frame(rows: DataFrame, mapped: set[str]) -> tuple[DataFrame, bool]:
 
 
 #: what each write task reports per chunk (seconds: on the executor, summed per phase)
-REPORT_SCHEMA = ("chunk INT, tasks LONG, rows LONG, assemble_seconds DOUBLE, copy_seconds DOUBLE, "
-                 "statement_seconds DOUBLE, commit_seconds DOUBLE")
+REPORT_SCHEMA = (
+    "chunk INT, tasks LONG, rows LONG, assemble_seconds DOUBLE, copy_seconds DOUBLE, "
+    "statement_seconds DOUBLE, commit_seconds DOUBLE"
+)
 
 
 def run_writer(frame: DataFrame, spec: WriterSpec) -> list[dict]:
@@ -148,7 +158,7 @@ def writer_failure(exc: BaseException) -> Exception | None:
     start = text.find(WRITER_MARKER)
     if start < 0:
         return None
-    line = text[start + len(WRITER_MARKER):].splitlines()[0].strip()
+    line = text[start + len(WRITER_MARKER) :].splitlines()[0].strip()
     kind, _, message = line.partition(" ")
     return _ERRORS.get(kind, DatabaseError)(message or line)
 
@@ -174,9 +184,11 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, spec: WriterSpec) -> I
             table = pa.Table.from_batches(pending)
             clock: dict[str, float] = {}
             tasks = _guarded(write_chunk, session, spec, run, current, table, clock)
-            report = {"chunk": pa.array([current], pa.int32()),
-                      "tasks": pa.array([-1 if tasks is None else tasks], pa.int64()),
-                      "rows": pa.array([table.num_rows], pa.int64())}
+            report = {
+                "chunk": pa.array([current], pa.int32()),
+                "tasks": pa.array([-1 if tasks is None else tasks], pa.int64()),
+                "rows": pa.array([table.num_rows], pa.int64()),
+            }
             for name in ("assemble", "copy", "statement", "commit"):
                 report[f"{name}_seconds"] = pa.array([clock.get(name, 0.0)], pa.float64())
             return pa.RecordBatch.from_pydict(report)
@@ -267,8 +279,9 @@ def _content(table: pa.Table, row: int) -> bytes | None:
     return hashlib.md5(SEPARATOR.join(fields).encode("utf-8") + payload).digest()
 
 
-def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table,
-                clock: dict[str, float] | None = None) -> int | None:
+def write_chunk(
+    session: Session, spec: WriterSpec, run: Run, chunk: int, table: pa.Table, clock: dict[str, float] | None = None
+) -> int | None:
     """One chunk in one transaction with its ledger row; None when it was written before.
     ``clock`` gets the seconds of each phase (see :func:`run_writer`)."""
     import pyarrow.compute as pc
@@ -305,9 +318,12 @@ def write_chunk(session: Session, spec: WriterSpec, run: Run, chunk: int, table:
             lines = pc.binary_join_element_wise(table.column("id"), table.column("tail"), "")
             yield CopyIn("spark_chunk_copy_rows", buffer_of(lines), {"stage": CHUNK_TABLE})
             mark = _lap(clock, "copy", mark)
-            row = yield Call("spark_chunk_merge", {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED,
-                                                   "workflow_id": run.workflow_id},
-                             rows="one", identifiers={"stage": CHUNK_TABLE})
+            row = yield Call(
+                "spark_chunk_merge",
+                {"queue": run.queue, "chunk": chunk, "scheduled_rank": RANK_SCHEDULED, "workflow_id": run.workflow_id},
+                rows="one",
+                identifiers={"stage": CHUNK_TABLE},
+            )
             if row and row["paused"]:
                 raise QueuePaused(f"queue {run.queue!r} is paused for enqueue (chunk {chunk} not written)")
             merged = int(row["merged"]) if row else 0

@@ -106,6 +106,7 @@ def statements_for(folder: str, *, binary: bool = False) -> dict[str, Statement]
     merged = dict(_read_folder("common"))
     merged.update(_read_folder(folder))
     if binary:
-        merged = {name: Statement(st.name, st.description, binary_array_parameters(st.text)) for name, st in merged.items()}
+        merged = {
+            name: Statement(st.name, st.description, binary_array_parameters(st.text)) for name, st in merged.items()
+        }
     return merged
-

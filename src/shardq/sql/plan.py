@@ -120,4 +120,3 @@ def single(request: Request) -> Plan[Any]:
     """The plan of one request: its answer."""
     answer = yield request
     return answer
-

@@ -39,4 +39,3 @@ def serve(client: Any, **options: Any) -> None:
     except ImportError as exc:
         raise ShardqError(f"shardq web needs the web extra (pip install 'shardq[web]'): {exc}") from None
     run(client, **options)
-

@@ -41,8 +41,9 @@ async def call_view(request: Request, view: Callable[..., Any], *args: Any, **kw
     return JSONResponse(result, headers={"Cache-Control": "no-store"})
 
 
-async def call_action(request: Request, action: str, target: str, view: Callable[..., Any], *args: Any,
-               **kwargs: Any) -> Response:
+async def call_action(
+    request: Request, action: str, target: str, view: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Response:
     """:func:`call_view` for an action: recorded in the audit log once it succeeded."""
     try:
         result = await run_action(request, action, target, view, *args, **kwargs)
@@ -89,7 +90,9 @@ async def queues(request: Request) -> Response:
 
 
 async def queue(request: Request) -> Response:
-    return await call_view(request, views.queue_detail, request.path_params["queue"], Dashboard.of(request).stats_options)
+    return await call_view(
+        request, views.queue_detail, request.path_params["queue"], Dashboard.of(request).stats_options
+    )
 
 
 async def dead(request: Request) -> Response:
@@ -97,8 +100,13 @@ async def dead(request: Request) -> Response:
         limit = int(request.query_params.get("limit", views.DEAD_LIMIT_DEFAULT))
     except ValueError:
         return error_json(400, "limit must be a whole number")
-    return await call_view(request, views.dead_detail, request.path_params["queue"], limit=limit,
-                       after=request.query_params.get("after") or None)
+    return await call_view(
+        request,
+        views.dead_detail,
+        request.path_params["queue"],
+        limit=limit,
+        after=request.query_params.get("after") or None,
+    )
 
 
 async def task(request: Request) -> Response:
@@ -118,8 +126,16 @@ def _pause_route(paused: bool) -> Callable[[Request], Any]:
         async def handle(body: dict[str, Any]) -> Response:
             enqueue, dequeue = _flag(body, "enqueue", True), _flag(body, "dequeue", True)
             name = request.path_params["queue"]
-            return await call_action(request, "pause" if paused else "resume", f"queue {name}", views.set_paused, name,
-                              paused, enqueue=enqueue, dequeue=dequeue)
+            return await call_action(
+                request,
+                "pause" if paused else "resume",
+                f"queue {name}",
+                views.set_paused,
+                name,
+                paused,
+                enqueue=enqueue,
+                dequeue=dequeue,
+            )
 
         return await checked_action(request, handle)
 
@@ -136,7 +152,9 @@ async def dead_requeue(request: Request) -> Response:
         if every == bool(ids):
             raise Failure(400, 'give either {"ids": [...]} (not empty) or {"all": true}')
         name = request.path_params["queue"]
-        return await call_action(request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids, all_tasks=every)
+        return await call_action(
+            request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids, all_tasks=every
+        )
 
     return await checked_action(request, handle)
 
@@ -175,4 +193,3 @@ def routes() -> list[Route]:
         Route("/api/workflows/{workflow_id}", workflow_status, methods=["GET"]),
         Route("/api/tasks/{task_id}/cancel", cancel, methods=["POST"]),
     ]
-

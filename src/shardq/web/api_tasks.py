@@ -30,10 +30,16 @@ from shardq.web.views import NotFound
 
 async def tasks(request: Request) -> Response:
     if request.path_params["state"] == "finished":
-        return await call_view(request, finished_list.finished_page, request.path_params["queue"],
-                               dict(request.query_params))
-    return await call_view(request, task_list.task_page, request.path_params["queue"], request.path_params["state"],
-                       dict(request.query_params))
+        return await call_view(
+            request, finished_list.finished_page, request.path_params["queue"], dict(request.query_params)
+        )
+    return await call_view(
+        request,
+        task_list.task_page,
+        request.path_params["queue"],
+        request.path_params["state"],
+        dict(request.query_params),
+    )
 
 
 async def tasks_action(request: Request) -> Response:
@@ -42,9 +48,10 @@ async def tasks_action(request: Request) -> Response:
     async def handle(body: dict[str, Any]) -> Response:
         ids = body.get("ids")
         if not isinstance(ids, list):
-            raise Failure(400, "give the tasks as {\"ids\": [...]}")
-        return await call_action(request, action.replace("_", " "), f"queue {name}", task_list.act, name, action, ids,
-                          body.get("priority"))
+            raise Failure(400, 'give the tasks as {"ids": [...]}')
+        return await call_action(
+            request, action.replace("_", " "), f"queue {name}", task_list.act, name, action, ids, body.get("priority")
+        )
 
     return await checked_action(request, handle)
 
@@ -68,14 +75,21 @@ async def payload(request: Request) -> Response:
     except Failure as failure:
         return error_json(failure.status, failure.message)
     safe_name = "".join(c for c in task_id if c.isalnum() or c == "-")[:64] or "payload"
-    return Response(raw, media_type="application/octet-stream", headers={
-        "Content-Disposition": f'attachment; filename="{safe_name}.bin"', "X-Content-Type-Options": "nosniff",
-        "Cache-Control": "no-store"})
+    return Response(
+        raw,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{safe_name}.bin"',
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store",
+        },
+    )
 
 
 async def charts(request: Request) -> Response:
-    return await call_view(request, charts_view.queue_charts, request.path_params["queue"],
-                           request.query_params.get("range") or "1h")
+    return await call_view(
+        request, charts_view.queue_charts, request.path_params["queue"], request.query_params.get("range") or "1h"
+    )
 
 
 async def workers(request: Request) -> Response:
@@ -87,7 +101,9 @@ async def audit(request: Request) -> Response:
         limit = int(request.query_params.get("limit", registry_views.AUDIT_LIMIT_DEFAULT))
     except ValueError:
         return error_json(400, "limit must be a whole number")
-    return await call_view(request, registry_views.audit, before=request.query_params.get("before") or None, limit=limit)
+    return await call_view(
+        request, registry_views.audit, before=request.query_params.get("before") or None, limit=limit
+    )
 
 
 def routes() -> list[Route]:

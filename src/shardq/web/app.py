@@ -27,10 +27,16 @@ def _refuse(scope: Scope, retry_after: int | None) -> Any:
     path = route_path(scope)
     if path.startswith("/api/"):
         if retry_after is not None:
-            return JSONResponse({"error": pages.throttled_text(retry_after)}, status_code=429,
-                                headers={"Retry-After": str(retry_after), "Cache-Control": "no-store"})
-        return JSONResponse({"error": "the dashboard token is required (Authorization: Bearer TOKEN)"},
-                            status_code=401, headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"})
+            return JSONResponse(
+                {"error": pages.throttled_text(retry_after)},
+                status_code=429,
+                headers={"Retry-After": str(retry_after), "Cache-Control": "no-store"},
+            )
+        return JSONResponse(
+            {"error": "the dashboard token is required (Authorization: Bearer TOKEN)"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"},
+        )
     request = Request(scope)
     if retry_after is not None:
         return pages.throttled_login_page(request, retry_after)
@@ -86,11 +92,25 @@ def create_app(
             started.set()
         yield
 
-    dashboard = Dashboard(client, Auth(token, read_token=resolve_read_token(read_token, token), upstream=upstream_login), (stats_options or StatsOptions()).validate(), refresh_seconds,
-                          history_points, schedules)
+    dashboard = Dashboard(
+        client,
+        Auth(token, read_token=resolve_read_token(read_token, token), upstream=upstream_login),
+        (stats_options or StatsOptions()).validate(),
+        refresh_seconds,
+        history_points,
+        schedules,
+    )
     app = Starlette(
-        routes=[*api.routes(), *api_tasks.routes(), *pages.routes(), *pages_session.routes(), *pages_tasks.routes(),
-                *settings_form.routes(), *periodic_page.routes(), *workflow_page.routes()],
+        routes=[
+            *api.routes(),
+            *api_tasks.routes(),
+            *pages.routes(),
+            *pages_session.routes(),
+            *pages_tasks.routes(),
+            *settings_form.routes(),
+            *periodic_page.routes(),
+            *workflow_page.routes(),
+        ],
         middleware=[Middleware(AuthGate, auth=dashboard.auth, refuse=_refuse, forbid=_forbid)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

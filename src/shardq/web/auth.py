@@ -108,7 +108,9 @@ def resolve_read_token(read_token: str | None, token: str) -> str | None:
         return None
     read_token = read_token.strip()
     if len(read_token) < TOKEN_MIN_CHARS:
-        raise InvalidInput(f"the read-only token must be at least {TOKEN_MIN_CHARS} characters (it has {len(read_token)})")
+        raise InvalidInput(
+            f"the read-only token must be at least {TOKEN_MIN_CHARS} characters (it has {len(read_token)})"
+        )
     if hmac.compare_digest(read_token.encode(), token.encode()):
         raise InvalidInput("the read-only token must differ from the full token")
     return read_token
@@ -143,8 +145,13 @@ class Identity:
 class Sessions:
     """Live cookie sessions: session id -> (CSRF token, expiry). Thread-safe."""
 
-    def __init__(self, *, lifetime: float = SESSION_SECONDS, limit: int = SESSIONS_MAX,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        lifetime: float = SESSION_SECONDS,
+        limit: int = SESSIONS_MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._items: OrderedDict[str, tuple[str, float, bool]] = OrderedDict()
         self._lock = threading.Lock()
         self._lifetime = lifetime
@@ -186,8 +193,15 @@ class Auth:
     :class:`Identity` the enclosing application put in the scope (:data:`UPSTREAM_IDENTITY`) is
     taken as proven (default False: only the token and its sessions let anyone in)."""
 
-    def __init__(self, token: str, sessions: Sessions | None = None, throttle: Throttle | None = None, *,
-                 read_token: str | None = None, upstream: bool = False) -> None:
+    def __init__(
+        self,
+        token: str,
+        sessions: Sessions | None = None,
+        throttle: Throttle | None = None,
+        *,
+        read_token: str | None = None,
+        upstream: bool = False,
+    ) -> None:
         self._token = token.encode()
         self._read_token = read_token.encode() if read_token else None
         self.sessions = sessions or Sessions()
@@ -242,8 +256,10 @@ def csrf_ok(identity: Identity, supplied: str | None) -> bool:
     only with their session's CSRF token."""
     if identity.method == "bearer":
         return True
-    return identity.csrf is not None and supplied is not None and hmac.compare_digest(
-        supplied.encode(), identity.csrf.encode()
+    return (
+        identity.csrf is not None
+        and supplied is not None
+        and hmac.compare_digest(supplied.encode(), identity.csrf.encode())
     )
 
 
@@ -272,8 +288,13 @@ class AuthGate:
     client's address; while the address must wait, its Bearer tokens are not even compared.
     The identity is left in ``scope["state"]["identity"]``."""
 
-    def __init__(self, app: ASGIApp, auth: Auth, refuse: Callable[[Scope, int | None], ASGIApp],
-                 forbid: Callable[[Scope], ASGIApp]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: Auth,
+        refuse: Callable[[Scope, int | None], ASGIApp],
+        forbid: Callable[[Scope], ASGIApp],
+    ) -> None:
         self.app = app
         self.auth = auth
         self.refuse = refuse

@@ -30,8 +30,10 @@ RANGES = {"1h": (dt.timedelta(minutes=1), 60), "24h": (dt.timedelta(hours=1), 24
 #: series -> colour (fixed: a series keeps its colour whatever else is drawn)
 SERIES = {"enqueued": "#2463eb", "acked": "#10b981", "failed": "#dc2626"}
 #: latency series -> (counter of seconds, counter of tasks, colour)
-LATENCY = {"lead time": ("lead_seconds", "lead_acks", "#7c3aed"),
-           "start latency": ("start_wait_seconds", "first_starts", "#f59e0b")}
+LATENCY = {
+    "lead time": ("lead_seconds", "lead_acks", "#7c3aed"),
+    "start latency": ("start_wait_seconds", "first_starts", "#f59e0b"),
+}
 COUNTERS = (*SERIES, "lead_seconds", "lead_acks", "start_wait_seconds", "first_starts")
 MINUTE = dt.timedelta(minutes=1)
 WIDTH, HEIGHT = 640, 140
@@ -73,15 +75,29 @@ def queue_charts(store: TaskStore, queue: str, range_name: str = "1h") -> dict[s
     x_step = WIDTH / max(1, slots - 1)
 
     def points(series: list[int]) -> str:
-        return " ".join(f"{round(i * x_step, 1)},{round(HEIGHT - 4 - v / peak * (HEIGHT - 8), 1)}"
-                        for i, v in enumerate(series))
+        return " ".join(
+            f"{round(i * x_step, 1)},{round(HEIGHT - 4 - v / peak * (HEIGHT - 8), 1)}" for i, v in enumerate(series)
+        )
 
     return {
-        "queue": queue, "range": range_name, "ranges": list(RANGES), "step_s": step.total_seconds(),
-        "starts": [s.isoformat() for s in starts], "peak": peak if peak != 1 or any(any(v) for v in values.values()) else 0,
-        "width": WIDTH, "height": HEIGHT,
-        "series": [{"name": name, "colour": colour, "values": values[name], "total": sum(values[name]),
-                    "points": points(values[name])} for name, colour in SERIES.items()],
+        "queue": queue,
+        "range": range_name,
+        "ranges": list(RANGES),
+        "step_s": step.total_seconds(),
+        "starts": [s.isoformat() for s in starts],
+        "peak": peak if peak != 1 or any(any(v) for v in values.values()) else 0,
+        "width": WIDTH,
+        "height": HEIGHT,
+        "series": [
+            {
+                "name": name,
+                "colour": colour,
+                "values": values[name],
+                "total": sum(values[name]),
+                "points": points(values[name]),
+            }
+            for name, colour in SERIES.items()
+        ],
         "latency": _latency(found, starts, x_step),
     }
 
@@ -104,10 +120,16 @@ def _latency(found: dict[dt.datetime, dict[str, float]], starts: list[dt.datetim
                 continue
             runs[-1].append(f"{round(i * x_step, 1)},{round(HEIGHT - 4 - v / scale * (HEIGHT - 8), 1)}")
         counted = sum(found[s][tasks] for s in starts if s in found)
-        series.append({"name": name, "colour": colour, "values": means[name],
-                       # a lone point is a zero-length line: its round caps draw it as a dot
-                       "segments": [" ".join(run if len(run) > 1 else run * 2) for run in runs if run],
-                       "mean": sum(found[s][seconds] for s in starts if s in found) / counted if counted else None})
+        series.append(
+            {
+                "name": name,
+                "colour": colour,
+                "values": means[name],
+                # a lone point is a zero-length line: its round caps draw it as a dot
+                "segments": [" ".join(run if len(run) > 1 else run * 2) for run in runs if run],
+                "mean": sum(found[s][seconds] for s in starts if s in found) / counted if counted else None,
+            }
+        )
     return {"peak_s": peak, "series": series}
 
 

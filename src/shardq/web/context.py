@@ -91,8 +91,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 AUDIT_DETAIL_MAX = 2000
 
 
-async def run_action(request: Request, action: str, target: str, view: Callable[..., Any], *args: Any,
-                     **kwargs: Any) -> Any:
+async def run_action(
+    request: Request, action: str, target: str, view: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
     """:func:`run_view` for an action that changes something: once it succeeded, an audit entry
     says who (:meth:`~shardq.web.auth.Identity.describe`), ``action``, ``target`` and the outcome,
     on the same thread's session. A refused action is not recorded (it changed nothing). If the

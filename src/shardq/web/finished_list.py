@@ -58,8 +58,9 @@ def finished_page(store: TaskStore, queue: str, query: Mapping[str, str]) -> dic
         raise InvalidInput("limit must be a whole number") from None
     since_text = given("since")
     since = parse_since(since_text, dt.datetime.now(dt.UTC)) if since_text else None
-    page = history.finished_page(store, queue, state=given("outcome"), since=since, error_text=given("error"),
-                                 after=given("after"), limit=limit)
+    page = history.finished_page(
+        store, queue, state=given("outcome"), since=since, error_text=given("error"), after=given("after"), limit=limit
+    )
     return {
         "queue": queue,
         "state": "finished",
@@ -70,7 +71,17 @@ def finished_page(store: TaskStore, queue: str, query: Mapping[str, str]) -> dic
         "next": page.next,
         "scanned": page.scanned,
         "filters": {name: query.get(name, "") for name in FILTERS},
-        "tasks": [{"id": t.id, "state": t.state, "task": t.task, "attempts": t.attempts,
-                   "created_at": t.created_at.isoformat(), "finished_at": t.finished_at.isoformat(),
-                   "run_seconds": t.run_seconds, "last_error": t.last_error} for t in page.tasks],
+        "tasks": [
+            {
+                "id": t.id,
+                "state": t.state,
+                "task": t.task,
+                "attempts": t.attempts,
+                "created_at": t.created_at.isoformat(),
+                "finished_at": t.finished_at.isoformat(),
+                "run_seconds": t.run_seconds,
+                "last_error": t.last_error,
+            }
+            for t in page.tasks
+        ],
     }

@@ -37,7 +37,7 @@ def route_path(scope: Mapping[str, Any]) -> str:
     path = str(scope["path"])
     prefix = root(scope)
     if prefix and (path == prefix or path.startswith(prefix + "/")):
-        return path[len(prefix):] or "/"
+        return path[len(prefix) :] or "/"
     return path
 
 

@@ -50,6 +50,7 @@ templates = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 
+
 def when(value: str | None) -> str:
     """An ISO timestamp from a view as people read it: to the second, with its zone (UTC)."""
     if not value:
@@ -68,8 +69,11 @@ templates.globals.setdefault("root", "")
 templates.filters["duration"] = fmt.duration_text
 
 #: What a pause form may pause or resume: dequeue (the workers), enqueue (the producers), or both.
-PAUSE_TARGETS = {"dequeue": {"enqueue": False, "dequeue": True}, "enqueue": {"enqueue": True, "dequeue": False},
-                 "both": {"enqueue": True, "dequeue": True}}
+PAUSE_TARGETS = {
+    "dequeue": {"enqueue": False, "dequeue": True},
+    "enqueue": {"enqueue": True, "dequeue": False},
+    "both": {"enqueue": True, "dequeue": True},
+}
 
 FLASH = {
     "paused-dequeue": "Paused dequeue: workers take no new tasks of this queue; producers can still enqueue.",
@@ -99,9 +103,16 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     context.pop("script", None)  # every page runs the script: it asks before acting (data-confirm)
     # root: the mount prefix ("" at the top); every link a template writes is {{ root }}/path
     page = templates.get_template(name).render(
-        css=CSS, script=True, root=root(request.scope), header=context.pop("header", None),
-        signed_in=identity is not None, identity=identity, read_only=bool(identity and identity.read_only), csrf=(identity.csrf if identity else "") or "",
-        flash=flash, **context,
+        css=CSS,
+        script=True,
+        root=root(request.scope),
+        header=context.pop("header", None),
+        signed_in=identity is not None,
+        identity=identity,
+        read_only=bool(identity and identity.read_only),
+        csrf=(identity.csrf if identity else "") or "",
+        flash=flash,
+        **context,
     )
     return HTMLResponse(page, status_code=status, headers=page_headers())
 
@@ -116,8 +127,13 @@ def page_headers() -> dict[str, str]:
 
 
 def error_page(request: Request, status: int, message: str) -> HTMLResponse:
-    titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
-              503: "Database unavailable"}
+    titles = {
+        400: "Bad request",
+        403: "Forbidden",
+        404: "Not found",
+        405: "Method not allowed",
+        503: "Database unavailable",
+    }
     return render(request, "error.html", status, code=status, title=titles.get(status, "Error"), message=message)
 
 
@@ -162,7 +178,9 @@ def formatted(q: dict[str, Any]) -> dict[str, Any]:
             "enqueue_rate": fmt.rate_text(q["enqueue_rate"]),
             "ack_rate": fmt.rate_text(q["ack_rate"]),
             "failure_rate": fmt.rate_text(q["failure_rate"]),
-            "lead_time": ("∞" if q["ready"] + q["leased"] + q["expired"] else "-") if lead is None else fmt.duration_text(lead),
+            "lead_time": ("∞" if q["ready"] + q["leased"] + q["expired"] else "-")
+            if lead is None
+            else fmt.duration_text(lead),
             "state": "paused: " + " and ".join(paused) if paused else "open",
         },
     }
@@ -179,13 +197,23 @@ def bucket_bars(per_bucket: list[dict[str, Any]]) -> dict[str, Any]:
     for i, b in enumerate(per_bucket):
         ready_h = b["ready"] / peak * (height - 4)
         leased_h = b["leased"] / peak * (height - 4)
-        items.append({
-            **b, "x": round(i * slot + (slot - bar_width) / 2, 2),
-            "ready_h": round(ready_h, 2), "ready_y": round(height - ready_h, 2),
-            "leased_h": round(leased_h, 2), "leased_y": round(height - ready_h - leased_h, 2),
-        })
-    return {"width": width, "height": height, "bar_width": round(bar_width, 2), "bars": items,
-            "label_every": max(1, n // 16)}
+        items.append(
+            {
+                **b,
+                "x": round(i * slot + (slot - bar_width) / 2, 2),
+                "ready_h": round(ready_h, 2),
+                "ready_y": round(height - ready_h, 2),
+                "leased_h": round(leased_h, 2),
+                "leased_y": round(height - ready_h - leased_h, 2),
+            }
+        )
+    return {
+        "width": width,
+        "height": height,
+        "bar_width": round(bar_width, 2),
+        "bars": items,
+        "label_every": max(1, n // 16),
+    }
 
 
 def _seconds(value: float) -> str:
@@ -204,9 +232,15 @@ async def overview(request: Request) -> Response:
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
     return render(
-        request, "overview.html", script=True, header=data, queues=[formatted(q) for q in data["queues"]],
-        refresh_ms=int(dashboard.refresh_seconds * 1000), refresh_label=_seconds(dashboard.refresh_seconds),
-        history_points=dashboard.history_points, window_label=_seconds(round(data["window_s"])),
+        request,
+        "overview.html",
+        script=True,
+        header=data,
+        queues=[formatted(q) for q in data["queues"]],
+        refresh_ms=int(dashboard.refresh_seconds * 1000),
+        refresh_label=_seconds(dashboard.refresh_seconds),
+        history_points=dashboard.history_points,
+        window_label=_seconds(round(data["window_s"])),
         rate_label=rate_label(dashboard),
     )
 
@@ -220,24 +254,44 @@ async def queue(request: Request) -> Response:
     dashboard = Dashboard.of(request)
     try:
         data = await _page(request, views.queue_detail, request.path_params["queue"], dashboard.stats_options)
-        chart = await _page(request, charts_view.queue_charts, request.path_params["queue"],
-                            request.query_params.get("range") or "1h")
+        chart = await _page(
+            request, charts_view.queue_charts, request.path_params["queue"], request.query_params.get("range") or "1h"
+        )
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
-    return render(request, "queue.html", header=data, chart=chart, q=formatted(data["queue"]), settings=data["settings"],
-                  per_bucket=data["per_bucket"], bars=bucket_bars(data["per_bucket"]), skew=data["skew"],
-                  rate_label=rate_label(dashboard))
+    return render(
+        request,
+        "queue.html",
+        header=data,
+        chart=chart,
+        q=formatted(data["queue"]),
+        settings=data["settings"],
+        per_bucket=data["per_bucket"],
+        bars=bucket_bars(data["per_bucket"]),
+        skew=data["skew"],
+        rate_label=rate_label(dashboard),
+    )
 
 
 async def dead(request: Request) -> Response:
     try:
-        data = await _page(request, views.dead_detail, request.path_params["queue"],
-                           after=request.query_params.get("after") or None)
+        data = await _page(
+            request, views.dead_detail, request.path_params["queue"], after=request.query_params.get("after") or None
+        )
     except Failure as failure:
         return error_page(request, failure.status, failure.message)
     count = fmt.count_text(data["dead"], Accuracy(data["accuracy"]))
-    return render(request, "dead.html", queue=data["queue"], count=count, dead=data["dead"], tasks=data["tasks"],
-                  limit=data["limit"], after=data["after"], next=data["next"])
+    return render(
+        request,
+        "dead.html",
+        queue=data["queue"],
+        count=count,
+        dead=data["dead"],
+        tasks=data["tasks"],
+        limit=data["limit"],
+        after=data["after"],
+        next=data["next"],
+    )
 
 
 async def task(request: Request) -> Response:
@@ -259,8 +313,11 @@ async def static(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
         return error_page(request, 404, "no such file")
-    return Response(_read_static(name), media_type=STATIC[name],
-                    headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
+    return Response(
+        _read_static(name),
+        media_type=STATIC[name],
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )
 
 
 # -- forms --------------------------------------------------------------------------------------
@@ -304,8 +361,15 @@ def _pause_form(paused: bool) -> Callable[[Request], Any]:
             what = form_value(form, "what") or (None if paused else "both")
             if what not in PAUSE_TARGETS:
                 raise Failure(400, "say what to pause: dequeue (workers), enqueue (producers) or both")
-            await run_action(request, "pause" if paused else "resume", f"queue {name}", views.set_paused, name,
-                             paused, **PAUSE_TARGETS[what])
+            await run_action(
+                request,
+                "pause" if paused else "resume",
+                f"queue {name}",
+                views.set_paused,
+                name,
+                paused,
+                **PAUSE_TARGETS[what],
+            )
             return queue_path(name, "?done=" + ("paused-" if paused else "resumed-") + what)
 
         return await submit_form(request, act)
@@ -321,8 +385,9 @@ async def requeue_form(request: Request) -> Response:
         every = form_value(form, "all") == "1"
         if every == bool(ids):
             raise Failure(400, "choose tasks to requeue, or requeue all")
-        result = await run_action(request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids or None,
-                                  all_tasks=every)
+        result = await run_action(
+            request, "requeue dead", f"queue {name}", views.dead_requeue, name, ids or None, all_tasks=every
+        )
         return queue_path(name, f"/dead?done=requeued&n={result['requeued']}")
 
     return await submit_form(request, act)

@@ -54,9 +54,17 @@ async def tasks(request: Request) -> Response:
     if data["limit"] != browse.LIMIT_DEFAULT:  # the next page keeps the page size
         kept["limit"] = str(data["limit"])
     base = queue_path(name, "/tasks?") + urllib.parse.urlencode({"state": state, **kept})
-    return render(request, "tasks.html", queue=name, data=data, tabs=_tabs(data["keeps_finished"]), base=base,
-                  first_page=base, next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe=""))
-                  if data["next"] else None, action_labels=task_list.ACTIONS)
+    return render(
+        request,
+        "tasks.html",
+        queue=name,
+        data=data,
+        tabs=_tabs(data["keeps_finished"]),
+        base=base,
+        first_page=base,
+        next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe="")) if data["next"] else None,
+        action_labels=task_list.ACTIONS,
+    )
 
 
 async def finished(request: Request, name: str, query: dict[str, str]) -> Response:
@@ -69,8 +77,15 @@ async def finished(request: Request, name: str, query: dict[str, str]) -> Respon
     if data["limit"] != browse.LIMIT_DEFAULT:
         kept["limit"] = str(data["limit"])
     base = queue_path(name, "/tasks?") + urllib.parse.urlencode({"state": "finished", **kept})
-    return render(request, "finished.html", queue=name, data=data, tabs=_tabs(True), base=base,
-                  next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe="")) if data["next"] else None)
+    return render(
+        request,
+        "finished.html",
+        queue=name,
+        data=data,
+        tabs=_tabs(True),
+        base=base,
+        next_page=(base + "&after=" + urllib.parse.quote(data["next"], safe="")) if data["next"] else None,
+    )
 
 
 async def tasks_act(request: Request) -> Response:
@@ -81,8 +96,16 @@ async def tasks_act(request: Request) -> Response:
         back = form_value(form, "back") or queue_path(name, "/tasks")
         if not back.startswith(queue_path(name, "/tasks")):
             back = queue_path(name, "/tasks")
-        result = await run_action(request, action.replace("_", " "), f"queue {name}", task_list.act, name, action,
-                                  form.get("id", []), form_value(form, "priority"))
+        result = await run_action(
+            request,
+            action.replace("_", " "),
+            f"queue {name}",
+            task_list.act,
+            name,
+            action,
+            form.get("id", []),
+            form_value(form, "priority"),
+        )
         sep = "&" if "?" in back else "?"
         return f"{back}{sep}done=tasks-{action}&n={len(result['changed'])}&m={len(result['unchanged'])}"
 

@@ -40,12 +40,21 @@ def workers(store: TaskStore) -> dict[str, Any]:
     out = []
     for row in rows:
         age = max(0.0, (row["db_now"] - row["beat_at"]).total_seconds())
-        out.append({
-            "id": str(row["id"]), "host": row["host"], "pid": row["pid"], "queues": list(row["queues"]),
-            "concurrency": row["concurrency"], "in_hand": row["in_hand"], "running": row["running"],
-            "started_at": _iso(row["started_at"]), "beat_at": _iso(row["beat_at"]), "beat_age_s": round(age, 1),
-            "stale": age > STALE_AFTER_S,
-        })
+        out.append(
+            {
+                "id": str(row["id"]),
+                "host": row["host"],
+                "pid": row["pid"],
+                "queues": list(row["queues"]),
+                "concurrency": row["concurrency"],
+                "in_hand": row["in_hand"],
+                "running": row["running"],
+                "started_at": _iso(row["started_at"]),
+                "beat_at": _iso(row["beat_at"]),
+                "beat_age_s": round(age, 1),
+                "stale": age > STALE_AFTER_S,
+            }
+        )
     return {"workers": out, "beat_seconds": worker_registry.BEAT_SECONDS, "stale_after_s": STALE_AFTER_S}
 
 
@@ -87,6 +96,15 @@ def audit(store: TaskStore, *, before: str | None = None, limit: int = AUDIT_LIM
     return {
         "before": before,
         "next": _cursor(last["at"], last["id"]) if more and last else None,
-        "entries": [{"id": str(r["id"]), "at": _iso(r["at"]), "actor": r["actor"], "action": r["action"],
-                     "target": r["target"], "detail": r["detail"]} for r in rows],
+        "entries": [
+            {
+                "id": str(r["id"]),
+                "at": _iso(r["at"]),
+                "actor": r["actor"],
+                "action": r["action"],
+                "target": r["target"],
+                "detail": r["detail"],
+            }
+            for r in rows
+        ],
     }

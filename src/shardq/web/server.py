@@ -64,15 +64,31 @@ def _note(sock: socket.socket, host: str) -> str | None:
     if host.strip("[]") not in ("0.0.0.0", "::", ""):
         return None
     port = sock.getsockname()[1]
-    return (f"listening on every interface ({host}); from another machine use this one's name or address, "
-            f"e.g. http://{socket.gethostname()}:{port}/")
+    return (
+        f"listening on every interface ({host}); from another machine use this one's name or address, "
+        f"e.g. http://{socket.gethostname()}:{port}/"
+    )
 
 
-def _server(client: Client, token: str, *, stats_options: StatsOptions | None, refresh_seconds: float,
-            started: threading.Event | None = None, read_token: str | None = None,
-            schedules: list[Any] | None = None) -> uvicorn.Server:
-    app = create_app(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds, started=started,
-                     read_token=read_token, schedules=schedules)
+def _server(
+    client: Client,
+    token: str,
+    *,
+    stats_options: StatsOptions | None,
+    refresh_seconds: float,
+    started: threading.Event | None = None,
+    read_token: str | None = None,
+    schedules: list[Any] | None = None,
+) -> uvicorn.Server:
+    app = create_app(
+        client,
+        token,
+        stats_options=stats_options,
+        refresh_seconds=refresh_seconds,
+        started=started,
+        read_token=read_token,
+        schedules=schedules,
+    )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
     return uvicorn.Server(config)
 
@@ -101,8 +117,14 @@ def serve(
     try:
         if on_start is not None:
             on_start(Started(_url(sock, host), token, generated, _note(sock, host)))
-        _server(client, token, stats_options=stats_options, refresh_seconds=refresh_seconds,
-                read_token=read_token, schedules=schedules).run(sockets=[sock])
+        _server(
+            client,
+            token,
+            stats_options=stats_options,
+            refresh_seconds=refresh_seconds,
+            read_token=read_token,
+            schedules=schedules,
+        ).run(sockets=[sock])
     finally:
         sock.close()
 
@@ -112,18 +134,34 @@ class BackgroundServer:
     Entering returns once the application has started (no polling); leaving stops it and waits
     for the thread."""
 
-    def __init__(self, client: Client, token: str, *, host: str = "127.0.0.1",
-                 stats_options: StatsOptions | None = None, refresh_seconds: float = 2.0,
-                 read_token: str | None = None, schedules: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        token: str,
+        *,
+        host: str = "127.0.0.1",
+        stats_options: StatsOptions | None = None,
+        refresh_seconds: float = 2.0,
+        read_token: str | None = None,
+        schedules: list[Any] | None = None,
+    ) -> None:
         self.token, _ = resolve_token(token, host)
         self._started = threading.Event()
-        self._server = _server(client, self.token, stats_options=stats_options, refresh_seconds=refresh_seconds,
-                               started=self._started, read_token=read_token, schedules=schedules)
+        self._server = _server(
+            client,
+            self.token,
+            stats_options=stats_options,
+            refresh_seconds=refresh_seconds,
+            started=self._started,
+            read_token=read_token,
+            schedules=schedules,
+        )
         # uvicorn installs signal handlers only on the main thread: this one leaves them alone.
         self._sock = _bind(host, 0)
         self.url = _url(self._sock, host)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        name="shardq-web", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="shardq-web", daemon=True
+        )
 
     def __enter__(self) -> Self:
         self._thread.start()

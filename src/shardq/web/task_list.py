@@ -56,6 +56,7 @@ def parse_age(text: str) -> float:
 
 def parse_filters(query: Mapping[str, str]) -> browse.Filters:
     """The filters of a list's query string (empty values are no condition)."""
+
     def given(name: str) -> str | None:
         value = query.get(name, "").strip()
         return value or None
@@ -66,8 +67,13 @@ def parse_filters(query: Mapping[str, str]) -> browse.Filters:
         number = int(priority) if priority is not None else None
     except ValueError:
         raise InvalidInput("priority must be a whole number") from None
-    return browse.Filters(priority=number, exclusive_key=given("exclusive_key"), dedupe_key=given("dedupe_key"),
-                          min_age_s=parse_age(age) if age else None, error_text=given("error")).validate()
+    return browse.Filters(
+        priority=number,
+        exclusive_key=given("exclusive_key"),
+        dedupe_key=given("dedupe_key"),
+        min_age_s=parse_age(age) if age else None,
+        error_text=given("error"),
+    ).validate()
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -83,8 +89,15 @@ def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]
     except ValueError:
         raise InvalidInput("limit must be a whole number") from None
     filters = parse_filters(query)
-    page = browse.browse(store, queue, state, filters=filters, order=query.get("order") or "asc",
-                         after=query.get("after") or None, limit=limit)
+    page = browse.browse(
+        store,
+        queue,
+        state,
+        filters=filters,
+        order=query.get("order") or "asc",
+        after=query.get("after") or None,
+        limit=limit,
+    )
     return {
         "queue": queue,
         "state": state,
@@ -95,14 +108,26 @@ def task_page(store: TaskStore, queue: str, state: str, query: Mapping[str, str]
         "scanned": page.scanned,
         "capped": page.capped,
         "cap": browse.LEASED_CAP,
-        "filters": {name: query.get(name, "") for name in ("priority", "exclusive_key", "dedupe_key", "min_age", "error")},
+        "filters": {
+            name: query.get(name, "") for name in ("priority", "exclusive_key", "dedupe_key", "min_age", "error")
+        },
         "actions": list(ACTIONS_BY_STATE[state]),
         "keeps_finished": settings.keep_finished_seconds > 0,
         "tasks": [
-            {"id": t.id, "state": t.state, "priority": t.priority, "attempts": t.attempts,
-             "max_attempts": t.max_attempts, "run_at": _iso(t.run_at), "created_at": _iso(t.created_at),
-             "lease_expires_at": _iso(t.lease_expires_at), "exclusive_key": t.exclusive_key,
-             "dedupe_key": t.dedupe_key, "last_error": t.last_error, "payload_bytes": t.payload_bytes}
+            {
+                "id": t.id,
+                "state": t.state,
+                "priority": t.priority,
+                "attempts": t.attempts,
+                "max_attempts": t.max_attempts,
+                "run_at": _iso(t.run_at),
+                "created_at": _iso(t.created_at),
+                "lease_expires_at": _iso(t.lease_expires_at),
+                "exclusive_key": t.exclusive_key,
+                "dedupe_key": t.dedupe_key,
+                "last_error": t.last_error,
+                "payload_bytes": t.payload_bytes,
+            }
             for t in page.tasks
         ],
     }
@@ -124,8 +149,9 @@ def act(store: TaskStore, queue: str, action: str, ids: list[Any], priority: Any
     if action == "cancel":
         mine = _in_queue(store, queue, wanted)
         changed = set(store.run(admin.cancel_plan(admin.parse_cancel_ids(mine))).cancelled) if mine else set()
-        result = browse.ActionResult(tuple(str(i) for i in wanted if str(i) in changed),
-                                     tuple(str(i) for i in wanted if str(i) not in changed))
+        result = browse.ActionResult(
+            tuple(str(i) for i in wanted if str(i) in changed), tuple(str(i) for i in wanted if str(i) not in changed)
+        )
     elif action == "run_now":
         result = browse.run_now(store, queue, [str(i) for i in wanted])
     elif action == "requeue":

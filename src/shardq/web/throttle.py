@@ -46,9 +46,16 @@ class _Record:
 class Throttle:
     """Failed token attempts per client address (thread-safe); see the module doc."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, free: int = FREE_FAILURES,
-                 first_delay: float = DELAY_FIRST_SECONDS, max_delay: float = DELAY_MAX_SECONDS,
-                 forget_after: float = FORGET_AFTER_SECONDS, limit: int = ADDRESSES_MAX) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        free: int = FREE_FAILURES,
+        first_delay: float = DELAY_FIRST_SECONDS,
+        max_delay: float = DELAY_MAX_SECONDS,
+        forget_after: float = FORGET_AFTER_SECONDS,
+        limit: int = ADDRESSES_MAX,
+    ) -> None:
         self._records: OrderedDict[str, _Record] = OrderedDict()
         self._lock = threading.Lock()
         self._clock = clock

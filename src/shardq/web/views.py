@@ -75,7 +75,7 @@ def hex_dump(payload: bytes) -> str:
     """Offset, bytes in hex and the printable ASCII of each :data:`HEX_WIDTH` bytes, one line each."""
     lines = []
     for start in range(0, len(payload), HEX_WIDTH):
-        chunk = payload[start: start + HEX_WIDTH]
+        chunk = payload[start : start + HEX_WIDTH]
         hexes = " ".join(f"{b:02x}" for b in chunk)
         ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{start:08x}  {hexes:<{HEX_WIDTH * 3 - 1}}  {ascii_}")
@@ -91,8 +91,15 @@ def payload_view(payload: bytes, limit: int = PAYLOAD_SHOWN_MAX) -> dict[str, An
     shown = payload[:limit]
     text = _as_text(shown)
     parsed, app_task = _json_of(text) if text is not None and len(payload) <= limit else (None, None)
-    return {"binary": text is None, "text": text, "hex": hex_dump(shown) if text is None else None,
-            "bytes": len(payload), "truncated": len(payload) > limit, "json": parsed, "app_task": app_task}
+    return {
+        "binary": text is None,
+        "text": text,
+        "hex": hex_dump(shown) if text is None else None,
+        "bytes": len(payload),
+        "truncated": len(payload) > limit,
+        "json": parsed,
+        "app_task": app_task,
+    }
 
 
 def _json_of(text: str) -> tuple[str | None, dict[str, Any] | None]:
@@ -103,11 +110,18 @@ def _json_of(text: str) -> tuple[str | None, dict[str, Any] | None]:
     if not isinstance(value, (dict, list)):
         return None, None
     app_task = None
-    if isinstance(value, dict) and set(value) == {"task", "args"} and isinstance(value["task"], str) \
-            and isinstance(value["args"], dict):
-        app_task = {"name": value["task"], "arguments": [
-            {"name": str(k), "json": json.dumps(v, indent=2, ensure_ascii=False)} for k, v in value["args"].items()
-        ]}
+    if (
+        isinstance(value, dict)
+        and set(value) == {"task", "args"}
+        and isinstance(value["task"], str)
+        and isinstance(value["args"], dict)
+    ):
+        app_task = {
+            "name": value["task"],
+            "arguments": [
+                {"name": str(k), "json": json.dumps(v, indent=2, ensure_ascii=False)} for k, v in value["args"].items()
+            ],
+        }
     return json.dumps(value, indent=2, ensure_ascii=False), app_task
 
 
@@ -177,8 +191,14 @@ def skew(queue: QueueStats, cap: int) -> dict[str, Any]:
         exact_sum = sum(d for b, d in depth.items() if b not in capped)
         bound = peak * len(depth) / (exact_sum + len(capped) * peak)
         figure = round(bound, 2) if bound > 1.005 else None
-    return {"max_over_mean": figure, "exact": not capped, "capped_buckets": len(capped), "bucket_cap": cap,
-            "worst_bucket": worst, "peak": peak}
+    return {
+        "max_over_mean": figure,
+        "exact": not capped,
+        "capped_buckets": len(capped),
+        "bucket_cap": cap,
+        "worst_bucket": worst,
+        "peak": peak,
+    }
 
 
 def _queue_json(name: str, q: QueueStats, settings: QueueSettings | None) -> dict[str, Any]:
@@ -247,18 +267,26 @@ def queue_detail(store: TaskStore, queue: str, options: StatsOptions | None = No
         "queue": _queue_json(queue, q, settings),
         "settings": settings.as_json(),
         "per_bucket": [
-            {"bucket": b, "ready": d.ready, "scheduled": d.scheduled, "leased": d.leased, "expired": d.expired,
-             "backlog": d.backlog, "capped": max(d.ready, d.leased, d.expired) >= cap}
-            if d is not None else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0,
-                                   "capped": False}
+            {
+                "bucket": b,
+                "ready": d.ready,
+                "scheduled": d.scheduled,
+                "leased": d.leased,
+                "expired": d.expired,
+                "backlog": d.backlog,
+                "capped": max(d.ready, d.leased, d.expired) >= cap,
+            }
+            if d is not None
+            else {"bucket": b, "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "backlog": 0, "capped": False}
             for b, d in sorted(per_bucket.items())
         ],
         "skew": skew(q, cap),
     }
 
 
-def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT, after: str | None = None,
-                cap: int = 10_000) -> dict[str, Any]:
+def dead_detail(
+    store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT, after: str | None = None, cap: int = 10_000
+) -> dict[str, Any]:
     """One page of a queue's dead tasks, oldest death first (id, attempts, error, times, payload
     preview): the first ``limit``, or those after the cursor ``after`` (a previous page's
     ``next``; None on the last page). ``dead`` is how many there are, counted up to ``cap``
@@ -280,8 +308,14 @@ def dead_detail(store: TaskStore, queue: str, *, limit: int = DEAD_LIMIT_DEFAULT
         "after": after,
         "next": dead_cursor(last.died_at, last.id) if more and last is not None and last.died_at else None,
         "tasks": [
-            {"id": t.id, "attempts": t.attempts, "last_error": t.last_error, "died_at": _iso(t.died_at),
-             "created_at": _iso(t.created_at), "payload": payload_preview(t.payload)}
+            {
+                "id": t.id,
+                "attempts": t.attempts,
+                "last_error": t.last_error,
+                "died_at": _iso(t.died_at),
+                "created_at": _iso(t.created_at),
+                "payload": payload_preview(t.payload),
+            }
             for t in tasks
         ],
     }
@@ -321,11 +355,25 @@ def task_detail(store: TaskStore, task_id: str) -> dict[str, Any]:
         if status is None or status.state == "unknown":
             raise NotFound(f"no task {task_id!r} (finished in a queue that keeps nothing, or never there)")
         # Finished and kept in the history (shardq.lifecycle.history): no payload is kept there.
-        return {"id": status.id, "queue": status.queue, "state": status.state, "attempts": status.attempts,
-                "max_attempts": None, "priority": None, "exclusive_key": None, "dedupe_key": None,
-                "created_at": _iso(status.created_at), "run_at": None, "lease_expires_at": None, "died_at": None,
-                "last_error": status.last_error, "payload": None, "worker": None, "lifecycle": status.as_json(),
-                "workflow": store.run(workflow_lookup.task_workflow(status.id))}
+        return {
+            "id": status.id,
+            "queue": status.queue,
+            "state": status.state,
+            "attempts": status.attempts,
+            "max_attempts": None,
+            "priority": None,
+            "exclusive_key": None,
+            "dedupe_key": None,
+            "created_at": _iso(status.created_at),
+            "run_at": None,
+            "lease_expires_at": None,
+            "died_at": None,
+            "last_error": status.last_error,
+            "payload": None,
+            "worker": None,
+            "lifecycle": status.as_json(),
+            "workflow": store.run(workflow_lookup.task_workflow(status.id)),
+        }
     shown = _task_json(task)
     shown["worker"] = _worker_holding(store, task)
     shown["workflow"] = store.run(workflow_lookup.task_workflow(task.id))
@@ -355,8 +403,9 @@ def workflow_status(store: TaskStore, workflow_id: str) -> dict[str, Any]:
 
 
 # -- actions ------------------------------------------------------------------------------------
-def set_paused(store: TaskStore, queue: str, paused: bool, *, enqueue: bool = True,
-               dequeue: bool = True) -> dict[str, Any]:
+def set_paused(
+    store: TaskStore, queue: str, paused: bool, *, enqueue: bool = True, dequeue: bool = True
+) -> dict[str, Any]:
     """Pause (or resume) enqueue and/or dequeue of a known queue; returns its settings.
     :class:`NotFound` for an unknown queue (which is not created)."""
     known_queue(store, queue)

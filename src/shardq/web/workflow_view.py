@@ -25,8 +25,14 @@ from shardq.sessions.store import TaskStore
 from shardq.web.views import NotFound, workflow_status
 
 #: step state -> box colour (a state keeps its colour on every page)
-STATE_COLOURS = {"waiting": "#9ca3af", "ready": "#2463eb", "running": "#0ea5e9", "succeeded": "#10b981",
-                 "dead": "#dc2626", "cancelled": "#f59e0b"}
+STATE_COLOURS = {
+    "waiting": "#9ca3af",
+    "ready": "#2463eb",
+    "running": "#0ea5e9",
+    "succeeded": "#10b981",
+    "dead": "#dc2626",
+    "cancelled": "#f59e0b",
+}
 #: steps drawn at most; a larger workflow is listed, not drawn
 DRAW_MAX = 300
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 168, 44, 64, 16, 8
@@ -63,20 +69,37 @@ def layout(steps: list[dict[str, Any]]) -> dict[str, Any]:
     boxes: dict[str, dict[str, Any]] = {}
     for level, column in columns.items():
         for row, step in enumerate(column):
-            boxes[step["name"]] = {**step, "level": level, "x": MARGIN + level * (BOX_W + GAP_X),
-                                   "y": MARGIN + row * (BOX_H + GAP_Y),
-                                   "colour": STATE_COLOURS.get(step["state"], "#6b7280")}
+            boxes[step["name"]] = {
+                **step,
+                "level": level,
+                "x": MARGIN + level * (BOX_W + GAP_X),
+                "y": MARGIN + row * (BOX_H + GAP_Y),
+                "colour": STATE_COLOURS.get(step["state"], "#6b7280"),
+            }
     edges = []
     for child in boxes.values():
         for parent_name in child["parents"]:
             parent = boxes.get(parent_name)
             if parent is not None:
-                edges.append({"parent": parent_name, "child": child["name"], "x1": parent["x"] + BOX_W,
-                              "y1": parent["y"] + BOX_H / 2, "x2": child["x"], "y2": child["y"] + BOX_H / 2})
+                edges.append(
+                    {
+                        "parent": parent_name,
+                        "child": child["name"],
+                        "x1": parent["x"] + BOX_W,
+                        "y1": parent["y"] + BOX_H / 2,
+                        "x2": child["x"],
+                        "y2": child["y"] + BOX_H / 2,
+                    }
+                )
     tallest = max((len(c) for c in columns.values()), default=0)
-    return {"boxes": list(boxes.values()), "edges": edges, "box_w": BOX_W, "box_h": BOX_H,
-            "width": 2 * MARGIN + max(1, len(columns)) * (BOX_W + GAP_X) - GAP_X,
-            "height": 2 * MARGIN + max(1, tallest) * (BOX_H + GAP_Y) - GAP_Y}
+    return {
+        "boxes": list(boxes.values()),
+        "edges": edges,
+        "box_w": BOX_W,
+        "box_h": BOX_H,
+        "width": 2 * MARGIN + max(1, len(columns)) * (BOX_W + GAP_X) - GAP_X,
+        "height": 2 * MARGIN + max(1, tallest) * (BOX_H + GAP_Y) - GAP_Y,
+    }
 
 
 def workflow_page(store: TaskStore, workflow_id: str) -> dict[str, Any]:
@@ -88,5 +111,12 @@ def workflow_page(store: TaskStore, workflow_id: str) -> dict[str, Any]:
     steps = status["steps"]
     counts = {state: sum(1 for s in steps if s["state"] == state) for state in STATE_COLOURS}
     drawn = len(steps) <= DRAW_MAX
-    return {**status, "counts": counts, "colours": STATE_COLOURS, "drawn": drawn, "draw_max": DRAW_MAX,
-            "graph": layout(steps) if drawn else None, "listed": steps[:DRAW_MAX]}
+    return {
+        **status,
+        "counts": counts,
+        "colours": STATE_COLOURS,
+        "drawn": drawn,
+        "draw_max": DRAW_MAX,
+        "graph": layout(steps) if drawn else None,
+        "listed": steps[:DRAW_MAX],
+    }

@@ -81,5 +81,14 @@ from shardq.worker.config import STATEMENT_TIMEOUT_DEFAULT, WorkerConfig, Worker
 from shardq.worker.contract import Application, Handler, Resolver
 from shardq.worker.runtime import Worker, runs_on_loop
 
-__all__ = ["STATEMENT_TIMEOUT_DEFAULT", "Application", "Handler", "Resolver", "Task", "Worker", "WorkerConfig", "WorkerTotals",
-           "runs_on_loop"]
+__all__ = [
+    "STATEMENT_TIMEOUT_DEFAULT",
+    "Application",
+    "Handler",
+    "Resolver",
+    "Task",
+    "Worker",
+    "WorkerConfig",
+    "WorkerTotals",
+    "runs_on_loop",
+]

@@ -46,13 +46,16 @@ def close_claims(outcomes: list[InFlight], acks: list[InFlight]) -> tuple[Whole,
         else:
             group[0].append(o.claimed.key)
             group[1].append(o)
-    whole = [(WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, task_keys), claim_acks)
-             for c, (task_keys, claim_acks) in keys.items()]
+    whole = [
+        (WholeClaim(c.bucket, c.queue, c.first, c.last, c.token, task_keys), claim_acks)
+        for c, (task_keys, claim_acks) in keys.items()
+    ]
     return whole, partial, closed
 
 
-def split_steps(whole: Whole, partial: list[InFlight],
-                acks: list[InFlight]) -> tuple[Whole, Whole, list[InFlight], list[InFlight]]:
+def split_steps(
+    whole: Whole, partial: list[InFlight], acks: list[InFlight]
+) -> tuple[Whole, Whole, list[InFlight], list[InFlight]]:
     """Workflow steps apart: (whole claims without steps, whole claims with steps, the other
     partial acks, the partial acks of steps). A whole claim with steps is acked by key range too,
     with the moves of its steps' workflows in the same transaction; a step of a claim closed by

@@ -67,8 +67,14 @@ class EventSink:
 
 def _log_task_event(level: int, event: str, task: ClaimedTask, details: dict) -> None:
     """One log line per task event, with its context as ``extra`` fields (JSON logs show them)."""
-    extra = {"event": event, "task_id": task.id, "queue": task.queue, "bucket": task.key.bucket,
-             "attempt": task.attempt, **details}
+    extra = {
+        "event": event,
+        "task_id": task.id,
+        "queue": task.queue,
+        "bucket": task.key.bucket,
+        "attempt": task.attempt,
+        **details,
+    }
     if event == "lease_lost":
         message = "task %s (queue %s, bucket %s, attempt %d): lease lost before %s; the outcome changed nothing"
         args: tuple[object, ...] = (task.id, task.queue, task.key.bucket, task.attempt, details.get("outcome"))

@@ -44,9 +44,18 @@ LISTEN_AFTER_EMPTY_ROUNDS = 1
 
 
 class Fetcher:
-    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable,
-                 executor: ThreadExecutor | LoopExecutor, sink: EventSink, totals: WorkerTotals,
-                 stop: threading.Event, *, sweeper: LeaseSweeper | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        sessions: SessionPerThread,
+        table: InFlightTable,
+        executor: ThreadExecutor | LoopExecutor,
+        sink: EventSink,
+        totals: WorkerTotals,
+        stop: threading.Event,
+        *,
+        sweeper: LeaseSweeper | None = None,
+    ) -> None:
         self.config = config
         self.sweeper = sweeper
         self.sessions = sessions
@@ -58,8 +67,13 @@ class Fetcher:
         """Make this thread's session and consumer (no statement yet: the claim loop connects,
         and retries while the database is unreachable)."""
         store = self.sessions.store()
-        self.consumer = Consumer(store, self.config.queues, batch=self.config.batch,
-                                 lease_seconds=self.config.lease_seconds, flow_slots=self.table.flow)
+        self.consumer = Consumer(
+            store,
+            self.config.queues,
+            batch=self.config.batch,
+            lease_seconds=self.config.lease_seconds,
+            flow_slots=self.table.flow,
+        )
         self.sessions.discover_layout = True
         return self.consumer
 
@@ -102,7 +116,9 @@ class Fetcher:
                     if listener.pending():
                         woken = echo = True
                     else:
-                        woken = listener.wait(backoff.idle_sleep(1, minimum=config.idle_min, maximum=config.idle_max), stop)
+                        woken = listener.wait(
+                            backoff.idle_sleep(1, minimum=config.idle_min, maximum=config.idle_max), stop
+                        )
                     continue
             room = table.start_room()
             try:
@@ -118,8 +134,12 @@ class Fetcher:
                 busy_at_start = bool(table.entries)
                 answered, woken = woken, False
                 echoed, echo = echo, False
-                found = consumer.claim(limit=want, start_room=room, woken=answered,
-                                       room=table.lane_room if table.lanes is not None else None)
+                found = consumer.claim(
+                    limit=want,
+                    start_room=room,
+                    woken=answered,
+                    room=table.lane_room if table.lanes is not None else None,
+                )
                 failures = 0
                 if listener is not None and not listener.active:
                     listener.retry()  # the database answers again (throttled: see notify.Listener)
@@ -133,7 +153,9 @@ class Fetcher:
                 continue
             self.totals.add(claim_statements=found.statements)
             if self.sink.wants("claim"):
-                self.sink.emit("claim", None, polls=found.polls, tasks=len(found.tasks), throttled=list(found.throttled))
+                self.sink.emit(
+                    "claim", None, polls=found.polls, tasks=len(found.tasks), throttled=list(found.throttled)
+                )
             if found.throttled:
                 self.totals.count_throttled(found.throttled)
             if found.tasks:
@@ -160,8 +182,9 @@ class Fetcher:
                 # A handler of a full lane that returns (its settle) wakes this wait; tasks of the
                 # other queues are looked for again within the idle pause.
                 empty_rounds += 1  # the wake-up was cleared before the round: a settle since is kept
-                table.fetch_wake.wait(backoff.idle_sleep(empty_rounds, minimum=config.idle_min,
-                                                         maximum=config.idle_max))
+                table.fetch_wake.wait(
+                    backoff.idle_sleep(empty_rounds, minimum=config.idle_min, maximum=config.idle_max)
+                )
                 continue
             if found.no_room:
                 # Every handler slot is busy and limited queues claim only what starts at once:
@@ -186,8 +209,12 @@ class Fetcher:
                 # A settle since the round began wakes us: its ack may have released tasks the
                 # round could not see, or nothing may be in flight any more.
                 table.fetch_wake.wait(pause)
-            elif (listener is not None and listener.active and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS
-                  and (not answered or echoed)):
+            elif (
+                listener is not None
+                and listener.active
+                and empty_rounds >= LISTEN_AFTER_EMPTY_ROUNDS
+                and (not answered or echoed)
+            ):
                 # Nothing due: a producer's wake-up ends the pause early, and the back-off
                 # restarts from idle_min. Every wake-up wakes every waiting worker and all but one
                 # may find nothing; producers send at most one per queue per notify interval.

@@ -38,8 +38,14 @@ from shardq.worker.thread_executor import ThreadExecutor
 class Handoff:
     """The settler's side of handing off released steps (see the module documentation)."""
 
-    def __init__(self, config: WorkerConfig, table: InFlightTable, executor: ThreadExecutor | LoopExecutor,
-                 sink: EventSink, totals: WorkerTotals) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        table: InFlightTable,
+        executor: ThreadExecutor | LoopExecutor,
+        sink: EventSink,
+        totals: WorkerTotals,
+    ) -> None:
         self.config, self.table, self.executor, self.sink, self.totals = config, table, executor, sink, totals
 
     def offer(self, settings: QueueSettingsCache, stopping: bool, settling: int) -> HandoffOffer | None:
@@ -90,4 +96,3 @@ class Handoff:
             if self.sink.trace_claimed:
                 for entry in entries:
                     self.sink.emit("claimed", entry.claimed)
-

@@ -295,9 +295,16 @@ def entries_for(tasks: Sequence[ClaimedTask], deadline: float) -> tuple[list[InF
     token = tasks[0].lease_token
     if len(set(map(id, map(_lease_token_of, tasks)))) == 1:  # one bucket (the store shares the token object)
         head, tail = tasks[0].key, tasks[-1].key
-        claim = Claim(head.bucket, head.queue, (head.rank, head.exec_time, head.id), (tail.rank, tail.exec_time, tail.id),
-                      len(tasks), _any_keyed(tasks), token,
-                      len(tasks))
+        claim = Claim(
+            head.bucket,
+            head.queue,
+            (head.rank, head.exec_time, head.id),
+            (tail.rank, tail.exec_time, tail.id),
+            len(tasks),
+            _any_keyed(tasks),
+            token,
+            len(tasks),
+        )
         return [InFlight(claimed, deadline, claim) for claimed in tasks], [claim]
     claims = _group_claims(tasks)
     return [InFlight(claimed, deadline, claims[claimed.lease_token.int]) for claimed in tasks], list(claims.values())

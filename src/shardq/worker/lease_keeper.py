@@ -33,8 +33,9 @@ class LeaseKeeper:
     the database refuses (the lease passed on) leaves the task alone: its outcome will be fenced
     off when it is settled."""
 
-    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable,
-                 stop: threading.Event) -> None:
+    def __init__(
+        self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, stop: threading.Event
+    ) -> None:
         self.config = config
         self.sessions = sessions
         self.table = table
@@ -55,8 +56,9 @@ class LeaseKeeper:
             try:
                 if self.config.heartbeat:
                     if settings is None:
-                        settings = QueueSettingsCache(self.sessions.store(), self.config.queues,
-                                                      lease_override=self.config.lease_seconds)
+                        settings = QueueSettingsCache(
+                            self.sessions.store(), self.config.queues, lease_override=self.config.lease_seconds
+                        )
                     pause = self.beat(settings)
                 pause = min(pause, self.registry.beat_if_due(self.sessions.store()))
             except DatabaseError as exc:

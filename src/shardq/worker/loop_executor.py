@@ -28,10 +28,20 @@ class LoopExecutor:
     """``table.slots`` coroutines on an event loop: ``loop`` (the caller's, running in another
     thread) or, when None, a loop on a thread of its own."""
 
-    def __init__(self, handler: Callable[[Task], Any] | Resolver, table: InFlightTable, outbox: Outbox,
-                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
-                 blocked_loop_seconds: float, loop: asyncio.AbstractEventLoop | None = None,
-                 on_abandoned: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        handler: Callable[[Task], Any] | Resolver,
+        table: InFlightTable,
+        outbox: Outbox,
+        sink: EventSink,
+        totals: WorkerTotals,
+        stop: threading.Event,
+        extend: Extend,
+        *,
+        blocked_loop_seconds: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+        on_abandoned: Callable[[], None] | None = None,
+    ) -> None:
         self.handler = handler
         self.table, self.outbox, self.sink, self.totals = table, outbox, sink, totals
         self.stop_event = stop
@@ -52,8 +62,9 @@ class LoopExecutor:
         #: the slot coroutine's asyncio task -> the entry it runs (for the blocked-loop report)
         self._current: dict[asyncio.Task[Any], InFlight] = {}
         # Sync functions of a mixed app: at most one per slot at a time.
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=table.slots,
-                                                           thread_name_prefix="shardq-sync-task")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=table.slots, thread_name_prefix="shardq-sync-task"
+        )
         self._watchdog = threading.Thread(target=self._watch, name="shardq-loop-watchdog", daemon=True)
         self._probe_sent: float | None = None
         self._intake = Intake()
@@ -152,7 +163,8 @@ class LoopExecutor:
         low_water = self.table.low_water if self.table.lanes is None else self.table.lane_low_water[lane]
         handler, extend, monotonic, perf_counter = self.handler, self.extend, time.monotonic, time.perf_counter
         resolve: Callable[[Task], tuple[Callable[[], Any], bool, float | None]] | None = (
-            handler.resolve if isinstance(handler, Resolver) else None)
+            handler.resolve if isinstance(handler, Resolver) else None
+        )
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
         assert me is not None
@@ -191,8 +203,7 @@ class LoopExecutor:
                         try:
                             # In a task of its own (wait_for's), a KeyboardInterrupt or SystemExit
                             # from the handler would be re-raised out of the event loop.
-                            value = await asyncio.wait_for(_contained(running) if is_async else running,
-                                                           entry.timeout)
+                            value = await asyncio.wait_for(_contained(running) if is_async else running, entry.timeout)
                         except TimeoutError:
                             if monotonic() < entry.timeout_at:
                                 raise  # the handler's own timeout, not ours
@@ -228,9 +239,14 @@ class LoopExecutor:
         assert entry.timeout is not None
         entry.kind, entry.error, entry.timed_out = FAIL, timeout_text(entry.timeout), True
         self.totals.add(timeouts=1, abandoned=1 if abandoned_thread else 0)
-        log.warning("task %s (queue %s) ran past its %g s timeout: %s", entry.claimed.id, entry.claimed.queue,
-                    entry.timeout, "its thread is left running" if abandoned_thread else "cancelled",
-                    extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue})
+        log.warning(
+            "task %s (queue %s) ran past its %g s timeout: %s",
+            entry.claimed.id,
+            entry.claimed.queue,
+            entry.timeout,
+            "its thread is left running" if abandoned_thread else "cancelled",
+            extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue},
+        )
         if abandoned_thread and self.on_abandoned is not None:
             self.on_abandoned()
 
@@ -267,7 +283,9 @@ class LoopExecutor:
                     log.warning(
                         "async handler of task %s (queue %s) has blocked the event loop for %.1f s: "
                         "other async tasks cannot run; await, or run blocking work in a thread",
-                        claimed.id, claimed.queue, blocked,
+                        claimed.id,
+                        claimed.queue,
+                        blocked,
                         extra={"event": "blocked_loop", "task_id": claimed.id, "queue": claimed.queue},
                     )
 

@@ -83,29 +83,41 @@ class WorkerMetrics:
             event: Counter(name, text, ["queue"], registry=r) for event, (name, text) in _OUTCOME_COUNTERS.items()
         }
         self.claim_seconds = Histogram(
-            "shardq_claim_duration_seconds", "Latency of one claim statement (one queue, one bucket).",
-            ["queue"], buckets=CLAIM_BUCKETS, registry=r,
+            "shardq_claim_duration_seconds",
+            "Latency of one claim statement (one queue, one bucket).",
+            ["queue"],
+            buckets=CLAIM_BUCKETS,
+            registry=r,
         )
         self.handler_seconds = Histogram(
-            "shardq_handler_duration_seconds", "Time one handler run took.", ["queue"],
-            buckets=HANDLER_BUCKETS, registry=r,
+            "shardq_handler_duration_seconds",
+            "Time one handler run took.",
+            ["queue"],
+            buckets=HANDLER_BUCKETS,
+            registry=r,
         )
         self.empty_polls = Counter(
             "shardq_empty_polls", "Claim statements that found no due task.", ["queue"], registry=r
         )
-        self.bucket_claims = Counter(
-            "shardq_bucket_claims", "Tasks claimed from each bucket.", ["bucket"], registry=r
-        )
+        self.bucket_claims = Counter("shardq_bucket_claims", "Tasks claimed from each bucket.", ["bucket"], registry=r)
         self.throttled = Counter(
-            "shardq_claims_throttled", "Claims a queue's concurrency or rate limit refused (shardq.lifecycle.flow).", ["queue"],
+            "shardq_claims_throttled",
+            "Claims a queue's concurrency or rate limit refused (shardq.lifecycle.flow).",
+            ["queue"],
             registry=r,
         )
         # labels() takes a lock and hashes the label tuple on every call; the children are
         # cached here so the per-task cost is one dict lookup and one observation.
         self._children: dict[tuple[int, object], Any] = {}
         for queue in queues:
-            for metric in (self.claimed, *self.outcomes.values(), self.claim_seconds, self.handler_seconds,
-                           self.empty_polls, self.throttled):
+            for metric in (
+                self.claimed,
+                *self.outcomes.values(),
+                self.claim_seconds,
+                self.handler_seconds,
+                self.empty_polls,
+                self.throttled,
+            ):
                 self._child(metric, queue)
 
     def _child(self, metric: Any, label: object) -> Any:
@@ -142,4 +154,3 @@ class WorkerMetrics:
         thread. Returns the server; read ``.port`` for the port actually bound."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return MetricsServer(host, server.server_port, server)
-

@@ -80,16 +80,30 @@ class Worker:
         self._stop = threading.Event()
         self._force = threading.Event()
         self.sessions = SessionPerThread(session_factory)
-        self.table = InFlightTable(config.concurrency, batch=config.batch, prefetch=config.effective_prefetch,
-                                   ack_batch=config.ack_batch, lanes=self.config.lanes)
+        self.table = InFlightTable(
+            config.concurrency,
+            batch=config.batch,
+            prefetch=config.effective_prefetch,
+            ack_batch=config.ack_batch,
+            lanes=self.config.lanes,
+        )
         self.outbox = Outbox()
         self.lease_keeper = LeaseKeeper(self.config, self.sessions, self.table, self._stop)
         self.executor: ThreadExecutor | LoopExecutor
         self.timeout_keeper: TimeoutKeeper | None = None
         if runs_on_loop(handler):
-            self.executor = LoopExecutor(handler, self.table, self.outbox, self.sink, self.totals, self._stop,
-                                         self.lease_keeper.extend, blocked_loop_seconds=config.blocked_loop_seconds,
-                                         loop=loop, on_abandoned=self._after_abandoned)
+            self.executor = LoopExecutor(
+                handler,
+                self.table,
+                self.outbox,
+                self.sink,
+                self.totals,
+                self._stop,
+                self.lease_keeper.extend,
+                blocked_loop_seconds=config.blocked_loop_seconds,
+                loop=loop,
+                on_abandoned=self._after_abandoned,
+            )
         else:
             resolve = None
             run: Handler
@@ -102,17 +116,35 @@ class Worker:
                 run = _sync_dispatch(handler)
             else:
                 run = handler
-            self.executor = ThreadExecutor(run, self.table, self.outbox, self.sink, self.totals,
-                                           self._stop, self.lease_keeper.extend, resolve=resolve)
-            self.timeout_keeper = TimeoutKeeper(self.table, self.outbox, self.totals,
-                                                self.executor.replace_slot, self._after_abandoned)
+            self.executor = ThreadExecutor(
+                run,
+                self.table,
+                self.outbox,
+                self.sink,
+                self.totals,
+                self._stop,
+                self.lease_keeper.extend,
+                resolve=resolve,
+            )
+            self.timeout_keeper = TimeoutKeeper(
+                self.table, self.outbox, self.totals, self.executor.replace_slot, self._after_abandoned
+            )
         self.scheduler = Scheduler(self.sessions.store, schedules) if schedules else None
         handoff = Handoff(self.config, self.table, self.executor, self.sink, self.totals)
-        self.settler = Settler(self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop,
-                               handoff=handoff)
+        self.settler = Settler(
+            self.config, self.sessions, self.table, self.outbox, self.sink, self.totals, self._stop, handoff=handoff
+        )
         self.sweeper = LeaseSweeper(self.sessions, self._stop, queues=self.config.queues) if self.config.sweep else None
-        self.fetcher = Fetcher(self.config, self.sessions, self.table, self.executor, self.sink, self.totals,
-                               self._stop, sweeper=self.sweeper)
+        self.fetcher = Fetcher(
+            self.config,
+            self.sessions,
+            self.table,
+            self.executor,
+            self.sink,
+            self.totals,
+            self._stop,
+            sweeper=self.sweeper,
+        )
         self.stopped = threading.Event()
 
     @property
@@ -130,8 +162,12 @@ class Worker:
         the loop executor's pool): at ``max_abandoned`` of them, stop so a supervisor restarts
         the process (:attr:`WorkerTotals.abandoned_limit_reached`)."""
         if self.totals.reached_abandoned_limit(self.config.abandoned_limit):
-            log.error("%d handler threads abandoned after their timeouts (limit %d): stopping this worker so a "
-                      "supervisor can restart it", self.totals.abandoned, self.config.abandoned_limit)
+            log.error(
+                "%d handler threads abandoned after their timeouts (limit %d): stopping this worker so a "
+                "supervisor can restart it",
+                self.totals.abandoned,
+                self.config.abandoned_limit,
+            )
             self.stop()
 
     # -- control ----------------------------------------------------------------------------

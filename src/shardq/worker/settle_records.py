@@ -21,7 +21,9 @@ from shardq.worker.settlements import remove_keyed, remove_whole
 T = TypeVar("T")
 
 
-def split_kept(items: Sequence[T], queue_of: Callable[[T], str], keeps: Callable[[str], bool]) -> tuple[list[T], list[T]]:
+def split_kept(
+    items: Sequence[T], queue_of: Callable[[T], str], keeps: Callable[[str], bool]
+) -> tuple[list[T], list[T]]:
     """(items of queues that keep nothing, items of queues that keep finished tasks); asks
     ``keeps`` once per queue."""
     answers: dict[str, bool] = {}
@@ -40,30 +42,43 @@ def succeeded(o: InFlight) -> Finished:
     """The history row of a task whose handler returned (``o.result``: its encoded return value,
     for a task that keeps one)."""
     c = o.claimed
-    return Finished(c.key.id, c.key.queue, TaskState.SUCCEEDED, task_name_of(c.payload), c.created_at, c.attempt,
-                    o.seconds, None, o.result)
+    return Finished(
+        c.key.id,
+        c.key.queue,
+        TaskState.SUCCEEDED,
+        task_name_of(c.payload),
+        c.created_at,
+        c.attempt,
+        o.seconds,
+        None,
+        o.result,
+    )
 
 
 def ack_keyed_kept(store: TaskStore, kept: list[InFlight], notify: bool) -> set[uuid.UUID]:
     """Acks holding exclusive keys, with their history rows, releasing the keys' backlogs in the
     same transaction; returns the ids deleted."""
     records = [succeeded(o) for o in kept]
-    return remove_keyed(store, kept, lambda items: store.task_ack_many_recorded(items, records, notify=notify),
-                        step_results=False)
+    return remove_keyed(
+        store, kept, lambda items: store.task_ack_many_recorded(items, records, notify=notify), step_results=False
+    )
 
 
-def ack_claims_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
-                    notify: bool) -> tuple[list[InFlight], set[uuid.UUID]]:
+def ack_claims_kept(
+    store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]], notify: bool
+) -> tuple[list[InFlight], set[uuid.UUID]]:
     """Whole claims acked with their history rows: (the acks, the ids not deleted)."""
     acked = [o for _, acks in claims for o in acks]  # each claim's acks are in its keys' order
-    columns = SucceededColumns([task_name_of(o.claimed.payload) for o in acked], [o.seconds for o in acked],
-                               [o.result for o in acked])
+    columns = SucceededColumns(
+        [task_name_of(o.claimed.payload) for o in acked], [o.seconds for o in acked], [o.result for o in acked]
+    )
     lost = store.task_ack_claims_recorded([claim for claim, _ in claims], columns, notify=notify)
     return acked, lost
 
 
-def ack_whole_steps_kept(store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
-                         notify: bool) -> set[uuid.UUID]:
+def ack_whole_steps_kept(
+    store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]], notify: bool
+) -> set[uuid.UUID]:
     """Whole claims of workflow steps acked with their history rows (:func:`ack_claims_kept`),
     the steps' workflows moved on in the same transaction (:func:`remove_whole`); returns the ids
     deleted."""

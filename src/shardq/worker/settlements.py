@@ -40,8 +40,12 @@ class Batch:
 
 
 def remove_keyed(
-    store: TaskStore, outcomes: list[InFlight], remove: Callable[[list[Fenced]], set[uuid.UUID]], *,
-    step_results: bool = True, handoff: HandoffOffer | None = None,
+    store: TaskStore,
+    outcomes: list[InFlight],
+    remove: Callable[[list[Fenced]], set[uuid.UUID]],
+    *,
+    step_results: bool = True,
+    handoff: HandoffOffer | None = None,
 ) -> set[uuid.UUID]:
     """Ack tasks that hold exclusive keys, releasing each key's backlog in the same transaction
     (see :mod:`shardq.lifecycle.exclusive`), and workflow steps, releasing the children they were the last
@@ -66,14 +70,17 @@ def remove_keyed(
     if runs:
         run_items = [fenced(o.claimed) for o in runs]
         workflow_of = {o.claimed.key.id: o.claimed.workflow_id for o in runs}
-        removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of,
-                                                   TaskState.SUCCEEDED)
+        removed |= run_callbacks.remove_and_settle(store, lambda: remove(run_items), workflow_of, TaskState.SUCCEEDED)
     return removed | (_remove_keyed(store, keyed, remove) if keyed else set())
 
 
 def remove_whole(
-    store: TaskStore, claims: list[tuple[WholeClaim, list[InFlight]]],
-    ack: Callable[[], set[uuid.UUID]] | None = None, *, step_results: bool = True, handoff: HandoffOffer | None = None,
+    store: TaskStore,
+    claims: list[tuple[WholeClaim, list[InFlight]]],
+    ack: Callable[[], set[uuid.UUID]] | None = None,
+    *,
+    step_results: bool = True,
+    handoff: HandoffOffer | None = None,
 ) -> set[uuid.UUID]:
     """Ack claims of workflow steps (no exclusive key, no Spark run's task) whose every task
     finished: each claim's rows by key range and token, as a claim of plain tasks (no key arrays
@@ -83,8 +90,11 @@ def remove_whole(
     :func:`remove_keyed`, and ``handoff``. Returns the ids deleted."""
     outcomes = [o for _, acks in claims for o in acks]
     held = {o.claimed.key.id for o in outcomes}
-    results = ({o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
-               if step_results else None)
+    results = (
+        {o.claimed.key.id: o.result for o in outcomes if o.result is not None and o.claimed.workflow_id}
+        if step_results
+        else None
+    )
     whole = [claim for claim, _ in claims]
     lost = ack if ack is not None else (lambda: store.task_ack_claims(whole, in_transaction=True))
     return workflows.remove_and_release(store, lambda: held - lost(), TaskState.SUCCEEDED, results, handoff)
@@ -97,4 +107,3 @@ def _remove_keyed(
     key_of = {o.claimed.key.id: (o.claimed.queue, o.claimed.exclusive_key or "") for o in outcomes}
     removed, _promoted = exclusive.remove_and_release(store, list(key_of.values()), lambda: remove(items), key_of)
     return removed
-

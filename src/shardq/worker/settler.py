@@ -74,8 +74,18 @@ class Settler:
     """Settles what the executor hands to ``outbox``; runs :meth:`run` on its own thread until it
     takes the end marker (``None``) the worker queues at shutdown."""
 
-    def __init__(self, config: WorkerConfig, sessions: SessionPerThread, table: InFlightTable, outbox: Outbox,
-                 sink: EventSink, totals: WorkerTotals, stop: threading.Event, *, handoff: Handoff | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        sessions: SessionPerThread,
+        table: InFlightTable,
+        outbox: Outbox,
+        sink: EventSink,
+        totals: WorkerTotals,
+        stop: threading.Event,
+        *,
+        handoff: Handoff | None = None,
+    ) -> None:
         self.config = config
         #: runs the next steps of chains its acks release (shardq.worker.handoff); None: runs none
         self.handoff = handoff
@@ -105,8 +115,9 @@ class Settler:
             try:
                 if store is None:
                     store = self.sessions.store()
-                    self._settings = QueueSettingsCache(store, self.config.queues,
-                                                        lease_override=self.config.lease_seconds)
+                    self._settings = QueueSettingsCache(
+                        store, self.config.queues, lease_override=self.config.lease_seconds
+                    )
                 if batch is not None:
                     self._apply(store, batch)
                     batch = None
@@ -213,41 +224,64 @@ class Settler:
         keyed_acks += partial_steps
         settlements: list[Settlement] = []
         if hand_backs:
+
             def hand_back(store: TaskStore, items: list[InFlight]) -> None:
                 self._count(items, store.task_release_many([fenced(o.claimed) for o in items]), "released")
+
             settlements.append(Settlement(hand_back, hand_backs))
         if fails:
             settlements.append(Settlement(self._settle_failures, fails, writes_errors=True))
         if reschedules:
+
             def reschedule(store: TaskStore, items: list[InFlight]) -> None:
                 done = store.task_retry_many(
-                    [fenced(o.claimed) for o in items], [o.delay for o in items], [o.error for o in items],
-                    require_expired=False, refund=True,
+                    [fenced(o.claimed) for o in items],
+                    [o.delay for o in items],
+                    [o.error for o in items],
+                    require_expired=False,
+                    refund=True,
                 )
                 self._count(items, done, "retried")
+
             settlements.append(Settlement(reschedule, reschedules, writes_errors=True))
         # Acks of queues that keep finished tasks also write their history rows in the ack's own
         # statement; the others send what they always did (see settle_records).
         if keyed_acks:
+
             def ack_keyed(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if plain:
-                    self._count(plain, self._offering(store, lambda handoff: remove_keyed(
-                        store, plain, store.task_ack_many, handoff=handoff)), "acked")
+                    self._count(
+                        plain,
+                        self._offering(
+                            store, lambda handoff: remove_keyed(store, plain, store.task_ack_many, handoff=handoff)
+                        ),
+                        "acked",
+                    )
                 if kept:
                     self._count(kept, ack_keyed_kept(store, kept, self._presence.present(store)), "acked")
+
             settlements.append(Settlement(ack_keyed, keyed_acks))
         if whole_steps:
+
             def ack_whole_steps(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
                 if plain:
-                    self._count([o for _, acks in plain for o in acks],
-                                self._offering(store, lambda handoff: remove_whole(store, plain, handoff=handoff)), "acked")
+                    self._count(
+                        [o for _, acks in plain for o in acks],
+                        self._offering(store, lambda handoff: remove_whole(store, plain, handoff=handoff)),
+                        "acked",
+                    )
                 if kept:
-                    self._count([o for _, acks in kept for o in acks],
-                                ack_whole_steps_kept(store, kept, self._presence.present(store)), "acked")
+                    self._count(
+                        [o for _, acks in kept for o in acks],
+                        ack_whole_steps_kept(store, kept, self._presence.present(store)),
+                        "acked",
+                    )
+
             settlements.append(Settlement(ack_whole_steps, whole_steps))
         if whole:
+
             def ack_whole(store: TaskStore, items: list[tuple[WholeClaim, list[InFlight]]]) -> None:
                 plain, kept = split_kept(items, lambda item: item[0].queue, self._keeps)
                 if plain:
@@ -256,8 +290,10 @@ class Settler:
                 if kept:
                     acked, lost = ack_claims_kept(store, kept, self._presence.present(store))
                     self._count(acked, None, "acked", lost=lost)
+
             settlements.append(Settlement(ack_whole, whole))
         if partial or closed:
+
             def ack_by_key(store: TaskStore, items: list[InFlight]) -> None:
                 plain, kept = split_kept(items, _queue_of, self._keeps)
                 if kept:  # before the lease records of their claims are dropped below
@@ -265,6 +301,7 @@ class Settler:
                 # With no items the engine drops the closed claims' lease records, if it keeps any.
                 if plain or closed:
                     self._count(plain, store.task_ack_many([fenced(o.claimed) for o in plain], closed), "acked")
+
             settlements.append(Settlement(ack_by_key, partial))
         flow_slots = self.table.flow
         if flow_slots.pools:
@@ -275,8 +312,11 @@ class Settler:
     def _offering(self, store: TaskStore, ack: Callable[[HandoffOffer | None], set[uuid.UUID]]) -> set[uuid.UUID]:
         """``ack(offer)``, offering to run the chain steps it releases, then run those handed off."""
         assert self._settings is not None
-        offer = (self.handoff.offer(self._settings, self.stop_event.is_set(), self._settling)
-                 if self.handoff is not None else None)
+        offer = (
+            self.handoff.offer(self._settings, self.stop_event.is_set(), self._settling)
+            if self.handoff is not None
+            else None
+        )
         try:
             return ack(offer)
         finally:  # what a committed transaction took runs here, whatever came after it
@@ -306,13 +346,19 @@ class Settler:
         again is settled with a plain reason where it is a failure; anything else is left to the
         lease sweep (its lease expires: at-least-once holds)."""
         if len(settlement.items) > 1:
-            log.warning("settling %d outcomes together failed (%s); settling them one by one", len(settlement.items), exc)
+            log.warning(
+                "settling %d outcomes together failed (%s); settling them one by one", len(settlement.items), exc
+            )
             return [replace(settlement, items=[item]) for item in settlement.items]
         if settlement.writes_errors and settlement.items:
             outcome: InFlight = settlement.items[0]
             refusal = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log.error("task %s: settling it with its error text failed (%s); settling it with a plain reason "
-                      "(was: %r)", outcome.claimed.key.id, refusal, (outcome.error or "")[:200])
+            log.error(
+                "task %s: settling it with its error text failed (%s); settling it with a plain reason (was: %r)",
+                outcome.claimed.key.id,
+                refusal,
+                (outcome.error or "")[:200],
+            )
             outcome.error = storable(f"the handler's error text could not be stored: {refusal}")
             try:
                 settlement.run(store, settlement.items)
@@ -327,8 +373,16 @@ class Settler:
     def _settle_failures(self, store: TaskStore, fails: list[InFlight]) -> None:
         assert self._settings is not None
         failures = [
-            Failure(fenced(o.claimed), o.claimed.attempt, o.claimed.max_attempts, o.error,
-                    o.claimed.exclusive_key, permanent=o.permanent, ref=o, workflow_id=o.claimed.workflow_id)
+            Failure(
+                fenced(o.claimed),
+                o.claimed.attempt,
+                o.claimed.max_attempts,
+                o.error,
+                o.claimed.exclusive_key,
+                permanent=o.permanent,
+                ref=o,
+                workflow_id=o.claimed.workflow_id,
+            )
             for o in fails
         ]
         for failure in failures:  # what the history records, for queues that keep it

@@ -103,8 +103,10 @@ def plan(queues: Iterable[str], concurrency: int, shares: Mapping[str, int]) -> 
     rest = [q for q in served if q not in shares]
     shared = [q for q in served if q in shares]
     if rest and total >= concurrency:
-        raise InvalidInput(f"the shares take all {concurrency} handlers and leave none for "
-                           f"{', '.join(rest)} (raise the concurrency or give them a share)")
+        raise InvalidInput(
+            f"the shares take all {concurrency} handlers and leave none for "
+            f"{', '.join(rest)} (raise the concurrency or give them a share)"
+        )
     of_queue = {q: i for i, q in enumerate(shared)}
     sizes = [shares[q] for q in shared]
     if rest:

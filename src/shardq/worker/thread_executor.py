@@ -22,9 +22,18 @@ Extend = Callable[..., Any]
 class ThreadExecutor:
     """``table.slots`` handler threads over one hand-off queue."""
 
-    def __init__(self, handler: Callable[[Task], object], table: InFlightTable, outbox: Outbox, sink: EventSink,
-                 totals: WorkerTotals, stop: threading.Event, extend: Extend, *,
-                 resolve: Callable[[Task], tuple[Callable[[], Any], bool, float | None]] | None = None) -> None:
+    def __init__(
+        self,
+        handler: Callable[[Task], object],
+        table: InFlightTable,
+        outbox: Outbox,
+        sink: EventSink,
+        totals: WorkerTotals,
+        stop: threading.Event,
+        extend: Extend,
+        *,
+        resolve: Callable[[Task], tuple[Callable[[], Any], bool, float | None]] | None = None,
+    ) -> None:
         self.handler = handler
         #: an app's dispatch whose tasks may carry their own timeouts (else None: plain calls)
         self.resolve = resolve
@@ -90,8 +99,11 @@ class ThreadExecutor:
             started[slot] += 1
             if work.qsize() <= low_water and not wake.is_set():
                 wake.set()  # the buffer ran low: time for the fetcher's next claim
-            if (stop.is_set() or monotonic() >= entry.local_deadline
-                    or (flow_pools and (not flow_seat(entry.claimed, SEAT_WAIT_SECONDS) or stop.is_set()))):
+            if (
+                stop.is_set()
+                or monotonic() >= entry.local_deadline
+                or (flow_pools and (not flow_seat(entry.claimed, SEAT_WAIT_SECONDS) or stop.is_set()))
+            ):
                 # Not started: hand it back rather than run a task that may be elsewhere (or, claimed
                 # ahead, one that found no idle slot of its queue's limit in time).
                 entry.kind = HAND_BACK

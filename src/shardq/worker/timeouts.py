@@ -34,8 +34,14 @@ TICK_SECONDS = 0.1
 
 
 class TimeoutKeeper:
-    def __init__(self, table: InFlightTable, outbox: Outbox, totals: WorkerTotals,
-                 replace_slot: Callable[[InFlight], None], on_abandoned: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        table: InFlightTable,
+        outbox: Outbox,
+        totals: WorkerTotals,
+        replace_slot: Callable[[InFlight], None],
+        on_abandoned: Callable[[], None],
+    ) -> None:
         self.table, self.outbox, self.totals = table, outbox, totals
         self.replace_slot = replace_slot
         self.on_abandoned = on_abandoned
@@ -57,19 +63,31 @@ class TimeoutKeeper:
                     expired.append(entry)
         for entry in expired:
             assert entry.timeout is not None
-            outcome = InFlight(entry.claimed, entry.local_deadline, entry.claim, kind=FAIL,
-                               error=timeout_text(entry.timeout), seconds=entry.timeout, timeout=entry.timeout,
-                               timed_out=True)
+            outcome = InFlight(
+                entry.claimed,
+                entry.local_deadline,
+                entry.claim,
+                kind=FAIL,
+                error=timeout_text(entry.timeout),
+                seconds=entry.timeout,
+                timeout=entry.timeout,
+                timed_out=True,
+            )
             self.outbox.outcomes.append(outcome)
             self.table.note_timed_out(entry.claimed.queue)  # this thread's counter: the task no longer holds its slot
             claim = entry.claim
             if next(claim.finished) >= claim.size:
                 self.outbox.wake.set()
             self.totals.add(timeouts=1, abandoned=1)
-            log.warning("task %s (queue %s) ran past its %g s timeout: settled as failed; its thread is left "
-                        "running and replaced (%d abandoned so far)", entry.claimed.id, entry.claimed.queue,
-                        entry.timeout, self.totals.abandoned,
-                        extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue})
+            log.warning(
+                "task %s (queue %s) ran past its %g s timeout: settled as failed; its thread is left "
+                "running and replaced (%d abandoned so far)",
+                entry.claimed.id,
+                entry.claimed.queue,
+                entry.timeout,
+                self.totals.abandoned,
+                extra={"event": "timeout", "task_id": entry.claimed.id, "queue": entry.claimed.queue},
+            )
             self.replace_slot(entry)
             self.on_abandoned()
         return len(expired)

@@ -108,17 +108,41 @@ def register_plan(run_id: str, call: StepCall) -> Plan[Callback]:
             return
         yield Call("workflow_insert", {"id": workflow_id, "name": f"spark run {run_id}"}, rows="none")
         # One step, waiting on the run (waiting_on 1: the run; it has no parent step, no edge).
-        yield Call("workflow_steps_insert", {
-            "workflow_id": workflow_id, "steps": [call.task], "task_ids": [task_id], "tasks": [call.task],
-            "queues": [call.queue], "waiting_on": [1], "on_failure": [False], "payloads": [call.payload],
-            "priorities": [call.priority], "max_attempts": [call.max_attempts], "child_kinds": [0],
-            "only_children": [None], "sole_child_task_ids": [None], "only_shards": [None],
-        }, rows="none")
-        yield Call("workflow_tasks_insert", {
-            "workflow_id": workflow_id, "ids": [task_id], "queues": [call.queue], "payloads": [call.payload],
-            "priorities": [call.priority], "max_attempts": [call.max_attempts], "waiting": [True],
-            "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
-        }, rows="none")
+        yield Call(
+            "workflow_steps_insert",
+            {
+                "workflow_id": workflow_id,
+                "steps": [call.task],
+                "task_ids": [task_id],
+                "tasks": [call.task],
+                "queues": [call.queue],
+                "waiting_on": [1],
+                "on_failure": [False],
+                "payloads": [call.payload],
+                "priorities": [call.priority],
+                "max_attempts": [call.max_attempts],
+                "child_kinds": [0],
+                "only_children": [None],
+                "sole_child_task_ids": [None],
+                "only_shards": [None],
+            },
+            rows="none",
+        )
+        yield Call(
+            "workflow_tasks_insert",
+            {
+                "workflow_id": workflow_id,
+                "ids": [task_id],
+                "queues": [call.queue],
+                "payloads": [call.payload],
+                "priorities": [call.priority],
+                "max_attempts": [call.max_attempts],
+                "waiting": [True],
+                "backlog_rank": RANK_BACKLOG,
+                "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+            },
+            rows="none",
+        )
 
     yield Atomically(body)
     found = yield from get_plan(run_id)
@@ -130,8 +154,9 @@ def get_plan(run_id: str) -> Plan[Callback | None]:
     row = yield Call("spark_callback_get", {"run_id": run_id}, rows="one")
     if row is None:
         return None
-    return Callback(row["run_id"], row["run_mark"], row["workflow_id"], row["step"], bool(row["complete"]),
-                    row["state"])
+    return Callback(
+        row["run_id"], row["run_mark"], row["workflow_id"], row["step"], bool(row["complete"]), row["state"]
+    )
 
 
 def complete_plan(run_id: str) -> Plan[bool]:
@@ -181,9 +206,14 @@ def runs_of(removed: Collection[uuid.UUID], workflow_of: Mapping[uuid.UUID, uuid
     return {w for i in removed if is_run(w := workflow_of.get(i))}  # type: ignore[misc]
 
 
-def settling(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
-             workflow_of: Mapping[uuid.UUID, uuid.UUID | None], outcome: str, *,
-             wake: bool = False) -> Callable[[], set[uuid.UUID]]:
+def settling(
+    store: TaskStore,
+    remove: Callable[[], set[uuid.UUID]],
+    workflow_of: Mapping[uuid.UUID, uuid.UUID | None],
+    outcome: str,
+    *,
+    wake: bool = False,
+) -> Callable[[], set[uuid.UUID]]:
     """``remove`` (run inside a transaction the caller holds), followed by :func:`settle_plan` for
     the runs of the tasks it removed (a fenced-off task settles nothing)."""
 
@@ -197,8 +227,12 @@ def settling(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
     return removing
 
 
-def remove_and_settle(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
-                      workflow_of: Mapping[uuid.UUID, uuid.UUID | None], outcome: str) -> set[uuid.UUID]:
+def remove_and_settle(
+    store: TaskStore,
+    remove: Callable[[], set[uuid.UUID]],
+    workflow_of: Mapping[uuid.UUID, uuid.UUID | None],
+    outcome: str,
+) -> set[uuid.UUID]:
     """``remove`` and :func:`settle_plan` in one transaction (the ack of run tasks that are no
     workflow steps); returns the ids removed. A callback it releases wakes the listening workers
     of its queue; a server that refuses the wake-up at the commit (its notification queue full)
@@ -210,4 +244,3 @@ def remove_and_settle(store: TaskStore, remove: Callable[[], set[uuid.UUID]],
 
     result: set[uuid.UUID] = store.session.run(operations.atomically_waking(body))
     return result
-

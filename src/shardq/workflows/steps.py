@@ -123,10 +123,26 @@ class WorkflowStatus:
         def when(value: dt.datetime | None) -> str | None:
             return value.isoformat() if value is not None else None
 
-        return {"id": self.id, "state": self.state, "name": self.name, "created_at": when(self.created_at),
-                "steps": [{"name": s.name, "task_id": s.task_id, "task": s.task, "queue": s.queue,
-                           "state": s.state, "parents": list(s.parents), "waiting_on": s.waiting_on,
-                           "on_failure": s.on_failure, "finished_at": when(s.finished_at)} for s in self.steps]}
+        return {
+            "id": self.id,
+            "state": self.state,
+            "name": self.name,
+            "created_at": when(self.created_at),
+            "steps": [
+                {
+                    "name": s.name,
+                    "task_id": s.task_id,
+                    "task": s.task,
+                    "queue": s.queue,
+                    "state": s.state,
+                    "parents": list(s.parents),
+                    "waiting_on": s.waiting_on,
+                    "on_failure": s.on_failure,
+                    "finished_at": when(s.finished_at),
+                }
+                for s in self.steps
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -157,9 +173,12 @@ def enqueue_in_transaction_plan(graph: Graph) -> Plan[Enqueued]:
     return Enqueued(str(workflow_id), {s.name: str(i) for s, i in zip(order, task_ids)})
 
 
-def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome: str,
-                            results: Mapping[uuid.UUID, str] | None = None,
-                            handoff: HandoffOffer | None = None) -> Plan[set[uuid.UUID]]:
+def remove_and_release_plan(
+    remove: Callable[[], Plan[set[uuid.UUID]]],
+    outcome: str,
+    results: Mapping[uuid.UUID, str] | None = None,
+    handoff: HandoffOffer | None = None,
+) -> Plan[set[uuid.UUID]]:
     """Run ``remove`` (the fenced ack — ``outcome`` ``succeeded`` — or dead-lettering — ``dead`` —
     of step tasks; returns the ids it removed) and move their workflows on, in one transaction.
     ``remove()`` is called again for each attempt of the transaction. Returns the ids removed.
@@ -199,8 +218,12 @@ def remove_and_release_plan(remove: Callable[[], Plan[set[uuid.UUID]]], outcome:
     return result
 
 
-def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID, str] | None = None,
-               handoff: HandoffOffer | None = None) -> Plan[None]:
+def _succeeded(
+    task_ids: list[uuid.UUID],
+    wake: bool,
+    results: Mapping[uuid.UUID, str] | None = None,
+    handoff: HandoffOffer | None = None,
+) -> Plan[None]:
     """The steps of ``task_ids``, just acked. A step that succeeded is written only when it has no
     children (its finish is when its workflow may have ended: pruning and status read it); the
     others' success is their task row's absence, read, not written. A sole parent's child (the
@@ -215,14 +238,20 @@ def _succeeded(task_ids: list[uuid.UUID], wake: bool, results: Mapping[uuid.UUID
         if kept:
             yield from operations.workflow_steps_keep_results(sorted(kept, key=lambda item: _by_value(item[0])))
     direct = [child_task for _w, _s, _k, _c, _t, child_task, _sh in acked if child_task is not None]
-    counted = [(w, step, kinds, child) for w, step, kinds, child, _t, child_task, _sh in acked
-               if kinds and child_task is None]
+    counted = [
+        (w, step, kinds, child) for w, step, kinds, child, _t, child_task, _sh in acked if kinds and child_task is None
+    ]
     shards = {(w, step): shard for w, step, _k, _c, _t, _ct, shard in acked if shard is not None}
     yield from _move_on(counted, TaskState.SUCCEEDED, wake, direct, shards)
 
 
-def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
-             released: Sequence[uuid.UUID] = (), shards: Mapping[tuple[uuid.UUID, str], int] | None = None) -> Plan[None]:
+def _move_on(
+    finished: list[FinishedStep],
+    outcome: str,
+    wake: bool,
+    released: Sequence[uuid.UUID] = (),
+    shards: Mapping[tuple[uuid.UUID, str], int] | None = None,
+) -> Plan[None]:
     """Count ``finished`` parents off their children; release the children that are due (with
     the tasks in ``released``, in one statement) and stop (cancel) the descendants of every
     cancelled one, level by level. ``shards``: by (workflow id, step), the shard of a succeeded
@@ -232,8 +261,9 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
     elif outcome == TaskState.SUCCEEDED:
         moved = yield from _advance(finished, shards)
     else:
-        moved = yield from operations.workflow_children_stop([(w, step) for w, step, _, _ in finished],
-                                                             died=outcome == TaskState.DEAD)
+        moved = yield from operations.workflow_children_stop(
+            [(w, step) for w, step, _, _ in finished], died=outcome == TaskState.DEAD
+        )
     while True:
         yield from _apply(moved, wake, released)
         cancelled = [(w, step) for w, step, _task, state in moved if state == TaskState.CANCELLED]
@@ -243,7 +273,9 @@ def _move_on(finished: list[FinishedStep], outcome: str, wake: bool,
         released = ()
 
 
-def _advance(finished: list[FinishedStep], shards: Mapping[tuple[uuid.UUID, str], int] | None = None) -> Plan[list[Moved]]:
+def _advance(
+    finished: list[FinishedStep], shards: Mapping[tuple[uuid.UUID, str], int] | None = None
+) -> Plan[list[Moved]]:
     """Succeeded parents: their children counted in shards first (every shard row an ack locks,
     it locks before any step row: one lock order for every ack), then the children's own rows —
     those counted there, and those counted in shards that this ack drained. A parent without
@@ -348,10 +380,23 @@ def status_plan(workflow_id: object) -> Plan[WorkflowStatus]:
     if row is None:
         return WorkflowStatus(str(wid), TaskState.UNKNOWN)
     rows = yield from operations.workflow_steps_list(wid)
-    steps = tuple(StepStatus(r["step"], str(r["task_id"]), r["task"], r["queue"], r["state"], tuple(r["parents"]),
-                             r["waiting_on"], r["on_failure"], r["finished_at"]) for r in rows)
-    return WorkflowStatus(str(wid), _state(row["cancelled_at"] is not None, steps), row["name"], row["created_at"],
-                          steps)
+    steps = tuple(
+        StepStatus(
+            r["step"],
+            str(r["task_id"]),
+            r["task"],
+            r["queue"],
+            r["state"],
+            tuple(r["parents"]),
+            r["waiting_on"],
+            r["on_failure"],
+            r["finished_at"],
+        )
+        for r in rows
+    )
+    return WorkflowStatus(
+        str(wid), _state(row["cancelled_at"] is not None, steps), row["name"], row["created_at"], steps
+    )
 
 
 def _state(cancelled: bool, steps: tuple[StepStatus, ...]) -> str:
@@ -376,9 +421,13 @@ def _parse(workflow_id: object) -> uuid.UUID:
         raise InvalidInput(f"not a workflow id: {workflow_id!r}") from None
 
 
-def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], outcome: str,
-                       results: Mapping[uuid.UUID, str] | None = None,
-                       handoff: HandoffOffer | None = None) -> set[uuid.UUID]:
+def remove_and_release(
+    store: TaskStore,
+    remove: Callable[[], set[uuid.UUID]],
+    outcome: str,
+    results: Mapping[uuid.UUID, str] | None = None,
+    handoff: HandoffOffer | None = None,
+) -> set[uuid.UUID]:
     """:func:`remove_and_release_plan` on a sync store, with ``remove`` run on its session."""
 
     def remove_plan() -> Plan[set[uuid.UUID]]:
@@ -386,4 +435,3 @@ def remove_and_release(store: TaskStore, remove: Callable[[], set[uuid.UUID]], o
         yield  # a plan that runs ``remove`` on the sync session directly
 
     return store.session.run(remove_and_release_plan(remove_plan, outcome, results, handoff))
-

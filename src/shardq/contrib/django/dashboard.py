@@ -65,8 +65,11 @@ def _dashboard() -> Any:
         if not _apps:
             # No one can present this token (the headers that would carry it are dropped): Django's
             # login is the only way in.
-            _apps.append(create_app(app.client, secrets.token_urlsafe(32), upstream_login=True,
-                                    schedules=list(app.schedules.values())))
+            _apps.append(
+                create_app(
+                    app.client, secrets.token_urlsafe(32), upstream_login=True, schedules=list(app.schedules.values())
+                )
+            )
         return _apps[0]
 
 
@@ -76,20 +79,30 @@ def _identity(request: HttpRequest) -> Any:
     user = request.user
     session_key = getattr(getattr(request, "session", None), "session_key", None) or ""
     csrf = salted_hmac("shardq.contrib.django.dashboard", f"{session_key}:{user.pk}").hexdigest()
-    return Identity("upstream", csrf=csrf, read_only=not user.has_perm(PERMISSION),
-                    user=f"Django user {user.get_username()}")
+    return Identity(
+        "upstream", csrf=csrf, read_only=not user.has_perm(PERMISSION), user=f"Django user {user.get_username()}"
+    )
 
 
 def _scope(request: HttpRequest, prefix: str, rest: str) -> dict[str, Any]:
     from shardq.web.auth import UPSTREAM_IDENTITY
 
     host, _, port = request.get_host().partition(":")
-    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in request.headers.items()
-               if name.lower() not in _DROPPED]
+    headers = [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in request.headers.items()
+        if name.lower() not in _DROPPED
+    ]
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method or "GET",
-        "scheme": request.scheme or "http", "path": prefix + "/" + rest, "root_path": prefix,
-        "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"), "headers": headers,
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method or "GET",
+        "scheme": request.scheme or "http",
+        "path": prefix + "/" + rest,
+        "root_path": prefix,
+        "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
+        "headers": headers,
         "client": (request.META.get("REMOTE_ADDR") or "unknown", 0),
         "server": (host, int(port) if port.isdigit() else (443 if request.is_secure() else 80)),
         UPSTREAM_IDENTITY: _identity(request),

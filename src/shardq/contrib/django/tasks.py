@@ -29,8 +29,13 @@ def dsn_from_settings() -> str:
     if dsn:
         return str(dsn)
     entry = settings.DATABASES[settings_value("DATABASE")]
-    params = {"dbname": entry.get("NAME"), "user": entry.get("USER"), "password": entry.get("PASSWORD"),
-              "host": entry.get("HOST"), "port": str(entry.get("PORT") or "") or None}
+    params = {
+        "dbname": entry.get("NAME"),
+        "user": entry.get("USER"),
+        "password": entry.get("PASSWORD"),
+        "host": entry.get("HOST"),
+        "port": str(entry.get("PORT") or "") or None,
+    }
     return conninfo_from_parts(**params)
 
 

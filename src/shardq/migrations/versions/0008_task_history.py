@@ -63,8 +63,10 @@ def upgrade() -> None:
     )
     op.execute(f"CREATE INDEX IF NOT EXISTS shardq_history_by_queue ON shardq_history (queue, finished_at, id){hashed}")
     # dedupe_for: a key's latest finish; only tasks with a dedupe key have an entry.
-    op.execute("CREATE INDEX IF NOT EXISTS shardq_history_dedupe ON shardq_history (queue, dedupe_key, finished_at)"
-               " WHERE dedupe_key IS NOT NULL")
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS shardq_history_dedupe ON shardq_history (queue, dedupe_key, finished_at)"
+        " WHERE dedupe_key IS NOT NULL"
+    )
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS shardq_attempts (

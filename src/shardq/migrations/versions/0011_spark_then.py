@@ -48,8 +48,10 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE UNIQUE INDEX IF NOT EXISTS shardq_spark_callbacks_mark ON shardq_spark_callbacks (run_mark)")
-    op.execute("CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
-               " WHERE workflow_id IS NOT NULL")
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
+        " WHERE workflow_id IS NOT NULL"
+    )
 
 
 def downgrade() -> None:

@@ -26,8 +26,12 @@ down_revision = "0011_spark_then"
 branch_labels = None
 depends_on = None
 
-COLUMNS = (("first_starts", "INT8"), ("start_wait_seconds", "FLOAT8"), ("lead_acks", "INT8"),
-           ("lead_seconds", "FLOAT8"))
+COLUMNS = (
+    ("first_starts", "INT8"),
+    ("start_wait_seconds", "FLOAT8"),
+    ("lead_acks", "INT8"),
+    ("lead_seconds", "FLOAT8"),
+)
 
 
 def upgrade() -> None:

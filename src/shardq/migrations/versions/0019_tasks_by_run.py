@@ -43,6 +43,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     if not migration_engine().ddl.expression_predicates:
         return
-    op.execute("CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
-               " WHERE workflow_id IS NOT NULL")
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS shardq_tasks_by_workflow ON shardq_tasks (workflow_id)"
+        " WHERE workflow_id IS NOT NULL"
+    )
     op.execute("DROP INDEX IF EXISTS shardq_tasks_by_run")
