@@ -113,6 +113,14 @@ _BY_TYPE: dict[str, Any] = {
 
 #: Values of parameters the SQL does not cast, by name.
 VALUES_BY_NAME: dict[str, Any] = {
+    # the backlog key of a limited key (lifecycle/key_slots.py)
+    "waiting": "tenant:42",
+    # a key limit (lifecycle/key_limits.py) and a debounced enqueue (lifecycle/debounce.py)
+    "pattern": "tenant:*",
+    "max_running": 3,
+    "key": "report:7",
+    "seconds": 5.0,
+    "payload": b"{}",
     "after": 0,
     "backlog_rank": RANK_BACKLOG,
     "scheduled_rank": RANK_SCHEDULED,
