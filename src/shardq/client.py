@@ -277,15 +277,15 @@ class Client:
     def set_key_limit(self, queue: str, pattern: str, limit: int) -> None:
         """At most ``limit`` live tasks of ``queue`` per concurrency key matching ``pattern`` (a key,
         or a prefix followed by ``*``), fleet-wide (:mod:`shardq.lifecycle.key_limits`)."""
-        self.store.session.run(key_limits.set_plan(queue, pattern, limit))
+        self.store.run(key_limits.set_plan(queue, pattern, limit))
 
     def remove_key_limit(self, queue: str, pattern: str) -> bool:
         """Remove a limit per key; False when there was none."""
-        return self.store.session.run(key_limits.remove_plan(queue, pattern))
+        return self.store.run(key_limits.remove_plan(queue, pattern))
 
     def key_limits(self, queue: str) -> dict[str, int]:
         """The limits per key of ``queue``: pattern -> limit."""
-        return {limit.pattern: limit.max_running for limit in self.store.session.run(key_limits.limits_plan(queue))}
+        return {limit.pattern: limit.max_running for limit in self.store.run(key_limits.limits_plan(queue))}
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""

@@ -50,7 +50,7 @@ from shardq.admin import actions as admin
 from shardq.admin.stats import collect_plan
 from shardq.client import Client, stats_options
 from shardq.errors import DatabaseError
-from shardq.lifecycle import history, waiting
+from shardq.lifecycle import history, key_limits, waiting
 from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
 from shardq.lifecycle.notify import Notifier
 from shardq.models.history import FinishedTask, TaskStatus
@@ -216,6 +216,18 @@ class AsyncClient:
     async def set_queue(self, queue: str, **changes: object) -> QueueSettings | None:
         """Change queue settings (see :meth:`shardq.Client.set_queue`: the same checks and plan)."""
         return await self._run(admin.queue_set_plan(queue, changes))
+
+    async def set_key_limit(self, queue: str, pattern: str, limit: int) -> None:
+        """:meth:`shardq.Client.set_key_limit` for asyncio code."""
+        await self._run(key_limits.set_plan(queue, pattern, limit))
+
+    async def remove_key_limit(self, queue: str, pattern: str) -> bool:
+        """:meth:`shardq.Client.remove_key_limit` for asyncio code."""
+        return await self._run(key_limits.remove_plan(queue, pattern))
+
+    async def key_limits(self, queue: str) -> dict[str, int]:
+        """:meth:`shardq.Client.key_limits` for asyncio code."""
+        return {limit.pattern: limit.max_running for limit in await self._run(key_limits.limits_plan(queue))}
 
     async def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""

@@ -89,6 +89,9 @@ CALLS: list[Call] = [
     ("flow_usage", lambda c, got: c.flow_usage()),
     ("pause", lambda c, got: c.pause("q", dequeue=False)),
     ("resume", lambda c, got: c.resume("q", dequeue=False)),
+    ("set_key_limit", lambda c, got: c.set_key_limit("q", "tenant:*", 3)),
+    ("key_limits", lambda c, got: c.key_limits("q")),
+    ("remove_key_limit", lambda c, got: c.remove_key_limit("q", "tenant:*")),
     ("enqueue", lambda c, got: c.enqueue("q", b"a", dedupe_key="d", priority=1)),
     ("enqueue (duplicate)", lambda c, got: c.enqueue("q", b"b", dedupe_key="d")),
     ("enqueue_many", lambda c, got: c.enqueue_many(
@@ -121,6 +124,7 @@ REFUSED: list[Call] = [
     ("history (bad state)", lambda c, got: c.history("q", state="running")),
     ("enqueue_many (bad batch)", lambda c, got: c.enqueue_many("q", [b"x"], batch_size=0)),
     ("parent_results (malformed)", lambda c, got: c.parent_results("not-an-id")),
+    ("set_key_limit (limit 0)", lambda c, got: c.set_key_limit("q", "tenant:*", 0)),
 ]
 
 
