@@ -246,6 +246,179 @@ class RowProbes:
         """Every worker's last beat ``seconds`` ago."""
         self.sql("UPDATE shardq_workers SET beat_at = now() - %(s)s * INTERVAL '1 second'", {"s": seconds})
 
+    def add_stats_at(self, seconds_ago: float, *, queue: str = "q", slot: int = 0, acked: int = 0) -> None:
+        """One stats row whose minute is exactly ``seconds_ago`` before now (not truncated to a minute)."""
+        self.sql("INSERT INTO shardq_stats (queue, minute, slot, acked) VALUES"
+                 " (%(q)s, now() - %(ago)s * INTERVAL '1 second', %(s)s, %(a)s)",
+                 {"q": queue, "ago": seconds_ago, "s": slot, "a": acked})
+
+    def count_stats_rows(self) -> int:
+        return self.sql("SELECT count(*) AS n FROM shardq_stats")[0]["n"]
+
+    def make_queue_due(self, queue: str) -> None:
+        """Every task of ``queue`` due a second ago."""
+        self.sql("UPDATE shardq_tasks SET exec_time = now() - interval '1 second' WHERE queue = %(q)s", {"q": queue})
+
+    def age_task(self, task_id, seconds: float) -> None:
+        """The task row created ``seconds`` ago."""
+        self.sql("UPDATE shardq_tasks SET created_at = now() - %(s)s * INTERVAL '1 second' WHERE id = %(id)s",
+                 {"s": seconds, "id": _uuid(task_id)})
+
+    def fill_bucket_zero(self, queue: str, ready: int, scheduled: int, scheduled_rank: int) -> None:
+        """``ready`` ready tasks (due a microsecond apart, in the past) and ``scheduled`` scheduled
+        ones (a second apart, ahead) of ``queue``, all in bucket 0 (PostgreSQL)."""
+        self.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, %(q)s, 0,"
+                 " now() - g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', '\\x00'::BYTEA"
+                 " FROM generate_series(1, %(n)s) AS g", {"q": queue, "n": ready})
+        self.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, %(q)s, %(r)s,"
+                 " now() + g * INTERVAL '1 second', gen_random_uuid(), 'scheduled', '\\x00'::BYTEA"
+                 " FROM generate_series(1, %(n)s) AS g", {"q": queue, "r": scheduled_rank, "n": scheduled})
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def add_audit_rows(self, days_ago: float, count: int) -> None:
+        """``count`` audit rows (a token pausing queue q) written ``days_ago`` days ago."""
+        self.sql("INSERT INTO shardq_audit (id, at, actor, action, target)"
+                 " SELECT gen_random_uuid(), now() - %(days)s::FLOAT8 * INTERVAL '1 day', 'token', 'pause', 'queue q'"
+                 " FROM generate_series(1, %(count)s::INT8)", {"days": days_ago, "count": count})
+
+    def audit_ages_in_days(self) -> list[int]:
+        rows = self.sql("SELECT (extract(epoch FROM now() - at) / 86400)::INT8 AS days FROM shardq_audit ORDER BY at")
+        return [r["days"] for r in rows]
+
+    def periodic_slots(self) -> list[dict]:
+        """Each periodic slot taken (name, slot, task_id), by name and slot."""
+        return self.sql("SELECT name, slot, task_id FROM shardq_periodic ORDER BY name, slot")
+
+    def age_periodic_slots(self, seconds: float) -> None:
+        """Every periodic slot taken ``seconds`` earlier than it was."""
+        self.sql("UPDATE shardq_periodic SET taken_at = taken_at - %(s)s * INTERVAL '1 second'", {"s": seconds})
+
+    def workers(self) -> list[dict]:
+        return self.sql("SELECT * FROM shardq_workers")
+
+    def dead_ids(self, queue: str) -> set[str]:
+        """The ids (as text) of ``queue``'s dead rows."""
+        return {r["id"] for r in self.sql("SELECT id::text AS id FROM shardq_dead WHERE queue = %(q)s", {"q": queue})}
+
+    def count_both_tasks_and_dead(self) -> int:
+        """Tasks that have a row in shardq_tasks and in shardq_dead at once (never any)."""
+        return self.sql("SELECT count(*) AS n FROM shardq_tasks t JOIN shardq_dead d USING (id)")[0]["n"]
+
+    def count_by_state(self) -> dict[str, int]:
+        rows = self.sql("SELECT state, count(*) AS n FROM shardq_tasks GROUP BY state")
+        return {r["state"]: r["n"] for r in rows}
+
+    def count_tables_like(self, pattern: str) -> int:
+        """Tables whose name is LIKE ``pattern``."""
+        return self.sql("SELECT count(*) AS n FROM information_schema.tables WHERE table_name LIKE %(p)s",
+                        {"p": pattern})[0]["n"]
+
+    def count_tables_named(self, name: str) -> int:
+        return self.sql("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = %(t)s",
+                        {"t": name})[0]["n"]
+
+    def contents_fingerprint(self) -> tuple:
+        """(tasks, queues, dead rows, a digest of every queue row): what a refused call must leave unchanged."""
+        row = self.sql(
+            "SELECT (SELECT count(*) FROM shardq_tasks) AS t, (SELECT count(*) FROM shardq_queues) AS q,"
+            " (SELECT count(*) FROM shardq_dead) AS d,"
+            " (SELECT coalesce(md5(string_agg(q::text, ',' ORDER BY name)), '') FROM shardq_queues q) AS qs"
+        )[0]
+        return row["t"], row["q"], row["d"], row["qs"]
+
+    def count_queues_named(self, name: str) -> int:
+        return self.sql("SELECT count(*) AS n FROM shardq_queues WHERE name = %(n)s", {"n": name})[0]["n"]
+
+    def outcomes_by_id(self, queue: str) -> tuple[dict[str, dict], dict[str, dict]]:
+        """``queue``'s task rows (id as text, state, attempts, last_error, seconds since the lease
+        ran out as ``expired_for``) and dead rows (id, attempts, last_error), each by id."""
+        rows = self.sql("SELECT id::text AS id, state, attempts, last_error,"
+                        " extract(epoch FROM now() - lease_expires_at)::float8 AS expired_for"
+                        " FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+        dead = self.sql("SELECT id::text AS id, attempts, last_error FROM shardq_dead WHERE queue = %(q)s", {"q": queue})
+        return {r["id"]: r for r in rows}, {r["id"]: r for r in dead}
+
+    # -- spark ----------------------------------------------------------------------------------
+
+    def count_spark_chunks(self, run_id: str | None = None) -> int:
+        """Merged chunks (chunk >= 0) recorded in the Spark ledger, of ``run_id`` when given."""
+        if run_id is None:
+            return self.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE chunk >= 0")[0]["n"]
+        return self.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = %(r)s AND chunk >= 0",
+                        {"r": run_id})[0]["n"]
+
+    def count_spark_chunk_rows(self, run_id: str) -> int:
+        """Every ledger row of ``run_id`` (the run's own row, chunk < 0, too)."""
+        return self.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = %(r)s", {"r": run_id})[0]["n"]
+
+    def spark_rows_merged(self, run_id: str, *, merged_only: bool = True) -> dict[int, int]:
+        """rows_merged by chunk of ``run_id`` (only merged chunks, chunk >= 0, unless told)."""
+        where = " AND chunk >= 0" if merged_only else ""
+        rows = self.sql(f"SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = %(r)s{where}", {"r": run_id})
+        return {r["chunk"]: r["rows_merged"] for r in rows}
+
+    def spark_progress(self, run_id: str) -> dict:
+        """How many chunks of ``run_id`` merged (``n``) and the rows they merged (``t``)."""
+        return self.sql("SELECT count(*) AS n, sum(rows_merged) AS t FROM shardq_spark_chunks"
+                        " WHERE run_id = %(r)s AND chunk >= 0", {"r": run_id})[0]
+
+    def count_spark_stages(self) -> int:
+        return self.sql("SELECT count(*) AS n FROM shardq_spark_stages")[0]["n"]
+
+    def count_spark_runs(self) -> int:
+        return self.sql("SELECT count(*) AS n FROM shardq_spark_runs")[0]["n"]
+
+    def spark_run_ids(self) -> set[str]:
+        return {r["run_id"] for r in self.sql("SELECT run_id FROM shardq_spark_runs")}
+
+    def add_spark_run(self, run_id: str, queue: str, chunks: int) -> None:
+        """A run's ledger row as an older writer left it (its chunk count only)."""
+        self.sql("INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES (%(r)s, %(q)s, %(c)s)",
+                 {"r": run_id, "q": queue, "c": chunks})
+
+    def stage_row(self, stage: str, chunk: int, task_id, payload: bytes, dedupe_key: str | None) -> None:
+        """One row in the staging table ``stage``."""
+        self.sql(f'INSERT INTO "{stage}" (chunk, id, payload, dedupe_key) VALUES (%(c)s, %(i)s, %(p)s, %(k)s)',
+                 {"c": chunk, "i": task_id, "p": payload, "k": dedupe_key})
+
+    def table_names_like(self, pattern: str) -> list[str]:
+        return [r["t"] for r in self.sql("SELECT table_name AS t FROM information_schema.tables WHERE table_name LIKE %(p)s",
+                                         {"p": pattern})]
+
+    def queue_columns(self, name: str, *columns: str) -> list[dict]:
+        return self.sql(f"SELECT {_columns(columns)} FROM shardq_queues WHERE name = %(n)s", {"n": name})
+
+    def first_task_due(self) -> dict:
+        """One task row's state, attempts, max_attempts and whether it is due (``due``)."""
+        return self.sql("SELECT state, attempts, max_attempts, exec_time <= now() AS due FROM shardq_tasks LIMIT 1")[0]
+
+    def due_later_than(self, payload: bytes, seconds: float) -> list[dict]:
+        """For each task row of ``payload``: whether it is due more than ``seconds`` from now (``later``)."""
+        return self.sql("SELECT exec_time > now() + %(s)s * INTERVAL '1 second' AS later FROM shardq_tasks"
+                        " WHERE payload = %(p)s", {"s": seconds, "p": payload})
+
+    def count_by_exclusive_key(self, queue: str) -> dict[tuple, int]:
+        """How many task rows of ``queue`` there are by (exclusive_key, backlogged)."""
+        rows = self.sql("SELECT exclusive_key AS k, backlogged, count(*) AS n FROM shardq_tasks WHERE queue = %(q)s"
+                        " GROUP BY 1, 2", {"q": queue})
+        return {(r["k"], r["backlogged"]): r["n"] for r in rows}
+
+    def running_of_exclusive_key(self, key: str) -> list[dict]:
+        """The payloads of the task rows of ``key`` not held back in the backlog."""
+        return self.sql("SELECT payload FROM shardq_tasks WHERE exclusive_key = %(k)s AND NOT backlogged", {"k": key})
+
+    def task_ids_of_payload(self, payload: bytes) -> list:
+        return [r["id"] for r in self.sql("SELECT id FROM shardq_tasks WHERE payload = %(p)s", {"p": payload})]
+
+    def hidden_columns(self) -> set[str]:
+        """The task table's hidden columns (CockroachDB: its shard column)."""
+        return {r["column_name"] for r in self.sql("SELECT column_name FROM [SHOW COLUMNS FROM shardq_tasks] WHERE is_hidden")}
+
+    def task_clock(self) -> list[dict]:
+        """Each task row's bucket, state, attempts and exec_time with the server's now (for a failure message)."""
+        return self.sql("SELECT bucket, state, attempts, exec_time, now() AS now FROM shardq_tasks")
+
     # -- dead and history -----------------------------------------------------------------------
 
     def count_dead(self, queue: str | None = None) -> int:
@@ -317,6 +490,35 @@ def synchronous_commit(session) -> str:
 def count_tasks_on(conn) -> int:
     """Task rows seen from a psycopg connection of the test's own."""
     return conn.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0]
+
+
+def count_tasks_in(session, payload: str | None = None) -> int:
+    """Task rows (of ``payload`` when given) seen on ``session``, retried on 40001."""
+    from tests.support.factories import probe
+
+    if payload is None:
+        return probe(session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
+    return probe(session, "SELECT count(*) AS n FROM shardq_tasks WHERE payload = %(p)s", {"p": payload.encode()})[0]["n"]
+
+
+def count_dead_in(session) -> int:
+    from tests.support.factories import probe
+
+    return probe(session, "SELECT count(*) AS n FROM shardq_dead")[0]["n"]
+
+
+def task_states_in(session) -> list[str]:
+    from tests.support.factories import probe
+
+    return [r["state"] for r in probe(session, "SELECT state FROM shardq_tasks")]
+
+
+def terminate_sessions_named(session, application_name: str) -> int:
+    """End every other client backend of this database with ``application_name``; how many (PostgreSQL)."""
+    return session.execute_raw(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = %(a)s"
+        " AND backend_type = 'client backend'", {"a": application_name})[0]["n"]
 
 
 # -- on a psycopg connection of the test's own (PostgreSQL lock tests) --------------------------
