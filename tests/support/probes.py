@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from shardq.models import RANK_BACKLOG
+
 _COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
@@ -419,6 +421,107 @@ class RowProbes:
         """Each task row's bucket, state, attempts and exec_time with the server's now (for a failure message)."""
         return self.sql("SELECT bucket, state, attempts, exec_time, now() AS now FROM shardq_tasks")
 
+    # -- buckets --------------------------------------------------------------------------------
+
+    def bucket_column_default(self) -> str:
+        """The task table's bucket column default, as information_schema shows it."""
+        return self.sql("SELECT column_default FROM information_schema.columns"
+                        " WHERE table_name = 'shardq_tasks' AND column_name = 'bucket'")[0]["column_default"]
+
+    def buckets_row(self) -> dict:
+        """shardq_buckets' bucket_count and resizing_from."""
+        return self.sql("SELECT bucket_count, resizing_from FROM shardq_buckets")[0]
+
+    def count_tasks_by_bucket(self) -> dict[int, int]:
+        return {r["bucket"]: r["n"] for r in self.sql("SELECT bucket, count(*) AS n FROM shardq_tasks GROUP BY bucket")}
+
+    def count_tasks_from_bucket(self, bucket: int) -> int:
+        """Task rows in ``bucket`` or any above it."""
+        return self.sql("SELECT count(*) AS n FROM shardq_tasks WHERE bucket >= %(b)s", {"b": bucket})[0]["n"]
+
+    def count_lease_records_from_bucket(self, bucket: int) -> int:
+        """Lease records of ``bucket`` or any above it (PostgreSQL)."""
+        return self.sql("SELECT count(*) AS n FROM shardq_leases WHERE bucket >= %(b)s", {"b": bucket})[0]["n"]
+
+    # -- plan-shaping data for the EXPLAIN checks (PostgreSQL) -----------------------------------
+
+    def add_lease_records_in_flight(self, count: int) -> None:
+        """``count`` lease records of claims still in flight elsewhere (queue q, buckets 0 to 3)."""
+        self.sql(
+            "INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)"
+            " SELECT gen_random_uuid(), g %% 4, 'q', now() + interval '1 minute', ARRAY[0::int8], ARRAY[now()],"
+            " ARRAY[gen_random_uuid()]"
+            " FROM generate_series(1, %(n)s) AS g", {"n": count}
+        )
+
+    def add_chained_workflows(self) -> None:
+        """2,000 workflows of 10 steps chained one after the other (18,000 edges), as
+        ``loadtest.workflows`` makes them."""
+        self.sql(
+            "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on)"
+            " SELECT w.id, 's' || g, gen_random_uuid(), 't', 'q', CASE WHEN g = 0 THEN 'ready' ELSE 'waiting' END,"
+            "        least(g, 1)"
+            " FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, 2000)) AS w CROSS JOIN generate_series(0, 9) AS g"
+        )
+        self.sql(
+            "INSERT INTO shardq_workflow_edges (workflow_id, parent, child)"
+            " SELECT workflow_id, step, 's' || (substr(step, 2)::INT + 1) FROM shardq_workflow_steps WHERE step <> 's9'"
+        )
+
+    def first_steps_of_chains(self, count: int) -> list[dict]:
+        """The workflow ids of ``count`` chains' first steps."""
+        return self.sql("SELECT workflow_id FROM shardq_workflow_steps WHERE step = 's0' LIMIT %(n)s", {"n": count})
+
+    def add_ready_and_waiting_tasks(self) -> None:
+        """Queue q with 2,000 ready tasks and 20,000 waiting (backlogged) ones, each of a workflow."""
+        self.sql("INSERT INTO shardq_queues (name) VALUES ('q') ON CONFLICT DO NOTHING")
+        self.sql(
+            "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
+            "                          workflow_id)"
+            " SELECT CASE WHEN g <= 2000 THEN 'ready' ELSE 'waiting' END,"
+            "        CASE WHEN g <= 2000 THEN 0 ELSE %(backlog_rank)s END,"
+            "        'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA, gen_random_uuid()"
+            " FROM generate_series(1, 22000) AS g",
+            {"backlog_rank": RANK_BACKLOG},
+        )
+
+    def lease_some_ready(self, count: int) -> list[dict]:
+        """``count`` ready tasks leased for a minute; their keys and tokens."""
+        return self.sql(
+            "UPDATE shardq_tasks SET state = 'leased', lease_token = gen_random_uuid(),"
+            "       lease_expires_at = now() + interval '1 minute'"
+            " WHERE id IN (SELECT id FROM shardq_tasks WHERE state = 'ready' LIMIT %(n)s)"
+            " RETURNING bucket, queue, rank, exec_time, id, lease_token", {"n": count}
+        )
+
+    def add_step_tasks_and_a_run(self, mark) -> None:
+        """Queue q with 20,000 waiting workflow steps' task rows and the 2,000 ready tasks of the
+        Spark run ``mark``."""
+        self.sql("INSERT INTO shardq_queues (name) VALUES ('q') ON CONFLICT DO NOTHING")
+        self.sql(
+            "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
+            "                          workflow_id)"
+            " SELECT 'waiting', %(backlog_rank)s, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA,"
+            "        gen_random_uuid()"
+            " FROM generate_series(1, 20000)",
+            {"backlog_rank": RANK_BACKLOG},
+        )
+        self.sql(
+            "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
+            "                          workflow_id)"
+            " SELECT 'ready', 0, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA, %(mark)s"
+            " FROM generate_series(1, 2000)",
+            {"mark": mark},
+        )
+
+    def workflow_id_indexes(self) -> list[dict]:
+        """The task table's indexes over workflow_id (relname, reltuples)."""
+        return self.sql(
+            "SELECT c.relname, c.reltuples FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
+            " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+            " WHERE i.indrelid = 'shardq_tasks'::regclass AND a.attname = 'workflow_id'"
+        )
+
     # -- dead and history -----------------------------------------------------------------------
 
     def count_dead(self, queue: str | None = None) -> int:
@@ -543,6 +646,11 @@ def lock_step(conn, step: str, workflow_id=None) -> None:
     else:
         conn.execute("SELECT 1 FROM shardq_workflow_steps WHERE workflow_id = %s AND step = %s FOR UPDATE",
                      (workflow_id, step))
+
+
+def lock_task(conn, task_id) -> None:
+    """Take the task row's lock in ``conn``'s open transaction."""
+    conn.execute("SELECT 1 FROM shardq_tasks WHERE id = %s FOR UPDATE", [task_id])
 
 
 def insert_waiting_children(conn, workflow_id: uuid.UUID, parents: list[str], children: list[str]) -> None:
