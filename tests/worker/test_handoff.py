@@ -70,8 +70,7 @@ def test_a_step_of_a_queue_the_worker_does_not_serve_is_released_for_that_queues
     handle = wf.enqueue()
     totals = app.work(["here"], until_empty=True)
     assert ran == ["first"] and totals.taken == 0
-    row = [db.task_columns(handle.task_ids["second"], "state", "lease_token")]
-    assert row == [{"state": "ready", "lease_token": None}]
+    assert db.task_columns(handle.task_ids["second"], "state", "lease_token") == {"state": "ready", "lease_token": None}
     app.work(["elsewhere"], until_empty=True)
     assert ran == ["first", "second"] and handle.status().state == "succeeded"
 
@@ -144,7 +143,8 @@ def test_a_step_taken_by_a_worker_that_died_is_put_back_by_the_lease_sweep_and_r
     db.expire_lease(taken.key.id, taken.lease_token)
     store = db.client.store
     Reaper(store).reap(range(store.layout().visit_count))
-    (row,) = [db.task_columns(taken.key.id, "state", "rank", "lease_token")]
+    row = db.task_columns(taken.key.id, "state", "rank", "lease_token")
+    assert row is not None
     assert row["state"] in ("ready", "scheduled") and row["rank"] != RANK_BACKLOG and row["lease_token"] is None
     db.make_due(taken.key.id)  # its retry is due now
     totals = app.work(until_empty=True)
@@ -170,7 +170,8 @@ def test_a_step_taken_while_the_worker_stops_is_handed_back_at_once_with_its_att
     store = db.client.store
     handoff.hand_over(store, QueueSettingsCache(store, ["q"]), offer)
     assert not table.entries and table.taken_total == 0 and handoff.totals.taken == 0
-    (row,) = [db.task_columns(taken.key.id, "state", "rank", "attempts", "lease_token")]
+    row = db.task_columns(taken.key.id, "state", "rank", "attempts", "lease_token")
+    assert row is not None
     # Ready where claims find it: handed back from the backlog rank it was taken at.
     assert row == {"state": "ready", "rank": taken.priority, "attempts": 0, "lease_token": None}
     assert handoff.offer(QueueSettingsCache(store, ["q"]), stopping=True, settling=0) is None
