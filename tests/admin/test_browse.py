@@ -72,7 +72,7 @@ def test_error_text_filter_matches_case_insensitively_and_treats_wildcards_liter
     a = db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     b = db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     for task, error in ((a, "Traceback:\nKeyError: 100%"), (b, "ValueError: 1000")):
-        db.sql("UPDATE shardq_tasks SET last_error = %(e)s WHERE id = %(id)s", {"e": error, "id": task.key.id})
+        db.set_last_error(task.key.id, error)
     assert [t.id for t in browse.browse(db.store, "q", "scheduled", filters=Filters(error_text="keyerror")).tasks] == [a.id]
     assert [t.id for t in browse.browse(db.store, "q", "scheduled", filters=Filters(error_text="100%")).tasks] == [a.id]
 
@@ -80,7 +80,7 @@ def test_error_text_filter_matches_case_insensitively_and_treats_wildcards_liter
 def test_priority_and_age_filters(db):
     old = db.make_task("q", priority=5)
     db.make_task("q", priority=1)
-    db.sql("UPDATE shardq_tasks SET created_at = now() - INTERVAL '2 hours' WHERE id = %(id)s", {"id": old.key.id})
+    db.age_task(old.key.id, 7200)
     assert [t.id for t in browse.browse(db.store, "q", "ready", filters=Filters(priority=5)).tasks] == [old.id]
     assert [t.id for t in browse.browse(db.store, "q", "ready", filters=Filters(min_age_s=3600)).tasks] == [old.id]
 
@@ -187,12 +187,7 @@ def test_a_first_page_of_scheduled_tasks_seeks_to_their_span_instead_of_walking_
 
     db = pg_db
     db.client.store.queue_ensure("q")
-    db.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, 'q', 0,"
-           " now() - g * INTERVAL '1 microsecond', gen_random_uuid(), 'ready', '\\x00'::BYTEA"
-           " FROM generate_series(1, 30000) AS g")
-    db.sql("INSERT INTO shardq_tasks (bucket, queue, rank, exec_time, id, state, payload) SELECT 0, 'q', %(r)s,"
-           " now() + g * INTERVAL '1 second', gen_random_uuid(), 'scheduled', '\\x00'::BYTEA"
-           " FROM generate_series(1, 100) AS g", {"r": RANK_SCHEDULED})
+    db.fill_bucket_zero("q", ready=30000, scheduled=100, scheduled_rank=RANK_SCHEDULED)
     db.sql("VACUUM ANALYZE shardq_tasks")
     filters = Filters()
     params = {"queue": "q", **filters.params(utcnow()),

@@ -25,12 +25,7 @@ def seeded(pg_db):
     for _ in range(50):
         pg_db.make_task(state="leased", lease_expires_at=utcnow() - dt.timedelta(seconds=5))
     # Lease records of claims still in flight elsewhere (one per claimed batch).
-    pg_db.sql(
-        "INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)"
-        " SELECT gen_random_uuid(), g %% 4, 'q', now() + interval '1 minute', ARRAY[0::int8], ARRAY[now()],"
-        " ARRAY[gen_random_uuid()]"
-        " FROM generate_series(1, 5000) AS g"
-    )
+    pg_db.add_lease_records_in_flight(5000)
     pg_db.sql("ANALYZE")
     return pg_db
 
@@ -111,18 +106,9 @@ def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(se
 def chained(pg_db):
     """2,000 workflows of 10 steps chained one after the other (18,000 edges), as
     ``loadtest.workflows`` makes them, and the first steps of 400 of them: one settle batch."""
-    pg_db.sql(
-        "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on)"
-        " SELECT w.id, 's' || g, gen_random_uuid(), 't', 'q', CASE WHEN g = 0 THEN 'ready' ELSE 'waiting' END,"
-        "        least(g, 1)"
-        " FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, 2000)) AS w CROSS JOIN generate_series(0, 9) AS g"
-    )
-    pg_db.sql(
-        "INSERT INTO shardq_workflow_edges (workflow_id, parent, child)"
-        " SELECT workflow_id, step, 's' || (substr(step, 2)::INT + 1) FROM shardq_workflow_steps WHERE step <> 's9'"
-    )
+    pg_db.add_chained_workflows()
     pg_db.sql("ANALYZE")
-    firsts = pg_db.sql("SELECT workflow_id FROM shardq_workflow_steps WHERE step = 's0' LIMIT 400")
+    firsts = pg_db.first_steps_of_chains(400)
     return pg_db, {"workflow_ids": [r["workflow_id"] for r in firsts], "steps": ["s0"] * len(firsts)}
 
 
@@ -148,23 +134,9 @@ def leased_after_analyze(pg_db):
     """20,000 waiting workflow steps and 2,000 ready tasks, analyzed while none was leased (as
     autovacuum may find the table between two settle batches), then 400 of the ready ones leased:
     the keys of one settle batch."""
-    pg_db.sql("INSERT INTO shardq_queues (name) VALUES ('q') ON CONFLICT DO NOTHING")
-    pg_db.sql(
-        "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
-        "                          workflow_id)"
-        " SELECT CASE WHEN g <= 2000 THEN 'ready' ELSE 'waiting' END,"
-        "        CASE WHEN g <= 2000 THEN 0 ELSE %(backlog_rank)s END,"
-        "        'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA, gen_random_uuid()"
-        " FROM generate_series(1, 22000) AS g",
-        {"backlog_rank": RANK_BACKLOG},
-    )
+    pg_db.add_ready_and_waiting_tasks()
     pg_db.sql("ANALYZE shardq_tasks")
-    rows = pg_db.sql(
-        "UPDATE shardq_tasks SET state = 'leased', lease_token = gen_random_uuid(),"
-        "       lease_expires_at = now() + interval '1 minute'"
-        " WHERE id IN (SELECT id FROM shardq_tasks WHERE state = 'ready' LIMIT 400)"
-        " RETURNING bucket, queue, rank, exec_time, id, lease_token"
-    )
+    rows = pg_db.lease_some_ready(400)
     keys = {"buckets": [r["bucket"] for r in rows], "queues": [r["queue"] for r in rows],
             "ranks": [r["rank"] for r in rows], "exec_times": [r["exec_time"] for r in rows],
             "ids": [r["id"] for r in rows], "tokens": [r["lease_token"] for r in rows], "states": ["leased"] * len(rows),
@@ -198,22 +170,7 @@ def steps_and_a_run(pg_db):
     """20,000 workflow steps' task rows (their workflow's id: a UUID version 4) and the 2,000 tasks
     of one Spark run with a callback (the run's mark: version 5), analyzed; and the run's mark."""
     mark = mark_of("explain-run")
-    pg_db.sql("INSERT INTO shardq_queues (name) VALUES ('q') ON CONFLICT DO NOTHING")
-    pg_db.sql(
-        "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
-        "                          workflow_id)"
-        " SELECT 'waiting', %(backlog_rank)s, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA,"
-        "        gen_random_uuid()"
-        " FROM generate_series(1, 20000)",
-        {"backlog_rank": RANK_BACKLOG},
-    )
-    pg_db.sql(
-        "INSERT INTO shardq_tasks (state, rank, queue, exec_time, id, priority, attempts, max_attempts, payload,"
-        "                          workflow_id)"
-        " SELECT 'ready', 0, 'q', now(), gen_random_uuid(), 0, 0, 3, '\\x00'::BYTEA, %(mark)s"
-        " FROM generate_series(1, 2000)",
-        {"mark": mark},
-    )
+    pg_db.add_step_tasks_and_a_run(mark)
     pg_db.sql("VACUUM ANALYZE shardq_tasks")
     return pg_db, mark
 
@@ -223,11 +180,7 @@ def test_a_workflow_step_writes_no_entry_in_the_index_of_spark_runs_tasks(steps_
     # again when it was released, though only runs' tasks are looked up there (docs/workflows.md,
     # "Costs": a chain step's release 20 -> 13 µs).
     db, _mark = steps_and_a_run
-    rows = db.sql(
-        "SELECT c.relname, c.reltuples FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
-        " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
-        " WHERE i.indrelid = 'shardq_tasks'::regclass AND a.attname = 'workflow_id'"
-    )
+    rows = db.workflow_id_indexes()
     assert rows and {r["reltuples"] for r in rows} == {2000}, rows
 
 

@@ -211,7 +211,7 @@ def test_a_worker_records_acks_retries_dead_letters_and_handler_time(db):
     first = work()
     assert (first.acked, first.retried, first.dead) == (6, 2, 1)
     # The retried tasks wait out their backoff; make them due rather than sleep.
-    db.sql("UPDATE shardq_tasks SET exec_time = now() - interval '1 second' WHERE queue = 'q'")
+    db.make_queue_due("q")
     assert work().acked == 2
     activity = snapshot(db).queues["q"].activity
     assert (activity.enqueued, activity.acked, activity.retried, activity.dead) == (9, 8, 2, 1)
@@ -234,20 +234,15 @@ def test_the_reaper_records_expired_leases_and_the_dead_letters_they_cause(db):
 
 def test_old_activity_rows_are_pruned_and_recent_ones_kept(db):
     db.client.enqueue("q", b"x")
-    db.sql(
-        "INSERT INTO shardq_stats (queue, minute, slot, acked) VALUES ('q', now() - interval '2 hours', 0, 5)"
-    )
+    db.add_stats_at(7200, slot=0, acked=5)
     assert prune(db.store) == 1
-    assert db.sql("SELECT count(*) AS n FROM shardq_stats")[0]["n"] == 1
+    assert db.count_stats_rows() == 1
 
 
 def test_counts_older_than_the_window_do_not_count(db):
     db.client.store.queue_ensure("q")
-    db.sql(
-        "INSERT INTO shardq_stats (queue, minute, slot, acked) VALUES"
-        " ('q', date_trunc('minute', now()) - interval '10 minutes', 0, 5),"
-        " ('q', date_trunc('minute', now()) - interval '2 minutes', 1, 7)"
-    )
+    db.add_stats_minute(10, slot=0, acked=5)
+    db.add_stats_minute(2, slot=1, acked=7)
     assert snapshot(db, window_minutes=5).queues["q"].activity.acked == 7
     assert snapshot(db, window_minutes=15).queues["q"].activity.acked == 12
 

@@ -258,7 +258,7 @@ def test_queue_settings_pause_and_resume(shardq_cli):
 
 def test_cancel_by_id(shardq_cli):
     shardq_cli("enqueue", "q", "x")
-    [row] = shardq_cli.db.sql("SELECT id FROM shardq_tasks")
+    [row] = shardq_cli.db.tasks("id")
     assert shardq_cli("cancel", str(row["id"])).stdout.strip() == "cancelled 1"
     missing = shardq_cli("cancel", str(row["id"]), check=False)
     assert missing.returncode == 1 and "not found" in missing.stdout

@@ -212,7 +212,7 @@ def test_cancelling_the_awaiting_task_stops_the_worker_gracefully(db):
     asyncio.run(main())
     assert not [t for t in threading.enumerate() if t.name == "shardq-async-worker"]
     assert db.count() <= 2  # each task acked or handed back; none left leased
-    assert not db.sql("SELECT id FROM shardq_tasks WHERE state = 'leased'")
+    assert not db.count_tasks(state="leased")
 
 
 def test_defer_async_configure_and_defer_many_async_enqueue_through_the_app(app, db):

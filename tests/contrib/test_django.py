@@ -23,11 +23,12 @@ from shardq.contrib.django.tasks import dsn_from_settings
 from tests.djangoproject.shop import tasks as shop_tasks
 from tests.djangoproject.shop.models import Order
 from tests.support.django_project import django_db_setup, make_user  # noqa: F401 - the fixture, for this module
+from tests.support.probes import count_tasks_on
 
 
 def _tasks_seen_by_another_connection() -> int:
     with psycopg.connect(dsn_from_settings(), autocommit=True) as other:
-        return other.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0]
+        return count_tasks_on(other)
 
 
 def test_the_tasks_module_of_each_installed_app_is_found_at_start_up():

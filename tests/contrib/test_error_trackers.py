@@ -95,4 +95,4 @@ def test_a_reporter_that_raises_changes_nothing_but_a_log_line(app, db, installe
         totals = app.work(until_empty=True)
     assert totals.dead == 1
     assert "tracker down" in caplog.text
-    assert db.sql("SELECT count(*) AS n FROM shardq_dead")[0]["n"] == 1
+    assert db.count_dead() == 1

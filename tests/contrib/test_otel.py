@@ -34,7 +34,7 @@ def exporter():
 
 
 def _payloads(db) -> list[dict]:
-    return [json.loads(bytes(row["payload"])) for row in db.sql("SELECT payload FROM shardq_tasks")]
+    return [json.loads(bytes(row["payload"])) for row in db.tasks("payload")]
 
 
 def _run_worker_process(dsn) -> dict:
@@ -135,7 +135,7 @@ def test_a_raw_bytes_payload_is_stored_as_given_while_tracing(db, exporter):
     _spans, instrument = exporter
     with instrument.tracer.start_as_current_span("request"):
         db.client.enqueue("raw", b"\x00not json")
-    assert [bytes(r["payload"]) for r in db.sql("SELECT payload FROM shardq_tasks")] == [b"\x00not json"]
+    assert [bytes(r["payload"]) for r in db.tasks("payload")] == [b"\x00not json"]
 
 
 def test_a_malformed_stored_context_starts_a_new_trace_and_the_task_still_runs(db, exporter):

@@ -54,7 +54,7 @@ def claim_params(bucket: int) -> dict:
 
 
 def hidden_columns(db) -> set[str]:
-    return {r["column_name"] for r in db.sql("SELECT column_name FROM [SHOW COLUMNS FROM shardq_tasks] WHERE is_hidden")}
+    return db.hidden_columns()
 
 
 def test_the_server_is_a_supported_version(crdb_db):

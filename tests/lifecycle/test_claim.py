@@ -162,7 +162,7 @@ def test_release_hands_the_task_back_and_refunds_the_attempt(db):
 
 def test_paused_queue_is_not_claimed(db):
     db.make_task()
-    db.sql("UPDATE shardq_queues SET paused_dequeue = true WHERE name = 'q'")
+    db.pause_dequeue("q")
     found = Consumer(db.store, ["q"]).claim()
     assert found.tasks == [] and found.round_empty
 
@@ -179,12 +179,12 @@ def test_consumer_rejects_non_positive_batch_and_a_lease_under_a_second(db, bad)
 
 def test_a_queue_lease_under_a_second_written_in_sql_is_used_as_one_second(db):
     db.client.store.queue_ensure("q")
-    db.sql("UPDATE shardq_queues SET lease_seconds = 0.01 WHERE name = 'q'")  # passes the table's CHECK
+    db.set_lease_seconds("q", 0.01)  # passes the table's CHECK
     db.make_task()
     consumer = Consumer(db.store, ["q"])
     assert consumer.lease_for("q") == 1.0
-    before = db.sql("SELECT now() AS now")[0]["now"]
+    before = db.server_now()
     [task] = consumer.claim().tasks
-    after = db.sql("SELECT now() AS now")[0]["now"]
+    after = db.server_now()
     # The claim's server clock lies between the two readings.
     assert before + dt.timedelta(seconds=1) <= task.lease_expires_at <= after + dt.timedelta(seconds=1)

@@ -8,6 +8,7 @@ inside an open transaction and read the setting the commit would use."""
 from __future__ import annotations
 
 from shardq.lifecycle.claim import Consumer
+from tests.support.probes import synchronous_commit
 
 
 def setting_inside_claim(db, queue: str, *, durable: bool) -> tuple[int, str]:
@@ -16,7 +17,7 @@ def setting_inside_claim(db, queue: str, *, durable: bool) -> tuple[int, str]:
 
     def body(session):
         tasks = db.store.claim(list(range(db.layout.visit_count)), queue, 10, 30.0, durable=durable)
-        return len(tasks), session.execute_raw("SELECT current_setting('synchronous_commit') AS mode")[0]["mode"]
+        return len(tasks), synchronous_commit(session)
 
     return db.store.session.transaction(body)
 
@@ -25,7 +26,7 @@ def test_a_claim_of_plain_tasks_commits_without_waiting_for_disk(pg_db):
     pg_db.make_task("q")
     assert setting_inside_claim(pg_db, "q", durable=False) == (1, "off")
     # Only that transaction: the session keeps its own setting.
-    assert pg_db.sql("SELECT current_setting('synchronous_commit') AS mode")[0]["mode"] == "on"
+    assert synchronous_commit(pg_db.session) == "on"
 
 
 def test_a_claim_asked_to_be_durable_keeps_the_sessions_setting(pg_db):

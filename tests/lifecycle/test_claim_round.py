@@ -34,10 +34,10 @@ def test_a_round_claim_walks_buckets_in_order_with_a_token_and_lease_record_per_
     assert sorted(t.key.bucket for t in claimed) == [0, 2, 2, 3, 3]
     tokens = {t.key.bucket: t.lease_token for t in claimed}
     assert all(t.lease_token == tokens[t.key.bucket] for t in claimed) and len(set(tokens.values())) == 3
-    leases = pg_db.sql("SELECT token, bucket, cardinality(ids) AS n FROM shardq_leases ORDER BY bucket")
+    leases = pg_db.lease_record_sizes()
     assert [(r["bucket"], r["n"]) for r in leases] == [(0, 1), (2, 2), (3, 2)]
     assert all(r["token"] == tokens[r["bucket"]] for r in leases)
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state = 'leased'")[0]["n"] == 5
+    assert pg_db.count_tasks(state="leased") == 5
 
 
 def test_a_round_claim_hands_tasks_out_in_priority_order(pg_db):

@@ -132,7 +132,7 @@ def test_a_resent_retry_cannot_touch_a_lease_another_consumer_took_since(pg_db):
 
     def reap_and_reclaim() -> None:
         Reaper(TaskStore(pg_db.client.new_session())).run_once()
-        pg_db.sql("UPDATE shardq_tasks SET exec_time = now() - interval '1 second' WHERE id = %(id)s", {"id": task.key.id})
+        pg_db.make_due(task.key.id)
         assert [t.id for t in thief.claim().tasks] == [task.id]
 
     injector = Injector("task_retry_many", pgerrors.StatementCompletionUnknown, times=1, first=reap_and_reclaim)
@@ -170,11 +170,9 @@ def test_a_consumer_moves_on_after_an_ambiguous_claim_and_the_reaper_recovers_it
     assert first.tasks == [] and not first.round_empty
     assert pg_db.task_row(task.id)["state"] == "leased"
 
-    pg_db.sql("UPDATE shardq_tasks SET lease_expires_at = now() - interval '1 second' WHERE id = %(id)s",
-              {"id": task.key.id})
-    pg_db.sql("UPDATE shardq_leases SET expires_at = now() - interval '1 second'")
+    pg_db.expire_lease(task.key.id)  # and every lease record
     assert Reaper(pg_db.store).run_once().retried == 1
-    pg_db.sql("UPDATE shardq_tasks SET exec_time = now() - interval '1 second' WHERE id = %(id)s", {"id": task.key.id})
+    pg_db.make_due(task.key.id)
     again = [t for _ in range(2) for t in consumer.claim().tasks]
     assert [t.id for t in again] == [task.id]
     assert again[0].attempt == 2  # the lost claim's attempt counts

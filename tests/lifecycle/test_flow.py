@@ -211,8 +211,8 @@ def test_slots_of_a_dead_worker_come_back_when_they_expire(db):
     assert len(held) == 2
     other = other_consumer(db)
     assert other.claim(start_room=10).throttled == {"q": None}
-    expiry = max(row["free_at"] for row in db.sql("SELECT free_at FROM shardq_slots"))
-    while db.sql("SELECT now() <= %(e)s AS waiting", {"e": expiry})[0]["waiting"]:
+    expiry = max(db.slot_free_ats())
+    while db.server_clock_at_or_before(expiry):
         time.sleep(0.05)  # the server's clock decides when the slots are free
     retaken = other.claim(start_room=10).tasks
     assert len(retaken) == 2  # the expired slots, without a reaper or any clean-up
@@ -223,7 +223,7 @@ def test_a_task_whose_slot_went_to_another_worker_is_marked_lost(db):
     db.client.enqueue_many("q", [b"x"])
     consumer = Consumer(db.store, ["q"], batch=10)
     [task] = consumer.claim(start_room=10).tasks
-    db.sql("UPDATE shardq_slots SET token = gen_random_uuid()")  # the slot expired and was taken
+    db.take_every_slot()  # the slot expired and was taken
     consumer.flow_slots.pools["q"].renew_at = 0.0  # renewal due now
     consumer.flow_slots.renew_due(db.store)
     assert consumer.flow_slots.lost(task) and consumer.flow_slots.pools["q"].held == 0
@@ -288,7 +288,7 @@ def test_removing_a_limit_drops_its_slots_and_bucket(db):
     settings = db.client.set_queue("q", concurrency=0, rate=0)
     assert settings.concurrency_limit is None and settings.rate_limit is None
     assert db.store.flow_usage() == {}
-    assert db.sql("SELECT count(*) AS n FROM shardq_rate_tokens")[0]["n"] == 0
+    assert db.count_rate_tokens() == 0
 
 
 def test_lowering_a_limit_drops_the_slots_above_it(db):

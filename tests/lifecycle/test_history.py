@@ -34,7 +34,7 @@ def _drain(db, queue: str, handler, **options) -> shardq.WorkerTotals:
 
 
 def _history_count(db) -> int:
-    return db.sql("SELECT count(*) AS n FROM shardq_history")[0]["n"]
+    return db.count_history()
 
 
 def test_a_queue_that_keeps_nothing_records_nothing_and_its_finished_task_is_unknown(db):
@@ -88,7 +88,7 @@ def test_live_tasks_report_ready_scheduled_running_and_retrying(db):
     running = db.make_task("q", state="leased", attempts=2)
     retry_at = utcnow() + dt.timedelta(minutes=5)
     retrying = db.make_task("q", state="scheduled", exec_time=retry_at, attempts=1)
-    db.sql("UPDATE shardq_tasks SET last_error = 'boom' WHERE id = %(id)s", {"id": retrying.key.id})
+    db.set_last_error(retrying.key.id, "boom")
     assert db.client.status(ready.id).state == "ready"
     assert db.client.status(later.id).state == "scheduled"
     status = db.client.status(running.id)
@@ -114,15 +114,8 @@ def test_failed_attempts_are_recorded_with_the_final_outcome_of_a_dead_task(db):
     status = db.client.status(task.id)
     assert status.state in ("retrying", "ready") and [a.error for a in status.history] == ["first failure"]
     # the second attempt, claimed again, fails for good
-    db.sql("UPDATE shardq_tasks SET state = 'leased', rank = priority, attempts = 2, lease_token = %(t)s,"
-           " lease_expires_at = now() + interval '30 seconds' WHERE id = %(id)s",
-           {"t": task.lease_token, "id": task.key.id})
-    row = db.task_row(task.id)
+    row = db.lease_again(task, attempts=2)
     again = task._replace(key=task.key._replace(rank=row["rank"], exec_time=row["exec_time"]), attempt=2)
-    if db.dialect == "postgresql":
-        db.sql("INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids) VALUES"
-               " (%(t)s, %(b)s, 'kept', now(), ARRAY[%(r)s::int8], ARRAY[%(e)s::timestamptz], ARRAY[%(id)s::uuid])",
-               {"t": uuid.uuid4(), "b": task.key.bucket, "r": row["rank"], "e": row["exec_time"], "id": task.key.id})
     second = Failure(fenced(again), 2, 2, "second failure", task="t.name", run_seconds=0.5)
     result = settle_failures(db.store, [second], settings, require_expired=False)
     assert len(result.dead) == 1
@@ -158,8 +151,7 @@ def test_history_pages_newest_first_with_state_and_since_filters(db):
     _keep(db, "kept")
     ids = db.client.enqueue_many("kept", [f"t{i}".encode() for i in range(7)]).enqueued_ids
     _drain(db, "kept", lambda task: None)
-    db.sql("UPDATE shardq_history SET finished_at = now() - interval '1 hour' WHERE id = %(id)s",
-           {"id": uuid.UUID(ids[0])})
+    db.age_history(3600, ids[0])
     first = db.store.run(history.page_plan("kept", limit=4))
     rest = db.store.run(history.page_plan("kept", after=(first[-1].finished_at, uuid.UUID(first[-1].id)), limit=4))
     assert len(first) == 4 and len(rest) == 3
@@ -179,11 +171,10 @@ def test_pruning_removes_rows_past_the_queues_retention_and_everything_of_a_queu
     db.client.enqueue_many("was", [b"d"])
     _drain(db, "kept", lambda task: None)
     _drain(db, "was", lambda task: None)
-    db.sql("UPDATE shardq_history SET finished_at = now() - interval '2 hours'"
-           " WHERE id IN (SELECT id FROM shardq_history WHERE queue = 'kept' LIMIT 2)")
+    db.age_some_history("kept", 2, 7200)
     db.client.set_queue("was", keep_finished_seconds=0)
     assert prune_history(db.store) == 3
-    assert [r["queue"] for r in db.sql("SELECT queue FROM shardq_history")] == ["kept"]
+    assert [r["queue"] for r in db.history("queue")] == ["kept"]
 
 
 def test_keep_finished_is_a_queue_setting_shown_with_the_others(db):
@@ -280,7 +271,7 @@ def test_dedupe_for_refuses_a_key_for_a_while_after_its_task_finished(db):
     again = db.client.enqueue("hooks", b"payload", dedupe_key="hook:1", dedupe_for=600)
     assert (again.enqueued, again.duplicate_keys) == (0, ("hook:1",))
     # without a window, or once the window has passed, the key is free again
-    db.sql("UPDATE shardq_history SET finished_at = now() - interval '20 minutes'")
+    db.age_history(1200)
     assert db.client.enqueue("hooks", b"payload", dedupe_key="hook:1", dedupe_for=600).enqueued == 1
     assert db.client.enqueue("hooks", b"other", dedupe_key="hook:2", dedupe_for=600).enqueued == 1
     with pytest.raises(InvalidInput, match="dedupe_for needs a dedupe_key"):
@@ -370,7 +361,7 @@ def test_each_kept_ack_records_its_own_result_when_a_batch_settles_many_claims_a
         return None if n % 3 == 0 else {"n": n}  # claims with and without results, side by side
 
     assert _drain(db, "kept", handler).acked == 120
-    rows = {str(r["id"]): r["result"] for r in db.sql("SELECT id, result FROM shardq_history")}
+    rows = {str(r["id"]): r["result"] for r in db.history("id", "result")}
     assert len(rows) == 120
     for payload, task_id in ids.items():
         n = int(payload[1:])

@@ -15,6 +15,7 @@ from shardq.lifecycle.notify import Listener, Notifier
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
 from shardq.worker import fetcher as worker_module
+from tests.support.probes import backend_pid
 
 
 class FakeClock:
@@ -64,8 +65,8 @@ def test_a_listener_returns_at_once_when_asked_to_stop(pg_db):
 def test_a_lost_listening_connection_listens_again_once_it_reconnects(pg_db):
     store, listener = _listening(pg_db, ["a"])
     stop = threading.Event()
-    pid = store.session.execute_raw("SELECT pg_backend_pid() AS pid")[0]["pid"]
-    pg_db.sql("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+    pid = backend_pid(store.session)
+    pg_db.terminate_backend(pid)
     assert listener.wait(5, stop) is False  # the loss ends the wait: the worker polls instead
     assert store.notifications(0) == []  # reconnects, and LISTENs again
     pg_db.store.queue_notify("a")

@@ -144,7 +144,7 @@ def test_latest_only_queue_keeps_just_the_newest_backlog_entry(db):
     db.client.enqueue("q", b"old", exclusive_key="k")
     newest = db.client.enqueue("q", b"new", exclusive_key="k")
     assert newest.superseded == 1
-    rows = db.sql("SELECT payload FROM shardq_tasks WHERE backlogged")
+    rows = [r for r in db.tasks("payload", "backlogged") if r["backlogged"]]
     assert [bytes(r["payload"]) for r in rows] == [b"new"]
 
 
@@ -222,7 +222,7 @@ def test_queue_settings_change_and_validate(db):
     settings = db.client.set_queue("q", lease_seconds=120, max_attempts=3, backoff_base=2, backoff_cap=60, retry_jitter=0.5)
     assert (settings.lease_seconds, settings.max_attempts, settings.retry_jitter) == (120, 3, 0.5)
     assert db.client.enqueue("q", b"x").enqueued == 1
-    assert db.sql("SELECT max_attempts FROM shardq_tasks")[0]["max_attempts"] == 3
+    assert db.tasks("max_attempts")[0]["max_attempts"] == 3
     for bad in ({"lease_seconds": 0}, {"lease_seconds": 0.5}, {"retry_jitter": 2}, {"max_attempts": 0}, {"bogus": 1}):
         with pytest.raises(InvalidInput):
             db.client.set_queue("q", **bad)

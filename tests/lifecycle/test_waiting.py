@@ -45,8 +45,7 @@ def _waiting_in_thread(handle, timeout: float = 30.0):
 
 
 def _listening(db) -> int:
-    return db.sql("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'shardq-outcomes'"
-                  " AND datname = current_database()")[0]["n"]
+    return db.count_sessions("shardq-outcomes")
 
 
 def test_the_handle_is_the_id_and_waits_for_the_result(app):
@@ -80,7 +79,7 @@ def test_a_waiter_on_postgresql_is_woken_by_the_notification_not_its_poll(app, d
         thread.join(30)
         assert box["value"] == "ok" and box["seconds"] < 30  # a poll would have taken 60 s
     assert _listening(db) == 1  # twenty waiters, one listening connection
-    assert db.sql("SELECT count(*) AS n FROM shardq_listeners")[0]["n"] == 1  # the workers notify while it is there
+    assert db.count_listeners() == 1  # the workers notify while it is there
 
 
 def test_a_wait_that_times_out_raises_and_leaves_the_task_alone(app, db):

@@ -12,6 +12,7 @@ from shardq.lifecycle.notify import Listener, Notifier
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
 from tests.support.factories import wake_up_refused_once
+from tests.support.probes import count_tasks_on
 
 
 def _statements(store: TaskStore) -> list[str]:
@@ -39,7 +40,7 @@ def test_an_enqueue_whose_wake_up_the_server_refuses_still_enqueues_its_tasks(pg
     with wake_up_refused_once(pg_db.store.session, "task_insert_many_fresh") as calls:
         result = producer.enqueue("q", b"now")
     assert len(calls) == 2 and len(result.enqueued_ids) == 1
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 1
+    assert pg_db.count_tasks() == 1
 
 
 def test_a_round_that_took_every_ready_task_says_it_drained_the_queue(pg_db):
@@ -84,10 +85,10 @@ def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
     with psycopg.connect(pg_db.dsn.conninfo, autocommit=True) as other:
         def look(name: str) -> None:
             if name == "task_ack_claim":
-                seen_from_outside.append(other.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0])
+                seen_from_outside.append(count_tasks_on(other))
 
         pg_db.store.session.before_statement = look
         assert pg_db.store.task_ack_claims(claims) == set()
         pg_db.store.session.before_statement = None
-        assert other.execute("SELECT count(*) FROM shardq_tasks").fetchone()[0] == 0
+        assert count_tasks_on(other) == 0
     assert seen_from_outside == [3, 3, 3]  # no bucket's ack committed before the others ran

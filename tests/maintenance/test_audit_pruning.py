@@ -8,14 +8,11 @@ from shardq.maintenance.reaper import Reaper
 
 
 def _audit(db, days_ago: float, count: int) -> None:
-    db.sql("INSERT INTO shardq_audit (id, at, actor, action, target)"
-           " SELECT gen_random_uuid(), now() - %(days)s::FLOAT8 * INTERVAL '1 day', 'token', 'pause', 'queue q'"
-           " FROM generate_series(1, %(count)s::INT8)", {"days": days_ago, "count": count})
+    db.add_audit_rows(days_ago, count)
 
 
 def _ages(db) -> list[int]:
-    rows = db.sql("SELECT (extract(epoch FROM now() - at) / 86400)::INT8 AS days FROM shardq_audit ORDER BY at")
-    return [r["days"] for r in rows]
+    return db.audit_ages_in_days()
 
 
 def test_a_reaper_pass_deletes_audit_entries_past_ninety_days_and_keeps_the_rest(db):

@@ -57,13 +57,13 @@ def test_without_sweeping_until_empty_leaves_expired_leases_alone(db):
     ran = []
     db.client.work(["q"], ran.append, until_empty=True, sweep=False)
     assert ran == []
-    assert db.sql("SELECT state FROM shardq_tasks")[0]["state"] == "leased"
+    assert db.tasks("state")[0]["state"] == "leased"
 
 
 def test_an_expired_lease_on_its_last_attempt_is_dead_lettered_by_the_sweep(db):
     db.make_task("q", state="leased", attempts=3, max_attempts=3, lease_expires_at=utcnow() - dt.timedelta(seconds=5))
     db.client.work(["q"], lambda task: None, until_empty=True)
-    dead = db.sql("SELECT last_error FROM shardq_dead")
+    dead = db.dead_rows("last_error")
     assert len(dead) == 1 and "lease expired" in dead[0]["last_error"]
 
 
@@ -71,7 +71,7 @@ def test_a_lease_still_running_is_not_swept(db):
     live = db.make_task("q", state="leased", lease_expires_at=utcnow() + dt.timedelta(minutes=5))
     result = sweeper(db).sweep_all(db.store)
     assert result.reaped == 0
-    assert db.sql("SELECT lease_token FROM shardq_tasks")[0]["lease_token"] == live.lease_token
+    assert db.tasks("lease_token")[0]["lease_token"] == live.lease_token
 
 
 def test_a_bucket_turn_is_taken_once_per_interval(db):
@@ -94,7 +94,7 @@ def test_one_worker_alone_visits_every_bucket_within_one_round(db):
     alone = sweeper(db, every=0.0)
     results = [alone.run_once() for _ in range(2)]  # TURNS_PER_ROUND turns: one round
     assert sum(r.retried for r in results) == len(lost)
-    assert db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state = 'leased'")[0]["n"] == 0
+    assert db.count_tasks(state="leased") == 0
 
 
 def test_swept_tasks_are_counted_as_expired_in_the_activity_counters(db):

@@ -82,7 +82,7 @@ def test_after_downtime_only_the_latest_missed_slot_runs_unless_catch_up_asks_fo
     assert scheduler(db, app, clock).run_once() == 2  # each schedule's first slot
     clock.now = at("2026-11-25T10:10:10")  # nine slots missed while no worker ran
     assert scheduler(db, app, clock).run_once() == 1 + 3
-    slots = db.sql("SELECT name, slot FROM shardq_periodic ORDER BY name, slot")
+    slots = db.periodic_slots()
     catching_up = [r["slot"] for r in slots if r["name"] == "catching-up"]
     assert catching_up[-3:] == [at("2026-11-25T10:08:00"), at("2026-11-25T10:09:00"), at("2026-11-25T10:10:00")]
     assert [r["slot"] for r in slots if r["name"] == "latest-only"] == [at("2026-11-25T10:00:00"),
@@ -124,7 +124,7 @@ def test_old_slot_rows_are_pruned_but_never_a_schedules_latest(db, app):
         clock.now = at(f"2026-11-25T10:0{minute}:10")
         s.run_once()
     assert prune(db.client.store, keep_seconds=0) == 2
-    assert [r["slot"] for r in db.sql("SELECT slot FROM shardq_periodic")] == [at("2026-11-25T10:02:00")]
+    assert [r["slot"] for r in db.periodic_slots()] == [at("2026-11-25T10:02:00")]
 
 
 def test_a_scheduler_pass_takes_due_slots_and_prunes_once_a_minute_on_the_calling_thread(db, app):
@@ -143,13 +143,13 @@ def test_a_scheduler_pass_takes_due_slots_and_prunes_once_a_minute_on_the_callin
         sent.clear()
         clock.now = at("2026-11-25T10:00:50")
         assert s.run_once() == 0 and sent == []  # nothing due, and the last prune is not a minute old
-        db.sql("UPDATE shardq_periodic SET taken_at = taken_at - INTERVAL '2 days'")
+        db.age_periodic_slots(2 * 86400)
         clock.now = at("2026-11-25T10:01:10")
         assert s.run_once() == 1
         assert sent == ["periodic_slot_take", "periodic_slots_prune"]
     finally:
         store.session.before_statement = None
-    assert [r["slot"] for r in db.sql("SELECT slot FROM shardq_periodic")] == [at("2026-11-25T10:01:00")]
+    assert [r["slot"] for r in db.periodic_slots()] == [at("2026-11-25T10:01:00")]
     assert s.taken == 2 and not s.thread.is_alive()  # every pass ran here, none on the thread
 
 
@@ -215,4 +215,4 @@ def test_the_cli_lists_schedules_and_refuses_a_bad_one_with_exit_2(pg_db, tmp_pa
     bad = run("work", "--app", "bad_periodic_app:app", "--until-empty")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "does not parse" in bad.stderr
     worked = run("work", "--app", "periodic_app:app", "--until-empty", "--no-periodic")
-    assert worked.returncode == 0 and pg_db.sql("SELECT count(*) AS n FROM shardq_periodic")[0]["n"] == 0
+    assert worked.returncode == 0 and len(pg_db.periodic_slots()) == 0

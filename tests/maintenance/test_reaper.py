@@ -29,7 +29,7 @@ def test_expired_lease_goes_back_to_ready_after_a_backoff(db):
 
 def test_backoff_grows_with_attempts_and_is_capped_by_the_queue(db):
     db.client.store.queue_ensure("q")
-    db.sql("UPDATE shardq_queues SET backoff_base = 100, backoff_cap = 150 WHERE name = 'q'")
+    db.set_backoff("q", 100, 150)
     tasks = [expired(db, attempts=5) for _ in range(30)]
     Reaper(db.store).run_once()
     delays = [(db.task_row(t.id)["exec_time"] - utcnow()).total_seconds() for t in tasks]
@@ -91,7 +91,7 @@ def test_concurrent_reapers_reap_each_lease_once(db):
     for t in threads:
         t.join()
     assert sum(r.retried for r in results) == 60
-    assert db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state IN ('ready', 'scheduled')")[0]["n"] == 60
+    assert db.count_tasks(states=("ready", "scheduled")) == 60
 
 
 def test_lease_records_of_settled_claims_are_dropped(pg_db):

@@ -12,7 +12,7 @@ from shardq.operations import registry as plans
 
 
 def _rows(db):
-    return db.sql("SELECT * FROM shardq_workers")
+    return db.workers()
 
 
 def test_a_beat_writes_one_row_and_the_next_refreshes_it(db):
@@ -46,7 +46,7 @@ def test_a_leased_task_names_its_worker_by_lease_token(db):
 def test_rows_of_silent_workers_are_pruned_by_a_live_one(db):
     gone = WorkerRegistry(["q"], 1, lambda: Holding(0, 0, []))
     gone.beat(db.store)
-    db.sql("UPDATE shardq_workers SET beat_at = now() - INTERVAL '10 minutes'")
+    db.age_workers(600)
     live = WorkerRegistry(["q"], 1, lambda: Holding(0, 0, []), stale=60)
     for _ in range(worker_registry.PRUNE_EVERY_BEATS):
         live.beat(db.store)

@@ -81,7 +81,7 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int, reap
     next_reap = started
     while True:
         now = time.monotonic()
-        remaining = db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})[0]["n"]
+        remaining = db.count_tasks(queue=queue)
         if remaining == 0 or now - started > deadline:
             break
         if test_reaper is not None and now >= next_reap:  # the test's own reaper; the reaper process races it
@@ -106,13 +106,13 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int, reap
     if test_reaper is not None:
         test_reaper.store.session.close()
 
-    rows = db.sql("SELECT id::text AS id, state FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
-    leased = sum(1 for r in rows if r["state"] == "leased")
-    dead = {r["id"] for r in db.sql("SELECT id::text AS id FROM shardq_dead WHERE queue = %(q)s", {"q": queue})}
+    states = db.task_states_by_id(queue)
+    leased = sum(1 for state in states.values() if state == "leased")
+    dead = db.dead_ids(queue)
     killed = procs.killed_pids()
     lost_logged = lease_lost_reports(procs.logs())
     accounting = account(
-        enqueued, read_executions(out), remaining={r["id"] for r in rows}, dead=dead,
+        enqueued, read_executions(out), remaining=set(states), dead=dead,
         killed_pids=killed, lease_lost=lost_logged,
     )
     exit_codes = Counter(p.popen.returncode for p in procs.all)
@@ -207,7 +207,7 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
     procs = Processes(pg_db.dsn.conninfo, out, extra_env={"SHARDQ_REL_HOLD": str(gates), "SHARDQ_REL_SLEEP_MS": "0"})
 
     def count(state: str) -> int:
-        return pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE state = %(s)s", {"s": state})[0]["n"]
+        return pg_db.count_tasks(state=state)
 
     # A real worker leases everything (its one handler blocks), then dies: every lease will expire.
     holder = procs.start("worker", ["work", queue, "--handler", "tests.reliability.crash_handlers:hold",
@@ -227,8 +227,8 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
             procs.kill(reaper)
         killed += reaper.died_of_sigkill and not reaper.killed_by_test
         # After every kill: each task is in exactly one place, and none was charged twice.
-        rows = pg_db.sql("SELECT state, attempts FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
-        both += pg_db.sql("SELECT count(*) AS n FROM shardq_tasks t JOIN shardq_dead d USING (id)")[0]["n"]
+        rows = pg_db.tasks("state", "attempts", queue=queue)
+        both += pg_db.count_both_tasks_and_dead()
         double += sum(1 for r in rows if r["attempts"] != 1)
         assert len(rows) == tasks
     reaper = pg_db.client.reaper()
@@ -240,9 +240,9 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
     # The drain worker settled every claim it made, the reaper swept the dead worker's: nothing may
     # be left in the lease records (a leftover costs the reaper a sweep per lease period).
     stale = pg_db.count("shardq_leases")
-    rows = pg_db.sql("SELECT id::text AS id FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    remaining = set(pg_db.task_ids(queue))
     runs = read_executions(out)
-    accounting = account(dict.fromkeys(ids, False), runs, remaining={r["id"] for r in rows}, dead=set(),
+    accounting = account(dict.fromkeys(ids, False), runs, remaining=remaining, dead=set(),
                          killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
     figures.add("reaper-crash", scenario=f"{tasks} expired leases, reapers SIGKILLed mid-reap", kills=killed,
                 leases=tasks, lost=len(accounting.lost), stuck=len(accounting.stuck), double=double, both=both, stale=stale,

@@ -98,11 +98,11 @@ def test_the_slots_of_a_killed_worker_come_back_within_one_lease(pg_db, tmp_path
         client.enqueue_many("q", [f"after{i}".encode() for i in range(6)])
         procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "4"])
         assert client.store.flow_usage() == {"q": (3, 3)}
-        held_until = max(row["free_at"] for row in pg_db.sql("SELECT free_at FROM shardq_slots"))
+        held_until = max(pg_db.slot_free_ats())
         procs.kill(holder)
         killed_at = time.time()
         # The holder renewed its slots until it died: none is held past one lease from the kill.
-        last_free = max(row["free_at"] for row in pg_db.sql("SELECT free_at FROM shardq_slots")).timestamp()
+        last_free = max(pg_db.slot_free_ats()).timestamp()
         assert last_free <= killed_at + lease + 0.5
         runs = wait_until(_finished(out, 6), timeout=60, what="the other worker to run 6 tasks")
     finally:

@@ -57,12 +57,7 @@ INJECTIONS = [
 
 
 def snapshot(db) -> tuple:
-    row = db.sql(
-        "SELECT (SELECT count(*) FROM shardq_tasks) AS t, (SELECT count(*) FROM shardq_queues) AS q,"
-        " (SELECT count(*) FROM shardq_dead) AS d,"
-        " (SELECT coalesce(md5(string_agg(q::text, ',' ORDER BY name)), '') FROM shardq_queues q) AS qs"
-    )[0]
-    return row["t"], row["q"], row["d"], row["qs"]
+    return db.contents_fingerprint()
 
 
 anything = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5), st.binary(max_size=5),
@@ -453,10 +448,10 @@ def test_sql_in_every_text_input_is_refused_or_stored_as_data(pg_db, figures):
             assert result.exit_code == 2 and snapshot(pg_db) == before
     # A table's name is just another queue name: a plain value in a column, never an identifier.
     pg_db.client.enqueue("shardq_tasks", b"x", dedupe_key="shardq_dead")
-    assert pg_db.sql("SELECT queue, dedupe_key FROM shardq_tasks WHERE queue = 'shardq_tasks'") == [
+    assert pg_db.tasks("queue", "dedupe_key", queue="shardq_tasks") == [
         {"queue": "shardq_tasks", "dedupe_key": "shardq_dead"}]
     assert pg_db.count() == stored + 1  # every table still there, every row as written
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_queues WHERE name = 'inj'")[0]["n"] == 1
+    assert pg_db.count_queues_named("inj") == 1
     figures.add("fuzz", target="SQL injection strings in queue names, keys, payloads (library and CLI)",
                 tried=len(INJECTIONS) * 7, rejected=len(INJECTIONS) * 6, accepted=stored,
                 note="queue names are limited to letters, digits and _ . : - (so quotes and semicolons are refused); "

@@ -196,7 +196,7 @@ def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: r
     live = [start_worker() for _ in range(WORKERS)]
     started = time.monotonic()
     while True:
-        left = db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})[0]["n"]
+        left = db.count_tasks(queue=queue)
         if left == 0 or time.monotonic() - started > deadline:
             break
         for proc in list(live):
@@ -207,18 +207,13 @@ def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: r
     seconds = time.monotonic() - started
     procs.terminate_all(timeout=15)
 
-    rows = db.sql("SELECT id::text AS id, state, attempts, last_error,"
-                  " extract(epoch FROM now() - lease_expires_at)::float8 AS expired_for"
-                  " FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
-    dead = {r["id"]: r for r in db.sql("SELECT id::text AS id, attempts, last_error FROM shardq_dead"
-                                       " WHERE queue = %(q)s", {"q": queue})}
+    remaining, dead = db.outcomes_by_id(queue)
     # Processes that ended before settling all they held: a handler's os._exit, a SIGKILL, and a
     # worker that stopped at --max-abandoned (its settler gets a bounded time to finish at exit:
     # what it could not settle runs again once the lease expires, as at-least-once allows).
     ended = {p.pid for p in procs.all if p.popen.returncode in (EXIT_CODE, -9)
              or (p.popen.returncode in (1, -signal.SIGTERM) and ABANDONED in p.log.read_text(errors="replace"))}
     logs = procs.logs()
-    remaining = {r["id"]: r for r in rows}
     problems = check_outcomes(kinds, read_runs(out), remaining, dead, ended, lease_lost_reports(logs))
     for proc in procs.all:
         code = proc.popen.returncode
@@ -239,7 +234,7 @@ def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: r
         "acked": sum(1 for t, k in kinds.items() if k in ("ack", "retry", "exit") and t not in dead and t not in remaining),
         "dead": len(dead),
         "dead_expected": counts["dead"] + counts["exhaust"] + counts["timeout"],
-        "stuck": len(rows),
+        "stuck": len(remaining),
         "workers": len(procs.all),
         "ended_by_handler": sum(1 for p in procs.all if p.popen.returncode == EXIT_CODE),
         "seconds": round(seconds, 1),

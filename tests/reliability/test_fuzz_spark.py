@@ -143,8 +143,7 @@ def test_spark_enqueue_of_random_csv_and_json_inputs_exits_0_or_2_and_writes_not
 
     def state():
         tasks = pg_db.count()
-        stages = pg_db.sql("SELECT count(*) AS n FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'")
-        return tasks, stages[0]["n"]
+        return tasks, pg_db.count_tables_like("shardq_stage_%")
 
     @settings(max_examples=SPARK_EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -179,4 +178,4 @@ def test_spark_enqueue_of_random_csv_and_json_inputs_exits_0_or_2_and_writes_not
         check()
     finally:
         tally.save(note="spark-enqueue: one local Spark job per input (full run only)")
-    assert pg_db.sql("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'shardq_tasks'")[0]["n"] == 1
+    assert pg_db.count_tables_named("shardq_tasks") == 1

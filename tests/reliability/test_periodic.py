@@ -42,7 +42,7 @@ def test_killed_and_restarted_schedulers_take_every_slot_once(pg_db, tmp_path, f
     for span in up:
         span[1] = min(span[1], ended)
 
-    slots = {row["slot"].timestamp(): row["task_id"] for row in pg_db.sql("SELECT slot, task_id FROM shardq_periodic")}
+    slots = {row["slot"].timestamp(): row["task_id"] for row in pg_db.periodic_slots()}
     # Every slot S whose whole second [S, S+1) some warmed-up worker lived through was taken.
     covered = set()
     for started, stopped in up:

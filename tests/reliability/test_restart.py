@@ -17,7 +17,8 @@ import pytest
 from shardq import Client, DatabaseError, NewTask, backoff
 from shardq.sessions.dsn import Dsn
 from tests.reliability.harness import ASYNC_HANDLER, HANDLER, Processes, lease_lost_reports, read_executions, wait_until
-from tests.support.factories import TestDatabase, probe
+from tests.support.factories import TestDatabase
+from tests.support.probes import count_dead_in, count_tasks_in, task_states_in
 
 QUEUE = "restart"
 BATCH = 20
@@ -93,13 +94,13 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     client = Client(url, application_name="restart-test")
     try:
         def drained():
-            return probe(client.store.session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 0
+            return count_tasks_in(client.store.session) == 0
 
         wait_until(drained, 120, interval=0.2, what="the queue to drain (workers and the reaper process)")
         alive = [p.role for p in procs.all if p.poll() is not None]
         procs.terminate_all()
-        dead = probe(client.store.session, "SELECT count(*) AS n FROM shardq_dead")[0]["n"]
-        remaining = probe(client.store.session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
+        dead = count_dead_in(client.store.session)
+        remaining = count_tasks_in(client.store.session)
     finally:
         client.close()
 
@@ -164,7 +165,7 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
 
         def a_acked():
             try:
-                return probe(session, "SELECT count(*) AS n FROM shardq_tasks WHERE payload = 'a'")[0]["n"] == 0
+                return count_tasks_in(session, payload="a") == 0
             except DatabaseError:
                 return False  # the first statement after the restart finds its connection gone
 
@@ -174,8 +175,8 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
 
         def returned():
             reaper.run_once()
-            rows = probe(session, "SELECT state FROM shardq_tasks")
-            return len(rows) == 3 and all(r["state"] in ("ready", "scheduled") for r in rows)
+            states = task_states_in(session)
+            return len(states) == 3 and all(s in ("ready", "scheduled") for s in states)
 
         stuck = False
         try:

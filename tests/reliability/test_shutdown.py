@@ -19,8 +19,7 @@ def _handed_back(output: str) -> int:
 
 
 def _states(db) -> dict[str, int]:
-    rows = db.sql("SELECT state, count(*) AS n FROM shardq_tasks GROUP BY state")
-    return {r["state"]: r["n"] for r in rows}
+    return db.count_by_state()
 
 
 def test_sigterm_hands_back_unstarted_tasks_at_once_and_lets_running_ones_finish(pg_db, tmp_path, figures):
@@ -46,7 +45,7 @@ def test_sigterm_hands_back_unstarted_tasks_at_once_and_lets_running_ones_finish
     finally:
         (gates / "all").touch()
         procs.terminate_all()
-    rows = pg_db.sql("SELECT state, attempts, lease_token FROM shardq_tasks")
+    rows = pg_db.tasks("state", "attempts", "lease_token")
     runs = read_executions(out)
     finished = sum(1 for task_runs in runs.values() for r in task_runs if r.finished is not None)
     refunded = sum(1 for r in rows if r["attempts"] == 0 and r["lease_token"] is None and r["state"] == "ready")
@@ -77,7 +76,7 @@ def test_sigterm_during_a_drain_leaves_no_task_leased_or_half_run(pg_db, tmp_pat
         procs.terminate_all()
     runs = read_executions(out)
     cut_short = [r for rs in runs.values() for r in rs if r.finished is None]
-    rows = pg_db.sql("SELECT state, attempts FROM shardq_tasks")
+    rows = pg_db.tasks("state", "attempts")
     states = {r["state"] for r in rows}
     output = worker.log.read_text()
     figures.add("shutdown", scenario="SIGTERM during a drain (100 ms handlers, concurrency 4)",
@@ -105,7 +104,7 @@ def test_a_second_grace_expiry_hands_running_tasks_back_too(pg_db, tmp_path, fig
     finally:
         (gates / "all").touch()
         procs.terminate_all()
-    rows = pg_db.sql("SELECT state, attempts, lease_token FROM shardq_tasks")
+    rows = pg_db.tasks("state", "attempts", "lease_token")
     refunded = sum(1 for r in rows if r["state"] == "ready" and r["attempts"] == 0 and r["lease_token"] is None)
     figures.add("shutdown", scenario="SIGTERM with handlers blocked past a 0.5 s grace period",
                 claimed=5 - sum(1 for r in rows if r["attempts"] == 0) + _handed_back(worker.log.read_text()),

@@ -33,8 +33,7 @@ def _enqueue(app: shardq.App, db, runs: int, tasks: int, tag: str) -> list[tuple
         run_id = f"{tag}-{i}"
         callback = db.session.run(run_callbacks.register_plan(run_id, step.step(label=f"{run_id}.done")))
         ids = [str(h) for h in step.defer_many([{"label": f"{run_id}.t{j}"} for j in range(tasks)])]
-        db.sql("UPDATE shardq_tasks SET workflow_id = %(m)s WHERE id::TEXT = ANY(%(ids)s)",
-               {"m": callback.mark, "ids": ids})
+        db.mark_workflow(ids, callback.mark)
         db.session.run(run_callbacks.complete_plan(run_id))
         made.append((run_id, callback, ids))
     return made
@@ -104,7 +103,7 @@ def _check(db, app, made, out, procs, where: str) -> list[str]:
             continue  # reported as lost by the accounting below
         if min(starts) < max(f for f in finished if f is not None):
             problems.append(f"{where}: the callback of {run_id} started before every task of the run finished")
-    remaining = {r["id"] for r in db.sql("SELECT id::text AS id FROM shardq_tasks WHERE queue = %(q)s", {"q": QUEUE})}
+    remaining = set(db.task_ids(QUEUE))
     accounting = account(dict.fromkeys(task_ids, False), executions, remaining=remaining, dead=set(),
                          killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
     problems += [f"{where}: {p}" for p in accounting.problems()]

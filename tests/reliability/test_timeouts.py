@@ -16,6 +16,7 @@ import pytest
 
 from shardq import Client, ReaperConfig
 from tests.reliability.harness import Processes, wait_until
+from tests.support.probes import terminate_sessions_named
 
 
 class LogWatch(logging.Handler):
@@ -118,7 +119,7 @@ def test_worker_rides_out_claims_and_acks_cancelled_by_the_statement_timeout(pg_
                 text=f"{timeouts} cancelled statements retried; {stats.acked} of 10 acked, lease_lost {stats.lease_lost}, "
                      f"left in table {pg_db.count()}", lost=10 - stats.acked, stuck=pg_db.count())
     assert not failure, f"the worker died: {failure[0]!r}"
-    assert stats.acked == 10 and stats.lease_lost == 0 and len(seen) == 10, pg_db.sql("SELECT bucket, state, attempts, exec_time, now() AS now FROM shardq_tasks")
+    assert stats.acked == 10 and stats.lease_lost == 0 and len(seen) == 10, pg_db.task_clock()
     assert pg_db.count() == 0
 
 
@@ -226,11 +227,7 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
     try:
         while thread.is_alive() and cuts < 8:
             wait_until(lambda cuts=cuts: len(seen) >= 40 * (cuts + 1) or not thread.is_alive(), 60, what="progress between cuts")
-            killed = killer.execute_raw(
-                "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'shardq-cut-me'"
-                " AND backend_type = 'client backend'"
-            )[0]["n"]
+            killed = terminate_sessions_named(killer, "shardq-cut-me")
             cuts += 1 if killed else 0
     finally:
         thread.join(120)
@@ -238,7 +235,7 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
         killer.close()
         victim.close()
     stats = worker.totals
-    remaining = pg_db.sql("SELECT count(*) AS n FROM shardq_tasks")[0]["n"]
+    remaining = pg_db.count_tasks()
     figures.add("timeouts", scenario="worker connections cut with pg_terminate_backend during a drain",
                 text=f"{cuts} cuts; {len(set(seen))} of {len(ids)} processed, {len(seen) - len(set(seen))} "
                      f"executed twice, lease_lost {stats.lease_lost}, left in table {remaining}",

@@ -71,7 +71,7 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
             out = tmp_path / f"round{number}"
             handles = _enqueue(app, workflows)
             if shards:
-                assert pg_db.sql("SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] >= 2 * workflows
+                assert len(pg_db.workflow_counts()) >= 2 * workflows
             procs = Processes(pg_db.dsn.conninfo, out)
             live = [_worker(procs, rng, f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}")
                     for i in range(2)]
@@ -102,7 +102,7 @@ def _check(db, handles, app, out, procs, where: str) -> list[str]:
     problems: list[str] = []
     runs = read_executions(out)
     task_ids = {task_id for h in handles for task_id in h.task_ids.values()}
-    remaining = {r["id"] for r in db.sql("SELECT id::text AS id FROM shardq_tasks WHERE queue = %(q)s", {"q": QUEUE})}
+    remaining = set(db.task_ids(QUEUE))
     accounting = account(dict.fromkeys(task_ids, False), runs, remaining=remaining & task_ids, dead=set(),
                          killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
     problems += [f"{where}: {p}" for p in accounting.problems()]

@@ -22,24 +22,22 @@ from shardq.resize import resize_buckets
 from shardq.resize.postgresql import PostgresResize
 from shardq.sessions.store import TaskStore
 from tests.support.factories import fenced, utcnow
+from tests.support.probes import lock_task
 
 WAIT = 60  # seconds an Event/Condition may wait before the test fails (never a sleep)
 
 
 def bucket_default(db) -> str:
-    return db.sql(
-        "SELECT column_default FROM information_schema.columns"
-        " WHERE table_name = 'shardq_tasks' AND column_name = 'bucket'"
-    )[0]["column_default"]
+    return db.bucket_column_default()
 
 
 def buckets_row(db) -> tuple[int, int | None]:
-    row = db.sql("SELECT bucket_count, resizing_from FROM shardq_buckets")[0]
+    row = db.buckets_row()
     return row["bucket_count"], row["resizing_from"]
 
 
 def rows_by_bucket(db) -> dict[int, int]:
-    return {r["bucket"]: r["n"] for r in db.sql("SELECT bucket, count(*) AS n FROM shardq_tasks GROUP BY bucket")}
+    return db.count_tasks_by_bucket()
 
 
 def bucket_of(db, task) -> int:
@@ -183,7 +181,7 @@ def test_lease_records_of_dropped_buckets_are_removed_when_the_shrink_finishes(p
         # Settle every task but keep the lease records (as a worker that crashed before closing them).
         assert len(pg_db.store.task_ack_many([fenced(t) for t in claimed])) == 200
         assert shrink.drain_pass()
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_leases WHERE bucket >= 2")[0]["n"] == 0
+    assert pg_db.count_lease_records_from_bucket(2) == 0
 
 
 def test_rows_a_claim_holds_locked_are_skipped_and_moved_later(pg_db):
@@ -192,7 +190,7 @@ def test_rows_a_claim_holds_locked_are_skipped_and_moved_later(pg_db):
     with psycopg.connect(pg_db.dsn.conninfo) as other, pg_db.client.new_session() as session:
         shrink = PostgresResize(session, 4)
         shrink.extent = shrink.switch()
-        other.execute("SELECT 1 FROM shardq_tasks WHERE id = %s FOR UPDATE", [task.key.id])
+        lock_task(other, task.key.id)
         assert not shrink.drain_pass()  # the locked row is skipped, not waited for
         assert bucket_of(pg_db, task) == 5
         other.rollback()
@@ -335,7 +333,7 @@ def test_resize_16_to_32_to_8_under_load_processes_every_task_once(pg_db):
         assert (shrunk.before, shrunk.after, shrunk.complete) == (32, 8, True)
         assert claimed_during_shrink.is_set()
         assert buckets_row(pg_db) == (8, None)
-        assert pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE bucket >= 8")[0]["n"] == 0
+        assert pg_db.count_tasks_from_bucket(8) == 0
 
         with cond:
             stop_producer.set()

@@ -78,9 +78,9 @@ def test_struct_arguments_become_encode_call_payloads_and_run_through_the_app(sp
         df, calls = _struct_frame(spark)
         result = enqueue_dataframe(df, "img", run_id="calls", dsn=pg_db.dsn, options=SMALL, task=resize)
         assert result.enqueued == len(calls)
-        stored = sorted(bytes(r["payload"]) for r in pg_db.sql("SELECT payload FROM shardq_tasks"))
+        stored = sorted(bytes(r["payload"]) for r in pg_db.tasks("payload"))
         assert stored == sorted(encode_call("images.resize", call) for call in calls)
-        assert {r["priority"] for r in pg_db.sql("SELECT priority FROM shardq_tasks")} == {-3}
+        assert {r["priority"] for r in pg_db.tasks("priority")} == {-3}
         counts = app.work(until_empty=True)
         assert counts.acked == len(calls) and counts.dead == 0
         key = repr
@@ -116,7 +116,7 @@ def test_json_text_arguments_and_task_names_run_like_deferred_calls(spark, pg_db
     try:
         df = spark.createDataFrame([('{"to":"a@example.com","n":1}',), ('  {"to": "b@example.com"} ',)], "args string")
         enqueue_dataframe(df, "emails", run_id="json", dsn=pg_db.dsn, options=SMALL, task="emails.send")
-        payloads = sorted(bytes(r["payload"]) for r in pg_db.sql("SELECT payload FROM shardq_tasks"))
+        payloads = sorted(bytes(r["payload"]) for r in pg_db.tasks("payload"))
         assert encode_call("emails.send", {"to": "a@example.com", "n": 1}) in payloads
         assert app.work(until_empty=True).acked == 2
         assert sorted(seen) == [("a@example.com", 1), ("b@example.com", 0)]
@@ -150,7 +150,7 @@ def test_arguments_that_cannot_be_a_call_are_refused_before_the_job(spark, pg_db
 
 
 def _staging_tables(db) -> int:
-    return db.sql("SELECT count(*) AS n FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'")[0]["n"]
+    return db.count_tables_like("shardq_stage_%")
 
 
 @pytest.mark.parametrize(("rows", "schema", "kwargs", "message"), [
@@ -175,7 +175,7 @@ def test_bad_values_fail_before_the_merge_naming_the_column_and_the_bad_rows(spa
         enqueue_dataframe(df, "bad", run_id="bad", dsn=pg_db.dsn, options=SMALL, **kwargs)
     assert pg_db.count() == 0 and _staging_tables(pg_db) == 0
     # No chunk written (the run's registration, with its chunking row -1, stays for the re-run).
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE chunk >= 0")[0]["n"] == 0
+    assert pg_db.count_spark_chunks() == 0
 
 
 def test_string_columns_of_csv_inputs_are_parsed_into_due_times_and_priorities(spark, pg_db):
@@ -183,7 +183,7 @@ def test_string_columns_of_csv_inputs_are_parsed_into_due_times_and_priorities(s
     df = spark.createDataFrame(rows, "payload string, at string, prio string, tries string")
     columns = TaskColumns(run_at="at", priority="prio", max_attempts="tries")
     assert enqueue_dataframe(df, "parsed", run_id="parsed", dsn=pg_db.dsn, columns=columns, options=SMALL).enqueued == 2
-    got = {bytes(r["payload"]): r for r in pg_db.sql("SELECT payload, exec_time, priority, max_attempts, state FROM shardq_tasks")}
+    got = {bytes(r["payload"]): r for r in pg_db.tasks("payload", "exec_time", "priority", "max_attempts", "state")}
     assert (got[b"a"]["exec_time"], got[b"a"]["priority"], got[b"a"]["max_attempts"]) == (
         dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC), -5, 3)
     assert (got[b"b"]["state"], got[b"b"]["priority"], got[b"b"]["max_attempts"]) == ("ready", 0, 25)

@@ -44,14 +44,12 @@ def _frame(spark, n: int, *, copies: int = 1, prefix: str = "task"):
 
 
 def _payloads(db, queue: str) -> list[bytes]:
-    rows = db.sql("SELECT payload FROM shardq_tasks WHERE queue = %(q)s", {"q": queue})
+    rows = db.tasks("payload", queue=queue)
     return sorted(bytes(r["payload"]) for r in rows)
 
 
 def _stages(db) -> list[str]:
-    return [r["t"] for r in db.sql(
-        "SELECT table_name AS t FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'"
-    )]
+    return db.table_names_like("shardq_stage_%")
 
 
 def test_enqueue_dataframe_inserts_every_row_once_with_its_payload(spark, pg_db):
@@ -60,10 +58,10 @@ def test_enqueue_dataframe_inserts_every_row_once_with_its_payload(spark, pg_db)
     assert (result.enqueued, result.run_tasks, result.merged_chunks, result.chunks) == (600, 600, 8, 8)
     assert _payloads(pg_db, "bulk") == sorted(f"task-{i % 300}".encode() for i in range(600))
     assert pg_db.count("shardq_queues") == 1
-    row = pg_db.sql("SELECT state, attempts, max_attempts, exec_time <= now() AS due FROM shardq_tasks LIMIT 1")[0]
+    row = pg_db.first_task_due()
     assert row == {"state": "ready", "attempts": 0, "max_attempts": 25, "due": True}
     assert _stages(pg_db) == []  # the attempt dropped its staging table
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_stages")[0]["n"] == 0
+    assert pg_db.count_spark_stages() == 0
 
 
 def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
@@ -86,8 +84,8 @@ def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
     columns = TaskColumns(payload="body", run_at="when", dedupe_key="key", max_attempts="tries", priority="prio")
     result = enqueue_dataframe(df, "typed", run_id="typed", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 2  # rows sharing dedupe key k1 become one task
-    got = {bytes(r["payload"]): r for r in pg_db.sql(
-        "SELECT payload, state, exec_time, dedupe_key, max_attempts, priority FROM shardq_tasks WHERE queue = 'typed'")}
+    got = {bytes(r["payload"]): r for r in pg_db.tasks(
+        "payload", "state", "exec_time", "dedupe_key", "max_attempts", "priority", queue="typed")}
     keyed = got.get(b"\x00\xffraw") or got[b"dup-key"]
     assert keyed["dedupe_key"] == "k1"
     plain = got[b"plain"]
@@ -103,7 +101,7 @@ def test_delay_column_schedules_tasks_and_live_dedupe_keys_are_skipped(spark, pg
     columns = TaskColumns(payload="p", delay="d", dedupe_key="k")
     result = enqueue_dataframe(df, "sched", run_id="sched", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 1
-    row = pg_db.sql("SELECT exec_time > now() + interval '59 minutes' AS later FROM shardq_tasks WHERE payload = 'b'")
+    row = pg_db.due_later_than(b"b", 59 * 60)
     assert row == [{"later": True}]
     assert _payloads(pg_db, "sched") == [b"already", b"b"]
 
@@ -115,18 +113,17 @@ def test_exclusive_key_column_keeps_one_active_task_per_key_and_backlogs_the_res
     columns = TaskColumns(payload="p", exclusive_key="k", priority="prio")
     result = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 13
-    counts = {(r["k"], r["backlogged"]): r["n"] for r in pg_db.sql(
-        "SELECT exclusive_key AS k, backlogged, count(*) AS n FROM shardq_tasks WHERE queue = 'excl' GROUP BY 1, 2")}
+    counts = pg_db.count_by_exclusive_key("excl")
     assert counts == {("k0", False): 1, ("k0", True): 4, ("k1", False): 1, ("k1", True): 3,
                       ("k2", False): 1, ("k2", True): 3, (None, False): 1}
-    assert pg_db.sql("SELECT payload FROM shardq_tasks WHERE exclusive_key = 'k0' AND NOT backlogged") == [
+    assert pg_db.running_of_exclusive_key("k0") == [
         {"payload": b"busy"}]
     again = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert again.enqueued == 0 and pg_db.count() == 14
     # The backlog releases in priority order once the active task is acked.
-    busy = pg_db.sql("SELECT id FROM shardq_tasks WHERE payload = 'busy'")[0]["id"]
+    busy = pg_db.task_ids_of_payload(b"busy")[0]
     pg_db.client.cancel(str(busy))
-    assert pg_db.sql("SELECT payload FROM shardq_tasks WHERE exclusive_key = 'k0' AND NOT backlogged") == [
+    assert pg_db.running_of_exclusive_key("k0") == [
         {"payload": b"p0"}]
     bad = spark.createDataFrame([("p", "")], "p string, k string")
     with pytest.raises(InvalidTaskFrame, match="exclusive key is empty"):
@@ -137,10 +134,10 @@ def test_exclusive_key_column_keeps_one_active_task_per_key_and_backlogs_the_res
 def test_paused_queue_refuses_and_the_rerun_after_resuming_enqueues_everything(spark, pg_db):
     df = _frame(spark, 40)
     enqueue_dataframe(df.limit(1), "paused", run_id="first", dsn=pg_db.dsn, options=SMALL)
-    pg_db.sql("UPDATE shardq_queues SET paused_enqueue = true WHERE name = 'paused'")
+    pg_db.set_paused_enqueue("paused", True)
     with pytest.raises(QueuePaused):
         enqueue_dataframe(df, "paused", run_id="p", dsn=pg_db.dsn, options=SMALL)
-    pg_db.sql("UPDATE shardq_queues SET paused_enqueue = false WHERE name = 'paused'")
+    pg_db.set_paused_enqueue("paused", False)
     assert enqueue_dataframe(df, "paused", run_id="p", dsn=pg_db.dsn, options=SMALL).enqueued == 40
 
 
@@ -196,7 +193,7 @@ def test_rerun_after_a_chunk_failed_mid_write_and_acks_in_between_leaves_each_ta
     options = WriteOptions(partitions=1, chunks=8, merge_workers=1, writer=writer)  # chunks in order
     with chunks_fail_after(pg_db, "mid", 3), pytest.raises(DatabaseError, match="refused by the test"):
         enqueue_dataframe(df, "mid", run_id="mid", dsn=pg_db.dsn, options=options)
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = 'mid' AND chunk >= 0") == [{"n": 3}]
+    assert pg_db.count_spark_chunks("mid") == 3
     first = pg_db.count()
     assert 0 < first < 1000
     claimed = pg_db.store.task_claim_batch(0, "mid", 50, 30) + pg_db.store.task_claim_batch(1, "mid", 50, 30)
@@ -218,9 +215,8 @@ def test_a_queue_paused_while_the_copy_writer_runs_stops_it_and_the_rerun_finish
     with chunks_fail_after(pg_db, "pause-mid", 2, pause_queue="pmid"), pytest.raises(QueuePaused, match="pmid"):
         enqueue_dataframe(df, "pmid", run_id="pause-mid", dsn=pg_db.dsn, options=options)
     # The pause rolled back with the chunk that saw it; the two chunks before it stay written.
-    assert pg_db.sql("SELECT paused_enqueue FROM shardq_queues WHERE name = 'pmid'") == [{"paused_enqueue": False}]
-    progress = pg_db.sql("SELECT count(*) AS n, sum(rows_merged) AS t FROM shardq_spark_chunks "
-                         "WHERE run_id = 'pause-mid' AND chunk >= 0")[0]
+    assert pg_db.queue_columns("pmid", "paused_enqueue") == [{"paused_enqueue": False}]
+    progress = pg_db.spark_progress("pause-mid")
     assert progress["n"] == 2 and pg_db.count() == progress["t"] and 0 < progress["t"] < 300
     result = enqueue_dataframe(df, "pmid", run_id="pause-mid", dsn=pg_db.dsn, options=options)
     assert (result.skipped_chunks, result.merged_chunks, result.run_tasks) == (2, 6, 300)
@@ -237,10 +233,9 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     result = enqueue_dataframe(df, "ids", run_id="ids", dsn=pg_db.dsn, columns=columns, options=copy)
     staged = frame_module.stage_frame(df, queue="ids", run_id="ids", chunks=8, columns=columns).collect()
     assert result.enqueued == len({r["id"] for r in staged}) == 180 * 3 + 20
-    got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'ids'"))
+    got = sorted(r["id"].hex for r in pg_db.tasks("id", queue="ids"))
     assert got == sorted({r["id"] for r in staged})
-    per_chunk = {r["chunk"]: r["rows_merged"] for r in pg_db.sql(
-        "SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = 'ids' AND chunk >= 0")}
+    per_chunk = pg_db.spark_rows_merged("ids")
     counted: dict[int, set] = {}
     for r in staged:
         counted.setdefault(r["chunk"], set()).add(r["id"])
@@ -257,7 +252,7 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=copy)
     staged = frame_module.stage_frame(plain, queue="plain", run_id="plain", chunks=8, columns=columns).collect()
     assert result.enqueued == len(staged) == 600
-    got = sorted(r["id"].hex for r in pg_db.sql("SELECT id FROM shardq_tasks WHERE queue = 'plain'"))
+    got = sorted(r["id"].hex for r in pg_db.tasks("id", queue="plain"))
     assert got == sorted(r["id"] for r in staged)
 
 
@@ -266,7 +261,7 @@ def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db)
     own id) is finished on the staging path with that chunking, so no row changes chunk."""
     from shardq.spark.frame import CHUNK_BY_ID, CHUNK_BY_KEY
 
-    pg_db.sql("INSERT INTO shardq_spark_runs (run_id, queue, chunks) VALUES ('legacy', 'old', 8)")
+    pg_db.add_spark_run("legacy", "old", 8)
     df = _frame(spark, 100, copies=3)
     one_worker = WriteOptions(partitions=2, chunks=8, merge_workers=1)  # writer "auto": COPY, if it could
     merged = []
@@ -289,8 +284,7 @@ def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db)
             out[r["chunk"]] = out.get(r["chunk"], 0) + 1
         return out
 
-    ledger = {r["chunk"]: r["rows_merged"] for r in pg_db.sql(
-        "SELECT chunk, rows_merged FROM shardq_spark_chunks WHERE run_id = 'legacy'")}
+    ledger = pg_db.spark_rows_merged("legacy", merged_only=False)
     assert ledger == counts(CHUNK_BY_ID) != counts(CHUNK_BY_KEY)
 
 
@@ -315,7 +309,7 @@ def test_duplicate_rows_in_staging_and_overlapping_merges_insert_each_task_once(
     restarted = dataclasses.replace(stage, server_started=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
     with pytest.raises(DatabaseUnavailable, match="restarted"):
         SparkLedger(pg_db.session).chunk_merge(dataclasses.replace(run, run_id="other"), restarted, 0)
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = 'other'")[0]["n"] == 0
+    assert pg_db.count_spark_chunk_rows("other") == 0
     ledger.stage_drop(stage.name)
 
 

@@ -17,8 +17,7 @@ from shardq.sql import parse
 def _fill(db, stage: str, rows: list[tuple[int, str, bytes, str | None]]) -> None:
     """What Spark's JDBC append does: plain INSERTs of (chunk, id, payload, dedupe_key)."""
     for chunk, task_id, payload, key in rows:
-        db.sql(f'INSERT INTO "{stage}" (chunk, id, payload, dedupe_key) VALUES (%(c)s, %(i)s, %(p)s, %(k)s)',
-               {"c": chunk, "i": task_id, "p": payload, "k": key})
+        db.stage_row(stage, chunk, task_id, payload, key)
 
 
 def _ids(n: int) -> list[str]:
@@ -55,7 +54,7 @@ def test_chunk_merge_skips_duplicates_and_live_dedupe_keys_and_runs_once(db):
     ledger.stage_ready_for_merge(stage.name)
     assert [ledger.chunk_merge(run, stage, c) for c in (0, 1)] == [1, 2]
     assert [ledger.chunk_merge(run, stage, c) for c in (0, 1)] == [None, None]
-    payloads = sorted(bytes(r["payload"]) for r in db.sql("SELECT payload FROM shardq_tasks"))
+    payloads = sorted(bytes(r["payload"]) for r in db.tasks("payload"))
     assert payloads == [b"a", b"c", b"d", b"live"]
     assert ledger.run_progress("run") == (2, 3)
     ledger.stage_drop(stage.name)
@@ -99,11 +98,10 @@ def test_migration_0002_downgrade_drops_ledger_and_leftover_staging_tables(pg_db
     stage = stage_name("left")
     SparkLedger(pg_db.session).stage_create(stage, "left")
     migrate.downgrade(pg_db.dsn, target="0001")
-    tables = {r["t"] for r in pg_db.sql(
-        "SELECT table_name AS t FROM information_schema.tables WHERE table_name LIKE 'shardq_%%'")}
+    tables = set(pg_db.table_names_like("shardq_%"))
     assert stage not in tables and "shardq_spark_runs" not in tables and "shardq_tasks" in tables
     migrate.upgrade(pg_db.dsn)
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_runs")[0]["n"] == 0
+    assert pg_db.count_spark_runs() == 0
 
 
 def test_a_chunk_merge_that_keeps_failing_with_40001_is_rolled_back_whole_on_cockroachdb(db):

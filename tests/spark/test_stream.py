@@ -45,8 +45,7 @@ def test_a_stream_killed_mid_merge_and_restarted_enqueues_every_row_once(spark, 
             await_stream(query)
     assert batches == [(0, 42)]
     assert 42 < pg_db.count() < 84  # the second batch is half written
-    assert pg_db.sql("SELECT count(*) AS n FROM shardq_spark_chunks WHERE run_id = %(r)s AND chunk >= 0",
-                     {"r": stream_run_id(query_id, 1)}) == [{"n": 2}]
+    assert pg_db.count_spark_chunks(stream_run_id(query_id, 1)) == 2
 
     # Restart from the checkpoint: batch 1 is replayed (its merged chunks are skipped), then batch 2.
     query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
@@ -68,9 +67,9 @@ def test_a_stream_killed_mid_merge_and_restarted_enqueues_every_row_once(spark, 
             query.processAllAvailable()
     finally:
         query.stop()
-    payloads = sorted(bytes(r["payload"]).decode() for r in pg_db.sql("SELECT payload FROM shardq_tasks"))
+    payloads = sorted(bytes(r["payload"]).decode() for r in pg_db.tasks("payload"))
     assert payloads == sorted(expected)
-    runs = {r["run_id"] for r in pg_db.sql("SELECT run_id FROM shardq_spark_runs")}
+    runs = pg_db.spark_run_ids()
     assert {stream_run_id(query_id, b) for b in range(3)} <= runs
 
 
@@ -112,7 +111,7 @@ def test_cli_stream_reports_each_micro_batch_and_a_rerun_takes_only_new_files(sp
     assert second.exit_code == 0, second.output
     assert "batch 2: enqueued 1 into mail" in second.output and "batch 0" not in second.output
     assert pg_db.count() == 11
-    payloads = {bytes(r["payload"]) for r in pg_db.sql("SELECT payload FROM shardq_tasks")}
+    payloads = {bytes(r["payload"]) for r in pg_db.tasks("payload")}
     assert encode_call("emails.send", {"n": 9, "to": "late@example.com"}) in payloads  # JSON reads sort fields
 
     for bad, message in [

@@ -47,8 +47,7 @@ def _app(pg_db, ran: list, *, fail: int | None = None) -> _RowsApp:
 
 
 def _callback_tasks(pg_db) -> int:
-    return pg_db.sql("SELECT count(*) AS n FROM shardq_tasks WHERE payload = %(p)s",
-                     {"p": shardq.arguments.encode_call("done", {})})[0]["n"]
+    return pg_db.count_tasks(payload=shardq.arguments.encode_call("done", {}))
 
 
 @pytest.mark.parametrize("writer,columns", [

@@ -1,4 +1,5 @@
-"""Factories that put tasks into exact states, for tests. Direct SQL is fine here (and only here)."""
+"""Factories that put tasks into exact states, for tests. Direct SQL is fine here (and only here,
+with tests/support/probes.py, which TestDatabase mixes in)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from shardq.sessions.dsn import Dsn
 from shardq.sessions.rules import retry_pause
 from shardq.sessions.session import Session
 from shardq.sessions.store import TaskStore
+from tests.support.probes import RowProbes
 
 PROBE_ATTEMPTS = 10
 
@@ -38,7 +40,7 @@ def probe(session: Session, query: str, params: dict | None = None) -> list[dict
     raise AssertionError("unreachable")
 
 
-class TestDatabase:
+class TestDatabase(RowProbes):
     __test__ = False  # not a test class
 
     def __init__(self, dsn: Dsn, dialect: str, drop: tuple[str, str] | None = None) -> None:

@@ -90,7 +90,7 @@ def test_logging_in_and_clicking_through_the_dashboard_under_a_prefix(example):
         page.wait_for_url(base + PREFIX + "/login")
         assert page.context.cookies() == []  # the prefixed session cookie is gone
         browser.close()
-    assert db.sql("SELECT count(*) AS n FROM shardq_dead")[0]["n"] == 0
+    assert db.count_dead() == 0
     assert not errors, errors
     own = [u for u in requests if u.startswith(base)]
     assert own and all(u.startswith(base + PREFIX + "/") for u in own), own

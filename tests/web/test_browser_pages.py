@@ -105,11 +105,7 @@ def test_the_queue_page_draws_lead_time_and_start_latency(site, tmp_path):
     # Half an hour of minutes before the first row's, a quiet minute after it and a quiet stretch
     # in the middle: each series breaks twice. Counted from the first row's minute, not from now,
     # which may have moved on to the next minute since it was written.
-    db.sql("INSERT INTO shardq_stats (queue, minute, slot, enqueued, acked, handled, first_starts,"
-           " start_wait_seconds, lead_acks, lead_seconds)"
-           " SELECT 'emails', (SELECT max(minute) FROM shardq_stats WHERE queue = 'emails') - m * INTERVAL '1 minute',"
-           " 0, 20, 20, 20, 20, 20 * (0.4 + (m %% 7) * 0.15), 20, 20 * (2.5 + (m %% 11) * 0.4)"
-           " FROM generate_series(2, 32) AS m WHERE m NOT BETWEEN 14 AND 18")
+    db.add_broken_latency_history("emails")
     site.click("#range-1h")
     expect(site.locator("#latency polyline")).to_have_count(6)
     _shot(site, "web-latency.png", tmp_path)

@@ -22,8 +22,7 @@ def test_browsing_tabs_filters_and_pages_of_a_queues_tasks(site, tmp_path):
     for i in range(7):
         db.make_task("emails", priority=i % 2, exclusive_key="acct-9" if i == 3 else None)
     later = db.make_task("emails", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
-    db.sql("UPDATE shardq_tasks SET last_error = %(e)s WHERE id = %(id)s",
-           {"e": "Traceback (most recent call last):\nKeyError: 'plan'", "id": later.key.id})
+    db.set_last_error(later.key.id, "Traceback (most recent call last):\nKeyError: 'plan'")
     site.goto(site.server.url + "queues/emails")
     site.click("#browse-tasks")
     rows = site.locator("#tasks tbody tr")

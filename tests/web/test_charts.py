@@ -23,9 +23,7 @@ def web(db: TestDatabase) -> Iterator[DashboardClient]:
 
 
 def _minute_row(db, minutes_ago: int, *, queue="q", slot=0, enqueued=0, acked=0, dead=0):
-    db.sql("INSERT INTO shardq_stats (queue, minute, slot, enqueued, acked, dead) VALUES (%(q)s,"
-           " date_trunc('minute', now()) - %(m)s * INTERVAL '1 minute', %(s)s, %(e)s, %(a)s, %(d)s)",
-           {"q": queue, "m": minutes_ago, "s": slot, "e": enqueued, "a": acked, "d": dead})
+    db.add_stats_minute(minutes_ago, queue=queue, slot=slot, enqueued=enqueued, acked=acked, dead=dead)
 
 
 def test_the_hour_chart_has_every_minute_and_sums_writer_slots(web):
@@ -47,10 +45,10 @@ def test_hourly_sums_keep_a_whole_hour_after_its_minutes_are_pruned(db):
     for minutes_ago in range(61, 66):  # the previous hour or the one before, depending on the clock
         _minute_row(db, minutes_ago, acked=10)
     db.store.run(charts.stats_hourly_rollup())
-    before = db.sql("SELECT sum(acked) AS n FROM shardq_stats_hourly")[0]["n"] or 0
-    db.sql("DELETE FROM shardq_stats WHERE minute < date_trunc('minute', now()) - INTERVAL '63 minutes'")
+    before = db.hourly_acked()
+    db.forget_stats_minutes_older_than(63)
     db.store.run(charts.stats_hourly_rollup())
-    after = db.sql("SELECT sum(acked) AS n FROM shardq_stats_hourly")[0]["n"] or 0
+    after = db.hourly_acked()
     assert after == before  # the partial recount did not shrink what was summed
 
 

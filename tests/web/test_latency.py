@@ -23,15 +23,13 @@ def web(db: TestDatabase) -> Iterator[DashboardClient]:
 
 
 def _counters(db) -> dict:
-    return db.sql("SELECT sum(first_starts)::INT8 AS first_starts, sum(start_wait_seconds) AS wait,"
-                  " sum(lead_acks)::INT8 AS lead_acks, sum(lead_seconds) AS lead, sum(acked)::INT8 AS acked"
-                  " FROM shardq_stats WHERE queue = 'q'")[0]
+    return db.latency_counters("q")
 
 
 def test_a_worker_counts_each_tasks_wait_from_due_to_start_and_its_lead_time_from_enqueue(db):
     for _ in range(3):
         db.make_task("q", exec_time=utcnow() - dt.timedelta(seconds=40))
-    db.sql("UPDATE shardq_tasks SET created_at = now() - INTERVAL '100 seconds'")
+    db.age_tasks(100)
     db.client.work(["q"], lambda task: None, concurrency=2, batch=10, until_empty=True,
                    install_signal_handlers=False)
     got = _counters(db)
@@ -76,7 +74,7 @@ def test_the_day_and_week_latency_come_from_the_hourly_sums(web):
     db.store.stats_add_many(0, {"q": Activity(acked=4, lead_acks=4, lead_seconds=8.0, first_starts=4,
                                               start_wait_seconds=4.0)})
     prune_counters(db.store)
-    stored = db.sql("SELECT lead_acks, lead_seconds FROM shardq_stats_hourly WHERE queue = 'q'")
+    stored = db.hourly_lead("q")
     assert [(r["lead_acks"], r["lead_seconds"]) for r in stored] == [(4, 8.0)]
     for range_name, slots in (("24h", 24), ("7d", 168)):
         data = web.get(f"/api/queues/q/charts?range={range_name}", headers=BEARER).json()

@@ -108,8 +108,7 @@ def test_task_list_page_escapes_keys_and_errors(web):
     login(web)
     task = web.db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1),
                             exclusive_key="<script>x</script>")
-    web.db.sql("UPDATE shardq_tasks SET last_error = '<img src=x onerror=alert(1)>' WHERE id = %(id)s",
-               {"id": task.key.id})
+    web.db.set_last_error(task.key.id, "<img src=x onerror=alert(1)>")
     page = web.get("/queues/q/tasks?state=scheduled").text
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     assert "<img src=x" not in page
@@ -154,7 +153,7 @@ def test_a_leased_task_links_to_its_registered_worker(web):
 
 def test_a_worker_silent_for_three_beats_is_shown_stale(web):
     WorkerRegistry(["q"], 1, lambda: Holding(0, 0, [])).beat(web.db.store)
-    web.db.sql("UPDATE shardq_workers SET beat_at = now() - INTERVAL '20 seconds'")
+    web.db.age_workers(20)
     assert web.get("/api/workers", headers=BEARER).json()["workers"][0]["stale"] is True
 
 

@@ -23,7 +23,6 @@ from shardq.worker.inflight import HAND_BACK, InFlightTable, entries_for
 from shardq.worker.outcomes import Outbox
 from shardq.worker.thread_executor import ThreadExecutor
 from shardq.workflows import steps as workflows
-from tests.support.factories import probe
 
 
 def _chains(app, queue: str, chains: int, length: int, ran: list, *, is_async: bool = False) -> None:
@@ -71,9 +70,7 @@ def test_a_step_of_a_queue_the_worker_does_not_serve_is_released_for_that_queues
     handle = wf.enqueue()
     totals = app.work(["here"], until_empty=True)
     assert ran == ["first"] and totals.taken == 0
-    row = probe(db.session, "SELECT state, lease_token FROM shardq_tasks WHERE id = %(id)s",
-                {"id": uuid.UUID(handle.task_ids["second"])})
-    assert row == [{"state": "ready", "lease_token": None}]
+    assert db.task_columns(handle.task_ids["second"], "state", "lease_token") == {"state": "ready", "lease_token": None}
     app.work(["elsewhere"], until_empty=True)
     assert ran == ["first", "second"] and handle.status().state == "succeeded"
 
@@ -105,8 +102,7 @@ def _take_second_step(app, db) -> tuple[HandoffOffer, dict]:
     assert removed == {claimed.key.id}
     (taken,) = offer.tasks
     assert {taken.key.id, claimed.key.id} == {uuid.UUID(i) for i in handle.task_ids.values()}
-    (row,) = probe(db.session, "SELECT state, rank, attempts, lease_token, lease_expires_at > now() AS held"
-                               " FROM shardq_tasks WHERE id = %(id)s", {"id": taken.key.id})
+    (row,) = db.task_hold(taken.key.id)
     return offer, row
 
 
@@ -134,8 +130,7 @@ def test_a_taken_step_is_leased_like_a_claimed_task_with_a_lease_record(app, db)
     assert row == {"state": "leased", "rank": RANK_BACKLOG, "attempts": 1, "lease_token": taken.lease_token,
                    "held": True}
     assert taken.attempt == 1 and taken.key.rank == RANK_BACKLOG
-    records = probe(db.session, "SELECT bucket, queue, ids FROM shardq_leases WHERE token = %(token)s",
-                    {"token": taken.lease_token})
+    records = db.lease_records(taken.lease_token)
     assert records == [{"bucket": taken.key.bucket, "queue": "q", "ids": [taken.key.id]}]
 
 
@@ -145,19 +140,16 @@ def test_a_step_taken_by_a_worker_that_died_is_put_back_by_the_lease_sweep_and_r
     offer, _row = _take_second_step(app, db)
     (taken,) = offer.tasks
     # The worker died before it ran the step: its lease runs out.
-    probe(db.session, "UPDATE shardq_tasks SET lease_expires_at = now() - interval '1 second' WHERE id = %(id)s",
-          {"id": taken.key.id})
-    probe(db.session, "UPDATE shardq_leases SET expires_at = now() - interval '1 second' WHERE token = %(token)s",
-          {"token": taken.lease_token})
+    db.expire_lease(taken.key.id, taken.lease_token)
     store = db.client.store
     Reaper(store).reap(range(store.layout().visit_count))
-    (row,) = probe(db.session, "SELECT state, rank, lease_token FROM shardq_tasks WHERE id = %(id)s", {"id": taken.key.id})
+    row = db.task_columns(taken.key.id, "state", "rank", "lease_token")
+    assert row is not None
     assert row["state"] in ("ready", "scheduled") and row["rank"] != RANK_BACKLOG and row["lease_token"] is None
-    probe(db.session, "UPDATE shardq_tasks SET exec_time = now() - interval '1 second' WHERE id = %(id)s",
-          {"id": taken.key.id})  # its retry is due now
+    db.make_due(taken.key.id)  # its retry is due now
     totals = app.work(until_empty=True)
     assert totals.acked == 1
-    assert probe(db.session, "SELECT count(*) AS n FROM shardq_tasks") == [{"n": 0}]
+    assert db.count_tasks() == 0
 
 
 class _Stopped:
@@ -178,8 +170,8 @@ def test_a_step_taken_while_the_worker_stops_is_handed_back_at_once_with_its_att
     store = db.client.store
     handoff.hand_over(store, QueueSettingsCache(store, ["q"]), offer)
     assert not table.entries and table.taken_total == 0 and handoff.totals.taken == 0
-    (row,) = probe(db.session, "SELECT state, rank, attempts, lease_token FROM shardq_tasks WHERE id = %(id)s",
-                   {"id": taken.key.id})
+    row = db.task_columns(taken.key.id, "state", "rank", "attempts", "lease_token")
+    assert row is not None
     # Ready where claims find it: handed back from the backlog rank it was taken at.
     assert row == {"state": "ready", "rank": taken.priority, "attempts": 0, "lease_token": None}
     assert handoff.offer(QueueSettingsCache(store, ["q"]), stopping=True, settling=0) is None

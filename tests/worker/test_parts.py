@@ -122,7 +122,7 @@ def test_a_stop_hands_back_async_tasks_still_running_after_the_grace_period(db):
     worker.stop()
     thread.join(30)
     assert not thread.is_alive() and worker.stats.released == 1
-    row = db.sql("SELECT state, attempts FROM shardq_tasks")[0]
+    row = db.tasks("state", "attempts")[0]
     assert (row["state"], row["attempts"]) == ("ready", 0)
 
 

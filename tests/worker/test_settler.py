@@ -75,8 +75,7 @@ def test_ack_of_a_whole_claim_spares_a_task_whose_lease_passed_to_someone_else(d
         if not stolen:
             stolen.append(task.id)
             # What the reaper plus another worker would do: the row now carries another token.
-            db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
-                   {"t": uuid.uuid4(), "id": uuid.UUID(task.id)})
+            db.replace_lease_token(task.id, uuid.uuid4())
 
     stats = run_until_settled(db.client.worker(["q"], handler, concurrency=1, batch=12), 12)
     assert stats.acked == 11 and stats.lease_lost == 1
@@ -94,7 +93,7 @@ def test_task_ack_claims_reports_only_the_ids_it_could_not_delete(db):
     for task in claimed:
         by_token.setdefault(task.lease_token, []).append(task)
     victim = claimed[0]
-    db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": victim.key.id})
+    db.replace_lease_token(victim.key.id, uuid.uuid4())
     whole = [
         WholeClaim(tasks[0].key.bucket, tasks[0].queue, min((t.key.rank, t.key.exec_time, t.key.id) for t in tasks),
                    max((t.key.rank, t.key.exec_time, t.key.id) for t in tasks), token, [t.key for t in tasks])
@@ -111,7 +110,7 @@ def test_task_ack_claims_reports_every_id_of_a_claim_whose_leases_all_passed_to_
     claimed = [t for bucket in range(db.layout.visit_count) for t in db.store.task_claim_batch(bucket, "q", 10, 30.0)]
     lost_claim = [t for t in claimed if t.lease_token == claimed[0].lease_token]
     for task in lost_claim:
-        db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s", {"t": uuid.uuid4(), "id": task.key.id})
+        db.replace_lease_token(task.key.id, uuid.uuid4())
     whole = WholeClaim(lost_claim[0].key.bucket, "q",
                        (lost_claim[0].key.rank, lost_claim[0].key.exec_time, lost_claim[0].key.id),
                        (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time, lost_claim[-1].key.id),
@@ -140,7 +139,7 @@ def test_stop_hands_back_claimed_tasks_that_have_not_started_with_the_attempt_re
     stats = worker.totals
     assert stats.acked + stats.released == stats.claimed
     assert stats.released >= 1
-    rows = db.sql("SELECT state, attempts FROM shardq_tasks")
+    rows = db.tasks("state", "attempts")
     assert len(rows) == 40 - stats.acked
     assert all(r["state"] == "ready" and r["attempts"] == 0 for r in rows)
 
@@ -161,7 +160,7 @@ def test_one_outcome_the_database_refuses_does_not_cost_the_batch_its_other_outc
 
     totals = db.client.work(["q"], handler, until_empty=True, batch=50, sweep=False)
     assert totals.acked == 20 and totals.dead == 1 and totals.lease_lost == 0
-    dead = db.sql("SELECT last_error FROM shardq_dead")
+    dead = db.dead_rows("last_error")
     assert len(dead) == 1 and "could not be stored" in dead[0]["last_error"]
-    left = db.sql("SELECT state, last_error FROM shardq_tasks")
+    left = db.tasks("state", "last_error")
     assert len(left) == 1 and left[0]["state"] == "scheduled" and "could not be stored" in left[0]["last_error"]

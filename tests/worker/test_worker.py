@@ -40,7 +40,7 @@ def test_handler_gets_id_queue_payload_and_one_based_attempt(db):
 
 def test_failing_handler_is_retried_with_backoff_until_it_succeeds(db):
     db.client.store.queue_ensure("q")
-    db.sql("UPDATE shardq_queues SET backoff_base = 0.001, backoff_cap = 0.001 WHERE name = 'q'")
+    db.set_backoff("q", 0.001, 0.001)
     db.client.enqueue("q", b"x")
     attempts = []
 
@@ -131,7 +131,7 @@ def test_graceful_stop_finishes_running_tasks_and_hands_back_the_rest_at_once(db
     stats = worker.stats
     assert stats.acked == 2
     assert stats.released == stats.claimed - 2
-    rows = db.sql("SELECT state, attempts, lease_token FROM shardq_tasks")
+    rows = db.tasks("state", "attempts", "lease_token")
     assert len(rows) == 18
     assert all(r["state"] == "ready" and r["attempts"] == 0 and r["lease_token"] is None for r in rows)
 
@@ -153,7 +153,7 @@ def test_tasks_still_running_after_the_grace_period_are_handed_back(db):
     thread.join(30)
     release.set()
     assert worker.stats.released == 1
-    assert db.sql("SELECT state FROM shardq_tasks")[0]["state"] == "ready"
+    assert db.tasks("state")[0]["state"] == "ready"
 
 
 def test_until_empty_waits_for_its_own_in_flight_tasks(db):

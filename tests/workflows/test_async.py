@@ -17,11 +17,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 import shardq
 from shardq.errors import InvalidInput
 from shardq.models.workflow_graph import Graph, StepSpec
-from tests.support.factories import probe
 
 
 def _workflow_rows(db) -> int:
-    return probe(db.session, "SELECT count(*) AS n FROM shardq_workflows")[0]["n"]
+    return db.count_workflows()
 
 
 def _sqlalchemy_url(db) -> sqlalchemy.engine.URL:

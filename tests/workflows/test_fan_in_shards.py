@@ -17,7 +17,8 @@ from shardq.maintenance.pruning import prune_workflows
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, FinishedStep, fan_in_counts
 from shardq.workflows import steps as workflows
 from tests.support.concurrency import at_once, own_stores
-from tests.support.factories import fenced, probe
+from tests.support.factories import fenced
+from tests.support.probes import lock_step, lock_waiters
 from tests.support.workflows import _spec, _until
 
 
@@ -47,21 +48,19 @@ def test_a_wide_fan_in_counts_its_parents_in_shard_rows_and_runs_once_after_ever
     wf = app.workflow("wide")
     wf.add(callback.step(), after=wf.group(*[member.step(n=i) for i in range(7)]), name="fan-in")
     handle = wf.enqueue()
-    rows = probe(db.session, "SELECT shard, waiting_on FROM shardq_workflow_counts ORDER BY shard")
+    rows = db.workflow_counts()
     assert [(r["shard"], r["waiting_on"]) for r in rows] == [(0, 4), (1, 3)]
     fan_in = {s.name: s for s in handle.status().steps}["fan-in"]
     assert (fan_in.state, fan_in.waiting_on) == ("waiting", 7)  # parents, summed over its shards
     app.work(until_empty=True)
     assert sorted(ran[:7]) == [f"m{i}" for i in range(7)] and ran[7:] == ["callback"]
     assert handle.status().state == "succeeded"
-    assert {r["waiting_on"] for r in probe(db.session, "SELECT waiting_on FROM shardq_workflow_counts")} == {0}
+    assert {r["waiting_on"] for r in db.workflow_counts()} == {0}
 
 
 def _lock_waiters(conn) -> int:
     """Backends of this database waiting on a lock."""
-    row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND wait_event_type = 'Lock'").fetchone()
-    return int(row[0]) if row else 0
+    return lock_waiters(conn)
 
 
 def _two_shard_fan_in(app, t):
@@ -83,9 +82,8 @@ def test_the_last_parents_of_two_shards_acked_at_once_release_their_fan_in_exact
                 store, lambda: store.task_ack_many([fenced(task)]), "succeeded")) == []
         child = {s.name: s for s in handle.status().steps}["child"]
         assert (child.state, child.waiting_on) == ("ready", 0)
-        assert probe(db.session, "SELECT state FROM shardq_tasks WHERE id = %(id)s::UUID",
-                     {"id": handle.task_ids["child"]})[0]["state"] == "ready"
-        db.sql("DELETE FROM shardq_tasks WHERE true")
+        assert db.task_states_by_id()[handle.task_ids["child"]] == "ready"
+        db.delete_all_tasks()
 
 
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)
@@ -103,7 +101,7 @@ def test_two_acks_that_each_drain_a_shard_queue_on_the_child_and_the_second_rele
     holder = psycopg.connect(db.dsn.conninfo)
     watcher = psycopg.connect(db.dsn.conninfo, autocommit=True)
     try:
-        holder.execute("SELECT 1 FROM shardq_workflow_steps WHERE step = 'child' FOR UPDATE")
+        lock_step(holder, "child")
         with own_stores(db.client, 2) as stores:
             errors: list[BaseException] = []
 
@@ -153,7 +151,7 @@ def test_requeueing_a_dead_parent_of_a_wide_fan_in_counts_its_shard_again(app, d
     assert admin.dead_requeue(db.store, "default", [handle.task_ids["flaky"]]).requeued == 1
     fan_in = {s.name: s for s in handle.status().steps}["fan-in"]
     assert (fan_in.state, fan_in.waiting_on) == ("waiting", 1)  # only the requeued parent is missing
-    rows = probe(db.session, "SELECT shard, waiting_on FROM shardq_workflow_counts ORDER BY shard")
+    rows = db.workflow_counts()
     assert sorted(r["waiting_on"] for r in rows) == [0, 1]
     app.work(until_empty=True)
     assert ran[-2:] == ["flaky", "m99"] and handle.status().state == "succeeded"
@@ -167,9 +165,9 @@ def test_pruning_a_finished_wide_fan_in_deletes_its_shard_rows_with_it(app, db, 
     wf.add(t.step(n=0), after=wf.group(*[t.step(n=i) for i in range(1, 5)]))
     handle = wf.enqueue()
     app.work(until_empty=True)
-    assert probe(db.session, "SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] == 2
+    assert len(db.workflow_counts()) == 2
     assert prune_workflows(db.store, keep_seconds=0.0).pruned == 1
-    assert probe(db.session, "SELECT count(*) AS n FROM shardq_workflow_counts")[0]["n"] == 0
+    assert len(db.workflow_counts()) == 0
     assert db.client.workflow_status(handle).state == "unknown"
 
 
@@ -213,11 +211,9 @@ def test_steps_written_without_their_shard_still_release_a_wide_fan_in_through_t
     wf = app.workflow("before-0020")
     wf.add(callback.step(), after=wf.group(*[member.step(n=i) for i in range(6)]), name="fan-in")
     handle = wf.enqueue()
-    assert len(probe(db.session, "SELECT step FROM shardq_workflow_steps WHERE only_shard IS NOT NULL")) == 6
+    assert len(db.steps_with_a_shard()) == 6
     # As rows written before the column: three members keep no shard (mixed in their acks).
-    probe(db.session, "UPDATE shardq_workflow_steps SET only_shard = NULL WHERE workflow_id = %(id)s::UUID "
-                      "AND step IN (SELECT step FROM shardq_workflow_steps WHERE workflow_id = %(id)s::UUID "
-                      "AND only_shard IS NOT NULL ORDER BY step LIMIT 3) RETURNING step", {"id": str(handle)})
+    db.forget_shards(handle, 3)
     app.work(until_empty=True)
     assert sorted(ran[:6]) == [f"m{i}" for i in range(6)] and ran[6:] == ["callback"]
     assert handle.status().state == "succeeded"

@@ -10,25 +10,15 @@ import psycopg
 import pytest
 
 from shardq.sql import statements_for
+from tests.support.probes import insert_unrelated_steps, insert_waiting_children, lock_step, waits_on_a_lock
 from tests.support.workflows import _until
 
 FAN_INS = 50  # fan-ins over the same two parents: each parent's ack counts off all of them
 OTHER = 5000  # children of another workflow acked in the same batch as the second parent
 
 
-def _insert_children(conn, workflow_id: uuid.UUID, parents: list[str], children: list[str]) -> None:
-    conn.execute(
-        "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on)"
-        " SELECT %s, c, gen_random_uuid(), 't', 'default', 'waiting', %s FROM unnest(%s::TEXT[]) AS c",
-        (workflow_id, len(parents), children))
-    conn.execute(
-        "INSERT INTO shardq_workflow_edges (workflow_id, parent, child)"
-        " SELECT %s, p, c FROM unnest(%s::TEXT[]) AS p, unnest(%s::TEXT[]) AS c", (workflow_id, parents, children))
-
-
-def _waiting_on_a_lock(conn, pid: int) -> bool:
-    row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-    return row is not None and row[0] == "Lock"
+_insert_children = insert_waiting_children
+_waiting_on_a_lock = waits_on_a_lock
 
 
 def _order(conn, statement: str, parents: list[tuple[uuid.UUID, str]], workflow_id: uuid.UUID) -> list[str]:
@@ -65,9 +55,7 @@ def test_two_parents_acked_at_once_on_two_connections_count_off_shared_fan_ins_w
     children = [f"c{i:03d}" for i in range(FAN_INS)]
     with psycopg.connect(db.dsn.conninfo, autocommit=True) as conn:
         # Unrelated steps, as in a busy database: the planner probes the key, not the whole table.
-        conn.execute("INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on)"
-                     " SELECT gen_random_uuid(), 'x', gen_random_uuid(), 't', 'default', 'waiting', 1"
-                     " FROM generate_series(1, 250000)")
+        insert_unrelated_steps(conn, 250000)
         with conn.transaction():
             _insert_children(conn, wide, ["p0", "p1"], children)
             _insert_children(conn, other, ["q"], [f"o{i:04d}" for i in range(OTHER)])
@@ -104,8 +92,7 @@ def test_two_parents_acked_at_once_on_two_connections_count_off_shared_fan_ins_w
         # Hold one fan-in so the first ack stops partway through its children.
         oa, ob = _order(first, advance, acks[0], wide), _order(second, advance, acks[1], wide)
         held = _row_to_hold(oa, ob)
-        holder.execute("SELECT 1 FROM shardq_workflow_steps WHERE workflow_id = %s AND step = %s FOR UPDATE",
-                       (wide, held))
+        lock_step(holder, held, wide)
         one = threading.Thread(target=ack, args=(first, acks[0]))
         one.start()
         _until(lambda: _waiting_on_a_lock(watcher, first.info.backend_pid))

@@ -9,7 +9,6 @@ import shardq
 from shardq.maintenance import pruning
 from shardq.maintenance.pruning import KEEP_WORKFLOWS_SECONDS, prune_workflows
 from shardq.maintenance.reaper import Reaper
-from tests.support.factories import probe
 
 DAY = 86_400.0
 CHAIN = {"a": "succeeded", "b": "succeeded", "c": "succeeded"}
@@ -70,9 +69,7 @@ def test_a_chain_run_by_a_worker_is_pruned_though_its_steps_released_directly_st
         app.work(until_empty=True)
     finally:
         app.close()
-    states = probe(db.session, "SELECT state FROM shardq_workflow_steps WHERE workflow_id = %(id)s::UUID "
-                   "ORDER BY step", {"id": str(handle)})
-    assert [row["state"] for row in states] == ["ready", "waiting", "succeeded"]  # the root, released, the leaf
+    assert db.step_states(handle) == ["ready", "waiting", "succeeded"]  # the root, released, the leaf
     assert prune_workflows(db.store, keep_seconds=0.0).pruned == 1
     assert db.client.workflow_status(handle).state == "unknown"
 

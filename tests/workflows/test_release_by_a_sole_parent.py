@@ -15,7 +15,6 @@ from shardq.models.workflow_graph import StepSpec
 from shardq.operations.workflows import OWN_ROW, fan_in_counts
 from shardq.sql.plan import ENGINE
 from shardq.workflows import steps as workflows
-from tests.support.factories import probe
 from tests.support.plans import drive, names
 
 
@@ -86,7 +85,7 @@ def _steps(app, handle) -> dict[str, tuple[str, int]]:
 
 
 def _row_state(db, task_id) -> str:
-    rows = probe(db.session, "SELECT state FROM shardq_workflow_steps WHERE task_id = %(id)s::UUID", {"id": task_id})
+    rows = db.step_of_task(task_id, "state")
     return rows[0]["state"]
 
 

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from shardq.sessions.session import Session
-from tests.support.factories import probe, run_until_settled
+from tests.support.factories import run_until_settled
 
 
 @pytest.fixture
@@ -69,8 +69,7 @@ def test_a_step_whose_lease_passed_to_someone_else_is_neither_acked_nor_counted_
     def member(n: int) -> None:
         ran.append(f"member-{n}")
         if n == 0:  # what the lease sweep and another worker would do: the row carries another token
-            db.sql("UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
-                   {"t": uuid.uuid4(), "id": uuid.UUID(handle.task_ids["member-0"])})
+            db.replace_lease_token(handle.task_ids["member-0"], uuid.uuid4())
 
     @app.task(name="callback", queue="steps")
     def callback() -> None:
@@ -96,5 +95,4 @@ def test_whole_claims_of_steps_in_a_queue_that_keeps_finished_tasks_write_their_
     totals = app.work(until_empty=True, batch=12)
     assert totals.acked == 13 and ran[-1] == "callback" and ran.count("callback") == 1
     assert handle.status().state == "succeeded"
-    rows = probe(db.session, "SELECT count(*) AS n FROM shardq_history WHERE state = 'succeeded'")
-    assert rows == [{"n": 13}]
+    assert db.count_history(state="succeeded") == 13

@@ -7,7 +7,6 @@ import uuid
 
 from shardq.operations.workflows import IN_SHARDS, OWN_ROW, fan_in_counts
 from shardq.workflows import steps as workflows
-from tests.support.factories import probe
 from tests.support.plans import drive, names
 from tests.support.workflows import _spec
 
@@ -59,8 +58,7 @@ def test_steps_written_without_an_only_child_still_release_their_fan_in_through_
     wf.add(callback.step(), after=members, name="fan-in")
     handle = wf.enqueue()
     # As rows written before the column: no only child.
-    probe(db.session, "UPDATE shardq_workflow_steps SET only_child = NULL WHERE workflow_id = %(id)s::UUID "
-                      "RETURNING step", {"id": str(handle)})
+    db.forget_only_children(handle)
     app.work(until_empty=True)
     assert ran[-1] == "callback" and sorted(ran[:-1]) == ["m0", "m1", "m2"]
     assert app.workflow_status(handle).state == "succeeded"

@@ -11,7 +11,6 @@ from shardq.engine import POSTGRESQL
 from shardq.models.leases import HandoffOffer
 from shardq.sql.plan import ENGINE
 from shardq.workflows import steps as workflows
-from tests.support.factories import probe
 from tests.support.plans import drive, names
 
 
@@ -85,6 +84,5 @@ def test_a_queue_that_keeps_finished_tasks_has_the_result_in_its_history_not_in_
     handle = _chain_with_results(app, seen, "kept")
     app.work(until_empty=True)
     assert seen == [{"first": {"n": 3}, "quiet": None}]
-    rows = probe(db.session, "SELECT result FROM shardq_workflow_steps WHERE task_id = %(id)s::UUID",
-                 {"id": handle.task_ids["first"]})
+    rows = db.step_of_task(handle.task_ids["first"], "result")
     assert rows == [{"result": None}]

@@ -18,8 +18,7 @@ def _run(app, db, run_id: str, callback, items: list[str], task) -> run_callback
     writers write them: with the run's workflow id)."""
     found = db.session.run(run_callbacks.register_plan(run_id, callback))
     ids = [str(task.defer(label=label)) for label in items]
-    db.sql("UPDATE shardq_tasks SET workflow_id = %(w)s WHERE id::TEXT = ANY(%(ids)s)",
-           {"w": found.mark, "ids": [str(i) for i in ids]})
+    db.mark_workflow(ids, found.mark)
     return found
 
 
@@ -111,7 +110,7 @@ def test_a_task_outside_every_run_acks_as_before(app, db):
 
     plain.defer(label="x")
     assert app.work(until_empty=True).acked == 1
-    assert db.sql("SELECT count(*) AS n FROM shardq_workflows")[0]["n"] == 0
+    assert db.count_workflows() == 0
 
 
 def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
@@ -136,8 +135,8 @@ def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_e
         with own_stores(db.client, len(tasks)) as stores:
             assert _ack_at_once(stores, tasks) == []
         assert db.session.run(run_callbacks.get_plan(run_id)).state == "ready"
-        assert [r["state"] for r in db.sql("SELECT state FROM shardq_tasks")] == ["ready"]
-        db.sql("DELETE FROM shardq_tasks WHERE true")
+        assert [r["state"] for r in db.tasks("state")] == ["ready"]
+        db.delete_all_tasks()
 
 
 def test_forgetting_an_old_run_forgets_its_callback_too(app, db):

@@ -11,7 +11,6 @@ from shardq.engine import POSTGRESQL
 from shardq.operations.workflows import OWN_ROW
 from shardq.sql.plan import ENGINE
 from shardq.workflows import steps as workflows
-from tests.support.factories import probe
 from tests.support.plans import drive, names
 
 
@@ -68,8 +67,7 @@ def test_a_step_whose_ack_deleted_its_task_reads_succeeded_and_its_row_stays_as_
     app.work(["first"], until_empty=True)
     assert ran == ["first"]
     assert _states(app, handle) == {"first": "succeeded", "second": "ready", "third": "waiting"}
-    rows = probe(db.session, "SELECT state, finished_at FROM shardq_workflow_steps WHERE task_id = %(id)s::UUID",
-                 {"id": handle.task_ids["first"]})
+    rows = db.step_of_task(handle.task_ids["first"], "state", "finished_at")
     assert rows == [{"state": "ready", "finished_at": None}]  # nothing written: the task row's absence
     app.work(until_empty=True)
     status = app.workflow_status(handle)

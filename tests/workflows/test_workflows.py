@@ -12,12 +12,11 @@ from shardq.models.tasks import STEP_STATES
 from shardq.sessions.store import TaskStore
 from shardq.workflows import steps as workflows
 from tests.support.concurrency import at_once, own_stores
-from tests.support.factories import fenced, probe
+from tests.support.factories import fenced
 
 
 def _task_states(db, handle) -> dict[str, str]:
-    rows = probe(db.session, "SELECT id::TEXT AS id, state FROM shardq_tasks")
-    by_id = {r["id"]: r["state"] for r in rows}
+    by_id = db.task_states_by_id()
     return {name: by_id.get(task_id, "gone") for name, task_id in handle.task_ids.items()}
 
 
@@ -175,7 +174,7 @@ def test_a_workflow_written_in_a_transaction_the_caller_rolls_back_leaves_nothin
         handle = wf.enqueue(connection=connection)
         connection.rollback()
     assert handle.status().state == "unknown"
-    assert probe(db.session, "SELECT count(*) AS n FROM shardq_tasks")[0]["n"] == 0
+    assert db.count_tasks() == 0
     with psycopg.connect(db.dsn.conninfo) as connection:
         handle = wf.enqueue(connection=connection)
         connection.commit()
@@ -209,7 +208,7 @@ def test_two_last_parents_acked_at_once_on_two_sessions_release_their_child_exac
         child = {s.name: s for s in handle.status().steps}["child"]
         assert (child.state, child.waiting_on) == ("ready", 0)
         assert _task_states(db, handle)["child"] == "ready"
-        db.sql("DELETE FROM shardq_tasks WHERE true")
+        db.delete_all_tasks()
 
 
 def test_shardq_workflow_shows_a_workflow_and_its_steps_as_text_and_json(app, db):
@@ -250,10 +249,7 @@ def test_a_step_whose_lease_ran_out_on_its_last_attempt_is_buried_by_the_reaper_
     wf.add(once.step(), after=first, name="alert", on_failure=True)
     handle = wf.enqueue()
     [task] = Consumer(db.store, ["default"], lease_seconds=60).claim().tasks
-    db.sql("UPDATE shardq_tasks SET lease_expires_at = now() - INTERVAL '1 second' WHERE id = %(id)s",
-           {"id": task.key.id})
-    if db.dialect == "postgresql":  # the reaper finds expired leases through their claim's record there
-        db.sql("UPDATE shardq_leases SET expires_at = now() - INTERVAL '1 second' WHERE true")
+    db.expire_lease(task.key.id)  # and its claim's record, through which the reaper finds it on PostgreSQL
     reaper = db.client.reaper()
     try:
         reaper.run_once()
@@ -281,7 +277,7 @@ def test_two_acks_crossing_the_parents_of_several_fan_ins_both_commit_without_a_
         with own_stores(db.client, len(halves)) as stores:
             assert _ack_at_once_many(stores, halves) == []
         assert {h.status().steps[0].state for h in handles} == {"ready"}  # "child" sorts first
-        db.sql("DELETE FROM shardq_tasks WHERE true")
+        db.delete_all_tasks()
 
 
 def _ack_at_once_many(stores: list[TaskStore], batches: list[list]) -> list[BaseException]:
