@@ -34,6 +34,7 @@ from shardq.sessions.dsn import Dsn
 from shardq.sessions.embedded import EmbeddedServer
 from shardq.sessions.session import Session
 from tests.support import cockroach as cockroach_support
+from tests.support.cli import shardq_cli  # noqa: F401 - the CLI fixture, for the tests of every folder
 from tests.support.cockroach_container import SQL_PORT, cockroach_image, insecure_container, root_url
 from tests.support.factories import TestDatabase
 

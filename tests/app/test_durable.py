@@ -27,22 +27,18 @@ from shardq.models.leases import Fenced
 from shardq.models.tasks import Task
 from shardq.operations import durable as plans
 from shardq.sql.plan import Atomically, Call
-from tests.support.factories import TestDatabase, probe
+from tests.support.factories import TestDatabase
 
 Q = "durable"
 
 
 def steps_of(db: TestDatabase, task_id: object) -> list[dict[str, Any]]:
-    return probe(db.session, "SELECT idx, name, value FROM shardq_task_steps WHERE task_id = %(id)s ORDER BY idx",
-                 {"id": uuid.UUID(str(task_id))})
+    return db.durable_steps(task_id)
 
 
 def wake_now(db: TestDatabase, task_id: object) -> None:
     """Move a parked task's wake time (its row's and its step's) into the past, instead of sleeping."""
-    params = {"id": uuid.UUID(str(task_id))}
-    probe(db.session, "UPDATE shardq_task_steps SET wake_at = now() - INTERVAL '1 second' "
-                      "WHERE task_id = %(id)s AND wake_at IS NOT NULL", params)
-    probe(db.session, "UPDATE shardq_tasks SET exec_time = now() - INTERVAL '1 second' WHERE id = %(id)s", params)
+    db.wake_parked(task_id)
 
 
 def test_completed_steps_return_their_recorded_values_without_running_again(app, db):
@@ -85,8 +81,7 @@ def test_a_worker_whose_lease_passed_to_another_cannot_checkpoint(db):
     run = _run_for(db, claimed)
     assert run.step("before", lambda: 1) == 1
     # Another worker now holds the task: its lease token is no longer ours.
-    probe(db.session, "UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
-          {"t": uuid.uuid4(), "id": claimed.key.id})
+    db.replace_lease_token(claimed.key.id, uuid.uuid4())
     ran: list[int] = []
     with pytest.raises(LeaseLost, match="lease lost before step 1"):
         run.step("after", lambda: ran.append(1))
@@ -261,8 +256,7 @@ def test_each_signal_is_consumed_once_in_order_and_a_retried_send_is_a_no_op(app
     assert db.client.signal(task_id, "go", 3) is True
     app.work(until_empty=True)
     assert got == [1, 2, 1, 2, 3]  # the replays returned the recorded payloads; each consumed once
-    rows = probe(db.session, "SELECT count(*) AS n FROM shardq_task_signals WHERE consumed_at IS NOT NULL")
-    assert rows[0]["n"] == 3
+    assert db.count_signals(consumed=True) == 3
 
 
 def test_async_tasks_use_the_async_twins(app, db):
@@ -318,7 +312,7 @@ def test_signals_to_unknown_or_finished_tasks_and_oversized_payloads_are_refused
         db.client.signal(live, "go", {1, 2})
     with pytest.raises(InvalidInput, match="signal name"):
         db.client.signal(live, "", 1)
-    assert probe(db.session, "SELECT count(*) AS n FROM shardq_task_signals")[0]["n"] == 0
+    assert db.count_signals() == 0
 
 
 def test_bad_step_names_and_arguments_are_refused(db):
@@ -443,8 +437,7 @@ def test_progress_is_bounded_and_fenced(db):
 
     with pytest.raises(shardq.StepNotStorable, match="progress: 5,002 bytes"):
         durable.progress(run, "x" * 5000)
-    probe(db.session, "UPDATE shardq_tasks SET lease_token = %(t)s WHERE id = %(id)s",
-          {"t": uuid.uuid4(), "id": claimed.key.id})
+    db.replace_lease_token(claimed.key.id, uuid.uuid4())
     with pytest.raises(LeaseLost):
         durable.progress(run, 1)
 
@@ -491,8 +484,7 @@ def _blocked_on_a_lock(db: TestDatabase) -> None:
     """Wait until some backend waits for a row lock (the other side of the race has reached it)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        rows = probe(db.session, "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-        if rows[0]["n"]:
+        if db.count_lock_waiters():
             return
         time.sleep(0.01)  # polling a condition, not waiting a fixed time
     raise AssertionError("nobody waited for the lock")

@@ -9,12 +9,11 @@ import pytest
 from shardq.errors import InvalidInput
 from shardq.lifecycle.claim import Consumer
 from shardq.models import NewTask
-from tests.cli.test_commands import shardq_cli  # noqa: F401 - the fixture
 from tests.support.factories import fenced
 
 
 def rows(db):
-    return db.sql("SELECT id, state, payload, exec_time, dedupe_key FROM shardq_tasks ORDER BY created_at")
+    return db.tasks_by_age()
 
 
 def test_debounce_keeps_the_newest_payload_and_pushes_the_task_back(db):
@@ -39,9 +38,9 @@ def test_debounce_within_one_batch_keeps_the_last(db):
 
 def test_debounce_of_a_ready_task_that_has_not_started_replaces_it_too(db):
     db.client.enqueue("q", b"old", dedupe_key="k", debounce=1)
-    db.sql("UPDATE shardq_tasks SET exec_time = now() - INTERVAL '1 second'")
+    db.make_every_task_due()
     Consumer(db.store, ["q"]).claim()  # promotes it; its claim is not for us: release it again
-    db.sql("UPDATE shardq_tasks SET state = 'ready', lease_token = NULL")
+    db.hand_back_every_task()
     result = db.client.enqueue("q", b"new", dedupe_key="k", debounce=30)
     assert len(result.debounced_ids) == 1
     [row] = rows(db)
@@ -50,7 +49,7 @@ def test_debounce_of_a_ready_task_that_has_not_started_replaces_it_too(db):
 
 def test_debounce_while_the_keys_task_runs_is_a_duplicate(db):
     db.client.enqueue("q", b"run", dedupe_key="k", debounce=1)
-    db.sql("UPDATE shardq_tasks SET exec_time = now() - INTERVAL '1 second', state = 'ready', rank = 0")
+    db.make_every_task_ready_now()
     [task] = Consumer(db.store, ["q"]).claim().tasks
     result = db.client.enqueue("q", b"new", dedupe_key="k", debounce=30)
     assert result.duplicate_keys == ("k",) and not result.debounced_ids
@@ -61,7 +60,7 @@ def test_debounce_while_the_keys_task_runs_is_a_duplicate(db):
 def test_throttle_keeps_the_first_task_and_drops_the_rest_of_the_window(db):
     first = db.client.enqueue("q", b"1", dedupe_key="user:1", throttle=3600)
     assert first.enqueued == 1
-    db.sql("DELETE FROM shardq_tasks")  # it ran: the window still holds
+    db.delete_all_tasks()  # it ran: the window still holds
     second = db.client.enqueue_many("q", [NewTask(b"2", dedupe_key="user:1", throttle=3600),
                                           NewTask(b"3", dedupe_key="user:2", throttle=3600),
                                           NewTask(b"4", dedupe_key="user:2", throttle=3600)])
@@ -71,8 +70,8 @@ def test_throttle_keeps_the_first_task_and_drops_the_rest_of_the_window(db):
 
 def test_a_throttle_window_that_ended_opens_again(db):
     db.client.enqueue("q", b"1", dedupe_key="k", throttle=3600)
-    db.sql("DELETE FROM shardq_tasks")
-    db.sql("UPDATE shardq_throttle_windows SET until = now() - INTERVAL '1 second'")
+    db.delete_all_tasks()
+    db.end_throttle_windows()
     assert db.client.enqueue("q", b"2", dedupe_key="k", throttle=3600).enqueued == 1
 
 
@@ -91,10 +90,10 @@ def test_a_throttle_window_that_ended_opens_again(db):
 def test_bad_input_is_refused_and_nothing_is_written(db, options, message):
     with pytest.raises(InvalidInput, match=message):
         db.client.enqueue("q", b"x", **options)
-    assert db.count() == 0 and db.sql("SELECT count(*) AS n FROM shardq_throttle_windows")[0]["n"] == 0
+    assert db.count() == 0 and db.count_throttle_windows() == 0
 
 
-def test_the_cli_says_what_debounce_and_throttle_did(shardq_cli):  # noqa: F811 - the fixture
+def test_the_cli_says_what_debounce_and_throttle_did(shardq_cli):
     assert shardq_cli("enqueue", "q", "a", "--dedupe-key", "k", "--debounce", "60").stdout.strip() == "enqueued 1"
     assert "debounced into the waiting task" in shardq_cli("enqueue", "q", "b", "--dedupe-key", "k",
                                                            "--debounce", "60").stdout

@@ -16,7 +16,7 @@ from shardq.lifecycle.claim import Consumer
 from shardq.lifecycle.enqueue import Producer
 from shardq.maintenance.reaper import Reaper
 from shardq.models import NewTask
-from tests.cli.test_commands import shardq_cli  # noqa: F401 - the fixture
+from tests.support.cli import shardq_cli  # noqa: F401 - the fixture
 from tests.support.factories import fenced, run_until_settled, utcnow
 
 WAIT = 30.0
@@ -31,8 +31,7 @@ def drain(db, queue="q"):
 
 
 def states(db) -> dict[str, int]:
-    rows = db.sql("SELECT state, count(*) AS n FROM shardq_tasks GROUP BY state")
-    return {row["state"]: row["n"] for row in rows}
+    return db.count_by_state()
 
 
 def test_a_key_runs_at_most_its_limit_and_the_rest_wait(db):
@@ -60,7 +59,7 @@ def test_a_key_no_limit_matches_is_a_plain_task(db):
     db.client.set_key_limit("q", "tenant:*", 1)
     result = db.client.enqueue_many("q", [NewTask(b"x", concurrency_key="batch:1")] * 3)
     assert result.enqueued == 3 and not result.backlogged_ids
-    assert {row["exclusive_key"] for row in db.sql("SELECT exclusive_key FROM shardq_tasks")} == {None}
+    assert {row["exclusive_key"] for row in db.tasks("exclusive_key")} == {None}
 
 
 def test_an_ack_lets_the_next_waiting_task_of_the_key_start(db):

@@ -579,6 +579,58 @@ class RowProbes:
                         "RETURNING step", {"id": str(workflow_id)})
         return [r["step"] for r in rows]
 
+    # -- durable steps and signals (app/durable.py) ---------------------------------------------
+
+    def durable_steps(self, task_id) -> list[dict]:
+        """The task's checkpointed steps (idx, name, value), in order."""
+        return self.sql("SELECT idx, name, value FROM shardq_task_steps WHERE task_id = %(id)s ORDER BY idx",
+                        {"id": _uuid(task_id)})
+
+    def wake_parked(self, task_id) -> None:
+        """A parked task's wake time (its row's and its sleep step's) a second ago, instead of sleeping."""
+        params = {"id": _uuid(task_id)}
+        self.sql("UPDATE shardq_task_steps SET wake_at = now() - INTERVAL '1 second' "
+                 "WHERE task_id = %(id)s AND wake_at IS NOT NULL", params)
+        self.make_due(task_id)
+
+    def count_signals(self, *, consumed: bool | None = None) -> int:
+        """Signals stored (only those consumed, or not, when ``consumed`` is given)."""
+        if consumed is None:
+            return self.sql("SELECT count(*) AS n FROM shardq_task_signals")[0]["n"]
+        if consumed:
+            return self.sql("SELECT count(*) AS n FROM shardq_task_signals WHERE consumed_at IS NOT NULL")[0]["n"]
+        return self.sql("SELECT count(*) AS n FROM shardq_task_signals WHERE consumed_at IS NULL")[0]["n"]
+
+    def count_lock_waiters(self) -> int:
+        """Backends waiting on a lock (PostgreSQL): the other side of a race has reached the row."""
+        return self.sql("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]["n"]
+
+    # -- debounce and throttle (lifecycle/debounce.py) ------------------------------------------
+
+    def tasks_by_age(self) -> list[dict]:
+        """id, state, payload, exec_time and dedupe_key of every task row, oldest first."""
+        return self.sql("SELECT id, state, payload, exec_time, dedupe_key FROM shardq_tasks ORDER BY created_at")
+
+    def make_every_task_due(self) -> None:
+        self.sql("UPDATE shardq_tasks SET exec_time = now() - INTERVAL '1 second' WHERE true")
+
+    def make_every_task_ready_now(self) -> None:
+        """Every task ready and due a second ago, at rank 0 (as if promoted)."""
+        self.sql("UPDATE shardq_tasks SET exec_time = now() - INTERVAL '1 second', state = 'ready', rank = 0 "
+                 "WHERE true")
+
+    def hand_back_every_task(self) -> None:
+        """Every task ready again without its lease token (its claim was not the test's)."""
+        self.sql("UPDATE shardq_tasks SET state = 'ready', lease_token = NULL WHERE true")
+
+    def count_throttle_windows(self) -> int:
+        return self.sql("SELECT count(*) AS n FROM shardq_throttle_windows")[0]["n"]
+
+    def end_throttle_windows(self) -> None:
+        """Every throttle window ended a second ago."""
+        self.sql("UPDATE shardq_throttle_windows SET until = now() - INTERVAL '1 second' WHERE true")
+
+
 
 def backend_pid(session) -> int:
     """The server process behind ``session`` (PostgreSQL)."""

@@ -11,7 +11,6 @@ from shardq.errors import InvalidInput
 from shardq.worker import shares
 from shardq.worker.config import WorkerConfig
 from shardq.worker.inflight import InFlightTable
-from tests.cli.test_commands import shardq_cli  # noqa: F401 - the fixture
 
 WAIT = 30.0  # seconds an event may take at most on a loaded machine (it is set long before)
 
@@ -139,7 +138,7 @@ def test_an_async_worker_keeps_to_the_shares_too(db):
 
 
 @pytest.mark.parametrize("share", ["q", "q=0", "nope=1", "q=9"])
-def test_work_refuses_a_bad_share_with_exit_2(shardq_cli, share):  # noqa: F811 - the fixture
+def test_work_refuses_a_bad_share_with_exit_2(shardq_cli, share):
     result = shardq_cli("work", "q", "other", "--handler", "handlers_for_test:record", "--concurrency", "4",
                         "--share", share, check=False)
     assert result.returncode == 2, result.stderr
