@@ -129,11 +129,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"shardq: {_cockroach_deselected['count']} CockroachDB tests deselected: {_cockroach_deselected['why']}. "
             "Run them with `make test-cockroach` (starts a CockroachDB in Docker) or against a cluster: "
-            "SHARDQ_TEST_COCKROACH_URL=postgresql://root@HOST:26257/defaultdb?sslmode=disable make test")
+            "SHARDQ_TEST_COCKROACH_URL=postgresql://root@HOST:26257/defaultdb?sslmode=disable make test"
+        )
     if TEST_ISOLATION is not None:
         terminalreporter.write_line(
             f"shardq: PostgreSQL at {TEST_ISOLATION}: {_retries['count']} statement/transaction retries after "
-            "40001 in the test process (worker subprocesses not counted)")
+            "40001 in the test process (worker subprocesses not counted)"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -48,8 +48,13 @@ def test_each_state_lists_only_its_tasks(db):
     running = db.make_task("q", state="leased")
     expired = db.make_task("q", state="leased", lease_expires_at=now - dt.timedelta(seconds=5))
     backlog = db.make_task("q", state="backlog", exclusive_key="k")
-    for state, task in (("ready", ready), ("scheduled", scheduled), ("running", running), ("expired", expired),
-                        ("backlog", backlog)):
+    for state, task in (
+        ("ready", ready),
+        ("scheduled", scheduled),
+        ("running", running),
+        ("expired", expired),
+        ("backlog", backlog),
+    ):
         page = browse.browse(db.store, "q", state)
         shown = [t.id for t in page.tasks]
         if state == "running":  # every leased task; the expired one is marked so
@@ -73,7 +78,9 @@ def test_error_text_filter_matches_case_insensitively_and_treats_wildcards_liter
     b = db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1))
     for task, error in ((a, "Traceback:\nKeyError: 100%"), (b, "ValueError: 1000")):
         db.set_last_error(task.key.id, error)
-    assert [t.id for t in browse.browse(db.store, "q", "scheduled", filters=Filters(error_text="keyerror")).tasks] == [a.id]
+    assert [t.id for t in browse.browse(db.store, "q", "scheduled", filters=Filters(error_text="keyerror")).tasks] == [
+        a.id
+    ]
     assert [t.id for t in browse.browse(db.store, "q", "scheduled", filters=Filters(error_text="100%")).tasks] == [a.id]
 
 
@@ -190,11 +197,14 @@ def test_a_first_page_of_scheduled_tasks_seeks_to_their_span_instead_of_walking_
     db.fill_bucket_zero("q", ready=30000, scheduled=100, scheduled_rank=RANK_SCHEDULED)
     db.sql("VACUUM ANALYZE shardq_tasks")
     filters = Filters()
-    params = {"queue": "q", **filters.params(utcnow()),
-              **browse.span_params(1, "scheduled", filters, None, descending=False, limit=50)}
+    params = {
+        "queue": "q",
+        **filters.params(utcnow()),
+        **browse.span_params(1, "scheduled", filters, None, descending=False, limit=50),
+    }
     text = statements_for("postgresql")["task_browse_span"].text
     plan = "\n".join(r["QUERY PLAN"] for r in db.sql("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params))
-    scan = plan[plan.index("Index Only Scan"):]
+    scan = plan[plan.index("Index Only Scan") :]
     buffers = re.search(r"Buffers: shared ([^\n]*)", scan).group(1)
     pages = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", buffers))
     assert pages < 20, plan

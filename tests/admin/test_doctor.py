@@ -43,8 +43,9 @@ def test_an_unmigrated_database_fails_with_one_line_saying_to_migrate(pg_server)
         diagnosis = diagnose(Dsn.parse(pg_server.url(name)))
         assert not diagnosis.ok
         lines = [check.line() for check in diagnosis.problems]
-        assert any(line.startswith("FAIL schema: revision: not migrated") and "shardq migrate" in line
-                   for line in lines), lines
+        assert any(
+            line.startswith("FAIL schema: revision: not migrated") and "shardq migrate" in line for line in lines
+        ), lines
         assert any("run `shardq migrate`" in line and "plans" in line for line in lines), lines
     finally:
         with Session(Dsn.parse(pg_server.url("postgres"))) as admin:
@@ -66,27 +67,51 @@ def test_a_claim_without_its_limit_is_flagged_as_an_unbounded_skip_locked_scan(p
     statement = POSTGRESQL.statements()["task_claim_batch"]
     plan = pg_db.session.explain("task_claim_batch", explain_checks.example_values(statement))
     assert not POSTGRESQL.explain_skip_locked_unbounded(plan)
-    unbounded = json.dumps([{"Plan": {"Node Type": "LockRows", "Plans": [
-        {"Node Type": "Index Scan", "Relation Name": "shardq_tasks", "Index Cond": "(bucket = 0)"}]}}])
+    unbounded = json.dumps(
+        [
+            {
+                "Plan": {
+                    "Node Type": "LockRows",
+                    "Plans": [
+                        {"Node Type": "Index Scan", "Relation Name": "shardq_tasks", "Index Cond": "(bucket = 0)"}
+                    ],
+                }
+            }
+        ]
+    )
     assert POSTGRESQL.explain_skip_locked_unbounded(unbounded)
 
 
 def test_a_scan_without_the_bucket_is_a_fan_out_over_buckets():
     from shardq.engine import COCKROACHDB, POSTGRESQL
 
-    everywhere = json.dumps([{"Plan": {"Node Type": "Index Scan", "Relation Name": "shardq_tasks",
-                                       "Index Cond": "(queue = 'q'::text)"}}])
+    everywhere = json.dumps(
+        [{"Plan": {"Node Type": "Index Scan", "Relation Name": "shardq_tasks", "Index Cond": "(queue = 'q'::text)"}}]
+    )
     assert POSTGRESQL.explain_fans_out(everywhere, 4)
-    one = json.dumps([{"Plan": {"Node Type": "Index Scan", "Relation Name": "shardq_tasks",
-                                "Index Cond": "((bucket = 0) AND (queue = 'q'::text))"}}])
+    one = json.dumps(
+        [
+            {
+                "Plan": {
+                    "Node Type": "Index Scan",
+                    "Relation Name": "shardq_tasks",
+                    "Index Cond": "((bucket = 0) AND (queue = 'q'::text))",
+                }
+            }
+        ]
+    )
     assert not POSTGRESQL.explain_fans_out(one, 4)
     # CockroachDB's EXPLAIN shows at most 4 spans and "… (N more)" (explain/emit.go, spansStr).
-    assert COCKROACHDB.explain_fans_out("  • scan\n    spans: [/0/'ready'] [/1/'ready'] [/2/'ready'] [/3/'ready'] … (12 more)", 16)
+    assert COCKROACHDB.explain_fans_out(
+        "  • scan\n    spans: [/0/'ready'] [/1/'ready'] [/2/'ready'] [/3/'ready'] … (12 more)", 16
+    )
     assert not COCKROACHDB.explain_fans_out("  • scan\n    spans: [/3/'ready'/'q' - /3/'ready'/'q']", 16)
     assert COCKROACHDB.explain_skip_locked_unbounded(
-        "• scan\n  spans: [/3/'ready']\n  locking strength: for update\n  locking wait policy: skip locked")
+        "• scan\n  spans: [/3/'ready']\n  locking strength: for update\n  locking wait policy: skip locked"
+    )
     assert not COCKROACHDB.explain_skip_locked_unbounded(
-        "• scan\n  spans: [/3/'ready']\n  limit: 100\n  locking wait policy: skip locked")
+        "• scan\n  spans: [/3/'ready']\n  limit: 100\n  locking wait policy: skip locked"
+    )
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.name)

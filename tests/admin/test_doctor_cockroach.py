@@ -47,13 +47,22 @@ HEAD = migrate.head_revision()
 #: six are the housekeeping reads no index can constrain (audit 3, N11): CockroachDB prints FULL
 #: SCAN for each whatever the data.
 BY_DESIGN = {
-    "queue_list": "shardq_queues", "flow_usage": "shardq_slots", "stats_window": "shardq_stats",
-    "stats_prune": "shardq_stats", "stats_hourly_rollup": "shardq_stats", "stats_hourly_prune": "shardq_stats_hourly",
-    "task_count_by_bucket": "shardq_tasks", "task_count_by_bucket_current": "shardq_tasks",
-    "periodic_slots_prune": "shardq_periodic", "spark_runs_expire": "shardq_spark_runs",
-    "spark_stages_stale": "shardq_spark_stages", "outcome_listener_gone": "shardq_listeners",
-    "outcome_listeners_present": "shardq_listeners", "worker_by_token": "shardq_workers",
-    "worker_list": "shardq_workers", "worker_prune": "shardq_workers",
+    "queue_list": "shardq_queues",
+    "flow_usage": "shardq_slots",
+    "stats_window": "shardq_stats",
+    "stats_prune": "shardq_stats",
+    "stats_hourly_rollup": "shardq_stats",
+    "stats_hourly_prune": "shardq_stats_hourly",
+    "task_count_by_bucket": "shardq_tasks",
+    "task_count_by_bucket_current": "shardq_tasks",
+    "periodic_slots_prune": "shardq_periodic",
+    "spark_runs_expire": "shardq_spark_runs",
+    "spark_stages_stale": "shardq_spark_stages",
+    "outcome_listener_gone": "shardq_listeners",
+    "outcome_listeners_present": "shardq_listeners",
+    "worker_by_token": "shardq_workers",
+    "worker_list": "shardq_workers",
+    "worker_prune": "shardq_workers",
 }
 
 # -- recorded answers -----------------------------------------------------------------------------
@@ -62,29 +71,55 @@ BY_DESIGN = {
 # `SHOW DEFAULT_TRANSACTION_ISOLATION` -> serializable; logic_test/set records `SHOW session_user`
 # -> root and `SHOW TABLES FROM foo` -> schema public. current_setting, current_user and
 # current_schema() return STRING (TEXT's OID: pkg/sql/sem/builtins/pg_builtins.go, builtins.go).
-SETTINGS = Rows([("read_only", "TEXT"), ("isolation", "TEXT"), ("user_name", "TEXT"), ("schema_name", "TEXT")],
-                [("off", "serializable", "root", "public")])
+SETTINGS = Rows(
+    [("read_only", "TEXT"), ("isolation", "TEXT"), ("user_name", "TEXT"), ("schema_name", "TEXT")],
+    [("off", "serializable", "root", "public")],
+)
 
 # shard_layout_get: logic_test/hash_sharded_index records, for a hash-sharded primary key,
 # `SHOW INDEXES` -> (primary, crdb_internal_a_shard_10, implicit true) and pg_indexes.indexdef ->
 # `CREATE UNIQUE INDEX "primary" ON test.public.sharded_primary USING btree (a ASC) USING HASH
 # WITH (bucket_count=10)`. Adapted: shardq_tasks' key columns, index name and 16 buckets.
 SHARD_COLUMN = "crdb_internal_exec_time_id_queue_rank_state_shard_16"
-LAYOUT = Rows([("index_name", "TEXT"), ("shard_column", "TEXT"), ("index_definition", "TEXT")],
-              [("shardq_tasks_pkey", SHARD_COLUMN,
-                "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
-                "(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count=16)")])
+LAYOUT = Rows(
+    [("index_name", "TEXT"), ("shard_column", "TEXT"), ("index_definition", "TEXT")],
+    [
+        (
+            "shardq_tasks_pkey",
+            SHARD_COLUMN,
+            "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
+            "(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count=16)",
+        )
+    ],
+)
 
 # has_table_privilege / has_schema_privilege return BOOL (pg_builtins.go); root holds every
 # privilege (admin). shardq_buckets is PostgreSQL's only.
 _TABLES = sorted(t for t in WORKER_TABLES if t != "shardq_buckets")
-PRIVILEGES = Rows([("table_name", "TEXT"), ("can_select", "BOOL"), ("can_insert", "BOOL"),
-                   ("can_update", "BOOL"), ("can_delete", "BOOL")], [(t, True, True, True, True) for t in _TABLES])
+PRIVILEGES = Rows(
+    [
+        ("table_name", "TEXT"),
+        ("can_select", "BOOL"),
+        ("can_insert", "BOOL"),
+        ("can_update", "BOOL"),
+        ("can_delete", "BOOL"),
+    ],
+    [(t, True, True, True, True) for t in _TABLES],
+)
 CAN_CREATE = Rows([("can_create", "BOOL")], [(True,)])
 REVISION = Rows([("version_num", "TEXT")], [(HEAD,)])
 # crdb_internal.jobs' columns as table_schema_jobs_running selects them; no schema change running.
-NO_JOBS = Rows([("job_id", "INT8"), ("job_type", "TEXT"), ("status", "TEXT"), ("running_status", "TEXT"),
-                ("fraction_completed", "FLOAT8"), ("description", "TEXT")], [])
+NO_JOBS = Rows(
+    [
+        ("job_id", "INT8"),
+        ("job_type", "TEXT"),
+        ("status", "TEXT"),
+        ("running_status", "TEXT"),
+        ("fraction_completed", "FLOAT8"),
+        ("description", "TEXT"),
+    ],
+    [],
+)
 
 # -- EXPLAIN answers ------------------------------------------------------------------------------
 # One row per line in the single STRING column "info" (pkg/sql/catalog/colinfo/result_columns.go,
@@ -119,22 +154,35 @@ def bucket_scan(table: str, *, bucket: int = 0, limit: int | None = 100, skip_lo
 def every_bucket(table: str = "shardq_tasks", buckets: int = 16) -> list[str]:
     """An ordered read of a hash-sharded index split into one limited scan per bucket under
     `union all` nodes: execbuilder/testdata/limit, regression test for #55156 (8 buckets there)."""
+
     def tree(first: int, count: int, indent: str) -> list[str]:
         if count == 1:
             return [f"{indent}{line}" for line in bucket_scan(table, bucket=first, limit=100)]
         half = count // 2
         left = tree(first, half, indent + "│   ")
         right = tree(first + half, count - half, indent + "    ")
-        return ([f"{indent}• union all", f"{indent}│ estimated row count: {count * 100}", f"{indent}│"]
-                + [f"{indent}├── {left[0].lstrip()}"] + left[1:] + [f"{indent}│"]
-                + [f"{indent}└── {right[0].lstrip()}"] + right[1:])
+        return (
+            [f"{indent}• union all", f"{indent}│ estimated row count: {count * 100}", f"{indent}│"]
+            + [f"{indent}├── {left[0].lstrip()}"]
+            + left[1:]
+            + [f"{indent}│"]
+            + [f"{indent}└── {right[0].lstrip()}"]
+            + right[1:]
+        )
 
-    return ["• limit", "│ count: 100", "│", "└── " + tree(0, buckets, "    ")[0].lstrip(), *tree(0, buckets, "    ")[1:]]
+    return [
+        "• limit",
+        "│ count: 100",
+        "│",
+        "└── " + tree(0, buckets, "    ")[0].lstrip(),
+        *tree(0, buckets, "    ")[1:],
+    ]
 
 
 def first_table(name: str) -> str:
-    body = "\n".join(line for line in COCKROACHDB.statements()[name].text.splitlines()
-                     if not line.strip().startswith("--"))
+    body = "\n".join(
+        line for line in COCKROACHDB.statements()[name].text.splitlines() if not line.strip().startswith("--")
+    )
     found = re.findall(r"\bshardq_\w+", body)
     return found[0] if found else "shardq_tasks"
 
@@ -159,9 +207,15 @@ Plans = dict[str, list[str]]
 def cluster(plans: Plans | None = None, **overrides: Answer) -> AnswerFunction:
     """The answer function of a healthy, migrated cluster; ``plans`` replaces statements' EXPLAIN
     answers, ``overrides`` statements' answers by name."""
-    answers: dict[str, Answer] = {"doctor_settings": SETTINGS, "doctor_schema_revision": REVISION, "shard_layout_get": LAYOUT,
-               "doctor_schema_create": CAN_CREATE, "doctor_table_privileges": PRIVILEGES,
-               "table_schema_jobs_running": NO_JOBS, **overrides}
+    answers: dict[str, Answer] = {
+        "doctor_settings": SETTINGS,
+        "doctor_schema_revision": REVISION,
+        "shard_layout_get": LAYOUT,
+        "doctor_schema_create": CAN_CREATE,
+        "doctor_table_privileges": PRIVILEGES,
+        "table_schema_jobs_running": NO_JOBS,
+        **overrides,
+    }
 
     def answer(received: Received) -> Answer | None:
         if received.explained is not None:
@@ -181,6 +235,7 @@ def assert_nothing_written(server: RecordedCockroach) -> None:
 
 
 # -- a healthy cluster ----------------------------------------------------------------------------
+
 
 def test_a_healthy_cluster_passes_and_names_each_whole_table_read_with_its_reason():
     with RecordedCockroach(cluster()) as server:
@@ -214,14 +269,20 @@ def test_the_command_exits_0_on_a_healthy_cluster_and_prints_why_whole_tables_ar
     assert "ok   plans: queue_list: ok: reads every row by design (one row per queue)" in lines
     designed = [line for line in lines if "by design (" in line and line.startswith("ok   plans: ")]
     assert len(designed) == len(BY_DESIGN)
-    assert lines[-1] == (f"ok   plans: {len(PLANNED)} of {len(PLANNED)} statements planned without a full scan "
-                         f"({len(designed)} by design, above), a fan-out over buckets or an unbounded SKIP LOCKED")
+    assert lines[-1] == (
+        f"ok   plans: {len(PLANNED)} of {len(PLANNED)} statements planned without a full scan "
+        f"({len(designed)} by design, above), a fan-out over buckets or an unbounded SKIP LOCKED"
+    )
     assert "ok   layout: shard column: " + SHARD_COLUMN in lines
     with RecordedCockroach(cluster()) as server:
         data = json.loads(CliRunner().invoke(cli, ["doctor", "--dsn", server.url(), "--json"]).output)
     assert data["ok"] is True and data["engine"] == "cockroachdb"
-    assert {"area": "plans", "name": "queue_list", "ok": True,
-            "detail": "ok: reads every row by design (one row per queue)"} in data["checks"]
+    assert {
+        "area": "plans",
+        "name": "queue_list",
+        "ok": True,
+        "detail": "ok: reads every row by design (one row per queue)",
+    } in data["checks"]
 
 
 def test_a_check_the_cluster_cannot_answer_is_one_failed_line_and_the_rest_still_run():
@@ -257,25 +318,50 @@ def test_every_plan_is_asked_with_its_values_inlined_inside_a_rolled_back_serial
 
 # -- what is still flagged ------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "plan", "expected"), [
-    # A claim reading the whole tasks table, on a cluster that has no statistics yet.
-    ("task_claim_batch", full_scan("shardq_tasks"),
-     "full scan of shardq_tasks; planned without table statistics (run `ANALYZE <table>` or let the cluster "
-     "collect them, then check again)"),
-    # The reaper's read of one bucket split over every bucket.
-    ("task_reap_candidates", every_bucket(), "fans out over buckets"),
-    # A claim locking with SKIP LOCKED in a scan no hard limit bounds.
-    ("task_claim_batch", ["• limit", "│ count: 100", "│",
-                          *("└── " + line if i == 0 else "    " + line
-                            for i, line in enumerate(bucket_scan("shardq_tasks", limit=None, skip_locked=True)))],
-     "SKIP LOCKED without a hard limit"),
-    # A read allowed to scan shardq_queues whole is not allowed to scan the tasks table (audit N12:
-    # workflow_prune_page's LEFT JOIN into shardq_tasks, planned as a hash join over a full scan).
-    ("queue_list", full_scan("shardq_tasks"), "full scan of shardq_tasks; planned without table statistics"),
-    ("workflow_prune_page", [*full_scan("shardq_workflows"), *full_scan("shardq_tasks")],
-     "full scan of shardq_tasks, shardq_workflows; planned without table statistics"),
-], ids=["claim-full-scan", "reap-fan-out", "claim-skip-locked-unbounded", "design-read-other-table",
-        "prune-page-join"])
+
+@pytest.mark.parametrize(
+    ("name", "plan", "expected"),
+    [
+        # A claim reading the whole tasks table, on a cluster that has no statistics yet.
+        (
+            "task_claim_batch",
+            full_scan("shardq_tasks"),
+            "full scan of shardq_tasks; planned without table statistics (run `ANALYZE <table>` or let the cluster "
+            "collect them, then check again)",
+        ),
+        # The reaper's read of one bucket split over every bucket.
+        ("task_reap_candidates", every_bucket(), "fans out over buckets"),
+        # A claim locking with SKIP LOCKED in a scan no hard limit bounds.
+        (
+            "task_claim_batch",
+            [
+                "• limit",
+                "│ count: 100",
+                "│",
+                *(
+                    "└── " + line if i == 0 else "    " + line
+                    for i, line in enumerate(bucket_scan("shardq_tasks", limit=None, skip_locked=True))
+                ),
+            ],
+            "SKIP LOCKED without a hard limit",
+        ),
+        # A read allowed to scan shardq_queues whole is not allowed to scan the tasks table (audit N12:
+        # workflow_prune_page's LEFT JOIN into shardq_tasks, planned as a hash join over a full scan).
+        ("queue_list", full_scan("shardq_tasks"), "full scan of shardq_tasks; planned without table statistics"),
+        (
+            "workflow_prune_page",
+            [*full_scan("shardq_workflows"), *full_scan("shardq_tasks")],
+            "full scan of shardq_tasks, shardq_workflows; planned without table statistics",
+        ),
+    ],
+    ids=[
+        "claim-full-scan",
+        "reap-fan-out",
+        "claim-skip-locked-unbounded",
+        "design-read-other-table",
+        "prune-page-join",
+    ],
+)
 def test_a_hot_statement_planned_badly_fails_the_check_and_the_command_exits_1(name, plan, expected):
     with RecordedCockroach(cluster({name: plan})) as server:
         diagnosis = diagnose(Dsn.parse(server.url()))
@@ -296,8 +382,10 @@ def test_a_statement_the_cluster_cannot_plan_fails_with_the_clusters_message():
     failed = {c.name: c.detail for c in diagnosis.problems}
     naming = {name for name, statement in PLANNED.items() if "shardq_workflow_edges" in statement.text}
     assert set(failed) == naming and naming, diagnosis.lines()
-    assert all(detail.startswith("cannot be planned: ") and 'relation "shardq_workflow_edges" does not exist' in detail
-               for detail in failed.values()), failed
+    assert all(
+        detail.startswith("cannot be planned: ") and 'relation "shardq_workflow_edges" does not exist' in detail
+        for detail in failed.values()
+    ), failed
 
 
 def _refusing(answer: AnswerFunction, table: str) -> AnswerFunction:
@@ -310,6 +398,7 @@ def _refusing(answer: AnswerFunction, table: str) -> AnswerFunction:
 
 
 # -- bad input ------------------------------------------------------------------------------------
+
 
 def _one_line(result) -> str:
     assert "Traceback" not in result.output, result.output
@@ -356,8 +445,11 @@ def test_a_cluster_older_than_supported_is_refused_at_connect_with_exit_2():
 def test_a_database_without_shardq_tables_fails_with_one_line_per_problem_and_writes_nothing():
     # pgcode 42P01 `relation "…" does not exist`: logic_test/txn; no alembic_version here. The
     # catalogs list nothing of the tables (empty results).
-    empty = cluster(doctor_schema_revision=Error("42P01", 'relation "alembic_version" does not exist'),
-                    shard_layout_get=Rows(LAYOUT.columns, []), doctor_table_privileges=Rows(PRIVILEGES.columns, []))
+    empty = cluster(
+        doctor_schema_revision=Error("42P01", 'relation "alembic_version" does not exist'),
+        shard_layout_get=Rows(LAYOUT.columns, []),
+        doctor_table_privileges=Rows(PRIVILEGES.columns, []),
+    )
     with RecordedCockroach(empty) as server:
         diagnosis = diagnose(Dsn.parse(server.url()))
         result = CliRunner().invoke(cli, ["doctor", "--dsn", server.url()])

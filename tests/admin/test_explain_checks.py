@@ -30,14 +30,6 @@ def seeded(pg_db):
     return pg_db
 
 
-
-
-
-
-
-
-
-
 def test_claim_scans_one_bucket_span_of_the_primary_key(seeded):
     tree = plan(
         seeded,
@@ -69,9 +61,17 @@ def test_ack_deletes_by_whole_key(seeded):
     tree = plan(
         seeded,
         "task_ack_many",
-        dict(buckets=[1], queues=["q"], ranks=[0], exec_times=[utcnow()], ids=[uuid.uuid4()], tokens=[uuid.uuid4()],
-             states=["leased"],
-             closed_tokens=[], expected=1),
+        dict(
+            buckets=[1],
+            queues=["q"],
+            ranks=[0],
+            exec_times=[utcnow()],
+            ids=[uuid.uuid4()],
+            tokens=[uuid.uuid4()],
+            states=["leased"],
+            closed_tokens=[],
+            expected=1,
+        ),
     )
     task_scans = scans_of(tree, "shardq_tasks")
     assert task_scans and all(s["Node Type"] != "Seq Scan" for s in task_scans)
@@ -94,8 +94,16 @@ def test_the_engine_seam_sees_a_whole_table_read_and_the_hot_claim_avoids_one(se
     engine = seeded.store.engine
     round_plan = seeded.session.explain(
         "task_claim_round",
-        {"buckets": [0, 1, 2, 3], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 10,
-         "lease_seconds": 30.0, "durable": False, "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG},
+        {
+            "buckets": [0, 1, 2, 3],
+            "tokens": [uuid.uuid4() for _ in range(4)],
+            "queue": "q",
+            "limit": 10,
+            "lease_seconds": 30.0,
+            "durable": False,
+            "scheduled_rank": RANK_SCHEDULED,
+            "backlog_rank": RANK_BACKLOG,
+        },
     )
     assert not engine.explain_reads_whole_table(round_plan), round_plan
     whole = seeded.session.explain("task_count_by_bucket")
@@ -112,13 +120,16 @@ def chained(pg_db):
     return pg_db, {"workflow_ids": [r["workflow_id"] for r in firsts], "steps": ["s0"] * len(firsts)}
 
 
-@pytest.mark.parametrize("name, extra", [
-    ("workflow_children_advance", {}),
-    ("workflow_counts_advance", {}),
-    ("workflow_children_stop", {"died": True}),
-    ("workflow_steps_reopen", {}),
-    ("workflow_counts_reopen", {}),
-])
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("workflow_children_advance", {}),
+        ("workflow_counts_advance", {}),
+        ("workflow_children_stop", {"died": True}),
+        ("workflow_steps_reopen", {}),
+        ("workflow_counts_reopen", {}),
+    ],
+)
 def test_a_step_ack_finds_its_childrens_edges_by_key_not_by_reading_every_edge(chained, name, extra):
     # A settle batch is a large share of a small edges table: PostgreSQL then hashed the whole
     # table once per ack (a scan of every workflow's edges), unless each parent's edges are looked
@@ -137,23 +148,37 @@ def leased_after_analyze(pg_db):
     pg_db.add_ready_and_waiting_tasks()
     pg_db.sql("ANALYZE shardq_tasks")
     rows = pg_db.lease_some_ready(400)
-    keys = {"buckets": [r["bucket"] for r in rows], "queues": [r["queue"] for r in rows],
-            "ranks": [r["rank"] for r in rows], "exec_times": [r["exec_time"] for r in rows],
-            "ids": [r["id"] for r in rows], "tokens": [r["lease_token"] for r in rows], "states": ["leased"] * len(rows),
-            "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+    keys = {
+        "buckets": [r["bucket"] for r in rows],
+        "queues": [r["queue"] for r in rows],
+        "ranks": [r["rank"] for r in rows],
+        "exec_times": [r["exec_time"] for r in rows],
+        "ids": [r["id"] for r in rows],
+        "tokens": [r["lease_token"] for r in rows],
+        "states": ["leased"] * len(rows),
+        "scheduled_rank": RANK_SCHEDULED,
+        "backlog_rank": RANK_BACKLOG,
+    }
     return pg_db, keys
 
 
-@pytest.mark.parametrize("name, extra", [
-    ("task_ack_many", {"closed_tokens": [], "expected": 1}),
-    ("task_ack_many_kept", {"closed_tokens": [], "tasks": None, "run_seconds": None, "results": None, "notify": []}),
-    ("task_retry_many", {"delays": None, "refunds": None, "errors": None, "require_expired": False}),
-    ("task_bury_many", {"errors": None, "require_expired": False}),
-    ("task_release_many", {}),
-    ("task_extend_many", {"lease_seconds": 30.0}),
-])
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("task_ack_many", {"closed_tokens": [], "expected": 1}),
+        (
+            "task_ack_many_kept",
+            {"closed_tokens": [], "tasks": None, "run_seconds": None, "results": None, "notify": []},
+        ),
+        ("task_retry_many", {"delays": None, "refunds": None, "errors": None, "require_expired": False}),
+        ("task_bury_many", {"errors": None, "require_expired": False}),
+        ("task_release_many", {}),
+        ("task_extend_many", {"lease_seconds": 30.0}),
+    ],
+)
 def test_statements_over_leased_keys_probe_an_index_whatever_the_statistics_say_of_leased_rows(
-        leased_after_analyze, name, extra):
+    leased_after_analyze, name, extra
+):
     # Written `t.state = 'leased'`, the planner sized the leased rows from statistics that saw
     # none, scanned the whole table for them and compared each with every key of the batch (60 ms
     # for 400 keys in 50,000 rows against 2 ms by index: docs/loadtest.md).

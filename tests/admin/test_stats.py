@@ -134,8 +134,9 @@ def test_dead_letters_are_counted_up_to_the_cap(db):
 def test_with_more_buckets_than_max_buckets_a_sample_is_scaled_up(db):
     tasks = [db.make_task("q") for _ in range(40)]
     per_bucket = Counter(t.key.bucket for t in tasks)
-    stats = db.store.run(collect_plan(StatsOptions(follower_read=False, max_buckets=2).validate(),
-                                   rng=random.Random(7)))
+    stats = db.store.run(
+        collect_plan(StatsOptions(follower_read=False, max_buckets=2).validate(), rng=random.Random(7))
+    )
     assert len(stats.buckets_counted) == 2
     q = stats.queues["q"]
     assert q.ready == round(sum(per_bucket[b] for b in stats.buckets_counted) * db.layout.bucket_count / 2)
@@ -256,8 +257,9 @@ def test_lead_time_is_backlog_over_completion_rate():
 
 def test_lead_time_by_duration_spreads_backlog_work_over_handler_threads():
     # 100 handler runs of 0.5 s on average; 4 threads offered for the whole 300 s window
-    q = QueueStats(ready=200, activity=Activity(handled=100, handler_seconds=50.0, capacity_seconds=1200.0),
-                   window_s=300)
+    q = QueueStats(
+        ready=200, activity=Activity(handled=100, handler_seconds=50.0, capacity_seconds=1200.0), window_s=300
+    )
     assert q.mean_handler_s == pytest.approx(0.5)
     assert q.handler_threads == pytest.approx(4.0)
     assert q.lead_time_by_duration_s == pytest.approx(200 * 0.5 / 4)
@@ -286,11 +288,25 @@ def test_stats_json_keeps_the_contract_keys_and_adds_more_beside_them(db):
     assert {"ready", "scheduled", "leased", "dead", "oldest_ready_age_s"} <= set(q)
     assert (q["ready"], q["scheduled"], q["leased"], q["dead"]) == (1, 1, 0, 0)
     assert isinstance(q["oldest_ready_age_s"], float)
-    for extra in ("enqueue_rate", "completion_rate", "failure_rate", "lead_time_s", "lead_time_by_duration_s",
-                  "mean_handler_s", "accuracy"):
+    for extra in (
+        "enqueue_rate",
+        "completion_rate",
+        "failure_rate",
+        "lead_time_s",
+        "lead_time_by_duration_s",
+        "mean_handler_s",
+        "accuracy",
+    ):
         assert extra in q
-    assert q["accuracy"] == {"ready": "exact", "scheduled": "exact", "leased": "exact", "expired": "exact",
-                             "backlog": "exact", "waiting": "exact", "dead": "exact"}
+    assert q["accuracy"] == {
+        "ready": "exact",
+        "scheduled": "exact",
+        "leased": "exact",
+        "expired": "exact",
+        "backlog": "exact",
+        "waiting": "exact",
+        "dead": "exact",
+    }
     assert q["backlog"] == 0
     assert "per_bucket" not in q
     assert {"as_of", "bucket_cap", "buckets_counted", "window_s"} <= set(data)
@@ -306,7 +322,9 @@ def test_stats_json_per_bucket_lists_every_bucket(db):
 
 def test_stats_watch_json_prints_one_object_per_snapshot(db):
     db.make_task("q")
-    lines = cli_run(db, "stats", "--json", "--watch", "--iterations", "2", "--interval", "0.1", "--current").splitlines()
+    lines = cli_run(
+        db, "stats", "--json", "--watch", "--iterations", "2", "--interval", "0.1", "--current"
+    ).splitlines()
     assert len(lines) == 2 and all(json.loads(line)["queues"]["q"]["ready"] == 1 for line in lines)
 
 
@@ -340,12 +358,33 @@ def frame_text(renderable, width=150) -> str:
 def fake_stats(**queue) -> Stats:
     from shardq.models import BucketDepth
 
-    per_bucket = {0: BucketDepth(ready=10), 1: BucketDepth(ready=30, leased=2), 2: BucketDepth(), 3: BucketDepth(ready=4)}
-    q = QueueStats(ready=44, leased=2, dead=3, oldest_ready_age_s=75.0, per_bucket=per_bucket,
-                   activity=Activity(enqueued=600, acked=300, retried=30, handled=330, handler_seconds=33.0,
-                                     capacity_seconds=600.0), window_s=300.0, **queue)
-    return Stats(buckets=4, queues={"emails": q}, as_of=dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC),
-                 dialect="postgresql", bucket_cap=10_000, buckets_counted=(0, 1, 2, 3), window_s=300.0)
+    per_bucket = {
+        0: BucketDepth(ready=10),
+        1: BucketDepth(ready=30, leased=2),
+        2: BucketDepth(),
+        3: BucketDepth(ready=4),
+    }
+    q = QueueStats(
+        ready=44,
+        leased=2,
+        dead=3,
+        oldest_ready_age_s=75.0,
+        per_bucket=per_bucket,
+        activity=Activity(
+            enqueued=600, acked=300, retried=30, handled=330, handler_seconds=33.0, capacity_seconds=600.0
+        ),
+        window_s=300.0,
+        **queue,
+    )
+    return Stats(
+        buckets=4,
+        queues={"emails": q},
+        as_of=dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC),
+        dialect="postgresql",
+        bucket_cap=10_000,
+        buckets_counted=(0, 1, 2, 3),
+        window_s=300.0,
+    )
 
 
 def test_a_dashboard_frame_shows_rates_lead_time_and_bucket_skew():
@@ -364,7 +403,9 @@ def test_many_buckets_are_drawn_as_one_strip():
     from shardq.models import BucketDepth
 
     per_bucket = {b: BucketDepth(ready=b) for b in range(64)}
-    stats = Stats(buckets=64, queues={"q": QueueStats(ready=2016, per_bucket=per_bucket)}, buckets_counted=tuple(range(64)))
+    stats = Stats(
+        buckets=64, queues={"q": QueueStats(ready=2016, per_bucket=per_bucket)}, buckets_counted=tuple(range(64))
+    )
     text = frame_text(dashboard.buckets_view(stats))
     strip = text.splitlines()[1]
     assert len(strip.rstrip()) == 64 and strip[0] == " " and strip[63] == "█"
@@ -386,8 +427,14 @@ def test_the_live_loop_draws_frames_and_survives_a_failed_refresh():
         return fake_stats()
 
     console = Console(record=True, width=150)
-    frames = dashboard.run_live(fetch, lambda s, error: dashboard.dashboard(s, error=error), interval=0.01,
-                                iterations=3, console=console, keys=False)
+    frames = dashboard.run_live(
+        fetch,
+        lambda s, error: dashboard.dashboard(s, error=error),
+        interval=0.01,
+        iterations=3,
+        console=console,
+        keys=False,
+    )
     assert frames == 3 and calls["n"] == 3
     text = console.export_text()
     assert text.count("shardq — postgresql") == 3
@@ -396,7 +443,15 @@ def test_the_live_loop_draws_frames_and_survives_a_failed_refresh():
 
 def test_durations_and_rates_read_well():
     assert [formatting.duration_text(s) for s in (None, 0, 0.0004, 0.25, 12.34, 245, 3 * 3600 + 120, 3 * 86400)] == [
-        "-", "0s", "400µs", "250ms", "12.3s", "4m05s", "3h02m", "3d00h"]
+        "-",
+        "0s",
+        "400µs",
+        "250ms",
+        "12.3s",
+        "4m05s",
+        "3h02m",
+        "3d00h",
+    ]
     assert [formatting.rate_text(r) for r in (0, 0.5, 42, 4200, 42000)] == ["0", "0.50/s", "42/s", "4.2k/s", "42k/s"]
 
 
@@ -415,8 +470,14 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
     text = statements_for("postgresql")["stats_depth_many"].text
     from shardq.models import RANK_BACKLOG, RANK_SCHEDULED
 
-    params = {"queues": ["q", "absent"], "buckets": [0, 1, 2, 3], "cap": 100, "rank_cap": 32,
-              "scheduled_rank": RANK_SCHEDULED, "backlog_rank": RANK_BACKLOG}
+    params = {
+        "queues": ["q", "absent"],
+        "buckets": [0, 1, 2, 3],
+        "cap": 100,
+        "rank_cap": 32,
+        "scheduled_rank": RANK_SCHEDULED,
+        "backlog_rank": RANK_BACKLOG,
+    }
     rows = pg_db.sql("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params)
     data = rows[0]["QUERY PLAN"]
     tree = (json.loads(data) if isinstance(data, str) else data)[0]["Plan"]
@@ -425,7 +486,8 @@ def test_depth_reads_at_most_the_cap_per_bucket_through_the_primary_key(pg_db):
     assert all(n.get("Index Name") == "shardq_tasks_pkey" and "bucket =" in n.get("Index Cond", "") for n in scans)
     # the counts need no state filter, so they can be answered from the index alone
     assert [n for n in scans if "Filter" not in n] and all(
-        n["Node Type"] == "Index Only Scan" for n in scans if "Filter" not in n)
+        n["Node Type"] == "Index Only Scan" for n in scans if "Filter" not in n
+    )
     rows_read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
     # 2 queues x 4 buckets x (100 active + 1 head of the one priority in use) at most, of 8000 rows
     assert rows_read <= 2 * 4 * 101
@@ -447,6 +509,7 @@ def _drive_on_cockroachdb(plan, answer):
     from shardq.sql.plan import ENGINE, Atomically, Call, UseShardColumn
 
     dsn = Dsn.parse("cockroachdb://root@localhost:26257/defaultdb")
+
     @dataclasses.dataclass
     class State:
         historical: bool = False
@@ -496,8 +559,13 @@ def test_stats_read_the_present_when_the_follower_read_predates_a_migrated_colum
     def answer(name, params, historical):
         sent.append(name)
         if name == "shard_layout_get":
-            return [{"index_name": "shardq_tasks_pkey", "shard_column": "crdb_internal_x_shard_4",
-                     "index_definition": "CREATE UNIQUE INDEX … USING HASH WITH (bucket_count=4)"}]
+            return [
+                {
+                    "index_name": "shardq_tasks_pkey",
+                    "shard_column": "crdb_internal_x_shard_4",
+                    "index_definition": "CREATE UNIQUE INDEX … USING HASH WITH (bucket_count=4)",
+                }
+            ]
         if name == "stats_now":
             return {"as_of": now, "minute": now}
         if name == "queue_list" and historical:
@@ -518,8 +586,13 @@ def test_a_missing_column_of_a_current_read_still_says_to_migrate():
 
     def answer(name, params, historical):
         if name == "shard_layout_get":
-            return [{"index_name": "shardq_tasks_pkey", "shard_column": "crdb_internal_x_shard_4",
-                     "index_definition": "USING HASH WITH (bucket_count=4)"}]
+            return [
+                {
+                    "index_name": "shardq_tasks_pkey",
+                    "shard_column": "crdb_internal_x_shard_4",
+                    "index_definition": "USING HASH WITH (bucket_count=4)",
+                }
+            ]
         if name == "queue_list":
             raise pgerrors.UndefinedColumn('column "rate_limit" does not exist')
         return {"as_of": utcnow(), "minute": utcnow()} if name == "stats_now" else []

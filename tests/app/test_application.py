@@ -30,7 +30,10 @@ def test_a_task_is_still_a_plain_function_and_defers_with_its_arguments(app, db)
         return "done"
 
     assert resize_image("a.png", 1) == "done"  # a direct call runs here
-    assert resize_image.name == f"{__name__}.test_a_task_is_still_a_plain_function_and_defers_with_its_arguments.<locals>.resize_image"
+    assert (
+        resize_image.name
+        == f"{__name__}.test_a_task_is_still_a_plain_function_and_defers_with_its_arguments.<locals>.resize_image"
+    )
     task_id = resize_image.defer(path="b.png", width=64)
     assert isinstance(task_id, str) and uuid.UUID(task_id)
     assert db.count() == 1
@@ -47,9 +50,19 @@ def test_every_supported_type_comes_back_as_the_same_type_and_value(app):
 
     aware = dt.datetime(2026, 11, 25, 3, 4, 5, 678901, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30)))
     naive = dt.datetime(2026, 1, 2, 3, 4, 5)
-    sent = {"aware": aware, "naive": naive, "day": dt.date(2026, 2, 28), "uid": uuid.uuid4(),
-            "money": Decimal("12345.678900"), "nested": {"when": [naive, aware]}, "n": 3, "x": 1.5,
-            "s": "ü", "none": None, "flag": True}
+    sent = {
+        "aware": aware,
+        "naive": naive,
+        "day": dt.date(2026, 2, 28),
+        "uid": uuid.uuid4(),
+        "money": Decimal("12345.678900"),
+        "nested": {"when": [naive, aware]},
+        "n": 3,
+        "x": 1.5,
+        "s": "ü",
+        "none": None,
+        "flag": True,
+    }
     types.defer(**sent)
     app.work(until_empty=True)
     assert received == sent
@@ -59,10 +72,17 @@ def test_every_supported_type_comes_back_as_the_same_type_and_value(app):
     assert str(received["money"]) == "12345.678900"
 
 
-@pytest.mark.parametrize("bad,words", [
-    ((1, 2), "argument bad: tuple"), ({1, 2}, "argument bad: set"), (b"x", "argument bad: bytes"),
-    (object(), "argument bad: object"), (float("nan"), "not a finite number"), ({1: "a"}, "keys must be str"),
-])
+@pytest.mark.parametrize(
+    "bad,words",
+    [
+        ((1, 2), "argument bad: tuple"),
+        ({1, 2}, "argument bad: set"),
+        (b"x", "argument bad: bytes"),
+        (object(), "argument bad: object"),
+        (float("nan"), "not a finite number"),
+        ({1: "a"}, "keys must be str"),
+    ],
+)
 def test_an_argument_that_cannot_come_back_unchanged_is_refused_before_anything_is_written(app, db, bad, words):
     @app.task
     def takes(bad: object) -> None: ...
@@ -225,9 +245,14 @@ def test_sqlalchemy_sessions_and_connections_join_their_transaction(app, db):
     def job(n: int) -> None: ...
 
     params = db.dsn.params()
-    url = sqlalchemy.engine.URL.create("postgresql+psycopg", username=params.get("user"), password=params.get("password"),
-                                       host=params.get("host"), port=int(params["port"]) if "port" in params else None,
-                                       database=params.get("dbname"))
+    url = sqlalchemy.engine.URL.create(
+        "postgresql+psycopg",
+        username=params.get("user"),
+        password=params.get("password"),
+        host=params.get("host"),
+        port=int(params["port"]) if "port" in params else None,
+        database=params.get("dbname"),
+    )
     engine = sqlalchemy.create_engine(url)
     try:
         with SASession(engine) as session:
@@ -268,13 +293,22 @@ def test_task_declarations_are_checked(app):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.datetimes() | st.datetimes(timezones=st.timezones()) | st.dates() | st.uuids()
-    | st.decimals(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
-    max_leaves=12,
-))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.datetimes()
+        | st.datetimes(timezones=st.timezones())
+        | st.dates()
+        | st.uuids()
+        | st.decimals(allow_nan=False, allow_infinity=False),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        max_leaves=12,
+    )
+)
 def test_encoded_calls_decode_to_equal_values_of_the_same_types(value):
     name, args = decode_call(encode_call("t", {"v": value}))
 
@@ -292,18 +326,26 @@ def test_encoded_calls_decode_to_equal_values_of_the_same_types(value):
     assert name == "t" and same(args["v"], value)
 
 
-@pytest.mark.parametrize("value", [
-    # a wall time inside a gap (clocks went from 00:00 to 01:00): found by the property test above
-    dt.datetime(1966, 10, 30, 0, 0, tzinfo=ZoneInfo("America/Santo_Domingo")),
-    # the second pass of a repeated hour
-    dt.datetime(2026, 11, 1, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
-    dt.datetime(2026, 11, 1, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
-], ids=["gap", "repeated hour, second pass", "repeated hour, first pass"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        # a wall time inside a gap (clocks went from 00:00 to 01:00): found by the property test above
+        dt.datetime(1966, 10, 30, 0, 0, tzinfo=ZoneInfo("America/Santo_Domingo")),
+        # the second pass of a repeated hour
+        dt.datetime(2026, 11, 1, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+        dt.datetime(2026, 11, 1, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
+    ],
+    ids=["gap", "repeated hour, second pass", "repeated hour, first pass"],
+)
 def test_a_zoned_datetime_comes_back_with_its_wall_time_and_fold(value):
     _, args = decode_call(encode_call("t", {"v": value}))
     back = args["v"]
     assert (back.replace(tzinfo=None), back.fold, back.tzinfo, back.utcoffset()) == (
-        value.replace(tzinfo=None), value.fold, value.tzinfo, value.utcoffset())
+        value.replace(tzinfo=None),
+        value.fold,
+        value.tzinfo,
+        value.utcoffset(),
+    )
 
 
 def test_a_zoned_datetime_whose_offset_the_zone_no_longer_has_keeps_its_instant():

@@ -119,7 +119,8 @@ def test_a_changed_sequence_fails_the_attempt_naming_the_first_mismatch(app, db)
     assert dead is not None
     assert dead["last_error"].splitlines() == [
         f"shardq.errors.StepMismatch: task {task_id}: durable step 1 is now 'c' but was recorded as 'b' "
-        "(declare a new version= to start such tasks afresh)"]
+        "(declare a new version= to start such tasks afresh)"
+    ]
 
 
 def test_a_new_version_starts_afresh_instead_of_failing(app, db):
@@ -135,6 +136,7 @@ def test_a_new_version_starts_afresh_instead_of_failing(app, db):
     assert [s["name"] for s in steps_of(db, task_id)] == ["old", "shardq:sleep"]
     second = shardq.App(db.dsn)
     try:
+
         @second.task(name="ver", queue=Q, pass_context=True, version="2")
         def ver2(ctx: shardq.TaskContext) -> None:
             ctx.step("new", lambda: calls.append("new"))
@@ -289,9 +291,13 @@ def test_a_value_that_is_not_json_or_too_large_fails_the_attempt_in_one_line(app
 
     object_id, big_id = bad.defer(big=False), bad.defer(big=True)
     app.work(until_empty=True)
-    assert db.dead_row(object_id)["last_error"] == "shardq.errors.StepNotStorable: step 0 ('thing'): a object is not JSON-encodable"
+    assert (
+        db.dead_row(object_id)["last_error"]
+        == "shardq.errors.StepNotStorable: step 0 ('thing'): a object is not JSON-encodable"
+    )
     assert db.dead_row(big_id)["last_error"] == (
-        "shardq.errors.StepNotStorable: step 0 ('blob'): 300,002 bytes of JSON, over the limit of 262,144")
+        "shardq.errors.StepNotStorable: step 0 ('blob'): 300,002 bytes of JSON, over the limit of 262,144"
+    )
 
 
 def test_signals_to_unknown_or_finished_tasks_and_oversized_payloads_are_refused(app, db):
@@ -384,6 +390,7 @@ SHARDQ = str(Path(sys.executable).with_name("shardq"))
 def test_the_signal_command_sends_and_refuses_in_one_line_with_exit_2(app, pg_db):
     pg_app = shardq.App(pg_db.dsn)
     try:
+
         @pg_app.task(name="cli_wait", queue=Q, pass_context=True)
         def cli_wait(ctx: shardq.TaskContext) -> None:
             ctx.wait_for("go")
@@ -401,8 +408,11 @@ def test_the_signal_command_sends_and_refuses_in_one_line_with_exit_2(app, pg_db
         sent = shardq_cli("signal", task_id, "go", json.dumps({"ok": True}))
         assert sent.returncode == 0, sent.stderr
         assert f"signal 'go' sent to task {task_id}" in sent.stdout
-        for args in (("signal", str(uuid.uuid4()), "go"), ("signal", task_id, "go", "{not json"),
-                     ("signal", "not-a-uuid", "go")):
+        for args in (
+            ("signal", str(uuid.uuid4()), "go"),
+            ("signal", task_id, "go", "{not json"),
+            ("signal", "not-a-uuid", "go"),
+        ):
             refused = shardq_cli(*args)
             assert refused.returncode == 2, refused.stderr
             assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
@@ -458,6 +468,7 @@ def test_a_running_handler_learns_that_its_task_was_cancelled(app, db):
 
 
 # -- a signal and a wait at the same moment (PostgreSQL: both lock the task row first) ----------
+
 
 def _pausing(plan: Any, after: str, locked: threading.Event, release: threading.Event) -> Any:
     """``plan``, blocking once the statement named ``after`` has answered (its transaction open,
@@ -550,8 +561,12 @@ def test_a_run_that_died_after_its_checkpoint_is_replayed_by_the_next_after_the_
 
     # A worker claimed it, ran and recorded step a (its lease ran out meanwhile, but nobody had
     # taken the task: its token still holds), then died before its ack.
-    claimed = db.make_task(Q, state="leased", payload=encode_call("crashy", {}),
-                           lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
+    claimed = db.make_task(
+        Q,
+        state="leased",
+        payload=encode_call("crashy", {}),
+        lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1),
+    )
     dying = _run_for(db, claimed)
     assert dying.step("a", lambda: calls.append("a") or "A") == "A"
     assert db.client.reap_once().retried == 1

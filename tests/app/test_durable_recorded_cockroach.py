@@ -52,8 +52,13 @@ def test_a_signal_is_one_serializable_transaction_without_a_notification():
     answers = {"task_signal_lock": LOCKED, "task_signal_insert": INSERTED, "task_signal_wake": WOKE}
     with recorded_cockroach(answers) as server, _session(server) as session:
         assert session.run(plans.send_signal(TASK, "approved", {"by": "ann"})) is True
-    assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", "task_signal_lock",
-                                       "task_signal_insert", "task_signal_wake", "COMMIT"]
+    assert server.names_received() == [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "task_signal_lock",
+        "task_signal_insert",
+        "task_signal_wake",
+        "COMMIT",
+    ]
     wake = server.received[3]
     assert wake.params and wake.params[-1] == "shardq:wait:approved"
 
@@ -67,13 +72,22 @@ def test_a_40001_reruns_the_whole_signal_transaction():
             return RETRY_40001
         return WOKE
 
-    answers: dict[str, Answering] = {"task_signal_lock": LOCKED, "task_signal_insert": INSERTED,
-                                     "task_signal_wake": wake}
+    answers: dict[str, Answering] = {
+        "task_signal_lock": LOCKED,
+        "task_signal_insert": INSERTED,
+        "task_signal_wake": wake,
+    }
     with recorded_cockroach(answers) as server, _session(server) as session:
         assert session.run(plans.send_signal(TASK, "approved", None)) is True
     body = ["task_signal_lock", "task_signal_insert", "task_signal_wake"]
-    assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", *body, "ROLLBACK",
-                                       "BEGIN ISOLATION LEVEL SERIALIZABLE", *body, "COMMIT"]
+    assert server.names_received() == [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        *body,
+        "ROLLBACK",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        *body,
+        "COMMIT",
+    ]
 
 
 def test_a_signal_for_no_live_task_writes_nothing():
@@ -85,11 +99,17 @@ def test_a_signal_for_no_live_task_writes_nothing():
 
 def test_a_signal_sent_again_under_its_key_wakes_nothing():
     duplicate = Rows([("id", "UUID")], [], tag="INSERT 0 0")
-    with recorded_cockroach({"task_signal_lock": LOCKED, "task_signal_insert": duplicate}) as server, \
-            _session(server) as session:
+    with (
+        recorded_cockroach({"task_signal_lock": LOCKED, "task_signal_insert": duplicate}) as server,
+        _session(server) as session,
+    ):
         assert session.run(plans.send_signal(TASK, "approved", 1, key="k")) is False
-    assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", "task_signal_lock",
-                                       "task_signal_insert", "COMMIT"]
+    assert server.names_received() == [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "task_signal_lock",
+        "task_signal_insert",
+        "COMMIT",
+    ]
 
 
 def test_a_step_write_under_a_stale_token_inserts_nothing_and_is_a_lost_lease():

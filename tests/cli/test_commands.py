@@ -27,7 +27,12 @@ def test_enqueue_then_stats_json_follows_the_contract(shardq_cli):
     data = json.loads(shardq_cli("stats", "--json").stdout)
     assert data["buckets"] == 4
     q = data["queues"]["emails"]
-    assert {k: q[k] for k in ("ready", "scheduled", "leased", "dead")} == {"ready": 1, "scheduled": 1, "leased": 0, "dead": 0}
+    assert {k: q[k] for k in ("ready", "scheduled", "leased", "dead")} == {
+        "ready": 1,
+        "scheduled": 1,
+        "leased": 0,
+        "dead": 0,
+    }
     assert isinstance(q["oldest_ready_age_s"], float)
 
 
@@ -57,8 +62,9 @@ def test_work_raises_the_young_gc_threshold_unless_told_not_to(shardq_cli):
         shardq_cli("enqueue", "q", "x")
         shardq_cli("work", "q", "--handler", "handlers_for_test:record_gc_threshold", "--until-empty", flag)
     seen = (shardq_cli.tmp / "seen.gc").read_text().split()
-    default = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"],
-                             capture_output=True, text=True, check=True).stdout
+    default = subprocess.run(
+        [sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True, text=True, check=True
+    ).stdout
     assert [int(n) for n in seen] == [young_threshold(WorkerConfig(queues=("q",))), int(default)]
 
 
@@ -159,9 +165,15 @@ def test_hundred_thousand_tasks_drain_with_four_worker_processes(shardq_cli):
     workers = [
         subprocess.Popen(
             [SHARDQ, "work", "bulk", "--handler", "handlers_for_test:record", "--until-empty", "--batch", "200"],
-            cwd=shardq_cli.tmp, env={**os.environ, "SHARDQ_DSN": shardq_cli.db.dsn.conninfo,
-                                     "SHARDQ_TEST_OUT": str(shardq_cli.tmp / "seen")},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=shardq_cli.tmp,
+            env={
+                **os.environ,
+                "SHARDQ_DSN": shardq_cli.db.dsn.conninfo,
+                "SHARDQ_TEST_OUT": str(shardq_cli.tmp / "seen"),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(4)
     ]
@@ -246,17 +258,23 @@ def test_work_with_an_app_runs_every_queue_of_its_tasks_by_name(shardq_cli):
     assert sorted(seen_ids(shardq_cli.tmp)) == ["a.png:64", "mail:x@example.com"]
 
 
-@pytest.mark.parametrize("args,words", [
-    (["work", "q"], "exactly one of --handler"),
-    (["work", "q", "--handler", "handlers_for_test:record", "--app", "app_for_test:app"], "exactly one of --handler"),
-    (["work", "--handler", "handlers_for_test:record"], "name the QUEUES"),
-    (["work", "--app", "app_for_test:not_an_app"], "not a shardq.App"),
-    (["work", "--app", "no_such_module:app"], "cannot import app module"),
-    (["work", "q", "--handler", "handlers_for_test:NotAFunction"], "is a class, not a function"),
-    (["work", "q", "--handler", "handlers_for_test:record", "--timeout", "0"], "timeout"),
-    (["queue", "set", "q", "--timeout", "-1"], "timeout"),
-    (["work", "q", "--handler", "handlers_for_test:NOT_CALLABLE"], "is a int, not a function"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["work", "q"], "exactly one of --handler"),
+        (
+            ["work", "q", "--handler", "handlers_for_test:record", "--app", "app_for_test:app"],
+            "exactly one of --handler",
+        ),
+        (["work", "--handler", "handlers_for_test:record"], "name the QUEUES"),
+        (["work", "--app", "app_for_test:not_an_app"], "not a shardq.App"),
+        (["work", "--app", "no_such_module:app"], "cannot import app module"),
+        (["work", "q", "--handler", "handlers_for_test:NotAFunction"], "is a class, not a function"),
+        (["work", "q", "--handler", "handlers_for_test:record", "--timeout", "0"], "timeout"),
+        (["queue", "set", "q", "--timeout", "-1"], "timeout"),
+        (["work", "q", "--handler", "handlers_for_test:NOT_CALLABLE"], "is a int, not a function"),
+    ],
+)
 def test_work_refuses_a_bad_handler_or_app_with_one_line_and_exit_2(shardq_cli, args, words):
     (shardq_cli.tmp / "app_for_test.py").write_text(APP_MODULE)
     result = shardq_cli(*args, check=False)
@@ -279,14 +297,17 @@ def test_queue_limits_are_set_shown_and_removed(shardq_cli):
     assert settings["concurrency_limit"] is None and settings["rate_limit"] is None
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--concurrency", "-1"], "concurrency limit must be a whole number >= 0"),
-    (["--concurrency", "1.5"], "'1.5' is not a valid integer"),
-    (["--rate", "-2"], "rate must be a whole number >= 0"),
-    (["--rate", "2.5"], "'2.5' is not a valid integer"),
-    (["--rate", "10", "--burst", "0"], "burst must be a positive whole number"),
-    (["--burst", "5"], "a burst needs a rate"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--concurrency", "-1"], "concurrency limit must be a whole number >= 0"),
+        (["--concurrency", "1.5"], "'1.5' is not a valid integer"),
+        (["--rate", "-2"], "rate must be a whole number >= 0"),
+        (["--rate", "2.5"], "'2.5' is not a valid integer"),
+        (["--rate", "10", "--burst", "0"], "burst must be a positive whole number"),
+        (["--burst", "5"], "a burst needs a rate"),
+    ],
+)
 def test_bad_queue_limits_are_refused_with_one_line_exit_2_and_nothing_written(shardq_cli, args, words):
     result = shardq_cli("queue", "set", "fresh", *args, check=False)
     assert result.returncode == 2, result.stderr

@@ -23,8 +23,12 @@ from shardq.sessions.session_async import AsyncSession
 def sqlalchemy_url(db) -> sqlalchemy.engine.URL:
     params = db.dsn.params()
     return sqlalchemy.engine.URL.create(
-        "postgresql+psycopg", username=params.get("user"), password=params.get("password"), host=params.get("host"),
-        port=int(params["port"]) if "port" in params else None, database=params.get("dbname"),
+        "postgresql+psycopg",
+        username=params.get("user"),
+        password=params.get("password"),
+        host=params.get("host"),
+        port=int(params["port"]) if "port" in params else None,
+        database=params.get("dbname"),
     )
 
 
@@ -72,14 +76,17 @@ def test_enqueue_many_batches_and_keeps_the_order_of_ids(db):
     assert db.count() == 15
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.enqueue("bad queue", b"x"),
-    lambda c: c.enqueue("q", b"x", delay=-1),
-    lambda c: c.enqueue_many("q", [b"fine", 42]),
-    lambda c: c.enqueue_many("q", [b"x"], batch_size=0),
-    lambda c: c.cancel("not-a-uuid"),
-    lambda c: c.cancel(),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.enqueue("bad queue", b"x"),
+        lambda c: c.enqueue("q", b"x", delay=-1),
+        lambda c: c.enqueue_many("q", [b"fine", 42]),
+        lambda c: c.enqueue_many("q", [b"x"], batch_size=0),
+        lambda c: c.cancel("not-a-uuid"),
+        lambda c: c.cancel(),
+    ],
+)
 def test_bad_input_is_invalid_input_before_anything_is_written(db, call):
     async def main():
         async with shardq.connect_async(db.dsn) as client:

@@ -64,7 +64,10 @@ def test_sync_and_asyncio_clients_send_the_same_statements_with_the_same_paramet
     assert [n for n, _ in sync_sent][:3] == ["task_insert_many", "stats_add_many", "task_insert_many"]
     for mine, theirs in zip(sync_results[:3], async_results[:3]):
         assert (mine.enqueued, mine.duplicate_keys, len(mine.backlogged_ids)) == (
-            theirs.enqueued, theirs.duplicate_keys, len(theirs.backlogged_ids))
+            theirs.enqueued,
+            theirs.duplicate_keys,
+            len(theirs.backlogged_ids),
+        )
     assert sync_results[3].queues["q"].ready == async_results[3].queues["q"].ready == 3
 
 

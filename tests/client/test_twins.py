@@ -68,13 +68,13 @@ def test_the_calls_both_clients_offer_take_the_same_arguments_with_the_same_defa
         mine = inspect.signature(getattr(shardq.Client, name))
         theirs = inspect.signature(getattr(shardq.AsyncClient, name))
         assert [(p.name, p.kind, p.default) for p in mine.parameters.values()] == [
-            (p.name, p.kind, p.default) for p in theirs.parameters.values()], name
+            (p.name, p.kind, p.default) for p in theirs.parameters.values()
+        ], name
 
 
 # -- the same statements ---------------------------------------------------------------------------
 def _graph() -> Graph:
-    return Graph("twins", [StepSpec("first", "t", b"{}", "q"),
-                           StepSpec("second", "t", b"{}", "q", parents=("first",))])
+    return Graph("twins", [StepSpec("first", "t", b"{}", "q"), StepSpec("second", "t", b"{}", "q", parents=("first",))])
 
 
 #: (call, how to make it on either client given what earlier calls returned, by call)
@@ -94,8 +94,10 @@ CALLS: list[Call] = [
     ("remove_key_limit", lambda c, got: c.remove_key_limit("q", "tenant:*")),
     ("enqueue", lambda c, got: c.enqueue("q", b"a", dedupe_key="d", priority=1)),
     ("enqueue (duplicate)", lambda c, got: c.enqueue("q", b"b", dedupe_key="d")),
-    ("enqueue_many", lambda c, got: c.enqueue_many(
-        "q", [b"c", NewTask(b"e", exclusive_key="k"), NewTask(b"f", exclusive_key="k")])),
+    (
+        "enqueue_many",
+        lambda c, got: c.enqueue_many("q", [b"c", NewTask(b"e", exclusive_key="k"), NewTask(b"f", exclusive_key="k")]),
+    ),
     ("enqueue_many (batches)", lambda c, got: c.enqueue_many("other", [b"x"] * 5, batch_size=2)),
     ("stats", lambda c, got: c.stats()),
     ("stats (options)", lambda c, got: c.stats(bucket_cap=2, window_minutes=1)),

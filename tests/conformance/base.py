@@ -91,8 +91,7 @@ def operator(node: ast.A_Expr) -> str | None:
 
 def is_plain_equality(node: object) -> TypeGuard[ast.A_Expr]:
     """``a = b`` as a binary operator; not ``a IN (…)`` nor ``a = ANY(…)``, which pglast also names ``=``."""
-    return (isinstance(node, ast.A_Expr) and node.kind == pglast.enums.A_Expr_Kind.AEXPR_OP
-            and operator(node) == "=")
+    return isinstance(node, ast.A_Expr) and node.kind == pglast.enums.A_Expr_Kind.AEXPR_OP and operator(node) == "="
 
 
 def conjuncts(where: object) -> list[ast.Node]:

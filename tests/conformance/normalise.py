@@ -16,10 +16,17 @@ _REWRITES: list[tuple[str, re.Pattern[str], str]] = [
     # opt_hash_sharded_bucket_count: "USING HASH [WITH (bucket_count = n)]" after an index's columns.
     ("USING HASH", re.compile(r"\bUSING\s+HASH(\s+WITH\s*\(\s*bucket_count\s*=\s*\d+\s*\))?", re.I), ""),
     # transaction_mode: "SET TRANSACTION AS OF SYSTEM TIME expr" (a read-only historical snapshot).
-    ("SET TRANSACTION AS OF SYSTEM TIME", re.compile(r"SET\s+TRANSACTION\s+AS\s+OF\s+SYSTEM\s+TIME\s+[a-z_]+\(\)", re.I),
-     "SET TRANSACTION READ ONLY"),
+    (
+        "SET TRANSACTION AS OF SYSTEM TIME",
+        re.compile(r"SET\s+TRANSACTION\s+AS\s+OF\s+SYSTEM\s+TIME\s+[a-z_]+\(\)", re.I),
+        "SET TRANSACTION READ ONLY",
+    ),
     # opt_as_of_clause on a table reference: "t AS OF SYSTEM TIME expr" (expr: a function call).
-    ("AS OF SYSTEM TIME (table)", re.compile(r"\bAS\s+OF\s+SYSTEM\s+TIME\s+[a-z_]+\(\)(?=\s+GROUP|\s*$|\s+WHERE)", re.I), ""),
+    (
+        "AS OF SYSTEM TIME (table)",
+        re.compile(r"\bAS\s+OF\s+SYSTEM\s+TIME\s+[a-z_]+\(\)(?=\s+GROUP|\s*$|\s+WHERE)", re.I),
+        "",
+    ),
     # select_with_parens over a SHOW statement: "[SHOW INDEX FROM t]" as a table source.
     ("[SHOW ...] source", re.compile(r"\[\s*SHOW\s+INDEX\s+FROM\s+([a-z_]+)\s*\]", re.I), r"show_index_from_\1"),
     # alter_primary_key: "ALTER PRIMARY KEY USING COLUMNS (cols)" (a PostgreSQL ADD PRIMARY KEY in shape).

@@ -17,12 +17,27 @@ from tests.conformance.rules_keys import HARD_LIMITED, SHARD_INPUT_EQUALITY
 from tests.conformance.rules_semantic import LATERAL_OFFSETS, MULTIPLE_MODIFICATIONS, PLACEHOLDERS
 from tests.conformance.rules_support import CRDB_INTERNAL, FUNCTIONS, TEMP_TABLES, UNIMPLEMENTED, UNSUPPORTED_CLAUSES
 
-__all__ = ["CRDB_INTERNAL", "CTE_RETURNING", "FUNCTIONS", "HARD_LIMITED", "LATERAL_OFFSETS", "MULTIPLE_MODIFICATIONS",
-           "NOTHING_MISSING", "PARSES", "PLACEHOLDERS", "RULES", "SHARD_INPUT_EQUALITY", "TEMP_TABLES",
-           "UNIMPLEMENTED", "UNSUPPORTED_CLAUSES", "VARIABLES"]
+__all__ = [
+    "CRDB_INTERNAL",
+    "CTE_RETURNING",
+    "FUNCTIONS",
+    "HARD_LIMITED",
+    "LATERAL_OFFSETS",
+    "MULTIPLE_MODIFICATIONS",
+    "NOTHING_MISSING",
+    "PARSES",
+    "PLACEHOLDERS",
+    "RULES",
+    "SHARD_INPUT_EQUALITY",
+    "TEMP_TABLES",
+    "UNIMPLEMENTED",
+    "UNSUPPORTED_CLAUSES",
+    "VARIABLES",
+]
 
 
 # -- 1. data-modifying CTEs return columns -------------------------------------------------------
+
 
 def _returns_columns(statement: ast.InsertStmt | ast.UpdateStmt | ast.DeleteStmt) -> bool:
     clause = statement.returningClause  # PostgreSQL 18's parser (pglast 8): RETURNING [WITH …] exprs
@@ -32,9 +47,11 @@ def _returns_columns(statement: ast.InsertStmt | ast.UpdateStmt | ast.DeleteStmt
 def _mutation_ctes_return(sent: Sent) -> list[str]:
     problems = []
     for node in _nodes(sent):
-        if isinstance(node, ast.CommonTableExpr) and isinstance(
-            node.ctequery, (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt)
-        ) and not _returns_columns(node.ctequery):
+        if (
+            isinstance(node, ast.CommonTableExpr)
+            and isinstance(node.ctequery, (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt))
+            and not _returns_columns(node.ctequery)
+        ):
             problems.append(f'WITH clause "{node.ctename}" does not return any columns (missing RETURNING)')
     return problems
 
@@ -78,8 +95,11 @@ def _variables_accepted(sent: Sent) -> list[str]:
         names.append(match.group(1))
     else:
         # SET name = value; not SET TRANSACTION … (transaction modes, kind VAR_SET_MULTI).
-        names += [n.name for n in _nodes(sent) if isinstance(n, ast.VariableSetStmt) and n.name
-                  and n.kind != pglast.enums.VariableSetKind.VAR_SET_MULTI]
+        names += [
+            n.name
+            for n in _nodes(sent)
+            if isinstance(n, ast.VariableSetStmt) and n.name and n.kind != pglast.enums.VariableSetKind.VAR_SET_MULTI
+        ]
     problems = []
     for name in names:
         if name in READ_ONLY_ON_SUPPORTED:
@@ -100,11 +120,15 @@ VARIABLES = Rule(
 
 # -- 4. nothing CockroachDB lacks ------------------------------------------------------------------
 
-_ADVISORY = ("real transaction-level locks only on master (pkg/sql/logictest/testdata/logic_test/advisory_lock, "
-             "kept out of the 25.4, 26.1 and 26.2 mixed-version configurations); on the supported lines before "
-             "it pkg/sql/sem/builtins/pg_builtins.go registers compatibility stubs that take no lock")
-_NOTIFY = ("master turns NOTIFY into an UPSERT INTO system.notifications (pkg/sql/delegate/notify.go "
-           "delegateNotify); the supported lines before it have no LISTEN/NOTIFY (pkg/sql/parser/sql.y)")
+_ADVISORY = (
+    "real transaction-level locks only on master (pkg/sql/logictest/testdata/logic_test/advisory_lock, "
+    "kept out of the 25.4, 26.1 and 26.2 mixed-version configurations); on the supported lines before "
+    "it pkg/sql/sem/builtins/pg_builtins.go registers compatibility stubs that take no lock"
+)
+_NOTIFY = (
+    "master turns NOTIFY into an UPSERT INTO system.notifications (pkg/sql/delegate/notify.go "
+    "delegateNotify); the supported lines before it have no LISTEN/NOTIFY (pkg/sql/parser/sql.y)"
+)
 #: PostgreSQL features that exist on some CockroachDB line but not on every supported one, or not
 #: with PostgreSQL's meaning, so the CockroachDB path must not rely on them. (Whether a function
 #: exists at all is the FUNCTIONS rule's allowlist; these keep their reason even if that list is
@@ -138,9 +162,11 @@ def _nothing_missing(sent: Sent) -> list[str]:
         elif isinstance(node, (ast.CreateStmt, ast.CreateTableAsStmt)):
             relation = node.relation if isinstance(node, ast.CreateStmt) else node.into.rel
             if relation.relpersistence == "u":
-                problems.append("an UNLOGGED table: accepted with the notice 'UNLOGGED TABLE will behave as a "
-                                "regular table in CockroachDB' (pkg/sql/create_table.go, persistence.IsUnlogged()), "
-                                "so it buys nothing; the CockroachDB path does not ask for it")
+                problems.append(
+                    "an UNLOGGED table: accepted with the notice 'UNLOGGED TABLE will behave as a "
+                    "regular table in CockroachDB' (pkg/sql/create_table.go, persistence.IsUnlogged()), "
+                    "so it buys nothing; the CockroachDB path does not ask for it"
+                )
     return problems
 
 
@@ -153,6 +179,7 @@ NOTHING_MISSING = Rule(
 
 
 # -- 5. every statement parses ---------------------------------------------------------------------
+
 
 def _parses(sent: Sent) -> list[str]:
     if sent.origin.startswith("startup"):
@@ -171,6 +198,19 @@ PARSES = Rule(
     _parses,
 )
 
-RULES = (CTE_RETURNING, VARIABLES, CRDB_INTERNAL, NOTHING_MISSING, PARSES, HARD_LIMITED, UNIMPLEMENTED,
-         UNSUPPORTED_CLAUSES, FUNCTIONS, TEMP_TABLES, PLACEHOLDERS, MULTIPLE_MODIFICATIONS, SHARD_INPUT_EQUALITY,
-         LATERAL_OFFSETS)
+RULES = (
+    CTE_RETURNING,
+    VARIABLES,
+    CRDB_INTERNAL,
+    NOTHING_MISSING,
+    PARSES,
+    HARD_LIMITED,
+    UNIMPLEMENTED,
+    UNSUPPORTED_CLAUSES,
+    FUNCTIONS,
+    TEMP_TABLES,
+    PLACEHOLDERS,
+    MULTIPLE_MODIFICATIONS,
+    SHARD_INPUT_EQUALITY,
+    LATERAL_OFFSETS,
+)

@@ -111,15 +111,21 @@ def _locked_limit(node: ast.SelectStmt) -> list[str]:
     offset rows it never returns; WITH TIES has no production in sql.y's limit_clause."""
     problems = []
     if node.limitCount is None:
-        problems.append("a SKIP LOCKED scan without LIMIT: nothing is pushed into the scan as a hard limit, "
-                        "so it locks every row of every batch it reads (cockroachdb#121917)")
+        problems.append(
+            "a SKIP LOCKED scan without LIMIT: nothing is pushed into the scan as a hard limit, "
+            "so it locks every row of every batch it reads (cockroachdb#121917)"
+        )
     elif not _is_limit_value(node.limitCount):
         what = "LIMIT ALL" if isinstance(node.limitCount, ast.A_Const) else type(node.limitCount).__name__
-        problems.append(f"a SKIP LOCKED scan whose LIMIT is {what}, not a constant or placeholder: only "
-                        "(Const $limit) becomes the scan's hard limit (xform/rules/limit.opt GenerateLimitedScans)")
+        problems.append(
+            f"a SKIP LOCKED scan whose LIMIT is {what}, not a constant or placeholder: only "
+            "(Const $limit) becomes the scan's hard limit (xform/rules/limit.opt GenerateLimitedScans)"
+        )
     if node.limitOffset is not None:
-        problems.append("a SKIP LOCKED scan with OFFSET: PushLimitIntoOffset limits the scan to offset + limit "
-                        "rows, so it locks the offset rows it never returns")
+        problems.append(
+            "a SKIP LOCKED scan with OFFSET: PushLimitIntoOffset limits the scan to offset + limit "
+            "rows, so it locks the offset rows it never returns"
+        )
     if node.limitOption == pglast.enums.LimitOption.LIMIT_OPTION_WITH_TIES:
         problems.append("a SKIP LOCKED scan with FETCH … WITH TIES (no such production in sql.y limit_clause)")
     return problems
@@ -147,13 +153,17 @@ def _hard_limited(sent: Sent) -> list[str]:
         problems += _locked_limit(node)
         relations = _relations(node.fromClause)
         if len(relations) != 1 or any(isinstance(r, ast.JoinExpr) for r in node.fromClause or ()):
-            problems.append(f"a SKIP LOCKED scan over a join of {len(relations)} sources: the locking scan "
-                            "is not a hard-limited span of one index")
+            problems.append(
+                f"a SKIP LOCKED scan over a join of {len(relations)} sources: the locking scan "
+                "is not a hard-limited span of one index"
+            )
             continue
         if not isinstance(relations[0], ast.RangeVar) or relations[0].relname not in LOCKED_SCAN_KEYS:
             name = relations[0].relname if isinstance(relations[0], ast.RangeVar) else type(relations[0]).__name__
-            problems.append(f"a SKIP LOCKED scan of {name}, whose key LOCKED_SCAN_KEYS does not list: its "
-                            "span cannot be checked (add the table's primary key, from its migration)")
+            problems.append(
+                f"a SKIP LOCKED scan of {name}, whose key LOCKED_SCAN_KEYS does not list: its "
+                "span cannot be checked (add the table's primary key, from its migration)"
+            )
             continue
         table = relations[0].relname
         assert table is not None  # a key in LOCKED_SCAN_KEYS
@@ -170,7 +180,9 @@ def _hard_limited(sent: Sent) -> list[str]:
             else:
                 what = type(term).__name__
                 if isinstance(term, ast.A_Expr) and term.kind in (
-                        pglast.enums.A_Expr_Kind.AEXPR_IN, pglast.enums.A_Expr_Kind.AEXPR_OP_ANY):
+                    pglast.enums.A_Expr_Kind.AEXPR_IN,
+                    pglast.enums.A_Expr_Kind.AEXPR_OP_ANY,
+                ):
                     what = "IN (…) / = ANY(…), several spans"
                 elif isinstance(term, ast.A_Expr):
                     what = f"{operator(term)!r} that is not a key column against a value"
@@ -183,7 +195,7 @@ def _hard_limited(sent: Sent) -> list[str]:
         if ranged and (len(ranged) > 1 or prefix >= len(key) or ranged[0] != key[prefix]):
             problems.append(f"{table}: range on {ranged} is not on the key column after the prefix")
         order = [key_column(s.node, table) for s in node.sortClause or ()]
-        if order != list(key[prefix:prefix + len(order)]):
+        if order != list(key[prefix : prefix + len(order)]):
             problems.append(f"{table}: ORDER BY {order} is not the key order after {key[:prefix]}")
     return problems
 
@@ -216,8 +228,9 @@ def _shard_input_equalities(sent: Sent) -> list[str]:
             where = conjuncts(node.whereClause)
         elif isinstance(node, ast.SelectStmt) and node.fromClause:
             targets = [r for r in _relations(node.fromClause) if isinstance(r, ast.RangeVar)]
-            where = conjuncts(node.whereClause) + [t for j in node.fromClause if isinstance(j, ast.JoinExpr)
-                                                   for t in conjuncts(j.quals)]
+            where = conjuncts(node.whereClause) + [
+                t for j in node.fromClause if isinstance(j, ast.JoinExpr) for t in conjuncts(j.quals)
+            ]
         else:
             continue
         for target in targets:
@@ -238,9 +251,11 @@ def _shard_input_equalities(sent: Sent) -> list[str]:
                         constant.add(column)
             if "id" not in joined or joined <= {"id"} or joined >= SHARD_INPUTS or SHARD in constant:
                 continue
-            problems.append(f"shardq_tasks {alias}: addressed by id from another relation, but shard inputs "
-                            f"{sorted(SHARD_INPUTS - joined)} are not join equalities and the shard column is "
-                            "not constrained: the lookup reads every bucket for each row")
+            problems.append(
+                f"shardq_tasks {alias}: addressed by id from another relation, but shard inputs "
+                f"{sorted(SHARD_INPUTS - joined)} are not join equalities and the shard column is "
+                "not constrained: the lookup reads every bucket for each row"
+            )
     return problems
 
 

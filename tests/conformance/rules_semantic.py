@@ -51,7 +51,8 @@ def _placeholder_context(node: ast.ParamRef, parents: dict[int, ast.Node | None]
         if parent.kind in (A_Expr_Kind.AEXPR_IN, A_Expr_Kind.AEXPR_OP_ANY, A_Expr_Kind.AEXPR_OP_ALL):
             return "compared" if parent.lexpr is not node and not _untyped(parent.lexpr) else None
         if (parent.kind == A_Expr_Kind.AEXPR_OP and operator(parent) in _COMPARISONS) or (
-                parent.kind == A_Expr_Kind.AEXPR_NULLIF):
+            parent.kind == A_Expr_Kind.AEXPR_NULLIF
+        ):
             other = parent.rexpr if parent.lexpr is node else parent.lexpr
             return "compared" if not _untyped(other) else None
         return None
@@ -86,16 +87,33 @@ def _placeholder_context(node: ast.ParamRef, parents: dict[int, ast.Node | None]
 
 #: Why a bare placeholder in RETURNING fails: the mutation builder analyses the RETURNING list
 #: as a select list with no desired types, so Placeholder.TypeCheck sees none and raises 42P18.
-_RETURNING = ("RETURNING list, which desires no type (pkg/sql/opt/optbuilder/mutation_builder.go "
-              "buildReturning: analyzeReturningList(returning, nil /* desiredTypes */, …))")
+_RETURNING = (
+    "RETURNING list, which desires no type (pkg/sql/opt/optbuilder/mutation_builder.go "
+    "buildReturning: analyzeReturningList(returning, nil /* desiredTypes */, …))"
+)
 
 #: Type families of the type names shardq casts to, as CockroachDB's types.T.Equivalent compares
 #: them (pkg/sql/types/types.go: same Family, arrays by their contents).
 _FAMILIES = {
-    "int2": "INT", "int4": "INT", "int8": "INT", "float4": "FLOAT", "float8": "FLOAT", "numeric": "DECIMAL",
-    "text": "STRING", "varchar": "STRING", "bpchar": "STRING", "name": "STRING", "bool": "BOOL",
-    "uuid": "UUID", "timestamptz": "TIMESTAMPTZ", "timestamp": "TIMESTAMP", "date": "DATE",
-    "interval": "INTERVAL", "bytea": "BYTES", "jsonb": "JSONB", "json": "JSONB",
+    "int2": "INT",
+    "int4": "INT",
+    "int8": "INT",
+    "float4": "FLOAT",
+    "float8": "FLOAT",
+    "numeric": "DECIMAL",
+    "text": "STRING",
+    "varchar": "STRING",
+    "bpchar": "STRING",
+    "name": "STRING",
+    "bool": "BOOL",
+    "uuid": "UUID",
+    "timestamptz": "TIMESTAMPTZ",
+    "timestamp": "TIMESTAMP",
+    "date": "DATE",
+    "interval": "INTERVAL",
+    "bytea": "BYTES",
+    "jsonb": "JSONB",
+    "json": "JSONB",
 }
 
 
@@ -146,18 +164,26 @@ def _placeholders_typed(sent: Sent) -> list[str]:
                 where = type(parent).__name__ if parent is not None else "top level"
                 if isinstance(parent, ast.ResTarget) and isinstance(parents.get(id(parent)), ast.ReturningClause):
                     where = _RETURNING
-                problems.append(f"{label(node)} in a {where} has no type CockroachDB can infer "
-                                "(42P18 could not determine data type of placeholder): cast it")
+                problems.append(
+                    f"{label(node)} in a {where} has no type CockroachDB can infer "
+                    "(42P18 could not determine data type of placeholder): cast it"
+                )
             elif context != "cast" and (family := _desired_family(node, context, parents)):
                 desired[node.number].add(family)
-        problems += [f"{label(ast.ParamRef(number=n))} is cast to {sorted(types)}: one placeholder, two types"
-                     for n, types in casts.items() if len(types) > 1]
+        problems += [
+            f"{label(ast.ParamRef(number=n))} is cast to {sorted(types)}: one placeholder, two types"
+            for n, types in casts.items()
+            if len(types) > 1
+        ]
         # The first context types the placeholder; a later one desiring another family overrides
         # it and SetType refuses (42804 'placeholder $n already has type …, cannot assign …').
-        problems += [f"{label(ast.ParamRef(number=n))} is used uncast where {sorted(families)} are desired: "
-                     "42804 'placeholder … already has type …, cannot assign …' "
-                     "(pkg/sql/sem/tree/placeholders.go PlaceholderTypesInfo.SetType)"
-                     for n, families in desired.items() if len(families) > 1]
+        problems += [
+            f"{label(ast.ParamRef(number=n))} is used uncast where {sorted(families)} are desired: "
+            "42804 'placeholder … already has type …, cannot assign …' "
+            "(pkg/sql/sem/tree/placeholders.go PlaceholderTypesInfo.SetType)"
+            for n, families in desired.items()
+            if len(families) > 1
+        ]
     return problems
 
 
@@ -186,9 +212,11 @@ def _modifications(sent: Sent) -> list[str]:
                 found[node.relation.relname].append(type(node).__name__.removesuffix("Stmt").upper())
         for table, kinds in found.items():
             if len(kinds) > 1 and set(kinds) != {"INSERT"}:
-                problems.append(f"{table} is modified {len(kinds)} times in one statement ({', '.join(kinds)}): "
-                                "'multiple modification subqueries of the same table … are not supported "
-                                "unless they all use INSERT without ON CONFLICT' (0A000)")
+                problems.append(
+                    f"{table} is modified {len(kinds)} times in one statement ({', '.join(kinds)}): "
+                    "'multiple modification subqueries of the same table … are not supported "
+                    "unless they all use INSERT without ON CONFLICT' (0A000)"
+                )
     return problems
 
 
@@ -228,8 +256,7 @@ def _lateral_offsets(sent: Sent) -> list[str]:
 
 LATERAL_OFFSETS = Rule(
     "OFFSET in a LATERAL subquery",
-    "pkg/sql/opt/norm/rules/limit.opt lines 16-20 at 02c1ad6d (EliminateOffset: (Offset $input:* (Const 0)) "
-    "=> $input)",
+    "pkg/sql/opt/norm/rules/limit.opt lines 16-20 at 02c1ad6d (EliminateOffset: (Offset $input:* (Const 0)) => $input)",
     _lateral_offsets,
 )
 

@@ -44,7 +44,7 @@ DROP_KINDS = {ObjectType.OBJECT_TABLE: "DROP TABLE", ObjectType.OBJECT_INDEX: "D
 #: Kinds CockroachDB is known to refuse, for a precise message.
 REFUSED_KINDS = {
     ast.LockStmt: "LOCK: not among the statements of sql.y's stmt_without_legacy_transaction (a master-era "
-                  "sql.y read; its preparable_stmt was not read); lock rows with SELECT … FOR UPDATE",
+    "sql.y read; its preparable_stmt was not read); lock rows with SELECT … FOR UPDATE",
     ast.ReindexStmt: "REINDEX: sql.y reindex_stmt purposelyUnimplemented ('CockroachDB does not require reindexing')",
 }
 
@@ -58,8 +58,11 @@ def _statement_kinds(sent: Sent) -> list[str]:
         elif kind not in STATEMENT_KINDS:
             problems.append(f"{kind.__name__}: not a statement kind with a known sql.y production")
         elif isinstance(stmt, ast.AlterTableStmt):
-            problems += [f"ALTER TABLE {AlterTableType(c.subtype).name}: not a known alter_table_cmd"
-                         for c in stmt.cmds if c.subtype not in ALTER_TABLE_COMMANDS]
+            problems += [
+                f"ALTER TABLE {AlterTableType(c.subtype).name}: not a known alter_table_cmd"
+                for c in stmt.cmds
+                if c.subtype not in ALTER_TABLE_COMMANDS
+            ]
         elif isinstance(stmt, ast.DropStmt) and stmt.removeType not in DROP_KINDS:
             kind_name = "(no kind)" if stmt.removeType is None else ObjectType(stmt.removeType).name
             problems.append(f"DROP {kind_name}: not a known drop_ddl_stmt")
@@ -81,27 +84,27 @@ UNIMPLEMENTED = Rule(
 SQL_Y = "pkg/sql/parser/sql.y at 8c50557"
 CLAUSES = {
     "returning old/new": f"{SQL_Y} returning_clause: only RETURNING target_list | RETURNING NOTHING; "
-                         "RETURNING OLD/NEW (and WITH (OLD AS …)) is PostgreSQL 18's, with no production here",
+    "RETURNING OLD/NEW (and WITH (OLD AS …)) is PostgreSQL 18's, with no production here",
     "grouping sets": f"{SQL_Y} group_by_item: ROLLUP/CUBE/GROUPING SETS are "
-                     "unimplementedWithIssueDetail(sqllex, 46280, …)",
+    "unimplementedWithIssueDetail(sqllex, 46280, …)",
     "with ties": f"{SQL_Y} limit_clause: FETCH first_or_next … ONLY; no WITH TIES production",
     "tablesample": f"{SQL_Y} table_ref: no TABLESAMPLE production",
     "recursive union": "pkg/sql/opt/optbuilder/with.go at 03080eb (splitRecursiveCTE requires union.All; a "
-                       "self-reference otherwise fails 'recursive query %q does not have the form "
-                       "non-recursive-term UNION ALL recursive-term')",
+    "self-reference otherwise fails 'recursive query %q does not have the form "
+    "non-recursive-term UNION ALL recursive-term')",
     "order by using": f"{SQL_Y} sortby: a_expr opt_asc_desc opt_nulls_order; no USING operator",
     "current of": f"{SQL_Y} where_clause: WHERE a_expr; no WHERE CURRENT OF production",
     "partition": f"{SQL_Y} partition_by_inner: RANGE/LIST '(' name_list ')' '(' partitions ')' — "
-                 "PostgreSQL's declarative partitioning (PARTITION BY … without the list, PARTITION OF) "
-                 "has no production",
+    "PostgreSQL's declarative partitioning (PARTITION BY … without the list, PARTITION OF) "
+    "has no production",
     "exclude": f"{SQL_Y} constraint_elem: EXCLUDE USING error → unimplementedWithIssueDetail(sqllex, 46657, "
-               "\"add constraint exclude using\")",
+    '"add constraint exclude using")',
     "nulls not distinct": f"{SQL_Y} constraint_elem UNIQUE / create_index_stmt: no NULLS [NOT] DISTINCT",
     "access method": f"{SQL_Y} opt_index_access_method: gin, gist, btree only; hash, spgist, brin "
-                     "→ unimplemented(sqllex, \"index using \" + $2), anything else 'unrecognized access method'",
+    "→ unimplemented(sqllex, \"index using \" + $2), anything else 'unrecognized access method'",
     "opclass": f"{SQL_Y} index_elem_options: an operator class → unimplementedWithIssue(sqllex, 47420)",
     "inherits": f"{SQL_Y} opt_create_table_inherits: INHERITS error → "
-                "unimplementedWithIssueDetail(sqllex, 22456, \"create table inherits\")",
+    'unimplementedWithIssueDetail(sqllex, 22456, "create table inherits")',
 }
 TYPES_FILE = Path(__file__).with_name("cockroachdb_types.txt")
 
@@ -125,10 +128,11 @@ def _type_problem(node: ast.TypeName) -> str | None:
     if verdict == "type":
         return None
     if verdict == "unimplemented":
-        return (f"type {names[0]}: {SQL_Y} simple_typename → unimplemented for a name in "
-                f"pkg/sql/types/types.go {source}")
-    return (f"type {names[0]}: not a CockroachDB type name (cockroachdb_types.txt); {SQL_Y} simple_typename makes "
-            "it a user-defined type reference, which fails 'type does not exist'")
+        return f"type {names[0]}: {SQL_Y} simple_typename → unimplemented for a name in pkg/sql/types/types.go {source}"
+    return (
+        f"type {names[0]}: not a CockroachDB type name (cockroachdb_types.txt); {SQL_Y} simple_typename makes "
+        "it a user-defined type reference, which fails 'type does not exist'"
+    )
 
 
 def _names_in_scope(stmt: ast.Node) -> set[str]:
@@ -158,9 +162,12 @@ def _clauses(sent: Sent) -> list[str]:
         in_scope = _names_in_scope(stmt)
         for node in walk(stmt):
             if isinstance(node, ast.ReturningClause):
-                qualifiers = {c.fields[0].sval for t in node.exprs or () for c in walk(t)
-                              if isinstance(c, ast.ColumnRef) and len(c.fields or ()) >= 2
-                              and isinstance(c.fields[0], ast.String)}
+                qualifiers = {
+                    c.fields[0].sval
+                    for t in node.exprs or ()
+                    for c in walk(t)
+                    if isinstance(c, ast.ColumnRef) and len(c.fields or ()) >= 2 and isinstance(c.fields[0], ast.String)
+                }
                 if node.options or ({"old", "new"} & qualifiers) - in_scope:
                     problems.append(CLAUSES["returning old/new"])
             elif isinstance(node, ast.GroupingSet):
@@ -172,10 +179,15 @@ def _clauses(sent: Sent) -> list[str]:
             elif isinstance(node, ast.WithClause) and node.recursive:
                 for cte in node.ctes:
                     query = cte.ctequery
-                    if (isinstance(query, ast.SelectStmt) and query.op == SetOperation.SETOP_UNION
-                            and not query.all and _refers_to(query, cte.ctename)):
-                        problems.append(f"WITH RECURSIVE {cte.ctename}: UNION without ALL, "
-                                        f"{CLAUSES['recursive union']}")
+                    if (
+                        isinstance(query, ast.SelectStmt)
+                        and query.op == SetOperation.SETOP_UNION
+                        and not query.all
+                        and _refers_to(query, cte.ctename)
+                    ):
+                        problems.append(
+                            f"WITH RECURSIVE {cte.ctename}: UNION without ALL, {CLAUSES['recursive union']}"
+                        )
             elif isinstance(node, ast.SortBy) and node.sortby_dir == SortByDir.SORTBY_USING:
                 problems.append(CLAUSES["order by using"])
             elif isinstance(node, ast.CurrentOfExpr):
@@ -236,8 +248,10 @@ def _functions_known(sent: Sent) -> list[str]:
                 continue  # the gated-internals rule's concern
             name = parts[-1] if parts[:-1] in ([], ["pg_catalog"]) else ".".join(parts)
             if name not in BUILTINS:
-                problems.append(f"calls {name}(), which is not in the allowlist taken from CockroachDB's "
-                                "builtin registry (tests/conformance/cockroachdb_builtins.txt)")
+                problems.append(
+                    f"calls {name}(), which is not in the allowlist taken from CockroachDB's "
+                    "builtin registry (tests/conformance/cockroachdb_builtins.txt)"
+                )
     return problems
 
 
@@ -293,10 +307,12 @@ def _temp_tables(sent: Sent) -> list[str]:
             relation = node.relation if isinstance(node, ast.CreateStmt) else node.into.rel
             if relation.relpersistence == "t" or relation.schemaname == "pg_temp":
                 how = "TEMP TABLE" if relation.relpersistence == "t" else "TABLE pg_temp."
-                problems.append(f"CREATE {how}{relation.relname}: temporary (pg_temp is as good as TEMP: "
-                                "pkg/sql/opt/optbuilder/util.go resolveTemporaryStatus), refused unless the "
-                                "session sets experimental_enable_temp_tables (0A000 'temporary tables are only "
-                                "supported experimentally', cockroachdb#46260)")
+                problems.append(
+                    f"CREATE {how}{relation.relname}: temporary (pg_temp is as good as TEMP: "
+                    "pkg/sql/opt/optbuilder/util.go resolveTemporaryStatus), refused unless the "
+                    "session sets experimental_enable_temp_tables (0A000 'temporary tables are only "
+                    "supported experimentally', cockroachdb#46260)"
+                )
     return problems
 
 

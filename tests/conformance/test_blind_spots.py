@@ -36,10 +36,12 @@ def mutated(name: str, old: str, new: str, internals: bool = False) -> Sent:
 
 # -- 1. syntax CockroachDB's grammar lacks ---------------------------------------------------------
 
+
 def test_lock_table_in_place_of_the_exclusive_keys_lock_is_refused():
     assert UNIMPLEMENTED(real("exclusive_keys_lock")) == []
-    problems = UNIMPLEMENTED(mutated("exclusive_keys_lock", "SELECT 0 AS locked",
-                                     "LOCK TABLE shardq_tasks IN SHARE ROW EXCLUSIVE MODE"))
+    problems = UNIMPLEMENTED(
+        mutated("exclusive_keys_lock", "SELECT 0 AS locked", "LOCK TABLE shardq_tasks IN SHARE ROW EXCLUSIVE MODE")
+    )
     assert problems and "LOCK" in problems[0] and "sql.y" in problems[0]
 
 
@@ -50,6 +52,7 @@ def test_reindex_and_unknown_statement_kinds_are_refused():
 
 
 # -- 2. gated internals ----------------------------------------------------------------------------
+
 
 def test_system_tables_and_crdb_internal_functions_are_refused_outside_an_internals_session():
     assert CRDB_INTERNAL(real("shard_layout_get")) == []
@@ -67,6 +70,7 @@ def test_resize_job_polling_is_allowed_only_on_its_internals_session():
 
 # -- 3. temporary tables ---------------------------------------------------------------------------
 
+
 def test_a_temporary_spark_staging_table_is_refused():
     assert TEMP_TABLES(real("spark_stage_create")) == []
     problems = TEMP_TABLES(mutated("spark_stage_create", "CREATE TABLE", "CREATE TEMP TABLE"))
@@ -74,6 +78,7 @@ def test_a_temporary_spark_staging_table_is_refused():
 
 
 # -- builtin functions (the allowlist that replaced the denylist) ----------------------------------
+
 
 def test_a_function_outside_the_registry_allowlist_is_refused():
     assert FUNCTIONS(real("spark_stage_create")) == []
@@ -89,6 +94,7 @@ def test_the_postgresql_engines_statements_call_functions_cockroachdb_does_not_l
 
 # -- 4. placeholder typing -------------------------------------------------------------------------
 
+
 def test_an_uncast_placeholder_in_a_select_list_is_refused():
     assert PLACEHOLDERS(real("task_reap_candidates")) == []
     problems = PLACEHOLDERS(mutated("task_reap_candidates", "%(bucket)s::INT8 AS bucket", "%(bucket)s AS bucket"))
@@ -100,13 +106,16 @@ def test_an_uncast_unnest_argument_is_refused():
     assert PLACEHOLDERS(mutated("task_ack_many", "%(states)s::STRING[]", "%(states)s"))
 
 
-@pytest.mark.parametrize("text", [
-    "SELECT $1",  # TestPGPrepareFail
-    "SELECT CASE WHEN true THEN %(x)s END",  # TestPGPrepareFail
-    "SELECT id FROM shardq_tasks WHERE %(a)s = %(b)s",
-    "SELECT %(x)s::INT8 AS a, %(x)s::STRING AS b",  # one placeholder, two types
-    "SELECT id FROM shardq_tasks WHERE %(x)s IS NULL",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT $1",  # TestPGPrepareFail
+        "SELECT CASE WHEN true THEN %(x)s END",  # TestPGPrepareFail
+        "SELECT id FROM shardq_tasks WHERE %(a)s = %(b)s",
+        "SELECT %(x)s::INT8 AS a, %(x)s::STRING AS b",  # one placeholder, two types
+        "SELECT id FROM shardq_tasks WHERE %(x)s IS NULL",
+    ],
+)
 def test_placeholders_cockroachdb_cannot_type_are_refused(text):
     assert PLACEHOLDERS(Sent("test", text))
 
@@ -122,11 +131,14 @@ def test_placeholders_typed_by_their_context_pass():
         assert PLACEHOLDERS(Sent("test", text)) == [], text
 
 
-@pytest.mark.parametrize("text", [
-    "UPDATE shardq_queues SET paused_enqueue = %(p)s WHERE name = %(q)s RETURNING %(x)s AS x",
-    "INSERT INTO shardq_queues (name) VALUES (%(q)s) RETURNING %(x)s",
-    "DELETE FROM shardq_queues WHERE name = %(q)s RETURNING name, %(x)s",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "UPDATE shardq_queues SET paused_enqueue = %(p)s WHERE name = %(q)s RETURNING %(x)s AS x",
+        "INSERT INTO shardq_queues (name) VALUES (%(q)s) RETURNING %(x)s",
+        "DELETE FROM shardq_queues WHERE name = %(q)s RETURNING name, %(x)s",
+    ],
+)
 def test_a_bare_placeholder_in_a_returning_list_is_refused_for_that_reason(text):
     problems = " ".join(PLACEHOLDERS(Sent("test", text)))
     assert "%(x)s in a RETURNING list, which desires no type" in problems
@@ -134,8 +146,11 @@ def test_a_bare_placeholder_in_a_returning_list_is_refused_for_that_reason(text)
 
 
 def test_the_claims_returned_bucket_must_stay_cast():
-    problems = " ".join(PLACEHOLDERS(mutated("task_claim_batch", "RETURNING %(bucket)s::INT8 AS bucket",
-                                              "RETURNING %(bucket)s AS bucket")))
+    problems = " ".join(
+        PLACEHOLDERS(
+            mutated("task_claim_batch", "RETURNING %(bucket)s::INT8 AS bucket", "RETURNING %(bucket)s AS bucket")
+        )
+    )
     assert "%(bucket)s" in problems and "RETURNING list" in problems
 
 
@@ -152,6 +167,7 @@ def test_one_placeholder_desired_as_two_families_is_refused():
 
 # -- 5. two modifications of one table -------------------------------------------------------------
 
+
 def test_deleting_and_upserting_the_same_table_in_one_statement_is_refused():
     assert MULTIPLE_MODIFICATIONS(real("task_bury_many")) == []
     problems = MULTIPLE_MODIFICATIONS(mutated("task_bury_many", "INSERT INTO shardq_dead", "INSERT INTO shardq_tasks"))
@@ -165,12 +181,19 @@ def test_several_plain_inserts_into_one_table_pass():
 
 # -- 6. hard-limited SKIP LOCKED scans -------------------------------------------------------------
 
-@pytest.mark.parametrize("old, new", [
-    ("AND queue = %(queue)s\n    ORDER", "AND queue = ANY(%(queues)s::STRING[])\n    ORDER"),
-    ("AND queue = %(queue)s\n    ORDER", "AND queue IN ('a', 'b')\n    ORDER"),
-    ("AND state = 'ready'", "AND state IN ('ready', 'scheduled')"),
-    ("    FROM shardq_tasks\n    WHERE", "    FROM shardq_tasks JOIN shardq_queues AS q ON q.name = queue\n    WHERE"),
-])
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("AND queue = %(queue)s\n    ORDER", "AND queue = ANY(%(queues)s::STRING[])\n    ORDER"),
+        ("AND queue = %(queue)s\n    ORDER", "AND queue IN ('a', 'b')\n    ORDER"),
+        ("AND state = 'ready'", "AND state IN ('ready', 'scheduled')"),
+        (
+            "    FROM shardq_tasks\n    WHERE",
+            "    FROM shardq_tasks JOIN shardq_queues AS q ON q.name = queue\n    WHERE",
+        ),
+    ],
+)
 def test_a_claim_over_several_spans_or_a_join_is_refused(old, new):
     assert HARD_LIMITED(mutated("task_claim_batch", old, new))
 
@@ -179,14 +202,18 @@ def test_the_shard_column_is_recognised_by_its_role_whatever_the_bucket_count():
     eight = mutated("task_claim_batch", "_shard_16", "_shard_8")
     assert HARD_LIMITED(eight) == [] and SHARD_INPUT_EQUALITY(eight) == []
     # A column merely named like a shard column of other columns is not the key's first column.
-    other = mutated("task_claim_batch", "crdb_internal_exec_time_id_queue_rank_state_shard_16", "crdb_internal_id_shard_16")
+    other = mutated(
+        "task_claim_batch", "crdb_internal_exec_time_id_queue_rank_state_shard_16", "crdb_internal_id_shard_16"
+    )
     assert HARD_LIMITED(other)
 
 
 # -- 7. keyed lookups reach one bucket -------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["task_ack_many", "task_retry_many", "task_bury_many", "task_release_many",
-                                  "task_extend_many"])
+
+@pytest.mark.parametrize(
+    "name", ["task_ack_many", "task_retry_many", "task_bury_many", "task_release_many", "task_extend_many"]
+)
 def test_a_keyed_write_with_a_constant_state_fans_out_and_is_refused(name):
     assert SHARD_INPUT_EQUALITY(real(name)) == []
     constant = mutated(name, "t.state = k.state", "t.state = 'leased'")
@@ -204,12 +231,15 @@ def test_a_claim_that_does_not_name_its_bucket_fans_out_and_is_refused(name):
 
 
 def test_a_lookup_by_id_alone_goes_through_the_id_index_and_passes():
-    text = ("UPDATE shardq_tasks AS t SET attempts = 0 FROM unnest(%(ids)s::UUID[]) AS k(id) "
-            "WHERE t.id = k.id AND t.state = 'leased' RETURNING t.id")
+    text = (
+        "UPDATE shardq_tasks AS t SET attempts = 0 FROM unnest(%(ids)s::UUID[]) AS k(id) "
+        "WHERE t.id = k.id AND t.state = 'leased' RETURNING t.id"
+    )
     assert SHARD_INPUT_EQUALITY(Sent("test", text)) == []
 
 
 # -- 8. citations that held only for older lines ---------------------------------------------------
+
 
 def test_advisory_locks_notify_and_unlogged_are_refused_for_reasons_true_on_master():
     advisory = " ".join(NOTHING_MISSING(Sent("test", "SELECT pg_advisory_xact_lock(1)")))
@@ -227,6 +257,7 @@ def test_every_rule_cites_cockroachdb_source():
 
 
 # -- OFFSET inside a LATERAL subquery --------------------------------------------------------------
+
 
 def test_only_offset_zero_is_sent_inside_a_lateral_subquery():
     assert LATERAL_OFFSETS(real("workflow_children_advance")) == []

@@ -32,8 +32,13 @@ def _row(args: tuple[object, ...]) -> ast.RowExpr:
 
 
 def _locked_scan(stmt: ast.Node) -> ast.SelectStmt:
-    found = [n for n in walk(stmt) if isinstance(n, ast.SelectStmt) and n.lockingClause and any(
-        c.waitPolicy == LockWaitPolicy.LockWaitSkip for c in n.lockingClause)]
+    found = [
+        n
+        for n in walk(stmt)
+        if isinstance(n, ast.SelectStmt)
+        and n.lockingClause
+        and any(c.waitPolicy == LockWaitPolicy.LockWaitSkip for c in n.lockingClause)
+    ]
     assert len(found) == 1
     return found[0]
 
@@ -65,28 +70,37 @@ def _fresh_param(stmt: ast.Node) -> ast.ParamRef:
 def _replace_term(scan: ast.SelectStmt, index: int, new: ast.Node) -> None:
     terms = conjuncts(scan.whereClause)
     terms[index] = new
-    scan.whereClause = terms[0] if len(terms) == 1 else ast.BoolExpr(boolop=pglast.enums.BoolExprType.AND_EXPR,
-                                                                     args=tuple(terms))
+    scan.whereClause = (
+        terms[0] if len(terms) == 1 else ast.BoolExpr(boolop=pglast.enums.BoolExprType.AND_EXPR, args=tuple(terms))
+    )
 
 
 #: Ways to turn ``col = v`` into several spans; each receives (column, value, a fresh placeholder).
 SPREADS: dict[str, Callable[[ast.Node, ast.Node, ast.ParamRef], ast.Node]] = {
     "IN (v, v2)": lambda col, v, p: ast.A_Expr(kind=A_Expr_Kind.AEXPR_IN, name=EQ, lexpr=col, rexpr=(v, p)),
     "= ANY($n)": lambda col, v, p: ast.A_Expr(kind=A_Expr_Kind.AEXPR_OP_ANY, name=EQ, lexpr=col, rexpr=p),
-    "= ANY(ARRAY[v, v2])": lambda col, v, p: ast.A_Expr(kind=A_Expr_Kind.AEXPR_OP_ANY, name=EQ, lexpr=col,
-                                                       rexpr=ast.A_ArrayExpr(elements=(v, p))),
+    "= ANY(ARRAY[v, v2])": lambda col, v, p: ast.A_Expr(
+        kind=A_Expr_Kind.AEXPR_OP_ANY, name=EQ, lexpr=col, rexpr=ast.A_ArrayExpr(elements=(v, p))
+    ),
     "(col) IN ((v), (v2)) row-valued": lambda col, v, p: ast.A_Expr(
-        kind=A_Expr_Kind.AEXPR_IN, name=EQ, lexpr=_row(args=(col,)),
-        rexpr=(_row(args=(v,)), _row(args=(p,)))),
+        kind=A_Expr_Kind.AEXPR_IN, name=EQ, lexpr=_row(args=(col,)), rexpr=(_row(args=(v,)), _row(args=(p,)))
+    ),
 }
 #: Ways to keep ``col = …`` a plain equality whose other side is no value: the scan then filters
 #: row by row (a residual filter above it), not by a span bound.
 NOT_VALUES: dict[str, Callable[[ast.Node, ast.Node, ast.ParamRef], ast.Node]] = {
-    "= another column": lambda col, v, p: ast.A_Expr(kind=A_Expr_Kind.AEXPR_OP, name=EQ, lexpr=col,
-                                                    rexpr=ast.ColumnRef(fields=(ast.String(sval="attempts"),))),
-    "= (SELECT v)": lambda col, v, p: ast.A_Expr(kind=A_Expr_Kind.AEXPR_OP, name=EQ, lexpr=col, rexpr=ast.SubLink(
-        subLinkType=pglast.enums.SubLinkType.EXPR_SUBLINK,
-        subselect=ast.SelectStmt(targetList=(ast.ResTarget(val=v),), limitOption=0, op=0))),
+    "= another column": lambda col, v, p: ast.A_Expr(
+        kind=A_Expr_Kind.AEXPR_OP, name=EQ, lexpr=col, rexpr=ast.ColumnRef(fields=(ast.String(sval="attempts"),))
+    ),
+    "= (SELECT v)": lambda col, v, p: ast.A_Expr(
+        kind=A_Expr_Kind.AEXPR_OP,
+        name=EQ,
+        lexpr=col,
+        rexpr=ast.SubLink(
+            subLinkType=pglast.enums.SubLinkType.EXPR_SUBLINK,
+            subselect=ast.SelectStmt(targetList=(ast.ResTarget(val=v),), limitOption=0, op=0),
+        ),
+    ),
 }
 
 
@@ -110,9 +124,15 @@ def _pair_mutations() -> Iterator[tuple[str, Sent]]:
         if len(found) < 2:
             continue
         (i, a, ca), (j, b, cb) = found
-        pair = ast.A_Expr(kind=A_Expr_Kind.AEXPR_IN, name=EQ, lexpr=_row(args=(a.lexpr, b.lexpr)),
-                          rexpr=(_row(args=(a.rexpr, b.rexpr)),
-                                 _row(args=(_fresh_param(stmt), ast.ParamRef(number=_fresh_number(stmt) + 1)))))
+        pair = ast.A_Expr(
+            kind=A_Expr_Kind.AEXPR_IN,
+            name=EQ,
+            lexpr=_row(args=(a.lexpr, b.lexpr)),
+            rexpr=(
+                _row(args=(a.rexpr, b.rexpr)),
+                _row(args=(_fresh_param(stmt), ast.ParamRef(number=_fresh_number(stmt) + 1))),
+            ),
+        )
         terms = conjuncts(scan.whereClause)
         terms = [pair if k == i else t for k, t in enumerate(terms) if k != j]
         scan.whereClause = ast.BoolExpr(boolop=pglast.enums.BoolExprType.AND_EXPR, args=tuple(terms))
@@ -146,12 +166,23 @@ def _limit_mutations() -> Iterator[tuple[str, Sent]]:
     edits: dict[str, Callable[[ast.SelectStmt, ast.Node], None]] = {
         "no LIMIT": lambda scan, stmt: setattr(scan, "limitCount", None),
         "LIMIT ALL": lambda scan, stmt: setattr(scan, "limitCount", ast.A_Const(isnull=True)),
-        "LIMIT $n + 1": lambda scan, stmt: setattr(scan, "limitCount", ast.A_Expr(
-            kind=A_Expr_Kind.AEXPR_OP, name=(ast.String(sval="+"),), lexpr=scan.limitCount,
-            rexpr=ast.A_Const(val=ast.Integer(ival=1)))),
-        "LIMIT (SELECT 1)": lambda scan, stmt: setattr(scan, "limitCount", ast.SubLink(
-            subLinkType=pglast.enums.SubLinkType.EXPR_SUBLINK,
-            subselect=pglast.parse_sql("SELECT 1")[0].stmt)),
+        "LIMIT $n + 1": lambda scan, stmt: setattr(
+            scan,
+            "limitCount",
+            ast.A_Expr(
+                kind=A_Expr_Kind.AEXPR_OP,
+                name=(ast.String(sval="+"),),
+                lexpr=scan.limitCount,
+                rexpr=ast.A_Const(val=ast.Integer(ival=1)),
+            ),
+        ),
+        "LIMIT (SELECT 1)": lambda scan, stmt: setattr(
+            scan,
+            "limitCount",
+            ast.SubLink(
+                subLinkType=pglast.enums.SubLinkType.EXPR_SUBLINK, subselect=pglast.parse_sql("SELECT 1")[0].stmt
+            ),
+        ),
         "OFFSET 1": lambda scan, stmt: setattr(scan, "limitOffset", ast.A_Const(val=ast.Integer(ival=1))),
         "OFFSET $n": lambda scan, stmt: setattr(scan, "limitOffset", _fresh_param(stmt)),
     }
@@ -180,10 +211,13 @@ def test_with_ties_on_a_locked_scan_does_not_even_parse():
     assert PARSES(Sent("mutated", text.replace("LIMIT %(limit)s", "FETCH FIRST %(limit)s ROWS WITH TIES")))
 
 
-@pytest.mark.parametrize("text", [
-    "SELECT name FROM shardq_queues WHERE name = %(queue)s FOR UPDATE SKIP LOCKED",
-    "SELECT name FROM shardq_queues WHERE name = %(queue)s ORDER BY name LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT name FROM shardq_queues WHERE name = %(queue)s FOR UPDATE SKIP LOCKED",
+        "SELECT name FROM shardq_queues WHERE name = %(queue)s ORDER BY name LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+    ],
+)
 def test_skip_locked_on_a_table_without_a_listed_key_is_refused(text):
     problems = HARD_LIMITED(Sent("example", text))
     assert any("LOCKED_SCAN_KEYS does not list" in p for p in problems)

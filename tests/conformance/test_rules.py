@@ -83,7 +83,8 @@ def test_f1_mutation_ctes_without_returning_are_caught_by_name():
 
 def test_mutation_ctes_with_returning_pass():
     fixed = F1_ENQUEUE.replace("DO NOTHING\n", "DO NOTHING RETURNING name\n").replace(
-        "WHERE NOT (SELECT paused FROM settings)\n)", "WHERE NOT (SELECT paused FROM settings)\n    RETURNING id\n)")
+        "WHERE NOT (SELECT paused FROM settings)\n)", "WHERE NOT (SELECT paused FROM settings)\n    RETURNING id\n)"
+    )
     assert CTE_RETURNING(sql(fixed)) == []
     assert CTE_RETURNING(sql("WITH x AS (UPDATE t SET a = 1 RETURNING 1) SELECT 2")) == []
 
@@ -139,12 +140,16 @@ def test_a_statement_that_does_not_parse_is_caught_and_cockroachdb_extensions_ar
 
 # -- SKIP LOCKED scans ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("where, order", [
-    ("queue = %(queue)s AND (free_at IS NULL OR free_at <= now())", "free_at"),  # a residual OR
-    ("queue = %(queue)s AND token IS NULL", "free_at"),  # a column outside the key
-    ("free_at <= now()", "free_at"),  # a range without the equality before it
-    ("queue = %(queue)s AND free_at <= now()", "slot"),  # order that is not the key's
-])
+
+@pytest.mark.parametrize(
+    "where, order",
+    [
+        ("queue = %(queue)s AND (free_at IS NULL OR free_at <= now())", "free_at"),  # a residual OR
+        ("queue = %(queue)s AND token IS NULL", "free_at"),  # a column outside the key
+        ("free_at <= now()", "free_at"),  # a range without the equality before it
+        ("queue = %(queue)s AND free_at <= now()", "slot"),  # order that is not the key's
+    ],
+)
 def test_a_skip_locked_scan_that_is_not_a_key_span_is_refused(where, order):
     text = f"SELECT slot FROM shardq_slots WHERE {where} ORDER BY {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     assert HARD_LIMITED(Sent("example", text))
@@ -153,7 +158,11 @@ def test_a_skip_locked_scan_that_is_not_a_key_span_is_refused(where, order):
 def test_the_claims_and_the_slot_take_are_key_spans():
     from tests.conformance.collect import named_statements
 
-    checked = [s for s in named_statements() if "SKIP LOCKED" in s.text and s.origin in
-               {"sql:task_claim_batch", "sql:task_promote_due", "sql:flow_slots_take"}]
+    checked = [
+        s
+        for s in named_statements()
+        if "SKIP LOCKED" in s.text
+        and s.origin in {"sql:task_claim_batch", "sql:task_promote_due", "sql:flow_slots_take"}
+    ]
     assert len(checked) == 3
     assert not [problem for s in checked for problem in HARD_LIMITED(s)]

@@ -26,8 +26,14 @@ def test_cockroachdb_accepts_what_the_engine_sends(sent):
 def test_the_collection_covers_every_source():
     origins = {s.origin for s in SENT}
     assert {f"sql:{name}" for name in COCKROACHDB.statements()} <= origins
-    assert {"migration:0001_initial:upgrade", "migration:0002_spark_ledger:upgrade", "migration:0003_stats:upgrade",
-            "gateway:begin", "startup", "startup-internals"} <= origins
+    assert {
+        "migration:0001_initial:upgrade",
+        "migration:0002_spark_ledger:upgrade",
+        "migration:0003_stats:upgrade",
+        "gateway:begin",
+        "startup",
+        "startup-internals",
+    } <= origins
     ddl = next(s.text for s in SENT if s.origin == "migration:0001_initial:upgrade")
     assert "USING HASH WITH (bucket_count = 16)" in ddl  # the CockroachDB branch, not PostgreSQL's
 
@@ -38,7 +44,8 @@ def test_no_library_module_but_the_gateway_builds_sql():
     # complete. (sessions/embedded.py talks to the embedded PostgreSQL only.)
     builders = re.compile(r"\.execute_raw\(|^\s*(?:import|from) psycopg\b|sql\.SQL\(", re.MULTILINE)
     offenders = [
-        str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
         if path.parent.name != "sessions" and builders.search(path.read_text())
     ]
     assert not offenders

@@ -64,10 +64,20 @@ def test_each_failed_attempt_reaches_sentry_through_its_transport_with_the_task_
     assert events, "no event reached the transport"
     first = events[0]
     assert first["exception"]["values"][-1]["type"] == "ValueError"
-    assert first["tags"] == {"shardq.queue": "tracked", "shardq.task": "jobs.flaky", "shardq.attempt": "1",
-                             "shardq.final": "false"}
-    assert first["contexts"]["shardq"] == {"task_id": task_id, "queue": "tracked", "task": "jobs.flaky",
-                                           "attempt": 1, "max_attempts": 2, "final": False}
+    assert first["tags"] == {
+        "shardq.queue": "tracked",
+        "shardq.task": "jobs.flaky",
+        "shardq.attempt": "1",
+        "shardq.final": "false",
+    }
+    assert first["contexts"]["shardq"] == {
+        "task_id": task_id,
+        "queue": "tracked",
+        "task": "jobs.flaky",
+        "attempt": 1,
+        "max_attempts": 2,
+        "final": False,
+    }
     assert len(events) == 1  # Retry is not a failure
 
 
@@ -80,7 +90,12 @@ def test_a_logging_tracker_gets_an_error_record_with_the_task_fields(app, instal
     assert len(records) == 1
     record = records[0]
     assert (record.task_id, record.queue, record.task, record.attempt, record.final) == (
-        task_id, "tracked", "jobs.gone", 1, True)
+        task_id,
+        "tracked",
+        "jobs.gone",
+        1,
+        True,
+    )
     assert record.exc_info[0] is shardq.Permanent
     assert "no attempt follows" in record.getMessage()
 

@@ -63,11 +63,16 @@ def test_the_worker_process_runs_each_task_in_a_child_span_of_the_span_that_defe
     sent = {s.name: s for s in spans.get_finished_spans()}
     assert set(sent) == {"request", f"send {QUEUE}"}
     sends = [span_record(s) for s in spans.get_finished_spans() if s.name.startswith("send")]
-    assert len(sends) == 4 and all(s["kind"] == "PRODUCER" and s["parent"] == request.get_span_context().span_id
-                                   for s in sends)
-    assert sends[0]["attributes"] == {"messaging.system": "shardq", "messaging.operation.name": "send",
-                                      "messaging.operation.type": "send", "messaging.destination.name": QUEUE,
-                                      "shardq.task.name": "otel.ok"}
+    assert len(sends) == 4 and all(
+        s["kind"] == "PRODUCER" and s["parent"] == request.get_span_context().span_id for s in sends
+    )
+    assert sends[0]["attributes"] == {
+        "messaging.system": "shardq",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": QUEUE,
+        "shardq.task.name": "otel.ok",
+    }
     assert sends[3]["attributes"]["messaging.batch.message_count"] == 2
 
     result = _run_worker_process(db.dsn)
@@ -94,8 +99,12 @@ def test_the_worker_process_runs_each_task_in_a_child_span_of_the_span_that_defe
     assert all(s["kind"] == "CLIENT" and s["parent"] is None for s in settles)
     assert settled_by[one["span_id"]]["attributes"]["messaging.operation.name"] == "ack"
     assert settled_by[broken["span_id"]]["attributes"]["messaging.operation.name"] == "dead_letter"
-    assert {"messaging.client.consumed.messages", "messaging.process.duration",
-            "messaging.client.operation.duration", "shardq.tasks.settled"} <= set(result["metrics"])
+    assert {
+        "messaging.client.consumed.messages",
+        "messaging.process.duration",
+        "messaging.client.operation.duration",
+        "shardq.tasks.settled",
+    } <= set(result["metrics"])
 
 
 def test_a_retry_is_not_an_error_and_settles_as_retry(db, exporter):
@@ -142,8 +151,10 @@ def test_a_malformed_stored_context_starts_a_new_trace_and_the_task_still_runs(d
     spans, _instrument = exporter
     app = build_app(db.dsn)
     try:
-        db.client.enqueue(QUEUE, json.dumps({"task": "otel.ok", "args": {"n": 1},
-                                             "trace": {"traceparent": 5, "shardq-batch": []}}).encode())
+        db.client.enqueue(
+            QUEUE,
+            json.dumps({"task": "otel.ok", "args": {"n": 1}, "trace": {"traceparent": 5, "shardq-batch": []}}).encode(),
+        )
         totals = app.work(until_empty=True)
     finally:
         app.close()

@@ -90,8 +90,9 @@ def _run(provider: TracerProvider, *, deferred: bool) -> tuple[otel.OpenTelemetr
             number += 1
             handle = _Handle(number)
             is_async = function is waits
-            run = instrument.running(function, is_async=is_async, task=f"mail.{function.__name__}", handle=handle,
-                                     carrier=carrier)
+            run = instrument.running(
+                function, is_async=is_async, task=f"mail.{function.__name__}", handle=handle, carrier=carrier
+            )
             with contextlib.suppress(Retry, ValueError):  # the outcome is recorded on the span
                 asyncio.run(run()) if is_async else run()
             instrument.on_event("acked", handle, {})
@@ -110,8 +111,9 @@ def _without_clock(span: Any) -> dict:
     return record
 
 
-@pytest.mark.parametrize("limits", [None, SpanLimits(max_links=4, max_span_attributes=8)],
-                         ids=["default limits", "few links and attributes"])
+@pytest.mark.parametrize(
+    "limits", [None, SpanLimits(max_links=4, max_span_attributes=8)], ids=["default limits", "few links and attributes"]
+)
 def test_spans_made_in_one_go_give_the_exporter_what_the_sdks_spans_give(limits):
     instrument, made_at_end = _run(TracerProvider(id_generator=_Counting(), span_limits=limits), deferred=True)
     assert instrument._spans is not None
@@ -133,8 +135,9 @@ def test_a_function_that_starts_spans_gets_the_process_span_as_their_parent():
         assert str(parent.attributes["shardq.task.name"]) in ("mail.nested", "mail.waits")
         assert by_name[child].context.trace_id == parent.context.trace_id
     annotated = [s for s in process.values() if s.attributes["shardq.task.name"] == "mail.annotates"]
-    assert len(annotated) == 3 and all(s.attributes["order.id"] == 7 and s.events[0].name == "checked"
-                                       for s in annotated)
+    assert len(annotated) == 3 and all(
+        s.attributes["order.id"] == 7 and s.events[0].name == "checked" for s in annotated
+    )
 
 
 def test_while_the_task_runs_the_current_span_is_deferred_and_carries_the_process_spans_context():
@@ -143,8 +146,9 @@ def test_while_the_task_runs_the_current_span_is_deferred_and_carries_the_proces
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     instrument = otel.OpenTelemetry(provider)
-    instrument.running(lambda: seen.append(trace.get_current_span()), is_async=False, task="mail.ok",
-                       handle=_Handle(1), carrier=None)()
+    instrument.running(
+        lambda: seen.append(trace.get_current_span()), is_async=False, task="mail.ok", handle=_Handle(1), carrier=None
+    )()
     (process,) = exporter.get_finished_spans()
     assert type(seen[0]) is DeferredSpan and seen[0].real is None  # built in one go at the end
     assert seen[0].get_span_context() == process.context and process.attributes["shardq.outcome"] == "success"
@@ -189,8 +193,13 @@ def test_the_sdks_own_span_metrics_count_spans_made_in_one_go_as_the_sdks_spans(
         reader = InMemoryMetricReader()
         _run(TracerProvider(meter_provider=MeterProvider(metric_readers=[reader])), deferred=deferred)
         data = reader.get_metrics_data()
-        return {(m.name, tuple(sorted(p.attributes.items()))): p.value for rm in data.resource_metrics
-                for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points}
+        return {
+            (m.name, tuple(sorted(p.attributes.items()))): p.value
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            for p in m.data.data_points
+        }
 
     made_at_end = span_metrics(deferred=True)
     assert made_at_end == span_metrics(deferred=False)

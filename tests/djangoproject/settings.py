@@ -6,13 +6,28 @@ tests' ``django_db_setup`` fills in the embedded PostgreSQL's database before th
 SECRET_KEY = "tests-only"
 DEBUG = False
 USE_TZ = True
-INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "django.contrib.sessions",
-                  "shardq.contrib.django", "tests.djangoproject.shop"]
-MIDDLEWARE = ["django.contrib.sessions.middleware.SessionMiddleware", "django.middleware.csrf.CsrfViewMiddleware",
-              "django.contrib.auth.middleware.AuthenticationMiddleware"]
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "shardq.contrib.django",
+    "tests.djangoproject.shop",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
 ROOT_URLCONF = "tests.djangoproject.urls"
 LOGIN_URL = "/accounts/login/"
-DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "set_by_the_tests",
-                         "USER": "postgres", "HOST": "127.0.0.1", "PORT": "5432"}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "set_by_the_tests",
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": "5432",
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SHARDQ = {"DATABASE": "default", "BUCKETS": 4}

@@ -81,12 +81,27 @@ def test_acks_and_retries_look_each_row_up_by_its_whole_key(crdb_db):
     # Every shard input is a join equality (state too, as an input column), so the optimizer
     # computes the shard and each row is one point lookup (audit F5), not one per bucket.
     crdb_db.client.enqueue_many("q", [b"x"] * 3)
-    keys = {"states": ["leased"] * 3, "queues": ["q"] * 3, "ranks": [0] * 3,
-            "exec_times": ["2026-01-01T00:00:00Z"] * 3, "ids": [uuid.uuid4() for _ in range(3)],
-            "tokens": [uuid.uuid4() for _ in range(3)]}
-    for name, extra in (("task_ack_many", {}),
-                        ("task_retry_many", {"delays": [0.0] * 3, "refunds": [0] * 3, "errors": ["e"] * 3, "require_expired": False,
-                                             "scheduled_rank": 0})):
+    keys = {
+        "states": ["leased"] * 3,
+        "queues": ["q"] * 3,
+        "ranks": [0] * 3,
+        "exec_times": ["2026-01-01T00:00:00Z"] * 3,
+        "ids": [uuid.uuid4() for _ in range(3)],
+        "tokens": [uuid.uuid4() for _ in range(3)],
+    }
+    for name, extra in (
+        ("task_ack_many", {}),
+        (
+            "task_retry_many",
+            {
+                "delays": [0.0] * 3,
+                "refunds": [0] * 3,
+                "errors": ["e"] * 3,
+                "require_expired": False,
+                "scheduled_rank": 0,
+            },
+        ),
+    ):
         plan = explain(crdb_db, name, {**keys, **extra})
         assert not COCKROACHDB.explain_reads_whole_table(plan), plan
         assert "lookup join" in plan and "equality cols are key" in plan, plan

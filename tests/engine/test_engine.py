@@ -68,8 +68,10 @@ def test_cockroachdb_connections_send_no_read_only_variable_and_internals_only_w
 
 
 def test_the_bucket_count_is_read_from_the_hash_sharded_index_definition():
-    definition = ("CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
-                  "(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count=16)")
+    definition = (
+        "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
+        "(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count=16)"
+    )
     assert bucket_count_of(definition) == 16
     assert bucket_count_of("CREATE UNIQUE INDEX shardq_tasks_id ON t USING btree (id ASC)") is None
 
@@ -91,7 +93,9 @@ def test_every_engine_is_reachable_from_its_sqlalchemy_dialect():
 
 
 def test_only_the_engine_package_knows_which_database_it_talks_to():
-    compares = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](postgresql|cockroachdb)["']|["'](postgresql|cockroachdb)["']\s*(==|!=)""")
+    compares = re.compile(
+        r"""(==|!=|\bin\b)\s*\(?\s*["'](postgresql|cockroachdb)["']|["'](postgresql|cockroachdb)["']\s*(==|!=)"""
+    )
     offenders = []
     for path in SRC.rglob("*.py"):
         if "engine" in path.relative_to(SRC).parts:
@@ -104,10 +108,17 @@ def test_only_the_engine_package_knows_which_database_it_talks_to():
 
 def test_the_cli_refuses_an_unsupported_server_with_one_line_and_exit_2(pg_db):
     # The embedded PostgreSQL made "too old" by raising the minimum in the CLI's own process.
-    script = ("import sys, shardq.engine.postgresql as p; p.MIN_SERVER_VERSION = 99;"
-              "from shardq.cli.main import main; sys.argv = ['shardq', 'stats']; main()")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo})
+    script = (
+        "import sys, shardq.engine.postgresql as p; p.MIN_SERVER_VERSION = 99;"
+        "from shardq.cli.main import main; sys.argv = ['shardq', 'stats']; main()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo},
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "older than 99, the oldest shardq supports" in lines[0]
@@ -115,8 +126,12 @@ def test_the_cli_refuses_an_unsupported_server_with_one_line_and_exit_2(pg_db):
 
 def _yes_no_facts() -> set[str]:
     """Every public yes/no attribute an engine carries: what a caller could branch on."""
-    return {name for engine in ENGINES for name in dir(engine)
-            if not name.startswith("_") and isinstance(getattr(engine, name), bool)}
+    return {
+        name
+        for engine in ENGINES
+        for name in dir(engine)
+        if not name.startswith("_") and isinstance(getattr(engine, name), bool)
+    }
 
 
 def test_an_engine_has_no_yes_no_fact_but_its_declared_capabilities():
@@ -127,9 +142,18 @@ def test_an_engine_has_no_yes_no_fact_but_its_declared_capabilities():
 # The traits the engine seam used to be made of: no module outside the engine package may read
 # one, nor any other yes/no fact of an engine except the declared capabilities.
 _FORMER_TRAITS = {
-    "hash_sharded_key", "transactional_ddl", "has_fillfactor", "claims_whole_rounds", "uses_lease_records",
-    "counts_depth_in_one_statement", "historical_reads", "accepts_null_arrays", "sends_binary_arrays",
-    "inlines_explain_values", "spark_stage_needs_index", "layout_plan",
+    "hash_sharded_key",
+    "transactional_ddl",
+    "has_fillfactor",
+    "claims_whole_rounds",
+    "uses_lease_records",
+    "counts_depth_in_one_statement",
+    "historical_reads",
+    "accepts_null_arrays",
+    "sends_binary_arrays",
+    "inlines_explain_values",
+    "spark_stage_needs_index",
+    "layout_plan",
 }
 
 
@@ -147,8 +171,19 @@ def test_no_module_outside_the_engine_package_reads_an_engine_trait():
 
 # The floor of the database layer: the plan vocabulary, the engines, the sessions and what they
 # share. Imports among these (TYPE_CHECKING ones included) must form no cycle.
-_FLOOR = ("shardq.sql.plan", "shardq.sessions.dsn", "shardq.sessions.rules", "shardq.sessions.session", "shardq.sessions.session_async", "shardq.sessions.borrowed",
-          "shardq.sql", "shardq.engine", "shardq.resize", "shardq.operations", "shardq.sessions.store")
+_FLOOR = (
+    "shardq.sql.plan",
+    "shardq.sessions.dsn",
+    "shardq.sessions.rules",
+    "shardq.sessions.session",
+    "shardq.sessions.session_async",
+    "shardq.sessions.borrowed",
+    "shardq.sql",
+    "shardq.engine",
+    "shardq.resize",
+    "shardq.operations",
+    "shardq.sessions.store",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -220,8 +255,16 @@ def test_the_database_floor_has_no_import_cycle_and_the_engine_imports_no_sessio
     graph = _import_graph()
     floor = {m for m in graph if m.startswith(_FLOOR)}
     assert _cycles_among(graph, floor) == []
-    assert "shardq.sql.plan" in floor and not graph["shardq.sql.plan"], "plans.py is vocabulary: it imports nothing of shardq"
-    sessions = {"shardq.sessions.session", "shardq.sessions.session_async", "shardq.sessions.rules", "shardq.sessions.borrowed", "shardq.resize"}
+    assert "shardq.sql.plan" in floor and not graph["shardq.sql.plan"], (
+        "plans.py is vocabulary: it imports nothing of shardq"
+    )
+    sessions = {
+        "shardq.sessions.session",
+        "shardq.sessions.session_async",
+        "shardq.sessions.rules",
+        "shardq.sessions.borrowed",
+        "shardq.resize",
+    }
     engine_imports = {m for name in floor if name.startswith("shardq.engine") for m in graph[name]}
     assert not engine_imports & sessions
 

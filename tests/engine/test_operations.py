@@ -50,7 +50,10 @@ def test_only_postgresql_sweeps_lease_records():
 
 
 def test_a_historical_snapshot_exists_only_on_cockroachdb():
-    assert drive(COCKROACHDB.stats_snapshot(True), lambda request: None) == (True, [Call("stats_snapshot_historical", rows="none")])
+    assert drive(COCKROACHDB.stats_snapshot(True), lambda request: None) == (
+        True,
+        [Call("stats_snapshot_historical", rows="none")],
+    )
     assert drive(COCKROACHDB.stats_snapshot(False), lambda request: None)[0] is False
     historical, sent = drive(POSTGRESQL.stats_snapshot(True), lambda request: None)
     assert historical is False and names(sent) == ["stats_snapshot_begin"]
@@ -73,17 +76,44 @@ def test_cockroachdb_reads_depth_per_queue_and_bucket_and_the_oldest_ready_task_
 
     def answer(request: Call) -> Any:
         if request.name == "stats_depth_one":
-            return {"ready": 3, "due_scheduled": 1, "scheduled": 2, "leased": 4, "expired": 1, "backlog": 0,
-                    "waiting": 5, "oldest_due_scheduled": 15}
+            return {
+                "ready": 3,
+                "due_scheduled": 1,
+                "scheduled": 2,
+                "leased": 4,
+                "expired": 1,
+                "backlog": 0,
+                "waiting": 5,
+                "oldest_due_scheduled": 15,
+            }
         return next(heads)
 
     rows, sent = drive(COCKROACHDB.depth(["q"], [7], 100), answer)
-    assert names(sent) == ["stats_depth_one", "stats_ready_head_after", "stats_ready_head_after",
-                           "stats_ready_head_after"]
-    assert rows == [{"queue": "q", "bucket": 7, "ready": 4, "scheduled": 2, "leased": 3, "expired": 1, "backlog": 0,
-                     "waiting": 5, "oldest_ready": 10, "ready_capped": False, "scheduled_capped": False,
-                     "leased_capped": False, "expired_capped": False, "backlog_capped": False,
-                     "waiting_capped": False}]
+    assert names(sent) == [
+        "stats_depth_one",
+        "stats_ready_head_after",
+        "stats_ready_head_after",
+        "stats_ready_head_after",
+    ]
+    assert rows == [
+        {
+            "queue": "q",
+            "bucket": 7,
+            "ready": 4,
+            "scheduled": 2,
+            "leased": 3,
+            "expired": 1,
+            "backlog": 0,
+            "waiting": 5,
+            "oldest_ready": 10,
+            "ready_capped": False,
+            "scheduled_capped": False,
+            "leased_capped": False,
+            "expired_capped": False,
+            "backlog_capped": False,
+            "waiting_capped": False,
+        }
+    ]
 
 
 def test_schema_jobs_are_read_with_internals_on_cockroachdb_and_are_none_on_postgresql():
@@ -101,7 +131,8 @@ def test_only_postgresql_sends_an_unset_optional_enqueue_column_as_one_null():
 
 def test_only_postgresql_indexes_a_spark_staging_table_before_the_merge():
     assert drive(POSTGRESQL.spark_stage_ready("shardq_stage_x"))[1] == [
-        SchemaChange("spark_stage_index", identifiers={"stage": "shardq_stage_x"})]
+        SchemaChange("spark_stage_index", identifiers={"stage": "shardq_stage_x"})
+    ]
     assert drive(COCKROACHDB.spark_stage_ready("shardq_stage_x")) == (None, [])
 
 
@@ -109,4 +140,6 @@ def test_cockroachdb_asks_for_explain_output_with_the_values_inlined():
     inline = lambda text, params: text.replace("%(q)s", repr(params["q"]))  # noqa: E731
     assert COCKROACHDB.explain_query("SELECT %(q)s", {"q": "x"}, inline) == ("EXPLAIN SELECT 'x'", None)
     assert POSTGRESQL.explain_query("SELECT %(q)s", {"q": "x"}, inline) == (
-        "EXPLAIN (FORMAT JSON) SELECT %(q)s", {"q": "x"})
+        "EXPLAIN (FORMAT JSON) SELECT %(q)s",
+        {"q": "x"},
+    )

@@ -56,8 +56,10 @@ def test_a_postgresql_url_reaching_cockroachdb_learns_the_engine_and_reopens_wit
             assert session.server_version == 130000
         # First the PostgreSQL options (assumed from the URL), then one reopen with CockroachDB's.
         options = [s.parameters.get("options", "") for s in server.startups]
-        assert options == [" ".join(POSTGRESQL.startup_options(internals=True)),
-                           "-c timezone=UTC -c allow_unsafe_internals=on"]
+        assert options == [
+            " ".join(POSTGRESQL.startup_options(internals=True)),
+            "-c timezone=UTC -c allow_unsafe_internals=on",
+        ]
 
 
 def test_a_postgresql_url_reaching_cockroachdb_keeps_its_connection_when_the_options_agree():
@@ -80,7 +82,9 @@ def test_the_dsn_options_come_first_and_the_engines_after_them():
         url = server.url() + "&options=-c%20application_name%3Dx"
         with Session(Dsn.parse(url), statement_timeout_ms=7) as session:
             session.parameter_status("crdb_version")
-        assert server.startups[0].parameters["options"] == "-c application_name=x -c timezone=UTC -c statement_timeout=7"
+        assert (
+            server.startups[0].parameters["options"] == "-c application_name=x -c timezone=UTC -c statement_timeout=7"
+        )
 
 
 def test_an_internals_session_sends_allow_unsafe_internals():
@@ -148,8 +152,10 @@ def test_a_lookup_naming_the_shard_column_with_an_in_list_fans_out():
     # pkg/sql/opt/exec/execbuilder/testdata/hash_sharded_index records the bucket check of an
     # insert as "render 0       column5 IN (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)"; adapted: the shard
     # column named, as a constraint over every bucket names it.
-    plan = (EXPLAIN_POINT_FOR_UPDATE
-            + "\n  render 0: crdb_internal_exec_time_id_queue_rank_state_shard_16 IN (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)")
+    plan = (
+        EXPLAIN_POINT_FOR_UPDATE
+        + "\n  render 0: crdb_internal_exec_time_id_queue_rank_state_shard_16 IN (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)"
+    )
     assert COCKROACHDB.explain_fans_out(plan, 16)
 
 

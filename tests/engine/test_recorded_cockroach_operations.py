@@ -50,6 +50,7 @@ def _key(bucket: int, task_id: uuid.UUID, *, rank: int = 0, queue: str = "q") ->
 
 # -- layout ----------------------------------------------------------------------------------------
 
+
 def test_the_layout_is_the_primary_keys_shard_column_and_bucket_count():
     with recorded_cockroach({"shard_layout_get": layout_16()}) as server, Session(Dsn.parse(server.url())) as session:
         found = session.run(layout())
@@ -60,8 +61,10 @@ def test_the_layout_is_the_primary_keys_shard_column_and_bucket_count():
 
 
 def test_the_primary_key_is_preferred_to_an_operators_hash_sharded_index():
-    rows = layout_rows(("shardq_tasks_queue_idx", "crdb_internal_queue_shard_4", SECONDARY_INDEX_DEFINITION),
-                       ("shardq_tasks_pkey", SHARD_COLUMN_32, primary_index_definition(32)))
+    rows = layout_rows(
+        ("shardq_tasks_queue_idx", "crdb_internal_queue_shard_4", SECONDARY_INDEX_DEFINITION),
+        ("shardq_tasks_pkey", SHARD_COLUMN_32, primary_index_definition(32)),
+    )
     with recorded_cockroach({"shard_layout_get": rows}) as server, Session(Dsn.parse(server.url())) as session:
         found = session.run(COCKROACHDB.read_layout())
     assert (found.bucket_count, found.shard_column) == (32, SHARD_COLUMN_32)
@@ -74,8 +77,13 @@ def test_a_table_without_a_hash_sharded_key_is_not_migrated():
 
 
 def test_a_definition_without_a_bucket_count_is_skipped():
-    rows = layout_rows(("shardq_tasks_pkey", SHARD_COLUMN_16,
-                        "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree (id ASC)"))
+    rows = layout_rows(
+        (
+            "shardq_tasks_pkey",
+            SHARD_COLUMN_16,
+            "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree (id ASC)",
+        )
+    )
     with recorded_cockroach({"shard_layout_get": rows}) as server, Session(Dsn.parse(server.url())) as session:
         with pytest.raises(NotMigrated):
             session.run(COCKROACHDB.read_layout())
@@ -83,9 +91,15 @@ def test_a_definition_without_a_bucket_count_is_skipped():
 
 # -- schema-change jobs ----------------------------------------------------------------------------
 
-JOB = (1077, "NEW SCHEMA CHANGE", "running", None, 0.25,
-       "ALTER TABLE defaultdb.public.shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, rank, exec_time, id)"
-       " USING HASH WITH (bucket_count = 32)")
+JOB = (
+    1077,
+    "NEW SCHEMA CHANGE",
+    "running",
+    None,
+    0.25,
+    "ALTER TABLE defaultdb.public.shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, rank, exec_time, id)"
+    " USING HASH WITH (bucket_count = 32)",
+)
 
 
 def test_schema_jobs_are_read_on_a_second_session_that_opts_in_to_internals():
@@ -94,7 +108,12 @@ def test_schema_jobs_are_read_on_a_second_session_that_opts_in_to_internals():
             jobs = session.run(COCKROACHDB.schema_jobs())
         (job,) = jobs
         assert (job.job_id, job.job_type, job.status, job.running_status, job.fraction_completed) == (
-            1077, "NEW SCHEMA CHANGE", "running", None, 0.25)
+            1077,
+            "NEW SCHEMA CHANGE",
+            "running",
+            None,
+            0.25,
+        )
         assert job.description.endswith("USING HASH WITH (bucket_count = 32)")
         (received,) = server.received
         assert received.name == "table_schema_jobs_running"
@@ -114,10 +133,14 @@ def test_an_internals_session_reads_schema_jobs_on_its_own_connection():
 
 # -- claim and promote -----------------------------------------------------------------------------
 
+
 def test_a_claim_leases_one_bucket_and_hands_tasks_out_in_key_order():
     ids = [uuid.UUID(int=n) for n in (3, 1, 2)]
-    rows = [claimed_row(5, "q", ids[0], rank=1), claimed_row(5, "q", ids[1], rank=0),
-            claimed_row(5, "q", ids[2], rank=0)]
+    rows = [
+        claimed_row(5, "q", ids[0], rank=1),
+        claimed_row(5, "q", ids[1], rank=0),
+        claimed_row(5, "q", ids[2], rank=0),
+    ]
     with recorded_cockroach({"task_claim_batch": Rows(CLAIM_COLUMNS, rows, tag="UPDATE 3")}) as server:
         with _session(server) as session:
             tasks = session.run(COCKROACHDB.claim([5], "q", 10, 30.0))
@@ -132,7 +155,12 @@ def test_a_claim_leases_one_bucket_and_hands_tasks_out_in_key_order():
     assert f'"{SHARD_COLUMN_16}"' in received.text
     lease, sent_token, bucket, queue, limit = received.params
     assert (struct.unpack("!d", lease)[0], sent_token, bucket, queue, limit) == (
-        30.0, token.bytes, struct.pack("!h", 5), "q", struct.pack("!h", 10))
+        30.0,
+        token.bytes,
+        struct.pack("!h", 5),
+        "q",
+        struct.pack("!h", 10),
+    )
 
 
 def test_claim_groups_are_one_bucket_each_and_shared():
@@ -147,11 +175,16 @@ def test_promote_counts_the_tasks_made_ready():
         assert session.run(COCKROACHDB.promote_due([3], "q", 50)) == 2
     (received,) = server.received
     bucket, queue, rank, limit = received.params
-    assert (bucket, queue, struct.unpack("!q", rank)[0], limit) == (struct.pack("!h", 3), "q", RANK_SCHEDULED,
-                                                                    struct.pack("!h", 50))
+    assert (bucket, queue, struct.unpack("!q", rank)[0], limit) == (
+        struct.pack("!h", 3),
+        "q",
+        RANK_SCHEDULED,
+        struct.pack("!h", 50),
+    )
 
 
 # -- acks ------------------------------------------------------------------------------------------
+
 
 def _ack_answer(received: Received) -> Rows:
     # One row per deleted task: the ids sent, but the stale token's (the second) lost its lease.
@@ -208,8 +241,16 @@ def test_a_kept_whole_claim_ack_returns_the_ids_not_deleted():
 
 # -- stats -----------------------------------------------------------------------------------------
 
-DEPTH_COLUMNS = [("ready", "INT8"), ("due_scheduled", "INT8"), ("scheduled", "INT8"), ("leased", "INT8"),
-                 ("expired", "INT8"), ("backlog", "INT8"), ("waiting", "INT8"), ("oldest_due_scheduled", "TIMESTAMPTZ")]
+DEPTH_COLUMNS = [
+    ("ready", "INT8"),
+    ("due_scheduled", "INT8"),
+    ("scheduled", "INT8"),
+    ("leased", "INT8"),
+    ("expired", "INT8"),
+    ("backlog", "INT8"),
+    ("waiting", "INT8"),
+    ("oldest_due_scheduled", "TIMESTAMPTZ"),
+]
 
 
 def test_the_stats_transaction_starts_with_a_follower_read_or_a_read_only_one():
@@ -222,16 +263,23 @@ def test_the_stats_transaction_starts_with_a_follower_read_or_a_read_only_one():
 
 def test_depth_walks_each_priority_head_and_caps_the_counts():
     earlier = NOW - dt.timedelta(minutes=5)
-    heads = iter([Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], [(0, NOW)]),
-                  Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], [(7, earlier)]),
-                  Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], [])])
+    heads = iter(
+        [
+            Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], [(0, NOW)]),
+            Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], [(7, earlier)]),
+            Rows([("rank", "INT8"), ("exec_time", "TIMESTAMPTZ")], []),
+        ]
+    )
     afters: list[bytes] = []
 
     def head(received: Received) -> Rows:
         afters.append(received.params[-1])
         return next(heads)
 
-    answers: dict[str, Answering] = {"stats_depth_one": Rows(DEPTH_COLUMNS, [(100, 2, 5, 100, 3, 0, 1, None)]), "stats_ready_head_after": head}
+    answers: dict[str, Answering] = {
+        "stats_depth_one": Rows(DEPTH_COLUMNS, [(100, 2, 5, 100, 3, 0, 1, None)]),
+        "stats_ready_head_after": head,
+    }
     with recorded_cockroach(answers) as server, _session(server) as session:
         (row,) = session.run(COCKROACHDB.depth(["q"], [4], 100))
     assert row["queue"] == "q" and row["bucket"] == 4
@@ -253,8 +301,11 @@ def test_rows_per_bucket_are_read_in_the_past_when_historical():
     assert server.names_received() == ["task_count_by_bucket"]
 
 
-@pytest.mark.parametrize("error", [undefined_column(SHARD_COLUMN_16), undefined_table("shardq_tasks")],
-                         ids=["shard column younger than the read", "table younger than the read"])
+@pytest.mark.parametrize(
+    "error",
+    [undefined_column(SHARD_COLUMN_16), undefined_table("shardq_tasks")],
+    ids=["shard column younger than the read", "table younger than the read"],
+)
 def test_rows_per_bucket_fall_back_to_a_current_read_when_the_layout_is_younger(error):
     answers = {"task_count_by_bucket": error, "task_count_by_bucket_current": Rows(BUCKET_COLUMNS, [(1, 2)])}
     with recorded_cockroach(answers) as server, _session(server) as session:

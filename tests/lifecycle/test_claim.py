@@ -26,7 +26,9 @@ def test_claim_leases_the_task_with_a_fresh_token_expiry_and_attempt(db):
 
 def test_claim_takes_earliest_exec_time_first_within_a_bucket(db):
     base = utcnow() - dt.timedelta(minutes=10)
-    made = [db.make_task(exec_time=base + dt.timedelta(seconds=i), bucket=0, payload=str(i).encode()) for i in (3, 1, 2)]
+    made = [
+        db.make_task(exec_time=base + dt.timedelta(seconds=i), bucket=0, payload=str(i).encode()) for i in (3, 1, 2)
+    ]
     tasks = db.store.task_claim_batch(made[0].key.bucket, "q", 10, 30)
     assert [t.payload for t in tasks] == [b"1", b"2", b"3"]
 

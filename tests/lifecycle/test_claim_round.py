@@ -50,8 +50,15 @@ def test_a_round_claim_scans_each_bucket_span_of_the_primary_key(seeded):
     tree = plan(
         seeded,
         "task_claim_round",
-        {"buckets": [2, 3, 0, 1], "tokens": [uuid.uuid4() for _ in range(4)], "queue": "q", "limit": 100,
-         "lease_seconds": 30, "durable": False, "backlog_rank": RANK_BACKLOG},
+        {
+            "buckets": [2, 3, 0, 1],
+            "tokens": [uuid.uuid4() for _ in range(4)],
+            "queue": "q",
+            "limit": 100,
+            "lease_seconds": 30,
+            "durable": False,
+            "backlog_rank": RANK_BACKLOG,
+        },
     )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
@@ -69,8 +76,11 @@ def test_a_round_claim_scans_each_bucket_span_of_the_primary_key(seeded):
 def test_a_round_promotion_scans_only_due_scheduled_rows(seeded):
     seeded.client.enqueue_many("q", [NewTask(b"x", delay=3600)] * 5000, batch_size=5000)
     seeded.sql("ANALYZE")
-    tree = plan(seeded, "task_promote_due_round",
-                {"buckets": [1, 2, 3, 0], "queue": "q", "limit": 500, "scheduled_rank": RANK_SCHEDULED})
+    tree = plan(
+        seeded,
+        "task_promote_due_round",
+        {"buckets": [1, 2, 3, 0], "queue": "q", "limit": 500, "scheduled_rank": RANK_SCHEDULED},
+    )
     scans = scans_of(tree, "shardq_tasks")
     assert scans and all(s["Node Type"] != "Seq Scan" for s in scans)
     conditions = " ".join(s.get("Index Cond", "") + s.get("Recheck Cond", "") for s in nodes(tree))
@@ -84,9 +94,18 @@ def test_a_whole_claim_ack_scans_the_claims_key_range_whatever_the_parameters(se
     custom = plan(
         seeded,
         "task_ack_claim",
-        {"bucket": 1, "queue": "q", "first_rank": first[0], "first_exec": first[1], "first_id": first[2],
-         "last_rank": last[0], "last_exec": last[1], "last_id": last[2], "token": claimed[0].lease_token,
-         "expected": len(claimed)},
+        {
+            "bucket": 1,
+            "queue": "q",
+            "first_rank": first[0],
+            "first_exec": first[1],
+            "first_id": first[2],
+            "last_rank": last[0],
+            "last_exec": last[1],
+            "last_id": last[2],
+            "token": claimed[0].lease_token,
+            "expected": len(claimed),
+        },
     )
     # Once prepared, the server may stop planning per ack and reuse a plan made without the
     # values: that one must scan the key range too, never the table.
@@ -107,9 +126,18 @@ def test_a_whole_claim_ack_reads_only_its_claims_rows_among_tasks_enqueued_in_on
     first = min((t.key.rank, t.key.exec_time, t.key.id) for t in claimed)
     last = max((t.key.rank, t.key.exec_time, t.key.id) for t in claimed)
     text = statements_for("postgresql")["task_ack_claim"].text
-    params = {"bucket": 1, "queue": "q", "first_rank": first[0], "first_exec": first[1], "first_id": first[2],
-              "last_rank": last[0], "last_exec": last[1], "last_id": last[2], "token": claimed[0].lease_token,
-              "expected": len(claimed)}
+    params = {
+        "bucket": 1,
+        "queue": "q",
+        "first_rank": first[0],
+        "first_exec": first[1],
+        "first_id": first[2],
+        "last_rank": last[0],
+        "last_exec": last[1],
+        "last_id": last[2],
+        "token": claimed[0].lease_token,
+        "expected": len(claimed),
+    }
     with psycopg.connect(seeded.dsn.conninfo) as conn:  # rolled back on leaving: nothing is deleted
         data = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).fetchone()[0]
         conn.rollback()

@@ -29,8 +29,9 @@ def test_debounce_keeps_the_newest_payload_and_pushes_the_task_back(db):
 
 
 def test_debounce_within_one_batch_keeps_the_last(db):
-    result = db.client.enqueue_many("q", [NewTask(b"%d" % i, dedupe_key="k", debounce=30) for i in range(5)]
-                                    + [NewTask(b"other")])
+    result = db.client.enqueue_many(
+        "q", [NewTask(b"%d" % i, dedupe_key="k", debounce=30) for i in range(5)] + [NewTask(b"other")]
+    )
     assert result.enqueued == 2 and len(result.debounced_ids) == 4
     payloads = sorted(bytes(r["payload"]) for r in rows(db))
     assert payloads == [b"4", b"other"]
@@ -61,9 +62,14 @@ def test_throttle_keeps_the_first_task_and_drops_the_rest_of_the_window(db):
     first = db.client.enqueue("q", b"1", dedupe_key="user:1", throttle=3600)
     assert first.enqueued == 1
     db.delete_all_tasks()  # it ran: the window still holds
-    second = db.client.enqueue_many("q", [NewTask(b"2", dedupe_key="user:1", throttle=3600),
-                                          NewTask(b"3", dedupe_key="user:2", throttle=3600),
-                                          NewTask(b"4", dedupe_key="user:2", throttle=3600)])
+    second = db.client.enqueue_many(
+        "q",
+        [
+            NewTask(b"2", dedupe_key="user:1", throttle=3600),
+            NewTask(b"3", dedupe_key="user:2", throttle=3600),
+            NewTask(b"4", dedupe_key="user:2", throttle=3600),
+        ],
+    )
     assert second.enqueued == 1 and second.throttled_keys == ("user:1", "user:2")
     assert [bytes(r["payload"]) for r in rows(db)] == [b"3"]
 
@@ -95,11 +101,14 @@ def test_bad_input_is_refused_and_nothing_is_written(db, options, message):
 
 def test_the_cli_says_what_debounce_and_throttle_did(shardq_cli):
     assert shardq_cli("enqueue", "q", "a", "--dedupe-key", "k", "--debounce", "60").stdout.strip() == "enqueued 1"
-    assert "debounced into the waiting task" in shardq_cli("enqueue", "q", "b", "--dedupe-key", "k",
-                                                           "--debounce", "60").stdout
+    assert (
+        "debounced into the waiting task"
+        in shardq_cli("enqueue", "q", "b", "--dedupe-key", "k", "--debounce", "60").stdout
+    )
     shardq_cli("enqueue", "q", "a", "--dedupe-key", "t", "--throttle", "60")
-    assert "throttled (window open): 1" in shardq_cli("enqueue", "q", "b", "--dedupe-key", "t",
-                                                      "--throttle", "60").stdout
+    assert (
+        "throttled (window open): 1" in shardq_cli("enqueue", "q", "b", "--dedupe-key", "t", "--throttle", "60").stdout
+    )
     bad = shardq_cli("enqueue", "q", "a", "--debounce", "60", check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 

@@ -35,8 +35,11 @@ def _chain_to_insert(call) -> list[str]:
         while walk is not None:
             stack.append(walk)
             walk = walk.f_back
-        names = [f"{f.f_globals.get('__name__')}:{f.f_code.co_qualname}" for f in reversed(stack)
-                 if str(f.f_globals.get("__name__", "")).startswith("shardq")]
+        names = [
+            f"{f.f_globals.get('__name__')}:{f.f_code.co_qualname}"
+            for f in reversed(stack)
+            if str(f.f_globals.get("__name__", "")).startswith("shardq")
+        ]
         start = next(i for i, n in enumerate(names) if n.endswith(".defer"))
         chain = names[start:]
         end = next(i for i, n in enumerate(chain) if n.startswith("shardq.sessions.session:Session."))

@@ -118,8 +118,9 @@ def test_an_ambiguous_ack_is_resent_and_the_resend_changes_nothing(pg_db):
     task = pg_db.make_task(state="leased")
     other = TaskStore(pg_db.client.new_session())
     # The first attempt "commits" (through another session), then its answer is lost as 40003.
-    injector = Injector("task_ack_many", pgerrors.StatementCompletionUnknown, times=1,
-                        first=lambda: other.task_ack_many([fenced(task)]))
+    injector = Injector(
+        "task_ack_many", pgerrors.StatementCompletionUnknown, times=1, first=lambda: other.task_ack_many([fenced(task)])
+    )
     store = hooked_store(pg_db, injector)
     assert store.task_ack_many([fenced(task)]) == set()  # counted as lease_lost by a worker
     assert injector.calls == 2
@@ -162,9 +163,12 @@ def test_a_consumer_moves_on_after_an_ambiguous_claim_and_the_reaper_recovers_it
     # The lost claim did commit: the task is leased under a token no consumer holds. (PostgreSQL
     # claims a whole round of buckets per statement, CockroachDB one bucket.)
     first_group = lost.claim_groups(pg_db.layout.visit_count, 0)[0]
-    injector = Injector("task_claim_round" if len(first_group) > 1 else "task_claim_batch",
-                        pgerrors.StatementCompletionUnknown, times=1,
-                        first=lambda: lost.claim(first_group, "q", 10, 30.0))
+    injector = Injector(
+        "task_claim_round" if len(first_group) > 1 else "task_claim_batch",
+        pgerrors.StatementCompletionUnknown,
+        times=1,
+        first=lambda: lost.claim(first_group, "q", 10, 30.0),
+    )
     consumer = Consumer(hooked_store(pg_db, injector), ["q"], offset=0)
     first = consumer.claim()
     assert first.tasks == [] and not first.round_empty

@@ -34,6 +34,7 @@ class Overlap:
             time.sleep(seconds)
             with self.lock:
                 self.now -= 1
+
         return handler
 
 
@@ -174,8 +175,9 @@ def test_a_worker_claiming_ahead_and_one_the_limit_binds_share_the_limit(db):
     db.client.set_queue("q", concurrency=6)
     db.client.enqueue_many("q", [b"x"] * 80)
     overlap = Overlap()
-    threads = [threading.Thread(target=work, args=(db, overlap(0.01)), kwargs={"concurrency": 4, "batch": 5})
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=work, args=(db, overlap(0.01)), kwargs={"concurrency": 4, "batch": 5}) for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -238,8 +240,10 @@ def test_a_renewed_lease_keeps_its_slot(db):
     def handler(task) -> None:
         (slow if task.payload == b"long" else fast)(task)
 
-    threads = [threading.Thread(target=work, args=(db, handler), kwargs={"concurrency": 2, "heartbeat": True})
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=work, args=(db, handler), kwargs={"concurrency": 2, "heartbeat": True})
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -297,13 +301,16 @@ def test_lowering_a_limit_drops_the_slots_above_it(db):
     assert db.store.flow_usage() == {"q": (0, 2)}
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"concurrency": -1}, "concurrency limit must be a whole number >= 0"),
-    ({"concurrency": 1.5}, "concurrency limit must be a whole number >= 0"),
-    ({"rate": -3}, "rate must be a whole number >= 0"),
-    ({"rate": 10, "burst": 0}, "burst must be a positive whole number"),
-    ({"burst": 5}, "a burst needs a rate"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"concurrency": -1}, "concurrency limit must be a whole number >= 0"),
+        ({"concurrency": 1.5}, "concurrency limit must be a whole number >= 0"),
+        ({"rate": -3}, "rate must be a whole number >= 0"),
+        ({"rate": 10, "burst": 0}, "burst must be a positive whole number"),
+        ({"burst": 5}, "a burst needs a rate"),
+    ],
+)
 def test_bad_limits_are_refused_and_nothing_is_written(db, changes, message):
     with pytest.raises(InvalidInput, match=message):
         db.client.set_queue("q", **changes)
@@ -317,8 +324,11 @@ def test_limits_on_a_queue_that_does_not_exist_yet_apply_when_it_appears(db):
     assert len(consumer.claim(start_room=10).tasks) == 1
 
 
-@pytest.mark.parametrize(("limit", "handlers", "tasks"), [(2, 8, 12), (3, 3, 60)],
-                         ids=["the limit binds the worker", "the worker claims ahead"])
+@pytest.mark.parametrize(
+    ("limit", "handlers", "tasks"),
+    [(2, 8, 12), (3, 3, 60)],
+    ids=["the limit binds the worker", "the worker claims ahead"],
+)
 def test_an_async_handler_keeps_to_the_limit_too(db, limit, handlers, tasks):
     import asyncio
 

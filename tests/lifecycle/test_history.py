@@ -29,8 +29,9 @@ def _keep(db, queue: str, seconds: float = DAY) -> None:
 
 
 def _drain(db, queue: str, handler, **options) -> shardq.WorkerTotals:
-    return db.client.work([queue], handler, concurrency=2, batch=20, until_empty=True,
-                          install_signal_handlers=False, **options)
+    return db.client.work(
+        [queue], handler, concurrency=2, batch=20, until_empty=True, install_signal_handlers=False, **options
+    )
 
 
 def _history_count(db) -> int:
@@ -65,6 +66,7 @@ def test_a_kept_queue_records_each_success_with_its_task_name_attempts_and_run_t
     _keep(db, "kept")
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="reports.build", queue="kept")
         def build(n: int) -> None:
             pass
@@ -122,7 +124,9 @@ def test_failed_attempts_are_recorded_with_the_final_outcome_of_a_dead_task(db):
     status = db.client.status(task.id)
     assert (status.state, status.task, status.attempts) == ("dead", "t.name", 2)
     assert [(a.attempt, a.outcome, a.error) for a in status.history] == [
-        (1, "failed", "first failure"), (2, "dead", "second failure")]
+        (1, "failed", "first failure"),
+        (2, "dead", "second failure"),
+    ]
     assert status.total_run_seconds == pytest.approx(0.75)
 
 
@@ -189,6 +193,7 @@ def test_a_task_declared_with_result_keeps_its_json_return_value_sync_or_async(d
     _keep(db, "kept")
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="sums", queue="kept", result=True)
         def sums(a: int, b: int) -> dict:
             return {"sum": a + b, "parts": [a, b]}
@@ -210,13 +215,15 @@ def test_a_task_declared_with_result_keeps_its_json_return_value_sync_or_async(d
         app.close()
 
 
-@pytest.mark.parametrize("returned, named", [(object(), "object is not JSON-encodable"),
-                                             ("x" * 300_000, "300,002 bytes of JSON")])
+@pytest.mark.parametrize(
+    "returned, named", [(object(), "object is not JSON-encodable"), ("x" * 300_000, "300,002 bytes of JSON")]
+)
 def test_a_result_that_cannot_be_kept_fails_its_attempt_with_one_line_naming_type_or_size(db, returned, named):
     _keep(db, "kept")
     db.client.set_queue("kept", max_attempts=1)
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="bad", queue="kept", result=True, max_attempts=1)
         def bad() -> object:
             return returned
@@ -282,6 +289,7 @@ def test_an_app_task_deferred_with_dedupe_for_is_skipped_within_the_window(db):
     _keep(db, "hooks")
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="hook", queue="hooks")
         def hook(n: int) -> None: ...
 
@@ -315,6 +323,7 @@ def test_a_queue_that_keeps_results_keeps_an_app_tasks_value_without_result_true
     db.client.set_queue("kept", keep_finished_seconds=DAY, keep_results=True)
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="quiet", queue="kept")
         def quiet() -> int:
             return 42

@@ -36,8 +36,9 @@ def states(db) -> dict[str, int]:
 
 def test_a_key_runs_at_most_its_limit_and_the_rest_wait(db):
     db.client.set_key_limit("q", "tenant:*", 2)
-    result = db.client.enqueue_many("q", [NewTask(b"a", concurrency_key="tenant:1")] * 5
-                                    + [NewTask(b"b", concurrency_key="tenant:2")])
+    result = db.client.enqueue_many(
+        "q", [NewTask(b"a", concurrency_key="tenant:1")] * 5 + [NewTask(b"b", concurrency_key="tenant:2")]
+    )
     assert result.enqueued == 6 and len(result.backlogged_ids) == 3
     claimed = drain(db)
     assert sorted(str(key_limits.key_of(t.exclusive_key)) for t in claimed) == ["tenant:1", "tenant:1", "tenant:2"]
@@ -46,8 +47,12 @@ def test_a_key_runs_at_most_its_limit_and_the_rest_wait(db):
 
 
 def test_the_exact_key_wins_over_a_prefix_and_the_longest_prefix_over_a_shorter_one():
-    limits = [key_slots.KeyLimit("*", 9), key_slots.KeyLimit("tenant:*", 2), key_slots.KeyLimit("tenant:vip*", 4),
-              key_slots.KeyLimit("tenant:vip:1", 7)]
+    limits = [
+        key_slots.KeyLimit("*", 9),
+        key_slots.KeyLimit("tenant:*", 2),
+        key_slots.KeyLimit("tenant:vip*", 4),
+        key_slots.KeyLimit("tenant:vip:1", 7),
+    ]
     assert key_slots.resolve(limits, "tenant:vip:1") == 7
     assert key_slots.resolve(limits, "tenant:vip:2") == 4
     assert key_slots.resolve(limits, "tenant:3") == 2
@@ -69,8 +74,9 @@ def test_an_ack_lets_the_next_waiting_task_of_the_key_start(db):
     assert sorted(t.payload for t in first) == [b"0", b"1"]
     done = first[0]
     key_of = {done.key.id: ("q", done.exclusive_key or "")}
-    _, promoted = exclusive.remove_and_release(db.store, list(key_of.values()),
-                                               lambda: db.store.task_ack_many([fenced(done)]), key_of)
+    _, promoted = exclusive.remove_and_release(
+        db.store, list(key_of.values()), lambda: db.store.task_ack_many([fenced(done)]), key_of
+    )
     assert len(promoted) == 1
     [next_task] = drain(db)
     assert next_task.payload == b"2" and next_task.exclusive_key == done.exclusive_key  # the freed slot
@@ -116,8 +122,13 @@ def test_a_worker_fleet_never_runs_more_than_the_limit_of_a_key(db):
 
 def test_a_dead_letter_by_the_reaper_releases_the_slot(db):
     db.client.set_key_limit("q", "k", 1)
-    active = db.make_task(state="leased", exclusive_key=key_slots.slot_key("k", 0), attempts=3, max_attempts=3,
-                          lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+    active = db.make_task(
+        state="leased",
+        exclusive_key=key_slots.slot_key("k", 0),
+        attempts=3,
+        max_attempts=3,
+        lease_expires_at=utcnow() - dt.timedelta(seconds=1),
+    )
     waiting = db.make_task(state="backlog", exclusive_key=key_slots.waiting_key("k"))
     assert Reaper(db.store).run_once().dead == 1
     row = db.task_row(waiting.id)
@@ -140,8 +151,9 @@ def test_a_raised_limit_fills_the_new_slots_at_the_next_release(db):
     [done] = drain(db)
     db.client.set_key_limit("q", "k", 3)
     key_of = {done.key.id: ("q", done.exclusive_key or "")}
-    _, promoted = exclusive.remove_and_release(db.store, list(key_of.values()),
-                                               lambda: db.store.task_ack_many([fenced(done)]), key_of)
+    _, promoted = exclusive.remove_and_release(
+        db.store, list(key_of.values()), lambda: db.store.task_ack_many([fenced(done)]), key_of
+    )
     assert len(promoted) == 3
     assert states(db) == {"ready": 3}
 
@@ -171,11 +183,14 @@ def test_bad_input_is_refused_and_nothing_is_written(db, call, message):
     assert db.count() == 0 and db.client.key_limits("q") == {}
 
 
-@pytest.mark.parametrize("args", [
-    ("queue", "key-limit", "q", "tenant:*", "0"),
-    ("queue", "key-limit", "q", "tenant:*"),
-    ("enqueue", "q", "x", "--concurrency-key", "k" * 1000),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("queue", "key-limit", "q", "tenant:*", "0"),
+        ("queue", "key-limit", "q", "tenant:*"),
+        ("enqueue", "q", "x", "--concurrency-key", "k" * 1000),
+    ],
+)
 def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(shardq_cli, args):  # noqa: F811 - the fixture
     result = shardq_cli(*args, check=False)
     assert result.returncode == 2, result.stderr
@@ -192,11 +207,15 @@ def test_the_cli_sets_and_shows_limits(shardq_cli):  # noqa: F811 - the fixture
 #: What a queue that uses no flow feature sends (PostgreSQL): recorded before limits per key,
 #: shares, debounce and throttle existed, and unchanged by them.
 PLAIN_STATEMENTS = [
-    "task_insert_many_fresh", "stats_add_many",  # enqueue one (the first count of a queue is written at once)
+    "task_insert_many_fresh",
+    "stats_add_many",  # enqueue one (the first count of a queue is written at once)
     "task_insert_many_fresh",  # enqueue many
-    "layout_get", "queue_list", "task_claim_round",  # claim
+    "layout_get",
+    "queue_list",
+    "task_claim_round",  # claim
     "task_ack_many",  # ack
 ]
+
 
 def test_a_plain_queue_sends_the_statements_it_sent_before(pg_db):
     sent: list[str] = []

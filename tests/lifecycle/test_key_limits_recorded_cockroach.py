@@ -60,12 +60,18 @@ def test_a_released_slot_fills_the_keys_free_slots_from_its_backlog():
         promoted = session.run(key_slots.release_plan([("q", key_slots.slot_key("tenant:1", 1))]))
     assert promoted == {PROMOTED}
     # slot 1 took a waiting task; slot 2 found nobody waiting, so no more statements
-    assert server.names_received() == ["key_limits_of_queue", "task_exclusive_active", "key_limit_promote",
-                                       "key_limit_promote"]
+    assert server.names_received() == [
+        "key_limits_of_queue",
+        "task_exclusive_active",
+        "key_limit_promote",
+        "key_limit_promote",
+    ]
     promotes = [r for r in server.received if r.name == "key_limit_promote"]
     sent = [tuple(p.decode() if isinstance(p, bytes) else p for p in r.params[:3]) for r in promotes]
-    assert sent == [("q", key_slots.waiting_key("tenant:1"), key_slots.slot_key("tenant:1", 1)),
-                    ("q", key_slots.waiting_key("tenant:1"), key_slots.slot_key("tenant:1", 2))]
+    assert sent == [
+        ("q", key_slots.waiting_key("tenant:1"), key_slots.slot_key("tenant:1", 1)),
+        ("q", key_slots.waiting_key("tenant:1"), key_slots.slot_key("tenant:1", 2)),
+    ]
 
 
 def test_a_release_of_a_plain_exclusive_key_sends_nothing_for_key_limits():

@@ -186,5 +186,6 @@ def test_a_wake_up_for_the_task_a_worker_just_took_itself_does_not_make_it_deaf_
         monkeypatch.setattr(Consumer, "claim", claiming)
 
     assert _second_task_starts_by_wake_up(pg_db, enqueue_during_the_first_round), (
-        "the worker sat out the wake-up of a task nobody else could take")
+        "the worker sat out the wake-up of a task nobody else could take"
+    )
     assert rounds[:2] == [False, True]  # the second round answered the first task's wake-up

@@ -29,12 +29,17 @@ def drain_claims(db, queue="q", batch=1000):
 
 # -- priorities ------------------------------------------------------------------------------
 
+
 def test_lower_priority_value_is_claimed_first_then_earliest_exec_time(pg_db):
     base = utcnow() - dt.timedelta(minutes=5)
     order = [(5, 0), (1, 2), (3, 0), (1, 1), (-2, 9)]
     for priority, offset in order:
-        pg_db.make_task(bucket=0, priority=priority, exec_time=base + dt.timedelta(seconds=offset),
-                        payload=f"{priority}/{offset}".encode())
+        pg_db.make_task(
+            bucket=0,
+            priority=priority,
+            exec_time=base + dt.timedelta(seconds=offset),
+            payload=f"{priority}/{offset}".encode(),
+        )
     claimed = pg_db.store.task_claim_batch(0, "q", 10, 30)
     assert [t.payload for t in claimed] == [b"-2/9", b"1/1", b"1/2", b"3/0", b"5/0"]
 
@@ -63,6 +68,7 @@ def test_priority_out_of_range_is_rejected(db):
 
 # -- scheduling ------------------------------------------------------------------------------
 
+
 def test_a_scheduled_task_becomes_claimable_once_due(db):
     task = db.make_task(state="scheduled", exec_time=utcnow() - dt.timedelta(seconds=1), priority=4)
     [claimed] = [t for batch in drain_claims(db) for t in batch]
@@ -78,6 +84,7 @@ def test_reaper_promotes_due_scheduled_tasks_of_queues_nobody_polls(db):
 
 
 # -- exclusive keys --------------------------------------------------------------------------
+
 
 def test_second_task_of_a_busy_key_waits_in_the_backlog(db):
     first = db.client.enqueue("q", b"1", exclusive_key="acct-7")
@@ -120,8 +127,13 @@ def test_backlog_is_released_when_the_active_task_fails_for_good(db):
 
 
 def test_backlog_is_released_when_the_reaper_dead_letters_an_expired_lease(db):
-    active = db.make_task(state="leased", exclusive_key="k", attempts=3, max_attempts=3,
-                          lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+    active = db.make_task(
+        state="leased",
+        exclusive_key="k",
+        attempts=3,
+        max_attempts=3,
+        lease_expires_at=utcnow() - dt.timedelta(seconds=1),
+    )
     waiting = db.make_task(state="backlog", exclusive_key="k")
     result = Reaper(db.store).run_once()
     assert result.dead == 1
@@ -130,8 +142,9 @@ def test_backlog_is_released_when_the_reaper_dead_letters_an_expired_lease(db):
 
 
 def test_an_expired_lease_with_attempts_left_keeps_the_key(db):
-    active = db.make_task(state="leased", exclusive_key="k", attempts=1,
-                          lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+    active = db.make_task(
+        state="leased", exclusive_key="k", attempts=1, lease_expires_at=utcnow() - dt.timedelta(seconds=1)
+    )
     waiting = db.make_task(state="backlog", exclusive_key="k")
     Reaper(db.store).run_once()
     assert db.task_row(active.id)["state"] in ("ready", "scheduled")
@@ -175,8 +188,9 @@ def test_exclusive_keys_never_overlap_under_concurrent_workers_and_a_reaper(db):
             if len(finished) == total:
                 done.set()
 
-    workers = [db.client.worker(["q"], handler, concurrency=3, batch=5, idle_min=0.001, idle_max=0.01)
-               for _ in range(3)]
+    workers = [
+        db.client.worker(["q"], handler, concurrency=3, batch=5, idle_min=0.001, idle_max=0.01) for _ in range(3)
+    ]
     threads = [threading.Thread(target=w.run, kwargs={"install_signal_handlers": False}) for w in workers]
     for t in threads:
         t.start()
@@ -200,6 +214,7 @@ def test_exclusive_keys_never_overlap_under_concurrent_workers_and_a_reaper(db):
 
 # -- pause, resume, settings -----------------------------------------------------------------
 
+
 def test_paused_enqueue_refuses_and_writes_nothing(db):
     db.client.pause("q", dequeue=False)
     with pytest.raises(QueuePaused):
@@ -219,7 +234,9 @@ def test_paused_dequeue_holds_tasks_until_resumed(db):
 
 
 def test_queue_settings_change_and_validate(db):
-    settings = db.client.set_queue("q", lease_seconds=120, max_attempts=3, backoff_base=2, backoff_cap=60, retry_jitter=0.5)
+    settings = db.client.set_queue(
+        "q", lease_seconds=120, max_attempts=3, backoff_base=2, backoff_cap=60, retry_jitter=0.5
+    )
     assert (settings.lease_seconds, settings.max_attempts, settings.retry_jitter) == (120, 3, 0.5)
     assert db.client.enqueue("q", b"x").enqueued == 1
     assert db.tasks("max_attempts")[0]["max_attempts"] == 3
@@ -237,6 +254,7 @@ def test_consumer_uses_the_queue_lease(db):
 
 
 # -- cancel ----------------------------------------------------------------------------------
+
 
 def test_cancel_removes_a_ready_task(db):
     task_id = db.client.enqueue("q", b"x").enqueued_ids[0]
@@ -263,6 +281,7 @@ def test_cancelling_the_active_task_of_a_key_releases_its_backlog(db):
 
 # -- leases ----------------------------------------------------------------------------------
 
+
 def test_heartbeat_keeps_a_long_task_leased_past_its_lease(db):
     task_id = db.client.enqueue("q", b"x").enqueued_ids[0]
     reaped = []
@@ -271,7 +290,8 @@ def test_heartbeat_keeps_a_long_task_leased_past_its_lease(db):
         time.sleep(2.5)  # the work itself outlives the 1 s lease
         reaped.append(Reaper(TaskStore(db.client.new_session())).run_once().reaped)
 
-    stats = db.client.work(["q"], long_task, lease_seconds=1.0, heartbeat=True, until_empty=True,
-                           install_signal_handlers=False)
+    stats = db.client.work(
+        ["q"], long_task, lease_seconds=1.0, heartbeat=True, until_empty=True, install_signal_handlers=False
+    )
     assert reaped == [0] and stats.acked == 1 and stats.lease_lost == 0
     assert db.task_row(task_id) is None

@@ -67,7 +67,6 @@ def test_a_round_answering_a_wake_up_that_finds_nothing_does_not_read_layout_and
     assert "queue_list" in names
 
 
-
 def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
     # A round claim leases a few tasks in each of many buckets (one claim per bucket); committing
     # each bucket's ack on its own cost a WAL flush per bucket, close to one per task.
@@ -79,10 +78,20 @@ def test_acks_of_a_round_claim_over_several_buckets_commit_together(pg_db):
         pg_db.make_task(bucket=bucket)
     tasks = Consumer(pg_db.store, ["q"]).claim().tasks
     assert len({t.key.bucket for t in tasks}) == 3
-    claims = [WholeClaim(t.key.bucket, t.queue, (t.key.rank, t.key.exec_time, t.key.id),
-                         (t.key.rank, t.key.exec_time, t.key.id), t.lease_token, [t.key]) for t in tasks]
+    claims = [
+        WholeClaim(
+            t.key.bucket,
+            t.queue,
+            (t.key.rank, t.key.exec_time, t.key.id),
+            (t.key.rank, t.key.exec_time, t.key.id),
+            t.lease_token,
+            [t.key],
+        )
+        for t in tasks
+    ]
     seen_from_outside: list[int] = []
     with psycopg.connect(pg_db.dsn.conninfo, autocommit=True) as other:
+
         def look(name: str) -> None:
             if name == "task_ack_claim":
                 seen_from_outside.append(count_tasks_on(other))

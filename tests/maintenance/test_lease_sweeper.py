@@ -13,8 +13,7 @@ from tests.support.factories import utcnow
 
 def crashed_task(db, queue: str = "q", *, attempts: int = 1):
     """A task a crashed worker left behind: leased, its lease run out a while ago."""
-    return db.make_task(queue, state="leased", attempts=attempts,
-                        lease_expires_at=utcnow() - dt.timedelta(seconds=30))
+    return db.make_task(queue, state="leased", attempts=attempts, lease_expires_at=utcnow() - dt.timedelta(seconds=30))
 
 
 def fast_backoff(db, queue: str = "q") -> None:
@@ -22,8 +21,9 @@ def fast_backoff(db, queue: str = "q") -> None:
 
 
 def sweeper(db, stop: threading.Event | None = None, *, every: float = 60.0, seed: int = 0) -> LeaseSweeper:
-    return LeaseSweeper(SessionPerThread(db.client.new_session), stop or threading.Event(), every=every,
-                        rng=random.Random(seed))
+    return LeaseSweeper(
+        SessionPerThread(db.client.new_session), stop or threading.Event(), every=every, rng=random.Random(seed)
+    )
 
 
 def test_until_empty_runs_a_crashed_workers_task_without_any_reaper(db):
@@ -89,8 +89,10 @@ def test_a_fleet_sweeps_each_bucket_once_per_interval_however_many_workers_run(d
 
 def test_one_worker_alone_visits_every_bucket_within_one_round(db):
     fast_backoff(db)
-    lost = [db.make_task("q", state="leased", bucket=b, lease_expires_at=utcnow() - dt.timedelta(seconds=5))
-            for b in range(db.layout.visit_count)]
+    lost = [
+        db.make_task("q", state="leased", bucket=b, lease_expires_at=utcnow() - dt.timedelta(seconds=5))
+        for b in range(db.layout.visit_count)
+    ]
     alone = sweeper(db, every=0.0)
     results = [alone.run_once() for _ in range(2)]  # TURNS_PER_ROUND turns: one round
     assert sum(r.retried for r in results) == len(lost)

@@ -53,8 +53,15 @@ def test_the_loop_retries_a_failed_pass_with_backoff_and_logs_it(caplog):
             stop.set()
 
     with caplog.at_level(logging.WARNING, logger="shardq.test"):
-        repeat(run_once, stop, every=0.001, retry_max=0.01, what="test chore", log=logging.getLogger("shardq.test"),
-               rng=random.Random(0))
+        repeat(
+            run_once,
+            stop,
+            every=0.001,
+            retry_max=0.01,
+            what="test chore",
+            log=logging.getLogger("shardq.test"),
+            rng=random.Random(0),
+        )
     assert len(passes) == 3
     assert [r.levelno for r in caplog.records] == [logging.WARNING]  # transient: a warning, not an error
     assert "test chore failed (connection lost)" in caplog.records[0].getMessage()
@@ -71,8 +78,7 @@ def test_the_loop_does_not_swallow_a_bug():
 def test_the_loop_never_runs_once_stopped():
     stop = threading.Event()
     stop.set()
-    repeat(lambda: pytest.fail("ran after stop"), stop, every=1.0, retry_max=1.0, what="x",
-           log=logging.getLogger("x"))
+    repeat(lambda: pytest.fail("ran after stop"), stop, every=1.0, retry_max=1.0, what="x", log=logging.getLogger("x"))
 
 
 def test_the_chores_keep_their_public_paths():
@@ -81,4 +87,3 @@ def test_the_chores_keep_their_public_paths():
 
     assert (shardq.Reaper, shardq.ReaperConfig, shardq.ReapResult) == (Reaper, ReaperConfig, ReapResult)
     assert maintenance.Reaper is Reaper
-

@@ -85,8 +85,10 @@ def test_after_downtime_only_the_latest_missed_slot_runs_unless_catch_up_asks_fo
     slots = db.periodic_slots()
     catching_up = [r["slot"] for r in slots if r["name"] == "catching-up"]
     assert catching_up[-3:] == [at("2026-11-25T10:08:00"), at("2026-11-25T10:09:00"), at("2026-11-25T10:10:00")]
-    assert [r["slot"] for r in slots if r["name"] == "latest-only"] == [at("2026-11-25T10:00:00"),
-                                                                        at("2026-11-25T10:10:00")]
+    assert [r["slot"] for r in slots if r["name"] == "latest-only"] == [
+        at("2026-11-25T10:00:00"),
+        at("2026-11-25T10:10:00"),
+    ]
 
 
 def test_a_scheduler_sends_a_statement_only_when_a_slot_falls_due(db, app):
@@ -167,16 +169,20 @@ def test_the_scheduler_thread_runs_its_passes_on_the_maintenance_loop(monkeypatc
     assert passes == [False]  # the first pass comes at once
 
 
-@pytest.mark.parametrize("declare,words", [
-    (dict(cron="not a cron"), "does not parse"),
-    (dict(every=0), "every must be a positive"),
-    (dict(every=-5), "every must be a positive"),
-    (dict(), "exactly one of cron= and every="),
-    (dict(every=60, tz="Mars/Olympus"), "unknown time zone"),
-    (dict(every=60, args={}), "do not fit the task"),
-])
+@pytest.mark.parametrize(
+    "declare,words",
+    [
+        (dict(cron="not a cron"), "does not parse"),
+        (dict(every=0), "every must be a positive"),
+        (dict(every=-5), "every must be a positive"),
+        (dict(), "exactly one of cron= and every="),
+        (dict(every=60, tz="Mars/Olympus"), "unknown time zone"),
+        (dict(every=60, args={}), "do not fit the task"),
+    ],
+)
 def test_a_schedule_that_cannot_run_is_refused_when_declared(app, declare, words):
     with pytest.raises(InvalidInput, match=words):
+
         @app.periodic(**declare)
         @app.task(name="needs-path")
         def needs_path(path: str) -> None: ...
@@ -184,6 +190,7 @@ def test_a_schedule_that_cannot_run_is_refused_when_declared(app, declare, words
 
 def test_periodic_goes_above_a_task(app):
     with pytest.raises(InvalidInput, match=r"above @app\.task"):
+
         @app.periodic(every=60)
         def plain() -> None: ...
 

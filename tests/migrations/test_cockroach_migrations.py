@@ -22,10 +22,16 @@ from tests.support.recorded_schema import RecordedSchema
 pytestmark = pytest.mark.recorded
 
 BUCKETS = 4
-HANDSHAKE = ["select current_schema()", "show transaction isolation level", "show standard_conforming_strings",
-             "select version()"]
-_VERSION_WRITE = re.compile(r"^(?:INSERT INTO alembic_version .*VALUES \('(\w+)'\)|UPDATE alembic_version SET "
-                            r"version_num='(\w+)')")
+HANDSHAKE = [
+    "select current_schema()",
+    "show transaction isolation level",
+    "show standard_conforming_strings",
+    "select version()",
+]
+_VERSION_WRITE = re.compile(
+    r"^(?:INSERT INTO alembic_version .*VALUES \('(\w+)'\)|UPDATE alembic_version SET "
+    r"version_num='(\w+)')"
+)
 
 
 def _revisions() -> list[tuple[str, str]]:
@@ -80,7 +86,8 @@ def test_a_fresh_migration_answers_the_dialect_handshake_then_writes_every_revis
     assert texts[4] == "SELECT table_name FROM information_schema.tables WHERE table_schema=$1"
     assert [_flat(t) for t in texts if t.startswith("CREATE TABLE alembic_version")] == [
         "CREATE TABLE alembic_version ( version_num VARCHAR(32) NOT NULL, "
-        "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num) )"]
+        "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num) )"
+    ]
 
 
 def test_every_ddl_statement_commits_alone_outside_any_transaction():
@@ -135,8 +142,9 @@ def test_an_up_to_date_database_is_left_alone_and_its_bucket_count_reported_igno
 
 
 def test_an_oldest_supported_node_takes_the_same_migration():
-    with RecordedCockroach(RecordedSchema(buckets=BUCKETS, crdb_version=CRDB_VERSION_23_1),
-                           crdb_version=CRDB_VERSION_23_1) as server:
+    with RecordedCockroach(
+        RecordedSchema(buckets=BUCKETS, crdb_version=CRDB_VERSION_23_1), crdb_version=CRDB_VERSION_23_1
+    ) as server:
         result = migrate.upgrade(Dsn.parse(server.url()), buckets=BUCKETS)
     assert result.after == migrate.head_revision()
 

@@ -44,7 +44,6 @@ def test_operations_before_migrating_say_to_migrate(pg_server):
             client.enqueue("q", b"x")
 
 
-
 def test_the_tasks_table_leaves_room_on_each_page_for_claims_to_update_rows_in_place(pg_db):
     # A claim's update is HOT (writes no index entry) only while its row's page has room for the
     # new version; see migration 0004 for what 80 cost.

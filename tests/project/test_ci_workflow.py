@@ -31,8 +31,11 @@ def _ran(job: dict, command: str) -> bool:
 def test_the_suite_job_runs_ci_run_on_python_3_11(workflow):
     suite = workflow["jobs"]["suite"]
     assert suite["runs-on"].startswith("ubuntu")
-    pythons = [step["with"]["python-version"] for step in suite["steps"]
-               if step.get("uses", "").startswith("actions/setup-python")]
+    pythons = [
+        step["with"]["python-version"]
+        for step in suite["steps"]
+        if step.get("uses", "").startswith("actions/setup-python")
+    ]
     assert pythons == ["3.11"]
     assert _ran(suite, "bash .ci/run")
 
@@ -60,7 +63,9 @@ def test_the_cockroach_job_runs_the_suite_then_migrate_doctor_and_the_demo(workf
     assert job["env"]["SHARDQ_TEST_COCKROACH_URL"] == url
     assert job["env"]["SHARDQ_DSN"] == f"cockroachdb://root@localhost:{SQL_PORT}/defaultdb?sslmode=disable"
     runs = _runs(job)
-    order = [next(i for i, run in enumerate(runs) if command in run)
-             for command in ("make test-cockroach", "shardq migrate", "shardq doctor", "make demo")]
+    order = [
+        next(i for i, run in enumerate(runs) if command in run)
+        for command in ("make test-cockroach", "shardq migrate", "shardq doctor", "make demo")
+    ]
     assert order == sorted(order)
     assert f"SHARDQ_TEST_COCKROACH_URL={url} make test-cockroach" in runs[order[0]]

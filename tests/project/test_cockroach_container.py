@@ -128,6 +128,7 @@ def test_docker_is_asked_for_an_insecure_single_node(started):
     assert "--insecure" in command
     assert not any(arg.startswith(("--password", "--certs-dir")) for arg in command)
 
+
 def test_the_entrypoint_sees_no_user_and_no_password(started):
     # build/deploy/cockroach.sh creates a user only when COCKROACH_USER is set, and adds WITH PASSWORD
     # when COCKROACH_PASSWORD is set, which an insecure node refuses.
@@ -180,12 +181,15 @@ def test_the_fixture_url_is_root_without_tls_on_the_cockroachdb_engine():
     assert "sslmode=disable" in dsn.conninfo and "user=root" in dsn.conninfo
 
 
-@pytest.mark.parametrize(("given", "image"), [
-    (None, COCKROACH_IMAGES["newest"]),
-    ("oldest", "cockroachdb/cockroach:latest-v23.1"),
-    ("newest", "cockroachdb/cockroach:latest-v26.2"),
-    ("cockroachdb/cockroach:latest-v24.1", "cockroachdb/cockroach:latest-v24.1"),
-])
+@pytest.mark.parametrize(
+    ("given", "image"),
+    [
+        (None, COCKROACH_IMAGES["newest"]),
+        ("oldest", "cockroachdb/cockroach:latest-v23.1"),
+        ("newest", "cockroachdb/cockroach:latest-v26.2"),
+        ("cockroachdb/cockroach:latest-v24.1", "cockroachdb/cockroach:latest-v24.1"),
+    ],
+)
 def test_one_variable_chooses_the_image(given, image):
     environ = {} if given is None else {"SHARDQ_TEST_COCKROACH_IMAGE": given}
     assert cockroach_image(environ) == image

@@ -67,8 +67,9 @@ class Cluster:
         self.server.__exit__(*exc)
 
     def texts(self, *, database: str | None = None) -> list[str]:
-        return [r.text.strip() for r in self.server.received
-                if database is None or r.startup.get("database") == database]
+        return [
+            r.text.strip() for r in self.server.received if database is None or r.startup.get("database") == database
+        ]
 
 
 def test_a_fresh_database_is_created_on_the_root_database_then_migrated_and_opened_in_its_own():
@@ -81,7 +82,9 @@ def test_a_fresh_database_is_created_on_the_root_database_then_migrated_and_open
     assert any("USING HASH WITH (bucket_count = 4)" in text for text in inside)
     assert cluster.schema.version == migrate.head_revision()
     assert (database.layout.bucket_count, database.layout.shard_column) == (
-        BUCKETS, "crdb_internal_exec_time_id_queue_rank_state_shard_4")
+        BUCKETS,
+        "crdb_internal_exec_time_id_queue_rank_state_shard_4",
+    )
     assert database.dialect == "cockroachdb"
 
 
@@ -143,7 +146,8 @@ def test_emptying_drops_staging_tables_deletes_every_shardq_table_and_reads_the_
     sent = [r.text.strip() if r.name != "shard_layout_get" else r.name for r in cluster.server.received[before:]]
     assert sent == [
         support.STAGE_TABLES.replace("%%", "%"),
-        'DROP TABLE IF EXISTS "shardq_stage_00aa"', 'DROP TABLE IF EXISTS "shardq_stage_01bb"',
+        'DROP TABLE IF EXISTS "shardq_stage_00aa"',
+        'DROP TABLE IF EXISTS "shardq_stage_01bb"',
         *[f"DELETE FROM {table} WHERE true" for table in support.SHARDQ_TABLES],
         "shard_layout_get",
     ]
@@ -156,7 +160,8 @@ def test_closing_a_test_database_drops_it_from_the_root_database():
         database.close()
     dropped = [r for r in cluster.server.received if r.text.startswith("DROP DATABASE")]
     assert [(r.text, r.startup["database"]) for r in dropped] == [
-        (f'DROP DATABASE IF EXISTS "{NAME}" CASCADE', "defaultdb")]
+        (f'DROP DATABASE IF EXISTS "{NAME}" CASCADE', "defaultdb")
+    ]
 
 
 def test_the_cluster_url_variable_is_honoured_and_a_postgresql_url_still_migrates_cockroachdb(monkeypatch):

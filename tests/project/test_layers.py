@@ -32,8 +32,11 @@ def test_every_package_and_module_sits_on_a_floor():
 
 
 def test_each_forbidden_contract_leaves_out_exactly_the_packages_it_is_for():
-    allowed = {"driver": {"shardq.sessions"}, "terminal": {"shardq.cli"},
-               "web-framework": {"shardq.web", "shardq.contrib"}}
+    allowed = {
+        "driver": {"shardq.sessions"},
+        "terminal": {"shardq.cli"},
+        "web-framework": {"shardq.web", "shardq.contrib"},
+    }
     every = {f"shardq.{name}" for name in floors()}
     for contract in contracts():
         if contract["type"] == "forbidden":

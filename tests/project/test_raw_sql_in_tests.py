@@ -78,13 +78,13 @@ def _modules() -> list[Path]:
 
 def test_the_detector_sees_a_statement_sent_and_not_a_command_tag():
     assert statements_sent('db.sql("UPDATE shardq_tasks SET state = %(s)s", {})') == [
-        (1, "UPDATE shardq_tasks SET state = %(s)s")]
-    assert statements_sent('session.execute_raw(f"SELECT {column} FROM shardq_dead")') == [
-        (1, "SELECT")]
+        (1, "UPDATE shardq_tasks SET state = %(s)s")
+    ]
+    assert statements_sent('session.execute_raw(f"SELECT {column} FROM shardq_dead")') == [(1, "SELECT")]
     assert statements_sent('probe(s, "select 1" + suffix)') == [(1, "select 1")]
     assert statements_sent('Command("UPDATE 1")') == []
     assert statements_sent('spark.sql("SELECT 1 AS one")') == []
-    assert statements_sent('db.task_row(task.key.id)') == []
+    assert statements_sent("db.task_row(task.key.id)") == []
 
 
 def test_no_test_module_sends_sql_outside_the_factories():
@@ -98,10 +98,14 @@ def test_no_test_module_sends_sql_outside_the_factories():
             offenders[relative] = sent
     assert not offenders, (
         "these test modules send SQL of their own; move it into a named helper in tests/support/"
-        f" (factories.py) or, for a test of a raw-SQL API, exempt the module with a reason: {offenders}")
+        f" (factories.py) or, for a test of a raw-SQL API, exempt the module with a reason: {offenders}"
+    )
 
 
 def test_every_exempt_module_exists_and_still_needs_its_exemption():
-    stale = [relative for relative in EXEMPT
-             if not (TESTS / relative).exists() or not statements_sent((TESTS / relative).read_text())]
+    stale = [
+        relative
+        for relative in EXEMPT
+        if not (TESTS / relative).exists() or not statements_sent((TESTS / relative).read_text())
+    ]
     assert not stale, f"these exemptions are no longer needed; drop them from EXEMPT: {stale}"

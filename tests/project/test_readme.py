@@ -90,8 +90,13 @@ def myapp(pg_db, tmp_path, monkeypatch, blocks):
 
 def namespace(tasks, pg_db) -> dict:
     """What an example running beside ``myapp.tasks`` sees."""
-    return {**vars(tasks), "paths": ["a.png", "b.png", "c.png"], "url": pg_db.dsn.conninfo,
-            "now": dt.datetime.now(dt.UTC), "psycopg": psycopg}
+    return {
+        **vars(tasks),
+        "paths": ["a.png", "b.png", "c.png"],
+        "url": pg_db.dsn.conninfo,
+        "now": dt.datetime.now(dt.UTC),
+        "psycopg": psycopg,
+    }
 
 
 def test_every_python_block_of_these_sections_is_run_or_skipped_with_a_reason(blocks):

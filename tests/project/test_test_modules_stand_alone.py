@@ -23,7 +23,9 @@ def _imported_modules(path: Path) -> set[str]:
 def test_no_test_module_imports_another():
     offenders = {}
     for path in TESTS.rglob("test_*.py"):
-        others = sorted(m for m in _imported_modules(path) if m.startswith("tests.") and m.split(".")[-1].startswith("test_"))
+        others = sorted(
+            m for m in _imported_modules(path) if m.startswith("tests.") and m.split(".")[-1].startswith("test_")
+        )
         if others:
             offenders[str(path.relative_to(TESTS))] = others
     assert not offenders, f"test modules importing test modules (move the shared part to tests/support/): {offenders}"

@@ -76,8 +76,9 @@ def install() -> None:
     # The store methods a worker and a reaper call for each family, on either engine: a worker's
     # claim is TaskStore.claim (one statement: a whole round on PostgreSQL, a bucket on
     # CockroachDB); acks are whole claims by range or keys one by one.
-    methods = {"claim": ("claim",), "ack": ("task_ack_many", "task_ack_claims"),
-               "reap": ("task_retry_many",)}.get(family, ())
+    methods = {"claim": ("claim",), "ack": ("task_ack_many", "task_ack_claims"), "reap": ("task_retry_many",)}.get(
+        family, ()
+    )
     for method in methods:
         setattr(TaskStore, method, _wrapped(getattr(TaskStore, method), moment, family, when))
     if family == "take":

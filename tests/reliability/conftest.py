@@ -22,8 +22,12 @@ def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         FIGURES.outcomes[report.outcome] += 1
         if report.outcome == "failed":
-            message = str(report.longrepr.reprcrash.message if hasattr(report.longrepr, "reprcrash") else report.longrepr)
-            FIGURES.failures.append((report.nodeid, message.strip().splitlines()[0][:300] if message.strip() else "failed"))
+            message = str(
+                report.longrepr.reprcrash.message if hasattr(report.longrepr, "reprcrash") else report.longrepr
+            )
+            FIGURES.failures.append(
+                (report.nodeid, message.strip().splitlines()[0][:300] if message.strip() else "failed")
+            )
 
 
 def pytest_sessionfinish(session, exitstatus):

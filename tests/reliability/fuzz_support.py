@@ -11,8 +11,12 @@ MODES = [pytest.param("fast", id="fast"), pytest.param("full", id="full", marks=
 
 
 def fuzz_settings(mode: str):
-    return settings(max_examples=SIZES[mode], deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    return settings(
+        max_examples=SIZES[mode],
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 class Tally:
@@ -29,9 +33,15 @@ class Tally:
         self.rejected += 1
 
     def save(self, note: str | None = None) -> None:
-        self.figures.add("fuzz", target=self.target, tried=self.tried, accepted=self.accepted,
-                         rejected=self.rejected, failures=self.failures, note=note)
-
+        self.figures.add(
+            "fuzz",
+            target=self.target,
+            tried=self.tried,
+            accepted=self.accepted,
+            rejected=self.rejected,
+            failures=self.failures,
+            note=note,
+        )
 
 
 SIZES = {"fast": 40, "full": int(os.environ.get("SHARDQ_FUZZ_EXAMPLES", "400"))}

@@ -18,8 +18,16 @@ SHARDQ = str(Path(sys.executable).with_name("shardq"))
 HANDLER = "tests.reliability.crash_handlers:record"
 #: the same handler as ``async def``: rounds alternate between the two executors
 ASYNC_HANDLER = "tests.reliability.crash_handlers:record_async"
-STATEMENT_MOMENTS = ("claim-during", "claim-after", "ack-before", "ack-during", "ack-after", "reap-during", "reap-after",
-                     "take-before")
+STATEMENT_MOMENTS = (
+    "claim-during",
+    "claim-after",
+    "ack-before",
+    "ack-during",
+    "ack-after",
+    "reap-during",
+    "reap-after",
+    "take-before",
+)
 
 # shardq.worker's warning: "task <id> (queue <q>[, bucket <b>], attempt <n>): lease lost before <outcome>"
 _LEASE_LOST = re.compile(r"task ([0-9a-f-]{36}) \(queue [^,]+,(?: bucket [^,]+,)? attempt (\d+)\): lease lost before")
@@ -232,7 +240,9 @@ def account(
             last = max(r.attempt for r in task_runs)
             earlier = [r for r in task_runs if r.attempt < last] + [r for r in task_runs if r.attempt == last][:-1]
             for run in earlier:
-                result.duplicates.append(Duplicate(run.task_id, run.attempt, run.pid, _explain(run, killed_pids, lease_lost)))
+                result.duplicates.append(
+                    Duplicate(run.task_id, run.attempt, run.pid, _explain(run, killed_pids, lease_lost))
+                )
     return result
 
 

@@ -37,7 +37,9 @@ FIGURES = Figures()
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
 
@@ -78,10 +80,16 @@ def render(figures: Figures = FIGURES) -> str:
         "",
     ]
     kills = sum(r["kills"] for r in crash) + sum(r["kills"] for r in reapers) + sum(r["kills"] for r in alone)
-    dup_total = (sum(r["duplicates"] for r in crash) + sum(r.get("duplicates", 0) for r in restart)
-                 + sum(r["duplicates"] for r in alone))
-    unexplained = (sum(r["unexplained"] for r in crash) + sum(r.get("unexplained", 0) for r in restart)
-                   + sum(r["unexplained"] for r in alone))
+    dup_total = (
+        sum(r["duplicates"] for r in crash)
+        + sum(r.get("duplicates", 0) for r in restart)
+        + sum(r["duplicates"] for r in alone)
+    )
+    unexplained = (
+        sum(r["unexplained"] for r in crash)
+        + sum(r.get("unexplained", 0) for r in restart)
+        + sum(r["unexplained"] for r in alone)
+    )
     counted = (crash, reapers, restart, timeouts, alone, handlers)
     out += _table(
         ["figure", "value"],
@@ -93,37 +101,68 @@ def render(figures: Figures = FIGURES) -> str:
             ["tasks lost (all suites)", sum(r.get("lost", 0) for s in counted for r in s)],
             ["tasks stuck (all suites)", sum(r.get("stuck", 0) for s in counted for r in s)],
             ["dead-lettered without cause", sum(r.get("dead_unexpected", 0) for s in (crash, alone) for r in s)],
-            ["handler behaviours fuzzed (examples, tasks)",
-             f"{len(handlers)}, {sum(r['tasks'] for r in handlers)}"],
-            ["duplicate executions (all explained by expired leases?)",
-             f"{dup_total} ({'yes' if not unexplained else f'NO: {unexplained} unexplained'})"],
+            ["handler behaviours fuzzed (examples, tasks)", f"{len(handlers)}, {sum(r['tasks'] for r in handlers)}"],
+            [
+                "duplicate executions (all explained by expired leases?)",
+                f"{dup_total} ({'yes' if not unexplained else f'NO: {unexplained} unexplained'})",
+            ],
             ["database restarts survived", sum(r.get("restarts", 0) for r in restart)],
             ["fuzzed inputs tried", sum(r["tried"] for r in fuzz)],
             ["secrets leaked", sum(r.get("leaks", 0) for r in secrets)],
-            ["periodic slots taken under SIGKILL (missing while a worker was up)",
-             f"{sum(r['slots'] for r in periodic)} ({sum(r['missing'] for r in periodic)})"],
+            [
+                "periodic slots taken under SIGKILL (missing while a worker was up)",
+                f"{sum(r['slots'] for r in periodic)} ({sum(r['missing'] for r in periodic)})",
+            ],
             ["failed tests", f.outcomes.get("failed", 0)],
         ],
     )
     if crash:
-        out += ["", "## Crash suite (`tests/reliability/test_crash.py`)", "",
-                "Each round: a fresh queue (lease 1 s, backoff 0.05–0.25 s) with slow-handler tasks (a few",
-                "poison ones that must be dead-lettered), two or three `shardq work` processes armed to",
-                "SIGKILL themselves at a chosen moment (or killed by the test at a random moment once",
-                "they are working), a `shardq reap` process armed to die in the middle of a reap, and",
-                "the test calling `Reaper.run_once()` until the queue is empty. Replacement workers",
-                "are started as processes die.", ""]
+        out += [
+            "",
+            "## Crash suite (`tests/reliability/test_crash.py`)",
+            "",
+            "Each round: a fresh queue (lease 1 s, backoff 0.05–0.25 s) with slow-handler tasks (a few",
+            "poison ones that must be dead-lettered), two or three `shardq work` processes armed to",
+            "SIGKILL themselves at a chosen moment (or killed by the test at a random moment once",
+            "they are working), a `shardq reap` process armed to die in the middle of a reap, and",
+            "the test calling `Reaper.run_once()` until the queue is empty. Replacement workers",
+            "are started as processes die.",
+            "",
+        ]
         moments = Counter()
         for r in crash:
             moments.update(r["moments"])
         out += _table(
-            ["rounds", "kills", "tasks", "processed", "lost", "stuck", "dead (intended)", "dead without cause",
-             "duplicates", "unexplained", "lease_lost logged", "stale lease records"],
-            [[len(crash), sum(r["kills"] for r in crash), sum(r["tasks"] for r in crash),
-              sum(r["processed"] for r in crash), sum(r["lost"] for r in crash), sum(r["stuck"] for r in crash),
-              sum(r["dead_expected"] for r in crash), sum(r["dead_unexpected"] for r in crash),
-              sum(r["duplicates"] for r in crash), sum(r["unexplained"] for r in crash),
-              sum(r["lease_lost"] for r in crash), max((r.get("stale_leases", 0) for r in crash), default=0)]],
+            [
+                "rounds",
+                "kills",
+                "tasks",
+                "processed",
+                "lost",
+                "stuck",
+                "dead (intended)",
+                "dead without cause",
+                "duplicates",
+                "unexplained",
+                "lease_lost logged",
+                "stale lease records",
+            ],
+            [
+                [
+                    len(crash),
+                    sum(r["kills"] for r in crash),
+                    sum(r["tasks"] for r in crash),
+                    sum(r["processed"] for r in crash),
+                    sum(r["lost"] for r in crash),
+                    sum(r["stuck"] for r in crash),
+                    sum(r["dead_expected"] for r in crash),
+                    sum(r["dead_unexpected"] for r in crash),
+                    sum(r["duplicates"] for r in crash),
+                    sum(r["unexplained"] for r in crash),
+                    sum(r["lease_lost"] for r in crash),
+                    max((r.get("stale_leases", 0) for r in crash), default=0),
+                ]
+            ],
         )
         out += ["", "Kills by moment:", ""]
         out += _table(["moment", "kills"], [[m, n] for m, n in sorted(moments.items())])
@@ -140,63 +179,176 @@ def render(figures: Figures = FIGURES) -> str:
         out += ["", "<details><summary>Per round (random seeds: " + ", ".join(map(str, seeds)) + ")</summary>", ""]
         out += _table(
             ["run", "round", "moments (kills)", "tasks", "processed", "lost", "stuck", "duplicates", "seconds"],
-            [[r.get("variant", ""), r["round"], ", ".join(r["moments"]) or "-", r["tasks"], r["processed"], r["lost"], r["stuck"],
-              r["duplicates"], f"{r['seconds']:.1f}"] for r in crash],
+            [
+                [
+                    r.get("variant", ""),
+                    r["round"],
+                    ", ".join(r["moments"]) or "-",
+                    r["tasks"],
+                    r["processed"],
+                    r["lost"],
+                    r["stuck"],
+                    r["duplicates"],
+                    f"{r['seconds']:.1f}",
+                ]
+                for r in crash
+            ],
         )
         out += ["", "</details>"]
     if reapers:
         out += ["", "### Reapers killed mid-statement", ""]
         out += _table(
-            ["scenario", "kills", "expired leases", "lost", "stuck", "charged twice", "in both tables",
-             "duplicates (unexplained)", "lease records left"],
-            [[r["scenario"], r["kills"], r["leases"], r["lost"], r["stuck"], r["double"], r["both"],
-              f"{r['duplicates']} ({r['unexplained']})", r["stale"]] for r in reapers],
+            [
+                "scenario",
+                "kills",
+                "expired leases",
+                "lost",
+                "stuck",
+                "charged twice",
+                "in both tables",
+                "duplicates (unexplained)",
+                "lease records left",
+            ],
+            [
+                [
+                    r["scenario"],
+                    r["kills"],
+                    r["leases"],
+                    r["lost"],
+                    r["stuck"],
+                    r["double"],
+                    r["both"],
+                    f"{r['duplicates']} ({r['unexplained']})",
+                    r["stale"],
+                ]
+                for r in reapers
+            ],
         )
     if alone:
-        out += ["", "### Workers alone, no reaper process", "",
-                "The same rounds (same kill moments, lease 1 s) with no `shardq reap` process and no",
-                "reaping by the test: only `shardq work` processes, replaced as they die. A killed",
-                "worker's tasks must be recovered by the other workers (each sweeps expired leases)",
-                "within the lease plus a few seconds; a round not done after "
-                "30 s counts what is left as stuck.", ""]
+        out += [
+            "",
+            "### Workers alone, no reaper process",
+            "",
+            "The same rounds (same kill moments, lease 1 s) with no `shardq reap` process and no",
+            "reaping by the test: only `shardq work` processes, replaced as they die. A killed",
+            "worker's tasks must be recovered by the other workers (each sweeps expired leases)",
+            "within the lease plus a few seconds; a round not done after 30 s counts what is left as stuck.",
+            "",
+        ]
         out += _table(
-            ["run", "rounds", "kills", "tasks", "processed", "lost", "stuck (still leased)", "dead (intended)",
-             "dead without cause", "duplicates", "unexplained", "seconds per round (max)"],
-            [[variant, len(rs), sum(r["kills"] for r in rs), sum(r["tasks"] for r in rs),
-              sum(r["processed"] for r in rs), sum(r["lost"] for r in rs),
-              f"{sum(r['stuck'] for r in rs)} ({sum(r.get('stuck_leased', 0) for r in rs)})",
-              sum(r["dead_expected"] for r in rs), sum(r["dead_unexpected"] for r in rs),
-              sum(r["duplicates"] for r in rs), sum(r["unexplained"] for r in rs),
-              f"{max(r['seconds'] for r in rs):.1f}"]
-             for variant, rs in _by_variant(alone).items()],
+            [
+                "run",
+                "rounds",
+                "kills",
+                "tasks",
+                "processed",
+                "lost",
+                "stuck (still leased)",
+                "dead (intended)",
+                "dead without cause",
+                "duplicates",
+                "unexplained",
+                "seconds per round (max)",
+            ],
+            [
+                [
+                    variant,
+                    len(rs),
+                    sum(r["kills"] for r in rs),
+                    sum(r["tasks"] for r in rs),
+                    sum(r["processed"] for r in rs),
+                    sum(r["lost"] for r in rs),
+                    f"{sum(r['stuck'] for r in rs)} ({sum(r.get('stuck_leased', 0) for r in rs)})",
+                    sum(r["dead_expected"] for r in rs),
+                    sum(r["dead_unexpected"] for r in rs),
+                    sum(r["duplicates"] for r in rs),
+                    sum(r["unexplained"] for r in rs),
+                    f"{max(r['seconds'] for r in rs):.1f}",
+                ]
+                for variant, rs in _by_variant(alone).items()
+            ],
         )
     if handlers:
-        out += ["", "## Handler fuzzing (`tests/reliability/test_fuzz_handlers.py`, hypothesis)", "",
-                "Each example: a drawn mix of handler behaviours (return anything, raise anything with NUL",
-                "bytes, lone surrogates, invalid UTF-8, megabyte texts, a `__str__` that raises or returns a",
-                "non-str, KeyboardInterrupt/SystemExit/BaseException, Permanent and Retry with odd texts, hang",
-                "past a 0.5 s timeout, `os._exit`, print to closed streams), one task each (max 2 attempts,",
-                "lease 1 s), run by two `shardq work` processes (sync or async handler, replaced as they",
-                "exit) and no reaper. Every task must end as documented; nothing may be left leased.", ""]
+        out += [
+            "",
+            "## Handler fuzzing (`tests/reliability/test_fuzz_handlers.py`, hypothesis)",
+            "",
+            "Each example: a drawn mix of handler behaviours (return anything, raise anything with NUL",
+            "bytes, lone surrogates, invalid UTF-8, megabyte texts, a `__str__` that raises or returns a",
+            "non-str, KeyboardInterrupt/SystemExit/BaseException, Permanent and Retry with odd texts, hang",
+            "past a 0.5 s timeout, `os._exit`, print to closed streams), one task each (max 2 attempts,",
+            "lease 1 s), run by two `shardq work` processes (sync or async handler, replaced as they",
+            "exit) and no reaper. Every task must end as documented; nothing may be left leased.",
+            "",
+        ]
         out += _table(
-            ["run", "examples", "tasks", "acked", "dead (all intended)", "stuck", "worker processes",
-             "ended by a handler", "seconds (max)"],
-            [[variant, len(rs), sum(r["tasks"] for r in rs), sum(r["acked"] for r in rs),
-              f"{sum(r['dead'] for r in rs)} ({sum(r['dead_expected'] for r in rs)})", sum(r["stuck"] for r in rs),
-              sum(r["workers"] for r in rs), sum(r["ended_by_handler"] for r in rs),
-              f"{max(r['seconds'] for r in rs):.1f}"]
-             for variant, rs in _by_variant(handlers).items()],
+            [
+                "run",
+                "examples",
+                "tasks",
+                "acked",
+                "dead (all intended)",
+                "stuck",
+                "worker processes",
+                "ended by a handler",
+                "seconds (max)",
+            ],
+            [
+                [
+                    variant,
+                    len(rs),
+                    sum(r["tasks"] for r in rs),
+                    sum(r["acked"] for r in rs),
+                    f"{sum(r['dead'] for r in rs)} ({sum(r['dead_expected'] for r in rs)})",
+                    sum(r["stuck"] for r in rs),
+                    sum(r["workers"] for r in rs),
+                    sum(r["ended_by_handler"] for r in rs),
+                    f"{max(r['seconds'] for r in rs):.1f}",
+                ]
+                for variant, rs in _by_variant(handlers).items()
+            ],
         )
     if restart:
-        out += ["", "## Database restart (`tests/reliability/test_restart.py`)", "",
-                "The embedded PostgreSQL is stopped (fast shutdown) and started again while `shardq work`",
-                "and `shardq reap` processes drain and a producer keeps enqueueing batches with dedupe keys.", ""]
+        out += [
+            "",
+            "## Database restart (`tests/reliability/test_restart.py`)",
+            "",
+            "The embedded PostgreSQL is stopped (fast shutdown) and started again while `shardq work`",
+            "and `shardq reap` processes drain and a producer keeps enqueueing batches with dedupe keys.",
+            "",
+        ]
         out += _table(
-            ["scenario", "restarts", "batches returned", "batches raised", "raised: committed", "raised: absent",
-             "half-applied", "tasks", "lost", "stuck", "duplicates", "worker exit codes"],
-            [[r["scenario"], r["restarts"], r["batches_ok"], r["batches_raised"], r["raised_committed"],
-              r["raised_absent"], r["half_applied"], r["tasks"], r["lost"], r["stuck"], r.get("duplicates", 0),
-              r["exit_codes"]] for r in restart],
+            [
+                "scenario",
+                "restarts",
+                "batches returned",
+                "batches raised",
+                "raised: committed",
+                "raised: absent",
+                "half-applied",
+                "tasks",
+                "lost",
+                "stuck",
+                "duplicates",
+                "worker exit codes",
+            ],
+            [
+                [
+                    r["scenario"],
+                    r["restarts"],
+                    r["batches_ok"],
+                    r["batches_raised"],
+                    r["raised_committed"],
+                    r["raised_absent"],
+                    r["half_applied"],
+                    r["tasks"],
+                    r["lost"],
+                    r["stuck"],
+                    r.get("duplicates", 0),
+                    r["exit_codes"],
+                ]
+                for r in restart
+            ],
         )
     if timeouts:
         out += ["", "## Connection loss and timeouts (`tests/reliability/test_timeouts.py`)", ""]
@@ -204,16 +356,38 @@ def render(figures: Figures = FIGURES) -> str:
     if shutdown:
         out += ["", "## Graceful shutdown (`tests/reliability/test_shutdown.py`)", ""]
         out += _table(
-            ["scenario", "claimed", "running at SIGTERM", "finished", "handed back (worker's count)",
-             "left ready with attempts refunded", "exit code"],
-            [[r["scenario"], r["claimed"], r["running"], r["finished"], r["handed_back"], r["refunded"], r["exit_code"]]
-             for r in shutdown],
+            [
+                "scenario",
+                "claimed",
+                "running at SIGTERM",
+                "finished",
+                "handed back (worker's count)",
+                "left ready with attempts refunded",
+                "exit code",
+            ],
+            [
+                [
+                    r["scenario"],
+                    r["claimed"],
+                    r["running"],
+                    r["finished"],
+                    r["handed_back"],
+                    r["refunded"],
+                    r["exit_code"],
+                ]
+                for r in shutdown
+            ],
         )
     if fuzz:
-        out += ["", "## Bad-input fuzzing (`tests/reliability/test_fuzz.py`, hypothesis)", "",
-                "Each input goes through the library (expecting success or `shardq.InvalidInput`) or the CLI",
-                "(expecting exit 0, or exit 2 with one line on stderr and no traceback); the tables are",
-                "compared before and after every rejected input.", ""]
+        out += [
+            "",
+            "## Bad-input fuzzing (`tests/reliability/test_fuzz.py`, hypothesis)",
+            "",
+            "Each input goes through the library (expecting success or `shardq.InvalidInput`) or the CLI",
+            "(expecting exit 0, or exit 2 with one line on stderr and no traceback); the tables are",
+            "compared before and after every rejected input.",
+            "",
+        ]
         per = defaultdict(lambda: Counter())
         for r in fuzz:
             c = per[r["target"]]
@@ -221,8 +395,10 @@ def render(figures: Figures = FIGURES) -> str:
             c["accepted"] += r.get("accepted", 0)
             c["rejected"] += r.get("rejected", 0)
             c["failures"] += r.get("failures", 0)
-        out += _table(["target", "inputs tried", "accepted", "rejected", "failures"],
-                      [[t, c["tried"], c["accepted"], c["rejected"], c["failures"]] for t, c in sorted(per.items())])
+        out += _table(
+            ["target", "inputs tried", "accepted", "rejected", "failures"],
+            [[t, c["tried"], c["accepted"], c["rejected"], c["failures"]] for t, c in sorted(per.items())],
+        )
         notes = [r["note"] for r in fuzz if r.get("note")]
         if notes:
             out += [""] + [f"- {n}" for n in dict.fromkeys(notes)]

@@ -48,12 +48,23 @@ def _hook(moment: str, rng: random.Random) -> str | None:
 
 def _worker_args(queue: str, rng: random.Random) -> list[str]:
     handler = rng.choice([HANDLER, ASYNC_HANDLER])  # both executors: threads and the event loop
-    return ["work", queue, "--handler", handler, "--concurrency", str(rng.randint(2, 3)),
-            "--batch", str(rng.randint(3, 8)), "--lease", str(LEASE_SECONDS)]
+    return [
+        "work",
+        queue,
+        "--handler",
+        handler,
+        "--concurrency",
+        str(rng.randint(2, 3)),
+        "--batch",
+        str(rng.randint(3, 8)),
+        "--lease",
+        str(LEASE_SECONDS),
+    ]
 
 
-def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int, reaper: bool = True,
-              deadline: float = ROUND_DEADLINE) -> dict:
+def run_round(
+    db, tmp_path, number: int, rng: random.Random, *, tasks: int, reaper: bool = True, deadline: float = ROUND_DEADLINE
+) -> dict:
     """One round; ``reaper=False``: no ``shardq reap`` process and no reaping by the test, only
     workers."""
     queue = f"crash-{number}" if reaper else f"crash-alone-{number}"
@@ -112,16 +123,22 @@ def run_round(db, tmp_path, number: int, rng: random.Random, *, tasks: int, reap
     killed = procs.killed_pids()
     lost_logged = lease_lost_reports(procs.logs())
     accounting = account(
-        enqueued, read_executions(out), remaining=set(states), dead=dead,
-        killed_pids=killed, lease_lost=lost_logged,
+        enqueued,
+        read_executions(out),
+        remaining=set(states),
+        dead=dead,
+        killed_pids=killed,
+        lease_lost=lost_logged,
     )
     exit_codes = Counter(p.popen.returncode for p in procs.all)
     # A replacement process that the end-of-round SIGTERM reaches while Python is still starting
     # (before shardq has installed any handler) dies of the signal having done nothing: not unclean.
-    unclean = [(p.role, p.popen.returncode, p.log.read_text(errors="replace")[-400:])
-               for p in procs.all
-               if p.popen.returncode not in (0, -9)
-               and not (p.popen.returncode == -15 and not p.log.read_text(errors="replace").strip())]
+    unclean = [
+        (p.role, p.popen.returncode, p.log.read_text(errors="replace")[-400:])
+        for p in procs.all
+        if p.popen.returncode not in (0, -9)
+        and not (p.popen.returncode == -15 and not p.log.read_text(errors="replace").strip())
+    ]
     moments = [p.moment or "?" for p in procs.all if p.died_of_sigkill]
     return {
         "round": number,
@@ -210,8 +227,21 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
         return pg_db.count_tasks(state=state)
 
     # A real worker leases everything (its one handler blocks), then dies: every lease will expire.
-    holder = procs.start("worker", ["work", queue, "--handler", "tests.reliability.crash_handlers:hold",
-                                    "--concurrency", "1", "--batch", str(tasks), "--lease", "1"])
+    holder = procs.start(
+        "worker",
+        [
+            "work",
+            queue,
+            "--handler",
+            "tests.reliability.crash_handlers:hold",
+            "--concurrency",
+            "1",
+            "--batch",
+            str(tasks),
+            "--lease",
+            "1",
+        ],
+    )
     wait_until(lambda: count("leased") == tasks, 120, what="the worker to lease every task")
     procs.kill(holder)
     killed = 0
@@ -222,7 +252,11 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
         moment = REAPER_MOMENTS[number % len(REAPER_MOMENTS)]
         reaper = procs.start("reaper", ["reap", "--interval", "0.05"], kill_hook=f"{moment}:1")
         reaper.moment = moment
-        wait_until(lambda reaper=reaper: reaper.poll() is not None or count("leased") == 0, 60, what="the reaper to die mid-reap")
+        wait_until(
+            lambda reaper=reaper: reaper.poll() is not None or count("leased") == 0,
+            60,
+            what="the reaper to die mid-reap",
+        )
         if reaper.poll() is None:
             procs.kill(reaper)
         killed += reaper.died_of_sigkill and not reaper.killed_by_test
@@ -232,21 +266,42 @@ def test_reapers_killed_mid_statement_leave_every_expired_lease_reapable_exactly
         double += sum(1 for r in rows if r["attempts"] != 1)
         assert len(rows) == tasks
     reaper = pg_db.client.reaper()
-    wait_until(lambda: reaper.run_once() is not None and count("leased") == 0, 30, interval=0.1,
-               what="the test's reaper to return the rest")
+    wait_until(
+        lambda: reaper.run_once() is not None and count("leased") == 0,
+        30,
+        interval=0.1,
+        what="the test's reaper to return the rest",
+    )
     reaper.store.session.close()
-    procs.start("worker", ["work", queue, "--handler", HANDLER, "--concurrency", "4", "--batch", "200",
-                           "--until-empty"]).popen.wait(300)
+    procs.start(
+        "worker", ["work", queue, "--handler", HANDLER, "--concurrency", "4", "--batch", "200", "--until-empty"]
+    ).popen.wait(300)
     # The drain worker settled every claim it made, the reaper swept the dead worker's: nothing may
     # be left in the lease records (a leftover costs the reaper a sweep per lease period).
     stale = pg_db.count("shardq_leases")
     remaining = set(pg_db.task_ids(queue))
     runs = read_executions(out)
-    accounting = account(dict.fromkeys(ids, False), runs, remaining=remaining, dead=set(),
-                         killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
-    figures.add("reaper-crash", scenario=f"{tasks} expired leases, reapers SIGKILLed mid-reap", kills=killed,
-                leases=tasks, lost=len(accounting.lost), stuck=len(accounting.stuck), double=double, both=both, stale=stale,
-                duplicates=len(accounting.duplicates), unexplained=len(accounting.unexplained))
+    accounting = account(
+        dict.fromkeys(ids, False),
+        runs,
+        remaining=remaining,
+        dead=set(),
+        killed_pids=procs.killed_pids(),
+        lease_lost=lease_lost_reports(procs.logs()),
+    )
+    figures.add(
+        "reaper-crash",
+        scenario=f"{tasks} expired leases, reapers SIGKILLed mid-reap",
+        kills=killed,
+        leases=tasks,
+        lost=len(accounting.lost),
+        stuck=len(accounting.stuck),
+        double=double,
+        both=both,
+        stale=stale,
+        duplicates=len(accounting.duplicates),
+        unexplained=len(accounting.unexplained),
+    )
     assert killed >= 1, "no reaper died mid-reap: the hooks did not fire"
     assert both == 0 and double == 0
     assert not accounting.problems(), accounting.problems()

@@ -33,6 +33,7 @@ def _finished(out, count: int):
         runs = read_executions(out)
         finished = [r for task_runs in runs.values() for r in task_runs if r.finished is not None]
         return finished if len(finished) >= count else None
+
     return done
 
 
@@ -50,8 +51,13 @@ def test_three_workers_of_four_never_run_more_than_a_limit_of_three(pg_db, tmp_p
         procs.terminate_all()
     peak = _peak([(r.started, r.finished) for r in runs])
     pids = {r.pid for r in runs}
-    figures.add("flow-concurrency", check="3 workers x concurrency 4 on a queue limited to 3",
-                tasks=60, peak_running=peak, workers_that_ran_tasks=len(pids))
+    figures.add(
+        "flow-concurrency",
+        check="3 workers x concurrency 4 on a queue limited to 3",
+        tasks=60,
+        peak_running=peak,
+        workers_that_ran_tasks=len(pids),
+    )
     assert peak == 3, procs.logs()[-3000:]
     assert client.store.flow_usage() == {"q": (0, 3)}
     client.close()
@@ -72,8 +78,13 @@ def test_a_rate_of_twenty_a_second_over_two_hundred_tasks(pg_db, tmp_path, figur
     starts = sorted(r.started for r in runs)
     busiest = max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts)
     span = starts[-1] - starts[0]
-    figures.add("flow-rate", check="rate 20/s (burst 20) over 200 tasks, 3 workers",
-                busiest_second=busiest, seconds=round(span, 2), ideal_seconds=(200 - 20) / 20)
+    figures.add(
+        "flow-rate",
+        check="rate 20/s (burst 20) over 200 tasks, 3 workers",
+        busiest_second=busiest,
+        seconds=round(span, 2),
+        ideal_seconds=(200 - 20) / 20,
+    )
     # The limit holds where tokens are taken, at claim; a start is seen a hand-off later, and on a
     # loaded machine hand-offs of up to a quarter second bunch starts of two windows into one.
     assert busiest <= 20 + 20 * 1.25
@@ -91,8 +102,9 @@ def test_the_slots_of_a_killed_worker_come_back_within_one_lease(pg_db, tmp_path
     gates = tmp_path / "gates"
     gates.mkdir()
     procs = Processes(pg_db.dsn.conninfo, out, extra_env={"SHARDQ_REL_HOLD": str(gates), "SHARDQ_REL_SLEEP_MS": "0"})
-    holder = procs.start("holder", ["work", "q", "--handler", "tests.reliability.crash_handlers:hold",
-                                    "--concurrency", "4"])
+    holder = procs.start(
+        "holder", ["work", "q", "--handler", "tests.reliability.crash_handlers:hold", "--concurrency", "4"]
+    )
     try:
         wait_until(lambda: len(read_executions(out)) == 3, timeout=60, what="the holder to start 3 tasks")
         client.enqueue_many("q", [f"after{i}".encode() for i in range(6)])
@@ -111,8 +123,12 @@ def test_the_slots_of_a_killed_worker_come_back_within_one_lease(pg_db, tmp_path
     after = sorted(r.started for r in runs if r.payload.startswith("after"))
     assert len(after) == 6 and after[0] >= killed_at  # nothing started while the holder held every slot
     taken_back = after[0] - killed_at
-    figures.add("flow-kill", check="SIGKILL a worker holding all 3 slots (lease 2 s)",
-                seconds_to_first_start=round(taken_back, 2), lease_seconds=lease)
+    figures.add(
+        "flow-kill",
+        check="SIGKILL a worker holding all 3 slots (lease 2 s)",
+        seconds_to_first_start=round(taken_back, 2),
+        lease_seconds=lease,
+    )
     # Free at the latest one lease after the kill; then at most one throttled wait (0.5 s) and a
     # claim to notice it (generous for a loaded machine: the point is that no clean-up is needed).
     assert after[0] <= last_free + 3.0, (taken_back, held_until)
@@ -133,8 +149,10 @@ def test_workers_claiming_ahead_keep_the_limit_and_a_killed_ones_tasks_and_slots
     # The worker to be killed starts first and runs tasks before the others start: on a loaded
     # machine a worker that starts a few seconds late can find the drain already done.
     workers = [procs.start("worker", ["work", "q", "--handler", HANDLER, "--concurrency", "2"])]
-    victim_started = lambda: any(r.pid == workers[0].pid for runs in read_executions(out).values()  # noqa: E731
-                                 for r in runs)
+
+    def victim_started() -> bool:
+        return any(r.pid == workers[0].pid for runs in read_executions(out).values() for r in runs)
+
     procs.start("reaper", ["reap", "--interval", "0.5"])
     try:
         wait_until(victim_started, timeout=60, what="the worker to be killed to start a task")
@@ -152,13 +170,24 @@ def test_workers_claiming_ahead_keep_the_limit_and_a_killed_ones_tasks_and_slots
         killed = workers[0].pid
         cut_short = [r for r in runs if r.pid == killed and r.finished is None]
         # A run the kill cut short ran until the kill; every other run until its finish line.
-        peak = _peak([(r.started, r.finished if r.finished is not None else killed_at)
-                      for r in runs if r.finished is not None or r.pid == killed])
+        peak = _peak(
+            [
+                (r.started, r.finished if r.finished is not None else killed_at)
+                for r in runs
+                if r.finished is not None or r.pid == killed
+            ]
+        )
     finally:
         procs.terminate_all()
     ran_by_killed = sum(1 for r in runs if r.pid == killed)
-    figures.add("flow-claim-ahead-kill", check="3 workers x 2 handlers on a limit of 6, one SIGKILLed mid-drain",
-                tasks=tasks, peak_running=peak, runs_by_killed_worker=ran_by_killed, cut_short=len(cut_short))
+    figures.add(
+        "flow-claim-ahead-kill",
+        check="3 workers x 2 handlers on a limit of 6, one SIGKILLed mid-drain",
+        tasks=tasks,
+        peak_running=peak,
+        runs_by_killed_worker=ran_by_killed,
+        cut_short=len(cut_short),
+    )
     assert ran_by_killed >= 1 and peak <= 6, procs.logs()[-3000:]
     # The killed worker's slots free themselves within a lease; the others gave theirs back at stop.
     wait_until(lambda: client.store.flow_usage() == {"q": (0, 6)}, timeout=lease + 5, what="every slot free")

@@ -51,42 +51,71 @@ INJECTIONS = [
 ]
 
 
-
-
-
-
-
 def snapshot(db) -> tuple:
     return db.contents_fingerprint()
 
 
-anything = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5), st.binary(max_size=5),
-                     st.lists(st.integers(), max_size=2))
-queue_names = st.one_of(
-    st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,40}\Z"), st.text(max_size=140), st.sampled_from(INJECTIONS), anything
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(), max_size=2),
 )
-payloads = st.one_of(st.binary(max_size=200), st.text(max_size=200),
-                     st.sampled_from([b"x" * (1024 * 1024), b"x" * (1024 * 1024 + 1), b"", "\x00", "'; DROP TABLE x; --"]),
-                     anything)
-delays = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True),
-                   st.integers(min_value=-10**12, max_value=10**12), st.booleans(), st.text(max_size=4))
+queue_names = st.one_of(
+    st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,40}\Z"),
+    st.text(max_size=140),
+    st.sampled_from(INJECTIONS),
+    anything,
+)
+payloads = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=200),
+    st.sampled_from([b"x" * (1024 * 1024), b"x" * (1024 * 1024 + 1), b"", "\x00", "'; DROP TABLE x; --"]),
+    anything,
+)
+delays = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.booleans(),
+    st.text(max_size=4),
+)
 keys = st.one_of(st.none(), st.text(max_size=600), st.sampled_from(INJECTIONS), st.just(""), anything)
-priorities = st.one_of(st.integers(min_value=-2**64, max_value=2**64), st.integers(-10, 10), anything)
+priorities = st.one_of(st.integers(min_value=-(2**64), max_value=2**64), st.integers(-10, 10), anything)
 attempts = st.one_of(st.none(), st.integers(min_value=-3, max_value=20_000), anything)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_enqueue_accepts_or_rejects_cleanly_and_stores_values_verbatim(pg_db, figures, mode):
-    tally = Tally(figures, "library: Client.enqueue (queue, payload, delay, dedupe key, priority, exclusive key, max attempts)")
+    tally = Tally(
+        figures, "library: Client.enqueue (queue, payload, delay, dedupe key, priority, exclusive key, max attempts)"
+    )
 
     @fuzz_settings(mode)
-    @given(queue=queue_names, payload=payloads, delay=delays, dedupe=keys, priority=priorities, exclusive=keys,
-           max_attempts=attempts)
+    @given(
+        queue=queue_names,
+        payload=payloads,
+        delay=delays,
+        dedupe=keys,
+        priority=priorities,
+        exclusive=keys,
+        max_attempts=attempts,
+    )
     def check(queue, payload, delay, dedupe, priority, exclusive, max_attempts):
         before = snapshot(pg_db)
         try:
-            result = pg_db.client.enqueue(queue, payload, delay=delay, dedupe_key=dedupe, priority=priority,
-                                          exclusive_key=exclusive, max_attempts=max_attempts)
+            result = pg_db.client.enqueue(
+                queue,
+                payload,
+                delay=delay,
+                dedupe_key=dedupe,
+                priority=priority,
+                exclusive_key=exclusive,
+                max_attempts=max_attempts,
+            )
         except InvalidInput:
             tally.no()
             assert snapshot(pg_db) == before, "a rejected enqueue wrote something"
@@ -110,11 +139,21 @@ def test_enqueue_accepts_or_rejects_cleanly_and_stores_values_verbatim(pg_db, fi
 @pytest.mark.parametrize("mode", MODES)
 def test_enqueue_many_with_one_bad_task_writes_nothing(pg_db, figures, mode):
     tally = Tally(figures, "library: Client.enqueue_many (mixed batches, batch sizes)")
-    task = st.builds(NewTask, payload=payloads, delay=delays, dedupe_key=keys, max_attempts=attempts,
-                     priority=priorities, exclusive_key=keys)
+    task = st.builds(
+        NewTask,
+        payload=payloads,
+        delay=delays,
+        dedupe_key=keys,
+        max_attempts=attempts,
+        priority=priorities,
+        exclusive_key=keys,
+    )
 
     @fuzz_settings(mode)
-    @given(tasks=st.lists(st.one_of(task, payloads), min_size=1, max_size=6), batch=st.one_of(st.integers(-2, 12), anything))
+    @given(
+        tasks=st.lists(st.one_of(task, payloads), min_size=1, max_size=6),
+        batch=st.one_of(st.integers(-2, 12), anything),
+    )
     def check(tasks, batch):
         before = snapshot(pg_db)
         try:
@@ -135,13 +174,33 @@ def test_enqueue_many_with_one_bad_task_writes_nothing(pg_db, figures, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_queue_settings_accept_or_reject_cleanly(pg_db, figures, mode):
     tally = Tally(figures, "library: queue settings (Client.set_queue)")
-    names = st.sampled_from(["lease_seconds", "max_attempts", "backoff_base", "backoff_cap", "retry_jitter",
-                             "exclusive_latest_only", "paused_enqueue", "paused_dequeue", "bogus", "lease"])
-    values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**12), st.booleans(),
-                       st.text(max_size=4), st.none())
+    names = st.sampled_from(
+        [
+            "lease_seconds",
+            "max_attempts",
+            "backoff_base",
+            "backoff_cap",
+            "retry_jitter",
+            "exclusive_latest_only",
+            "paused_enqueue",
+            "paused_dequeue",
+            "bogus",
+            "lease",
+        ]
+    )
+    values = st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-5, 10**12),
+        st.booleans(),
+        st.text(max_size=4),
+        st.none(),
+    )
 
     @fuzz_settings(mode)
-    @given(queue=st.one_of(st.sampled_from(["qs1", "qs2"]), queue_names), changes=st.dictionaries(names, values, max_size=3))
+    @given(
+        queue=st.one_of(st.sampled_from(["qs1", "qs2"]), queue_names),
+        changes=st.dictionaries(names, values, max_size=3),
+    )
     def check(queue, changes):
         before = snapshot(pg_db)
         try:
@@ -155,7 +214,11 @@ def test_queue_settings_accept_or_reject_cleanly(pg_db, figures, mode):
         for name, value in changes.items():
             if value is not None:
                 stored = getattr(settings_after, name)
-                assert stored == value or (isinstance(value, float) and math.isclose(stored, value)), (name, value, stored)
+                assert stored == value or (isinstance(value, float) and math.isclose(stored, value)), (
+                    name,
+                    value,
+                    stored,
+                )
 
     try:
         check()
@@ -169,15 +232,36 @@ def test_worker_and_reaper_configs_reject_bad_values_with_invalid_input(figures,
     number = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), anything)
 
     @fuzz_settings(mode)
-    @given(queues=st.one_of(st.lists(queue_names, max_size=3).map(tuple), anything), concurrency=number, batch=number,
-           prefetch=number, lease=number, grace=number, idle_min=number, idle_max=number, ack_batch=number,
-           timeout=number, interval=number, reap_batch=number)
-    def check(queues, concurrency, batch, prefetch, lease, grace, idle_min, idle_max, ack_batch, timeout, interval,
-              reap_batch):
+    @given(
+        queues=st.one_of(st.lists(queue_names, max_size=3).map(tuple), anything),
+        concurrency=number,
+        batch=number,
+        prefetch=number,
+        lease=number,
+        grace=number,
+        idle_min=number,
+        idle_max=number,
+        ack_batch=number,
+        timeout=number,
+        interval=number,
+        reap_batch=number,
+    )
+    def check(
+        queues, concurrency, batch, prefetch, lease, grace, idle_min, idle_max, ack_batch, timeout, interval, reap_batch
+    ):
         try:
-            WorkerConfig(queues=queues, concurrency=concurrency, batch=batch, prefetch=prefetch, lease_seconds=lease,
-                         grace_seconds=grace, idle_min=idle_min, idle_max=idle_max, ack_batch=ack_batch,
-                         statement_timeout=timeout).validate()
+            WorkerConfig(
+                queues=queues,
+                concurrency=concurrency,
+                batch=batch,
+                prefetch=prefetch,
+                lease_seconds=lease,
+                grace_seconds=grace,
+                idle_min=idle_min,
+                idle_max=idle_max,
+                ack_batch=ack_batch,
+                statement_timeout=timeout,
+            ).validate()
             tally.ok()
         except InvalidInput:
             tally.no()
@@ -202,22 +286,43 @@ def test_dsn_parsing_accepts_or_rejects_and_never_shows_the_password(figures, mo
     tally = Tally(figures, "library: DSN parsing (shardq.sessions.session.Dsn.parse)")
     # Parts that cannot move the password out of its place (no URL or key=value delimiters);
     # free text below goes through the parser too, without a secret to look for.
-    part = st.text(alphabet=st.characters(blacklist_characters="/?#@:= \t\n'\\", blacklist_categories=["Cs"]),
-                   max_size=10)
+    part = st.text(
+        alphabet=st.characters(blacklist_characters="/?#@:= \t\n'\\", blacklist_categories=["Cs"]), max_size=10
+    )
     # Junk after the secret never holds "/" or "@": libpq would then read the secret as a host or
     # port (shown as such, it is no longer a password anyone meant to send).
     secret_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=6)
     dsns = st.one_of(
-        st.builds(lambda scheme, user, host, port, db, rest, secret, junk:
-                  f"{scheme}://{user}:{secret}{junk}@{host}:{port}/{db}{rest}",
-                  st.sampled_from(["postgresql", "postgres", "cockroachdb", "mysql", "http", "postgresql+psycopg"]),
-                  part, st.one_of(part, st.just("[::1"), st.just("[bad")), st.one_of(st.integers(-1, 70000).map(str), part),
-                  part, st.one_of(st.just(""), part.map(lambda p: "?" + p), st.just("?sslmode=bogus"), st.just("?x=%zz")),
-                  secrets_, st.one_of(st.just(""), st.just("%zz"), st.just("%"), secret_text.map(lambda t: t.replace("@", "").replace("/", "")))),
-        st.builds(lambda k, secret, v, junk: f"host={v} password={secret}{junk} {k}={v}",
-                  part, secrets_, part, st.one_of(st.just(""), st.just("'"), st.just(" bogus"))),
-        st.builds(lambda secret, junk: f"postgresql://h/d?password={secret}{junk}", secrets_,
-                  st.one_of(st.just(""), st.just("%zz"), st.just("&bogus=1"), st.just("&x"))),
+        st.builds(
+            lambda scheme, user, host, port, db, rest, secret, junk: (
+                f"{scheme}://{user}:{secret}{junk}@{host}:{port}/{db}{rest}"
+            ),
+            st.sampled_from(["postgresql", "postgres", "cockroachdb", "mysql", "http", "postgresql+psycopg"]),
+            part,
+            st.one_of(part, st.just("[::1"), st.just("[bad")),
+            st.one_of(st.integers(-1, 70000).map(str), part),
+            part,
+            st.one_of(st.just(""), part.map(lambda p: "?" + p), st.just("?sslmode=bogus"), st.just("?x=%zz")),
+            secrets_,
+            st.one_of(
+                st.just(""),
+                st.just("%zz"),
+                st.just("%"),
+                secret_text.map(lambda t: t.replace("@", "").replace("/", "")),
+            ),
+        ),
+        st.builds(
+            lambda k, secret, v, junk: f"host={v} password={secret}{junk} {k}={v}",
+            part,
+            secrets_,
+            part,
+            st.one_of(st.just(""), st.just("'"), st.just(" bogus")),
+        ),
+        st.builds(
+            lambda secret, junk: f"postgresql://h/d?password={secret}{junk}",
+            secrets_,
+            st.one_of(st.just(""), st.just("%zz"), st.just("&bogus=1"), st.just("&x")),
+        ),
     )
 
     @fuzz_settings(mode)
@@ -246,11 +351,26 @@ def test_dsn_parsing_accepts_or_rejects_and_never_shows_the_password(figures, mo
 def test_handler_specs_load_or_raise_invalid_handler(figures, mode):
     tally = Tally(figures, "library: handler specs (MODULE:FUNCTION)")
     dotted = r"[A-Za-z_][A-Za-z0-9_]{0,8}(\.[A-Za-z_][A-Za-z0-9_]{0,8}){0,2}"
-    specs = st.one_of(st.text(max_size=30), st.from_regex(rf"\A{dotted}:{dotted}\Z"),
-                      st.sampled_from(["shardq.app.loading:noop", "shardq.app.loading:nope", "shardq:__version__",
-                                       "os:path", "json:loads", "shardq.app.loading", ":noop", "shardq.app.loading:",
-                                       "tests.reliability.crash_handlers:record", "a b:c", "os;rm:x"]),
-                      anything)
+    specs = st.one_of(
+        st.text(max_size=30),
+        st.from_regex(rf"\A{dotted}:{dotted}\Z"),
+        st.sampled_from(
+            [
+                "shardq.app.loading:noop",
+                "shardq.app.loading:nope",
+                "shardq:__version__",
+                "os:path",
+                "json:loads",
+                "shardq.app.loading",
+                ":noop",
+                "shardq.app.loading:",
+                "tests.reliability.crash_handlers:record",
+                "a b:c",
+                "os;rm:x",
+            ]
+        ),
+        anything,
+    )
 
     @fuzz_settings(mode)
     @given(spec=specs)
@@ -289,10 +409,17 @@ def test_bucket_counts_are_checked_before_anything_is_touched(value, figures):
 # -- command line ------------------------------------------------------------------------------
 
 cli_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=20)
-cli_value = st.one_of(cli_text, st.integers(-10**6, 10**6).map(str), st.floats().map(str),
-                      st.sampled_from(["nan", "inf", "-inf", "1e309", "0", "-1", "0.0", "1e-300", "999999999999"]))
-cli_queue = st.one_of(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,20}\Z"),
-                      st.sampled_from([i for i in INJECTIONS if "\x00" not in i]), cli_text)
+cli_value = st.one_of(
+    cli_text,
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats().map(str),
+    st.sampled_from(["nan", "inf", "-inf", "1e309", "0", "-1", "0.0", "1e-300", "999999999999"]),
+)
+cli_queue = st.one_of(
+    st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,20}\Z"),
+    st.sampled_from([i for i in INJECTIONS if "\x00" not in i]),
+    cli_text,
+)
 
 
 def run_cli(db, args: list[str], stdin: str | None = None):
@@ -324,15 +451,18 @@ def _options(pairs: dict) -> list[str]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cli_enqueue_exits_0_or_2_with_one_line(pg_db, figures, mode):
-    tally = Tally(figures, "CLI: shardq enqueue (queue, payload, --delay, --dedupe-key, --priority, --key, --max-attempts)")
+    tally = Tally(
+        figures, "CLI: shardq enqueue (queue, payload, --delay, --dedupe-key, --priority, --key, --max-attempts)"
+    )
     opt = st.one_of(st.none(), cli_value)
 
     @fuzz_settings(mode)
     @given(queue=cli_queue, payload=cli_text, delay=opt, dedupe=opt, priority=opt, key=opt, attempts=opt)
     def check(queue, payload, delay, dedupe, priority, key, attempts):
         before = snapshot(pg_db)
-        args = ["enqueue", queue, payload] + _options({"--delay": delay, "--dedupe-key": dedupe, "--priority": priority,
-                                                      "--key": key, "--max-attempts": attempts})
+        args = ["enqueue", queue, payload] + _options(
+            {"--delay": delay, "--dedupe-key": dedupe, "--priority": priority, "--key": key, "--max-attempts": attempts}
+        )
         result = run_cli(pg_db, args)
         check_cli_result(result, tally, pg_db, before)
         if result.exit_code == 0:
@@ -353,8 +483,15 @@ def test_cli_queue_set_exits_0_or_2_with_one_line(pg_db, figures, mode):
     @given(queue=cli_queue, lease=opt, attempts=opt, base=opt, cap=opt, jitter=opt)
     def check(queue, lease, attempts, base, cap, jitter):
         before = snapshot(pg_db)
-        args = ["queue", "set", queue] + _options({"--lease": lease, "--max-attempts": attempts, "--backoff-base": base,
-                                                  "--backoff-cap": cap, "--jitter": jitter})
+        args = ["queue", "set", queue] + _options(
+            {
+                "--lease": lease,
+                "--max-attempts": attempts,
+                "--backoff-base": base,
+                "--backoff-cap": cap,
+                "--jitter": jitter,
+            }
+        )
         check_cli_result(run_cli(pg_db, args), tally, pg_db, before)
 
     try:
@@ -367,11 +504,22 @@ def test_cli_queue_set_exits_0_or_2_with_one_line(pg_db, figures, mode):
 def test_cli_work_and_reap_options_exit_0_or_2_with_one_line(pg_db, figures, mode):
     tally = Tally(figures, "CLI: shardq work / reap options (handler, queues, counts, lease, grace, timeouts)")
     opt = st.one_of(st.none(), cli_value)
-    specs = st.one_of(st.just("shardq.app.loading:noop"), st.just("shardq.app.loading:missing"), st.just("nosuchmod:fn"), cli_text)
+    specs = st.one_of(
+        st.just("shardq.app.loading:noop"), st.just("shardq.app.loading:missing"), st.just("nosuchmod:fn"), cli_text
+    )
 
     @fuzz_settings(mode)
-    @given(queue=cli_queue, spec=specs, concurrency=opt, batch=opt, lease=opt, grace=opt, timeout=opt, interval=opt,
-           reap=st.booleans())
+    @given(
+        queue=cli_queue,
+        spec=specs,
+        concurrency=opt,
+        batch=opt,
+        lease=opt,
+        grace=opt,
+        timeout=opt,
+        interval=opt,
+        reap=st.booleans(),
+    )
     def check(queue, spec, concurrency, batch, lease, grace, timeout, interval, reap):
         if isinstance(spec, str) and ":" in spec:
             top = spec.split(":", 1)[0].split(".", 1)[0]
@@ -382,8 +530,14 @@ def test_cli_work_and_reap_options_exit_0_or_2_with_one_line(pg_db, figures, mod
             args = ["reap", "--once"] + _options({"--interval": interval, "--statement-timeout": timeout})
         else:
             args = ["work", queue, "--handler", spec, "--until-empty"] + _options(
-                {"--concurrency": concurrency, "--batch": batch, "--lease": lease, "--grace": grace,
-                 "--statement-timeout": timeout})
+                {
+                    "--concurrency": concurrency,
+                    "--batch": batch,
+                    "--lease": lease,
+                    "--grace": grace,
+                    "--statement-timeout": timeout,
+                }
+            )
         result = run_cli(pg_db, args)
         check_cli_result(result, tally, pg_db, before)
 
@@ -403,8 +557,15 @@ def test_cli_admin_commands_exit_cleanly(pg_db, figures, mode):
         st.builds(lambda q: ["dead", "purge", q], cli_queue),
         st.builds(lambda i: ["cancel", *i], st.lists(ids, max_size=3)),
         st.builds(lambda n: ["migrate", "--buckets", n], cli_value),
-        st.builds(lambda d: ["--dsn", d, "stats"], st.one_of(cli_text, st.sampled_from(
-            ["mysql://x", "postgresql://a b", "postgresql://u:p@h:notaport/d", "host='unterminated", "=", "  "]))),
+        st.builds(
+            lambda d: ["--dsn", d, "stats"],
+            st.one_of(
+                cli_text,
+                st.sampled_from(
+                    ["mysql://x", "postgresql://a b", "postgresql://u:p@h:notaport/d", "host='unterminated", "=", "  "]
+                ),
+            ),
+        ),
     )
 
     @fuzz_settings(mode)
@@ -449,11 +610,16 @@ def test_sql_in_every_text_input_is_refused_or_stored_as_data(pg_db, figures):
     # A table's name is just another queue name: a plain value in a column, never an identifier.
     pg_db.client.enqueue("shardq_tasks", b"x", dedupe_key="shardq_dead")
     assert pg_db.tasks("queue", "dedupe_key", queue="shardq_tasks") == [
-        {"queue": "shardq_tasks", "dedupe_key": "shardq_dead"}]
+        {"queue": "shardq_tasks", "dedupe_key": "shardq_dead"}
+    ]
     assert pg_db.count() == stored + 1  # every table still there, every row as written
     assert pg_db.count_queues_named("inj") == 1
-    figures.add("fuzz", target="SQL injection strings in queue names, keys, payloads (library and CLI)",
-                tried=len(INJECTIONS) * 7, rejected=len(INJECTIONS) * 6, accepted=stored,
-                note="queue names are limited to letters, digits and _ . : - (so quotes and semicolons are refused); "
-                     "keys and payloads are bound values and come back byte for byte")
-
+    figures.add(
+        "fuzz",
+        target="SQL injection strings in queue names, keys, payloads (library and CLI)",
+        tried=len(INJECTIONS) * 7,
+        rejected=len(INJECTIONS) * 6,
+        accepted=stored,
+        note="queue names are limited to letters, digits and _ . : - (so quotes and semicolons are refused); "
+        "keys and payloads are bound values and come back byte for byte",
+    )

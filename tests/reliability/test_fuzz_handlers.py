@@ -125,8 +125,14 @@ def _explain(run: Run, ended_pids: set[int], lease_lost: set[tuple[str, int]]) -
     return None
 
 
-def check_outcomes(kinds: dict[str, str], runs: dict[str, list[Run]], remaining: dict[str, dict],
-                   dead: dict[str, dict], ended_pids: set[int], lease_lost: set[tuple[str, int]]) -> list[str]:
+def check_outcomes(
+    kinds: dict[str, str],
+    runs: dict[str, list[Run]],
+    remaining: dict[str, dict],
+    dead: dict[str, dict],
+    ended_pids: set[int],
+    lease_lost: set[tuple[str, int]],
+) -> list[str]:
     """Every task against its documented outcome; one line per problem."""
     problems: list[str] = []
     for task_id, kind in kinds.items():
@@ -134,14 +140,19 @@ def check_outcomes(kinds: dict[str, str], runs: dict[str, list[Run]], remaining:
         task_runs = runs.get(task_id, [])
         if task_id in remaining:
             row = remaining[task_id]
-            problems.append(f"stuck: {name} is {row['state']} (attempts {row['attempts']}, "
-                            f"lease expired {row['expired_for']:.1f} s ago, last error {str(row['last_error'])[:80]!r})"
-                            if row["state"] == "leased" and row["expired_for"] is not None and row["expired_for"] > 0
-                            else f"stuck: {name} is {row['state']} (attempts {row['attempts']})")
+            problems.append(
+                f"stuck: {name} is {row['state']} (attempts {row['attempts']}, "
+                f"lease expired {row['expired_for']:.1f} s ago, last error {str(row['last_error'])[:80]!r})"
+                if row["state"] == "leased" and row["expired_for"] is not None and row["expired_for"] > 0
+                else f"stuck: {name} is {row['state']} (attempts {row['attempts']})"
+            )
             continue
         if not task_runs:
-            if task_id in dead and len(ended_pids) >= dead[task_id]["attempts"] and str(
-                    dead[task_id]["last_error"]).startswith("lease expired on the last attempt"):
+            if (
+                task_id in dead
+                and len(ended_pids) >= dead[task_id]["attempts"]
+                and str(dead[task_id]["last_error"]).startswith("lease expired on the last attempt")
+            ):
                 # Each attempt was claimed by a worker that another task's handler ended before
                 # this one started (an exhaust task has 2): its lease expired each time, and the
                 # last expiry dead-lettered it, as documented. Seen with two exit_once tasks.
@@ -169,29 +180,52 @@ def check_outcomes(kinds: dict[str, str], runs: dict[str, list[Run]], remaining:
                 continue
             why = _explain(before, ended_pids, lease_lost)
             if why is None:
-                problems.append(f"ran again without an expired lease: {name}: attempt {before.attempt} "
-                                f"(pid {before.pid}, ended {before.end}) then attempt {after.attempt} (pid {after.pid})")
+                problems.append(
+                    f"ran again without an expired lease: {name}: attempt {before.attempt} "
+                    f"(pid {before.pid}, ended {before.end}) then attempt {after.attempt} (pid {after.pid})"
+                )
         if kind == "exit" and len(task_runs) < 2:
             problems.append(f"ended its process but never ran again: {name}")
     return problems
 
 
-def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: random.Random, *, deadline: float) -> dict:
+def run_example(
+    db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: random.Random, *, deadline: float
+) -> dict:
     queue = f"hfuzz-{number}"
     db.client.set_queue(queue, backoff_base=0.05, backoff_cap=0.25, lease_seconds=LEASE_SECONDS)
     payloads = [payload_for(name, i, extra) for i, (name, extra) in enumerate(mix)]
-    attempts = {kind: MAX_ATTEMPTS if kind in ("exhaust", "timeout") else SPARE_ATTEMPTS for kind in BEHAVIOURS.values()}
+    attempts = {
+        kind: MAX_ATTEMPTS if kind in ("exhaust", "timeout") else SPARE_ATTEMPTS for kind in BEHAVIOURS.values()
+    }
     result = db.client.enqueue_many(
-        queue, [NewTask(p, max_attempts=attempts[BEHAVIOURS[behaviour_of(p)]]) for p in payloads])
+        queue, [NewTask(p, max_attempts=attempts[BEHAVIOURS[behaviour_of(p)]]) for p in payloads]
+    )
     kinds = {task_id: BEHAVIOURS[behaviour_of(p)] for task_id, p in zip(result.enqueued_ids, payloads)}
 
     procs = Processes(db.dsn.conninfo, out)
 
     def start_worker():
         handler = rng.choice([SYNC_HANDLER, ASYNC_HANDLER])
-        return procs.start("worker", ["work", queue, "--handler", handler, "--concurrency", str(rng.randint(1, 3)),
-                                      "--batch", str(rng.randint(1, 6)), "--lease", str(LEASE_SECONDS),
-                                      "--timeout", str(TIMEOUT_SECONDS), "--grace", "1"])
+        return procs.start(
+            "worker",
+            [
+                "work",
+                queue,
+                "--handler",
+                handler,
+                "--concurrency",
+                str(rng.randint(1, 3)),
+                "--batch",
+                str(rng.randint(1, 6)),
+                "--lease",
+                str(LEASE_SECONDS),
+                "--timeout",
+                str(TIMEOUT_SECONDS),
+                "--grace",
+                "1",
+            ],
+        )
 
     live = [start_worker() for _ in range(WORKERS)]
     started = time.monotonic()
@@ -211,8 +245,12 @@ def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: r
     # Processes that ended before settling all they held: a handler's os._exit, a SIGKILL, and a
     # worker that stopped at --max-abandoned (its settler gets a bounded time to finish at exit:
     # what it could not settle runs again once the lease expires, as at-least-once allows).
-    ended = {p.pid for p in procs.all if p.popen.returncode in (EXIT_CODE, -9)
-             or (p.popen.returncode in (1, -signal.SIGTERM) and ABANDONED in p.log.read_text(errors="replace"))}
+    ended = {
+        p.pid
+        for p in procs.all
+        if p.popen.returncode in (EXIT_CODE, -9)
+        or (p.popen.returncode in (1, -signal.SIGTERM) and ABANDONED in p.log.read_text(errors="replace"))
+    }
     logs = procs.logs()
     problems = check_outcomes(kinds, read_runs(out), remaining, dead, ended, lease_lost_reports(logs))
     for proc in procs.all:
@@ -231,7 +269,9 @@ def run_example(db, out: Path, number: int, mix: list[tuple[str, bytes]], rng: r
         "example": number,
         "tasks": len(kinds),
         "behaviours": len({behaviour_of(p) for p in payloads}),
-        "acked": sum(1 for t, k in kinds.items() if k in ("ack", "retry", "exit") and t not in dead and t not in remaining),
+        "acked": sum(
+            1 for t, k in kinds.items() if k in ("ack", "retry", "exit") and t not in dead and t not in remaining
+        ),
         "dead": len(dead),
         "dead_expected": counts["dead"] + counts["exhaust"] + counts["timeout"],
         "stuck": len(remaining),
@@ -249,18 +289,27 @@ def test_any_handler_behaviour_ends_as_documented_with_workers_alone(pg_db, tmp_
     rng = random.Random(seed)
     records: list[dict] = []
 
-    @settings(max_examples=int(profile["examples"]), deadline=None, database=None,
-              # No shrinking: each example runs real processes for seconds; the failing mix is
-              # printed as drawn, and every problem in it is listed.
-              phases=[Phase.explicit, Phase.generate],
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=int(profile["examples"]),
+        deadline=None,
+        database=None,
+        # No shrinking: each example runs real processes for seconds; the failing mix is
+        # printed as drawn, and every problem in it is listed.
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @example(mix=EVERY_BEHAVIOUR)
     @given(mix=mixes)
     def check(mix):
         number = len(records)
-        record = run_example(pg_db, tmp_path / f"example{number}", number, mix[:profile["tasks"]] if number else mix,
-                             rng, deadline=profile["deadline"])
+        record = run_example(
+            pg_db,
+            tmp_path / f"example{number}",
+            number,
+            mix[: profile["tasks"]] if number else mix,
+            rng,
+            deadline=profile["deadline"],
+        )
         problems = record.pop("_problems")
         records.append(record)
         assert not problems, f"seed {seed}, example {number}:\n" + "\n".join(problems[:25])
@@ -293,7 +342,8 @@ def test_a_retried_task_run_again_an_attempt_later_after_a_whole_lease_is_not_ca
     # Sooner than a lease after the retry, no claim's lease could have run out in between.
     soon = Run("t", 2, 102, started=10.01 + LEASE_SECONDS / 2, lease_expires=20.0, end="F", ended_at=10.6)
     assert check_outcomes({"t": "retry"}, {"t": [first, soon]}, {}, {}, set(), set()) == [
-        "ran again without an expired lease: t (retry): attempt 1 (pid 101, ended X) then attempt 2 (pid 102)"]
+        "ran again without an expired lease: t (retry): attempt 1 (pid 101, ended X) then attempt 2 (pid 102)"
+    ]
     # Two attempts more need two leases.
     twice = Run("t", 3, 102, started=10.01 + 1.5 * LEASE_SECONDS, lease_expires=20.0, end="F", ended_at=12.0)
     assert check_outcomes({"t": "retry"}, {"t": [first, twice]}, {}, {}, set(), set()) != []

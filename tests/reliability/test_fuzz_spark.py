@@ -35,15 +35,25 @@ def test_spark_write_options_and_formats_raise_invalid_input_only(figures, mode)
     from shardq.spark import WriteOptions, input_format
 
     tally = Tally(figures, "library: Spark WriteOptions / input format")
-    number = st.one_of(st.integers(-3, 2_000_000), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.none())
+    number = st.one_of(
+        st.integers(-3, 2_000_000), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.none()
+    )
 
     @fuzz_settings(mode)
-    @given(partitions=number, batch=number, chunks=number, workers=number, ttl=number,
-           path=st.text(max_size=20), fmt=st.one_of(st.none(), st.sampled_from(["csv", "json", "parquet"]), st.text(max_size=6)))
+    @given(
+        partitions=number,
+        batch=number,
+        chunks=number,
+        workers=number,
+        ttl=number,
+        path=st.text(max_size=20),
+        fmt=st.one_of(st.none(), st.sampled_from(["csv", "json", "parquet"]), st.text(max_size=6)),
+    )
     def check(partitions, batch, chunks, workers, ttl, path, fmt):
         try:
-            WriteOptions(partitions=partitions, batch_size=batch, chunks=chunks, merge_workers=workers,
-                         stage_ttl_seconds=ttl).validate()
+            WriteOptions(
+                partitions=partitions, batch_size=batch, chunks=chunks, merge_workers=workers, stage_ttl_seconds=ttl
+            ).validate()
             tally.ok()
         except InvalidInput:
             tally.no()
@@ -60,9 +70,26 @@ def test_spark_write_options_and_formats_raise_invalid_input_only(figures, mode)
 
 
 cell = st.one_of(
-    st.text(max_size=12), st.integers(-2**63, 2**63), st.floats(allow_nan=True, allow_infinity=True), st.none(),
-    st.sampled_from(["", "-1", "0", "10001", "1e309", "2030-01-01T00:00:00Z", "not a time", '"', "a,b", "line\nbreak",
-                     "x" * 600, "'; DROP TABLE shardq_tasks; --"]),
+    st.text(max_size=12),
+    st.integers(-(2**63), 2**63),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.sampled_from(
+        [
+            "",
+            "-1",
+            "0",
+            "10001",
+            "1e309",
+            "2030-01-01T00:00:00Z",
+            "not a time",
+            '"',
+            "a,b",
+            "line\nbreak",
+            "x" * 600,
+            "'; DROP TABLE shardq_tasks; --",
+        ]
+    ),
 )
 
 
@@ -83,8 +110,11 @@ def inputs(draw):
     column = st.one_of(st.none(), st.sampled_from(header + ["nope"]))
     mapping = {
         "--payload-column": draw(st.one_of(st.sampled_from(header + ["nope"]))),
-        "--dedupe-column": draw(column), "--delay-column": draw(column), "--priority-column": draw(column),
-        "--max-attempts-column": draw(column), "--run-at-column": draw(column),
+        "--dedupe-column": draw(column),
+        "--delay-column": draw(column),
+        "--priority-column": draw(column),
+        "--max-attempts-column": draw(column),
+        "--run-at-column": draw(column),
     }
     # Mostly valid options and queue (so most inputs reach Spark), sometimes not.
     valid = draw(st.integers(0, 4)) > 0
@@ -105,15 +135,16 @@ def wellformed(draw):
     priority column of the right types (values still drawn freely: empty, long, odd, NULL)."""
     fmt = draw(st.sampled_from(["csv", "json"]))
     n = draw(st.integers(1, 6))
-    text = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1,
-                   max_size=30)
+    text = st.text(
+        alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1, max_size=30
+    )
     columns = {"payload": draw(st.lists(text, min_size=n, max_size=n))}
     if draw(st.booleans()):
         columns["key"] = draw(st.lists(st.one_of(st.none(), text, st.just("x" * 600)), min_size=n, max_size=n))
     if draw(st.booleans()):
         columns["delay"] = draw(st.lists(st.one_of(st.none(), st.integers(-5, 10**6)), min_size=n, max_size=n))
     if draw(st.booleans()):
-        columns["prio"] = draw(st.lists(st.integers(-2**62, 2**62), min_size=n, max_size=n))
+        columns["prio"] = draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n))
     names = list(columns)
     rows = [[columns[c][i] for c in names] for i in range(n)]
     if fmt == "csv":
@@ -122,12 +153,21 @@ def wellformed(draw):
         body = buffer.getvalue()
     else:
         body = "".join(json.dumps(dict(zip(names, row))) + "\n" for row in rows)
-    mapping = {"--payload-column": "payload", "--dedupe-column": "key" if "key" in columns else None,
-               "--delay-column": "delay" if "delay" in columns else None,
-               "--priority-column": "prio" if "prio" in columns else None,
-               "--max-attempts-column": None, "--run-at-column": None}
-    options = {"--partitions": "2", "--batch-size": "128", "--chunks": "4", "--merge-workers": "2",
-               "--run-id": draw(st.one_of(st.none(), st.just("r'; DROP TABLE shardq_tasks; --"), st.uuids().map(str)))}
+    mapping = {
+        "--payload-column": "payload",
+        "--dedupe-column": "key" if "key" in columns else None,
+        "--delay-column": "delay" if "delay" in columns else None,
+        "--priority-column": "prio" if "prio" in columns else None,
+        "--max-attempts-column": None,
+        "--run-at-column": None,
+    }
+    options = {
+        "--partitions": "2",
+        "--batch-size": "128",
+        "--chunks": "4",
+        "--merge-workers": "2",
+        "--run-id": draw(st.one_of(st.none(), st.just("r'; DROP TABLE shardq_tasks; --"), st.uuids().map(str))),
+    }
     return fmt, body, "sparkq", mapping, options, n
 
 
@@ -145,9 +185,12 @@ def test_spark_enqueue_of_random_csv_and_json_inputs_exits_0_or_2_and_writes_not
         tasks = pg_db.count()
         return tasks, pg_db.count_tables_like("shardq_stage_%")
 
-    @settings(max_examples=SPARK_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=SPARK_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(case=st.one_of(wellformed(), inputs()))
     def check(case):
         fmt, text, queue, mapping, options, rows = case

@@ -21,8 +21,9 @@ def test_a_worker_armed_for_a_moment_dies_of_sigkill_when_it_reaches_it(pg_db, t
     pg_db.client.enqueue_many(queue, [NewTask(b"ok") for _ in range(6)])
     procs = Processes(pg_db.dsn.conninfo, tmp_path)
     # --until-empty: a worker whose hook does not fire drains the queue and exits 0.
-    proc = procs.start("worker", ["work", queue, "--handler", HANDLER, "--batch", "3", "--until-empty"],
-                       kill_hook=f"{moment}:1")
+    proc = procs.start(
+        "worker", ["work", queue, "--handler", HANDLER, "--batch", "3", "--until-empty"], kill_hook=f"{moment}:1"
+    )
     try:
         returncode = proc.popen.wait(timeout=60)
     finally:

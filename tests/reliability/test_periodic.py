@@ -59,5 +59,11 @@ def test_killed_and_restarted_schedulers_take_every_slot_once(pg_db, tmp_path, f
             runs.setdefault(timestamp, set()).add(task_id)
     assert all(len(ids) == 1 for ids in runs.values()), {t: ids for t, ids in runs.items() if len(ids) > 1}
     assert all(str(slots[float(t)]) in ids for t, ids in runs.items())
-    figures.add("periodic", check="3 workers with every=1, SIGKILLed and restarted at random for 10 s",
-                slots=len(slots), covered=len(covered), missing=len(missing), kills=kills)
+    figures.add(
+        "periodic",
+        check="3 workers with every=1, SIGKILLed and restarted at random for 10 s",
+        slots=len(slots),
+        covered=len(covered),
+        missing=len(missing),
+        kills=kills,
+    )

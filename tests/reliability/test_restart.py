@@ -68,8 +68,9 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
     out = tmp_path / "records"
     procs = Processes(url, out)
     for handler in (HANDLER, ASYNC_HANDLER):  # one worker of each executor
-        procs.start("worker", ["work", QUEUE, "--handler", handler, "--concurrency", "3", "--batch", "10",
-                               "--lease", "2"])
+        procs.start(
+            "worker", ["work", QUEUE, "--handler", handler, "--concurrency", "3", "--batch", "10", "--lease", "2"]
+        )
     reaper = procs.start("reaper", ["reap", "--interval", "0.2"])
     producer = ProducerThread(Client(url, application_name="producer"))
     producer.start()
@@ -79,12 +80,18 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
             wait_until(lambda before=before: finished_count(out) >= before + 40, 120, what="workers to make progress")
             raised_before = len(producer.raised)
             server.stop()
-            wait_until(lambda raised_before=raised_before: len(producer.raised) > raised_before, 30, what="the producer to notice the outage")
+            wait_until(
+                lambda raised_before=raised_before: len(producer.raised) > raised_before,
+                30,
+                what="the producer to notice the outage",
+            )
             if downtime:
                 time.sleep(downtime)  # a deliberate outage, longer than the 2 s lease
             server.start()
             after = finished_count(out)
-            wait_until(lambda after=after: finished_count(out) >= after + 40, 120, what="workers to resume after the restart")
+            wait_until(
+                lambda after=after: finished_count(out) >= after + 40, 120, what="workers to resume after the restart"
+            )
         ok_before = len(producer.ok)
         wait_until(lambda: len(producer.ok) >= ok_before + 3, 60, what="the producer to resume")
     finally:
@@ -93,6 +100,7 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
 
     client = Client(url, application_name="restart-test")
     try:
+
         def drained():
             return count_tasks_in(client.store.session) == 0
 
@@ -118,14 +126,26 @@ def test_workers_reapers_and_producers_survive_a_database_restart(own_server, tm
             half += 1
     lease_lost = lease_lost_reports(procs.logs())
     duplicates = [r for task_runs in runs.values() if len(task_runs) > 1 for r in task_runs[:-1]]
-    unexplained = [r for r in duplicates if (r.task_id, r.attempt) not in lease_lost
-                   and not (r.finished is not None and r.finished > r.lease_expires)]
+    unexplained = [
+        r
+        for r in duplicates
+        if (r.task_id, r.attempt) not in lease_lost and not (r.finished is not None and r.finished > r.lease_expires)
+    ]
     exit_codes = Counter(p.popen.returncode for p in procs.all)
     figures.add(
-        "restart", scenario=f"{restarts} restart(s), outage {downtime:g}s", restarts=restarts,
-        batches_ok=len(producer.ok), batches_raised=len(producer.raised), raised_committed=committed,
-        raised_absent=absent, half_applied=half, tasks=sum(len(k) for k in producer.ok) + committed * BATCH,
-        lost=len(lost), stuck=remaining, duplicates=len(duplicates), unexplained=len(unexplained),
+        "restart",
+        scenario=f"{restarts} restart(s), outage {downtime:g}s",
+        restarts=restarts,
+        batches_ok=len(producer.ok),
+        batches_raised=len(producer.raised),
+        raised_committed=committed,
+        raised_absent=absent,
+        half_applied=half,
+        tasks=sum(len(k) for k in producer.ok) + committed * BATCH,
+        lost=len(lost),
+        stuck=remaining,
+        duplicates=len(duplicates),
+        unexplained=len(unexplained),
         exit_codes=dict(exit_codes),
     )
     assert not alive, f"processes that exited before the end: {alive}\n{procs.logs()[-3000:]}"
@@ -152,14 +172,30 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
     gates.mkdir()
     out = tmp_path / "records"
     procs = Processes(url, out, extra_env={"SHARDQ_REL_HOLD": str(gates)})
-    worker = procs.start("worker", ["work", "q", "--handler", "tests.reliability.crash_handlers:hold",
-                                    "--concurrency", "2", "--batch", "4", "--lease", "6"])
+    worker = procs.start(
+        "worker",
+        [
+            "work",
+            "q",
+            "--handler",
+            "tests.reliability.crash_handlers:hold",
+            "--concurrency",
+            "2",
+            "--batch",
+            "4",
+            "--lease",
+            "6",
+        ],
+    )
     try:
         wait_until(lambda: len(read_executions(out)) == 2, 60, what="a and one b to start")
         server.stop()
         (gates / "a").touch()
-        wait_until(lambda: worker.log.read_text().count("settling 1 outcomes failed") >= 3, 60,
-                   what="the ack of a to fail three times")
+        wait_until(
+            lambda: worker.log.read_text().count("settling 1 outcomes failed") >= 3,
+            60,
+            what="the ack of a to fail three times",
+        )
         server.start()
         session = client.store.session
 
@@ -183,9 +219,20 @@ def test_an_ack_retried_through_an_outage_keeps_the_lease_of_tasks_still_running
             wait_until(returned, 30, interval=0.2, what="the reaper to return the dead worker's tasks")
         except AssertionError:
             stuck = True
-        figures.add("restart", scenario="ack retried through an outage, then the worker is killed", restarts=1,
-                    batches_ok=2, batches_raised=0, raised_committed=0, raised_absent=0, half_applied=0, tasks=4,
-                    lost=0, stuck=3 if stuck else 0, exit_codes={worker.popen.returncode: 1})
+        figures.add(
+            "restart",
+            scenario="ack retried through an outage, then the worker is killed",
+            restarts=1,
+            batches_ok=2,
+            batches_raised=0,
+            raised_committed=0,
+            raised_absent=0,
+            half_applied=0,
+            tasks=4,
+            lost=0,
+            stuck=3 if stuck else 0,
+            exit_codes={worker.popen.returncode: 1},
+        )
         assert not stuck, "the tasks of the dead worker stayed leased: their lease record was dropped early"
     finally:
         procs.terminate_all()

@@ -26,8 +26,10 @@ def _forms() -> list[str]:
 
 def _url(db, password: str = PASSWORD, port: int | None = None, dbname: str | None = None) -> str:
     params = conninfo_to_dict(db.dsn.conninfo)
-    return (f"postgresql://{params.get('user', 'postgres')}:{quote(password, safe='')}@{params['host']}:"
-            f"{port or params['port']}/{dbname or params['dbname']}")
+    return (
+        f"postgresql://{params.get('user', 'postgres')}:{quote(password, safe='')}@{params['host']}:"
+        f"{port or params['port']}/{dbname or params['dbname']}"
+    )
 
 
 def _leaks(text: str) -> list[str]:
@@ -42,8 +44,9 @@ def _run(args: list[str], env: dict | None = None, stdin: str | None = None) -> 
     return subprocess.run([SHARDQ, *args], capture_output=True, text=True, env=full, cwd=REPO, input=stdin, timeout=120)
 
 
-@pytest.mark.parametrize("both_ways", [pytest.param(False, id="fast"),
-                                       pytest.param(True, id="full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "both_ways", [pytest.param(False, id="fast"), pytest.param(True, id="full", marks=pytest.mark.slow)]
+)
 def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both_ways):
     url = _url(pg_db)
     closed = _url(pg_db, port=1)
@@ -55,8 +58,20 @@ def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both
         (["--debug", "--dsn", url, "stats", "--json"], None),
         (["--debug", "--log-json", "--dsn", url, "queue", "show"], None),
         (["--debug", "--log-json", "--dsn", url, "buckets", "show", "--json"], None),
-        (["--debug", "--log-json", "--dsn", url, "work", "q", "--handler", "shardq.app.loading:noop",
-          "--until-empty"], None),
+        (
+            [
+                "--debug",
+                "--log-json",
+                "--dsn",
+                url,
+                "work",
+                "q",
+                "--handler",
+                "shardq.app.loading:noop",
+                "--until-empty",
+            ],
+            None,
+        ),
         (["--debug", "--log-json", "--dsn", url, "reap", "--once"], None),
         (["--debug", "--log-json", "--dsn", url, "dead", "list", "q"], None),
         (["--debug", "--log-json", "--dsn", url, "migrate"], None),
@@ -77,7 +92,7 @@ def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both
         for via_env in (False, True) if both_ways else (bool(number % 2),):
             if via_env:  # the same, with the DSN in SHARDQ_DSN instead of --dsn
                 at = args.index("--dsn")
-                result = _run(args[:at] + args[at + 2:], env={"SHARDQ_DSN": args[at + 1]}, stdin=stdin)
+                result = _run(args[:at] + args[at + 2 :], env={"SHARDQ_DSN": args[at + 1]}, stdin=stdin)
             else:
                 result = _run(args, stdin=stdin)
             outputs += 2  # stdout and stderr
@@ -85,9 +100,13 @@ def test_cli_output_logs_and_errors_never_show_the_password(pg_db, figures, both
             found = _leaks(result.stdout + result.stderr)
             if found:
                 leaks.append((args, found, (result.stdout + result.stderr)[-500:]))
-    figures.add("secrets", check="CLI stdout/stderr with --debug/--log-json, successes and failures, "
-                + ("each with --dsn and with SHARDQ_DSN" if both_ways else "--dsn or SHARDQ_DSN (fast)"),
-                outputs=outputs, leaks=len(leaks))
+    figures.add(
+        "secrets",
+        check="CLI stdout/stderr with --debug/--log-json, successes and failures, "
+        + ("each with --dsn and with SHARDQ_DSN" if both_ways else "--dsn or SHARDQ_DSN (fast)"),
+        outputs=outputs,
+        leaks=len(leaks),
+    )
     assert not leaks, leaks
     assert 0 in codes and 1 in codes and 2 in codes  # the runs did succeed and fail
 
@@ -99,16 +118,25 @@ def test_a_worker_logging_connection_failures_never_shows_the_password(pg_db, tm
 
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_DSN"}
     with open(log, "wb") as sink:
-        proc = subprocess.Popen([SHARDQ, "--debug", "--log-json", "--dsn", closed, "work", "q", "--handler",
-                                 "shardq.app.loading:noop"], stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        proc = subprocess.Popen(
+            [SHARDQ, "--debug", "--log-json", "--dsn", closed, "work", "q", "--handler", "shardq.app.loading:noop"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+        )
     try:
         wait_until(lambda: log.read_text().count("claim failed") >= 3, 60, what="logged connection failures")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     text = log.read_text()
-    figures.add("secrets", check="`shardq work` JSON debug logs while the database is unreachable", outputs=1,
-                leaks=len(_leaks(text)))
+    figures.add(
+        "secrets",
+        check="`shardq work` JSON debug logs while the database is unreachable",
+        outputs=1,
+        leaks=len(_leaks(text)),
+    )
     assert proc.returncode == 0
     assert not _leaks(text), text[-1000:]
 
@@ -123,13 +151,21 @@ def test_library_errors_and_reprs_never_show_the_password(pg_db, figures):
     texts.append(str(caught.value))
     texts.append(repr(caught.value))
     client.close()
-    for bad in (_url(pg_db).replace("@", "@[", 1), _url(pg_db).replace("%", "%z", 1),
-                f"password='{PASSWORD}", f"postgresql://u:{PASSWORD}@h:1/d"):
+    for bad in (
+        _url(pg_db).replace("@", "@[", 1),
+        _url(pg_db).replace("%", "%z", 1),
+        f"password='{PASSWORD}",
+        f"postgresql://u:{PASSWORD}@h:1/d",
+    ):
         try:
             texts.append(str(Dsn.parse(bad)))
         except InvalidInput as exc:
             texts.append(str(exc))
     leaks = [t for t in texts if _leaks(t)]
-    figures.add("secrets", check="library: Dsn str/repr, connection errors, malformed-DSN errors", outputs=len(texts),
-                leaks=len(leaks))
+    figures.add(
+        "secrets",
+        check="library: Dsn str/repr, connection errors, malformed-DSN errors",
+        outputs=len(texts),
+        leaks=len(leaks),
+    )
     assert not leaks, leaks

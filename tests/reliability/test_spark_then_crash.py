@@ -26,7 +26,9 @@ QUEUE = "wfcrash"
 DEADLINE = 90.0
 
 
-def _enqueue(app: shardq.App, db, runs: int, tasks: int, tag: str) -> list[tuple[str, run_callbacks.Callback, list[str]]]:
+def _enqueue(
+    app: shardq.App, db, runs: int, tasks: int, tag: str
+) -> list[tuple[str, run_callbacks.Callback, list[str]]]:
     step = app.tasks["reliability.step"]
     made = []
     for i in range(runs):
@@ -39,10 +41,12 @@ def _enqueue(app: shardq.App, db, runs: int, tasks: int, tag: str) -> list[tuple
     return made
 
 
-@pytest.mark.parametrize("rounds,runs,tasks", [pytest.param(3, 4, 6, id="fast"),
-                                               pytest.param(10, 8, 12, id="full", marks=pytest.mark.slow)])
-def test_killed_workers_run_each_callback_once_after_every_task_of_its_run(pg_db, tmp_path, figures, rounds,
-                                                                           runs, tasks):
+@pytest.mark.parametrize(
+    "rounds,runs,tasks", [pytest.param(3, 4, 6, id="fast"), pytest.param(10, 8, 12, id="full", marks=pytest.mark.slow)]
+)
+def test_killed_workers_run_each_callback_once_after_every_task_of_its_run(
+    pg_db, tmp_path, figures, rounds, runs, tasks
+):
     from tests.reliability.workflow_app import app
 
     app._dsn = pg_db.dsn  # the module's app reads $SHARDQ_DSN in the workers; here, the test database
@@ -57,8 +61,21 @@ def test_killed_workers_run_each_callback_once_after_every_task_of_its_run(pg_db
             procs = Processes(pg_db.dsn.conninfo, out)
 
             def worker(hook: str | None, procs: Processes = procs):
-                return procs.start("worker", ["work", "--app", APP, "--concurrency", str(rng.randint(2, 3)),
-                                              "--batch", str(rng.randint(2, 6)), "--lease", "1"], kill_hook=hook)
+                return procs.start(
+                    "worker",
+                    [
+                        "work",
+                        "--app",
+                        APP,
+                        "--concurrency",
+                        str(rng.randint(2, 3)),
+                        "--batch",
+                        str(rng.randint(2, 6)),
+                        "--lease",
+                        "1",
+                    ],
+                    kill_hook=hook,
+                )
 
             live = [worker(f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}") for i in range(2)]
             reaper = pg_db.client.reaper()
@@ -76,8 +93,15 @@ def test_killed_workers_run_each_callback_once_after_every_task_of_its_run(pg_db
             reaper.store.session.close()
             kills += len(procs.killed_pids())
             problems += _check(pg_db, app, made, out, procs, f"round {number} (seed {seed})")
-            figures.add("spark-then-crash", round=number, seed=seed, runs=runs, tasks=runs * (tasks + 1),
-                        kills=len(procs.killed_pids()), seconds=time.monotonic() - started)
+            figures.add(
+                "spark-then-crash",
+                round=number,
+                seed=seed,
+                runs=runs,
+                tasks=runs * (tasks + 1),
+                kills=len(procs.killed_pids()),
+                seconds=time.monotonic() - started,
+            )
     finally:
         app.close()
     assert not problems, "\n".join(problems[:20])
@@ -96,15 +120,22 @@ def _check(db, app, made, out, procs, where: str) -> list[str]:
             continue
         callback_id = status.steps[0].task_id
         task_ids.add(callback_id)
-        finished = [min((r.finished for r in executions.get(i, []) if r.finished is not None), default=None)
-                    for i in ids]
+        finished = [
+            min((r.finished for r in executions.get(i, []) if r.finished is not None), default=None) for i in ids
+        ]
         starts = [r.started for r in executions.get(callback_id, [])]
         if None in finished or not starts:
             continue  # reported as lost by the accounting below
         if min(starts) < max(f for f in finished if f is not None):
             problems.append(f"{where}: the callback of {run_id} started before every task of the run finished")
     remaining = set(db.task_ids(QUEUE))
-    accounting = account(dict.fromkeys(task_ids, False), executions, remaining=remaining, dead=set(),
-                         killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
+    accounting = account(
+        dict.fromkeys(task_ids, False),
+        executions,
+        remaining=remaining,
+        dead=set(),
+        killed_pids=procs.killed_pids(),
+        lease_lost=lease_lost_reports(procs.logs()),
+    )
     problems += [f"{where}: {p}" for p in accounting.problems()]
     return problems

@@ -89,8 +89,9 @@ def test_worker_rides_out_claims_and_acks_cancelled_by_the_statement_timeout(pg_
         go.wait(30)
 
     # prefetch beyond the task count: the fetcher keeps claiming while tasks are in flight
-    worker = pg_db.client.worker(["q"], handler, concurrency=2, batch=5, prefetch=50, lease_seconds=60,
-                                 until_empty=True, statement_timeout=0.2)
+    worker = pg_db.client.worker(
+        ["q"], handler, concurrency=2, batch=5, prefetch=50, lease_seconds=60, until_empty=True, statement_timeout=0.2
+    )
     failure: list[BaseException] = []
 
     def run():
@@ -105,19 +106,30 @@ def test_worker_rides_out_claims_and_acks_cancelled_by_the_statement_timeout(pg_
         assert started.wait(30)
         with TableLock(pg_db) as lock:
             go.set()  # the handlers finish while every ack and claim must wait for the lock
-            wait_until(lambda: logwatch.count("settling", "statement timeout") >= 2 or failure, 60,
-                       what="acks cancelled by the statement timeout")
-            wait_until(lambda: logwatch.count("claim failed", "statement timeout") >= 1 or failure, 60,
-                       what="a claim cancelled by the statement timeout")
+            wait_until(
+                lambda: logwatch.count("settling", "statement timeout") >= 2 or failure,
+                60,
+                what="acks cancelled by the statement timeout",
+            )
+            wait_until(
+                lambda: logwatch.count("claim failed", "statement timeout") >= 1 or failure,
+                60,
+                what="a claim cancelled by the statement timeout",
+            )
             lock.release()
         thread.join(60)
     finally:
         worker.stop()
     stats = worker.totals
     timeouts = logwatch.count("statement timeout")
-    figures.add("timeouts", scenario="worker statements cancelled by a 0.2 s statement timeout while the table is locked",
-                text=f"{timeouts} cancelled statements retried; {stats.acked} of 10 acked, lease_lost {stats.lease_lost}, "
-                     f"left in table {pg_db.count()}", lost=10 - stats.acked, stuck=pg_db.count())
+    figures.add(
+        "timeouts",
+        scenario="worker statements cancelled by a 0.2 s statement timeout while the table is locked",
+        text=f"{timeouts} cancelled statements retried; {stats.acked} of 10 acked, lease_lost {stats.lease_lost}, "
+        f"left in table {pg_db.count()}",
+        lost=10 - stats.acked,
+        stuck=pg_db.count(),
+    )
     assert not failure, f"the worker died: {failure[0]!r}"
     assert stats.acked == 10 and stats.lease_lost == 0 and len(seen) == 10, pg_db.task_clock()
     assert pg_db.count() == 0
@@ -129,19 +141,30 @@ def test_reaper_process_rides_out_statement_timeouts_and_reaps_afterwards(pg_db,
     procs = Processes(pg_db.dsn.conninfo, tmp_path / "out")
     with TableLock(pg_db):
         reaper = procs.start("reaper", ["reap", "--interval", "0.1", "--statement-timeout", "0.2"])
-        wait_until(lambda: reaper.log.read_text().count("statement timeout") >= 2 or reaper.poll() is not None, 60,
-                   what="reaper statements cancelled by the statement timeout")
+        wait_until(
+            lambda: reaper.log.read_text().count("statement timeout") >= 2 or reaper.poll() is not None,
+            60,
+            what="reaper statements cancelled by the statement timeout",
+        )
         alive_under_lock = reaper.poll() is None
     try:
-        wait_until(lambda: (pg_db.task_row(task.key.id) or {}).get("state") in ("ready", "scheduled")
-                   or reaper.poll() is not None, 60, what="the reaper process to reap once the lock is gone")
+        wait_until(
+            lambda: (
+                (pg_db.task_row(task.key.id) or {}).get("state") in ("ready", "scheduled") or reaper.poll() is not None
+            ),
+            60,
+            what="the reaper process to reap once the lock is gone",
+        )
     finally:
         procs.terminate_all()
     log = reaper.log.read_text()
-    figures.add("timeouts", scenario="`shardq reap --statement-timeout 0.2` while the table is locked",
-                text=f"{log.count('statement timeout')} cancelled passes logged; alive: {alive_under_lock}; "
-                     f"exit code {reaper.popen.returncode}; expired lease reaped afterwards: "
-                     f"{pg_db.task_row(task.key.id)['state'] != 'leased'}")
+    figures.add(
+        "timeouts",
+        scenario="`shardq reap --statement-timeout 0.2` while the table is locked",
+        text=f"{log.count('statement timeout')} cancelled passes logged; alive: {alive_under_lock}; "
+        f"exit code {reaper.popen.returncode}; expired lease reaped afterwards: "
+        f"{pg_db.task_row(task.key.id)['state'] != 'leased'}",
+    )
     assert alive_under_lock, log[-2000:]
     assert reaper.popen.returncode == 0, log[-2000:]
     assert pg_db.task_row(task.key.id)["state"] in ("ready", "scheduled")
@@ -164,8 +187,11 @@ def test_reaper_run_forever_keeps_running_through_cancelled_statements(pg_db, lo
     try:
         with TableLock(pg_db):
             thread.start()
-            wait_until(lambda: logwatch.count("reaper run failed", "statement timeout") >= 2 or failure, 60,
-                       what="failed reaper passes")
+            wait_until(
+                lambda: logwatch.count("reaper run failed", "statement timeout") >= 2 or failure,
+                60,
+                what="failed reaper passes",
+            )
         wait_until(lambda: pg_db.task_row(task.key.id)["state"] != "leased" or failure, 60, what="the reap")
     finally:
         stop.set()
@@ -226,7 +252,11 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
     cuts = 0
     try:
         while thread.is_alive() and cuts < 8:
-            wait_until(lambda cuts=cuts: len(seen) >= 40 * (cuts + 1) or not thread.is_alive(), 60, what="progress between cuts")
+            wait_until(
+                lambda cuts=cuts: len(seen) >= 40 * (cuts + 1) or not thread.is_alive(),
+                60,
+                what="progress between cuts",
+            )
             killed = terminate_sessions_named(killer, "shardq-cut-me")
             cuts += 1 if killed else 0
     finally:
@@ -236,10 +266,14 @@ def test_connections_cut_under_a_draining_worker_lose_nothing(pg_db, logwatch, f
         victim.close()
     stats = worker.totals
     remaining = pg_db.count_tasks()
-    figures.add("timeouts", scenario="worker connections cut with pg_terminate_backend during a drain",
-                text=f"{cuts} cuts; {len(set(seen))} of {len(ids)} processed, {len(seen) - len(set(seen))} "
-                     f"executed twice, lease_lost {stats.lease_lost}, left in table {remaining}",
-                lost=len(ids - set(seen)), stuck=remaining)
+    figures.add(
+        "timeouts",
+        scenario="worker connections cut with pg_terminate_backend during a drain",
+        text=f"{cuts} cuts; {len(set(seen))} of {len(ids)} processed, {len(seen) - len(set(seen))} "
+        f"executed twice, lease_lost {stats.lease_lost}, left in table {remaining}",
+        lost=len(ids - set(seen)),
+        stuck=remaining,
+    )
     assert not thread.is_alive()
     assert cuts >= 3
     assert set(seen) == ids and remaining == 0
@@ -265,12 +299,15 @@ def test_a_handler_that_hangs_past_its_lease_cannot_settle_the_task_someone_else
     # prefetch 0: the hung worker claims nothing more while its only handler is stuck
     hung_worker = pg_db.client.worker(["q"], hung, concurrency=1, batch=1, prefetch=0, lease_seconds=1)
     healthy_worker = pg_db.client.worker(["q"], healthy, concurrency=1, batch=1, prefetch=0, lease_seconds=30)
-    threads = [threading.Thread(target=w.run, kwargs={"install_signal_handlers": False}, daemon=True)
-               for w in (hung_worker, healthy_worker)]
+    threads = [
+        threading.Thread(target=w.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        for w in (hung_worker, healthy_worker)
+    ]
     reaper = pg_db.client.reaper()
     try:
         threads[0].start()
         assert first_started.wait(30)
+
         def reaped() -> bool:  # by this reaper, or by a worker's lease sweeper (the hung one's too)
             if reaper.run_once().retried == 1:
                 return True
@@ -295,10 +332,13 @@ def test_a_handler_that_hangs_past_its_lease_cannot_settle_the_task_someone_else
             if thread.is_alive() or thread.ident:
                 thread.join(30)
         reaper.store.session.close()
-    figures.add("timeouts", scenario="handler hung past its 1 s lease; reaped; run by another worker",
-                text=f"executions {runs}; hung worker acked {hung_worker.totals.acked}, lease_lost "
-                     f"{hung_worker.totals.lease_lost}; other worker acked {healthy_worker.totals.acked}; "
-                     f"row kept while the other held it: {held_by_other}")
+    figures.add(
+        "timeouts",
+        scenario="handler hung past its 1 s lease; reaped; run by another worker",
+        text=f"executions {runs}; hung worker acked {hung_worker.totals.acked}, lease_lost "
+        f"{hung_worker.totals.lease_lost}; other worker acked {healthy_worker.totals.acked}; "
+        f"row kept while the other held it: {held_by_other}",
+    )
     assert runs == [("hung", 1), ("healthy", 2)]
     assert held_by_other, "the stale ack deleted a task another worker was running"
     assert hung_worker.totals.acked == 0 and hung_worker.totals.lease_lost == 1

@@ -28,8 +28,21 @@ DEADLINE = 90.0
 
 
 def _worker(procs: Processes, rng: random.Random, hook: str | None):
-    return procs.start("worker", ["work", "--app", APP, "--concurrency", str(rng.randint(2, 3)),
-                                  "--batch", str(rng.randint(2, 6)), "--lease", "1"], kill_hook=hook)
+    return procs.start(
+        "worker",
+        [
+            "work",
+            "--app",
+            APP,
+            "--concurrency",
+            str(rng.randint(2, 3)),
+            "--batch",
+            str(rng.randint(2, 6)),
+            "--lease",
+            "1",
+        ],
+        kill_hook=hook,
+    )
 
 
 def _enqueue(app: shardq.App, n: int) -> list:
@@ -45,14 +58,18 @@ def _enqueue(app: shardq.App, n: int) -> list:
     return handles
 
 
-@pytest.mark.parametrize("rounds,workflows,shards", [
-    pytest.param(3, 8, False, id="fast"),
-    pytest.param(3, 8, True, id="fast-shards"),
-    pytest.param(12, 20, False, id="full", marks=pytest.mark.slow),
-    pytest.param(12, 20, True, id="full-shards", marks=pytest.mark.slow),
-])
-def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db, tmp_path, figures, monkeypatch,
-                                                                           rounds, workflows, shards):
+@pytest.mark.parametrize(
+    "rounds,workflows,shards",
+    [
+        pytest.param(3, 8, False, id="fast"),
+        pytest.param(3, 8, True, id="fast-shards"),
+        pytest.param(12, 20, False, id="full", marks=pytest.mark.slow),
+        pytest.param(12, 20, True, id="full-shards", marks=pytest.mark.slow),
+    ],
+)
+def test_killed_workers_release_every_step_once_and_after_all_its_parents(
+    pg_db, tmp_path, figures, monkeypatch, rounds, workflows, shards
+):
     from tests.reliability.workflow_app import app
 
     if shards:
@@ -73,8 +90,9 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
             if shards:
                 assert len(pg_db.workflow_counts()) >= 2 * workflows
             procs = Processes(pg_db.dsn.conninfo, out)
-            live = [_worker(procs, rng, f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}")
-                    for i in range(2)]
+            live = [
+                _worker(procs, rng, f"{MOMENTS[(2 * number + i) % len(MOMENTS)]}:{rng.randint(1, 3)}") for i in range(2)
+            ]
             reaper = pg_db.client.reaper()
             started = time.monotonic()
             while time.monotonic() - started < DEADLINE:
@@ -90,8 +108,15 @@ def test_killed_workers_release_every_step_once_and_after_all_its_parents(pg_db,
             reaper.store.session.close()
             kills += len(procs.killed_pids())
             problems += _check(pg_db, handles, app, out, procs, f"round {number} (seed {seed})")
-            figures.add("workflow-crash", round=number, seed=seed, workflows=workflows, steps=6 * workflows,
-                        kills=len(procs.killed_pids()), seconds=time.monotonic() - started)
+            figures.add(
+                "workflow-crash",
+                round=number,
+                seed=seed,
+                workflows=workflows,
+                steps=6 * workflows,
+                kills=len(procs.killed_pids()),
+                seconds=time.monotonic() - started,
+            )
     finally:
         app.close()
     assert not problems, "\n".join(problems[:20])
@@ -103,19 +128,29 @@ def _check(db, handles, app, out, procs, where: str) -> list[str]:
     runs = read_executions(out)
     task_ids = {task_id for h in handles for task_id in h.task_ids.values()}
     remaining = set(db.task_ids(QUEUE))
-    accounting = account(dict.fromkeys(task_ids, False), runs, remaining=remaining & task_ids, dead=set(),
-                         killed_pids=procs.killed_pids(), lease_lost=lease_lost_reports(procs.logs()))
+    accounting = account(
+        dict.fromkeys(task_ids, False),
+        runs,
+        remaining=remaining & task_ids,
+        dead=set(),
+        killed_pids=procs.killed_pids(),
+        lease_lost=lease_lost_reports(procs.logs()),
+    )
     problems += [f"{where}: {p}" for p in accounting.problems()]
     for handle in handles:
         status = app.workflow_status(handle)
         if status.state != "succeeded":
-            problems.append(f"{where}: workflow {handle} is {status.state}: "
-                            + ", ".join(f"{s.name}={s.state}" for s in status.steps))
+            problems.append(
+                f"{where}: workflow {handle} is {status.state}: "
+                + ", ".join(f"{s.name}={s.state}" for s in status.steps)
+            )
             continue
         for step in status.steps:
             first_start = min(r.started for r in runs[step.task_id])
             for parent in step.parents:
                 finished = [r.finished for r in runs[handle.task_ids[parent]] if r.finished is not None]
                 if not finished or first_start < min(finished):
-                    problems.append(f"{where}: step {step.name} of {handle} started before its parent {parent} finished")
+                    problems.append(
+                        f"{where}: step {step.name} of {handle} started before its parent {parent} finished"
+                    )
     return problems

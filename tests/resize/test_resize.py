@@ -404,7 +404,9 @@ def test_cockroach_resize_ddl_keeps_the_migrations_key_and_takes_a_literal_count
 
     from shardq import sql as queries
 
-    migration = (Path(__file__).resolve().parents[2] / "src" / "shardq" / "migrations" / "versions" / "0001_initial.py").read_text()
+    migration = (
+        Path(__file__).resolve().parents[2] / "src" / "shardq" / "migrations" / "versions" / "0001_initial.py"
+    ).read_text()
     created = re.search(r"PRIMARY KEY \(([^)]*)\) USING HASH", migration).group(1)
     statements = queries.statements_for("cockroachdb")
     with psycopg.connect(pg_db.dsn.conninfo) as conn:

@@ -53,30 +53,56 @@ pytestmark = pytest.mark.recorded
 KEY = "(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC)"
 COLUMN_16 = "crdb_internal_exec_time_id_queue_rank_state_shard_16"
 COLUMN_32 = "crdb_internal_exec_time_id_queue_rank_state_shard_32"
-ALTER_32 = ("ALTER TABLE shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, rank, exec_time, id)\n"
-            "    USING HASH WITH (bucket_count = 32)")
+ALTER_32 = (
+    "ALTER TABLE shardq_tasks ALTER PRIMARY KEY USING COLUMNS (state, queue, rank, exec_time, id)\n"
+    "    USING HASH WITH (bucket_count = 32)"
+)
 DROP_16 = f'ALTER TABLE shardq_tasks DROP COLUMN "{COLUMN_16}"'
-JOB_COLUMNS = [("job_id", "INT8"), ("job_type", "TEXT"), ("status", "TEXT"), ("running_status", "TEXT"),
-               ("fraction_completed", "FLOAT8"), ("description", "TEXT")]
-ALTER_DESCRIPTION = ("ALTER TABLE defaultdb.public.shardq_tasks ALTER PRIMARY KEY USING COLUMNS "
-                     "(state, queue, rank, exec_time, id) USING HASH WITH (bucket_count = 32)")
+JOB_COLUMNS = [
+    ("job_id", "INT8"),
+    ("job_type", "TEXT"),
+    ("status", "TEXT"),
+    ("running_status", "TEXT"),
+    ("fraction_completed", "FLOAT8"),
+    ("description", "TEXT"),
+]
+ALTER_DESCRIPTION = (
+    "ALTER TABLE defaultdb.public.shardq_tasks ALTER PRIMARY KEY USING COLUMNS "
+    "(state, queue, rank, exec_time, id) USING HASH WITH (bucket_count = 32)"
+)
 #: The declarative schema changer's job mid-backfill (side_effects file, module docstring).
-BACKFILLING = (1145445286329516033, "NEW SCHEMA CHANGE", "running",
-               "PostCommitPhase stage 2 of 7 with 2 BackfillType ops pending", 0.25, ALTER_DESCRIPTION)
+BACKFILLING = (
+    1145445286329516033,
+    "NEW SCHEMA CHANGE",
+    "running",
+    "PostCommitPhase stage 2 of 7 with 2 BackfillType ops pending",
+    0.25,
+    ALTER_DESCRIPTION,
+)
 #: The legacy schema changer's cleanup job, still running once the ALTER has returned (its NOTICE
 #: says "primary key changes are finalized asynchronously", logic_test/alter_primary_key).
 CLEANUP = (1145445286329516034, "SCHEMA CHANGE", "running", None, 0.0, f"CLEANUP JOB for '{ALTER_DESCRIPTION}'")
 #: Another schema change of the table (logic_test/jobs records CREATE INDEX jobs' descriptions).
-OTHER = (1145445286329516000, "SCHEMA CHANGE", "running", None, 0.5,
-         "CREATE INDEX ON defaultdb.public.shardq_tasks (queue)")
+OTHER = (
+    1145445286329516000,
+    "SCHEMA CHANGE",
+    "running",
+    None,
+    0.5,
+    "CREATE INDEX ON defaultdb.public.shardq_tasks (queue)",
+)
 
 
 def layout(buckets: int) -> Rows:
     column = f"crdb_internal_exec_time_id_queue_rank_state_shard_{buckets}"
-    definition = (f"CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree {KEY} "
-                  f"USING HASH WITH (bucket_count={buckets})")
-    return Rows([("index_name", "TEXT"), ("shard_column", "TEXT"), ("index_definition", "TEXT")],
-                [("shardq_tasks_pkey", column, definition)])
+    definition = (
+        f"CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree {KEY} "
+        f"USING HASH WITH (bucket_count={buckets})"
+    )
+    return Rows(
+        [("index_name", "TEXT"), ("shard_column", "TEXT"), ("index_definition", "TEXT")],
+        [("shardq_tasks_pkey", column, definition)],
+    )
 
 
 def jobs(*rows: tuple) -> Rows:
@@ -88,8 +114,17 @@ class Cluster:
     jobs each poll sees (a list consumed in order, then none), and the answers to the ALTER and
     the DROP COLUMN (a function of the received statement, or an answer)."""
 
-    def __init__(self, *, before: int = 16, after: int = 32, jobs_before: tuple = (),
-                 jobs_after: list | None = None, alter=None, drop=None, took: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        before: int = 16,
+        after: int = 32,
+        jobs_before: tuple = (),
+        jobs_after: list | None = None,
+        alter=None,
+        drop=None,
+        took: bool = True,
+    ) -> None:
         self.buckets = before
         self.after = after
         self.jobs_before = jobs_before
@@ -127,8 +162,7 @@ class Cluster:
 
     def watching(self, received: Received) -> bool:
         # The watcher polls only while the ALTER runs, on the one connection opened meanwhile.
-        return (self.resize_connection is not None and not self.altered
-                and received.connection != self.resize_connection)
+        return self.resize_connection is not None and not self.altered and received.connection != self.resize_connection
 
 
 def sessions(server: RecordedCockroach):
@@ -138,11 +172,15 @@ def sessions(server: RecordedCockroach):
 
 def arrived(server: RecordedCockroach, *, connection: int | None = None) -> list[tuple[str, bool]]:
     """(the statement's name, or its text; whether in a transaction), in order."""
-    return [(r.name or r.text, r.in_transaction) for r in server.received
-            if connection is None or r.connection == connection]
+    return [
+        (r.name or r.text, r.in_transaction)
+        for r in server.received
+        if connection is None or r.connection == connection
+    ]
 
 
 # -- the whole sequence -----------------------------------------------------------------------
+
 
 def test_a_resize_alters_the_key_alone_in_autocommit_waits_for_its_jobs_then_drops_the_old_shard_column():
     cluster = Cluster(jobs_after=[(CLEANUP,)])
@@ -153,18 +191,28 @@ def test_a_resize_alters_the_key_alone_in_autocommit_waits_for_its_jobs_then_dro
     # One internals session runs it all, every statement alone (no BEGIN, none in a transaction);
     # the watcher's polls, if it got to any before the ALTER returned, come on another one.
     assert arrived(server, connection=1) == [
-        ("shard_layout_get", False), ("table_schema_jobs_running", False), (ALTER_32, False),
-        ("table_schema_jobs_running", False), ("table_schema_jobs_running", False),
-        ("shard_layout_get", False), ("shard_column_drop", False), ("table_schema_jobs_running", False),
+        ("shard_layout_get", False),
+        ("table_schema_jobs_running", False),
+        (ALTER_32, False),
+        ("table_schema_jobs_running", False),
+        ("table_schema_jobs_running", False),
+        ("shard_layout_get", False),
+        ("shard_column_drop", False),
+        ("table_schema_jobs_running", False),
     ]
     assert [r.text for r in server.received if r.name == "shard_column_drop"] == [DROP_16]
     assert cluster.resize_connection == 1
     assert {r.name for r in server.received if r.connection != 1} <= {"table_schema_jobs_running"}
     assert server.startups[0].parameters["options"] == "-c timezone=UTC -c allow_unsafe_internals=on"
     assert result == ResizeResult(
-        "cockroachdb", 16, 32, True,
+        "cockroachdb",
+        16,
+        32,
+        True,
         f"resized from 16 to 32 buckets; shard column {COLUMN_32} (dropped the old shard column {COLUMN_16})",
-        shard_column_before=COLUMN_16, shard_column_after=COLUMN_32, stale_column_dropped=True,
+        shard_column_before=COLUMN_16,
+        shard_column_after=COLUMN_32,
+        stale_column_dropped=True,
     )
     assert reports == [
         ResizeProgress("schema-change", "ALTER PRIMARY KEY to 32 buckets"),
@@ -194,8 +242,11 @@ def test_while_the_alter_blocks_a_second_internals_session_reports_the_jobs_prog
         polls = 0
 
         def __call__(self, received: Received):
-            if (received.name == "table_schema_jobs_running" and self.resize_connection is not None
-                    and received.connection != self.resize_connection):
+            if (
+                received.name == "table_schema_jobs_running"
+                and self.resize_connection is not None
+                and received.connection != self.resize_connection
+            ):
                 self.polls += 1
                 return jobs() if self.polls == 1 else jobs(BACKFILLING)
             return super().__call__(received)
@@ -215,8 +266,10 @@ def test_while_the_alter_blocks_a_second_internals_session_reports_the_jobs_prog
     assert reports[:2] == [ResizeProgress("schema-change", "ALTER PRIMARY KEY to 32 buckets"), backfill]
     # Later polls may repeat the report until the watcher stops; nothing else comes from it.
     assert set(reports[1:-2]) == {backfill}
-    assert reports[-2:] == [ResizeProgress("dropping-column", f"dropping stale shard column {COLUMN_16}"),
-                            ResizeProgress("done", result.message, fraction=1.0)]
+    assert reports[-2:] == [
+        ResizeProgress("dropping-column", f"dropping stale shard column {COLUMN_16}"),
+        ResizeProgress("done", result.message, fraction=1.0),
+    ]
     assert result.stale_column_dropped
 
 
@@ -237,8 +290,11 @@ def test_the_watcher_survives_a_failing_poll_and_the_resize_goes_on():
 
     class Watched(Cluster):
         def __call__(self, received: Received):
-            if (received.name == "table_schema_jobs_running" and self.resize_connection is not None
-                    and received.connection != self.resize_connection):
+            if (
+                received.name == "table_schema_jobs_running"
+                and self.resize_connection is not None
+                and received.connection != self.resize_connection
+            ):
                 failed.set()
                 return Disconnect()
             return super().__call__(received)
@@ -250,12 +306,20 @@ def test_the_watcher_survives_a_failing_poll_and_the_resize_goes_on():
 
 # -- no-ops and refusals before any DDL -------------------------------------------------------
 
+
 def test_the_same_bucket_count_is_a_no_op_that_sends_no_ddl():
     with RecordedCockroach(Cluster(before=16)) as server:
         result = resize_buckets(sessions(server), 16)
     assert arrived(server) == [("shard_layout_get", False), ("table_schema_jobs_running", False)]
-    assert result == ResizeResult("cockroachdb", 16, 16, False, "already 16 buckets: nothing to do",
-                                  shard_column_before=COLUMN_16, shard_column_after=COLUMN_16)
+    assert result == ResizeResult(
+        "cockroachdb",
+        16,
+        16,
+        False,
+        "already 16 buckets: nothing to do",
+        shard_column_before=COLUMN_16,
+        shard_column_after=COLUMN_16,
+    )
 
 
 def test_the_same_bucket_count_names_a_schema_change_still_running():
@@ -269,8 +333,9 @@ def test_a_resize_while_another_schema_change_of_the_table_runs_is_refused_befor
     with RecordedCockroach(Cluster(jobs_before=(OTHER, BACKFILLING))) as server:
         with pytest.raises(ResizeInProgress) as raised:
             resize_buckets(sessions(server), 32)
-    assert str(raised.value) == (f"a schema change of shardq_tasks is still running (job {OTHER[0]}: {OTHER[5]}); "
-                                 "wait for it before resizing")
+    assert str(raised.value) == (
+        f"a schema change of shardq_tasks is still running (job {OTHER[0]}: {OTHER[5]}); wait for it before resizing"
+    )
     assert [name for name, _ in arrived(server)] == ["shard_layout_get", "table_schema_jobs_running"]
 
 
@@ -288,7 +353,10 @@ def test_an_alter_refused_because_a_schema_change_started_after_the_check_raises
         "undergoing a schema change); wait for it before resizing"
     )
     assert [name for name, _ in arrived(server, connection=1)] == [
-        "shard_layout_get", "table_schema_jobs_running", ALTER_32]
+        "shard_layout_get",
+        "table_schema_jobs_running",
+        ALTER_32,
+    ]
 
 
 @pytest.mark.parametrize("buckets", [1, 2049])
@@ -302,6 +370,7 @@ def test_bucket_counts_out_of_range_are_refused_before_connecting(buckets):
 
 
 # -- failures after the ALTER -----------------------------------------------------------------
+
 
 def test_an_alter_the_server_refuses_raises_and_drops_nothing():
     # A BUCKET_COUNT the server refuses (logic_test/hash_sharded_index: "statement error pgcode
@@ -335,8 +404,9 @@ def test_a_refused_drop_of_the_old_shard_column_is_reported_not_raised():
     with RecordedCockroach(Cluster(drop=Error("01000", refusal))) as server:
         result = resize_buckets(sessions(server), 32, poll=0.001, on_progress=reports.append)
     assert result.stale_column_kept == refusal and not result.stale_column_dropped
-    assert result.message == (f"resized from 16 to 32 buckets; shard column {COLUMN_32} "
-                              f"(the old shard column {COLUMN_16} stays: {refusal})")
+    assert result.message == (
+        f"resized from 16 to 32 buckets; shard column {COLUMN_32} (the old shard column {COLUMN_16} stays: {refusal})"
+    )
     assert reports[-1] == ResizeProgress("done", result.message, fraction=1.0)
     # No wait for a drop that did not happen.
     assert [name for name, _ in arrived(server, connection=1)][-2:] == ["shard_layout_get", "shard_column_drop"]
@@ -376,9 +446,14 @@ def test_a_connection_lost_during_the_alter_reconnects_waits_for_the_job_and_fin
         result = resize_buckets(sessions(server), 32, poll=0.001)
     assert result.changed and result.after == 32 and result.stale_column_dropped
     assert [(r.connection, r.name or r.text) for r in server.received] == [
-        (1, "shard_layout_get"), (1, "table_schema_jobs_running"), (1, ALTER_32),
-        (2, "table_schema_jobs_running"), (2, "table_schema_jobs_running"), (2, "shard_layout_get"),
-        (2, "shard_column_drop"), (2, "table_schema_jobs_running"),
+        (1, "shard_layout_get"),
+        (1, "table_schema_jobs_running"),
+        (1, ALTER_32),
+        (2, "table_schema_jobs_running"),
+        (2, "table_schema_jobs_running"),
+        (2, "shard_layout_get"),
+        (2, "shard_column_drop"),
+        (2, "table_schema_jobs_running"),
     ]
     assert server.startups[1].parameters["options"] == "-c timezone=UTC -c allow_unsafe_internals=on"
 
@@ -414,6 +489,7 @@ def test_a_wait_gives_up_after_more_lost_connections_in_a_row_than_allowed():
 
 # -- the command ------------------------------------------------------------------------------
 
+
 def cli_run(server: RecordedCockroach, *args: str, env_dsn: bool = False):
     from shardq.cli.main import cli
 
@@ -442,7 +518,12 @@ def test_buckets_resize_json_prints_the_result_only():
         run = cli_run(server, "buckets", "resize", "32", "--json", env_dsn=True)
     assert run.exit_code == 0, run.output
     printed = json.loads(run.output)
-    assert (printed["dialect"], printed["before"], printed["after"], printed["changed"]) == ("cockroachdb", 16, 32, True)
+    assert (printed["dialect"], printed["before"], printed["after"], printed["changed"]) == (
+        "cockroachdb",
+        16,
+        32,
+        True,
+    )
 
 
 def test_buckets_resize_during_another_schema_change_exits_1_with_one_line():

@@ -84,7 +84,17 @@ def test_a_statement_retried_past_its_budget_is_a_serialization_conflict():
         with Session(Dsn.parse(server.url()), max_retries=2) as session:
             session.set_shard_column("crdb_internal_exec_time_id_queue_rank_state_shard_4")
             with pytest.raises(SerializationConflict, match="restart transaction"):
-                session.fetch_all("task_ack_many", {
-                    "ids": [uuid.uuid4()], "tokens": [uuid.uuid4()], "states": ["leased"], "queues": ["q"],
-                    "ranks": [0], "exec_times": [None]}, binary=True, tuples=True)
+                session.fetch_all(
+                    "task_ack_many",
+                    {
+                        "ids": [uuid.uuid4()],
+                        "tokens": [uuid.uuid4()],
+                        "states": ["leased"],
+                        "queues": ["q"],
+                        "ranks": [0],
+                        "exec_times": [None],
+                    },
+                    binary=True,
+                    tuples=True,
+                )
         assert server.names_received().count("task_ack_many") == 3

@@ -80,6 +80,7 @@ def _session(server: RecordedCockroach, **options) -> Session:
 
 # -- isolation -------------------------------------------------------------------------------------
 
+
 def test_every_transaction_begins_at_serializable():
     with recorded_cockroach({"queue_list": QUEUE_ROW}) as server, _session(server) as session:
         session.transaction(lambda s: s.fetch_all("queue_list"))
@@ -101,6 +102,7 @@ def test_every_asyncio_transaction_begins_at_serializable():
 
 # -- timeouts ------------------------------------------------------------------------------------
 
+
 def test_a_statement_timeout_is_reported_once_and_never_resent():
     with recorded_cockroach({"task_ack_many": STATEMENT_TIMEOUT_57014}) as server, _session(server) as session:
         with pytest.raises(StatementTimeout, match="due to statement timeout"):
@@ -109,6 +111,7 @@ def test_a_statement_timeout_is_reported_once_and_never_resent():
 
 
 # -- 40001 -----------------------------------------------------------------------------------------
+
 
 def test_a_40001_outside_a_transaction_resends_the_statement_alone():
     with recorded_cockroach({"task_ack_many": _failing(2, RETRY_40001, IDS)}) as server, _session(server) as session:
@@ -129,16 +132,25 @@ def test_a_40001_inside_a_transaction_reruns_the_whole_body():
     def body(s: Session):
         runs.append(1)
         s.fetch_all("queue_list")
-        return s.fetch_all("task_ack_many", {"states": [], "buckets": [], "queues": [], "ranks": [],
-                                             "exec_times": [], "ids": [], "tokens": []})
+        return s.fetch_all(
+            "task_ack_many",
+            {"states": [], "buckets": [], "queues": [], "ranks": [], "exec_times": [], "ids": [], "tokens": []},
+        )
 
     answers: dict[str, Answering] = {"queue_list": QUEUE_ROW, "task_ack_many": _failing(1, RETRY_40001, IDS)}
     with recorded_cockroach(answers) as server, _session(server) as session:
         assert session.transaction(body) == [{"id": uuid.UUID(int=1)}]
     assert len(runs) == 2
     assert server.names_received() == [
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "task_ack_many", "ROLLBACK",
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "task_ack_many", "COMMIT"]
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "queue_list",
+        "task_ack_many",
+        "ROLLBACK",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "queue_list",
+        "task_ack_many",
+        "COMMIT",
+    ]
 
 
 def test_a_40001_at_commit_reruns_the_whole_body():
@@ -172,9 +184,15 @@ def test_an_asyncio_40001_is_retried_alone_and_in_a_transaction():
         alone, whole = asyncio.run(main(server.url()))
     assert alone == {uuid.UUID(int=1)} and whole == []
     assert server.names_received() == [
-        "task_ack_many", "task_ack_many",
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "ROLLBACK",
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "queue_list", "COMMIT"]
+        "task_ack_many",
+        "task_ack_many",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "queue_list",
+        "ROLLBACK",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "queue_list",
+        "COMMIT",
+    ]
 
 
 def test_an_asyncio_transaction_past_the_retry_budget_is_a_serialization_conflict():
@@ -192,8 +210,12 @@ def test_an_asyncio_transaction_past_the_retry_budget_is_a_serialization_conflic
 
 # -- 40003 -----------------------------------------------------------------------------------------
 
+
 def test_a_40003_resends_a_fenced_ack():
-    with recorded_cockroach({"task_ack_many": _failing(1, AMBIGUOUS_40003, IDS)}) as server, _session(server) as session:
+    with (
+        recorded_cockroach({"task_ack_many": _failing(1, AMBIGUOUS_40003, IDS)}) as server,
+        _session(server) as session,
+    ):
         assert session.run(COCKROACHDB.ack_keys(_items())) == {uuid.UUID(int=1)}
     assert server.names_received() == ["task_ack_many"] * 2
 
@@ -217,13 +239,17 @@ def test_an_asyncio_40003_resends_only_fenced_statements():
         finally:
             await session.close()
 
-    answers: dict[str, Answering] = {"task_ack_many": _failing(1, AMBIGUOUS_40003, IDS), "task_claim_batch": AMBIGUOUS_40003}
+    answers: dict[str, Answering] = {
+        "task_ack_many": _failing(1, AMBIGUOUS_40003, IDS),
+        "task_claim_batch": AMBIGUOUS_40003,
+    }
     with recorded_cockroach(answers) as server:
         assert asyncio.run(main(server.url())) == {uuid.UUID(int=1)}
     assert server.names_received() == ["task_ack_many", "task_ack_many", "task_claim_batch"]
 
 
 # -- 42703 -----------------------------------------------------------------------------------------
+
 
 def test_a_missing_shard_column_is_a_layout_change():
     with recorded_cockroach({"task_claim_batch": undefined_column(SHARD_COLUMN_16)}) as server:
@@ -253,6 +279,7 @@ def test_an_asyncio_missing_shard_column_is_a_layout_change():
 
 # -- redaction -------------------------------------------------------------------------------------
 
+
 def test_the_password_never_appears_in_an_error_message():
     secret = "s3cr3t-pw"
     error = Error("XX000", f"internal error: connection to postgresql://root:{secret}@node failed")
@@ -266,6 +293,7 @@ def test_the_password_never_appears_in_an_error_message():
 
 
 # -- statements outside the named path (db_special) ------------------------------------------------
+
 
 def test_explain_on_cockroachdb_sends_the_statement_with_its_values_inlined():
     plan = Rows([("info", "TEXT")], [("distribution: local",), ("• scan",), ("  spans: FULL SCAN",)])
@@ -296,6 +324,7 @@ def test_ddl_on_cockroachdb_fills_identifier_and_literal_slots():
 
 # -- borrowed connections --------------------------------------------------------------------------
 
+
 def test_a_borrowed_cockroachdb_connection_learns_the_engine_and_never_retries():
     with recorded_cockroach({"task_ack_many": RETRY_40001}) as server:
         with psycopg.connect(server.url().replace("cockroachdb://", "postgresql://"), autocommit=True) as conn:
@@ -324,6 +353,7 @@ def test_an_asyncio_borrowed_cockroachdb_connection_learns_the_engine():
 
 
 # -- asyncio connect -------------------------------------------------------------------------------
+
 
 def test_an_asyncio_session_learns_cockroachdb_from_a_postgresql_url():
     async def main(url):

@@ -39,29 +39,49 @@ def _struct_frame(spark):
         TimestampType,
     )
 
-    args_type = StructType([
-        StructField("path", StringType()), StructField("width", IntegerType()), StructField("big", LongType()),
-        StructField("sharp", BooleanType()), StructField("price", DecimalType(12, 8)),
-        StructField("day", DateType()), StructField("when", TimestampType()), StructField("local", TimestampNTZType()),
-        StructField("tags", ArrayType(StringType())), StructField("sizes", MapType(StringType(), IntegerType())),
-        StructField("box", StructType([StructField("w", IntegerType()), StructField("note", StringType())])),
-    ])
+    args_type = StructType(
+        [
+            StructField("path", StringType()),
+            StructField("width", IntegerType()),
+            StructField("big", LongType()),
+            StructField("sharp", BooleanType()),
+            StructField("price", DecimalType(12, 8)),
+            StructField("day", DateType()),
+            StructField("when", TimestampType()),
+            StructField("local", TimestampNTZType()),
+            StructField("tags", ArrayType(StringType())),
+            StructField("sizes", MapType(StringType(), IntegerType())),
+            StructField("box", StructType([StructField("w", IntegerType()), StructField("note", StringType())])),
+        ]
+    )
     calls = []
     for i, text in enumerate(AWKWARD):
-        calls.append({
-            "path": text, "width": i * 10 - 20, "big": 2**62 + i, "sharp": i % 2 == 0,
-            "price": [Decimal("12.50000000"), Decimal("0.00000010"), Decimal("-3.00000000"), Decimal("0E-8")][i % 4],
-            "day": dt.date(1999 + i, 1, 31),
-            "when": [dt.datetime(2026, 11, 25, 17, 4, 5, 123456, tzinfo=UTC), dt.datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC),
-                     dt.datetime(2030, 1, 1, tzinfo=UTC)][i % 3],
-            "local": dt.datetime(2026, 3, 29, 2, 30, i),
-            "tags": [text, None, "x"] if i % 2 else [],
-            "sizes": {text: i, "k": None},
-            "box": None if i == 3 else {"w": i, "note": None},
-        })
+        calls.append(
+            {
+                "path": text,
+                "width": i * 10 - 20,
+                "big": 2**62 + i,
+                "sharp": i % 2 == 0,
+                "price": [Decimal("12.50000000"), Decimal("0.00000010"), Decimal("-3.00000000"), Decimal("0E-8")][
+                    i % 4
+                ],
+                "day": dt.date(1999 + i, 1, 31),
+                "when": [
+                    dt.datetime(2026, 11, 25, 17, 4, 5, 123456, tzinfo=UTC),
+                    dt.datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC),
+                    dt.datetime(2030, 1, 1, tzinfo=UTC),
+                ][i % 3],
+                "local": dt.datetime(2026, 3, 29, 2, 30, i),
+                "tags": [text, None, "x"] if i % 2 else [],
+                "sizes": {text: i, "k": None},
+                "box": None if i == 3 else {"w": i, "note": None},
+            }
+        )
     calls[2]["path"] = None
-    df = spark.createDataFrame([(f"row-{i}", call) for i, call in enumerate(calls)],
-                               StructType([StructField("name", StringType()), StructField("args", args_type)]))
+    df = spark.createDataFrame(
+        [(f"row-{i}", call) for i, call in enumerate(calls)],
+        StructType([StructField("name", StringType()), StructField("args", args_type)]),
+    )
     return df, calls
 
 
@@ -71,8 +91,21 @@ def test_struct_arguments_become_encode_call_payloads_and_run_through_the_app(sp
 
     @app.task(name="images.resize", queue="img", priority=-3)
     def resize(path, width, big, sharp, price, day, when, local, tags, sizes, box):
-        seen.append({"path": path, "width": width, "big": big, "sharp": sharp, "price": price, "day": day,
-                     "when": when, "local": local, "tags": tags, "sizes": sizes, "box": box})
+        seen.append(
+            {
+                "path": path,
+                "width": width,
+                "big": big,
+                "sharp": sharp,
+                "price": price,
+                "day": day,
+                "when": when,
+                "local": local,
+                "tags": tags,
+                "sizes": sizes,
+                "box": box,
+            }
+        )
 
     try:
         df, calls = _struct_frame(spark)
@@ -95,9 +128,17 @@ def test_payloads_are_built_without_a_database_byte_for_byte_as_encode_call(spar
     from shardq.spark import calls as calls_module
 
     texts = AWKWARD + ["back\\u0041slash-u", "tab\tonly", "\x08\x0c", "ok/slash", "<>&'"]
-    calls = [{"s": text, "n": -(2**63) + i, "ok": i % 2 == 0, "xs": [text, None] if i % 3 else [],
-              "inner": None if i % 4 == 0 else {"t": text, "m": None}, "nothing": None}
-             for i, text in enumerate(texts)]
+    calls = [
+        {
+            "s": text,
+            "n": -(2**63) + i,
+            "ok": i % 2 == 0,
+            "xs": [text, None] if i % 3 else [],
+            "inner": None if i % 4 == 0 else {"t": text, "m": None},
+            "nothing": None,
+        }
+        for i, text in enumerate(texts)
+    ]
     schema = "args struct<s: string, n: long, ok: boolean, xs: array<string>, inner: struct<t: string, m: int>, nothing: string>"
     df = spark.createDataFrame([(call,) for call in calls], schema)
     built, _, _, _ = calls_module.with_call_payload(df, "plain.task", "args", TaskColumns())
@@ -153,22 +194,51 @@ def _staging_tables(db) -> int:
     return db.count_tables_like("shardq_stage_%")
 
 
-@pytest.mark.parametrize(("rows", "schema", "kwargs", "message"), [
-    ([(None,)] * 2 + [("ok",)] * 48, "payload string", {}, r"payload is NULL \(column 'payload'\): 2 of 50 rows"),
-    ([("x" * 2000,)] * 3 + [("ok",)] * 7, "payload string", {}, r"payload longer than 1000 bytes \(column 'payload'\): 3 of 10 rows"),
-    ([("p", 2**40)] * 4 + [("p", 3)], "payload string, tries long", {"columns": TaskColumns(max_attempts="tries")},
-     r"max_attempts above 10000 \(column 'tries'\): 4 of 5 rows"),
-    ([("p", "10"), ("p", "soon"), ("p", "later"), ("p", None)], "payload string, d string",
-     {"columns": TaskColumns(delay="d")}, r"delay is not a number \(column 'd'\): 2 of 4 rows"),
-    ([(None,), ('{"a": 1}',), ("[1]",), ("nope",)], "args string", {"task": "t"},
-     r"arguments are NULL \(column 'args'\): 1 of 4 rows; arguments are not a JSON object \(column 'args'\): 2 of 4 rows"),
-    ([({"a": "y" * 2000},), ({"a": "ok"},)], "args struct<a: string>", {"task": "t"},
-     r"payload longer than 1000 bytes \(column 'args' as a call of t\): 1 of 2 rows"),
-    ([({"a": {"$shardq": 1}},), ({"a": {"k": 1}},)], "args struct<a: map<string,int>>", {"task": "t"},
-     r"arguments hold the map key '\$shardq', which is shardq's own \(column 'args'\): 1 of 2 rows"),
-])
-def test_bad_values_fail_before_the_merge_naming_the_column_and_the_bad_rows(spark, pg_db, monkeypatch, rows, schema,
-                                                                               kwargs, message):
+@pytest.mark.parametrize(
+    ("rows", "schema", "kwargs", "message"),
+    [
+        ([(None,)] * 2 + [("ok",)] * 48, "payload string", {}, r"payload is NULL \(column 'payload'\): 2 of 50 rows"),
+        (
+            [("x" * 2000,)] * 3 + [("ok",)] * 7,
+            "payload string",
+            {},
+            r"payload longer than 1000 bytes \(column 'payload'\): 3 of 10 rows",
+        ),
+        (
+            [("p", 2**40)] * 4 + [("p", 3)],
+            "payload string, tries long",
+            {"columns": TaskColumns(max_attempts="tries")},
+            r"max_attempts above 10000 \(column 'tries'\): 4 of 5 rows",
+        ),
+        (
+            [("p", "10"), ("p", "soon"), ("p", "later"), ("p", None)],
+            "payload string, d string",
+            {"columns": TaskColumns(delay="d")},
+            r"delay is not a number \(column 'd'\): 2 of 4 rows",
+        ),
+        (
+            [(None,), ('{"a": 1}',), ("[1]",), ("nope",)],
+            "args string",
+            {"task": "t"},
+            r"arguments are NULL \(column 'args'\): 1 of 4 rows; arguments are not a JSON object \(column 'args'\): 2 of 4 rows",
+        ),
+        (
+            [({"a": "y" * 2000},), ({"a": "ok"},)],
+            "args struct<a: string>",
+            {"task": "t"},
+            r"payload longer than 1000 bytes \(column 'args' as a call of t\): 1 of 2 rows",
+        ),
+        (
+            [({"a": {"$shardq": 1}},), ({"a": {"k": 1}},)],
+            "args struct<a: map<string,int>>",
+            {"task": "t"},
+            r"arguments hold the map key '\$shardq', which is shardq's own \(column 'args'\): 1 of 2 rows",
+        ),
+    ],
+)
+def test_bad_values_fail_before_the_merge_naming_the_column_and_the_bad_rows(
+    spark, pg_db, monkeypatch, rows, schema, kwargs, message
+):
     monkeypatch.setattr("shardq.validation.PAYLOAD_MAX_BYTES", 1000)  # small rows, same checks
     df = spark.createDataFrame(rows, schema)
     with pytest.raises(InvalidTaskFrame, match=message):
@@ -185,5 +255,8 @@ def test_string_columns_of_csv_inputs_are_parsed_into_due_times_and_priorities(s
     assert enqueue_dataframe(df, "parsed", run_id="parsed", dsn=pg_db.dsn, columns=columns, options=SMALL).enqueued == 2
     got = {bytes(r["payload"]): r for r in pg_db.tasks("payload", "exec_time", "priority", "max_attempts", "state")}
     assert (got[b"a"]["exec_time"], got[b"a"]["priority"], got[b"a"]["max_attempts"]) == (
-        dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC), -5, 3)
+        dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
+        -5,
+        3,
+    )
     assert (got[b"b"]["state"], got[b"b"]["priority"], got[b"b"]["max_attempts"]) == ("ready", 0, 25)

@@ -29,8 +29,11 @@ from tests.support.recorded_cockroach import Command, Error, Received, RecordedC
 pytestmark = pytest.mark.recorded
 
 RUN = "run-1"
-RETRY = Error("40001", "restart transaction: TransactionRetryWithProtoRefreshError: WriteTooOldError: write "
-                       "for key /Table/120/1 at timestamp 1700000000.000000000,0 too old")
+RETRY = Error(
+    "40001",
+    "restart transaction: TransactionRetryWithProtoRefreshError: WriteTooOldError: write "
+    "for key /Table/120/1 at timestamp 1700000000.000000000,0 too old",
+)
 
 
 class Recorded:
@@ -51,8 +54,7 @@ class Recorded:
             "spark_stage_drop": Command("DROP TABLE"),
             "spark_stage_forget": Command("DELETE 1"),
             "spark_stage_rows": Rows([("n", "INT8")], [(3,)]),
-            "spark_chunk_take": Rows([("chunk", "INT4")], [(0,)],
-                                     tag="INSERT 0 1"),
+            "spark_chunk_take": Rows([("chunk", "INT4")], [(0,)], tag="INSERT 0 1"),
             "spark_chunk_merge": Rows([("merged", "INT8"), ("paused", "BOOL")], [(3, False)]),
             "spark_chunk_record": Command("UPDATE 1"),
             "spark_callback_lock": Rows([("workflow_id", "UUID")], []),
@@ -85,8 +87,14 @@ def test_a_staging_table_is_registered_then_created_with_cockroachdbs_ddl_then_d
             assert ledger.stage_rows(stage) == 3
             ledger.stage_drop(stage)
     assert created == Stage(stage, None)
-    assert server.names_received() == ["spark_stage_register", "spark_server_started", "spark_stage_create",
-                                       "spark_stage_rows", "spark_stage_drop", "spark_stage_forget"]
+    assert server.names_received() == [
+        "spark_stage_register",
+        "spark_server_started",
+        "spark_stage_create",
+        "spark_stage_rows",
+        "spark_stage_drop",
+        "spark_stage_forget",
+    ]
     ddl = next(r for r in server.received if r.name == "spark_stage_create")
     assert f'CREATE TABLE "{stage}"' in ddl.text
     for cockroachdb in ("id STRING NOT NULL", "payload BYTES", "DEFAULT gen_random_uuid()", "PRIMARY KEY (chunk, rid)"):
@@ -100,8 +108,14 @@ def test_each_chunk_merges_in_one_serializable_transaction_with_its_ledger_row()
     with RecordedCockroach(Recorded()) as server:
         outcome = merge_chunks(_run(), stage, [0, 1], lambda: Session(Dsn.parse(server.url())), workers=1)
     assert (outcome.merged_chunks, outcome.skipped_chunks, outcome.tasks) == (2, 0, 6)
-    chunk = ["BEGIN ISOLATION LEVEL SERIALIZABLE", "spark_server_started", "spark_chunk_take", "spark_chunk_merge",
-             "spark_chunk_record", "COMMIT"]
+    chunk = [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "spark_server_started",
+        "spark_chunk_take",
+        "spark_chunk_merge",
+        "spark_chunk_record",
+        "COMMIT",
+    ]
     assert [n for n in server.names_received() if n != "stats_add_many"] == chunk + chunk
     # The enqueue counts go out after a chunk's commit (batched in time), never inside a merge.
     counts = [r for r in server.received if r.name == "stats_add_many"]
@@ -118,16 +132,27 @@ def test_a_chunk_merge_cancelled_by_cockroachdb_runs_again_whole():
             merged = SparkLedger(session).chunk_merge(_run(), stage, 0)
     assert merged == 3
     assert server.names_received() == [
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "spark_server_started", "spark_chunk_take", "spark_chunk_merge",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "spark_server_started",
+        "spark_chunk_take",
+        "spark_chunk_merge",
         "ROLLBACK",
-        "BEGIN ISOLATION LEVEL SERIALIZABLE", "spark_server_started", "spark_chunk_take", "spark_chunk_merge",
-        "spark_chunk_record", "COMMIT"]
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "spark_server_started",
+        "spark_chunk_take",
+        "spark_chunk_merge",
+        "spark_chunk_record",
+        "COMMIT",
+    ]
 
 
-@pytest.mark.parametrize("outcome, names", [
-    ("succeeded", ["spark_callback_lock", "spark_callback_due"]),
-    ("dead", ["spark_callback_lock"]),
-])
+@pytest.mark.parametrize(
+    "outcome, names",
+    [
+        ("succeeded", ["spark_callback_lock", "spark_callback_due"]),
+        ("dead", ["spark_callback_lock"]),
+    ],
+)
 def test_settling_a_runs_callback_reads_its_row_without_locking_it(outcome, names):
     marks = [run_callbacks.mark_of(RUN), uuid.UUID(int=0)]
     with RecordedCockroach(Recorded()) as server:

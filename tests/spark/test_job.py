@@ -75,17 +75,24 @@ def test_binary_payload_and_optional_columns_round_trip(spark, pg_db):
     )
 
     later = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    schema = StructType([
-        StructField("body", BinaryType()), StructField("when", TimestampType()),
-        StructField("key", StringType()), StructField("tries", IntegerType()), StructField("prio", IntegerType()),
-    ])
+    schema = StructType(
+        [
+            StructField("body", BinaryType()),
+            StructField("when", TimestampType()),
+            StructField("key", StringType()),
+            StructField("tries", IntegerType()),
+            StructField("prio", IntegerType()),
+        ]
+    )
     rows = [(b"\x00\xffraw", later, "k1", 3, 7), (b"plain", None, None, None, -5), (b"dup-key", None, "k1", None, None)]
     df = spark.createDataFrame(rows, schema)
     columns = TaskColumns(payload="body", run_at="when", dedupe_key="key", max_attempts="tries", priority="prio")
     result = enqueue_dataframe(df, "typed", run_id="typed", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 2  # rows sharing dedupe key k1 become one task
-    got = {bytes(r["payload"]): r for r in pg_db.tasks(
-        "payload", "state", "exec_time", "dedupe_key", "max_attempts", "priority", queue="typed")}
+    got = {
+        bytes(r["payload"]): r
+        for r in pg_db.tasks("payload", "state", "exec_time", "dedupe_key", "max_attempts", "priority", queue="typed")
+    }
     keyed = got.get(b"\x00\xffraw") or got[b"dup-key"]
     assert keyed["dedupe_key"] == "k1"
     plain = got[b"plain"]
@@ -114,21 +121,32 @@ def test_exclusive_key_column_keeps_one_active_task_per_key_and_backlogs_the_res
     result = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert result.enqueued == 13
     counts = pg_db.count_by_exclusive_key("excl")
-    assert counts == {("k0", False): 1, ("k0", True): 4, ("k1", False): 1, ("k1", True): 3,
-                      ("k2", False): 1, ("k2", True): 3, (None, False): 1}
-    assert pg_db.running_of_exclusive_key("k0") == [
-        {"payload": b"busy"}]
+    assert counts == {
+        ("k0", False): 1,
+        ("k0", True): 4,
+        ("k1", False): 1,
+        ("k1", True): 3,
+        ("k2", False): 1,
+        ("k2", True): 3,
+        (None, False): 1,
+    }
+    assert pg_db.running_of_exclusive_key("k0") == [{"payload": b"busy"}]
     again = enqueue_dataframe(df, "excl", run_id="excl", dsn=pg_db.dsn, columns=columns, options=SMALL)
     assert again.enqueued == 0 and pg_db.count() == 14
     # The backlog releases in priority order once the active task is acked.
     busy = pg_db.task_ids_of_payload(b"busy")[0]
     pg_db.client.cancel(str(busy))
-    assert pg_db.running_of_exclusive_key("k0") == [
-        {"payload": b"p0"}]
+    assert pg_db.running_of_exclusive_key("k0") == [{"payload": b"p0"}]
     bad = spark.createDataFrame([("p", "")], "p string, k string")
     with pytest.raises(InvalidTaskFrame, match="exclusive key is empty"):
-        enqueue_dataframe(bad, "excl", run_id="bad-key", dsn=pg_db.dsn, columns=TaskColumns(payload="p", exclusive_key="k"),
-                          options=SMALL)
+        enqueue_dataframe(
+            bad,
+            "excl",
+            run_id="bad-key",
+            dsn=pg_db.dsn,
+            columns=TaskColumns(payload="p", exclusive_key="k"),
+            options=SMALL,
+        )
 
 
 def test_paused_queue_refuses_and_the_rerun_after_resuming_enqueues_everything(spark, pg_db):
@@ -246,8 +264,11 @@ def test_copy_writer_ids_and_chunks_are_stage_frames_and_identical_rows_share_a_
     assert all(len(chunks) == 1 for chunks in by_payload.values())
     # Plain rows (straight into the tasks table, the writer hashing the copies' content again),
     # with a priority and max_attempts in the content.
-    plain = base.select("payload", (F.length("payload") % 3).alias("prio"),
-                        F.when(F.col("payload").endswith("1"), F.lit(5)).alias("tries"))
+    plain = base.select(
+        "payload",
+        (F.length("payload") % 3).alias("prio"),
+        F.when(F.col("payload").endswith("1"), F.lit(5)).alias("tries"),
+    )
     columns = TaskColumns(priority="prio", max_attempts="tries")
     result = enqueue_dataframe(plain, "plain", run_id="plain", dsn=pg_db.dsn, columns=columns, options=copy)
     staged = frame_module.stage_frame(plain, queue="plain", run_id="plain", chunks=8, columns=columns).collect()
@@ -277,8 +298,9 @@ def test_a_run_registered_before_chunking_schemes_keeps_its_chunks(spark, pg_db)
     assert (result.skipped_chunks, result.merged_chunks, result.run_tasks) == (3, 5, 300) and pg_db.count() == 300
 
     def counts(chunking):
-        rows = frame_module.stage_frame(df, queue="old", run_id="legacy", chunks=8, columns=TaskColumns(),
-                                        chunking=chunking).collect()
+        rows = frame_module.stage_frame(
+            df, queue="old", run_id="legacy", chunks=8, columns=TaskColumns(), chunking=chunking
+        ).collect()
         out: dict[int, int] = {}
         for r in rows:
             out[r["chunk"]] = out.get(r["chunk"], 0) + 1
@@ -319,8 +341,9 @@ def test_ids_do_not_depend_on_partitioning(spark, pg_db):
     df = _frame(spark, 100, copies=3)
     ids = []
     for parts in (1, 5):
-        staged = frame_module.stage_frame(df.repartition(parts), queue="q", run_id="same", chunks=8,
-                                          columns=TaskColumns())
+        staged = frame_module.stage_frame(
+            df.repartition(parts), queue="q", run_id="same", chunks=8, columns=TaskColumns()
+        )
         ids.append(sorted((r["id"], r["chunk"]) for r in staged.collect()))
     assert ids[0] == ids[1] and len(set(ids[0])) == 300
     # Identical rows of which one has a dedupe key: the others' numbers do not depend on it.
@@ -328,8 +351,9 @@ def test_ids_do_not_depend_on_partitioning(spark, pg_db):
     keyed = keyed.cache()
     sets = []
     for parts in (1, 5, 7):
-        staged = frame_module.stage_frame(keyed.repartition(parts), queue="q", run_id="same", chunks=8,
-                                          columns=TaskColumns(dedupe_key="k"))
+        staged = frame_module.stage_frame(
+            keyed.repartition(parts), queue="q", run_id="same", chunks=8, columns=TaskColumns(dedupe_key="k")
+        )
         sets.append(sorted(r["id"] for r in staged.collect()))
     assert sets[0] == sets[1] == sets[2]
     keyed.unpersist()
@@ -354,12 +378,14 @@ def test_missing_column_wrong_type_and_bad_options_are_clear_errors(spark, pg_db
     with pytest.raises(InvalidTaskFrame, match="TIMESTAMP_NTZ"):
         enqueue_dataframe(ntz, "q", run_id="e4", dsn=pg_db.dsn, columns=TaskColumns(run_at="at"))
     with pytest.raises(InvalidInput, match="multiple of 128"):
-        enqueue_dataframe(df, "q", run_id="e5", dsn=pg_db.dsn, columns=TaskColumns(payload="s"),
-                          options=WriteOptions(batch_size=1000))
+        enqueue_dataframe(
+            df, "q", run_id="e5", dsn=pg_db.dsn, columns=TaskColumns(payload="s"), options=WriteOptions(batch_size=1000)
+        )
     bad_value = spark.createDataFrame([("p", -1)], "payload string, tries int")
     with pytest.raises(InvalidTaskFrame, match="max_attempts below 1"):
-        enqueue_dataframe(bad_value, "q", run_id="e6", dsn=pg_db.dsn, columns=TaskColumns(max_attempts="tries"),
-                          options=SMALL)
+        enqueue_dataframe(
+            bad_value, "q", run_id="e6", dsn=pg_db.dsn, columns=TaskColumns(max_attempts="tries"), options=SMALL
+        )
     assert pg_db.count() == 0
 
 
@@ -371,7 +397,8 @@ def test_missing_jdbc_driver_is_a_setup_error(tmp_path, monkeypatch):
     with pytest.raises(SparkSetupError, match="does not exist"):
         find_jdbc_driver(tmp_path / "missing.jar")
     assert find_jdbc_driver(debian_jar=tmp_path / "none.jar", reachable=lambda: True).packages.startswith(
-        "org.postgresql:postgresql:")
+        "org.postgresql:postgresql:"
+    )
     jar = tmp_path / "org/postgresql/postgresql/42.7.9/postgresql-42.7.9.jar"
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"")
@@ -431,8 +458,22 @@ def test_cli_spark_enqueue_twice_over_the_same_input_is_a_rerun(spark, pg_db, tm
 
     data = tmp_path / "tasks.csv"
     data.write_text("body,key\n" + "".join(f"job-{i},{'k' if i == 0 else ''}\n" for i in range(50)))
-    args = ["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "csvq", "--input", str(data), "--payload-column", "body",
-            "--dedupe-column", "key", "--partitions", "2", "--chunks", "4"]
+    args = [
+        "--dsn",
+        pg_db.dsn.conninfo,
+        "spark-enqueue",
+        "csvq",
+        "--input",
+        str(data),
+        "--payload-column",
+        "body",
+        "--dedupe-column",
+        "key",
+        "--partitions",
+        "2",
+        "--chunks",
+        "4",
+    ]
     first = CliRunner().invoke(cli, args)
     assert first.exit_code == 0, first.output
     assert "enqueued 50 into csvq" in first.output
@@ -457,8 +498,12 @@ def test_demo_pipeline_processes_every_task_despite_a_killed_worker(spark, pg_db
 
 def test_a_new_spark_session_prints_none_of_sparks_start_up_log_lines():
     # A process of its own: the JVM's logging is set when it starts, and the tests' JVM is running.
-    started = subprocess.run([sys.executable, "-c", "from shardq.spark.jdbc import spark_session; "
-                              "spark_session(app_name='quiet').stop()"], capture_output=True, text=True, timeout=240)
+    started = subprocess.run(
+        [sys.executable, "-c", "from shardq.spark.jdbc import spark_session; spark_session(app_name='quiet').stop()"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert started.returncode == 0, started.stderr
     for chatter in ("log4j profile", "Setting default log level", "NativeCodeLoader", " WARN "):
         assert chatter not in started.stderr, started.stderr

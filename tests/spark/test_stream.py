@@ -37,9 +37,15 @@ def test_a_stream_killed_mid_merge_and_restarted_enqueues_every_row_once(spark, 
     # Batch 1's third chunk fails in its transaction (after two of its four chunks committed),
     # whichever writer runs it: the query stops with batch 1 half enqueued.
     with chunks_fail_after(pg_db, "stream-%-1", 2):
-        query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
-                               options=OPTIONS, trigger={"availableNow": True},
-                               on_batch=lambda batch, result: batches.append((batch, result.enqueued)))
+        query = enqueue_stream(
+            _stream(spark, incoming),
+            "events",
+            checkpoint_location=checkpoint,
+            dsn=pg_db.dsn,
+            options=OPTIONS,
+            trigger={"availableNow": True},
+            on_batch=lambda batch, result: batches.append((batch, result.enqueued)),
+        )
         query_id = str(query.id)
         with pytest.raises(DatabaseError, match="refused by the test"):
             await_stream(query)
@@ -48,17 +54,24 @@ def test_a_stream_killed_mid_merge_and_restarted_enqueues_every_row_once(spark, 
     assert pg_db.count_spark_chunks(stream_run_id(query_id, 1)) == 2
 
     # Restart from the checkpoint: batch 1 is replayed (its merged chunks are skipped), then batch 2.
-    query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
-                           options=OPTIONS, trigger={"availableNow": True},
-                           on_batch=lambda batch, result: batches.append((batch, result.enqueued)))
+    query = enqueue_stream(
+        _stream(spark, incoming),
+        "events",
+        checkpoint_location=checkpoint,
+        dsn=pg_db.dsn,
+        options=OPTIONS,
+        trigger={"availableNow": True},
+        on_batch=lambda batch, result: batches.append((batch, result.enqueued)),
+    )
     assert str(query.id) == query_id
     await_stream(query)
     assert [b for b, _ in batches] == [0, 1, 2] and batches[2][1] == 42 and batches[1][1] < 42
     assert pg_db.count() == 126
 
     # More files arrive; a running query (default trigger) takes them as they come.
-    query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn,
-                           options=OPTIONS)
+    query = enqueue_stream(
+        _stream(spark, incoming), "events", checkpoint_location=checkpoint, dsn=pg_db.dsn, options=OPTIONS
+    )
     try:
         for f in (3, 4):
             rows = [f"f{f}-r{r}" for r in range(30)]
@@ -77,14 +90,25 @@ def test_a_bad_row_in_a_stream_fails_the_query_with_the_row_count_and_enqueues_n
     incoming = tmp_path / "in"
     incoming.mkdir()
     (incoming / "part-0.json").write_text('{"payload": "ok"}\n{"payload": null}\n{"payload": null}\n')
-    query = enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=str(tmp_path / "cp"),
-                           dsn=pg_db.dsn, options=OPTIONS, trigger={"availableNow": True})
+    query = enqueue_stream(
+        _stream(spark, incoming),
+        "events",
+        checkpoint_location=str(tmp_path / "cp"),
+        dsn=pg_db.dsn,
+        options=OPTIONS,
+        trigger={"availableNow": True},
+    )
     with pytest.raises(InvalidTaskFrame, match=r"payload is NULL \(column 'payload'\): 2 of 3 rows"):
         await_stream(query)
     assert pg_db.count() == 0
     with pytest.raises(InvalidTaskFrame, match="payload column 'body' is not in the DataFrame"):
-        enqueue_stream(_stream(spark, incoming), "events", checkpoint_location=str(tmp_path / "cp2"),
-                       dsn=pg_db.dsn, columns=TaskColumns(payload="body"))
+        enqueue_stream(
+            _stream(spark, incoming),
+            "events",
+            checkpoint_location=str(tmp_path / "cp2"),
+            dsn=pg_db.dsn,
+            columns=TaskColumns(payload="body"),
+        )
     with pytest.raises(InvalidInput, match="streaming DataFrame"):
         enqueue_stream(spark.range(1), "events", checkpoint_location=str(tmp_path / "cp3"), dsn=pg_db.dsn)
 
@@ -99,9 +123,20 @@ def test_cli_stream_reports_each_micro_batch_and_a_rerun_takes_only_new_files(sp
     incoming.mkdir()
     for f in range(2):
         (incoming / f"part-{f}.json").write_text(
-            "".join(json.dumps({"args": {"to": f"{f}-{r}@example.com", "n": r}}) + "\n" for r in range(5)))
-    base = ["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "mail", "--input", str(incoming), "--chunks", "2",
-            "--partitions", "1"]
+            "".join(json.dumps({"args": {"to": f"{f}-{r}@example.com", "n": r}}) + "\n" for r in range(5))
+        )
+    base = [
+        "--dsn",
+        pg_db.dsn.conninfo,
+        "spark-enqueue",
+        "mail",
+        "--input",
+        str(incoming),
+        "--chunks",
+        "2",
+        "--partitions",
+        "1",
+    ]
     args = base + ["--stream", "--checkpoint", str(checkpoint), "--max-files-per-trigger", "1", "--task", "emails.send"]
     first = CliRunner().invoke(cli, args)
     assert first.exit_code == 0, first.output
@@ -118,8 +153,20 @@ def test_cli_stream_reports_each_micro_batch_and_a_rerun_takes_only_new_files(sp
         (base + ["--stream"], "--stream needs --checkpoint DIR"),
         (base + ["--checkpoint", str(checkpoint)], "--checkpoint applies to --stream only"),
         (base + ["--stream", "--checkpoint", str(checkpoint), "--run-id", "x"], "--run-id does not apply to --stream"),
-        (["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "mail", "--input", str(incoming / "part-2.json"), "--stream",
-          "--checkpoint", str(checkpoint)], "is not one"),
+        (
+            [
+                "--dsn",
+                pg_db.dsn.conninfo,
+                "spark-enqueue",
+                "mail",
+                "--input",
+                str(incoming / "part-2.json"),
+                "--stream",
+                "--checkpoint",
+                str(checkpoint),
+            ],
+            "is not one",
+        ),
         (args[:-1] + ["nope.task", "--args-column", "missing"], "arguments column 'missing' is not in the DataFrame"),
     ]:
         result = CliRunner().invoke(cli, bad)

@@ -18,8 +18,10 @@ pyspark = pytest.importorskip("pyspark")
 def _frame(spark, n: int):
     from pyspark.sql import functions as F
 
-    return spark.range(n).select(F.to_json(F.struct(F.col("id").alias("n"))).alias("args"),
-                                 F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"))
+    return spark.range(n).select(
+        F.to_json(F.struct(F.col("id").alias("n"))).alias("args"),
+        F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
+    )
 
 
 class _RowsApp(shardq.App):
@@ -50,24 +52,31 @@ def _callback_tasks(pg_db) -> int:
     return pg_db.count_tasks(payload=shardq.arguments.encode_call("done", {}))
 
 
-@pytest.mark.parametrize("writer,columns", [
-    ("copy", TaskColumns()),                       # plain rows: binary COPY straight into the tasks table
-    ("copy", TaskColumns(dedupe_key="key")),        # through the TEMP table and the merge statement
-    ("jdbc", TaskColumns()),                        # staging table and merge (CockroachDB's path)
-], ids=["copy-plain", "copy-merged", "jdbc"])
+@pytest.mark.parametrize(
+    "writer,columns",
+    [
+        ("copy", TaskColumns()),  # plain rows: binary COPY straight into the tasks table
+        ("copy", TaskColumns(dedupe_key="key")),  # through the TEMP table and the merge statement
+        ("jdbc", TaskColumns()),  # staging table and merge (CockroachDB's path)
+    ],
+    ids=["copy-plain", "copy-merged", "jdbc"],
+)
 def test_the_callback_runs_once_after_every_task_of_the_run_succeeded_and_a_rerun_adds_nothing(
-        spark, pg_db, writer, columns):
+    spark, pg_db, writer, columns
+):
     ran: list = []
     app = _app(pg_db, ran)
     options = WriteOptions(partitions=2, chunks=4, merge_workers=2, writer=writer)
     try:
         df = _frame(spark, 40)
-        first = enqueue_dataframe(df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns,
-                                  task="item", then="done")
+        first = enqueue_dataframe(
+            df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns, task="item", then="done"
+        )
         assert first.enqueued == 40 and first.callback_workflow and not first.callback_released
         assert app.workflow_status(first.callback_workflow).steps[0].state == "waiting"
-        again = enqueue_dataframe(df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns,
-                                  task="item", then="done")
+        again = enqueue_dataframe(
+            df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns, task="item", then="done"
+        )
         assert (again.enqueued, again.callback_workflow, again.callback_released) == (0, first.callback_workflow, False)
         assert _callback_tasks(pg_db) == 1
         counts = app.work(until_empty=True)
@@ -75,8 +84,9 @@ def test_the_callback_runs_once_after_every_task_of_the_run_succeeded_and_a_reru
         assert sorted(ran[:-1]) == list(range(40)) and ran[-1] == "done"
         assert app.workflow_status(first.callback_workflow).state == "succeeded"
         # Re-running the finished job (even without then=) enqueues nothing, the callback included.
-        late = enqueue_dataframe(df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns,
-                                 task="item")
+        late = enqueue_dataframe(
+            df, "rows", run_id="nightly", dsn=pg_db.dsn, options=options, columns=columns, task="item"
+        )
         assert (late.enqueued, late.callback_released) == (0, False) and pg_db.count() == 0
         assert ran.count("done") == 1
     finally:
@@ -94,8 +104,7 @@ def test_a_job_that_failed_half_way_and_ran_again_runs_the_callback_once_after_i
         # Every task of the chunks written so far succeeds: the run is not complete, nothing is released.
         app.work(until_empty=True)
         assert 0 < len(ran) < 80 and "done" not in ran
-        result = enqueue_dataframe(df, "rows", run_id="half", dsn=pg_db.dsn, options=options, task="item",
-                                   then="done")
+        result = enqueue_dataframe(df, "rows", run_id="half", dsn=pg_db.dsn, options=options, task="item", then="done")
         assert result.skipped_chunks == 3 and result.run_tasks == 80 and not result.callback_released
         app.work(until_empty=True)
         assert sorted(n for n in ran if n != "done") == list(range(80)) and ran[-1] == "done"
@@ -111,14 +120,12 @@ def test_a_dead_task_of_the_run_cancels_the_callback_and_a_rerun_does_not_bring_
     try:
         df = _frame(spark, 20)
         item, done = app.item, app.done  # the task itself: its max_attempts=1 applies to the rows
-        result = enqueue_dataframe(df, "rows", run_id="bad", dsn=pg_db.dsn, options=options, task=item,
-                                   then=done)
+        result = enqueue_dataframe(df, "rows", run_id="bad", dsn=pg_db.dsn, options=options, task=item, then=done)
         counts = app.work(until_empty=True)
         assert counts.dead == 1 and counts.acked == 19 and "done" not in ran
         status = app.workflow_status(result.callback_workflow)
         assert status.state == "cancelled" and status.steps[0].state == "cancelled"
-        again = enqueue_dataframe(df, "rows", run_id="bad", dsn=pg_db.dsn, options=options, task=item,
-                                  then=done)
+        again = enqueue_dataframe(df, "rows", run_id="bad", dsn=pg_db.dsn, options=options, task=item, then=done)
         assert (again.enqueued, again.callback_released) == (0, False)
         assert app.work(until_empty=True).acked == 0 and "done" not in ran
     finally:
@@ -135,8 +142,16 @@ def test_a_callback_cannot_change_or_be_added_to_a_run_already_merged_without_on
     with pytest.raises(InvalidInput, match="has callback 'done'"):
         enqueue_dataframe(df, "rows", run_id="with", dsn=pg_db.dsn, options=options, task="item", then="other")
     with pytest.raises(InvalidInput, match="exclusive key"):
-        enqueue_dataframe(df, "rows", run_id="keyed", dsn=pg_db.dsn, options=options, task="item", then="done",
-                          columns=TaskColumns(exclusive_key="key"))
+        enqueue_dataframe(
+            df,
+            "rows",
+            run_id="keyed",
+            dsn=pg_db.dsn,
+            options=options,
+            task="item",
+            then="done",
+            columns=TaskColumns(exclusive_key="key"),
+        )
 
 
 def test_cli_spark_enqueue_then_releases_the_callback_once_over_reruns(spark, pg_db, tmp_path):
@@ -148,8 +163,22 @@ def test_cli_spark_enqueue_then_releases_the_callback_once_over_reruns(spark, pg
     app = _app(pg_db, ran)
     data = tmp_path / "rows.json"
     data.write_text("".join(f'{{"args": "{{\\"n\\": {i}}}"}}\n' for i in range(12)))
-    args = ["--dsn", pg_db.dsn.conninfo, "spark-enqueue", "rows", "--input", str(data), "--task", "item",
-            "--then", "done", "--partitions", "1", "--chunks", "2"]
+    args = [
+        "--dsn",
+        pg_db.dsn.conninfo,
+        "spark-enqueue",
+        "rows",
+        "--input",
+        str(data),
+        "--task",
+        "item",
+        "--then",
+        "done",
+        "--partitions",
+        "1",
+        "--chunks",
+        "2",
+    ]
     try:
         first = CliRunner().invoke(cli, args)
         assert first.exit_code == 0, first.output
@@ -171,13 +200,15 @@ def test_a_run_smaller_than_its_chunks_and_an_empty_one_complete_and_release_the
     app = _app(pg_db, ran)
     options = WriteOptions(partitions=2, chunks=16, writer="copy")  # most chunks get no row
     try:
-        small = enqueue_dataframe(_frame(spark, 3), "rows", run_id="small", dsn=pg_db.dsn, options=options,
-                                  task="item", then="done")
+        small = enqueue_dataframe(
+            _frame(spark, 3), "rows", run_id="small", dsn=pg_db.dsn, options=options, task="item", then="done"
+        )
         assert small.run_tasks == 3 and not small.callback_released
         app.work(until_empty=True)
         assert sorted(n for n in ran if n != "done") == [0, 1, 2] and ran[-1] == "done"
-        empty = enqueue_dataframe(_frame(spark, 0), "rows", run_id="empty", dsn=pg_db.dsn, options=options,
-                                  task="item", then="done")
+        empty = enqueue_dataframe(
+            _frame(spark, 0), "rows", run_id="empty", dsn=pg_db.dsn, options=options, task="item", then="done"
+        )
         assert (empty.run_tasks, empty.callback_released) == (0, True)
         app.work(until_empty=True)
         assert ran.count("done") == 2

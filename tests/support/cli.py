@@ -16,7 +16,6 @@ from tests.support.factories import TestDatabase
 SHARDQ = str(Path(sys.executable).with_name("shardq"))
 
 
-
 HANDLERS = textwrap.dedent(
     """
     import os
@@ -55,11 +54,17 @@ class ShardqCli:
     tmp: Path
     env: dict[str, str]
 
-    def __call__(self, *args: str, stdin: str | None = None, check: bool = True,
-                 env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, stdin: str | None = None, check: bool = True, env_extra: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [SHARDQ, *args], input=stdin, capture_output=True, text=True, cwd=self.tmp,
-            env={**self.env, **(env_extra or {})}, timeout=300,
+            [SHARDQ, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=self.tmp,
+            env={**self.env, **(env_extra or {})},
+            timeout=300,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"shardq {' '.join(args)} -> {result.returncode}: {result.stderr}")

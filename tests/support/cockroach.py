@@ -22,10 +22,24 @@ from tests.support.factories import TestDatabase
 #: The environment variable naming a root URL of a CockroachDB cluster the tests may write to.
 URL_VARIABLE = "SHARDQ_TEST_COCKROACH_URL"
 #: Tables emptied between CockroachDB tests that share one migrated database.
-SHARDQ_TABLES = ("shardq_tasks", "shardq_dead", "shardq_queues", "shardq_stats", "shardq_spark_chunks",
-                 "shardq_spark_runs", "shardq_spark_stages", "shardq_periodic", "shardq_slots", "shardq_rate_tokens",
-                 "shardq_history", "shardq_attempts", "shardq_listeners", "shardq_workflows", "shardq_workflow_steps",
-                 "shardq_workflow_edges")
+SHARDQ_TABLES = (
+    "shardq_tasks",
+    "shardq_dead",
+    "shardq_queues",
+    "shardq_stats",
+    "shardq_spark_chunks",
+    "shardq_spark_runs",
+    "shardq_spark_stages",
+    "shardq_periodic",
+    "shardq_slots",
+    "shardq_rate_tokens",
+    "shardq_history",
+    "shardq_attempts",
+    "shardq_listeners",
+    "shardq_workflows",
+    "shardq_workflow_steps",
+    "shardq_workflow_edges",
+)
 #: The staging tables a Spark run leaves behind when it fails before its merge.
 STAGE_TABLES = "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'shardq_stage_%%'"
 
@@ -45,8 +59,14 @@ def database_dsn(root: Dsn, name: str) -> Dsn:
     return dataclasses.replace(root, conninfo=make_conninfo(root.conninfo, dbname=name))
 
 
-def create_database_when_allowed(session: Session, name: str, *, patience: float = 30.0, pause: float = 0.5,
-                                 sleep: Callable[[float], None] = time.sleep) -> None:
+def create_database_when_allowed(
+    session: Session,
+    name: str,
+    *,
+    patience: float = 30.0,
+    pause: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """CREATE DATABASE, retried while the user may not yet: the image's entrypoint grants admin to
     its user only after printing the line testcontainers waits for (build/deploy/cockroach.sh,
     audit F8), so the first statement can race the grant and fail with 42501 (CockroachDB's
@@ -63,8 +83,9 @@ def create_database_when_allowed(session: Session, name: str, *, patience: float
             sleep(pause)
 
 
-def fresh_database(url: str, *, buckets: int, name: str | None = None, patience: float = 30.0,
-                   pause: float = 0.5) -> TestDatabase:
+def fresh_database(
+    url: str, *, buckets: int, name: str | None = None, patience: float = 30.0, pause: float = 0.5
+) -> TestDatabase:
     """A new database on the cluster at ``url``, migrated with ``buckets`` buckets, opened as a
     :class:`~tests.support.factories.TestDatabase` that drops it when closed."""
     name = name or f"t_{uuid.uuid4().hex[:12]}"

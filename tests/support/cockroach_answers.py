@@ -19,6 +19,7 @@ from tests.support.recorded_cockroach import Error, Rows
 SHARD_COLUMN_16 = "crdb_internal_exec_time_id_queue_rank_state_shard_16"
 SHARD_COLUMN_32 = "crdb_internal_exec_time_id_queue_rank_state_shard_32"
 
+
 #: ``pg_indexes.indexdef`` of a hash-sharded primary key:
 #: ``pkg/sql/logictest/testdata/logic_test/hash_sharded_index``, the block
 #: ``SELECT tablename, indexname, indexdef FROM pg_indexes WHERE tablename = 'sharded_primary'``::
@@ -27,15 +28,19 @@ SHARD_COLUMN_32 = "crdb_internal_exec_time_id_queue_rank_state_shard_32"
 #:
 #: adapted: the index, database, table, columns and bucket count are shardq's.
 def primary_index_definition(bucket_count: int = 16) -> str:
-    return ("CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
-            f"(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count={bucket_count})")
+    return (
+        "CREATE UNIQUE INDEX shardq_tasks_pkey ON defaultdb.public.shardq_tasks USING btree "
+        f"(state ASC, queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count={bucket_count})"
+    )
 
 
 #: The same logic test's secondary hash-sharded index (``SHOW CREATE TABLE sharded_secondary``:
 #: ``INDEX sharded_secondary_a_idx (a ASC) USING HASH WITH (bucket_count=4)``) as pg_indexes
 #: renders an index, adapted to an operator's own index on shardq_tasks.
-SECONDARY_INDEX_DEFINITION = ("CREATE INDEX shardq_tasks_queue_idx ON defaultdb.public.shardq_tasks USING btree "
-                              "(queue ASC) USING HASH WITH (bucket_count=4)")
+SECONDARY_INDEX_DEFINITION = (
+    "CREATE INDEX shardq_tasks_queue_idx ON defaultdb.public.shardq_tasks USING btree "
+    "(queue ASC) USING HASH WITH (bucket_count=4)"
+)
 
 #: ``shard_layout_get``'s columns: information_schema.statistics' index_name and column_name
 #: (``pkg/sql/vtable/information_schema.go``, STRING) and pg_indexes' indexdef (STRING).
@@ -61,8 +66,10 @@ def layout_16() -> Rows:
 #: `inject_retry_errors_enabled` session variable")), as CockroachDB's documentation prints it
 #: (docs, "transaction retry error" / inject_retry_errors_enabled).
 RETRY_40001 = Error(
-    "40001", "restart transaction: TransactionRetryWithProtoRefreshError: "
-    "injected by `inject_retry_errors_enabled` session variable")
+    "40001",
+    "restart transaction: TransactionRetryWithProtoRefreshError: "
+    "injected by `inject_retry_errors_enabled` session variable",
+)
 
 #: 40003 (``codes.go``: StatementCompletionUnknown = "40003"): an AmbiguousResultError
 #: (``pkg/kv/kvpb/errors.go``, SafeFormatError: "result is ambiguous: %s") reaches the client with
@@ -150,8 +157,7 @@ vectorized: true
 #: ``if a.Params.HardLimit > 0 { ob.Attr("limit", a.Params.HardLimit) }``, then "parallel", then
 #: the locking policy. No recorded EXPLAIN of a hard-limited SKIP LOCKED scan was found in the
 #: testdata read; the line is placed where emit.go places it.
-EXPLAIN_SKIP_LOCKED_HARD_LIMIT = EXPLAIN_SKIP_LOCKED_POINT.replace(
-    "  spans: /1/0\n", "  spans: /1/0\n  limit: 1\n")
+EXPLAIN_SKIP_LOCKED_HARD_LIMIT = EXPLAIN_SKIP_LOCKED_POINT.replace("  spans: /1/0\n", "  spans: /1/0\n  limit: 1\n")
 
 #: The same file, ``EXPLAIN (VERBOSE) SELECT * FROM t WHERE a = 1 FOR UPDATE``, without locking
 #: policy lines: a constrained scan.
@@ -181,29 +187,72 @@ def explain_spans(spans: Sequence[str]) -> str:
 
 #: ``task_claim_batch``'s RETURNING list with the types of migration 0001's CockroachDB table
 #: (rank INT8, attempts/max_attempts INT4, priority INT8, payload BYTES) and 0010's workflow_id UUID.
-CLAIM_COLUMNS = [("bucket", "INT8"), ("queue", "TEXT"), ("rank", "INT8"), ("exec_time", "TIMESTAMPTZ"),
-                 ("id", "UUID"), ("attempts", "INT4"), ("max_attempts", "INT4"), ("payload", "BYTES"),
-                 ("lease_expires_at", "TIMESTAMPTZ"), ("created_at", "TIMESTAMPTZ"), ("priority", "INT8"),
-                 ("exclusive_key", "TEXT"), ("workflow_id", "UUID")]
+CLAIM_COLUMNS = [
+    ("bucket", "INT8"),
+    ("queue", "TEXT"),
+    ("rank", "INT8"),
+    ("exec_time", "TIMESTAMPTZ"),
+    ("id", "UUID"),
+    ("attempts", "INT4"),
+    ("max_attempts", "INT4"),
+    ("payload", "BYTES"),
+    ("lease_expires_at", "TIMESTAMPTZ"),
+    ("created_at", "TIMESTAMPTZ"),
+    ("priority", "INT8"),
+    ("exclusive_key", "TEXT"),
+    ("workflow_id", "UUID"),
+]
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
 
 
-def claimed_row(bucket: int, queue: str, task_id: uuid.UUID, *, rank: int = 0,
-                exec_time: dt.datetime = NOW, payload: bytes = b"{}") -> tuple[Any, ...]:
-    return (bucket, queue, rank, exec_time, task_id, 1, 25, payload, NOW + dt.timedelta(seconds=30),
-            NOW - dt.timedelta(seconds=1), rank, None, None)
+def claimed_row(
+    bucket: int, queue: str, task_id: uuid.UUID, *, rank: int = 0, exec_time: dt.datetime = NOW, payload: bytes = b"{}"
+) -> tuple[Any, ...]:
+    return (
+        bucket,
+        queue,
+        rank,
+        exec_time,
+        task_id,
+        1,
+        25,
+        payload,
+        NOW + dt.timedelta(seconds=30),
+        NOW - dt.timedelta(seconds=1),
+        rank,
+        None,
+        None,
+    )
 
 
 #: ``queue_list``'s columns (sql/common/queues.sql; migration 0001/0006/0008/0013 types).
-QUEUE_COLUMNS = [("name", "TEXT"), ("lease_seconds", "FLOAT8"), ("max_attempts", "INT4"), ("backoff_base", "FLOAT8"),
-                 ("backoff_cap", "FLOAT8"), ("retry_jitter", "FLOAT8"), ("exclusive_latest_only", "BOOL"),
-                 ("paused_enqueue", "BOOL"), ("paused_dequeue", "BOOL"), ("timeout_seconds", "FLOAT8"),
-                 ("concurrency_limit", "INT4"), ("rate_limit", "FLOAT8"), ("rate_burst", "INT4"),
-                 ("keep_finished_seconds", "FLOAT8"), ("keep_results", "BOOL")]
+QUEUE_COLUMNS = [
+    ("name", "TEXT"),
+    ("lease_seconds", "FLOAT8"),
+    ("max_attempts", "INT4"),
+    ("backoff_base", "FLOAT8"),
+    ("backoff_cap", "FLOAT8"),
+    ("retry_jitter", "FLOAT8"),
+    ("exclusive_latest_only", "BOOL"),
+    ("paused_enqueue", "BOOL"),
+    ("paused_dequeue", "BOOL"),
+    ("timeout_seconds", "FLOAT8"),
+    ("concurrency_limit", "INT4"),
+    ("rate_limit", "FLOAT8"),
+    ("rate_burst", "INT4"),
+    ("keep_finished_seconds", "FLOAT8"),
+    ("keep_results", "BOOL"),
+]
 
 #: ``table_schema_jobs_running``'s columns: ``pkg/sql/crdb_internal.go`` crdbInternalJobsTable
 #: (``job_id INT, job_type STRING, … status STRING, running_status STRING, … fraction_completed
 #: FLOAT, … description STRING``).
-JOB_COLUMNS = [("job_id", "INT8"), ("job_type", "TEXT"), ("status", "TEXT"), ("running_status", "TEXT"),
-               ("fraction_completed", "FLOAT8"), ("description", "TEXT")]
+JOB_COLUMNS = [
+    ("job_id", "INT8"),
+    ("job_type", "TEXT"),
+    ("status", "TEXT"),
+    ("running_status", "TEXT"),
+    ("fraction_completed", "FLOAT8"),
+    ("description", "TEXT"),
+]

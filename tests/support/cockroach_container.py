@@ -62,10 +62,12 @@ def insecure_container(image: str) -> Any:
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.wait_strategies import HttpWaitStrategy
 
-    return (DockerContainer(image)
-            .with_exposed_ports(SQL_PORT, HTTP_PORT)
-            .with_command(COMMAND)
-            .waiting_for(HttpWaitStrategy(HTTP_PORT, READY_PATH)))
+    return (
+        DockerContainer(image)
+        .with_exposed_ports(SQL_PORT, HTTP_PORT)
+        .with_command(COMMAND)
+        .waiting_for(HttpWaitStrategy(HTTP_PORT, READY_PATH))
+    )
 
 
 def root_url(host: str, port: int | str) -> str:

@@ -49,5 +49,7 @@ def make_user(name: str, *, staff: bool, operator: bool = False):
 
     user = User.objects.create_user(name, password="unused-in-tests", is_staff=staff)
     if operator:
-        user.user_permissions.add(Permission.objects.get(content_type__app_label="shardq", codename="operate_dashboard"))
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="shardq", codename="operate_dashboard")
+        )
     return user

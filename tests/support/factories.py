@@ -97,10 +97,20 @@ class TestDatabase(RowProbes):
         self.client.store.queue_ensure(queue)
         rank = {"scheduled": RANK_SCHEDULED, "backlog": RANK_BACKLOG}.get(state, priority)
         params = dict(
-            queue=queue, state=state, rank=rank, priority=priority, exclusive_key=exclusive_key,
-            backlogged=state == "backlog", exec_time=exec_time, id=task_id, attempts=attempts,
-            max_attempts=max_attempts, lease_expires_at=lease_expires_at, lease_token=lease_token,
-            payload=payload, dedupe_key=dedupe_key,
+            queue=queue,
+            state=state,
+            rank=rank,
+            priority=priority,
+            exclusive_key=exclusive_key,
+            backlogged=state == "backlog",
+            exec_time=exec_time,
+            id=task_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            lease_expires_at=lease_expires_at,
+            lease_token=lease_token,
+            payload=payload,
+            dedupe_key=dedupe_key,
         )
         if self.dialect == "postgresql":
             params["bucket"] = bucket if bucket is not None else task_id.int % self.layout.bucket_count
@@ -117,8 +127,15 @@ class TestDatabase(RowProbes):
                     "INSERT INTO shardq_leases (token, bucket, queue, expires_at, ranks, exec_times, ids)"
                     " VALUES (%(token)s, %(bucket)s, %(queue)s, %(expires)s, ARRAY[%(rank)s::int8],"
                     " ARRAY[%(exec_time)s::timestamptz], ARRAY[%(id)s::uuid])",
-                    dict(token=lease_token, bucket=row["bucket"], queue=queue, expires=lease_expires_at,
-                         rank=rank, exec_time=exec_time, id=task_id),
+                    dict(
+                        token=lease_token,
+                        bucket=row["bucket"],
+                        queue=queue,
+                        expires=lease_expires_at,
+                        rank=rank,
+                        exec_time=exec_time,
+                        id=task_id,
+                    ),
                 )
         else:
             shard = self.layout.shard_column
@@ -132,7 +149,8 @@ class TestDatabase(RowProbes):
             )[0]
             row["bucket"] = self.sql(
                 f'SELECT "{shard}" AS b FROM shardq_tasks WHERE state = %(state)s AND queue = %(queue)s'
-                " AND rank = %(rank)s AND exec_time = %(exec_time)s AND id = %(id)s", params
+                " AND rank = %(rank)s AND exec_time = %(exec_time)s AND id = %(id)s",
+                params,
             )[0]["b"]
         return ClaimedTask(
             key=TaskKey(int(row["bucket"]), queue, rank, exec_time, task_id),
@@ -154,8 +172,15 @@ class TestDatabase(RowProbes):
         rows = self.sql("SELECT * FROM shardq_dead WHERE id = %(id)s", {"id": uuid.UUID(str(task_id))})
         return rows[0] if rows else None
 
-    def make_workflow(self, states: dict[str, str], *, edges: tuple[tuple[str, str], ...] = (), queue: str = "default",
-                      created_ago: float = 0.0, finished_ago: float = 0.0) -> uuid.UUID:
+    def make_workflow(
+        self,
+        states: dict[str, str],
+        *,
+        edges: tuple[tuple[str, str], ...] = (),
+        queue: str = "default",
+        created_ago: float = 0.0,
+        finished_ago: float = 0.0,
+    ) -> uuid.UUID:
         """A workflow's rows as they stand: ``states`` by step name, each finished step
         ``finished_ago`` seconds ago, the workflow enqueued ``created_ago`` seconds ago (at least
         ``finished_ago``), ``edges`` as (parent, child). A step ``waiting`` or ``ready`` has its task
@@ -165,33 +190,55 @@ class TestDatabase(RowProbes):
         task_ids = {step: uuid.uuid4() for step in states}
         open_steps = [step for step, state in states.items() if state in ("waiting", "ready")]
         if open_steps:
-            self.session.fetch_all("workflow_tasks_insert", {
-                "workflow_id": workflow_id, "ids": [task_ids[s] for s in open_steps],
-                "queues": [queue] * len(open_steps), "payloads": [b"{}"] * len(open_steps),
-                "priorities": [0] * len(open_steps), "max_attempts": [None] * len(open_steps),
-                "waiting": [states[s] == "waiting" for s in open_steps],
-                "backlog_rank": RANK_BACKLOG, "max_attempts_default": MAX_ATTEMPTS_DEFAULT})
-        self.sql("INSERT INTO shardq_workflows (id, name, created_at)"
-                 " VALUES (%(id)s, 'made', now() - %(ago)s * INTERVAL '1 second')", {"id": workflow_id, "ago": created_ago})
+            self.session.fetch_all(
+                "workflow_tasks_insert",
+                {
+                    "workflow_id": workflow_id,
+                    "ids": [task_ids[s] for s in open_steps],
+                    "queues": [queue] * len(open_steps),
+                    "payloads": [b"{}"] * len(open_steps),
+                    "priorities": [0] * len(open_steps),
+                    "max_attempts": [None] * len(open_steps),
+                    "waiting": [states[s] == "waiting" for s in open_steps],
+                    "backlog_rank": RANK_BACKLOG,
+                    "max_attempts_default": MAX_ATTEMPTS_DEFAULT,
+                },
+            )
+        self.sql(
+            "INSERT INTO shardq_workflows (id, name, created_at)"
+            " VALUES (%(id)s, 'made', now() - %(ago)s * INTERVAL '1 second')",
+            {"id": workflow_id, "ago": created_ago},
+        )
         for step, state in states.items():
             self.sql(
                 "INSERT INTO shardq_workflow_steps (workflow_id, step, task_id, task, queue, state, waiting_on, finished_at)"
                 " VALUES (%(w)s, %(step)s, %(task)s, 't', %(queue)s, %(state)s, 0,"
                 " CASE WHEN %(state)s IN ('succeeded', 'dead', 'cancelled')"
                 " THEN now() - %(ago)s * INTERVAL '1 second' END)",
-                {"w": workflow_id, "step": step, "task": task_ids[step], "queue": queue, "state": state,
-                 "ago": finished_ago})
+                {
+                    "w": workflow_id,
+                    "step": step,
+                    "task": task_ids[step],
+                    "queue": queue,
+                    "state": state,
+                    "ago": finished_ago,
+                },
+            )
         for parent, child in edges:
-            self.sql("INSERT INTO shardq_workflow_edges (workflow_id, parent, child) VALUES (%(w)s, %(p)s, %(c)s)",
-                     {"w": workflow_id, "p": parent, "c": child})
+            self.sql(
+                "INSERT INTO shardq_workflow_edges (workflow_id, parent, child) VALUES (%(w)s, %(p)s, %(c)s)",
+                {"w": workflow_id, "p": parent, "c": child},
+            )
         return workflow_id
 
     def workflow_rows(self, workflow_id: uuid.UUID) -> tuple[int, int, int]:
         """How many rows the workflow has: (its own row, steps, edges)."""
         params = {"w": workflow_id}
-        return (self.sql("SELECT count(*) AS n FROM shardq_workflows WHERE id = %(w)s", params)[0]["n"],
-                self.sql("SELECT count(*) AS n FROM shardq_workflow_steps WHERE workflow_id = %(w)s", params)[0]["n"],
-                self.sql("SELECT count(*) AS n FROM shardq_workflow_edges WHERE workflow_id = %(w)s", params)[0]["n"])
+        return (
+            self.sql("SELECT count(*) AS n FROM shardq_workflows WHERE id = %(w)s", params)[0]["n"],
+            self.sql("SELECT count(*) AS n FROM shardq_workflow_steps WHERE workflow_id = %(w)s", params)[0]["n"],
+            self.sql("SELECT count(*) AS n FROM shardq_workflow_edges WHERE workflow_id = %(w)s", params)[0]["n"],
+        )
 
     def count(self, table: str = "shardq_tasks") -> int:
         assert table in ("shardq_tasks", "shardq_dead", "shardq_leases", "shardq_queues")

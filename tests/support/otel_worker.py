@@ -35,10 +35,17 @@ def build_app(dsn: Any) -> shardq.App:
 
 
 def span_record(span: Any) -> dict:
-    return {"name": span.name, "kind": span.kind.name, "trace_id": span.context.trace_id,
-            "span_id": span.context.span_id, "parent": span.parent.span_id if span.parent else None,
-            "links": [link.context.span_id for link in span.links], "attributes": dict(span.attributes),
-            "status": span.status.status_code.name, "events": [event.name for event in span.events]}
+    return {
+        "name": span.name,
+        "kind": span.kind.name,
+        "trace_id": span.context.trace_id,
+        "span_id": span.context.span_id,
+        "parent": span.parent.span_id if span.parent else None,
+        "links": [link.context.span_id for link in span.links],
+        "attributes": dict(span.attributes),
+        "status": span.status.status_code.name,
+        "events": [event.name for event in span.events],
+    }
 
 
 def work_traced(dsn: Any, pipe: Any) -> None:

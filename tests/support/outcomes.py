@@ -29,5 +29,4 @@ def assert_good_acked(db, good: set[str]) -> None:
     assert not [task_id for task_id in good if db.dead_row(task_id) is not None]
 
 
-
 WORKER_PATIENCE = 20.0  # a worker that has not finished its until_empty run by then is hung

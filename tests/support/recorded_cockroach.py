@@ -53,7 +53,9 @@ from shardq.engine.base import Engine
 
 #: What a 24.3 node reports as ``crdb_version`` (``pkg/build/info.go``, Info.Short: "CockroachDB
 #: <distribution> <tag> (<platform>, built <time>, <go version>)").
-CRDB_VERSION_24_3 = "CockroachDB CCL v24.3.1 (x86_64-pc-linux-gnu, built 2024/12/09 16:40:34, go1.22.8 X:nocoverageredesign)"
+CRDB_VERSION_24_3 = (
+    "CockroachDB CCL v24.3.1 (x86_64-pc-linux-gnu, built 2024/12/09 16:40:34, go1.22.8 X:nocoverageredesign)"
+)
 #: A node of the oldest supported line, and one older than shardq supports.
 CRDB_VERSION_23_1 = "CockroachDB CCL v23.1.30 (x86_64-pc-linux-gnu, built 2024/11/18 18:55:37, go1.19.13)"
 CRDB_VERSION_22_2 = "CockroachDB CCL v22.2.19 (x86_64-pc-linux-gnu, built 2024/02/12 18:11:05, go1.19.13)"
@@ -112,6 +114,7 @@ def text_of(value: Any) -> str | None:
 
 
 # -- what the test says ---------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
@@ -188,8 +191,11 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+", re.I)
 #: SQL literals as psycopg renders bound values into text (ClientCursor.mogrify) or as shardq's SQL
 #: writes them: strings, numbers, NULL, booleans; then any casts after one, whether psycopg's or the
 #: statement's own (a placeholder's ``::UUID[]``).
-_LITERAL = re.compile(r"E?'(?:[^']|'')*'|(?<![\w.$])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])"
-                      r"|\b(?:NULL|TRUE|FALSE)\b", re.I)
+_LITERAL = re.compile(
+    r"E?'(?:[^']|'')*'|(?<![\w.$])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])"
+    r"|\b(?:NULL|TRUE|FALSE)\b",
+    re.I,
+)
 _CASTS = re.compile(r"\?(?:\s*::\s*[A-Za-z_]\w*(?:\[\])?)+")
 
 
@@ -311,8 +317,9 @@ class _Connection:
             if code != _PROTOCOL_3:
                 return False
             fields = body[4:].split(b"\x00")
-            self.startup = {fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields) - 2, 2)
-                            if fields[i]}
+            self.startup = {
+                fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields) - 2, 2) if fields[i]
+            }
             break
         self.server._started(Startup(self.number, dict(self.startup)))
         if self.server.password is not None and not self._password_accepted():
@@ -386,7 +393,7 @@ class _Connection:
             raw_name, rest = body.split(b"\x00", 1)
             raw_text, rest = rest.split(b"\x00", 1)
             (count,) = struct.unpack("!h", rest[:2])
-            oids = struct.unpack(f"!{count}I", rest[2:2 + 4 * count])
+            oids = struct.unpack(f"!{count}I", rest[2 : 2 + 4 * count])
             self.statements[raw_name.decode()] = (raw_text.decode(), oids)
             self.out += _message(b"1")
         elif kind == b"B":
@@ -423,7 +430,7 @@ class _Connection:
         for i in range(nparams):
             (size,) = struct.unpack_from("!i", rest, offset)
             offset += 4
-            raw = None if size < 0 else rest[offset:offset + size]
+            raw = None if size < 0 else rest[offset : offset + size]
             offset += max(size, 0)
             binary = (formats[i] if nformats > 1 else formats[0] if nformats == 1 else 0) == 1
             values.append(raw if raw is None or binary else raw.decode())
@@ -464,9 +471,15 @@ class _Connection:
     # answers
     def _answer(self, text: str, values: tuple[Any, ...]) -> Answer:
         control = _TRANSACTION_CONTROL.match(text)
-        received = Received(text=text, params=values, name=self.server.names(text), startup=dict(self.startup),
-                            connection=self.number, in_transaction=self.status != b"I",
-                            explained=self.server.names.explained(text))
+        received = Received(
+            text=text,
+            params=values,
+            name=self.server.names(text),
+            startup=dict(self.startup),
+            connection=self.number,
+            in_transaction=self.status != b"I",
+            explained=self.server.names.explained(text),
+        )
         answer = self.server._answer_for(received)
         if answer is None and control:
             answer = Command(control.group(1).upper().replace("START TRANSACTION", "BEGIN").replace("END", "COMMIT"))
@@ -560,8 +573,14 @@ class RecordedCockroach:
     to the "no answer recorded" error. :attr:`received` and :attr:`startups` list what arrived.
     """
 
-    def __init__(self, answer: AnswerFunction | None = None, *, crdb_version: str = CRDB_VERSION_24_3,
-                 engine: Engine = COCKROACHDB, password: str | None = None) -> None:
+    def __init__(
+        self,
+        answer: AnswerFunction | None = None,
+        *,
+        crdb_version: str = CRDB_VERSION_24_3,
+        engine: Engine = COCKROACHDB,
+        password: str | None = None,
+    ) -> None:
         self.answer = answer or (lambda received: None)
         self.crdb_version = crdb_version
         #: the password a startup must give (None: none asked, as on an insecure node)
@@ -600,10 +619,17 @@ class RecordedCockroach:
         """The run-time parameters reported at connect (``statusReportParams``,
         ``pkg/sql/pgwire/conn.go``)."""
         return {
-            "server_version": "13.0.0", "server_encoding": "UTF8", "client_encoding": "UTF8",
-            "application_name": startup.get("application_name", ""), "DateStyle": "ISO, MDY",
-            "IntervalStyle": "postgres", "is_superuser": "on", "TimeZone": "UTC", "integer_datetimes": "on",
-            "standard_conforming_strings": "on", "crdb_version": self.crdb_version,
+            "server_version": "13.0.0",
+            "server_encoding": "UTF8",
+            "client_encoding": "UTF8",
+            "application_name": startup.get("application_name", ""),
+            "DateStyle": "ISO, MDY",
+            "IntervalStyle": "postgres",
+            "is_superuser": "on",
+            "TimeZone": "UTC",
+            "integer_datetimes": "on",
+            "standard_conforming_strings": "on",
+            "crdb_version": self.crdb_version,
             "session_authorization": startup.get("user", "root"),
         }
 
@@ -635,8 +661,9 @@ class RecordedCockroach:
 
 
 @contextmanager
-def recorded_cockroach(answers: Mapping[str, Answering] | AnswerFunction | None = None,
-                       **options: Any) -> Iterator[RecordedCockroach]:
+def recorded_cockroach(
+    answers: Mapping[str, Answering] | AnswerFunction | None = None, **options: Any
+) -> Iterator[RecordedCockroach]:
     """A :class:`RecordedCockroach` answering by statement name (or text) from ``answers``: each
     value an answer, or a function of the :class:`Received` returning one."""
     if answers is None or callable(answers):
@@ -653,7 +680,18 @@ def recorded_cockroach(answers: Mapping[str, Answering] | AnswerFunction | None 
 
 
 __all__ = [
-    "CRDB_VERSION_22_2", "CRDB_VERSION_23_1", "CRDB_VERSION_24_3", "TYPES", "Answer", "Command",
-    "Disconnect", "Error", "Received", "RecordedCockroach", "Rows", "StatementNames", "recorded_cockroach",
+    "CRDB_VERSION_22_2",
+    "CRDB_VERSION_23_1",
+    "CRDB_VERSION_24_3",
+    "TYPES",
+    "Answer",
+    "Command",
+    "Disconnect",
+    "Error",
+    "Received",
+    "RecordedCockroach",
+    "Rows",
+    "StatementNames",
+    "recorded_cockroach",
     "text_of",
 ]

@@ -47,7 +47,9 @@ _CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.I)
 _CREATE_INDEX = re.compile(r"^\s*CREATE (?:UNIQUE )?INDEX\b", re.I)
 _ALTER_TABLE = re.compile(r"^\s*ALTER TABLE\b", re.I)
 _VERSION_INSERT = re.compile(r"^INSERT INTO alembic_version \(version_num\) VALUES \('(\w+)'\)")
-_VERSION_UPDATE = re.compile(r"^UPDATE alembic_version SET version_num='(\w+)' WHERE alembic_version.version_num = '(\w+)'")
+_VERSION_UPDATE = re.compile(
+    r"^UPDATE alembic_version SET version_num='(\w+)' WHERE alembic_version.version_num = '(\w+)'"
+)
 _SHARD_COLUMNS = "exec_time_id_queue_rank_state"
 
 
@@ -55,9 +57,15 @@ def task_layout_rows(buckets: int, database: str = "defaultdb") -> Rows:
     """``shard_layout_get``'s answer for shardq's tasks table with ``buckets`` buckets."""
     return Rows(
         [("index_name", "TEXT"), ("shard_column", "TEXT"), ("index_definition", "TEXT")],
-        [("shardq_tasks_pkey", f"crdb_internal_{_SHARD_COLUMNS}_shard_{buckets}",
-          f"CREATE UNIQUE INDEX shardq_tasks_pkey ON {database}.public.shardq_tasks USING btree (state ASC, "
-          f"queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count={buckets})")])
+        [
+            (
+                "shardq_tasks_pkey",
+                f"crdb_internal_{_SHARD_COLUMNS}_shard_{buckets}",
+                f"CREATE UNIQUE INDEX shardq_tasks_pkey ON {database}.public.shardq_tasks USING btree (state ASC, "
+                f"queue ASC, rank ASC, exec_time ASC, id ASC) USING HASH WITH (bucket_count={buckets})",
+            )
+        ],
+    )
 
 
 class RecordedSchema:
@@ -66,9 +74,15 @@ class RecordedSchema:
     ``tables`` are the tables that exist (a fresh database has none), ``version`` the revision in
     ``alembic_version`` (None: no row). ``extra`` answers anything else first (None: not its)."""
 
-    def __init__(self, *, tables: set[str] | None = None, version: str | None = None, buckets: int = 4,
-                 crdb_version: str = CRDB_VERSION_24_3,
-                 extra: Callable[[Received], Answer | None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tables: set[str] | None = None,
+        version: str | None = None,
+        buckets: int = 4,
+        crdb_version: str = CRDB_VERSION_24_3,
+        extra: Callable[[Received], Answer | None] | None = None,
+    ) -> None:
         self.tables = set(tables or ())
         self.version = version
         self.buckets = buckets
@@ -91,8 +105,11 @@ class RecordedSchema:
             return Rows([("present", "INT8")], [(1,)] if "shardq_tasks" in self.tables else [])
         if received.name == "shard_layout_get":
             database = received.startup.get("database", "defaultdb")
-            return task_layout_rows(self.buckets, database) if "shardq_tasks" in self.tables else Rows(
-                task_layout_rows(self.buckets).columns, [])
+            return (
+                task_layout_rows(self.buckets, database)
+                if "shardq_tasks" in self.tables
+                else Rows(task_layout_rows(self.buckets).columns, [])
+            )
         if lowered == "select current_schema()":
             return Rows([("current_schema", "TEXT")], [("public",)])
         if lowered == "show transaction isolation level":

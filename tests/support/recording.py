@@ -42,7 +42,6 @@ def _record_async(session, sent):
     session.fetch_all, session.fetch_one, session.execute = all_, one, ex
 
 
-
 def _shape(params: Any) -> Any:
     """Parameters with the random parts (task ids, lease tokens, stats slots) blanked."""
     if not params:

@@ -21,8 +21,11 @@ def chunks_fail_after(db, run_like: str, after: int, *, pause_queue: str | None 
     chunks of that run have committed. With ``pause_queue`` the claim does not fail but pauses
     that queue for enqueue in the chunk's own transaction (the writer then finds it paused and
     rolls the chunk back, the pause with it). (``db.sql`` passes parameters, so ``%`` is doubled.)"""
-    action = (f"UPDATE shardq_queues SET paused_enqueue = true WHERE name = '{pause_queue}';"
-              if pause_queue else "RAISE EXCEPTION 'chunk %% of %% refused by the test', NEW.chunk, NEW.run_id;")
+    action = (
+        f"UPDATE shardq_queues SET paused_enqueue = true WHERE name = '{pause_queue}';"
+        if pause_queue
+        else "RAISE EXCEPTION 'chunk %% of %% refused by the test', NEW.chunk, NEW.run_id;"
+    )
     db.sql(f"""
         CREATE OR REPLACE FUNCTION {_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -34,7 +37,9 @@ def chunks_fail_after(db, run_like: str, after: int, *, pause_queue: str | None 
             END IF;
             RETURN NEW;
         END $$""")
-    db.sql(f"CREATE TRIGGER {_FUNCTION} BEFORE INSERT ON shardq_spark_chunks FOR EACH ROW EXECUTE FUNCTION {_FUNCTION}()")
+    db.sql(
+        f"CREATE TRIGGER {_FUNCTION} BEFORE INSERT ON shardq_spark_chunks FOR EACH ROW EXECUTE FUNCTION {_FUNCTION}()"
+    )
     try:
         yield
     finally:

@@ -46,8 +46,16 @@ def snapshot(db) -> dict:
     }
 
 
-def make_finished(db, queue: str = "q", *, state: str = "succeeded", error: str | None = None,
-                  minutes_ago: float = 0.0, count: int = 1, task: str = "job") -> list[str]:
+def make_finished(
+    db,
+    queue: str = "q",
+    *,
+    state: str = "succeeded",
+    error: str | None = None,
+    minutes_ago: float = 0.0,
+    count: int = 1,
+    task: str = "job",
+) -> list[str]:
     """``count`` rows of ``queue``'s history in ``state``, finished ``minutes_ago`` (the ack path
     that writes them is tests/lifecycle/test_history.py's; this puts them in exact states)."""
     rows = db.sql(
@@ -56,13 +64,12 @@ def make_finished(db, queue: str = "q", *, state: str = "succeeded", error: str 
         " now() - (%(ago)s::FLOAT8 + 1) * INTERVAL '1 minute' - n * INTERVAL '1 millisecond',"
         " now() - %(ago)s::FLOAT8 * INTERVAL '1 minute' - n * INTERVAL '1 millisecond', 1, 0.25, %(error)s"
         " FROM generate_series(1, %(count)s::INT8) AS n RETURNING id",
-        {"queue": queue, "state": state, "task": task, "ago": minutes_ago, "error": error, "count": count})
+        {"queue": queue, "state": state, "task": task, "ago": minutes_ago, "error": error, "count": count},
+    )
     return [str(r["id"]) for r in rows]
 
 
-
 CHROMIUM = os.environ.get("SHARDQ_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -74,7 +81,6 @@ def _shot(page, name: str, tmp_path) -> None:
     assert path.read_bytes().startswith(b"\x89PNG")
     if os.environ.get("SHARDQ_WEB_SCREENSHOT") == "1":
         (DOCS / name).write_bytes(path.read_bytes())
-
 
 
 READ_TOKEN = "read-only-token-0123456789"

@@ -14,6 +14,5 @@ def _until(condition, timeout: float = 30.0) -> None:
         time.sleep(0.01)  # polling another backend's wait state: there is no event to wait on
 
 
-
 def _spec(name: str, parents: tuple[str, ...] = ()) -> StepSpec:
     return StepSpec(name, "t", b"", "default", parents=parents)

@@ -29,7 +29,13 @@ def test_full_jitter_spreads_retries():
 
 @pytest.mark.parametrize(
     "attempts, max_attempts, permanent, outcome",
-    [(1, 5, False, "retry"), (4, 5, False, "retry"), (5, 5, False, "dead"), (1, 5, True, "dead"), (9, 5, False, "dead")],
+    [
+        (1, 5, False, "retry"),
+        (4, 5, False, "retry"),
+        (5, 5, False, "dead"),
+        (1, 5, True, "dead"),
+        (9, 5, False, "dead"),
+    ],
 )
 def test_decide_failure(attempts, max_attempts, permanent, outcome):
     decision = backoff.decide_failure(attempts, max_attempts, permanent=permanent, base=1, cap=10)

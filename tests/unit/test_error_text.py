@@ -17,14 +17,17 @@ class StrNotAString(Exception):
         return 42  # on purpose: str() of it raises TypeError
 
 
-@pytest.mark.parametrize("text, stored", [
-    ("plain", "plain"),
-    ("nul\x00byte", "nul\ufffdbyte"),
-    ("lone \udcff surrogate", "lone \ufffd surrogate"),
-    ("bytes " + b"\xff\xfe".decode("utf-8", "surrogateescape"), "bytes \ufffd\ufffd"),
-    ("é ü 日本", "é ü 日本"),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text, stored",
+    [
+        ("plain", "plain"),
+        ("nul\x00byte", "nul\ufffdbyte"),
+        ("lone \udcff surrogate", "lone \ufffd surrogate"),
+        ("bytes " + b"\xff\xfe".decode("utf-8", "surrogateescape"), "bytes \ufffd\ufffd"),
+        ("é ü 日本", "é ü 日本"),
+        (None, None),
+    ],
+)
 def test_storable_replaces_what_a_database_refuses_and_keeps_the_rest(text, stored):
     assert storable(text) == stored
 
@@ -35,12 +38,15 @@ def test_a_long_text_is_cut_to_the_limit_with_a_marker():
     assert storable("y" * ERROR_TEXT_MAX) == "y" * ERROR_TEXT_MAX
 
 
-@pytest.mark.parametrize("exc, expected", [
-    (ValueError("bad \x00 value"), "ValueError: bad \ufffd value"),
-    (StrRaises(), "StrRaises: <exception str() failed>"),
-    (StrNotAString(), "StrNotAString"),
-    (KeyboardInterrupt(), "KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (ValueError("bad \x00 value"), "ValueError: bad \ufffd value"),
+        (StrRaises(), "StrRaises: <exception str() failed>"),
+        (StrNotAString(), "StrNotAString"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+    ],
+)
 def test_describe_never_raises_and_gives_storable_text(exc, expected):
     text = describe(exc)
     assert expected in text

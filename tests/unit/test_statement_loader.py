@@ -55,7 +55,7 @@ ALL_CALLS = "fetch_all|fetch_one|fetch_row|execute|execute_ddl|listen|Call|Schem
 
 def used_names(call: str = ALL_CALLS) -> set[str]:
     # ``Call("name", …)``: a statement a plan sends (shardq.sql.plan), through either gateway.
-    pattern = re.compile(r'(?:' + call + r')\(\s*"([a-z0-9_]+)"')
+    pattern = re.compile(r"(?:" + call + r')\(\s*"([a-z0-9_]+)"')
     # The embedded server's bootstrap runs statement texts on a plain connection before any
     # session exists: statements["name"].
     bootstrap = re.compile(r'statements\["([a-z0-9_]+)"\]')
@@ -72,25 +72,56 @@ def used_names(call: str = ALL_CALLS) -> set[str]:
 def test_every_statement_used_in_code_exists_for_each_dialect(dialect):
     defined = set(queries.statements_for(dialect))
     dialect_only = {
-        "postgresql": {"shard_layout_get", "table_schema_jobs_running", "task_count_by_bucket_current",
-                       "table_primary_key_alter", "shard_column_drop",
-                       "stats_depth_one", "stats_ready_head_after", "stats_snapshot_historical"},
-        "cockroachdb": {"layout_get", "embedded_database_present", "embedded_database_create", "lease_records_settle", "task_ack_claim", "queue_notify", "notify_listen",
-                        "task_claim_round", "task_promote_due_round", "resize_lock_try", "resize_lock_release",
-                        "lock_timeout_set_local", "buckets_lock_get", "buckets_update", "bucket_default_set",
-                        "task_move_out_batch", "task_count_beyond", "lease_delete_beyond", "spark_stage_index",
-                        "stats_depth_many", "stats_leased_by_bucket",
-                        # the Spark COPY writer runs on PostgreSQL only (Engine.spark_copy_writer)
-                        "spark_chunk_open", "spark_chunk_copy_tasks", "spark_chunk_copy_run_tasks", "spark_chunk_table_create",
-                        "spark_chunk_copy_rows",
-                        # shardq doctor: planner setting and table ownership, PostgreSQL's only
-                        "doctor_plan_setup", "doctor_tasks_owned",
-                        # outcome wake-ups ride on LISTEN/NOTIFY (shardq.lifecycle.waiting; CockroachDB polls),
-                        # and a kept ack of a whole claim goes through the lease records
-                        "outcome_listen", "outcome_notify", "task_ack_claim_kept",
-                        # a released chain step is leased to the acking worker in place on PostgreSQL
-                        # only (Engine.steps_acked: CockroachDB takes none)
-                        "workflow_steps_acked_take"},
+        "postgresql": {
+            "shard_layout_get",
+            "table_schema_jobs_running",
+            "task_count_by_bucket_current",
+            "table_primary_key_alter",
+            "shard_column_drop",
+            "stats_depth_one",
+            "stats_ready_head_after",
+            "stats_snapshot_historical",
+        },
+        "cockroachdb": {
+            "layout_get",
+            "embedded_database_present",
+            "embedded_database_create",
+            "lease_records_settle",
+            "task_ack_claim",
+            "queue_notify",
+            "notify_listen",
+            "task_claim_round",
+            "task_promote_due_round",
+            "resize_lock_try",
+            "resize_lock_release",
+            "lock_timeout_set_local",
+            "buckets_lock_get",
+            "buckets_update",
+            "bucket_default_set",
+            "task_move_out_batch",
+            "task_count_beyond",
+            "lease_delete_beyond",
+            "spark_stage_index",
+            "stats_depth_many",
+            "stats_leased_by_bucket",
+            # the Spark COPY writer runs on PostgreSQL only (Engine.spark_copy_writer)
+            "spark_chunk_open",
+            "spark_chunk_copy_tasks",
+            "spark_chunk_copy_run_tasks",
+            "spark_chunk_table_create",
+            "spark_chunk_copy_rows",
+            # shardq doctor: planner setting and table ownership, PostgreSQL's only
+            "doctor_plan_setup",
+            "doctor_tasks_owned",
+            # outcome wake-ups ride on LISTEN/NOTIFY (shardq.lifecycle.waiting; CockroachDB polls),
+            # and a kept ack of a whole claim goes through the lease records
+            "outcome_listen",
+            "outcome_notify",
+            "task_ack_claim_kept",
+            # a released chain step is leased to the acking worker in place on PostgreSQL
+            # only (Engine.steps_acked: CockroachDB takes none)
+            "workflow_steps_acked_take",
+        },
     }
     missing = used_names() - defined - dialect_only[dialect]
     assert not missing

@@ -23,14 +23,17 @@ def test_check_orders_every_parent_before_its_children():
     assert names[0] == "a" and names[-1] == "d" and set(names[1:3]) == {"b", "c"}
 
 
-@pytest.mark.parametrize(("steps", "words"), [
-    ((("a", ("b",)), ("b", ("a",)), ("r", ())), "cycle"),
-    ((("a", ("a",)),), "cycle"),
-    ((("a", ()), ("b", ("nope",))), "'nope' is no step"),
-    ((("a", ()), ("a", ())), "declared twice"),
-    ((("a", ()), ("b", ("a", "a"))), "named twice"),
-    ((), "no steps"),
-])
+@pytest.mark.parametrize(
+    ("steps", "words"),
+    [
+        ((("a", ("b",)), ("b", ("a",)), ("r", ())), "cycle"),
+        ((("a", ("a",)),), "cycle"),
+        ((("a", ()), ("b", ("nope",))), "'nope' is no step"),
+        ((("a", ()), ("a", ())), "declared twice"),
+        ((("a", ()), ("b", ("a", "a"))), "named twice"),
+        ((), "no steps"),
+    ],
+)
 def test_check_refuses_a_graph_that_cannot_run_naming_the_step(steps, words):
     with pytest.raises(InvalidInput, match=words):
         check(_graph(*steps))

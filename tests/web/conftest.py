@@ -19,10 +19,6 @@ def browser():
         browser.close()
 
 
-
-
-
-
 @pytest.fixture
 def server(pg_db: TestDatabase) -> Iterator[_ServedDashboard]:
     with _ServedDashboard(pg_db, stats_options=CURRENT, refresh_seconds=5, read_token=READ_TOKEN) as running:

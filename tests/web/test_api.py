@@ -132,14 +132,23 @@ def test_a_queues_limits_and_slots_in_use_are_on_its_page_and_in_the_api(web):
     web.db.client.set_queue("q", concurrency=3, rate=50, burst=10)
     web.db.make_task("q")
     data = web.get("/api/queues/q", headers=BEARER).json()
-    assert (data["queue"]["concurrency_limit"], data["queue"]["slots_in_use"], data["queue"]["rate_limit"]) == (3, 0, 50)
+    assert (data["queue"]["concurrency_limit"], data["queue"]["slots_in_use"], data["queue"]["rate_limit"]) == (
+        3,
+        0,
+        50,
+    )
     page = web.get("/queues/q", headers=BEARER).text
     assert "3 (0 in use)" in page and "50/s, burst 10" in page
 
 
 def test_unknown_queue_or_task_is_a_404_page_and_a_json_error(web):
-    for path in ("/queues/nope", "/queues/nope/dead", f"/tasks/{uuid.uuid4()}", "/tasks/not-a-uuid",
-                 "/queues/bad%20name!"):
+    for path in (
+        "/queues/nope",
+        "/queues/nope/dead",
+        f"/tasks/{uuid.uuid4()}",
+        "/tasks/not-a-uuid",
+        "/queues/bad%20name!",
+    ):
         page = web.get(path, headers=BEARER)
         assert page.status_code == 404 and "Not found" in page.text, path
         api = web.get("/api" + path, headers=BEARER)
@@ -191,8 +200,10 @@ def test_cancel_removes_a_live_task(web):
 
 # -- refusals change nothing --------------------------------------------------------------------
 ACTIONS = [
-    ("/api/queues/q/pause", None), ("/api/queues/q/resume", None),
-    ("/api/queues/q/dead/requeue", {"all": True}), ("/api/queues/q/dead/purge", None),
+    ("/api/queues/q/pause", None),
+    ("/api/queues/q/resume", None),
+    ("/api/queues/q/dead/requeue", {"all": True}),
+    ("/api/queues/q/dead/purge", None),
 ]
 
 
@@ -209,17 +220,36 @@ def test_without_the_token_nothing_is_read_or_changed(populated):
     web = populated
     before = snapshot(web.db)
     task_id = web.db.admin_task.key.id
-    for path in ("/", "/queues/q", "/queues/q/dead", f"/tasks/{task_id}", "/static/dashboard.js", "/static/style.css",
-                 "/api/queues", "/api/queues/q", "/api/queues/q/dead", f"/api/tasks/{task_id}"):
-        for headers in ({}, {"Authorization": "Bearer wrong-token-xyz"}, {"Authorization": TOKEN},
-                        {"Cookie": "shardq_session=made-up"}):
+    for path in (
+        "/",
+        "/queues/q",
+        "/queues/q/dead",
+        f"/tasks/{task_id}",
+        "/static/dashboard.js",
+        "/static/style.css",
+        "/api/queues",
+        "/api/queues/q",
+        "/api/queues/q/dead",
+        f"/api/tasks/{task_id}",
+    ):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-xyz"},
+            {"Authorization": TOKEN},
+            {"Cookie": "shardq_session=made-up"},
+        ):
             response = web.get(path, headers=headers)
             assert response.status_code in (401, 429), (path, headers)  # 429: too many wrong tokens by now
             for marker in ("payload-marker", "dead-error-marker", "paused: enqueue", "shardq_session="):
                 assert marker not in response.text, (path, headers, marker)
             assert "set-cookie" not in response.headers
-    for path, body in [*ACTIONS, (f"/api/tasks/{task_id}/cancel", None), ("/queues/q/pause", None),
-                       ("/queues/q/dead/purge", None), (f"/tasks/{task_id}/cancel", None)]:
+    for path, body in [
+        *ACTIONS,
+        (f"/api/tasks/{task_id}/cancel", None),
+        ("/queues/q/pause", None),
+        ("/queues/q/dead/purge", None),
+        (f"/tasks/{task_id}/cancel", None),
+    ]:
         assert web.post(path, json=body).status_code in (401, 429), path
     assert snapshot(web.db) == before
     api = web.get("/api/queues")
@@ -231,9 +261,11 @@ def test_unknown_queues_and_bad_bodies_are_refused_and_change_nothing(populated)
     before = snapshot(web.db)
     dead_id = str(web.db.dead_task.key.id)
     refusals = [
-        ("/api/queues/nope/pause", None, 404), ("/api/queues/nope/dead/purge", None, 404),
+        ("/api/queues/nope/pause", None, 404),
+        ("/api/queues/nope/dead/purge", None, 404),
         ("/api/queues/nope/dead/requeue", {"all": True}, 404),
-        (f"/api/tasks/{uuid.uuid4()}/cancel", None, 404), ("/api/tasks/not-a-uuid/cancel", None, 404),
+        (f"/api/tasks/{uuid.uuid4()}/cancel", None, 404),
+        ("/api/tasks/not-a-uuid/cancel", None, 404),
         ("/api/queues/q/dead/requeue", {}, 400),
         ("/api/queues/q/dead/requeue", {"ids": [dead_id], "all": True}, 400),
         ("/api/queues/q/dead/requeue", {"ids": [dead_id, "not-a-uuid"]}, 400),
@@ -248,8 +280,7 @@ def test_unknown_queues_and_bad_bodies_are_refused_and_change_nothing(populated)
         assert response.status_code == status, (path, body, response.text)
         assert response.json()["error"]
     for raw in (b"{not json", b"\xff\xfe", b'"a string"'):
-        response = web.post("/api/queues/q/resume", headers={**BEARER, "Content-Type": "application/json"},
-                            content=raw)
+        response = web.post("/api/queues/q/resume", headers={**BEARER, "Content-Type": "application/json"}, content=raw)
         assert response.status_code == 400 and response.json()["error"]
     assert snapshot(web.db) == before
     assert web.db.count("shardq_queues") == 1  # an unknown queue was not created
@@ -289,7 +320,12 @@ def test_a_cookie_request_must_carry_the_sessions_csrf_token(populated):
     for path, body in ACTIONS:
         assert web.post(path, json=body).status_code == 403, path
         assert web.post(path, json=body, headers={"X-CSRF-Token": "forged"}).status_code == 403, path
-    for path in ("/queues/q/pause", "/queues/q/resume", "/queues/q/dead/purge", f"/tasks/{web.db.admin_task.key.id}/cancel"):
+    for path in (
+        "/queues/q/pause",
+        "/queues/q/resume",
+        "/queues/q/dead/purge",
+        f"/tasks/{web.db.admin_task.key.id}/cancel",
+    ):
         assert web.post(path, data={"confirm": "1"}).status_code == 403, path
         assert web.post(path, data={"confirm": "1", "csrf": "forged"}).status_code == 403, path
     assert snapshot(web.db) == before
@@ -361,8 +397,15 @@ def test_the_database_password_never_reaches_a_page(db):
         client = Client(dsn, application_name="shardq-web-test")
         try:
             with TestClient(create_app(client, TOKEN, stats_options=CURRENT)) as web:
-                for path in ("/", "/queues/q", "/queues/q/dead", f"/tasks/{uuid.uuid4()}", "/api/queues",
-                             "/api/queues/q", "/api/queues/q/dead"):
+                for path in (
+                    "/",
+                    "/queues/q",
+                    "/queues/q/dead",
+                    f"/tasks/{uuid.uuid4()}",
+                    "/api/queues",
+                    "/api/queues/q",
+                    "/api/queues/q/dead",
+                ):
                     response = web.get(path, headers=BEARER)
                     assert password not in response.text, path
                     if dsn is unreachable:
@@ -386,8 +429,13 @@ def test_a_token_is_generated_for_loopback_only():
 
 def test_the_command_refuses_a_public_address_without_a_token_in_one_line(pg_db):
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
-    result = subprocess.run([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "explicit token" in result.stderr
 
@@ -395,8 +443,13 @@ def test_the_command_refuses_a_public_address_without_a_token_in_one_line(pg_db)
 def test_the_command_serves_with_a_printed_token_until_interrupted(pg_db):
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
     pg_db.make_task("emails")
-    process = subprocess.Popen([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         url = process.stdout.readline().split("serving ")[1].strip()
         token = process.stdout.readline().split("(shown once): ")[1].strip()
@@ -431,10 +484,20 @@ def _post_streamed(app, path: str, chunks: int, chunk_size: int, headers: Sequen
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "headers": [(b"content-type", b"application/x-www-form-urlencoded"), *headers],
-             "client": ("203.0.113.9", 5000), "server": ("127.0.0.1", 80), "scheme": "http",
-             "http_version": "1.1", "root_path": "", "state": {}}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/x-www-form-urlencoded"), *headers],
+        "client": ("203.0.113.9", 5000),
+        "server": ("127.0.0.1", 80),
+        "scheme": "http",
+        "http_version": "1.1",
+        "root_path": "",
+        "state": {},
+    }
     anyio.run(app, scope, receive, send)
     return next(m["status"] for m in sent if m["type"] == "http.response.start"), pulled
 
@@ -447,8 +510,9 @@ def test_login_refuses_a_large_streamed_body_after_reading_only_up_to_the_limit(
     status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk)  # 640 MiB offered
     assert status == 413
     assert pulled * chunk <= FORM_MAX + chunk  # bounded by the limit, not by what was sent
-    status, pulled = _post_streamed(app, "/login", chunks=10_000, chunk_size=chunk,
-                                    headers=[(b"content-length", str(10_000 * chunk).encode())])
+    status, pulled = _post_streamed(
+        app, "/login", chunks=10_000, chunk_size=chunk, headers=[(b"content-length", str(10_000 * chunk).encode())]
+    )
     assert (status, pulled) == (413, 0)  # refused on the declared length before any byte is read
 
 
@@ -456,9 +520,11 @@ def test_an_unreadable_cookie_of_another_app_does_not_hide_the_session(web):
     response = web.post("/login", data={"token": TOKEN, "next": "/"})
     session = response.cookies["shardq_session"]
     web.cookies.clear()
-    for header in (f'prefs={{"theme":"dark"}}; shardq_session={session}',
-                   f'a="unterminated; shardq_session={session}; b=\\x',
-                   f'shardq_session={session}; prefs={{"theme":"dark"}}'):
+    for header in (
+        f'prefs={{"theme":"dark"}}; shardq_session={session}',
+        f'a="unterminated; shardq_session={session}; b=\\x',
+        f'shardq_session={session}; prefs={{"theme":"dark"}}',
+    ):
         assert web.get("/api/queues", headers={"Cookie": header}).status_code == 200, header
         assert "<h1>Queues</h1>" in web.get("/", headers={"Cookie": header}).text, header
 
@@ -476,8 +542,11 @@ def test_wrong_tokens_are_throttled_per_address_with_retry_after(web):
     for attempt in range(FREE_FAILURES):
         assert web.post("/login", data={"token": f"guess-{attempt}"}).status_code == 401
     assert web.get("/api/queues", headers={"Authorization": "Bearer guess-x"}).status_code == 401
-    for response in (web.post("/login", data={"token": TOKEN}), web.get("/api/queues", headers=BEARER),
-                     web.post("/login", data={"token": "guess-y"})):
+    for response in (
+        web.post("/login", data={"token": TOKEN}),
+        web.get("/api/queues", headers=BEARER),
+        web.post("/login", data={"token": "guess-y"}),
+    ):
         # even the right token waits: while throttled nothing is compared
         assert response.status_code == 429 and int(response.headers["retry-after"]) >= 1
     assert "try again in" in web.get("/api/queues", headers=BEARER).json()["error"]
@@ -516,8 +585,13 @@ def test_a_chosen_token_shorter_than_16_characters_is_refused_in_one_line(pg_db)
         resolve_token("fifteen-chars-x", "127.0.0.1")
     assert resolve_token("sixteen-chars-xx", "127.0.0.1") == ("sixteen-chars-xx", False)
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
-    result = subprocess.run([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0", "--token", "12345678"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--port", "0", "--token", "12345678"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "at least 16 characters" in result.stderr
 
@@ -545,7 +619,7 @@ def test_skew_from_capped_counts_is_a_lower_bound_or_unknown_never_a_false_one(p
         assert data["skew"]["max_over_mean"] is None and data["skew"]["capped_buckets"] == n
         assert all(b["capped"] for b in data["per_bucket"])
         page = web.get("/queues/hot", headers=BEARER).text
-        assert 'id="skew">unknown<' in page and "Skew max/mean <strong id=\"skew\">1.0" not in page
+        assert 'id="skew">unknown<' in page and 'Skew max/mean <strong id="skew">1.0' not in page
 
 
 def test_the_task_page_shows_the_whole_payload_binary_as_hex_and_errors_with_their_line_breaks(web):
@@ -555,14 +629,19 @@ def test_the_task_page_shows_the_whole_payload_binary_as_hex_and_errors_with_the
     page = web.get(f"/tasks/{long_task.key.id}", headers=BEARER).text
     assert "line 399: éééééééééé" in page and "binary" not in page
     assert web.get(f"/api/tasks/{long_task.key.id}", headers=BEARER).json()["payload"]["text"] == text
-    binary = make_dead(db, "q", payload=b"\x00\x01\xfe\xff<script>" + bytes(range(256)),
-                       error="Traceback (most recent call last):\n  File \"job.py\", line 3\n<b>ValueError</b>: bad")
+    binary = make_dead(
+        db,
+        "q",
+        payload=b"\x00\x01\xfe\xff<script>" + bytes(range(256)),
+        error='Traceback (most recent call last):\n  File "job.py", line 3\n<b>ValueError</b>: bad',
+    )
     page = web.get(f"/tasks/{binary.key.id}", headers=BEARER).text
     assert "00 01 fe ff 3c 73 63 72" in page and "\ufffd" not in page and "binary" in page
     assert "&lt;script&gt;" in page and "<script>" not in page.split("<body>")[1].replace('<script src="/static', "")
     error = re.search(r'<pre class="card error" id="task-error">(.*?)</pre>', page, re.S).group(1)
-    assert error == ("Traceback (most recent call last):\n  File &#34;job.py&#34;, line 3\n"
-                     "&lt;b&gt;ValueError&lt;/b&gt;: bad")
+    assert error == (
+        "Traceback (most recent call last):\n  File &#34;job.py&#34;, line 3\n&lt;b&gt;ValueError&lt;/b&gt;: bad"
+    )
     data = web.get(f"/api/tasks/{binary.key.id}", headers=BEARER).json()["payload"]
     assert data["binary"] is True and data["text"] is None and data["hex"].startswith("00000000  00 01 fe ff")
     dead_page = web.get("/queues/q/dead", headers=BEARER).text
@@ -576,8 +655,9 @@ def test_times_on_the_pages_are_to_the_second_with_their_zone(web):
         page = web.get(path, headers=BEARER).text
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), path
         assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", page), path  # no raw ISO with microseconds
-    assert re.search(r"\.\d+\+00:00$", web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"]) \
-        or web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"].endswith("+00:00")  # the API keeps ISO
+    assert re.search(
+        r"\.\d+\+00:00$", web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"]
+    ) or web.get(f"/api/tasks/{dead.key.id}", headers=BEARER).json()["died_at"].endswith("+00:00")  # the API keeps ISO
 
 
 def test_dead_letters_are_paged_by_keyset_past_the_first_page(web):
@@ -637,8 +717,13 @@ def test_requeue_all_asks_with_the_count_and_is_disabled_with_none_dead(web):
 
 def test_a_wildcard_address_is_printed_as_one_a_browser_can_open_with_a_note(pg_db):
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_WEB_TOKEN"}
-    process = subprocess.Popen([SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0",
-                                "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [SHARDQ, "--dsn", pg_db.dsn.conninfo, "web", "--host", "0.0.0.0", "--port", "0", "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         url = process.stdout.readline().split("serving ")[1].strip()
         note = process.stdout.readline()
@@ -690,6 +775,7 @@ def test_a_workflow_has_its_state_and_steps_in_the_api(web):
 
     app = shardq.App(web.db.dsn)
     try:
+
         @app.task(name="t")
         def t() -> None: ...
 

@@ -20,8 +20,9 @@ from tests.support.web import CHROMIUM, CURRENT, SCRIPT, TOKEN, make_dead
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web-overview.png"
 
 if not Path(CHROMIUM).exists():
-    pytest.skip(f"no Chromium binary at {CHROMIUM} (apt install chromium, or set SHARDQ_TEST_CHROMIUM)",
-                allow_module_level=True)
+    pytest.skip(
+        f"no Chromium binary at {CHROMIUM} (apt install chromium, or set SHARDQ_TEST_CHROMIUM)", allow_module_level=True
+    )
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402  (after the skip: needs the browser)
 
@@ -58,8 +59,13 @@ def site(pg_db, browser):
 
 def test_the_overview_refreshes_by_itself_and_draws_charts(site, tmp_path):
     db = site.db
-    db.store.stats_add_many(0, {"emails": Activity(enqueued=900, acked=780, handled=780, handler_seconds=60.0),
-                                "billing": Activity(enqueued=240, acked=200, retried=12, dead=1)})
+    db.store.stats_add_many(
+        0,
+        {
+            "emails": Activity(enqueued=900, acked=780, handled=780, handler_seconds=60.0),
+            "billing": Activity(enqueued=240, acked=200, retried=12, dead=1),
+        },
+    )
     for queue, ready in (("emails", 6), ("billing", 3), ("reports", 1)):
         for _ in range(ready):
             db.make_task(queue)
@@ -122,8 +128,13 @@ def test_requeueing_one_then_all_dead_tasks_and_the_payload_stays_text(site):
     others = [make_dead(db, "q") for _ in range(2)]
     dialogs: list[str] = []
     answers: list[str] = []
-    site.on("dialog", lambda dialog: (dialogs.append(dialog.message),
-                                      dialog.accept() if answers.pop(0) == "yes" else dialog.dismiss()))
+    site.on(
+        "dialog",
+        lambda dialog: (
+            dialogs.append(dialog.message),
+            dialog.accept() if answers.pop(0) == "yes" else dialog.dismiss(),
+        ),
+    )
     site.goto(site.server.url + "queues/q/dead")
     expect(site.locator("#dead tbody tr")).to_have_count(3)
     expect(site.locator(f'tr[data-id="{poison.key.id}"] td.payload')).to_have_text(SCRIPT.decode())
@@ -189,8 +200,12 @@ def test_when_the_api_fails_the_overview_says_since_when_its_numbers_are_stale(s
     site.goto(site.server.url)
     _wait_samples(site, 2)
     expect(site.locator("#stale")).to_be_hidden()
-    site.route("**/api/queues", lambda route: route.fulfill(status=503, content_type="application/json",
-                                                           body='{"error": "database error: down"}'))
+    site.route(
+        "**/api/queues",
+        lambda route: route.fulfill(
+            status=503, content_type="application/json", body='{"error": "database error: down"}'
+        ),
+    )
     banner = site.locator("#stale")
     expect(banner).to_be_visible()
     expect(banner).to_contain_text(re.compile(r"Not refreshed since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"))

@@ -21,8 +21,14 @@ def test_the_finished_tab_lists_filters_and_links_to_each_tasks_page(site, tmp_p
     db = site.db
     db.client.set_queue("emails", keep_finished_seconds=7 * 86_400)
     make_finished(db, "emails", count=4, task="emails.send")
-    (dead,) = make_finished(db, "emails", state="dead", error="SMTPError: 550 mailbox unavailable\n  at send()",
-                            minutes_ago=3, task="emails.send")
+    (dead,) = make_finished(
+        db,
+        "emails",
+        state="dead",
+        error="SMTPError: 550 mailbox unavailable\n  at send()",
+        minutes_ago=3,
+        task="emails.send",
+    )
     make_finished(db, "emails", state="cancelled", minutes_ago=9, task="emails.digest")
     site.goto(site.server.url + "queues/emails/tasks")
     site.click("#tab-finished")
@@ -94,8 +100,20 @@ def test_a_running_list_cut_at_its_cap_says_so(site, monkeypatch):
 def test_the_queue_page_draws_lead_time_and_start_latency(site, tmp_path):
     db = site.db
     db.client.store.queue_ensure("emails")
-    db.store.stats_add_many(0, {"emails": Activity(enqueued=30, acked=24, lead_acks=24, lead_seconds=96.0,
-                                                   first_starts=26, start_wait_seconds=13.0, handled=26)})
+    db.store.stats_add_many(
+        0,
+        {
+            "emails": Activity(
+                enqueued=30,
+                acked=24,
+                lead_acks=24,
+                lead_seconds=96.0,
+                first_starts=26,
+                start_wait_seconds=13.0,
+                handled=26,
+            )
+        },
+    )
     site.goto(site.server.url + "queues/emails")
     expect(site.locator("#latency polyline")).to_have_count(2)
     expect(site.locator("#latency-legend")).to_contain_text("lead time: mean 4.0s")

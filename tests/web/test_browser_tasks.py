@@ -132,8 +132,15 @@ def test_dark_mode_and_a_phone_screen(server, browser, tmp_path):
     db = server.db
     for _ in range(3):
         db.make_task("a-queue-with-a-rather-long-name-for-a-phone")
-    context, page = _open(browser, server, TOKEN, color_scheme="dark", viewport={"width": 390, "height": 844},
-                          is_mobile=True, has_touch=True)
+    context, page = _open(
+        browser,
+        server,
+        TOKEN,
+        color_scheme="dark",
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        has_touch=True,
+    )
     try:
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(11, 17, 32)"  # the dark palette

@@ -85,6 +85,7 @@ def test_the_periodic_page_lists_the_apps_schedules_with_last_and_next_slot(db):
 
     app = shardq.App(db.dsn)
     try:
+
         @app.periodic(every=60, name="every-minute")
         @app.task(name="tick", queue="ticks")
         def tick() -> None: ...
@@ -94,7 +95,12 @@ def test_the_periodic_page_lists_the_apps_schedules_with_last_and_next_slot(db):
         with TestClient(create_app(db.client, TOKEN, schedules=schedules)) as client:
             data = client.get("/api/periodic", headers=BEARER).json()
             (row,) = data["schedules"]
-            assert (row["name"], row["task"], row["queue"], row["when"]) == ("every-minute", "tick", "ticks", "every 60 s")
+            assert (row["name"], row["task"], row["queue"], row["when"]) == (
+                "every-minute",
+                "tick",
+                "ticks",
+                "every 60 s",
+            )
             assert row["last_slot"] is not None and row["next_slot"] > row["last_slot"]
             assert "every-minute" in client.get("/periodic", headers=BEARER).text
     finally:
@@ -110,5 +116,7 @@ def test_the_day_chart_shows_the_current_hour_before_any_prune(web):
     db = web.db
     db.client.store.queue_ensure("q")
     db.store.stats_add_many(0, {"q": Activity(enqueued=4, acked=3)})
-    series = {s["name"]: s["values"] for s in web.get("/api/queues/q/charts?range=24h", headers=BEARER).json()["series"]}
+    series = {
+        s["name"]: s["values"] for s in web.get("/api/queues/q/charts?range=24h", headers=BEARER).json()["series"]
+    }
     assert series["acked"][-1] == 3 and series["enqueued"][-1] == 4

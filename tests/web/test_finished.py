@@ -66,8 +66,9 @@ def test_a_selective_filter_reads_a_bounded_scan_and_goes_on_from_its_end(web):
     make_finished(web.db, minutes_ago=1, count=history.SCAN_FILTERED + 20)
     first = web.get("/api/queues/q/tasks/finished?outcome=dead", headers=BEARER).json()
     assert first["tasks"] == [] and first["scanned"] == history.SCAN_FILTERED and first["next"]
-    second = web.get("/api/queues/q/tasks/finished", params={"outcome": "dead", "after": first["next"]},
-                     headers=BEARER).json()
+    second = web.get(
+        "/api/queues/q/tasks/finished", params={"outcome": "dead", "after": first["next"]}, headers=BEARER
+    ).json()
     assert [t["id"] for t in second["tasks"]] == dead and second["next"] is None
     assert second["scanned"] == 21
 

@@ -30,8 +30,7 @@ def test_a_worker_counts_each_tasks_wait_from_due_to_start_and_its_lead_time_fro
     for _ in range(3):
         db.make_task("q", exec_time=utcnow() - dt.timedelta(seconds=40))
     db.age_tasks(100)
-    db.client.work(["q"], lambda task: None, concurrency=2, batch=10, until_empty=True,
-                   install_signal_handlers=False)
+    db.client.work(["q"], lambda task: None, concurrency=2, batch=10, until_empty=True, install_signal_handlers=False)
     got = _counters(db)
     assert (got["first_starts"], got["lead_acks"], got["acked"]) == (3, 3, 3)
     assert 3 * 40 <= got["wait"] < 3 * 70
@@ -55,8 +54,9 @@ def test_a_retried_attempt_adds_no_start_and_a_failure_no_lead_time(db):
 def test_the_latency_chart_draws_the_mean_per_slot_and_breaks_where_nothing_was_measured(web):
     db = web.db
     db.client.store.queue_ensure("q")
-    db.store.stats_add_many(0, {"q": Activity(acked=2, lead_acks=2, lead_seconds=6.0, first_starts=4,
-                                              start_wait_seconds=2.0)})
+    db.store.stats_add_many(
+        0, {"q": Activity(acked=2, lead_acks=2, lead_seconds=6.0, first_starts=4, start_wait_seconds=2.0)}
+    )
     db.store.stats_add_many(1, {"q": Activity(acked=1, lead_acks=1, lead_seconds=3.0)})
     data = web.get("/api/queues/q/charts?range=1h", headers=BEARER).json()
     latency = {s["name"]: s for s in data["latency"]["series"]}
@@ -71,8 +71,9 @@ def test_the_latency_chart_draws_the_mean_per_slot_and_breaks_where_nothing_was_
 def test_the_day_and_week_latency_come_from_the_hourly_sums(web):
     db = web.db
     db.client.store.queue_ensure("q")
-    db.store.stats_add_many(0, {"q": Activity(acked=4, lead_acks=4, lead_seconds=8.0, first_starts=4,
-                                              start_wait_seconds=4.0)})
+    db.store.stats_add_many(
+        0, {"q": Activity(acked=4, lead_acks=4, lead_seconds=8.0, first_starts=4, start_wait_seconds=4.0)}
+    )
     prune_counters(db.store)
     stored = db.hourly_lead("q")
     assert [(r["lead_acks"], r["lead_seconds"]) for r in stored] == [(4, 8.0)]

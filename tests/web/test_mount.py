@@ -79,9 +79,17 @@ def test_every_url_a_page_writes_is_under_the_prefix_and_answers(mounted):
     db.make_task("q")
     dead = make_dead(db, "q")
     _login(mounted)
-    pages = [PREFIX + "/", PREFIX + "/queues/q", PREFIX + "/queues/q/dead", PREFIX + "/queues/q/tasks",
-             f"{PREFIX}/tasks/{dead.key.id}", PREFIX + "/workers", PREFIX + "/audit", PREFIX + "/periodic",
-             PREFIX + "/queues/q/tasks?state=finished"]
+    pages = [
+        PREFIX + "/",
+        PREFIX + "/queues/q",
+        PREFIX + "/queues/q/dead",
+        PREFIX + "/queues/q/tasks",
+        f"{PREFIX}/tasks/{dead.key.id}",
+        PREFIX + "/workers",
+        PREFIX + "/audit",
+        PREFIX + "/periodic",
+        PREFIX + "/queues/q/tasks?state=finished",
+    ]
     seen: set[str] = set()
     for path in pages:
         page = mounted.get(path)
@@ -131,8 +139,10 @@ def test_an_identity_handed_over_in_the_scope_counts_only_for_a_dashboard_built_
         assert client.get("/api/queues").status_code == 200
         assert client.post("/api/queues/q/pause").status_code == 403  # its forms must repeat its CSRF token
         assert client.post("/api/queues/q/pause", headers={"X-CSRF-Token": "c" * 20}).status_code == 200
-    reader = _handing_over(create_app(db.client, TOKEN, stats_options=CURRENT, upstream_login=True),
-                           Identity("upstream", csrf="c" * 20, read_only=True, user="someone"))
+    reader = _handing_over(
+        create_app(db.client, TOKEN, stats_options=CURRENT, upstream_login=True),
+        Identity("upstream", csrf="c" * 20, read_only=True, user="someone"),
+    )
     with TestClient(reader, follow_redirects=False) as client:
         assert client.post("/api/queues/q/resume", headers={"X-CSRF-Token": "c" * 20}).status_code == 403
 
@@ -153,6 +163,7 @@ def test_a_read_only_session_under_a_prefix_may_log_out_and_nothing_else(db):
 def test_a_workflows_page_and_its_steps_link_under_the_prefix(mounted):
     app = shardq.App(mounted.db.dsn)
     try:
+
         @app.task(name="t")
         def t(x: int) -> None: ...
 

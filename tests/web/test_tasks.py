@@ -88,8 +88,16 @@ def test_bulk_form_sets_priority_and_says_how_many(web):
     a, b = web.db.make_task("q"), web.db.make_task("q")
     page = web.get("/queues/q/tasks?state=ready").text
     assert a.id in page and 'id="act-set_priority"' in page
-    response = web.post("/queues/q/tasks/act", data={"csrf": csrf, "action": "set_priority", "priority": "-3",
-                                                     "id": [a.id, b.id], "back": "/queues/q/tasks?state=ready"})
+    response = web.post(
+        "/queues/q/tasks/act",
+        data={
+            "csrf": csrf,
+            "action": "set_priority",
+            "priority": "-3",
+            "id": [a.id, b.id],
+            "back": "/queues/q/tasks?state=ready",
+        },
+    )
     assert response.status_code == 303
     assert "done=tasks-set_priority&n=2&m=0" in response.headers["location"]
     assert web.db.task_row(a.id)["priority"] == -3
@@ -106,8 +114,9 @@ def test_bulk_form_without_csrf_changes_nothing(web):
 
 def test_task_list_page_escapes_keys_and_errors(web):
     login(web)
-    task = web.db.make_task("q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1),
-                            exclusive_key="<script>x</script>")
+    task = web.db.make_task(
+        "q", state="scheduled", exec_time=utcnow() + dt.timedelta(hours=1), exclusive_key="<script>x</script>"
+    )
     web.db.set_last_error(task.key.id, "<img src=x onerror=alert(1)>")
     page = web.get("/queues/q/tasks?state=scheduled").text
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
@@ -169,8 +178,16 @@ def _post_routes(routes) -> list[str]:
 def test_the_read_only_token_reads_everything(web):
     task = web.db.make_task("q")
     make_dead(web.db, "q")
-    for path in ("/api/queues", "/api/queues/q", "/api/queues/q/dead", f"/api/tasks/{task.id}",
-                 "/api/queues/q/tasks/ready", "/api/workers", "/api/audit", f"/api/tasks/{task.id}/payload"):
+    for path in (
+        "/api/queues",
+        "/api/queues/q",
+        "/api/queues/q/dead",
+        f"/api/tasks/{task.id}",
+        "/api/queues/q/tasks/ready",
+        "/api/workers",
+        "/api/audit",
+        f"/api/tasks/{task.id}/payload",
+    ):
         assert web.get(path, headers=READ_BEARER).status_code == 200, path
 
 
@@ -228,8 +245,10 @@ def test_actions_are_recorded_in_the_audit_log_with_who_and_what(web):
 def test_audit_log_pages_newest_first(web):
     web.db.client.store.queue_ensure("q")
     for i in range(5):
-        assert web.post("/api/queues/q/pause" if i % 2 else "/api/queues/q/resume", json={},
-                        headers=BEARER).status_code == 200
+        assert (
+            web.post("/api/queues/q/pause" if i % 2 else "/api/queues/q/resume", json={}, headers=BEARER).status_code
+            == 200
+        )
     first = web.get("/api/audit?limit=2", headers=BEARER).json()
     assert re.fullmatch(r"[0-9A-Za-z_-]+", first["next"])  # safe in a query string unquoted
     rest = web.get(f"/api/audit?limit=10&before={first['next']}", headers=BEARER).json()
@@ -243,15 +262,30 @@ def test_audit_log_pages_newest_first(web):
 def test_settings_form_changes_settings_and_limits_and_is_audited(web):
     csrf = login(web)
     web.db.client.store.queue_ensure("q")
-    form = {"csrf": csrf, "lease_seconds": "45", "max_attempts": "7", "backoff_base": "2", "backoff_cap": "600",
-            "retry_jitter": "0.5", "timeout_seconds": "120", "concurrency": "3", "rate": "", "burst": "",
-            "exclusive_latest_only": "1"}
+    form = {
+        "csrf": csrf,
+        "lease_seconds": "45",
+        "max_attempts": "7",
+        "backoff_base": "2",
+        "backoff_cap": "600",
+        "retry_jitter": "0.5",
+        "timeout_seconds": "120",
+        "concurrency": "3",
+        "rate": "",
+        "burst": "",
+        "exclusive_latest_only": "1",
+    }
     response = web.post("/queues/q/settings", data=form)
     assert response.status_code == 303 and "done=settings" in response.headers["location"]
     settings = web.get("/api/queues/q", headers=BEARER).json()["settings"]
-    assert (settings["lease_seconds"], settings["max_attempts"], settings["timeout_seconds"],
-            settings["concurrency_limit"], settings["rate_limit"], settings["exclusive_latest_only"]) == (
-        45, 7, 120, 3, None, True)
+    assert (
+        settings["lease_seconds"],
+        settings["max_attempts"],
+        settings["timeout_seconds"],
+        settings["concurrency_limit"],
+        settings["rate_limit"],
+        settings["exclusive_latest_only"],
+    ) == (45, 7, 120, 3, None, True)
     form.update(timeout_seconds="", concurrency="")
     web.post("/queues/q/settings", data=form)
     settings = web.get("/api/queues/q", headers=BEARER).json()["settings"]

@@ -26,6 +26,7 @@ def web(db: TestDatabase) -> Iterator[DashboardClient]:
 
 def diamond(app, db):
     """a, then b and c, then d after both; a acked (succeeded), b and c ready, d waiting."""
+
     @app.task(name="t")
     def t(x: int) -> None: ...
 
@@ -41,8 +42,10 @@ def diamond(app, db):
 
 
 def test_the_graph_is_laid_out_by_depth_with_a_line_per_edge():
-    steps = [{"name": n, "parents": p, "state": "waiting"} for n, p in
-             (("d", ["b", "c"]), ("a", []), ("b", ["a"]), ("c", ["a"]), ("e", ["d", "a"]))]
+    steps = [
+        {"name": n, "parents": p, "state": "waiting"}
+        for n, p in (("d", ["b", "c"]), ("a", []), ("b", ["a"]), ("c", ["a"]), ("e", ["d", "a"]))
+    ]
     assert workflow_view.levels(steps) == {"a": 0, "b": 1, "c": 1, "d": 2, "e": 3}
     graph = workflow_view.layout(steps)
     boxes = {b["name"]: b for b in graph["boxes"]}
@@ -64,8 +67,12 @@ def test_the_workflow_page_draws_each_step_in_its_states_colour_linked_to_its_ta
     html = page.text
     assert re.search(r'id="workflow-state">running<', html)
     for name, state in (("a", "succeeded"), ("b", "ready"), ("c", "ready"), ("d", "waiting")):
-        box = re.search(rf'<a href="/tasks/{handle.task_ids[name]}" class="step" data-step="{name}" '
-                        rf'data-state="{state}">.*?fill="([^"]+)"', html, re.S)
+        box = re.search(
+            rf'<a href="/tasks/{handle.task_ids[name]}" class="step" data-step="{name}" '
+            rf'data-state="{state}">.*?fill="([^"]+)"',
+            html,
+            re.S,
+        )
         assert box and box.group(1) == workflow_view.STATE_COLOURS[state], name
     assert len(re.findall(r'<line class="edge"', html)) == 4
     assert 'data-parent="b" data-child="d"' in html
@@ -76,7 +83,9 @@ def test_a_step_task_page_links_to_its_workflow_and_a_plain_task_page_does_not(a
     page = web.get(f"/tasks/{handle.task_ids['b']}", headers=BEARER).text
     assert f'id="task-workflow" href="/workflows/{handle}"' in page
     assert web.get(f"/api/tasks/{handle.task_ids['d']}", headers=BEARER).json()["workflow"] == {
-        "id": str(handle), "step": "d"}
+        "id": str(handle),
+        "step": "d",
+    }
     plain = db.make_task("q")
     assert "task-workflow" not in web.get(f"/tasks/{plain.id}", headers=BEARER).text
 

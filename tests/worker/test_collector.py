@@ -77,6 +77,7 @@ def test_a_running_worker_handles_tasks_under_the_raised_threshold_and_restores_
     seen: list[int] = []
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="look", queue="q")
         def look() -> None:
             seen.append(gc.get_threshold()[0])
@@ -102,6 +103,7 @@ def _young_collections_working_chains(dsn: str, **options) -> int:
             collections[0] += 1
 
     try:
+
         @app.task(name="link", queue="q")
         def link(c: int, i: int) -> None:
             pass

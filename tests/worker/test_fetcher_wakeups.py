@@ -36,8 +36,7 @@ def test_a_task_settled_during_an_empty_claim_round_wakes_the_fetcher_at_once(db
         return found
 
     monkeypatch.setattr(Consumer, "claim", round_during_which_the_task_is_settled)
-    config = WorkerConfig(queues=("q",), until_empty=True, idle_min=IDLE_SECONDS, idle_max=IDLE_SECONDS,
-                          sweep=False)
+    config = WorkerConfig(queues=("q",), until_empty=True, idle_min=IDLE_SECONDS, idle_max=IDLE_SECONDS, sweep=False)
     worker = Worker(db.client.new_session, lambda task: go.wait(30), config)
     done = threading.Event()
     totals = []

@@ -29,6 +29,7 @@ def test_a_base_exception_from_a_handler_fails_only_its_attempt(db, exception, i
             raise exception
 
     if is_async:
+
         async def handler(task) -> None:
             run(task)
     else:

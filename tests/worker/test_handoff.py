@@ -27,10 +27,12 @@ from shardq.workflows import steps as workflows
 
 def _chains(app, queue: str, chains: int, length: int, ran: list, *, is_async: bool = False) -> None:
     if is_async:
+
         @app.task(name="link", queue=queue)
         async def link(c: int, i: int) -> None:
             ran.append((c, i))
     else:
+
         @app.task(name="link", queue=queue)
         def link(c: int, i: int) -> None:
             ran.append((c, i))
@@ -87,6 +89,7 @@ def test_a_step_of_a_queue_with_a_concurrency_limit_is_claimed_under_the_limit_n
 def _take_second_step(app, db) -> tuple[HandoffOffer, dict]:
     """A chain a -> b in queue q: a claimed and acked with an offer to take; returns the offer
     (holding b) and b's row as the ack left it."""
+
     @app.task(name="step", queue="q")
     def step(n: int) -> None:
         pass
@@ -97,8 +100,9 @@ def _take_second_step(app, db) -> tuple[HandoffOffer, dict]:
     store = db.client.store
     (claimed,) = Consumer(store, ["q"], batch=10, lease_seconds=30.0).claim().tasks
     offer = HandoffOffer(("q",), (30.0,), room=10)
-    removed = workflows.remove_and_release(store, lambda: store.task_ack_many([fenced(claimed)]), "succeeded",
-                                           None, offer)
+    removed = workflows.remove_and_release(
+        store, lambda: store.task_ack_many([fenced(claimed)]), "succeeded", None, offer
+    )
     assert removed == {claimed.key.id}
     (taken,) = offer.tasks
     assert {taken.key.id, claimed.key.id} == {uuid.UUID(i) for i in handle.task_ids.values()}
@@ -117,7 +121,7 @@ def test_the_ack_reads_the_acked_steps_and_takes_the_next_one_in_one_statement(a
         db.client.store.session.before_statement = None
     # No row of the acked step comes back (its child was taken): no statement of its own takes
     # the child, none releases it.
-    assert sent[sent.index("task_ack_many"):] == ["task_ack_many", "workflow_steps_acked_take"]
+    assert sent[sent.index("task_ack_many") :] == ["task_ack_many", "workflow_steps_acked_take"]
 
 
 def test_a_taken_step_is_leased_like_a_claimed_task_with_a_lease_record(app, db):
@@ -127,8 +131,13 @@ def test_a_taken_step_is_leased_like_a_claimed_task_with_a_lease_record(app, db)
     (taken,) = offer.tasks
     # Leased where it waited: its key is the one it was enqueued with, so the update changed no
     # indexed column (PostgreSQL writes it as a HOT update, no index entry).
-    assert row == {"state": "leased", "rank": RANK_BACKLOG, "attempts": 1, "lease_token": taken.lease_token,
-                   "held": True}
+    assert row == {
+        "state": "leased",
+        "rank": RANK_BACKLOG,
+        "attempts": 1,
+        "lease_token": taken.lease_token,
+        "held": True,
+    }
     assert taken.attempt == 1 and taken.key.rank == RANK_BACKLOG
     records = db.lease_records(taken.lease_token)
     assert records == [{"bucket": taken.key.bucket, "queue": "q", "ids": [taken.key.id]}]
@@ -181,8 +190,9 @@ def test_a_step_taken_while_the_worker_stops_is_handed_back_at_once_with_its_att
 def test_an_executor_refuses_taken_tasks_once_it_handed_back_what_had_not_started():
     table = InFlightTable(1, batch=1, prefetch=0, ack_batch=1)
     outbox = Outbox()
-    executor = ThreadExecutor(lambda task: None, table, outbox, EventSink(None, None), WorkerTotals(),
-                              threading.Event(), lambda *args: None)
+    executor = ThreadExecutor(
+        lambda task: None, table, outbox, EventSink(None, None), WorkerTotals(), threading.Event(), lambda *args: None
+    )
     entries, _claims = entries_for([_claimed()], deadline=0.0)
     assert executor.submit_taken(entries)
     executor.hand_back_unstarted()  # the stop: queued tasks go back, and no more are taken

@@ -77,8 +77,9 @@ def test_metrics_endpoint_counts_claims_outcomes_polls_and_durations(db):
     # until_empty stops after a whole round of empty polls: one per bucket at least (one
     # statement per round on PostgreSQL)
     assert len(empty) >= len(db.store.claim_groups(db.layout.visit_count, 0))
-    per_bucket = {dict(labels)["bucket"]: v for (name, labels), v in samples.items()
-                  if name == "shardq_bucket_claims_total"}
+    per_bucket = {
+        dict(labels)["bucket"]: v for (name, labels), v in samples.items() if name == "shardq_bucket_claims_total"
+    }
     assert sum(per_bucket.values()) == 10
     assert per_bucket == {str(b): float(n) for b, n in stats.per_bucket_claims.items()}
 
@@ -123,17 +124,36 @@ def test_the_worker_reports_claim_polls_and_handler_runs_to_on_event(db):
 def test_shardq_work_serves_metrics_while_it_runs(pg_db, tmp_path):
     env = {**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo}
     process = subprocess.Popen(
-        [SHARDQ, "work", "q", "--handler", "shardq.app.loading:noop", "--metrics-port", "0",
-         "--metrics-host", "127.0.0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        [
+            SHARDQ,
+            "work",
+            "q",
+            "--handler",
+            "shardq.app.loading:noop",
+            "--metrics-port",
+            "0",
+            "--metrics-host",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     try:
         line = process.stderr.readline()
         assert line.startswith("metrics: http://127.0.0.1:"), line
         body = urllib.request.urlopen(line.split()[1], timeout=10).read().decode()
         names = {family.name for family in text_string_to_metric_families(body)}
-        assert {"shardq_tasks_claimed", "shardq_tasks_acked", "shardq_claim_duration_seconds",
-                "shardq_handler_duration_seconds", "shardq_empty_polls", "shardq_bucket_claims"} <= names
+        assert {
+            "shardq_tasks_claimed",
+            "shardq_tasks_acked",
+            "shardq_claim_duration_seconds",
+            "shardq_handler_duration_seconds",
+            "shardq_empty_polls",
+            "shardq_bucket_claims",
+        } <= names
     finally:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
@@ -180,7 +200,12 @@ def test_json_lines_carry_the_task_context():
     data = json.loads(JsonLines().format(record))
     assert data["message"] == "task abc dead"
     assert {k: data[k] for k in ("event", "task_id", "queue", "bucket", "attempt")} == {
-        "event": "dead", "task_id": "abc", "queue": "q", "bucket": 3, "attempt": 2}
+        "event": "dead",
+        "task_id": "abc",
+        "queue": "q",
+        "bucket": 3,
+        "attempt": 2,
+    }
 
 
 def test_cli_log_json_with_info_level_prints_one_json_line_per_dead_letter(pg_db, tmp_path):
@@ -189,9 +214,21 @@ def test_cli_log_json_with_info_level_prints_one_json_line_per_dead_letter(pg_db
         "import shardq\ndef poison(task):\n    raise shardq.Permanent('poison')\n"
     )
     result = subprocess.run(
-        [SHARDQ, "--log-json", "--log-level", "info", "work", "q", "--handler", "handlers_for_test:poison",
-         "--until-empty"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo},
+        [
+            SHARDQ,
+            "--log-json",
+            "--log-level",
+            "info",
+            "work",
+            "q",
+            "--handler",
+            "handlers_for_test:poison",
+            "--until-empty",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "SHARDQ_DSN": pg_db.dsn.conninfo},
         timeout=120,
     )
     assert result.returncode == 0, result.stderr

@@ -20,8 +20,9 @@ from tests.support.factories import utcnow
 from tests.support.outcomes import assert_good_acked, run_until_empty
 
 
-def batch_with_one_bad(db, raise_bad, *, n: int = 20, bad_payload: bytes = b"bad",
-                       max_attempts: int = 1) -> tuple[set[str], str]:
+def batch_with_one_bad(
+    db, raise_bad, *, n: int = 20, bad_payload: bytes = b"bad", max_attempts: int = 1
+) -> tuple[set[str], str]:
     """Enqueue ``n - 1`` tasks whose handler returns and one (``bad_payload``) whose handler calls
     ``raise_bad(task)``; run one worker over them in one claim. Returns (good ids, bad id)."""
     payloads = [f"good-{i}".encode() for i in range(n - 1)] + [bad_payload]
@@ -34,8 +35,6 @@ def batch_with_one_bad(db, raise_bad, *, n: int = 20, bad_payload: bytes = b"bad
 
     run_until_empty(db.client, handler, concurrency=2, batch=n)
     return set(ids[:-1]), bad
-
-
 
 
 def stored_error(db, task_id: str) -> str:
@@ -154,7 +153,7 @@ def test_a_five_megabyte_error_text_is_stored_truncated_with_a_marker(db, except
     assert row is not None and row["attempts"] == 1
     text = row["last_error"]
     assert "жжж" in text
-    marker = text[text.rfind("ж") + 1:]
+    marker = text[text.rfind("ж") + 1 :]
     assert "truncated" in marker, f"no truncation marker at the end of the stored text: ...{text[-80:]!r}"
     assert len(text) <= error_text.ERROR_TEXT_MAX + len(marker)
     assert len(marker) <= 200
@@ -192,8 +191,10 @@ def test_a_worker_alone_runs_tasks_whose_lease_expired_without_any_reaper(db):
     """A crashed worker's tasks (leased, lease long expired) are run by the next worker: no
     ``shardq reap`` process, no reaper call, one ``until_empty`` worker."""
     db.client.set_queue("q", backoff_base=0.001, backoff_cap=0.001)
-    expired = {db.make_task(state="leased", attempts=1, lease_expires_at=utcnow() - dt.timedelta(seconds=30)).id
-               for _ in range(6)}
+    expired = {
+        db.make_task(state="leased", attempts=1, lease_expires_at=utcnow() - dt.timedelta(seconds=30)).id
+        for _ in range(6)
+    }
     fresh = set(db.client.enqueue_many("q", [b"new"] * 4).enqueued_ids)
     seen: set[str] = set()
     lock = threading.Lock()
@@ -234,7 +235,8 @@ def test_a_long_running_worker_alone_recovers_tasks_of_a_consumer_that_vanished(
     try:
         # the lease (1 s) plus a few seconds, as the README promises
         assert everything.wait(10.0), (
-            f"{len(claimed - seen)} of {len(claimed)} tasks of the vanished consumer never ran again")
+            f"{len(claimed - seen)} of {len(claimed)} tasks of the vanished consumer never ran again"
+        )
     finally:
         worker.stop()
         thread.join(30)

@@ -46,8 +46,7 @@ def test_no_session_is_used_by_two_threads(db):
         if task.payload == b"x" and task.attempt == 1 and task.id.endswith("0"):
             task.extend(30)  # a handler thread's own session
 
-    config = WorkerConfig(queues=("q",), concurrency=3, batch=40, heartbeat=True, until_empty=True,
-                          stats_interval=0.01)
+    config = WorkerConfig(queues=("q",), concurrency=3, batch=40, heartbeat=True, until_empty=True, stats_interval=0.01)
     worker = Worker(lambda: RecordingSession(db.dsn), handler, config)
     totals = worker.run(install_signal_handlers=False)
     assert totals.acked == 300 and totals.retried == 1
@@ -71,7 +70,8 @@ def test_async_handlers_overlap_on_one_event_loop(db):
         running -= 1
 
     totals = db.client.worker(["q"], handler, concurrency=50, batch=50, until_empty=True).run(
-        install_signal_handlers=False)
+        install_signal_handlers=False
+    )
     assert totals.acked == 50 and len(loops) == 1
     # (Nearly) all 50 were sleeping at once on the one loop: one after another would take 25 s.
     assert most >= 45
@@ -102,7 +102,8 @@ def test_an_async_handler_that_blocks_the_loop_is_logged_with_its_task_id(db, ca
 
     caplog.set_level(logging.WARNING, logger="shardq.worker")
     totals = db.client.worker(["q"], handler, until_empty=True, blocked_loop_seconds=0.2).run(
-        install_signal_handlers=False)
+        install_signal_handlers=False
+    )
     assert totals.acked == 1 and totals.blocked_loop_reports >= 1
     assert any(task_id in r.getMessage() and "blocked the event loop" in r.getMessage() for r in caplog.records)
 
@@ -177,8 +178,9 @@ def test_a_claim_keeps_its_first_batch_when_the_promote_after_it_fails(pg_db, mo
 def test_worker_and_reaper_decide_failures_with_one_function_and_one_set_of_defaults(db):
     db.client.enqueue_many("q", [NewTask(b"a", max_attempts=2), NewTask(b"b", max_attempts=2)])
     store = db.client.store
-    claimed = [t for group in store.claim_groups(store.layout().visit_count, 0)
-               for t in store.claim(group, "q", 10, 30)]
+    claimed = [
+        t for group in store.claim_groups(store.layout().visit_count, 0) for t in store.claim(group, "q", 10, 30)
+    ]
     first, second = claimed
     failures = [
         Failure(Fenced(first.key, first.lease_token), 1, 2, "boom"),

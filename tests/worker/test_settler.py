@@ -35,8 +35,9 @@ def test_worker_runs_every_task_once_and_leaves_no_rows_or_lease_records(db):
 
 def test_worker_claims_full_batches_rather_than_topping_up_a_few_tasks_at_a_time(db):
     _enqueue(db.client, "q", 400)
-    stats = db.client.work(["q"], lambda task: None, concurrency=4, batch=50, until_empty=True,
-                           install_signal_handlers=False)
+    stats = db.client.work(
+        ["q"], lambda task: None, concurrency=4, batch=50, until_empty=True, install_signal_handlers=False
+    )
     assert stats.acked == 400
     claims_with_tasks = stats.claim_statements - stats.empty_rounds * db.layout.visit_count
     # 400 tasks in batches of up to 50, spread over 4 buckets: a few partial batches per bucket
@@ -95,8 +96,14 @@ def test_task_ack_claims_reports_only_the_ids_it_could_not_delete(db):
     victim = claimed[0]
     db.replace_lease_token(victim.key.id, uuid.uuid4())
     whole = [
-        WholeClaim(tasks[0].key.bucket, tasks[0].queue, min((t.key.rank, t.key.exec_time, t.key.id) for t in tasks),
-                   max((t.key.rank, t.key.exec_time, t.key.id) for t in tasks), token, [t.key for t in tasks])
+        WholeClaim(
+            tasks[0].key.bucket,
+            tasks[0].queue,
+            min((t.key.rank, t.key.exec_time, t.key.id) for t in tasks),
+            max((t.key.rank, t.key.exec_time, t.key.id) for t in tasks),
+            token,
+            [t.key for t in tasks],
+        )
         for token, tasks in by_token.items()
     ]
     assert store.task_ack_claims(whole) == {victim.key.id}
@@ -111,11 +118,14 @@ def test_task_ack_claims_reports_every_id_of_a_claim_whose_leases_all_passed_to_
     lost_claim = [t for t in claimed if t.lease_token == claimed[0].lease_token]
     for task in lost_claim:
         db.replace_lease_token(task.key.id, uuid.uuid4())
-    whole = WholeClaim(lost_claim[0].key.bucket, "q",
-                       (lost_claim[0].key.rank, lost_claim[0].key.exec_time, lost_claim[0].key.id),
-                       (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time, lost_claim[-1].key.id),
-                       lost_claim[0].lease_token,
-                       [t.key for t in lost_claim])
+    whole = WholeClaim(
+        lost_claim[0].key.bucket,
+        "q",
+        (lost_claim[0].key.rank, lost_claim[0].key.exec_time, lost_claim[0].key.id),
+        (lost_claim[-1].key.rank, lost_claim[-1].key.exec_time, lost_claim[-1].key.id),
+        lost_claim[0].lease_token,
+        [t.key for t in lost_claim],
+    )
     assert db.store.task_ack_claims([whole]) == {t.key.id for t in lost_claim}
     assert db.count("shardq_tasks") == 3
 

@@ -139,7 +139,17 @@ def test_an_async_worker_keeps_to_the_shares_too(db):
 
 @pytest.mark.parametrize("share", ["q", "q=0", "nope=1", "q=9"])
 def test_work_refuses_a_bad_share_with_exit_2(shardq_cli, share):
-    result = shardq_cli("work", "q", "other", "--handler", "handlers_for_test:record", "--concurrency", "4",
-                        "--share", share, check=False)
+    result = shardq_cli(
+        "work",
+        "q",
+        "other",
+        "--handler",
+        "handlers_for_test:record",
+        "--concurrency",
+        "4",
+        "--share",
+        share,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

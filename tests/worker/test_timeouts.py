@@ -36,7 +36,8 @@ def test_a_sync_handler_past_its_timeout_is_dead_lettered_with_the_reason_while_
     acked = timeouts = abandoned = 0
     for _ in range(20):  # a retry waits out its backoff as 'scheduled': run again until it is dead
         totals = db.client.worker(["q"], handler, concurrency=2, timeout=1, until_empty=True).run(
-            install_signal_handlers=False)
+            install_signal_handlers=False
+        )
         acked, timeouts, abandoned = acked + totals.acked, timeouts + totals.timeouts, abandoned + totals.abandoned
         if db.client.store.dead_list("q", 10):
             break
@@ -89,7 +90,8 @@ def test_the_task_timeout_wins_over_the_queue_timeout_which_wins_over_the_worker
 def test_timeouts_are_counted_in_stats(db):
     db.client.enqueue_many("q", [NewTask(b"hang", max_attempts=1)])
     db.client.worker(["q"], lambda task: RELEASE.wait(3600), timeout=0.2, until_empty=True, stats_interval=0.05).run(
-        install_signal_handlers=False)
+        install_signal_handlers=False
+    )
     queue = db.client.stats().queues["q"]
     assert queue.activity.timeouts == 1
 
@@ -121,8 +123,9 @@ def test_heartbeats_never_renew_a_lease_past_the_timeout(db):
     entries, _ = entries_for(claimed, time.monotonic() + 30)
     entries[0].running, entries[0].timeout, entries[0].timeout_at = True, 3.0, time.monotonic() + 3.0
     table.add(entries)
-    keeper = LeaseKeeper(WorkerConfig(queues=("q",)), SessionPerThread(lambda: db.client.new_session()), table,
-                         threading.Event())
+    keeper = LeaseKeeper(
+        WorkerConfig(queues=("q",)), SessionPerThread(lambda: db.client.new_session()), table, threading.Event()
+    )
     keeper.beat(QueueSettingsCache(store, ["q"], lease_override=600))
     left = db.lease_seconds_left()
     assert 1.0 <= left <= 3.5  # renewed to the timeout, not to the 600 s lease

@@ -164,8 +164,14 @@ def test_until_empty_waits_for_its_own_in_flight_tasks(db):
 
 @pytest.mark.parametrize(
     "bad",
-    [{"concurrency": 0}, {"batch": 0}, {"lease_seconds": -1}, {"lease_seconds": 0.5}, {"grace_seconds": -1},
-     {"queues": ()}],
+    [
+        {"concurrency": 0},
+        {"batch": 0},
+        {"lease_seconds": -1},
+        {"lease_seconds": 0.5},
+        {"grace_seconds": -1},
+        {"queues": ()},
+    ],
 )
 def test_worker_config_rejects_bad_values(bad):
     from shardq import InvalidInput

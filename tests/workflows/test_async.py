@@ -26,8 +26,12 @@ def _workflow_rows(db) -> int:
 def _sqlalchemy_url(db) -> sqlalchemy.engine.URL:
     params = db.dsn.params()
     return sqlalchemy.engine.URL.create(
-        "postgresql+psycopg", username=params.get("user"), password=params.get("password"), host=params.get("host"),
-        port=int(params["port"]) if "port" in params else None, database=params.get("dbname"),
+        "postgresql+psycopg",
+        username=params.get("user"),
+        password=params.get("password"),
+        host=params.get("host"),
+        port=int(params["port"]) if "port" in params else None,
+        database=params.get("dbname"),
     )
 
 

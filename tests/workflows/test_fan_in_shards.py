@@ -28,7 +28,18 @@ def test_only_a_fan_in_over_the_threshold_is_counted_in_shards_each_of_them_as_f
     counts = fan_in_counts(steps, lambda parents: 4 if parents >= 5 else 0)
     assert counts.waiting_on["narrow"] == 1 and counts.waiting_on["wide"] == 4  # its shards
     assert counts.shards == [("wide", 0, 3), ("wide", 1, 3), ("wide", 2, 2), ("wide", 3, 2)]
-    assert sorted(-1 if shard is None else shard for _p, child, shard in counts.edges if child == "wide") == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert sorted(-1 if shard is None else shard for _p, child, shard in counts.edges if child == "wide") == [
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
     assert [shard for _p, child, shard in counts.edges if child == "narrow"] == [None]
     assert counts.child_kinds["p0"] == OWN_ROW | IN_SHARDS and counts.child_kinds["p1"] == IN_SHARDS
     assert counts.child_kinds["wide"] == counts.child_kinds["narrow"] == 0  # no children: no statement
@@ -78,8 +89,16 @@ def test_the_last_parents_of_two_shards_acked_at_once_release_their_fan_in_exact
         tasks = Consumer(db.store, ["default"], batch=2).claim().tasks
         assert len(tasks) == 2
         with own_stores(db.client, 2) as stores:
-            assert at_once(stores, tasks, lambda store, task: workflows.remove_and_release(
-                store, lambda: store.task_ack_many([fenced(task)]), "succeeded")) == []
+            assert (
+                at_once(
+                    stores,
+                    tasks,
+                    lambda store, task: workflows.remove_and_release(
+                        store, lambda: store.task_ack_many([fenced(task)]), "succeeded"
+                    ),
+                )
+                == []
+            )
         child = {s.name: s for s in handle.status().steps}["child"]
         assert (child.state, child.waiting_on) == ("ready", 0)
         assert db.task_states_by_id()[handle.task_ids["child"]] == "ready"
@@ -173,8 +192,10 @@ def test_pruning_a_finished_wide_fan_in_deletes_its_shard_rows_with_it(app, db, 
 
 def test_a_member_of_a_wide_fan_in_keeps_its_shard_and_the_fan_in_its_name():
     wide = tuple(f"p{i}" for i in range(5))
-    counts = fan_in_counts([*(_spec(p) for p in wide), _spec("wide", wide), _spec("after", ("p0",))],
-                           lambda parents: 2 if parents >= 5 else 0)
+    counts = fan_in_counts(
+        [*(_spec(p) for p in wide), _spec("wide", wide), _spec("after", ("p0",))],
+        lambda parents: 2 if parents >= 5 else 0,
+    )
     # p0 also has an own-row child: its shard is read through its edges, as before
     assert counts.only_shard == {"p1": 1, "p2": 0, "p3": 1, "p4": 0}
     assert all(counts.only_child[p] == "wide" for p in counts.only_shard) and counts.only_child["p0"] == "after"
@@ -189,12 +210,13 @@ def test_an_ack_of_wide_fan_in_members_counts_their_shards_off_by_name_grouped_i
     assert names(sent) == ["workflow_counts_count_off"]  # no edge read
     params = sent[0].params
     assert sorted(zip(params["workflow_ids"], params["children"], params["shards"], params["counts"])) == [
-        (w, "wide", 0, 3), (w, "wide", 1, 2)]
+        (w, "wide", 0, 3),
+        (w, "wide", 1, 2),
+    ]
     # One parent without its shard (a row written before migration 0020, or several children):
     # every parent of the ack through the edges, so that shard rows are locked by one statement.
     _, sent = drive(workflows._advance(finished, {(w, f"m{i}"): i % 2 for i in range(4)}))
-    assert names(sent) == ["workflow_counts_advance"] and sorted(sent[0].params["steps"]) == [
-        f"m{i}" for i in range(5)]
+    assert names(sent) == ["workflow_counts_advance"] and sorted(sent[0].params["steps"]) == [f"m{i}" for i in range(5)]
 
 
 def test_steps_written_without_their_shard_still_release_a_wide_fan_in_through_the_edges(app, db, shards):

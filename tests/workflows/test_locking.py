@@ -41,11 +41,9 @@ def _row_to_hold(first: list[str], second: list[str]) -> str:
             if row in taken_by_first:
                 break
             taken_by_second.append(row)
-        if set(taken_by_second) & set(first[i + 1:]):
+        if set(taken_by_second) & set(first[i + 1 :]):
             return held
     return first[len(first) // 2]
-
-
 
 
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)
@@ -73,8 +71,9 @@ def test_two_parents_acked_at_once_on_two_connections_count_off_shared_fan_ins_w
         # runs again, as the library's acks do; a deadlock (40P01) is never retried.
         for attempt in range(1, 6):
             try:
-                rows = conn.execute(advance, {"workflow_ids": [w for w, _ in parents],
-                                              "steps": [s for _, s in parents]}).fetchall()
+                rows = conn.execute(
+                    advance, {"workflow_ids": [w for w, _ in parents], "steps": [s for _, s in parents]}
+                ).fetchall()
                 conn.commit()
                 released.append([r[1] for r in rows if r[0] == wide and r[3] == "ready"])
                 return

@@ -19,8 +19,9 @@ def test_the_reaper_deletes_a_workflow_finished_longer_ago_than_a_day_with_its_s
     old = db.make_workflow(CHAIN, edges=CHAIN_EDGES, finished_ago=DAY + 60)
     failed = db.make_workflow({"a": "dead", "b": "cancelled"}, edges=(("a", "b"),), finished_ago=2 * DAY)
     recent = db.make_workflow(CHAIN, edges=CHAIN_EDGES, created_ago=2 * DAY, finished_ago=DAY - 60)
-    running = db.make_workflow({"a": "succeeded", "b": "ready", "c": "waiting"}, edges=CHAIN_EDGES,
-                               finished_ago=3 * DAY)
+    running = db.make_workflow(
+        {"a": "succeeded", "b": "ready", "c": "waiting"}, edges=CHAIN_EDGES, finished_ago=3 * DAY
+    )
     Reaper(db.store).run_once()
     assert db.workflow_rows(old) == db.workflow_rows(failed) == (0, 0, 0)
     assert db.workflow_rows(recent) == db.workflow_rows(running) == (1, 3, 2)
@@ -42,6 +43,7 @@ def test_a_queue_that_keeps_finished_tasks_longer_keeps_its_workflows_as_long(db
 def test_a_workflow_run_by_a_worker_is_pruned_once_its_retention_passed(db):
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="t")
         def t(n: int) -> None: ...
 
@@ -60,6 +62,7 @@ def test_a_workflow_run_by_a_worker_is_pruned_once_its_retention_passed(db):
 def test_a_chain_run_by_a_worker_is_pruned_though_its_steps_released_directly_still_read_waiting(db):
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="t")
         def t(n: int) -> None: ...
 

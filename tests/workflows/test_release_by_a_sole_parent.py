@@ -23,14 +23,24 @@ def _spec(name: str, parents: tuple[str, ...] = (), *, on_failure: bool = False)
 
 
 def test_a_step_is_a_sole_parent_when_its_one_child_has_no_other_parent_and_is_not_on_failure():
-    steps = [_spec("a"), _spec("b", ("a",)), _spec("c", ("b",)),  # a chain
-             _spec("m0"), _spec("m1"), _spec("fan-in", ("m0", "m1")),  # a group fanning in
-             _spec("x"), _spec("rescue", ("x",), on_failure=True),  # an on-failure child
-             _spec("split"), _spec("left", ("split",)), _spec("right", ("split",))]  # two children
+    steps = [
+        _spec("a"),
+        _spec("b", ("a",)),
+        _spec("c", ("b",)),  # a chain
+        _spec("m0"),
+        _spec("m1"),
+        _spec("fan-in", ("m0", "m1")),  # a group fanning in
+        _spec("x"),
+        _spec("rescue", ("x",), on_failure=True),  # an on-failure child
+        _spec("split"),
+        _spec("left", ("split",)),
+        _spec("right", ("split",)),
+    ]  # two children
     sole = fan_in_counts(steps, lambda parents: 0).sole_child
     assert sole == {"a": "b", "b": "c"}  # not m0/m1 (fan-in), x (on-failure child), split (two children)
-    sharded = fan_in_counts([_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "y")), _spec("y")],
-                            lambda parents: 2 if parents >= 2 else 0)
+    sharded = fan_in_counts(
+        [_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "y")), _spec("y")], lambda parents: 2 if parents >= 2 else 0
+    )
     # w counts p (and y) in a shard: p has both kinds, y's only child is counted in shards
     assert sharded.only_child == {"p": "q", "y": "w"} and sharded.sole_child == {}
 
@@ -40,6 +50,7 @@ def _answer(acked, moved=()):
         if request is ENGINE:
             return POSTGRESQL
         return {"workflow_steps_acked": acked, "workflow_children_count_off": list(moved)}.get(request.name, [])
+
     return answer
 
 
@@ -155,8 +166,7 @@ def test_cancelling_a_step_released_directly_by_its_task_id_cancels_it_and_its_d
 
 
 @pytest.mark.parametrize("in_shards", [False, True], ids=["own-row", "in-shards"])
-def test_resuming_a_fan_in_counts_a_parent_released_directly_that_succeeded_as_succeeded(app, db, request,
-                                                                                        in_shards):
+def test_resuming_a_fan_in_counts_a_parent_released_directly_that_succeeded_as_succeeded(app, db, request, in_shards):
     if in_shards:
         request.getfixturevalue("shards")  # the fan-in counts b and x in two shard rows
     ran: list[str] = []

@@ -15,8 +15,9 @@ def test_a_step_has_an_only_child_when_exactly_one_child_counts_it_in_its_own_ro
     steps = [_spec("a"), _spec("b"), _spec("c", ("a",)), _spec("d", ("a", "b")), _spec("wide", ("b", "c"))]
     counts = fan_in_counts(steps, lambda parents: 0)
     assert counts.only_child == {"c": "wide"}  # a has c and d, b has d and wide: several
-    sharded = fan_in_counts([_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "x")), _spec("x")],
-                            lambda parents: 2 if parents >= 2 else 0)
+    sharded = fan_in_counts(
+        [_spec("p"), _spec("q", ("p",)), _spec("w", ("p", "x")), _spec("x")], lambda parents: 2 if parents >= 2 else 0
+    )
     # w counts p in a shard: not p's own-row child; x's one child is w, counted in shard 1 of 2
     assert sharded.only_child == {"p": "q", "x": "w"} and sharded.only_shard == {"x": 1}
     assert sharded.child_kinds["p"] == OWN_ROW | IN_SHARDS and sharded.child_kinds["x"] == IN_SHARDS
@@ -24,13 +25,18 @@ def test_a_step_has_an_only_child_when_exactly_one_child_counts_it_in_its_own_ro
 
 def test_an_ack_of_only_children_counts_them_off_by_name_grouped_in_one_statement():
     w1, w2 = uuid.uuid4(), uuid.uuid4()
-    finished = [(w1, "m0", OWN_ROW, "fan-in"), (w1, "m1", OWN_ROW, "fan-in"), (w2, "a", OWN_ROW, "b"),
-                (w1, "fan-in", 0, None)]
+    finished = [
+        (w1, "m0", OWN_ROW, "fan-in"),
+        (w1, "m1", OWN_ROW, "fan-in"),
+        (w2, "a", OWN_ROW, "b"),
+        (w1, "fan-in", 0, None),
+    ]
     _, sent = drive(workflows._advance(finished))
     assert names(sent) == ["workflow_children_count_off"]
     params = sent[0].params
     assert sorted(zip(params["workflow_ids"], params["steps"], params["counts"])) == sorted(
-        [(w1, "fan-in", 2), (w2, "b", 1)])
+        [(w1, "fan-in", 2), (w2, "b", 1)]
+    )
 
 
 def test_an_ack_with_a_parent_of_several_children_counts_every_own_row_child_through_the_edges():

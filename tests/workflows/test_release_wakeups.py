@@ -93,7 +93,8 @@ def test_an_ack_whose_wake_up_the_server_refuses_still_releases_its_steps(app, p
     handle = wf.enqueue()
     [task] = Consumer(pg_db.store, ["default"]).claim().tasks
     with wake_up_refused_once(pg_db.store.session, "workflow_tasks_release") as calls:
-        removed = workflows.remove_and_release(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]),
-                                               "succeeded")
+        removed = workflows.remove_and_release(
+            pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]), "succeeded"
+        )
     assert removed == {task.key.id} and len(calls) == 2
     assert [s.state for s in handle.status().steps] == ["succeeded", "ready"]

@@ -115,8 +115,13 @@ def test_a_task_outside_every_run_acks_as_before(app, db):
 
 def _ack_at_once(stores: list[TaskStore], tasks: list) -> list[BaseException]:
     """Ack each task of the run through its own store, all at once; the errors raised."""
-    return at_once(stores, tasks, lambda store, task: run_callbacks.remove_and_settle(
-        store, lambda: store.task_ack_many([fenced(task)]), {task.key.id: task.workflow_id}, "succeeded"))
+    return at_once(
+        stores,
+        tasks,
+        lambda store, task: run_callbacks.remove_and_settle(
+            store, lambda: store.task_ack_many([fenced(task)]), {task.key.id: task.workflow_id}, "succeeded"
+        ),
+    )
 
 
 def test_the_last_two_tasks_acked_at_once_on_two_sessions_release_the_callback_exactly_once(app, db):
@@ -200,8 +205,9 @@ def test_an_ack_whose_wake_up_the_server_refuses_still_releases_the_callback(pg_
     pg_db.session.run(run_callbacks.complete_plan("r-refused"))
     [task] = Consumer(pg_db.store, ["items"]).claim().tasks
     with wake_up_refused_once(pg_db.store.session, "workflow_tasks_release") as calls:
-        removed = run_callbacks.remove_and_settle(pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]),
-                                                  {task.key.id: task.workflow_id}, "succeeded")
+        removed = run_callbacks.remove_and_settle(
+            pg_db.store, lambda: pg_db.store.task_ack_many([fenced(task)]), {task.key.id: task.workflow_id}, "succeeded"
+        )
     assert removed == {task.key.id} and len(calls) == 2
     assert pg_db.session.run(run_callbacks.get_plan("r-refused")).state == "ready"
     assert app.workflow_status(callback.workflow_id).steps[0].state == "ready"

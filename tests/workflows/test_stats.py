@@ -10,6 +10,7 @@ from shardq.cli.terminal import queues_table
 def test_steps_waiting_for_their_parents_are_counted_as_waiting_not_ready_nor_backlog(db):
     app = shardq.App(db.dsn)
     try:
+
         @app.task(name="t", queue="q")
         def t(n: int) -> None: ...
 

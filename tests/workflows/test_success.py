@@ -23,6 +23,7 @@ def test_an_ack_of_steps_with_children_reads_them_and_writes_only_those_without_
             if request is ENGINE:
                 return POSTGRESQL
             return rows if getattr(request, "name", "") == "workflow_steps_acked" else []
+
         return serve
 
     def statements(plan):

@@ -37,6 +37,7 @@ def test_a_step_released_by_an_ack_that_settled_during_an_empty_round_still_runs
     app = shardq.App(db.dsn)
     ran: list[str] = []
     try:
+
         @app.task(name="t")
         def t(label: str) -> None:
             ran.append(label)

@@ -228,8 +228,13 @@ def test_shardq_workflow_shows_a_workflow_and_its_steps_as_text_and_json(app, db
     handle = wf.enqueue()
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([SHARDQ, *args], capture_output=True, text=True, timeout=120,
-                              env={"SHARDQ_DSN": db.dsn.conninfo, "PATH": ""})
+        return subprocess.run(
+            [SHARDQ, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"SHARDQ_DSN": db.dsn.conninfo, "PATH": ""},
+        )
 
     shown = json.loads(run("workflow", handle, "--json").stdout)
     assert shown["state"] == "running" and [s["state"] for s in shown["steps"]] == ["ready", "waiting"]
@@ -282,8 +287,13 @@ def test_two_acks_crossing_the_parents_of_several_fan_ins_both_commit_without_a_
 
 def _ack_at_once_many(stores: list[TaskStore], batches: list[list]) -> list[BaseException]:
     """Ack each batch through its own store, all at once; the errors raised."""
-    return at_once(stores, batches, lambda store, batch: workflows.remove_and_release(
-        store, lambda: store.task_ack_many([fenced(t) for t in batch]), "succeeded"))
+    return at_once(
+        stores,
+        batches,
+        lambda store, batch: workflows.remove_and_release(
+            store, lambda: store.task_ack_many([fenced(t) for t in batch]), "succeeded"
+        ),
+    )
 
 
 def test_requeueing_a_dead_step_resumes_its_workflow_from_it(app, db):
