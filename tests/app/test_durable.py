@@ -25,7 +25,7 @@ from shardq.errors import InvalidInput, LeaseLost, TaskNotLive
 from shardq.maintenance.pruning import prune_durable
 from shardq.models.leases import Fenced
 from shardq.models.tasks import Task
-from shardq.operations import durable as plans
+from shardq.operations import durable as durable_operations
 from shardq.sql.plan import Atomically, Call
 from tests.support.factories import TestDatabase
 
@@ -166,6 +166,8 @@ def test_sleep_parks_the_task_without_an_attempt_and_resumes_after_its_steps(app
     assert row["state"] == "scheduled" and row["lease_token"] is None and row["attempts"] == 0
     assert row["exec_time"] > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=59)
     assert row["last_error"].startswith("sleeping until ")
+    (_, sleep) = steps_of(db, task_id)  # every step's value is JSON text, a sleep's its wake time
+    assert sleep["name"] == "shardq:sleep" and dt.datetime.fromisoformat(json.loads(sleep["value"])) == row["exec_time"]
     assert db.client.status(task_id).state == "scheduled"
     app.work(until_empty=True)  # not due: nothing runs
     assert calls == ["before"]
@@ -367,13 +369,13 @@ def test_steps_and_signals_of_finished_tasks_are_pruned_and_a_dead_tasks_kept(ap
 
 def test_plain_tasks_send_no_durable_statement(app, db, monkeypatch):
     sent: list[str] = []
-    real = plans.steps_read
+    real = durable_operations.steps_read
 
     def spy(task_id: uuid.UUID) -> Any:
         sent.append(str(task_id))
         return real(task_id)
 
-    monkeypatch.setattr(plans, "steps_read", spy)
+    monkeypatch.setattr(durable_operations, "steps_read", spy)
 
     @app.task(name="ctx_only", queue=Q, pass_context=True)
     def ctx_only(ctx: shardq.TaskContext) -> str:
@@ -514,17 +516,19 @@ def test_a_wait_that_meets_a_signal_being_sent_waits_for_it_and_consumes_it(pg_d
     fenced = Fenced(claimed.key, claimed.lease_token)
     locked, release = threading.Event(), threading.Event()
     sender = db.client.new_session()
-    signal = _pausing(plans.send_signal(claimed.key.id, "go", {"n": 1}), "task_signal_lock", locked, release)
+    signal = _pausing(
+        durable_operations.send_signal(claimed.key.id, "go", {"n": 1}), "task_signal_lock", locked, release
+    )
     sending, sent = _in_thread(lambda: sender.run(signal))
     assert locked.wait(30)  # the signal's transaction holds the task row
     waiter = db.client.new_session()
-    waiting, waited = _in_thread(lambda: waiter.run(plans.wait_plan(fenced, 0, "go", None, None)))
+    waiting, waited = _in_thread(lambda: waiter.run(durable_operations.wait_plan(fenced, 0, "go", None, None)))
     _blocked_on_a_lock(db)  # the wait's fenced write waits for the signal's commit
     release.set()
     sending.join(30)
     waiting.join(30)
     assert sent == [True]
-    assert waited == [plans.WaitOutcome('{"payload": {"n":1}}')]
+    assert waited == [durable_operations.WaitOutcome('{"payload": {"n":1}}')]
     assert db.task_row(claimed.id)["state"] == "leased"  # it never parked
 
 
@@ -534,16 +538,16 @@ def test_a_signal_that_meets_a_wait_parking_waits_for_it_and_wakes_the_task(pg_d
     fenced = Fenced(claimed.key, claimed.lease_token)
     locked, release = threading.Event(), threading.Event()
     waiter = db.client.new_session()
-    wait = _pausing(plans.wait_plan(fenced, 0, "go", None, None), "task_wait_begin", locked, release)
+    wait = _pausing(durable_operations.wait_plan(fenced, 0, "go", None, None), "task_wait_begin", locked, release)
     waiting, waited = _in_thread(lambda: waiter.run(wait))
     assert locked.wait(30)  # the wait's transaction holds the task row, its signal not there yet
     sender = db.client.new_session()
-    sending, sent = _in_thread(lambda: sender.run(plans.send_signal(claimed.key.id, "go", 2)))
+    sending, sent = _in_thread(lambda: sender.run(durable_operations.send_signal(claimed.key.id, "go", 2)))
     _blocked_on_a_lock(db)
     release.set()
     waiting.join(30)
     sending.join(30)
-    assert waited == [plans.WaitOutcome()]  # parked
+    assert waited == [durable_operations.WaitOutcome()]  # parked
     assert sent == [True]
     row = db.task_row(claimed.id)
     assert row["state"] == "ready" and row["lease_token"] is None  # woken by the signal's transaction

@@ -22,7 +22,7 @@ import shardq.sessions.session
 from shardq.errors import LeaseLost, TaskNotLive
 from shardq.models import TaskKey
 from shardq.models.leases import Fenced
-from shardq.operations import durable as plans
+from shardq.operations import durable as durable_operations
 from shardq.sessions.dsn import Dsn
 from shardq.sessions.session import Session
 from tests.support.cockroach_answers import NOW, RETRY_40001, SHARD_COLUMN_16
@@ -51,7 +51,7 @@ def _session(server: RecordedCockroach) -> Session:
 def test_a_signal_is_one_serializable_transaction_without_a_notification():
     answers = {"task_signal_lock": LOCKED, "task_signal_insert": INSERTED, "task_signal_wake": WOKE}
     with recorded_cockroach(answers) as server, _session(server) as session:
-        assert session.run(plans.send_signal(TASK, "approved", {"by": "ann"})) is True
+        assert session.run(durable_operations.send_signal(TASK, "approved", {"by": "ann"})) is True
     assert server.names_received() == [
         "BEGIN ISOLATION LEVEL SERIALIZABLE",
         "task_signal_lock",
@@ -78,7 +78,7 @@ def test_a_40001_reruns_the_whole_signal_transaction():
         "task_signal_wake": wake,
     }
     with recorded_cockroach(answers) as server, _session(server) as session:
-        assert session.run(plans.send_signal(TASK, "approved", None)) is True
+        assert session.run(durable_operations.send_signal(TASK, "approved", None)) is True
     body = ["task_signal_lock", "task_signal_insert", "task_signal_wake"]
     assert server.names_received() == [
         "BEGIN ISOLATION LEVEL SERIALIZABLE",
@@ -93,7 +93,7 @@ def test_a_40001_reruns_the_whole_signal_transaction():
 def test_a_signal_for_no_live_task_writes_nothing():
     with recorded_cockroach({"task_signal_lock": NOT_LIVE}) as server, _session(server) as session:
         with pytest.raises(TaskNotLive, match="is not live"):
-            session.run(plans.send_signal(TASK, "approved", 1))
+            session.run(durable_operations.send_signal(TASK, "approved", 1))
     assert server.names_received() == ["BEGIN ISOLATION LEVEL SERIALIZABLE", "task_signal_lock", "ROLLBACK"]
 
 
@@ -103,7 +103,7 @@ def test_a_signal_sent_again_under_its_key_wakes_nothing():
         recorded_cockroach({"task_signal_lock": LOCKED, "task_signal_insert": duplicate}) as server,
         _session(server) as session,
     ):
-        assert session.run(plans.send_signal(TASK, "approved", 1, key="k")) is False
+        assert session.run(durable_operations.send_signal(TASK, "approved", 1, key="k")) is False
     assert server.names_received() == [
         "BEGIN ISOLATION LEVEL SERIALIZABLE",
         "task_signal_lock",
@@ -117,7 +117,7 @@ def test_a_step_write_under_a_stale_token_inserts_nothing_and_is_a_lost_lease():
     nothing = Rows([("idx", "INT8")], [], tag="INSERT 0 0")
     with recorded_cockroach({"task_step_record": nothing}) as server, _session(server) as session:
         with pytest.raises(LeaseLost, match="lease lost before step 0"):
-            session.run(plans.step_record(fenced, 0, "charge", "1", None))
+            session.run(durable_operations.step_record(fenced, 0, "charge", "1", None))
     (received,) = server.received
     assert received.name == "task_step_record"
     assert received.params[0] == "{leased}" and fenced.token.hex in str(received.params)  # fenced by state and token

@@ -24,17 +24,15 @@ from typing import TYPE_CHECKING, Any
 from shardq.errors import InvalidInput, Parked, SignalTimeout, StepMismatch
 from shardq.models.leases import Fenced
 from shardq.models.tasks import Task
-from shardq.operations import durable as plans
+from shardq.operations import durable as durable_operations
+from shardq.operations.history import WAIT_STEP_PREFIX
 from shardq.sql.plan import Plan
 
 if TYPE_CHECKING:
     from shardq.client import Client
     from shardq.client_async import AsyncClient
 
-STEP_VALUE_MAX_BYTES = plans.STEP_VALUE_MAX_BYTES
-RESERVED = plans.RESERVED
-SLEEP_STEP = RESERVED + "sleep"
-check_name, encode_json = plans.check_name, plans.encode_json
+SLEEP_STEP = durable_operations.RESERVED + "sleep"
 
 
 def _when(value: dt.datetime) -> dt.datetime:
@@ -65,7 +63,7 @@ class DurableRun:
         self._client = client
         self._async_client = async_client
         self.fenced = Fenced(handle.claimed.key, handle.claimed.lease_token)
-        self._steps: list[plans.RecordedStep] | None = None
+        self._steps: list[durable_operations.RecordedStep] | None = None
         self.next = 0
         # progress: when it was last written (monotonic; None: never)
         self._progress_at: float | None = None
@@ -80,7 +78,7 @@ class DurableRun:
         client = await self._async_client()
         return await client._run(plan)
 
-    def _loaded(self, rows: list[plans.RecordedStep]) -> Plan[None]:
+    def _loaded(self, rows: list[durable_operations.RecordedStep]) -> Plan[None]:
         """Keep ``rows`` as the recorded steps, or forget them (fenced) when they were recorded
         under another version than the task declares now."""
         if (
@@ -88,12 +86,12 @@ class DurableRun:
             and (self.version is not None or any(r.version is not None for r in rows))
             and any(r.version != self.version for r in rows)
         ):
-            yield from plans.steps_clear(self.fenced)
+            yield from durable_operations.steps_clear(self.fenced)
             rows = []
         self._steps = rows
 
     def _load_plan(self) -> Plan[None]:
-        rows = yield from plans.steps_read(self.fenced.key.id)
+        rows = yield from durable_operations.steps_read(self.fenced.key.id)
         yield from self._loaded(rows)
 
     def _ensure(self) -> None:
@@ -104,7 +102,7 @@ class DurableRun:
         if self._steps is None:
             await self._run_async(self._load_plan())
 
-    def _recorded(self, name: str) -> plans.RecordedStep | None:
+    def _recorded(self, name: str) -> durable_operations.RecordedStep | None:
         """The recorded step at the next index (None: none), refusing one of another name."""
         assert self._steps is not None
         idx = self.next
@@ -120,24 +118,24 @@ class DurableRun:
 
     # -- step ---------------------------------------------------------------------------------
     def _step_name(self, name: object) -> str:
-        name = check_name(name, "step")
-        if name.startswith(RESERVED):
-            raise InvalidInput(f"step name {name!r}: names starting with {RESERVED!r} are shardq's")
+        name = durable_operations.check_name(name, "step")
+        if name.startswith(durable_operations.RESERVED):
+            raise InvalidInput(f"step name {name!r}: names starting with {durable_operations.RESERVED!r} are shardq's")
         return name
 
     def _record_value(self, name: str, value: Any) -> Plan[Any]:
         idx = self.next
-        text = encode_json(value, STEP_VALUE_MAX_BYTES, f"step {idx} ({name!r})")
-        yield from plans.step_record(self.fenced, idx, name, text, self.version)
+        text = durable_operations.encode_json(value, durable_operations.STEP_VALUE_MAX_BYTES, f"step {idx} ({name!r})")
+        yield from durable_operations.step_record(self.fenced, idx, name, text, self.version)
         self._done(name, text)
         return json.loads(text)
 
     def _done(self, name: str, text: str | None) -> None:
         assert self._steps is not None
         if self.next < len(self._steps):
-            self._steps[self.next] = plans.RecordedStep(self.next, name, text, self.version, None, True)
+            self._steps[self.next] = durable_operations.RecordedStep(self.next, name, text, self.version, None, True)
         else:
-            self._steps.append(plans.RecordedStep(self.next, name, text, self.version, None, True))
+            self._steps.append(durable_operations.RecordedStep(self.next, name, text, self.version, None, True))
         self.next += 1
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -175,18 +173,17 @@ class DurableRun:
                 self.next += 1
                 return None, None
             reason = f"sleeping until {found.wake_at.isoformat()}"
-            return plans.park_plan(self.fenced, found.wake_at, reason), Parked(found.wake_at, reason)
+            return durable_operations.park_plan(self.fenced, found.wake_at, reason), Parked(found.wake_at, reason)
         assert wake_at is not None
         if wake_at <= dt.datetime.now(dt.UTC):
             return self._record_sleep(wake_at), None
-        plan = plans.sleep_plan(self.fenced, self.next, SLEEP_STEP, self.version, wake_at, record=True)
+        plan = durable_operations.sleep_plan(self.fenced, self.next, SLEEP_STEP, self.version, wake_at, record=True)
         return plan, Parked(wake_at, f"sleeping until {wake_at.isoformat()}")
 
     def _record_sleep(self, wake_at: dt.datetime) -> Plan[None]:
-        yield from plans.step_record(
-            self.fenced, self.next, SLEEP_STEP, json.dumps(wake_at.isoformat()), self.version, wake_at
-        )
-        self._done(SLEEP_STEP, json.dumps(wake_at.isoformat()))
+        value = durable_operations.sleep_value(wake_at)
+        yield from durable_operations.step_record(self.fenced, self.next, SLEEP_STEP, value, self.version, wake_at)
+        self._done(SLEEP_STEP, value)
 
     def sleep_until(self, when: dt.datetime) -> None:
         wake_at = _when(when)
@@ -213,19 +210,19 @@ class DurableRun:
         await self.sleep_until_async(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=_seconds(seconds, "sleep")))
 
     # -- signals ------------------------------------------------------------------------------
-    def _wait(self, signal: str, timeout: float | None) -> tuple[Any, Plan[plans.WaitOutcome] | None]:
+    def _wait(self, signal: str, timeout: float | None) -> tuple[Any, Plan[durable_operations.WaitOutcome] | None]:
         """(the answer, None) when the wait was recorded, else (None, the plan to run)."""
-        found = self._recorded(plans.WAIT_PREFIX + signal)
+        found = self._recorded(WAIT_STEP_PREFIX + signal)
         if found is not None and found.value is not None:
             self.next += 1
             return _answer(signal, found.value), None
         timeout_at = None
         if timeout is not None:
             timeout_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)
-        return None, plans.wait_plan(self.fenced, self.next, signal, self.version, timeout_at)
+        return None, durable_operations.wait_plan(self.fenced, self.next, signal, self.version, timeout_at)
 
-    def _waited(self, signal: str, outcome: plans.WaitOutcome) -> Any:
-        name = plans.WAIT_PREFIX + signal
+    def _waited(self, signal: str, outcome: durable_operations.WaitOutcome) -> Any:
+        name = WAIT_STEP_PREFIX + signal
         if outcome.timed_out:
             self._done(name, '{"timeout":true}')
             raise SignalTimeout(f"task {self.handle.id}: no signal {signal!r} before the wait's timeout")
@@ -235,7 +232,7 @@ class DurableRun:
         return _answer(signal, outcome.value)
 
     def _wait_args(self, name: object, timeout: object) -> tuple[str, float | None]:
-        signal = check_name(name, "signal")
+        signal = durable_operations.check_name(name, "signal")
         return signal, None if timeout is None else _seconds(timeout, "wait_for timeout")
 
     def wait_for(self, name: str, timeout: float | None = None) -> Any:
@@ -271,7 +268,7 @@ CANCEL_CHECK_EVERY = 1.0
 
 def _progress_due(run: DurableRun, value: Any) -> str | None:
     """The JSON text to write now, or None (the last write was less than a second ago)."""
-    text = encode_json(value, plans.PROGRESS_MAX_BYTES, "progress")
+    text = durable_operations.encode_json(value, durable_operations.PROGRESS_MAX_BYTES, "progress")
     now = time.monotonic()
     if run._progress_at is not None and now - run._progress_at < PROGRESS_EVERY:
         return None
@@ -282,13 +279,13 @@ def _progress_due(run: DurableRun, value: Any) -> str | None:
 def progress(run: DurableRun, value: Any) -> None:
     text = _progress_due(run, value)
     if text is not None:
-        run._run(plans.progress_record(run.fenced, text))
+        run._run(durable_operations.progress_record(run.fenced, text))
 
 
 async def progress_async(run: DurableRun, value: Any) -> None:
     text = _progress_due(run, value)
     if text is not None:
-        await run._run_async(plans.progress_record(run.fenced, text))
+        await run._run_async(durable_operations.progress_record(run.fenced, text))
 
 
 def _check_due(run: DurableRun) -> bool:
@@ -303,11 +300,11 @@ def _check_due(run: DurableRun) -> bool:
 
 def cancelled(run: DurableRun) -> bool:
     if _check_due(run):
-        run._cancelled = not run._run(plans.lease_held(run.fenced))
+        run._cancelled = not run._run(durable_operations.lease_held(run.fenced))
     return run._cancelled
 
 
 async def cancelled_async(run: DurableRun) -> bool:
     if _check_due(run):
-        run._cancelled = not await run._run_async(plans.lease_held(run.fenced))
+        run._cancelled = not await run._run_async(durable_operations.lease_held(run.fenced))
     return run._cancelled

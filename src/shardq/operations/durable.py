@@ -74,8 +74,6 @@ def signal_id(key: str | None) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, "shardq-signal:" + key)
 
 
-#: A wait's step name is its signal's name with this prefix (what task_signal_wake looks for).
-WAIT_PREFIX = WAIT_STEP_PREFIX  # "shardq:wait:"; status by id reads it too
 #: A wait without a timeout is scheduled this far ahead (a signal makes it due at once).
 FAR_FUTURE = dt.timedelta(days=3650)
 
@@ -147,6 +145,11 @@ def _park(fenced: Fenced, wake_at: dt.datetime, reason: str) -> Plan[None]:
         raise _lost(fenced, "its sleep")
 
 
+def sleep_value(wake_at: dt.datetime) -> str:
+    """A sleep step's value: its wake time as a JSON string (every step value is JSON text)."""
+    return json.dumps(wake_at.isoformat())
+
+
 def sleep_plan(
     fenced: Fenced, idx: int, name: str, version: str | None, wake_at: dt.datetime, *, record: bool
 ) -> Plan[None]:
@@ -155,7 +158,7 @@ def sleep_plan(
 
     def body() -> Plan[None]:
         if record:
-            yield from step_record(fenced, idx, name, wake_at.isoformat(), version, wake_at)
+            yield from step_record(fenced, idx, name, sleep_value(wake_at), version, wake_at)
         yield from _park(fenced, wake_at, f"sleeping until {wake_at.isoformat()}")
 
     yield Atomically(body)
@@ -177,7 +180,7 @@ def wait_plan(
     consume the oldest signal of that name if one is there; else record the timeout if it has
     passed; else park the task until the timeout (or far ahead), ready at once if a signal came
     in meanwhile (one cannot: the lock; checked again all the same)."""
-    name = WAIT_PREFIX + signal
+    name = WAIT_STEP_PREFIX + signal
 
     def body() -> Plan[WaitOutcome]:
         fence = _fence(fenced)
@@ -230,7 +233,7 @@ def signal_plan(task_id: uuid.UUID, name: str, payload: str, signal_id: uuid.UUI
         )
         if inserted is None:
             return False  # sent before (a retry of the same key): nothing more to do
-        woke = yield Call("task_signal_wake", {"task_id": task_id, "wait_step": WAIT_PREFIX + name}, rows="one")
+        woke = yield Call("task_signal_wake", {"task_id": task_id, "wait_step": WAIT_STEP_PREFIX + name}, rows="one")
         if woke is not None and engine.supports_wakeups:
             yield Call("queue_notify", {"queue": woke["queue"]}, rows="one")
         return True

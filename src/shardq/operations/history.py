@@ -252,7 +252,7 @@ def _durable_status(status: TaskStatus, rows: list[dict]) -> TaskStatus:
     return replace(status, progress=progress)
 
 
-#: how a wait's step is named (shardq.operations.durable.WAIT_PREFIX)
+#: how a wait's step is named (the wait steps of shardq.operations.durable)
 WAIT_STEP_PREFIX = "shardq:wait:"
 
 
