@@ -23,7 +23,7 @@ from shardq import operations, validation
 from shardq import resize as resize_module
 from shardq.admin import actions as admin
 from shardq.admin.stats import StatsOptions, collect_plan
-from shardq.lifecycle import history, key_limits, waiting
+from shardq.lifecycle import history, key_limits, key_slots, waiting
 from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, Producer
 from shardq.lifecycle.notify import Notifier
 from shardq.maintenance import periodic
@@ -285,7 +285,7 @@ class Client:
 
     def key_limits(self, queue: str) -> dict[str, int]:
         """The limits per key of ``queue``: pattern -> limit."""
-        return {limit.pattern: limit.max_running for limit in self.store.run(key_limits.limits_plan(queue))}
+        return {limit.pattern: limit.max_running for limit in self.store.run(key_slots.limits_plan(queue))}
 
     def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""

@@ -50,7 +50,7 @@ from shardq.admin import actions as admin
 from shardq.admin.stats import collect_plan
 from shardq.client import Client, stats_options
 from shardq.errors import DatabaseError
-from shardq.lifecycle import history, key_limits, waiting
+from shardq.lifecycle import history, key_limits, key_slots, waiting
 from shardq.lifecycle.enqueue import BATCH_SIZE_DEFAULT, enqueue_plan, prepare
 from shardq.lifecycle.notify import Notifier
 from shardq.models.history import FinishedTask, TaskStatus
@@ -227,7 +227,7 @@ class AsyncClient:
 
     async def key_limits(self, queue: str) -> dict[str, int]:
         """:meth:`shardq.Client.key_limits` for asyncio code."""
-        return {limit.pattern: limit.max_running for limit in await self._run(key_limits.limits_plan(queue))}
+        return {limit.pattern: limit.max_running for limit in await self._run(key_slots.limits_plan(queue))}
 
     async def pause(self, queue: str, *, enqueue: bool = True, dequeue: bool = True) -> QueueSettings | None:
         """Pause enqueue and/or dequeue of ``queue`` (both by default); returns its settings."""

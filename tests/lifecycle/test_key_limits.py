@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from shardq.errors import InvalidInput
-from shardq.lifecycle import exclusive, key_limits, key_slots
+from shardq.lifecycle import exclusive, key_slots
 from shardq.lifecycle.claim import Consumer
 from shardq.lifecycle.enqueue import Producer
 from shardq.maintenance.reaper import Reaper
@@ -41,7 +41,7 @@ def test_a_key_runs_at_most_its_limit_and_the_rest_wait(db):
     )
     assert result.enqueued == 6 and len(result.backlogged_ids) == 3
     claimed = drain(db)
-    assert sorted(str(key_limits.key_of(t.exclusive_key)) for t in claimed) == ["tenant:1", "tenant:1", "tenant:2"]
+    assert sorted(str(key_slots.key_of(t.exclusive_key)) for t in claimed) == ["tenant:1", "tenant:1", "tenant:2"]
     assert len({t.exclusive_key for t in claimed}) == 3  # each in a slot of its own
     assert states(db) == {"leased": 3, "backlog": 3}
 

@@ -30,7 +30,7 @@ not both). Limits count *live* tasks, so a task waiting for its retry backoff ke
 bound on running tasks is exact, and under retries it is conservative. Lowering a limit lets the
 tasks already in higher slots finish; raising one fills the new slots at the key's next enqueue or
 release. ``task.exclusive_key`` of a handler's task shows the slot (``tenant:42\\x1f1``);
-:func:`key_of` gives the concurrency key back."""
+:func:`shardq.lifecycle.key_slots.key_of` gives the concurrency key back."""
 
 from __future__ import annotations
 
@@ -46,31 +46,13 @@ from shardq.lifecycle.key_slots import (
     KEY_LIMITS_MAX,
     KEY_MAX,
     SEPARATOR,
-    KeyLimit,
-    key_of,
     limits_plan,
-    lock_key,
     resolve,
     slot_key,
     waiting_key,
 )
 from shardq.models.tasks import NewTask
 from shardq.sql.plan import Atomically, Call, Plan
-
-__all__ = [
-    "KEY_LIMITS_MAX",
-    "KEY_LIMIT_MAX",
-    "KEY_MAX",
-    "KeyLimit",
-    "concurrency_key",
-    "enqueue_plan",
-    "key_of",
-    "limit_value",
-    "lock_key",
-    "pattern",
-    "remove_plan",
-    "set_plan",
-]
 
 
 def concurrency_key(key: object) -> str | None:
